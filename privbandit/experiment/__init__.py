@@ -1,0 +1,1 @@
+"""Experiments: TOML files → validated configs → many runs → a results directory."""

@@ -1,0 +1,179 @@
+"""Experiment files: TOML, validated by pydantic, overridable with ``--set dotted.name=value``.
+
+Every experiment file shares the top-level fields ``horizon``, ``seed``, ``epsilon``, so
+``--set horizon=1000000`` works on all of them. Algorithms are tables under ``[algorithms.<label>]``;
+the label is the name used in results, and ``algorithm`` (inferred from a label that is itself an
+algorithm name) says which one it is.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+ALGORITHMS = ("dist-dp-se", "dist-rdp-se", "dist-cdp-se", "cdp-se", "ldp-se", "dp-se", "se")
+PRESETS = ("paper", "paper-code")
+
+
+class ConfigError(ValueError):
+    """A bad experiment file or override; the message names the field and the allowed values."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Probability = Annotated[float, Field(gt=0, le=1)]
+
+
+class EnvironmentConfig(_Strict):
+    kind: Literal["uniform", "means", "means-file"] = "uniform"
+    arms: Annotated[int, Field(ge=2, le=100_000)] = 10
+    low: Annotated[float, Field(ge=0, le=1)] = 0.25
+    high: Annotated[float, Field(ge=0, le=1)] = 0.75
+    means: list[Annotated[float, Field(ge=0, le=1)]] | None = None
+    path: str | None = None
+    reward: Literal["gaussian", "bernoulli", "categorical"] = "gaussian"
+    sd: Annotated[float, Field(ge=0, le=10)] = 0.1
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.kind == "uniform" and not self.low < self.high:
+            raise ValueError(f"low={self.low} must be < high={self.high}")
+        if self.kind == "means" and (self.means is None or len(self.means) < 2):
+            raise ValueError("kind = 'means' needs `means`, a list of at least 2 values in [0, 1]")
+        if self.kind == "means-file" and not self.path:
+            raise ValueError("kind = 'means-file' needs `path` to a privbandit-arm-means JSON file")
+        if self.reward == "categorical" and self.kind != "means-file":
+            raise ValueError("reward = 'categorical' needs kind = 'means-file' (it carries the levels)")
+        return self
+
+
+class AlgorithmConfig(_Strict):
+    algorithm: Literal[ALGORITHMS]  # type: ignore[valid-type]
+    epsilon: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    batch_growth: Annotated[float, Field(gt=1, le=64)] | None = None
+    p: Probability | None = None
+    width_multiplier: Annotated[float, Field(gt=0)] = 1.0
+    s: Annotated[float, Field(ge=1, le=1e6)] = 10.0
+    tau_rule: Literal["sqrt-log", "log"] | None = None
+    ldp_c: Annotated[float, Field(gt=0)] = 2.0
+
+
+class ExperimentConfig(_Strict):
+    name: str = "experiment"
+    description: str = ""
+    horizon: Annotated[int, Field(ge=2, le=10**10)]
+    seed: Annotated[int, Field(ge=0)] = 0
+    epsilon: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
+    runs: Annotated[int, Field(ge=1, le=10_000)] = 1
+    preset: Literal[PRESETS] = "paper"  # type: ignore[valid-type]
+    delta: Annotated[float, Field(gt=0, lt=1)] = 1e-6
+    checkpoints: Annotated[int, Field(ge=4, le=100_000)] = 240
+    environment: EnvironmentConfig = EnvironmentConfig()
+    algorithms: dict[str, AlgorithmConfig]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _infer_algorithm_kinds(cls, data: Any):
+        algos = data.get("algorithms") if isinstance(data, dict) else None
+        if isinstance(algos, dict):
+            for label, table in algos.items():
+                if isinstance(table, dict) and "algorithm" not in table and label.lower() in ALGORITHMS:
+                    table["algorithm"] = label.lower()
+        return data
+
+    @model_validator(mode="after")
+    def _nonempty(self):
+        if not self.algorithms:
+            raise ValueError("algorithms: at least one [algorithms.<label>] table is required")
+        return self
+
+
+# --- loading and overriding ------------------------------------------------------------------
+
+
+def parse_value(text: str) -> Any:
+    """A ``--set`` value: any TOML value (``10``, ``0.5``, ``true``, ``[0.1, 0.2]``, ``"x"``);
+    anything that is not valid TOML is taken as a bare string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_override(data: dict, assignment: str) -> None:
+    key, sep, text = assignment.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"--set {assignment!r}: expected key=value, e.g. --set horizon=1000000")
+    *parents, leaf = key.split(".")
+    node = data
+    for depth, part in enumerate(parents):
+        child = node.get(part)
+        if not isinstance(child, dict):
+            where = ".".join(parents[: depth + 1])
+            raise ConfigError(f"--set {key}: the experiment has no table {where!r}")
+        node = child
+    node[leaf] = parse_value(text.strip())
+
+
+def _describe(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"] if not str(p).startswith("function-"))
+        got = e.get("input")
+        shown = "" if isinstance(got, dict) else f" (got {got!r})"
+        lines.append(f"  {loc or '<top level>'}: {e['msg']}{shown}")
+    return "\n".join(lines)
+
+
+def load_experiment(path: str | Path, overrides: list[str] = ()) -> tuple[ExperimentConfig, dict]:
+    """Read, override and validate an experiment file. Returns the config and its raw data."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such experiment file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    for assignment in overrides:
+        apply_override(data, assignment)
+    try:
+        config = ExperimentConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{path}: invalid experiment\n{_describe(exc)}") from None
+    if config.environment.path and not Path(config.environment.path).is_absolute():
+        env = config.environment.model_copy(update={"path": str(path.parent / config.environment.path)})
+        config = config.model_copy(update={"environment": env})
+    return config, data
+
+
+# --- presets ---------------------------------------------------------------------------------
+
+
+def resolve_algorithm(config: ExperimentConfig, label: str) -> AlgorithmConfig:
+    """Fill an algorithm's unset fields from the experiment's preset.
+
+    - ``paper``: the theorems as stated: l(b) = 2^b, p = 1/T, Skellam τ with sqrt(log(2/p)).
+    - ``paper-code``: the constants of the authors' experiments (spec §5.6): l(b) = 4^b for
+      Algorithm 1's variants, p = 0.1, Skellam τ with log(2/p). Their sampler defects are *not*
+      reproduced: the Pólya scale is β/(1−β), and DP-SE draws one Laplace per arm.
+    """
+    algo = config.algorithms[label]
+    code = config.preset == "paper-code"
+    fill = {
+        "epsilon": config.epsilon,
+        "batch_growth": 4.0 if code else 2.0,
+        "p": 0.1 if code else 1.0 / config.horizon,
+        "tau_rule": "log" if code else "sqrt-log",
+    }
+    update = {k: v for k, v in fill.items() if getattr(algo, k) is None}
+    resolved = algo.model_copy(update=update)
+    if not math.isfinite(resolved.epsilon):
+        raise ConfigError(f"algorithms.{label}.epsilon must be finite")
+    return resolved

@@ -1,0 +1,1 @@
+"""Sans-I/O protocol code: numpy in, numpy out; no asyncio, no MQTT."""

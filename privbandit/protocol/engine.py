@@ -1,0 +1,56 @@
+"""The in-process engine: drives the same party objects the MQTT services drive, with function
+calls instead of messages. One call of :func:`run_once` is one run of one algorithm."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from privbandit.protocol.environments import BanditInstance
+from privbandit.protocol.learners.successive_elimination import SuccessiveElimination
+from privbandit.protocol.mechanisms.base import Mechanism
+from privbandit.protocol.observer import Observer, RunResult
+from privbandit.protocol.parties import Analyzer, Intermediary, UserPopulation
+from privbandit.protocol.privacy import PrivacyLedger
+
+
+def run_once(
+    *,
+    instance: BanditInstance,
+    mechanism: Mechanism,
+    learner: SuccessiveElimination,
+    horizon: int,
+    seed: int,
+    stream_prefix: tuple,
+    checkpoints: np.ndarray,
+    p: float,
+    ledger: PrivacyLedger,
+) -> RunResult:
+    analyzer = Analyzer(learner, mechanism, horizon, ledger, seed, stream_prefix)
+    users = UserPopulation(instance, mechanism, seed, checkpoints, stream_prefix)
+    observer = Observer(checkpoints, p)
+    reports = bits = max_bits = 0
+    while plans := analyzer.next_plans():
+        for plan in plans:
+            sent, truth = users.respond(plan)
+            observer.on_truth(truth)
+            if sent is None:
+                continue
+            box = Intermediary(plan, mechanism)
+            box.receive(sent)
+            observer.on_record(analyzer.on_release(box.release()))
+            reports += plan.cohort
+            bits += plan.cohort * plan.params.bits
+            max_bits = max(max_bits, plan.params.bits)
+    pseudo, realized = observer.regret_curves()
+    return RunResult(
+        checkpoints=checkpoints,
+        pseudo_regret=pseudo,
+        realized_regret=realized,
+        rounds=observer.round_rows(),
+        privacy=ledger.summary(),
+        reports=reports,
+        protocol_bits=bits,
+        max_report_bits=max_bits,
+        eliminated_at=learner.eliminated_at.tolist(),
+        best_arm=instance.best_arm,
+    )

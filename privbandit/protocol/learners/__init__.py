@@ -1,0 +1,1 @@
+"""Bandit learners: the analyzer's decision logic, fed only by decoded releases."""

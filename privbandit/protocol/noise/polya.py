@@ -1,0 +1,61 @@
+"""Pólya shares and the discrete Laplace law they sum to.
+
+Chowdhury & Zhou (2023), Definition 4 and Fact 1 (Goryczka & Xiong 2015, Thm 5.1):
+if ``γ⁺_i, γ⁻_i`` (i ∈ [n]) are 2n i.i.d. ``Pólya(1/n, e^{−1/b})`` then
+``Σ_i (γ⁺_i − γ⁻_i) ∼ Lap_Z(b)``.
+
+Parametrisation (paper, Fact 1): ``P[X = x] = Γ(x+r)/(x! Γ(r)) · β^x (1−β)^r``. Footnote 3 samples
+it as ``λ ∼ Gamma(shape r, scale β/(1−β))``, ``X ∼ Poisson(λ)``. That is numpy's negative binomial
+with success probability ``1 − β``, which is what we call. (The authors' code used scale
+``(1−β)/β``, which samples ``Pólya(r, 1−β)`` and adds almost no noise; see the spec §6.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _check_scale(b: float) -> float:
+    if not (np.isfinite(b) and b > 0):
+        raise ValueError(f"discrete Laplace scale b={b} must be finite and > 0")
+    return float(b)
+
+
+def sample_polya(r: float, beta: float, size: int, rng: np.random.Generator) -> np.ndarray:
+    """``size`` draws of ``Pólya(r, β)`` (Fact 1), as int64."""
+    if not r > 0:
+        raise ValueError(f"Pólya shape r={r} must be > 0")
+    if not 0 <= beta < 1:
+        raise ValueError(f"Pólya β={beta} must lie in [0, 1)")
+    return rng.negative_binomial(r, 1.0 - beta, size=size).astype(np.int64)
+
+
+def sample_polya_shares(n: int, b: float, size: int, rng: np.random.Generator) -> np.ndarray:
+    """One user's noise share each: ``γ⁺ − γ⁻`` with ``γ^± ∼ Pólya(1/n, e^{−1/b})``.
+
+    Any n of these sum to ``Lap_Z(b)`` (Fact 1).
+    """
+    beta = np.exp(-1.0 / _check_scale(b))
+    plus = sample_polya(1.0 / n, beta, size, rng)
+    return plus - sample_polya(1.0 / n, beta, size, rng)
+
+
+def sample_discrete_laplace(b: float, size: int, rng: np.random.Generator) -> np.ndarray:
+    """``Lap_Z(b)`` (Definition 4) as the difference of two geometrics on {0, 1, …}.
+
+    That is Pólya(1, e^{−1/b}) − Pólya(1, e^{−1/b}), Remark 7.
+    """
+    p = -np.expm1(-1.0 / _check_scale(b))  # 1 − e^{−1/b}, accurate for large b
+    return rng.geometric(p, size=size).astype(np.int64) - rng.geometric(p, size=size)
+
+
+def discrete_laplace_pmf(x: np.ndarray, b: float) -> np.ndarray:
+    """``P[X = x] = (e^{1/b} − 1)/(e^{1/b} + 1) · e^{−|x|/b}`` (Definition 4)."""
+    b = _check_scale(b)
+    return np.tanh(1.0 / (2.0 * b)) * np.exp(-np.abs(np.asarray(x, dtype=np.float64)) / b)
+
+
+def discrete_laplace_variance(b: float) -> float:
+    """``2β/(1−β)²`` with ``β = e^{−1/b}``; it is below the continuous ``2b²``."""
+    beta = np.exp(-1.0 / _check_scale(b))
+    return float(2.0 * beta / (-np.expm1(-1.0 / b)) ** 2)

@@ -1,0 +1,126 @@
+"""The analyzer server: Algorithm 1's outer loop around a learner and a mechanism's analyzer A.
+
+It sees plans it made and releases; never a report, never ground truth.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from privbandit.protocol.events import Release, RoundPlan
+from privbandit.protocol.learners.successive_elimination import SuccessiveElimination
+from privbandit.protocol.mechanisms.base import Mechanism, RoundParams
+from privbandit.protocol.parties.intermediary import ProtocolError
+from privbandit.protocol.privacy import PrivacyLedger
+from privbandit.protocol.seeding import stream
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """The analyzer's diagnostics for one released round."""
+
+    round_id: int
+    batch: int
+    arm: int
+    params: RoundParams
+    release: float
+    estimate: float  # R_a(b), reward units
+    wrapped: bool
+    central_noise: float  # reward units; 0 unless the analyzer adds noise itself
+
+
+class Analyzer:
+    """Opens one batch of rounds at a time (one round per active arm, contiguous user blocks),
+    decodes each release, and concludes the batch once every round of it is released."""
+
+    def __init__(
+        self,
+        learner: SuccessiveElimination,
+        mechanism: Mechanism,
+        horizon: int,
+        ledger: PrivacyLedger,
+        seed: int,
+        stream_prefix: tuple = (),
+    ):
+        self.learner = learner
+        self.mechanism = mechanism
+        self.horizon = horizon
+        self.ledger = ledger
+        self.seed = seed
+        self.stream_prefix = stream_prefix
+        self.users_planned = 0
+        self.next_round_id = 0
+        self.open: dict[int, RoundPlan] = {}
+        self.sums: dict[int, float] = {}
+        self.batch_params: RoundParams | None = None
+        self.batch_complete = False  # the open batch got all l(b) users of every arm
+        self.batch_log: list = []
+
+    @property
+    def finished(self) -> bool:
+        return self.users_planned >= self.horizon and not self.open
+
+    def next_plans(self) -> list[RoundPlan]:
+        """The next batch's plans, or [] while a batch is open or once the horizon is served."""
+        if self.open or self.users_planned >= self.horizon:
+            return []
+        n = self.learner.batch_size()
+        params = self.mechanism.params(n)
+        plans = []
+        for arm in self.learner.active:
+            cohort = min(n, self.horizon - self.users_planned)
+            plan = RoundPlan(
+                round_id=self.next_round_id,
+                batch=self.learner.batch,
+                arm=int(arm),
+                first_user=self.users_planned,
+                cohort=cohort,
+                params=params,
+                collect=cohort == n,
+            )
+            plans.append(plan)
+            self.next_round_id += 1
+            self.users_planned += cohort
+            if plan.collect:
+                self.open[plan.round_id] = plan
+            if self.users_planned >= self.horizon:
+                break
+        self.batch_params = params
+        self.batch_complete = len(self.open) == self.learner.active.size
+        self.sums = {}
+        return plans
+
+    def on_release(self, release: Release) -> RoundRecord:
+        plan = self.open.pop(release.round_id, None)
+        if plan is None:
+            raise ProtocolError("unknown-round", f"no open round {release.round_id}")
+        if release.n_reports != plan.cohort:
+            # The paper's calibration assumes all n shares are present (spec §7); a partial
+            # cohort is the dropout case, handled by the secure-aggregation layer, not here.
+            raise ProtocolError(
+                "incomplete-round", f"round {plan.round_id}: {release.n_reports} of {plan.cohort} reports"
+            )
+        value = release.value
+        if self.mechanism.intermediary == "pass-through":
+            value = self.mechanism.aggregate(release.reports, plan.params)
+        rng = stream(self.seed, *self.stream_prefix, "analyzer", plan.round_id)
+        est = self.mechanism.analyze(value, plan.params, rng)
+        self.ledger.record(self.mechanism.privacy_event(plan.params))
+        self.sums[plan.arm] = est.reward_sum
+        if not self.open and self.batch_complete:
+            self.batch_log.append(self.learner.conclude_batch(self.sums, self.batch_params))
+        return RoundRecord(
+            round_id=plan.round_id,
+            batch=plan.batch,
+            arm=plan.arm,
+            params=plan.params,
+            release=float(value),
+            estimate=est.reward_sum,
+            wrapped=est.wrapped,
+            central_noise=est.central_noise,
+        )
+
+    def noise_bound(self, params: RoundParams, p: float) -> float:
+        """Assumption 1's bound on |n_a(b)| at confidence p: σ·sqrt(log(2/p)) + h·log(2/p)."""
+        return params.sigma * math.sqrt(math.log(2 / p)) + params.h * math.log(2 / p)

@@ -1,0 +1,87 @@
+"""The ideal intermediary: collects one round's reports and releases what the trust model allows.
+
+- ``modular-sum``: the secure aggregator's ideal functionality, ``(Σ y_i) mod m`` and nothing else.
+  Real pairwise masking will implement the same release; this is the seam.
+- ``pass-through``: the local model, where the server sees every (attributable) report.
+
+Reports are admitted only from the round's cohort and count once; anything else is rejected with
+a reason, counted, and does not disturb what was already accepted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from privbandit.protocol.events import Release, Reports, RoundPlan
+from privbandit.protocol.mechanisms.base import Mechanism
+
+
+class ProtocolError(Exception):
+    """A message the protocol cannot accept. ``reason`` is a short, countable key."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class Intermediary:
+    def __init__(self, plan: RoundPlan, mechanism: Mechanism):
+        if not plan.collect:
+            raise ProtocolError("not-collected", f"round {plan.round_id} is never aggregated")
+        self.plan = plan
+        self.mechanism = mechanism
+        self.received = np.zeros(plan.cohort, dtype=bool)
+        modular = plan.params.m is not None
+        self.values = np.zeros(plan.cohort, dtype=np.int64 if modular else np.float64)
+        self.rejected: Counter[str] = Counter()
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.received.all())
+
+    def receive(self, reports: Reports) -> int:
+        """Admit a batch of records; returns how many were accepted. Never raises on bad records."""
+        if reports.round_id != self.plan.round_id:
+            self.rejected["wrong-round"] += len(reports.user_ids)
+            return 0
+        idx = np.asarray(reports.user_ids, dtype=np.int64) - self.plan.first_user
+        values = np.asarray(reports.values)
+        ok = (idx >= 0) & (idx < self.plan.cohort)
+        self.rejected["not-in-cohort"] += int((~ok).sum())
+        ok &= self._valid_values(values, ok)
+        # A report counts once: drop repeats inside this batch and ids already received.
+        _, first = np.unique(np.where(ok, idx, -1), return_index=True)
+        unique = np.zeros(idx.size, dtype=bool)
+        unique[first] = True
+        dup = ok & (~unique | self.received[np.clip(idx, 0, self.plan.cohort - 1)])
+        self.rejected["duplicate"] += int(dup.sum())
+        ok &= ~dup
+        self.received[idx[ok]] = True
+        self.values[idx[ok]] = values[ok]
+        return int(ok.sum())
+
+    def _valid_values(self, values: np.ndarray, admitted: np.ndarray) -> np.ndarray:
+        """Residues must lie in Z_m; raw rewards in [0, 1]. Counts only admitted records."""
+        m = self.plan.params.m
+        if m is not None and values.dtype.kind not in "iu":
+            self.rejected["bad-type"] += int(admitted.sum())
+            return np.zeros(values.size, dtype=bool)
+        if m is not None:
+            ok = (values >= 0) & (values < m)
+        else:
+            ok = np.isfinite(values) & (values >= 0) & (values <= 1)
+        self.rejected["out-of-range"] += int((admitted & ~ok).sum())
+        return ok
+
+    def release(self) -> Release:
+        """The round's release. Only a complete cohort is released (dropouts: later issue)."""
+        n = int(self.received.sum())
+        if n != self.plan.cohort:
+            raise ProtocolError("incomplete-round", f"round {self.plan.round_id}: {n} of {self.plan.cohort}")
+        if self.mechanism.intermediary == "pass-through":
+            return Release(round_id=self.plan.round_id, n_reports=n, reports=self.values.copy())
+        value = self.mechanism.aggregate(self.values, self.plan.params)
+        return Release(round_id=self.plan.round_id, n_reports=n, value=value)
