@@ -53,11 +53,11 @@ def run(
 
 
 def _print_summary(summary: dict, out: Path) -> None:
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 120)
     table = Table(title=f"{summary['experiment']}: T = {summary['horizon']:,}, {summary['runs']} runs, "
                         f"{summary['elapsed_s']:.1f} s")
     for col in ("algorithm", "regret (mean ± se)", "Reg/T", "ε spent", "bits/user", "users/s"):
-        table.add_column(col, justify="right")
+        table.add_column(col, justify="right", no_wrap=True)
     for label, a in summary["algorithms"].items():
         p = summary["privacy"][label]
         eps = p["epsilon_pure"]

@@ -114,10 +114,12 @@ def apply_override(data: dict, assignment: str) -> None:
     *parents, leaf = key.split(".")
     node = data
     for depth, part in enumerate(parents):
-        child = node.get(part)
+        # A missing table is created (validation then names it if it is not a known field);
+        # a value that is not a table cannot hold a key.
+        child = node.setdefault(part, {})
         if not isinstance(child, dict):
             where = ".".join(parents[: depth + 1])
-            raise ConfigError(f"--set {key}: the experiment has no table {where!r}")
+            raise ConfigError(f"--set {key}: {where!r} is a value, not a table")
         node = child
     node[leaf] = parse_value(text.strip())
 

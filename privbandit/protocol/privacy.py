@@ -27,6 +27,7 @@ import numpy as np
 # for ρ = ε²/2 with ε = 0.01 and δ = 1e-10 that is α ≈ 680, so 2..4096 covers every setting we run.
 ORDERS = np.arange(2, 4097, dtype=np.float64)
 REPORTED_ORDERS = (2, 3, 4, 5, 8, 16, 32, 64, 128)
+EXACT_XI_TERMS = 2**20
 
 
 @dataclass(frozen=True)
@@ -97,9 +98,18 @@ class DiscreteGaussianSumCDP:
 
     @property
     def xi(self) -> float:
-        k = np.arange(1, self.n, dtype=np.float64)
-        # Terms decay like e^{−2π²σ²·k/(k+1)} ≥ e^{−2π²σ²}: never negligible individually, so sum all.
-        return float(10.0 * np.exp(-2 * math.pi**2 * self.share_variance * k / (k + 1)).sum())
+        """``ξ = 10 Σ_{k=1}^{n−1} e^{−c·k/(k+1)}``, c = 2π²σ². Terms fall from e^{−c/2} to e^{−c}.
+
+        Summed exactly for k < 2²⁰; beyond that each term is bounded by its value at k = 2²⁰, so for
+        huge cohorts ξ is a (tight) upper bound, which keeps ε̂ an upper bound.
+        """
+        c = 2 * math.pi**2 * self.share_variance
+        if -c / 2 + math.log(10 * self.n) < -745:  # every term underflows: ξ is 0 in float64
+            return 0.0
+        k = np.arange(1, min(self.n, EXACT_XI_TERMS), dtype=np.float64)
+        head = float(np.exp(-c * k / (k + 1)).sum())
+        rest = max(0, self.n - EXACT_XI_TERMS)
+        return 10.0 * (head + rest * math.exp(-c * EXACT_XI_TERMS / (EXACT_XI_TERMS + 1)))
 
     @property
     def cdp_epsilon(self) -> float:

@@ -52,16 +52,19 @@ class Intermediary:
         ok = (idx >= 0) & (idx < self.plan.cohort)
         self.rejected["not-in-cohort"] += int((~ok).sum())
         ok &= self._valid_values(values, ok)
-        # A report counts once: drop repeats inside this batch and ids already received.
-        _, first = np.unique(np.where(ok, idx, -1), return_index=True)
-        unique = np.zeros(idx.size, dtype=bool)
-        unique[first] = True
-        dup = ok & (~unique | self.received[np.clip(idx, 0, self.plan.cohort - 1)])
-        self.rejected["duplicate"] += int(dup.sum())
-        ok &= ~dup
-        self.received[idx[ok]] = True
-        self.values[idx[ok]] = values[ok]
-        return int(ok.sum())
+        cand, vals = idx[ok], values[ok]
+        # A report counts once: keep the first record of each id in this batch, then drop ids
+        # already received. The bincount check keeps the honest case (no repeats) O(n).
+        if cand.size and np.bincount(cand, minlength=self.plan.cohort).max() > 1:
+            _, first = np.unique(cand, return_index=True)
+            first.sort()
+            cand, vals = cand[first], vals[first]
+        fresh = ~self.received[cand]
+        cand, vals = cand[fresh], vals[fresh]
+        self.rejected["duplicate"] += int(ok.sum()) - cand.size
+        self.received[cand] = True
+        self.values[cand] = vals
+        return int(cand.size)
 
     def _valid_values(self, values: np.ndarray, admitted: np.ndarray) -> np.ndarray:
         """Residues must lie in Z_m; raw rewards in [0, 1]. Counts only admitted records."""

@@ -1,0 +1,107 @@
+"""Reproduce Chowdhury & Zhou (2023), Figs 1–4, and draw the panels the docs show.
+
+    python experiments/reproduce.py [--figures 1,2,3,4] [--jobs N] [--out results/reproduce]
+                                    [--set key=value ...]
+
+Runs each experiment file with ``privbandit run``'s engine, writes one results directory per file
+under ``--out``, then draws ``docs/figures/fig<k>.png`` (time-average pseudo-regret, mean ± stderr
+over runs, as the paper plots it) and prints the wall time of the whole suite.
+Figure 1's panels (a–c) are the ε = 0.1/0.5 easy and ε = 0.1 hard runs of Figs 2–3; (d–f) are the
+K = 50 runs (stand-in means; see experiments/data/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from privbandit.experiment.config import load_experiment
+from privbandit.experiment.results import summarize, write_results
+from privbandit.experiment.runner import run_experiment
+
+HERE = Path(__file__).resolve().parent
+FIGURES = {
+    2: ["fig2_easy_eps0.1", "fig2_easy_eps0.5", "fig2_easy_eps1"],
+    3: ["fig3_hard_eps0.1", "fig3_hard_eps0.5", "fig3_hard_eps1"],
+    1: ["fig2_easy_eps0.1", "fig2_easy_eps0.5", "fig3_hard_eps0.1",
+        "fig1_mslr_eps1", "fig1_mslr_eps5", "fig1_mslr_eps10"],
+    4: ["fig4_trust_models"],
+}
+
+
+def run_file(stem: str, out: Path, jobs: int | None, overrides: list[str]) -> dict:
+    target = out / stem
+    if (target / "summary.json").exists():  # shared between Fig. 1 and Figs 2–3
+        return json.loads((target / "summary.json").read_text())
+    config, _ = load_experiment(HERE / f"{stem}.toml", overrides)
+    t0 = time.perf_counter()
+    results, algos, compute, elapsed = run_experiment(config, jobs=jobs)
+    summary = summarize(config, results, algos, compute, elapsed)
+    write_results(target, config, summary, results, algos)
+    print(f"  {stem:<22} {time.perf_counter() - t0:7.1f} s  " + "  ".join(
+        f"{k}={v['regret_final_mean'] / config.horizon:.4f}" for k, v in summary["algorithms"].items()))
+    return summary
+
+
+def draw(fig: int, stems: list[str], out: Path, dest: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = 3
+    rows = (len(stems) + cols - 1) // cols
+    f, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
+    for ax, stem in zip(axes.flat, stems):
+        summary = json.loads((out / stem / "summary.json").read_text())
+        with open(out / stem / "curves.csv") as fh:
+            data = list(csv.reader(fh))
+        header, values = data[0], np.array(data[1:], dtype=float)
+        t = values[:, 0]
+        for label in summary["algorithms"]:
+            mean = values[:, header.index(f"{label}.pseudo_mean")] / t
+            se = values[:, header.index(f"{label}.pseudo_stderr")] / t
+            line, = ax.plot(t, mean, label=label)
+            ax.fill_between(t, mean - se, mean + se, color=line.get_color(), alpha=0.25)
+        ax.set_xscale("log")
+        ax.set_title(f"{stem}  (ε={summary['epsilon']}, {summary['runs']} runs)", fontsize=9)
+        ax.set_xlabel("t")
+        ax.set_ylabel("Reg(t)/t")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(stems):]:
+        ax.axis("off")
+    f.suptitle(f"Chowdhury & Zhou (2023), Fig. {fig}: time-average pseudo-regret, mean ± stderr", fontsize=11)
+    f.tight_layout()
+    dest.mkdir(parents=True, exist_ok=True)
+    f.savefig(dest / f"fig{fig}.png", dpi=100)
+    plt.close(f)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--figures", default="2,3,1,4")
+    ap.add_argument("--jobs", type=int, default=None)
+    ap.add_argument("--out", type=Path, default=Path("results/reproduce"))
+    ap.add_argument("--docs", type=Path, default=HERE.parent / "docs" / "figures")
+    ap.add_argument("--set", dest="overrides", action="append", default=[])
+    args = ap.parse_args()
+    start = time.perf_counter()
+    print(f"{os.cpu_count()} cores; writing to {args.out}/")
+    for fig in (int(x) for x in args.figures.split(",")):
+        print(f"Fig. {fig}")
+        for stem in FIGURES[fig]:
+            run_file(stem, args.out, args.jobs, args.overrides)
+        draw(fig, FIGURES[fig], args.out, args.docs)
+    print(f"suite wall time: {time.perf_counter() - start:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

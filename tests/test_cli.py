@@ -1,0 +1,133 @@
+"""The experiment files, their validation, and ``privbandit run`` as a user runs it."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from privbandit.experiment.config import ConfigError, load_experiment, resolve_algorithm
+from privbandit.experiment.results import summarize
+from privbandit.experiment.runner import run_experiment
+
+ROOT = Path(__file__).resolve().parent.parent
+EXPERIMENTS = sorted((ROOT / "experiments").glob("*.toml"))
+
+
+def _write(tmp_path, text):
+    p = tmp_path / "exp.toml"
+    p.write_text(text)
+    return p
+
+
+BASE = """
+name = "t"
+horizon = 2000
+seed = 1
+epsilon = 0.5
+[algorithms.Dist-DP-SE]
+"""
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.name)
+def test_every_experiment_file_loads_and_takes_the_common_overrides(path):
+    config, _ = load_experiment(path, ["horizon=1000000", "seed=9", "epsilon=0.25"])
+    assert (config.horizon, config.seed, config.epsilon) == (1_000_000, 9, 0.25)
+    for label in config.algorithms:
+        assert resolve_algorithm(config, label).epsilon == 0.25
+
+
+@pytest.mark.parametrize(
+    "text, overrides, field",
+    [
+        (BASE.replace("horizon = 2000", "horizon = 1"), [], "horizon"),
+        (BASE, ["epsilon=-1"], "epsilon"),
+        (BASE, ["epsilon=nan"], "epsilon"),
+        (BASE, ["runs=0"], "runs"),
+        (BASE, ["algorithms.Dist-DP-SE.s=0.5"], "algorithms.Dist-DP-SE.s"),
+        (BASE, ["algorithms.Dist-DP-SE.batch_growth=1"], "algorithms.Dist-DP-SE.batch_growth"),
+        (BASE, ["algorithms.Dist-DP-SE.p=2"], "algorithms.Dist-DP-SE.p"),
+        (BASE, ["algorithms.Dist-DP-SE.colour=3"], "algorithms.Dist-DP-SE.colour"),
+        (BASE, ["horizn=5"], "horizn"),
+        (BASE, ["environment.low=0.9", "environment.high=0.1"], "environment"),
+        (BASE, ["environment.reward=poisson"], "environment.reward"),
+        (BASE, ["nosuch.table.x=1"], "nosuch"),
+        (BASE, ["horizon"], "key=value"),
+        (BASE + "[algorithms.Mine]\n", [], "algorithms.Mine.algorithm"),
+        (BASE.replace("[algorithms.Dist-DP-SE]", 'environment = "x"'), [], "environment"),
+        ("horizon = [", [], "not valid TOML"),
+    ],
+)
+def test_bad_files_and_overrides_name_the_field(tmp_path, text, overrides, field):
+    with pytest.raises(ConfigError) as exc:
+        load_experiment(_write(tmp_path, text), overrides)
+    assert field in str(exc.value)
+
+
+def test_override_values_parse_as_toml(tmp_path):
+    config, _ = load_experiment(_write(tmp_path, BASE), [
+        "environment.kind=means", "environment.means=[0.1, 0.9]", 'name="quoted"', "preset=paper-code"])
+    assert config.environment.means == [0.1, 0.9] and config.name == "quoted" and config.preset == "paper-code"
+    assert resolve_algorithm(config, "Dist-DP-SE").p == 0.1
+
+
+def test_presets_fill_only_unset_fields(tmp_path):
+    config, _ = load_experiment(_write(tmp_path, BASE + "batch_growth = 3\n"), ["preset=paper-code"])
+    a = resolve_algorithm(config, "Dist-DP-SE")
+    assert (a.batch_growth, a.p, a.tau_rule) == (3, 0.1, "log")
+    config, _ = load_experiment(_write(tmp_path, BASE), [])
+    a = resolve_algorithm(config, "Dist-DP-SE")
+    assert (a.batch_growth, a.p, a.tau_rule) == (2, 1 / 2000, "sqrt-log")
+
+
+def test_missing_means_file_fails_before_any_run(tmp_path):
+    config, _ = load_experiment(_write(tmp_path, BASE), ["environment.kind=means-file", 'environment.path="nope.json"'])
+    with pytest.raises(ConfigError, match="nope.json"):
+        run_experiment(config, jobs=1)
+
+
+def test_results_do_not_depend_on_worker_count(tmp_path):
+    config, _ = load_experiment(_write(tmp_path, BASE + "[algorithms.DP-SE]\n"), ["runs=3", "horizon=30000"])
+    one = summarize(config, *run_experiment(config, jobs=1))
+    two = summarize(config, *run_experiment(config, jobs=2))
+    for label in one["algorithms"]:
+        for key in ("regret_final_mean", "regret_final_stderr", "realized_regret_final_mean", "wrap_arounds"):
+            assert one["algorithms"][label][key] == two["algorithms"][label][key]
+        assert one["privacy"][label] == two["privacy"][label]
+
+
+def test_privbandit_run_end_to_end(tmp_path):
+    out = tmp_path / "res"
+    exp = ROOT / "experiments" / "quickstart.toml"
+    proc = subprocess.run(
+        [sys.executable, "-m", "privbandit", "run", str(exp), "--set", "horizon=20000", "--runs", "2",
+         "--out", str(out), "--jobs", "2"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["horizon"] == 20000 and summary["transport"] == "inproc" and summary["elapsed_s"] > 0
+    for label in ("SE", "DP-SE", "CDP-SE", "Dist-DP-SE", "Dist-RDP-SE", "Dist-CDP-SE", "LDP-SE"):
+        a = summary["algorithms"][label]
+        assert a["runs"] == 2 and a["regret_final_mean"] > 0 and a["regret_final_stderr"] >= 0
+        assert label in summary["privacy"]
+        assert summary["communication"][label]["bits_per_user_protocol"] > 0
+    assert summary["privacy"]["Dist-DP-SE"]["epsilon_pure"] == 0.5
+    assert summary["privacy"]["Dist-RDP-SE"]["epsilon_pure"] is None
+    assert summary["privacy"]["Dist-RDP-SE"]["rdp"]["2"] > 0
+    for name in ("curves.csv", "rounds.csv", "config.json"):
+        assert (out / name).stat().st_size > 0
+    assert (out / "regret.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "Dist-DP-SE" in proc.stdout
+
+
+def test_privbandit_run_reports_bad_input_and_exits_2(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "privbandit", "run", str(ROOT / "experiments" / "quickstart.toml"),
+         "--set", "epsilon=0", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "epsilon" in proc.stderr and "greater than 0" in proc.stderr
+    assert not (tmp_path / "summary.json").exists()
