@@ -366,3 +366,32 @@ def test_bulk_path_never_accepts_what_the_line_parser_rejects(line, pos, cut, in
     if fast is not None:
         for a, b in zip(fast, slow):
             np.testing.assert_array_equal(a, b)
+
+
+def test_privbandit_letor_arms_then_an_experiment_on_its_means(sparse_file, tmp_path):
+    """The whole real-data path as a user runs it: cluster a LETOR file into arms with the CLI,
+    then run a K-arm experiment whose rewards are drawn from each arm's label distribution."""
+    import subprocess
+    import sys
+
+    means = tmp_path / "arms.json"
+    cli = [sys.executable, "-m", "privbandit"]
+    letor_path = sparse_file[0]
+    proc = subprocess.run(cli + ["letor-arms", str(letor_path), "--arms", "4", "--out", str(means)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    exp = tmp_path / "exp.toml"
+    exp.write_text(
+        'name = "letor"\nhorizon = 20000\nepsilon = 1.0\nruns = 2\n'
+        '[environment]\nkind = "means-file"\npath = "arms.json"\nreward = "categorical"\n'
+        "[algorithms.Dist-DP-SE]\n"
+    )
+    out = tmp_path / "res"
+    proc = subprocess.run(cli + ["run", str(exp), "--out", str(out), "--jobs", "1"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["algorithms"]["Dist-DP-SE"]["runs"] == 2
+    proc = subprocess.run(cli + ["letor-arms", str(tmp_path / "missing.txt"), "--out", str(means)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "missing.txt" in (proc.stderr + proc.stdout)

@@ -32,14 +32,14 @@ def _mean_stderr(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _worst_privacy(ledgers: list[dict]) -> dict:
     """The ledger across runs: each number is the worst (largest) any run spent."""
     out = dict(ledgers[0])
-    for key in ("epsilon_pure", "cdp_epsilon", "epsilon_at_delta", "releases"):
+    for key in ("epsilon_pure", "cdp_epsilon", "epsilon_at_delta"):
         vals = [l[key] for l in ledgers]
         out[key] = None if any(v is None for v in vals) else max(vals)
     out["rdp"] = {
         a: (None if any(l["rdp"][a] is None for l in ledgers) else max(l["rdp"][a] for l in ledgers))
         for a in ledgers[0]["rdp"]
     }
-    out["releases"] = int(np.mean([l["releases"] for l in ledgers]))
+    out["releases"] = float(np.mean([l["releases"] for l in ledgers]))  # per run, on average
     return out
 
 

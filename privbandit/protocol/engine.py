@@ -11,6 +11,7 @@ from privbandit.protocol.mechanisms.base import Mechanism
 from privbandit.protocol.observer import Observer, RunResult
 from privbandit.protocol.parties import Analyzer, Intermediary, UserPopulation
 from privbandit.protocol.privacy import PrivacyLedger
+from privbandit.protocol.seeding import analyzer_key
 
 
 def run_once(
@@ -25,14 +26,15 @@ def run_once(
     p: float,
     ledger: PrivacyLedger,
 ) -> RunResult:
-    analyzer = Analyzer(learner, mechanism, horizon, ledger, seed, stream_prefix)
+    analyzer = Analyzer(learner, mechanism, horizon, ledger, analyzer_key(seed, *stream_prefix))
     users = UserPopulation(instance, mechanism, seed, checkpoints, stream_prefix)
     observer = Observer(checkpoints, p)
     reports = bits = max_bits = 0
     while plans := analyzer.next_plans():
         for plan in plans:
-            sent, truth = users.respond(plan)
-            observer.on_truth(truth)
+            sent, truths = users.respond(plan)
+            for truth in truths:
+                observer.on_truth(truth)
             if sent is None:
                 continue
             box = Intermediary(plan, mechanism)

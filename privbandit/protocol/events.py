@@ -2,7 +2,7 @@
 
 Small immutable values, as h11's events: the analyzer emits :class:`RoundPlan`, users answer with
 :class:`Reports`, the intermediary emits a :class:`Release`. Ground truth travels separately, as
-:class:`CohortTruth`, to the observer only.
+:class:`BlockTruth`, to the observer only.
 """
 
 from __future__ import annotations
@@ -51,15 +51,21 @@ class Release:
 
 
 @dataclass(frozen=True)
-class CohortTruth:
-    """Users → observer only: what the simulated world knows about one round's cohort."""
+class BlockTruth:
+    """Users → observer only: what the simulated world knows about one block of a round's cohort.
+
+    Truth travels per block (:data:`~privbandit.protocol.seeding.USER_BLOCK` users) because a
+    block is the unit a fleet hosts; the observer adds blocks up in order, so a sharded run and an
+    in-process run produce the same sums bit for bit.
+    """
 
     round_id: int
+    block: int
     first_user: int
-    cohort: int
+    size: int
     gap: float  # Δ of the served arm: pseudo-regret per user
-    realized_regret: float  # Σ (r_t(a*) − r_t(a_t)) over the cohort
-    realized_at_checkpoints: np.ndarray  # cumulative realized regret inside the cohort, per checkpoint
-    reward_sum: float  # Σ x, the true sum the release estimates
-    encoded_sum: float  # Σ x̂
+    realized_regret: float  # Σ (r_t(a*) − r_t(a_t)) over the block
+    realized_at_checkpoints: np.ndarray  # cumulative realized regret within the block, per checkpoint inside it
+    reward_sum: float  # Σ x, what the release estimates
+    encoded_sum: int  # Σ x̂ (Σ x for raw-reward mechanisms is in reward_sum)
     noise_sum: int  # Σ η of the users' shares

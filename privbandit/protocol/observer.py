@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from privbandit.protocol.events import CohortTruth
+from privbandit.protocol.events import BlockTruth
 from privbandit.protocol.parties.analyzer import RoundRecord
 
 
@@ -40,39 +40,50 @@ class RunResult:
 
 
 class Observer:
+    """Assembles per-block ground truth and per-round decodes, whatever order they arrive in."""
+
     def __init__(self, checkpoints: np.ndarray, p: float):
         self.checkpoints = checkpoints
         self.p = p
-        self.truths: dict[int, CohortTruth] = {}
+        self.blocks: dict[tuple[int, int], BlockTruth] = {}
         self.records: dict[int, RoundRecord] = {}
 
-    def on_truth(self, truth: CohortTruth) -> None:
-        self.truths[truth.round_id] = truth
+    def on_truth(self, truth: BlockTruth) -> None:
+        self.blocks[truth.round_id, truth.block] = truth
 
     def on_record(self, record: RoundRecord) -> None:
         self.records[record.round_id] = record
 
     def regret_curves(self) -> tuple[np.ndarray, np.ndarray]:
-        cohorts = sorted(self.truths.values(), key=lambda c: c.first_user)
-        pseudo = np.empty(self.checkpoints.size)
-        realized = np.empty(self.checkpoints.size)
+        blocks = sorted(self.blocks.values(), key=lambda b: b.first_user)
+        pseudo = np.full(self.checkpoints.size, np.nan)
+        realized = np.full(self.checkpoints.size, np.nan)
         pseudo_before = realized_before = 0.0
-        for c in cohorts:
-            lo, hi = np.searchsorted(self.checkpoints, [c.first_user + 1, c.first_user + c.cohort + 1])
-            pseudo[lo:hi] = pseudo_before + c.gap * (self.checkpoints[lo:hi] - c.first_user)
-            realized[lo:hi] = realized_before + c.realized_at_checkpoints
-            pseudo_before += c.gap * c.cohort
-            realized_before += c.realized_regret
-        served = sum(c.cohort for c in cohorts)
-        if served < self.checkpoints[-1]:
-            raise RuntimeError(f"only {served} of {self.checkpoints[-1]} users were served")
+        served = 0
+        for b in blocks:
+            if b.first_user != served:
+                raise RuntimeError(f"users {served}..{b.first_user - 1} were never reported served")
+            lo, hi = np.searchsorted(self.checkpoints, [b.first_user + 1, b.first_user + b.size + 1])
+            pseudo[lo:hi] = pseudo_before + b.gap * (self.checkpoints[lo:hi] - b.first_user)
+            realized[lo:hi] = realized_before + b.realized_at_checkpoints
+            pseudo_before += b.gap * b.size
+            realized_before += b.realized_regret
+            served += b.size
+        if served != self.checkpoints[-1]:
+            raise RuntimeError(f"{served} of {self.checkpoints[-1]} users were reported served")
         return pseudo, realized
+
+    def round_truth(self, round_id: int) -> tuple[float, int]:
+        """Σ rewards and Σ η over a round's blocks, added in block order."""
+        parts = sorted((b for (r, _), b in self.blocks.items() if r == round_id), key=lambda b: b.block)
+        return sum(b.reward_sum for b in parts), sum(b.noise_sum for b in parts)
 
     def round_rows(self) -> list[dict]:
         rows = []
         log2p = math.log(2 / self.p)
         for rid in sorted(self.records):
-            r, t = self.records[rid], self.truths[rid]
+            r = self.records[rid]
+            reward_sum, noise_sum = self.round_truth(rid)
             q = r.params
             row = {
                 "round": rid,
@@ -85,12 +96,12 @@ class Observer:
                 "bits": q.bits,
                 "wrapped": r.wrapped,
                 "estimate_sum": r.estimate,
-                "true_sum": t.reward_sum,
-                "noise": r.estimate - t.reward_sum,
+                "true_sum": reward_sum,
+                "noise": r.estimate - reward_sum,
                 "noise_bound": q.sigma * math.sqrt(log2p) + q.h * log2p,
             }
             if q.g is not None:
-                total_eta = t.noise_sum + round(r.central_noise * q.g)
+                total_eta = noise_sum + round(r.central_noise * q.g)
                 row["noise_encoded"] = total_eta
                 row["decode_failure"] = abs(total_eta) > q.tau
             rows.append(row)

@@ -29,3 +29,10 @@ def stream(seed: int, *path: int | str) -> np.random.Generator:
     return np.random.Generator(
         np.random.PCG64(np.random.SeedSequence(seed, spawn_key=tuple(_key(p) for p in path)))
     )
+
+
+def analyzer_key(seed: int, *path: int | str) -> int:
+    """The analyzer's own 256-bit key. Its streams derive from this key alone, so the analyzer is
+    never handed the run seed, from which the world (arm means, rewards) could be recomputed."""
+    state = np.random.SeedSequence(seed, spawn_key=tuple(_key(p) for p in (*path, "analyzer")))
+    return int.from_bytes(state.generate_state(8, np.uint32).tobytes(), "little")

@@ -5,7 +5,6 @@ It sees plans it made and releases; never a report, never ground truth.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from privbandit.protocol.events import Release, RoundPlan
@@ -40,26 +39,19 @@ class Analyzer:
         mechanism: Mechanism,
         horizon: int,
         ledger: PrivacyLedger,
-        seed: int,
-        stream_prefix: tuple = (),
+        key: int,
     ):
         self.learner = learner
         self.mechanism = mechanism
         self.horizon = horizon
         self.ledger = ledger
-        self.seed = seed
-        self.stream_prefix = stream_prefix
+        self.key = key  # from seeding.analyzer_key: the analyzer never holds the run seed
         self.users_planned = 0
         self.next_round_id = 0
         self.open: dict[int, RoundPlan] = {}
         self.sums: dict[int, float] = {}
         self.batch_params: RoundParams | None = None
         self.batch_complete = False  # the open batch got all l(b) users of every arm
-        self.batch_log: list = []
-
-    @property
-    def finished(self) -> bool:
-        return self.users_planned >= self.horizon and not self.open
 
     def next_plans(self) -> list[RoundPlan]:
         """The next batch's plans, or [] while a batch is open or once the horizon is served."""
@@ -104,12 +96,12 @@ class Analyzer:
         value = release.value
         if self.mechanism.intermediary == "pass-through":
             value = self.mechanism.aggregate(release.reports, plan.params)
-        rng = stream(self.seed, *self.stream_prefix, "analyzer", plan.round_id)
+        rng = stream(self.key, "round", plan.round_id)
         est = self.mechanism.analyze(value, plan.params, rng)
         self.ledger.record(self.mechanism.privacy_event(plan.params))
         self.sums[plan.arm] = est.reward_sum
         if not self.open and self.batch_complete:
-            self.batch_log.append(self.learner.conclude_batch(self.sums, self.batch_params))
+            self.learner.conclude_batch(self.sums, self.batch_params)
         return RoundRecord(
             round_id=plan.round_id,
             batch=plan.batch,
@@ -120,7 +112,3 @@ class Analyzer:
             wrapped=est.wrapped,
             central_noise=est.central_noise,
         )
-
-    def noise_bound(self, params: RoundParams, p: float) -> float:
-        """Assumption 1's bound on |n_a(b)| at confidence p: σ·sqrt(log(2/p)) + h·log(2/p)."""
-        return params.sigma * math.sqrt(math.log(2 / p)) + params.h * math.log(2 / p)

@@ -5,16 +5,18 @@ mechanism's randomizer R on it. A cohort is processed as numpy batches of
 :data:`~privbandit.protocol.seeding.USER_BLOCK` users, each block with its own random stream, so
 a fleet hosting any shard of blocks draws exactly what the in-process engine draws.
 
-Ground truth (rewards, the served arm's gap, realized regret) goes to :class:`CohortTruth`, which
+Ground truth (rewards, the served arm's gap, realized regret) goes to :class:`BlockTruth`, which
 only the observer receives.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 from privbandit.protocol.environments import BanditInstance
-from privbandit.protocol.events import CohortTruth, Reports, RoundPlan
+from privbandit.protocol.events import BlockTruth, Reports, RoundPlan
 from privbandit.protocol.mechanisms.base import Mechanism
 from privbandit.protocol.seeding import USER_BLOCK, stream
 
@@ -34,16 +36,18 @@ class UserPopulation:
         self.checkpoints = np.asarray(checkpoints, dtype=np.int64)  # counts of users served, 1-based
         self.stream_prefix = stream_prefix
 
-    def respond(self, plan: RoundPlan) -> tuple[Reports | None, CohortTruth]:
+    def blocks(self, plan: RoundPlan) -> range:
+        return range((plan.cohort + USER_BLOCK - 1) // USER_BLOCK)
+
+    def respond(self, plan: RoundPlan, blocks: Iterable[int] | None = None) -> tuple[Reports | None, list[BlockTruth]]:
+        """Serve the plan to the given blocks of its cohort (all of them by default)."""
         inst = self.instance
         best = inst.best_arm
-        # Checkpoints c with first_user < c ≤ first_user + cohort fall inside this cohort.
-        lo, hi = np.searchsorted(self.checkpoints, [plan.first_user + 1, plan.first_user + plan.cohort + 1])
-        inside = self.checkpoints[lo:hi] - plan.first_user - 1  # 0-based positions in the cohort
-        realized_at = np.empty(inside.size)
-        messages, realized_total, reward_sum, encoded_sum, noise_sum = [], 0.0, 0.0, 0.0, 0
-        for block, start in enumerate(range(0, plan.cohort, USER_BLOCK)):
+        messages, ids, truths = [], [], []
+        for block in self.blocks(plan) if blocks is None else blocks:
+            start = block * USER_BLOCK
             size = min(USER_BLOCK, plan.cohort - start)
+            first = plan.first_user + start
             rng = stream(self.seed, *self.stream_prefix, "users", plan.round_id, block)
             rewards = inst.sample(plan.arm, size, rng)
             if plan.arm == best:
@@ -52,28 +56,27 @@ class UserPopulation:
                 # Realized regret as the authors' code plots it: the reward the best arm would have
                 # paid this user minus the reward it got, drawn independently.
                 regret = inst.sample(best, size, rng) - rewards
-            running = np.cumsum(regret) + realized_total
-            sel = (inside >= start) & (inside < start + size)
-            realized_at[sel] = running[inside[sel] - start]
-            realized_total = float(running[-1])
-            reward_sum += float(rewards.sum())
+            running = np.cumsum(regret)
+            # Checkpoints c (1-based counts of users served) with first < c ≤ first + size.
+            lo, hi = np.searchsorted(self.checkpoints, [first + 1, first + size + 1])
+            encoded = noise = 0
             if plan.collect:
                 out = self.mechanism.randomize(rewards, plan.params, rng)
                 messages.append(out.messages)
-                encoded_sum += out.encoded_sum
-                noise_sum += out.noise_sum
-        truth = CohortTruth(
-            round_id=plan.round_id,
-            first_user=plan.first_user,
-            cohort=plan.cohort,
-            gap=float(inst.gaps[plan.arm]),
-            realized_regret=realized_total,
-            realized_at_checkpoints=realized_at,
-            reward_sum=reward_sum,
-            encoded_sum=encoded_sum,
-            noise_sum=noise_sum,
-        )
-        if not plan.collect:
-            return None, truth
-        ids = np.arange(plan.first_user, plan.first_user + plan.cohort, dtype=np.int64)
-        return Reports(round_id=plan.round_id, user_ids=ids, values=np.concatenate(messages)), truth
+                ids.append(np.arange(first, first + size, dtype=np.int64))
+                encoded, noise = out.encoded_sum, out.noise_sum
+            truths.append(BlockTruth(
+                round_id=plan.round_id,
+                block=block,
+                first_user=first,
+                size=size,
+                gap=float(inst.gaps[plan.arm]),
+                realized_regret=float(running[-1]),
+                realized_at_checkpoints=running[self.checkpoints[lo:hi] - first - 1],
+                reward_sum=float(rewards.sum()),
+                encoded_sum=encoded,
+                noise_sum=noise,
+            ))
+        if not plan.collect or not messages:
+            return None, truths
+        return Reports(plan.round_id, np.concatenate(ids), np.concatenate(messages)), truths
