@@ -11,7 +11,7 @@ from privbandit.protocol.mechanisms.base import Mechanism
 from privbandit.protocol.observer import Observer, RunResult
 from privbandit.protocol.parties import Analyzer, Intermediary, UserPopulation
 from privbandit.protocol.privacy import PrivacyLedger
-from privbandit.protocol.seeding import analyzer_key
+from privbandit.protocol.seeding import analyzer_key, analyzer_master_key
 
 
 def run_once(
@@ -26,10 +26,9 @@ def run_once(
     p: float,
     ledger: PrivacyLedger,
 ) -> RunResult:
-    analyzer = Analyzer(learner, mechanism, horizon, ledger, analyzer_key(seed, *stream_prefix))
+    analyzer = Analyzer(learner, mechanism, horizon, ledger, analyzer_key(analyzer_master_key(seed), *stream_prefix))
     users = UserPopulation(instance, mechanism, seed, checkpoints, stream_prefix)
     observer = Observer(checkpoints, p)
-    reports = bits = max_bits = 0
     while plans := analyzer.next_plans():
         for plan in plans:
             sent, truths = users.respond(plan)
@@ -40,19 +39,4 @@ def run_once(
             box = Intermediary(plan, mechanism)
             box.receive(sent)
             observer.on_record(analyzer.on_release(box.release()))
-            reports += plan.cohort
-            bits += plan.cohort * plan.params.bits
-            max_bits = max(max_bits, plan.params.bits)
-    pseudo, realized = observer.regret_curves()
-    return RunResult(
-        checkpoints=checkpoints,
-        pseudo_regret=pseudo,
-        realized_regret=realized,
-        rounds=observer.round_rows(),
-        privacy=ledger.summary(),
-        reports=reports,
-        protocol_bits=bits,
-        max_report_bits=max_bits,
-        eliminated_at=learner.eliminated_at.tolist(),
-        best_arm=instance.best_arm,
-    )
+    return observer.result(ledger.summary(), learner.eliminated_at.tolist(), instance.best_arm)

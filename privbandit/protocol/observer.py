@@ -78,6 +78,23 @@ class Observer:
         parts = sorted((b for (r, _), b in self.blocks.items() if r == round_id), key=lambda b: b.block)
         return sum(b.reward_sum for b in parts), sum(b.noise_sum for b in parts)
 
+    def result(self, privacy: dict, eliminated_at: list[int], best_arm: int) -> RunResult:
+        """The run's results; ``privacy`` is the analyzer's ledger summary."""
+        pseudo, realized = self.regret_curves()
+        released = [r.params for r in self.records.values()]
+        return RunResult(
+            checkpoints=self.checkpoints,
+            pseudo_regret=pseudo,
+            realized_regret=realized,
+            rounds=self.round_rows(),
+            privacy=privacy,
+            reports=sum(q.n for q in released),
+            protocol_bits=sum(q.n * q.bits for q in released),
+            max_report_bits=max((q.bits for q in released), default=0),
+            eliminated_at=list(eliminated_at),
+            best_arm=best_arm,
+        )
+
     def round_rows(self) -> list[dict]:
         rows = []
         log2p = math.log(2 / self.p)

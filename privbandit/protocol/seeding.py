@@ -31,8 +31,18 @@ def stream(seed: int, *path: int | str) -> np.random.Generator:
     )
 
 
-def analyzer_key(seed: int, *path: int | str) -> int:
-    """The analyzer's own 256-bit key. Its streams derive from this key alone, so the analyzer is
-    never handed the run seed, from which the world (arm means, rewards) could be recomputed."""
-    state = np.random.SeedSequence(seed, spawn_key=tuple(_key(p) for p in (*path, "analyzer")))
-    return int.from_bytes(state.generate_state(8, np.uint32).tobytes(), "little")
+def _wide_key(seq: np.random.SeedSequence) -> int:
+    return int.from_bytes(seq.generate_state(8, np.uint32).tobytes(), "little")
+
+
+def analyzer_master_key(seed: int) -> int:
+    """The analyzer's own 256-bit master key, derived from the run seed by the launcher.
+
+    The analyzer process is handed this key, never the run seed, from which the world (arm means,
+    rewards) could be recomputed; its per-task keys come from :func:`analyzer_key`.
+    """
+    return _wide_key(np.random.SeedSequence(seed, spawn_key=(_key("analyzer"),)))
+
+
+def analyzer_key(master: int, *path: int | str) -> int:
+    return _wide_key(np.random.SeedSequence(master, spawn_key=tuple(_key(p) for p in path)))

@@ -1,0 +1,158 @@
+"""The message bus: aiomqtt, one connection per party, QoS 1, reconnect with backoff.
+
+As small as aiomqtt itself: :func:`connect` yields a :class:`Bus` whose ``publish`` takes a wire
+message and whose ``messages()`` yields decoded messages. Undecodable payloads are counted by
+reason in ``Bus.rejected`` and skipped; nothing a peer sends can crash a party.
+
+Byte accounting: each party counts, per topic class, the payload bytes it sends and receives and
+the MQTT wire bytes: the PUBLISH packet (fixed header, remaining-length varint, topic, packet id,
+payload; MQTT 3.1.1 framing, which paho uses by default) plus, at QoS 1, the 4-byte PUBACK.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import aiomqtt
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from privbandit.services import codec
+
+log = logging.getLogger("privbandit.bus")
+
+QOS = 1  # every topic: a lost plan, report or release would stall or skew a round
+PUBACK_BYTES = 4
+# paho's client queues are unbounded by default; a flooding peer must not exhaust memory.
+MAX_QUEUED_INCOMING = 10_000
+
+
+class BusSettings(BaseSettings):
+    """Broker URL and credentials, from PRIVBANDIT_* environment variables or the CLI."""
+
+    model_config = SettingsConfigDict(env_prefix="PRIVBANDIT_")
+    broker_url: str = "mqtt://127.0.0.1:1883"
+    username: str | None = None
+    password: str | None = None
+    run_id: str = "default"
+    connect_timeout_s: float = 30.0
+
+    def endpoint(self) -> tuple[str, int]:
+        parts = urlsplit(self.broker_url)
+        if parts.scheme != "mqtt" or not parts.hostname:
+            raise ValueError(f"broker_url {self.broker_url!r}: expected mqtt://host:port")
+        return parts.hostname, parts.port or 1883
+
+
+def topic(run_id: str, *parts: str) -> str:
+    return "/".join(("pb", run_id, *parts))
+
+
+def topic_class(name: str) -> str:
+    """``pb/<run>/report/aggregator`` → ``report``."""
+    parts = name.split("/")
+    return parts[2] if len(parts) > 2 else "other"
+
+
+def _varint_len(n: int) -> int:
+    size = 1
+    while n >= 128:
+        n //= 128
+        size += 1
+    return size
+
+
+def publish_wire_bytes(topic_name: str, payload_len: int, qos: int = QOS) -> int:
+    """Bytes of one MQTT 3.1.1 PUBLISH carrying the payload, plus its PUBACK at QoS 1."""
+    remaining = 2 + len(topic_name.encode()) + (2 if qos else 0) + payload_len
+    return 1 + _varint_len(remaining) + remaining + (PUBACK_BYTES if qos else 0)
+
+
+@dataclass
+class Traffic:
+    """Bytes and messages one party sent and received, per (direction, topic class)."""
+
+    payload: Counter = field(default_factory=Counter)
+    wire: Counter = field(default_factory=Counter)
+    messages: Counter = field(default_factory=Counter)
+
+    def add(self, direction: str, topic_name: str, payload_len: int) -> None:
+        key = f"{direction}.{topic_class(topic_name)}"
+        self.payload[key] += payload_len
+        self.wire[key] += publish_wire_bytes(topic_name, payload_len)
+        self.messages[key] += 1
+
+    def as_dict(self) -> dict:
+        return {"payload": dict(self.payload), "wire": dict(self.wire), "messages": dict(self.messages)}
+
+
+class Bus:
+    def __init__(self, client: aiomqtt.Client, traffic: Traffic, rejected: Counter):
+        self.client = client
+        self.traffic = traffic
+        self.rejected = rejected
+
+    async def publish(self, topic_name: str, msg) -> None:
+        payload = codec.encode(msg)
+        await self.client.publish(topic_name, payload, qos=QOS)
+        self.traffic.add("sent", topic_name, len(payload))
+
+    async def messages(self) -> AsyncIterator[tuple[str, object]]:
+        async for message in self.client.messages:
+            name = message.topic.value
+            payload = message.payload if isinstance(message.payload, bytes) else b""
+            self.traffic.add("received", name, len(payload))
+            try:
+                yield name, codec.decode(payload)
+            except codec.DecodeError as exc:
+                self.rejected[exc.reason] += 1
+                log.warning("rejected message on %s: %s", name, exc)
+
+
+class SubscriptionDenied(RuntimeError):
+    pass
+
+
+@contextlib.asynccontextmanager
+async def connect(
+    settings: BusSettings, client_id: str, subscriptions: list[str],
+    traffic: Traffic | None = None, rejected: Counter | None = None,
+) -> AsyncIterator[Bus]:
+    """Connect (retrying with backoff until ``connect_timeout_s``), subscribe, yield a Bus.
+
+    The session is persistent (clean_session=False under a fixed client id), so a party that
+    reconnects gets the QoS 1 messages the broker queued for it meanwhile.
+    """
+    host, port = settings.endpoint()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + settings.connect_timeout_s
+    delay = 0.05
+    while True:
+        client = aiomqtt.Client(
+            host, port, identifier=client_id, clean_session=False,
+            username=settings.username, password=settings.password,
+            max_queued_incoming_messages=MAX_QUEUED_INCOMING,
+        )
+        try:
+            await client.__aenter__()
+            break
+        except aiomqtt.MqttError as exc:
+            if loop.time() + delay > deadline:
+                raise ConnectionError(f"cannot reach the broker at {settings.broker_url}: {exc}") from exc
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+    try:
+        for name in subscriptions:
+            result = await client.subscribe(name, qos=QOS)
+            codes = result if isinstance(result, (list, tuple)) else [result]
+            if any(getattr(c, "value", c) >= 0x80 for c in codes):
+                raise SubscriptionDenied(f"{client_id}: the broker refused the subscription to {name}")
+        yield Bus(client, traffic if traffic is not None else Traffic(), rejected if rejected is not None else Counter())
+    finally:
+        with contextlib.suppress(Exception):
+            await client.__aexit__(None, None, None)

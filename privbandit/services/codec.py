@@ -1,0 +1,208 @@
+"""The wire format: pydantic models encoded with msgpack.
+
+Every message is a msgpack map carrying ``v`` (the format version), ``run`` (the run id: the topic
+namespace), ``kind`` and, where it has one, the task and round it belongs to. Numeric arrays travel
+as typed binary blocks ``{"dtype", "shape", "data"}`` rather than lists of Python ints, so a report
+of n users costs n·itemsize bytes plus a constant.
+
+Decoding never raises anything but :class:`DecodeError`, whose ``reason`` is a short key the
+services count (``rejected.<reason>`` in the results). Limits are named constants with their reason.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+import msgpack
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, ValidationError
+
+WIRE_VERSION = 1
+
+# One message carries at most one block of users (seeding.USER_BLOCK = 65,536) of 8-byte ids and
+# 8-byte values, about 1 MiB; 8 MiB leaves room for any legitimate message and refuses floods.
+MAX_MESSAGE_BYTES = 8 * 2**20
+MAX_ARRAY_ELEMENTS = 2**20
+# Only fixed-width little-endian numeric types: no object arrays, nothing pickled.
+ALLOWED_DTYPES = frozenset({"|u1", "<u2", "<u4", "<u8", "<i8", "<f8", "|b1"})
+RUN_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+
+
+class DecodeError(Exception):
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+def _array_from_wire(value: Any) -> np.ndarray:
+    if isinstance(value, np.ndarray):
+        return value
+    if not isinstance(value, dict) or set(value) != {"dtype", "shape", "data"}:
+        raise ValueError("array must be a map with exactly dtype, shape, data")
+    dtype, shape, data = value["dtype"], value["shape"], value["data"]
+    if dtype not in ALLOWED_DTYPES:
+        raise ValueError(f"array dtype {dtype!r} not allowed")
+    if not (isinstance(shape, list) and len(shape) == 1 and isinstance(shape[0], int) and shape[0] >= 0):
+        raise ValueError("array shape must be [length]")
+    if shape[0] > MAX_ARRAY_ELEMENTS:
+        raise ValueError(f"array of {shape[0]} elements exceeds {MAX_ARRAY_ELEMENTS}")
+    if not isinstance(data, bytes) or len(data) != shape[0] * np.dtype(dtype).itemsize:
+        raise ValueError("array data length does not match dtype and shape")
+    return np.frombuffer(data, dtype=dtype)
+
+
+def _array_to_wire(a: np.ndarray) -> dict:
+    a = np.ascontiguousarray(a)
+    dtype = a.dtype.newbyteorder("<") if a.dtype.byteorder == ">" else a.dtype
+    return {"dtype": dtype.str, "shape": [int(a.size)], "data": a.astype(dtype, copy=False).tobytes()}
+
+
+Array = Annotated[np.ndarray, PlainValidator(_array_from_wire), PlainSerializer(_array_to_wire)]
+RunId = Annotated[str, Field(pattern=RUN_ID_PATTERN)]
+NonNeg = Annotated[int, Field(ge=0)]
+
+
+def packed(values: np.ndarray, m: int | None) -> np.ndarray:
+    """The narrowest unsigned type holding residues of Z_m (raw rewards stay float64)."""
+    if m is None:
+        return np.asarray(values, dtype="<f8")
+    for dt, bound in (("|u1", 2**8), ("<u2", 2**16), ("<u4", 2**32)):
+        if m <= bound:
+            return np.asarray(values).astype(dt)
+    return np.asarray(values).astype("<u8")
+
+
+class _Msg(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+    v: Literal[1] = WIRE_VERSION
+    run: RunId
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    n: Annotated[int, Field(ge=1)]
+    g: NonNeg | None = None
+    tau: NonNeg | None = None
+    m: Annotated[int, Field(ge=2, le=2**62)] | None = None
+    sigma: float = 0.0
+    h: float = 0.0
+
+
+class PlanMsg(_Msg):
+    kind: Literal["plan"] = "plan"
+    task: NonNeg
+    round: NonNeg
+    batch: Annotated[int, Field(ge=1)]
+    arm: NonNeg
+    first_user: NonNeg
+    cohort: Annotated[int, Field(ge=1)]
+    collect: bool
+    params: Params
+
+
+class ReportsMsg(_Msg):
+    kind: Literal["reports"] = "reports"
+    task: NonNeg
+    round: NonNeg
+    m: Annotated[int, Field(ge=2)] | None  # the modulus the users encoded with (None: raw rewards)
+    user_ids: Array
+    values: Array
+
+
+class ReleaseMsg(_Msg):
+    kind: Literal["release"] = "release"
+    task: NonNeg
+    round: NonNeg
+    n_reports: NonNeg
+    value: int | float | None = None  # the modular sum (or a raw sum)
+    reports: Array | None = None  # the local model's attributable reports
+
+
+class TruthMsg(_Msg):
+    """Users → observer: a BlockTruth."""
+
+    kind: Literal["truth"] = "truth"
+    task: NonNeg
+    round: NonNeg
+    block: NonNeg
+    first_user: NonNeg
+    size: Annotated[int, Field(ge=1)]
+    gap: float
+    realized_regret: float
+    realized_at: Array
+    reward_sum: float
+    encoded_sum: int
+    noise_sum: int
+
+
+class RecordMsg(_Msg):
+    """Analyzer → observer: a RoundRecord."""
+
+    kind: Literal["record"] = "record"
+    task: NonNeg
+    round: NonNeg
+    batch: Annotated[int, Field(ge=1)]
+    arm: NonNeg
+    params: Params
+    release: float
+    estimate: float
+    wrapped: bool
+    central_noise: float
+
+
+class StatusMsg(_Msg):
+    """Any party → observer: ready, task finished (with its counters), or a failure."""
+
+    kind: Literal["status"] = "status"
+    party: Annotated[str, Field(pattern=r"^[a-z]+(-[0-9]+)?$")]
+    state: Literal["ready", "task-done", "error"]
+    task: NonNeg | None = None
+    body: dict = {}
+
+
+class ControlMsg(_Msg):
+    """Coordinator → everyone: start a task (with its public spec), or shut down."""
+
+    kind: Literal["control"] = "control"
+    action: Literal["task", "shutdown"]
+    task: NonNeg | None = None
+    body: dict = {}
+
+
+Message = Annotated[
+    Union[PlanMsg, ReportsMsg, ReleaseMsg, TruthMsg, RecordMsg, StatusMsg, ControlMsg],
+    Field(discriminator="kind"),
+]
+KINDS = ("plan", "reports", "release", "truth", "record", "status", "control")
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    msg: Message
+
+
+def encode(msg: _Msg) -> bytes:
+    return msgpack.packb(msg.model_dump(), use_bin_type=True)
+
+
+def decode(data: bytes) -> _Msg:
+    """Bytes → a validated message, or :class:`DecodeError` with a countable reason."""
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise DecodeError("too-large", f"{len(data)} bytes > {MAX_MESSAGE_BYTES}")
+    try:
+        obj = msgpack.unpackb(data, raw=False, strict_map_key=True, max_bin_len=MAX_MESSAGE_BYTES)
+    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        raise DecodeError("not-msgpack", type(exc).__name__) from None
+    if not isinstance(obj, dict):
+        raise DecodeError("not-a-map", type(obj).__name__)
+    if obj.get("v") != WIRE_VERSION:
+        raise DecodeError("bad-version", f"v={obj.get('v')!r}, expected {WIRE_VERSION}")
+    if obj.get("kind") not in KINDS:
+        raise DecodeError("unknown-kind", repr(obj.get("kind"))[:40])
+    try:
+        return _Wire.model_validate({"msg": obj}).msg
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"][2:])
+        raise DecodeError("schema", f"{obj['kind']}.{where}: {first['msg']}") from None
