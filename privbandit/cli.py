@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -24,7 +25,9 @@ def run(
     runs: Annotated[Optional[int], typer.Option(help="number of runs (overrides the file)")] = None,
     out: Annotated[Optional[Path], typer.Option(help="results directory [default: results/<name>]")] = None,
     jobs: Annotated[Optional[int], typer.Option(help="worker processes [default: all cores]")] = None,
-    transport: Annotated[str, typer.Option(help="inproc (the only transport in this release)")] = "inproc",
+    transport: Annotated[str, typer.Option(help="inproc: one process, vectorized; mqtt: every party its own process")] = "inproc",
+    broker: Annotated[Optional[str], typer.Option(help="mqtt://host:port [default: an embedded broker]")] = None,
+    shards: Annotated[int, typer.Option(help="user fleets, with --transport mqtt")] = 2,
 ):
     """Run an experiment file: many runs of each algorithm, then a results directory."""
     from privbandit.experiment.results import summarize, write_results
@@ -32,12 +35,16 @@ def run(
 
     overrides = list(set_ or []) + ([f"runs={runs}"] if runs is not None else [])
     try:
-        if transport != "inproc":
-            raise ConfigError(f"--transport {transport!r}: only 'inproc' is available")
+        if transport not in ("inproc", "mqtt"):
+            raise ConfigError(f"--transport {transport!r}: choose inproc or mqtt")
         if jobs is not None and jobs < 1:
             raise ConfigError(f"--jobs {jobs}: must be ≥ 1")
+        if shards < 1:
+            raise ConfigError(f"--shards {shards}: must be ≥ 1")
         config, _ = load_experiment(experiment, overrides)
         out = out or Path("results") / config.name
+        if transport == "mqtt":
+            return _run_distributed(config, experiment, overrides, out, broker, shards)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=err, transient=not err.is_terminal) as bar:
             ids = {label: bar.add_task(label, total=config.runs) for label in config.algorithms}
@@ -52,11 +59,25 @@ def run(
     _print_summary(summary, out)
 
 
+def _run_distributed(config, experiment: Path, overrides: list[str], out: Path, broker: str | None, shards: int):
+    import json
+
+    from privbandit.services.launcher import launch
+
+    code = launch(config, experiment, overrides, out, broker_url=broker, shards=shards)
+    if code != 0:
+        err.print(f"[bold red]error:[/] the distributed run failed (observer exit {code}); logs in {out / 'logs'}")
+        raise typer.Exit(1)
+    _print_summary(json.loads((out / "summary.json").read_text()), out)
+
+
 def _print_summary(summary: dict, out: Path) -> None:
     console = Console(width=None if sys.stdout.isatty() else 120)
     table = Table(title=f"{summary['experiment']}: T = {summary['horizon']:,}, {summary['runs']} runs, "
                         f"{summary['elapsed_s']:.1f} s")
-    for col in ("algorithm", "regret (mean ± se)", "Reg/T", "ε spent", "bits/user", "users/s"):
+    wire = summary["transport"] == "mqtt"
+    cols = ("algorithm", "regret (mean ± se)", "Reg/T", "ε spent", "bits/user", *(("wire B/user",) if wire else ()), "users/s")
+    for col in cols:
         table.add_column(col, justify="right", no_wrap=True)
     for label, a in summary["algorithms"].items():
         p = summary["privacy"][label]
@@ -70,6 +91,7 @@ def _print_summary(summary: dict, out: Path) -> None:
             f"{a['regret_final_mean'] / summary['horizon']:.4f}",
             spent,
             f"{summary['communication'][label]['bits_per_user_protocol']:.1f}",
+            *((f"{summary['communication'][label]['bytes_per_user_wire']:.2f}",) if wire else ()),
             f"{ups:,.0f}" if ups else "-",
         )
     console.print(table)
@@ -91,6 +113,97 @@ def letor_arms(
     if max_rows is not None:
         argv += ["--max-rows", str(max_rows)]
     raise typer.Exit(letor.main(argv))
+
+
+# --- the parties, each its own process ---------------------------------------------------------
+
+def _settings():
+    from privbandit.services.bus import BusSettings
+
+    return BusSettings()
+
+
+def _serve(service) -> None:
+    import asyncio
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {service.name} %(levelname)s %(message)s")
+    asyncio.run(service.serve())
+
+
+def _world(experiment: Path, set_: list[str] | None):
+    try:
+        return load_experiment(experiment, list(set_ or []))[0]
+    except ConfigError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(2)
+
+
+@app.command()
+def analyzer():
+    """The analyzer server: runs the learner, publishes plans, reads releases only.
+
+    Its key comes from PRIVBANDIT_ANALYZER_KEY (hex); it is never given the experiment file."""
+    from privbandit.services.analyzer import AnalyzerService
+
+    key = os.environ.get("PRIVBANDIT_ANALYZER_KEY")
+    if not key:
+        err.print("[bold red]error:[/] PRIVBANDIT_ANALYZER_KEY is not set (the launcher sets it)")
+        raise typer.Exit(2)
+    _serve(AnalyzerService(_settings(), int(key, 16)))
+
+
+@app.command()
+def aggregator(deadline: Annotated[float, typer.Option(help="seconds a round may stay incomplete")] = 120.0):
+    """The secure aggregator (ideal modular sum): releases (Σ y) mod m and nothing else."""
+    from privbandit.services.intermediary import IntermediaryService
+
+    _serve(IntermediaryService(_settings(), "aggregator", deadline))
+
+
+@app.command()
+def shuffler(deadline: Annotated[float, typer.Option(help="seconds a round may stay incomplete")] = 120.0):
+    """The shuffler: releases a uniformly permuted multiset, without senders, order or timing."""
+    from privbandit.services.intermediary import IntermediaryService
+
+    key = os.environ.get("PRIVBANDIT_SHUFFLE_KEY")
+    _serve(IntermediaryService(_settings(), "shuffler", deadline, None if not key else int(key, 16)))
+
+
+@app.command()
+def users(
+    shard: Annotated[str, typer.Option(help="i/N: host every user block b with b mod N = i")],
+    experiment: Annotated[Path, typer.Option(help="experiment file (the simulated world)")],
+    set_: Annotated[Optional[list[str]], typer.Option("--set")] = None,
+):
+    """A fleet of users: each randomizes locally; records are batched into few MQTT messages."""
+    from privbandit.services.users import UserFleetService, parse_shard
+
+    try:
+        i, n = parse_shard(shard)
+    except ValueError as exc:
+        err.print(f"[bold red]error:[/] {exc}")
+        raise typer.Exit(2)
+    _serve(UserFleetService(_settings(), _world(experiment, set_), i, n))
+
+
+@app.command()
+def observer(
+    experiment: Annotated[Path, typer.Option(help="experiment file")],
+    parties: Annotated[str, typer.Option(help="comma-separated parties to wait for")],
+    out: Annotated[Path, typer.Option(help="results directory")],
+    set_: Annotated[Optional[list[str]], typer.Option("--set")] = None,
+):
+    """Collects metrics, paces the session and writes the results directory."""
+    from privbandit.services.observer import ObserverService, SessionFailed
+
+    service = ObserverService(_settings(), _world(experiment, set_), parties.split(","), out)
+    _serve(service)
+    try:
+        service.write()
+    except SessionFailed as exc:
+        err.print(f"[bold red]error:[/] the session failed: {exc}")
+        raise typer.Exit(1)
 
 
 def main() -> None:  # pragma: no cover

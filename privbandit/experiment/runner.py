@@ -17,7 +17,12 @@ from privbandit.experiment.config import AlgorithmConfig, ConfigError, Experimen
 from privbandit.protocol.engine import run_once
 from privbandit.protocol.observer import RunResult, checkpoint_grid
 from privbandit.protocol.privacy import PrivacyLedger
-from privbandit.protocol.seeding import stream
+from privbandit.protocol.seeding import derive_key, shuffler_master_key, stream
+
+
+def shuffle_key(seed: int, run: int, label: str) -> int:
+    """The shuffler's permutation key for one task; simulations shuffle reproducibly."""
+    return derive_key(shuffler_master_key(seed), run, label)
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,7 @@ def execute(task: Task) -> tuple[str, int, RunResult, float]:
         stream_prefix=(task.run, task.label),
         checkpoints=checkpoint_grid(cfg.horizon, cfg.checkpoints),
         p=a.p,
+        shuffle_seed=shuffle_key(cfg.seed, task.run, task.label) if a.intermediary == "shuffler" else None,
         ledger=PrivacyLedger(
             trust_model=mechanism.trust_model,
             epsilon_target=None if a.algorithm == "se" else a.epsilon,

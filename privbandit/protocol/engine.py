@@ -9,9 +9,9 @@ from privbandit.protocol.environments import BanditInstance
 from privbandit.protocol.learners.successive_elimination import SuccessiveElimination
 from privbandit.protocol.mechanisms.base import Mechanism
 from privbandit.protocol.observer import Observer, RunResult
-from privbandit.protocol.parties import Analyzer, Intermediary, UserPopulation
+from privbandit.protocol.parties import Analyzer, Intermediary, Shuffler, UserPopulation
 from privbandit.protocol.privacy import PrivacyLedger
-from privbandit.protocol.seeding import analyzer_key, analyzer_master_key
+from privbandit.protocol.seeding import derive_key, analyzer_master_key, stream
 
 
 def run_once(
@@ -25,8 +25,10 @@ def run_once(
     checkpoints: np.ndarray,
     p: float,
     ledger: PrivacyLedger,
+    shuffle_seed: int | None = None,
 ) -> RunResult:
-    analyzer = Analyzer(learner, mechanism, horizon, ledger, analyzer_key(analyzer_master_key(seed), *stream_prefix))
+    """One run. With ``shuffle_seed`` set, rounds go through a :class:`Shuffler` seeded with it."""
+    analyzer = Analyzer(learner, mechanism, horizon, ledger, derive_key(analyzer_master_key(seed), *stream_prefix))
     users = UserPopulation(instance, mechanism, seed, checkpoints, stream_prefix)
     observer = Observer(checkpoints, p)
     while plans := analyzer.next_plans():
@@ -36,7 +38,8 @@ def run_once(
                 observer.on_truth(truth)
             if sent is None:
                 continue
-            box = Intermediary(plan, mechanism)
+            box = (Intermediary(plan, mechanism) if shuffle_seed is None
+                   else Shuffler(plan, mechanism, stream(shuffle_seed, "shuffle", plan.round_id)))
             box.receive(sent)
             observer.on_record(analyzer.on_release(box.release()))
     return observer.result(ledger.summary(), learner.eliminated_at.tolist(), instance.best_arm)

@@ -67,5 +67,4 @@ class BlockTruth:
     realized_regret: float  # Σ (r_t(a*) − r_t(a_t)) over the block
     realized_at_checkpoints: np.ndarray  # cumulative realized regret within the block, per checkpoint inside it
     reward_sum: float  # Σ x, what the release estimates
-    encoded_sum: int  # Σ x̂ (Σ x for raw-reward mechanisms is in reward_sum)
     noise_sum: int  # Σ η of the users' shares

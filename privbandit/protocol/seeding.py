@@ -39,10 +39,16 @@ def analyzer_master_key(seed: int) -> int:
     """The analyzer's own 256-bit master key, derived from the run seed by the launcher.
 
     The analyzer process is handed this key, never the run seed, from which the world (arm means,
-    rewards) could be recomputed; its per-task keys come from :func:`analyzer_key`.
+    rewards) could be recomputed; its per-task keys come from :func:`derive_key`.
     """
     return _wide_key(np.random.SeedSequence(seed, spawn_key=(_key("analyzer"),)))
 
 
-def analyzer_key(master: int, *path: int | str) -> int:
+def shuffler_master_key(seed: int) -> int:
+    """The shuffler's master key for reproducible permutations, handed only to the shuffler."""
+    return _wide_key(np.random.SeedSequence(seed, spawn_key=(_key("shuffler"),)))
+
+
+def derive_key(master: int, *path: int | str) -> int:
+    """A 256-bit key for one task (or round), derived from a party's master key."""
     return _wide_key(np.random.SeedSequence(master, spawn_key=tuple(_key(p) for p in path)))

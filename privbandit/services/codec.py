@@ -132,7 +132,6 @@ class TruthMsg(_Msg):
     realized_regret: float
     realized_at: Array
     reward_sum: float
-    encoded_sum: int
     noise_sum: int
 
 
@@ -156,7 +155,7 @@ class StatusMsg(_Msg):
 
     kind: Literal["status"] = "status"
     party: Annotated[str, Field(pattern=r"^[a-z]+(-[0-9]+)?$")]
-    state: Literal["ready", "task-done", "error"]
+    state: Literal["ready", "task-done", "error", "stats"]
     task: NonNeg | None = None
     body: dict = {}
 

@@ -45,7 +45,7 @@ class Analyzer:
         self.mechanism = mechanism
         self.horizon = horizon
         self.ledger = ledger
-        self.key = key  # from seeding.analyzer_key: the analyzer never holds the run seed
+        self.key = key  # from seeding.derive_key: the analyzer never holds the run seed
         self.users_planned = 0
         self.next_round_id = 0
         self.open: dict[int, RoundPlan] = {}
@@ -93,9 +93,9 @@ class Analyzer:
             raise ProtocolError(
                 "incomplete-round", f"round {plan.round_id}: {release.n_reports} of {plan.cohort} reports"
             )
-        value = release.value
-        if self.mechanism.intermediary == "pass-through":
-            value = self.mechanism.aggregate(release.reports, plan.params)
+        # A shuffler or the local model's pass-through releases the reports; reduce them here
+        # (for a shuffled multiset, footnote 6: its sum mod m is the secure-aggregation release).
+        value = release.value if release.reports is None else self.mechanism.aggregate(release.reports, plan.params)
         rng = stream(self.key, "round", plan.round_id)
         est = self.mechanism.analyze(value, plan.params, rng)
         self.ledger.record(self.mechanism.privacy_event(plan.params))

@@ -28,7 +28,7 @@ class ProtocolError(Exception):
 
 
 class Intermediary:
-    def __init__(self, plan: RoundPlan, mechanism: Mechanism):
+    def __init__(self, plan: RoundPlan, mechanism: Mechanism, rejected: Counter | None = None):
         if not plan.collect:
             raise ProtocolError("not-collected", f"round {plan.round_id} is never aggregated")
         self.plan = plan
@@ -36,7 +36,7 @@ class Intermediary:
         self.received = np.zeros(plan.cohort, dtype=bool)
         modular = plan.params.m is not None
         self.values = np.zeros(plan.cohort, dtype=np.int64 if modular else np.float64)
-        self.rejected: Counter[str] = Counter()
+        self.rejected: Counter[str] = Counter() if rejected is None else rejected
 
     @property
     def complete(self) -> bool:
@@ -79,11 +79,15 @@ class Intermediary:
         self.rejected["out-of-range"] += int((admitted & ~ok).sum())
         return ok
 
-    def release(self) -> Release:
-        """The round's release. Only a complete cohort is released (dropouts: later issue)."""
+    def _require_complete(self) -> int:
         n = int(self.received.sum())
         if n != self.plan.cohort:
             raise ProtocolError("incomplete-round", f"round {self.plan.round_id}: {n} of {self.plan.cohort}")
+        return n
+
+    def release(self) -> Release:
+        """The round's release. Only a complete cohort is released (dropouts: later issue)."""
+        n = self._require_complete()
         if self.mechanism.intermediary == "pass-through":
             return Release(round_id=self.plan.round_id, n_reports=n, reports=self.values.copy())
         value = self.mechanism.aggregate(self.values, self.plan.params)

@@ -59,12 +59,12 @@ class UserPopulation:
             running = np.cumsum(regret)
             # Checkpoints c (1-based counts of users served) with first < c ≤ first + size.
             lo, hi = np.searchsorted(self.checkpoints, [first + 1, first + size + 1])
-            encoded = noise = 0
+            noise = 0
             if plan.collect:
                 out = self.mechanism.randomize(rewards, plan.params, rng)
                 messages.append(out.messages)
                 ids.append(np.arange(first, first + size, dtype=np.int64))
-                encoded, noise = out.encoded_sum, out.noise_sum
+                noise = out.noise_sum
             truths.append(BlockTruth(
                 round_id=plan.round_id,
                 block=block,
@@ -74,7 +74,6 @@ class UserPopulation:
                 realized_regret=float(running[-1]),
                 realized_at_checkpoints=running[self.checkpoints[lo:hi] - first - 1],
                 reward_sum=float(rewards.sum()),
-                encoded_sum=encoded,
                 noise_sum=noise,
             ))
         if not plan.collect or not messages:

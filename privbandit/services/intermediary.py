@@ -1,0 +1,119 @@
+"""``privbandit aggregator`` and ``privbandit shuffler``: collect a round's reports, release once.
+
+The aggregator releases the modular sum and nothing else (or, for the local model, forwards the
+attributable reports); the shuffler releases a uniformly permuted multiset without ids. Reports are
+admitted only from the round's invited cohort, only with the round's modulus, and count once.
+A round that does not complete by its deadline is not released; the failure is reported loudly.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from privbandit.experiment.build import build_mechanism
+from privbandit.experiment.config import AlgorithmConfig
+from privbandit.protocol.events import Reports, RoundPlan
+from privbandit.protocol.mechanisms.base import RoundParams
+from privbandit.protocol.parties import Intermediary, Shuffler, shuffle_rng
+from privbandit.protocol.seeding import derive_key, stream
+from privbandit.services import codec
+from privbandit.services.party import PartyService
+
+DEFAULT_DEADLINE_S = 120.0
+
+
+class IntermediaryService(PartyService):
+    def __init__(self, settings, role: str = "aggregator", deadline_s: float = DEFAULT_DEADLINE_S,
+                 shuffle_key: int | None = None):
+        if role not in ("aggregator", "shuffler"):
+            raise ValueError(f"role {role!r} must be 'aggregator' or 'shuffler'")
+        self.role = role
+        super().__init__(settings)
+        self.deadline_s = deadline_s
+        self.shuffle_key = shuffle_key
+        self.mechanism = None
+        self.active = False  # does this task route through us?
+        self.boxes: dict[int, tuple[Intermediary, float]] = {}
+        self.closed: set[int] = set()
+        self.waiting: dict[int, list] = {}  # reports that arrived before their plan
+        self.failed: set[int] = set()
+
+    def subscriptions(self):
+        return [self.t("control"), self.t("plan"), self.t("report", self.role)]
+
+    async def on_task(self, spec: dict) -> None:
+        algo = AlgorithmConfig.model_validate(spec["algorithm"])
+        self.mechanism = build_mechanism(algo)
+        wanted = "shuffler" if algo.intermediary == "shuffler" else "aggregator"
+        self.active = wanted == self.role
+        # The permutation key never travels on the bus: the shuffler derives it from its own
+        # master key (reproducible runs), or draws permutations from the OS CSPRNG.
+        self.task_key = None if self.shuffle_key is None else derive_key(self.shuffle_key, spec["run"], spec["label"])
+        self.boxes, self.closed, self.waiting, self.failed = {}, set(), {}, set()
+
+    async def on_message(self, name: str, msg) -> None:
+        if isinstance(msg, codec.PlanMsg):
+            if self.current(msg) and self.active and msg.collect:
+                await self.open_round(msg)
+        elif isinstance(msg, codec.ReportsMsg):
+            if self.current(msg):
+                await self.collect(msg)
+        else:
+            self.reject("unexpected-kind", msg.kind)
+
+    async def open_round(self, msg: codec.PlanMsg) -> None:
+        if msg.round in self.boxes or msg.round in self.closed:
+            return  # a re-announced plan
+        q = msg.params
+        plan = RoundPlan(round_id=msg.round, batch=msg.batch, arm=msg.arm, first_user=msg.first_user,
+                         cohort=msg.cohort, params=RoundParams(**q.model_dump()), collect=True)
+        if self.role == "shuffler":
+            rng = shuffle_rng() if self.task_key is None else stream(self.task_key, "shuffle", msg.round)
+            box = Shuffler(plan, self.mechanism, rng, self.rejected)
+        else:
+            box = Intermediary(plan, self.mechanism, self.rejected)
+        self.boxes[msg.round] = (box, time.monotonic())
+        for early in self.waiting.pop(msg.round, []):
+            await self.collect(early)
+
+    async def collect(self, msg: codec.ReportsMsg) -> None:
+        if msg.round in self.closed:
+            return self.reject("round-closed", f"round {msg.round}")
+        if msg.round not in self.boxes:
+            held = self.waiting.setdefault(msg.round, [])
+            if sum(len(v) for v in self.waiting.values()) >= self.MAX_EARLY:
+                return self.reject("early-overflow", f"round {msg.round}")
+            held.append(msg)
+            return
+        box, _ = self.boxes[msg.round]
+        if msg.m != box.plan.params.m:
+            return self.reject("wrong-modulus", f"m={msg.m}, round {msg.round} uses {box.plan.params.m}")
+        values = msg.values.astype(np.int64) if msg.values.dtype.kind == "u" else msg.values
+        box.receive(Reports(msg.round, msg.user_ids.astype(np.int64), values))  # counts its rejections
+        if box.complete:
+            await self.release(msg.round, box)
+
+    async def release(self, round_id: int, box: Intermediary) -> None:
+        rel = box.release()
+        reports = None
+        if rel.reports is not None:
+            reports = codec.packed(rel.reports, box.plan.params.m)
+        await self.bus.publish(self.t("release", self.role), codec.ReleaseMsg(
+            run=self.run_id, task=self.task_index, round=round_id, n_reports=rel.n_reports,
+            value=rel.value, reports=reports))
+        del self.boxes[round_id]
+        self.closed.add(round_id)
+
+    async def tick(self) -> None:
+        now = time.monotonic()
+        for round_id, (box, opened) in list(self.boxes.items()):
+            if now - opened > self.deadline_s and round_id not in self.failed:
+                # The ideal sum needs every share (dropout recovery is secure aggregation's job):
+                # release nothing, and say so.
+                self.failed.add(round_id)
+                got = int(box.received.sum())
+                await self.status("error", self.task_index, round=round_id,
+                                  reason=f"round {round_id} missed its {self.deadline_s:.0f} s deadline "
+                                         f"with {got} of {box.plan.cohort} reports; nothing released")

@@ -1,0 +1,187 @@
+"""``privbandit observer``: collects metrics, coordinates the session, writes the results directory.
+
+The observer is the only party that sees ground truth and decodes side by side. It also paces the
+session: once every party is ready it announces task 0 (a run of one algorithm) on the control
+topic with the task's *public* spec, moves to the next task when the analyzer reports it finished
+and the fleets' truth covers all T users, and finally asks everyone to shut down and report their
+traffic counters. It writes the same results directory as ``privbandit run``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from privbandit.experiment.config import ExperimentConfig
+from privbandit.experiment.results import summarize, write_results
+from privbandit.experiment.runner import instance_for, resolved_algorithms
+from privbandit.protocol.events import BlockTruth
+from privbandit.protocol.mechanisms.base import RoundParams
+from privbandit.protocol.observer import Observer, checkpoint_grid
+from privbandit.protocol.parties import RoundRecord
+from privbandit.services import codec
+from privbandit.services.party import PartyService
+
+CONTROL_RETRY_S = 3.0
+STATS_WAIT_S = 15.0
+
+
+class SessionFailed(RuntimeError):
+    pass
+
+
+class ObserverService(PartyService):
+    role = "observer"
+
+    def __init__(self, settings, config: ExperimentConfig, parties: list[str], out: Path):
+        super().__init__(settings)
+        self.config = config
+        self.algos = resolved_algorithms(config)
+        self.tasks = [(r, label) for r in range(config.runs) for label in self.algos]
+        self.parties = parties
+        self.out = out
+        self.ready: set[str] = set()
+        self.stats: dict[str, dict] = {}
+        self.results = {label: [None] * config.runs for label in self.algos}
+        self.compute = dict.fromkeys(self.algos, 0.0)
+        self.index = -1
+        self.failure: str | None = None
+        self.shutting_down = False
+        self.started = time.perf_counter()
+        self.grid = checkpoint_grid(config.horizon, config.checkpoints)
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=Console(stderr=True))
+        self.bar = self.progress.add_task(f"{config.name} over MQTT", total=len(self.tasks))
+
+    def subscriptions(self):
+        return [self.t("metrics", "+")]
+
+    async def on_connect(self) -> None:
+        pass  # the observer publishes control, not readiness
+
+    # --- session pacing ---------------------------------------------------------------------
+    def spec(self, index: int) -> dict:
+        run, label = self.tasks[index]
+        return {"index": index, "run": run, "label": label, "algorithm": self.algos[label].model_dump(),
+                "horizon": self.config.horizon, "arms": instance_for(self.config, run).n_arms,
+                "delta": self.config.delta}
+
+    async def announce(self) -> None:
+        if self.shutting_down:
+            await self.bus.publish(self.t("control"), codec.ControlMsg(run=self.run_id, action="shutdown"))
+        elif self.index >= 0:
+            await self.bus.publish(self.t("control"), codec.ControlMsg(
+                run=self.run_id, action="task", task=self.index, body=self.spec(self.index)))
+        self.last_announce = time.monotonic()
+
+    async def next_task(self) -> None:
+        self.index += 1
+        if self.index == len(self.tasks):
+            self.shutting_down = True
+            self.shutdown_at = time.monotonic()
+        else:
+            self.observer = Observer(self.grid, self.algos[self.tasks[self.index][1]].p)
+            self.analyzer_done: dict | None = None
+            self.task_started = time.perf_counter()
+        await self.announce()
+
+    async def tick(self) -> None:
+        if self.index >= 0 and time.monotonic() - self.last_announce > CONTROL_RETRY_S:
+            await self.announce()  # for a party that restarted and missed it
+        if self.shutting_down and time.monotonic() - self.shutdown_at > STATS_WAIT_S:
+            self.finished = True  # write what we have; missing stats are reported as missing
+
+    # --- metrics ----------------------------------------------------------------------------
+    async def on_message(self, name: str, msg) -> None:
+        if isinstance(msg, codec.StatusMsg):
+            await self.on_status(msg)
+        elif isinstance(msg, (codec.TruthMsg, codec.RecordMsg)):
+            if msg.task != self.index:
+                return self.reject("wrong-task", f"{msg.kind} for task {msg.task}")
+            if isinstance(msg, codec.TruthMsg):
+                self.observer.on_truth(BlockTruth(
+                    round_id=msg.round, block=msg.block, first_user=msg.first_user, size=msg.size, gap=msg.gap,
+                    realized_regret=msg.realized_regret, realized_at_checkpoints=msg.realized_at,
+                    reward_sum=msg.reward_sum, noise_sum=msg.noise_sum))
+            else:
+                self.observer.on_record(RoundRecord(
+                    round_id=msg.round, batch=msg.batch, arm=msg.arm, params=RoundParams(**msg.params.model_dump()),
+                    release=msg.release, estimate=msg.estimate, wrapped=msg.wrapped, central_noise=msg.central_noise))
+            await self.maybe_finish_task()
+        else:
+            self.reject("unexpected-kind", msg.kind)
+
+    async def on_status(self, msg: codec.StatusMsg) -> None:
+        if msg.state == "ready":
+            self.ready.add(msg.party)
+            if self.index < 0 and self.ready >= set(self.parties):
+                self.progress.start()
+                await self.next_task()
+        elif msg.state == "error":
+            self.failure = f"{msg.party}: {msg.body.get('reason', msg.body)}"
+            self.shutting_down = True
+            self.shutdown_at = time.monotonic()
+            await self.announce()
+        elif msg.state == "task-done" and msg.task == self.index:
+            self.analyzer_done = msg.body
+            await self.maybe_finish_task()
+        elif msg.state == "stats":
+            self.stats[msg.party] = msg.body
+            if self.shutting_down and set(self.stats) >= set(self.parties):
+                self.finished = True
+
+    def served(self) -> int:
+        return sum(b.size for b in self.observer.blocks.values())
+
+    async def maybe_finish_task(self) -> None:
+        if self.shutting_down or self.analyzer_done is None or self.served() < self.config.horizon:
+            return
+        run, label = self.tasks[self.index]
+        self.results[label][run] = self.observer.result(
+            self.analyzer_done["privacy"], self.analyzer_done["eliminated_at"],
+            instance_for(self.config, run).best_arm)
+        self.compute[label] += time.perf_counter() - self.task_started
+        self.progress.advance(self.bar)
+        await self.next_task()
+
+    # --- results ----------------------------------------------------------------------------
+    def write(self) -> dict:
+        self.progress.stop()
+        if self.failure:
+            raise SessionFailed(self.failure)
+        elapsed = time.perf_counter() - self.started
+        summary = summarize(self.config, self.results, self.algos, self.compute, elapsed, transport="mqtt")
+        add_wire_accounting(summary, self)
+        write_results(self.out, self.config, summary, self.results, self.algos)
+        return summary
+
+
+def add_wire_accounting(summary: dict, obs: ObserverService) -> None:
+    """Per algorithm and role, both directions: payload and wire bytes, per reporting user."""
+    rejected: dict[str, int] = {}
+    for party, body in obs.stats.items():
+        for reason, n in body.get("rejected", {}).items():
+            rejected[reason] = rejected.get(reason, 0) + n
+    for reason, n in obs.rejected.items():
+        rejected[reason] = rejected.get(reason, 0) + n
+    summary["rejected"] = rejected
+    summary["parties_missing_stats"] = sorted(set(obs.parties) - set(obs.stats))
+    for label, comm in summary["communication"].items():
+        tasks = [str(i) for i, (_, l) in enumerate(obs.tasks) if l == label]
+        reports = comm["reports_per_run"] * len(tasks)
+        roles: dict[str, dict[str, int]] = {}
+        for party, body in obs.stats.items():
+            role = party.split("-")[0]
+            acc = roles.setdefault(role, {})
+            for t in tasks:
+                for kind in ("payload", "wire"):
+                    for key, n in body.get("traffic", {}).get(t, {}).get(kind, {}).items():
+                        acc[f"{kind}.{key}"] = acc.get(f"{kind}.{key}", 0) + n
+        users = roles.get("users", {})
+        comm["bytes_per_user_payload"] = users.get("payload.sent.report", 0) / reports if reports else 0.0
+        comm["bytes_per_user_wire"] = users.get("wire.sent.report", 0) / reports if reports else 0.0
+        comm["roles"] = {role: {k: v / reports for k, v in acc.items()} for role, acc in roles.items()} if reports else {}
+        comm["roles_unit"] = "bytes per reporting user"

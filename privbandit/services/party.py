@@ -1,0 +1,141 @@
+"""What every party service shares: a name, its subscriptions, a message handler, timers, and
+the reconnect loop that drives them (the aiomqtt docs' pattern: reconnect outside the client)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+
+import aiomqtt
+
+from privbandit.services import codec
+from privbandit.services.bus import Bus, BusSettings, Traffic, connect, topic
+
+log = logging.getLogger("privbandit.party")
+
+RECONNECT_MAX_S = 5.0
+
+
+class PartyService:
+    """Base for the MQTT-facing wrapper of one sans-I/O party."""
+
+    role: str = "party"
+    tick_s: float = 1.0  # how often `tick` runs (retries, deadlines)
+
+    def __init__(self, settings: BusSettings, name: str | None = None):
+        self.settings = settings
+        self.run_id = settings.run_id
+        self.name = name or self.role
+        self.traffic = Traffic()
+        self.traffic_by_task: dict[int, Traffic] = {}
+        self.rejected: Counter[str] = Counter()
+        self.finished = False
+        self.bus: Bus | None = None
+        self.task_spec: dict | None = None
+        self.early: list = []
+
+    def t(self, *parts: str) -> str:
+        return topic(self.run_id, *parts)
+
+    def subscriptions(self) -> list[str]:
+        return [self.t("control")]
+
+    async def on_connect(self) -> None:
+        await self.status("ready")
+
+    async def status(self, state: str, task: int | None = None, **body) -> None:
+        msg = codec.StatusMsg(run=self.run_id, party=self.name, state=state, task=task, body=body)
+        await self.bus.publish(self.t("metrics", self.name), msg)
+
+    def reject(self, reason: str, detail: str = "") -> None:
+        self.rejected[reason] += 1
+        log.warning("%s rejected a message: %s %s", self.name, reason, detail)
+
+    async def handle(self, name: str, msg) -> None:
+        if msg.run != self.run_id:
+            return self.reject("wrong-run", msg.run)
+        if isinstance(msg, codec.ControlMsg):
+            if msg.action == "shutdown":
+                await self.status("stats", rejected=dict(self.rejected),
+                                  traffic={str(i): t.as_dict() for i, t in self.traffic_by_task.items()})
+                self.finished = True
+            else:
+                if self.task_index is not None and msg.body["index"] <= self.task_index:
+                    return  # a re-announced control message: already running it
+                self.task_spec = msg.body
+                # Count each task's bytes apart, so results can say what each algorithm cost.
+                self.traffic = self.bus.traffic = self.traffic_by_task.setdefault(self.task_index, Traffic())
+                await self.on_task(msg.body)
+                await self.replay_early()
+            return
+        await self.on_message(name, msg)
+
+    async def on_task(self, spec: dict) -> None:  # a new task starts: set up its party objects
+        pass
+
+    async def on_message(self, name: str, msg) -> None:
+        self.reject("unexpected-kind", msg.kind)
+
+    # --- task bookkeeping shared by parties that act on task-scoped messages ---------------
+    MAX_EARLY = 4096  # messages held for a task that has not started here yet
+
+    @property
+    def task_index(self) -> int | None:
+        return None if self.task_spec is None else self.task_spec["index"]
+
+    def current(self, msg) -> bool:
+        """True if ``msg`` belongs to the running task. Messages for a later task (they can
+        overtake the control message: MQTT orders only per topic) are held and replayed."""
+        if self.task_index is not None and msg.task == self.task_index:
+            return True
+        if self.task_index is None or msg.task > self.task_index:
+            if len(self.early) >= self.MAX_EARLY:
+                self.reject("early-overflow", f"task {msg.task}")
+            else:
+                self.early.append(msg)
+            return False
+        self.reject("wrong-task", f"task {msg.task}, running {self.task_index}")
+        return False
+
+    async def replay_early(self) -> None:
+        held, self.early = self.early, []
+        for msg in held:
+            await self.on_message("", msg)
+
+    async def tick(self) -> None:
+        pass
+
+    async def _ticker(self) -> None:
+        while not self.finished:
+            await asyncio.sleep(self.tick_s)
+            if self.bus is None:
+                continue
+            if self.task_spec is None and self.role != "observer":
+                await self.status("ready")  # until the coordinator starts us: it may have come up later
+            await self.tick()
+
+    async def serve(self) -> None:
+        delay = 0.1
+        ticker = asyncio.create_task(self._ticker())
+        try:
+            while not self.finished:
+                try:
+                    async with connect(self.settings, f"{self.run_id}-{self.name}", self.subscriptions(),
+                                       self.traffic, self.rejected) as bus:
+                        self.bus = bus
+                        delay = 0.1
+                        await self.on_connect()
+                        async for name, msg in bus.messages():
+                            await self.handle(name, msg)
+                            if self.finished:
+                                break
+                except aiomqtt.MqttError as exc:
+                    self.bus = None
+                    if self.finished:
+                        break
+                    log.warning("%s lost the broker (%s); reconnecting in %.1f s", self.name, exc, delay)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, RECONNECT_MAX_S)
+        finally:
+            ticker.cancel()

@@ -1,0 +1,76 @@
+"""``privbandit users --shard i/N``: a fleet hosting one shard of the simulated users.
+
+The fleet owns every user block b with b mod N = i (blocks of seeding.USER_BLOCK users), so any
+number of fleets draws exactly what the in-process engine draws. Each user randomizes locally; the
+fleet sends one record per user (id, message), many records to an MQTT message, one message per
+block. Ground truth goes only to the fleet's metrics topic.
+"""
+
+from __future__ import annotations
+
+from privbandit.experiment.build import build_mechanism
+from privbandit.experiment.config import AlgorithmConfig, ExperimentConfig
+from privbandit.experiment.runner import instance_for
+from privbandit.protocol.events import RoundPlan
+from privbandit.protocol.mechanisms.base import RoundParams
+from privbandit.protocol.observer import checkpoint_grid
+from privbandit.protocol.parties import UserPopulation
+from privbandit.services import codec
+from privbandit.services.party import PartyService
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard {text!r}: expected i/N, e.g. 0/2") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise ValueError(f"--shard {text!r}: need 0 ≤ i < N")
+    return i, n
+
+
+class UserFleetService(PartyService):
+    role = "users"
+
+    def __init__(self, settings, config: ExperimentConfig, shard: int, shards: int):
+        super().__init__(settings, name=f"users-{shard}")
+        self.config = config
+        self.shard, self.shards = shard, shards
+        self.population: UserPopulation | None = None
+        self.intermediary = "aggregator"
+        self.served: set[int] = set()
+
+    def subscriptions(self):
+        return [self.t("control"), self.t("plan")]
+
+    async def on_task(self, spec: dict) -> None:
+        algo = AlgorithmConfig.model_validate(spec["algorithm"])
+        self.intermediary = "shuffler" if algo.intermediary == "shuffler" else "aggregator"
+        self.population = UserPopulation(
+            instance_for(self.config, spec["run"]), build_mechanism(algo), self.config.seed,
+            checkpoint_grid(self.config.horizon, self.config.checkpoints), (spec["run"], spec["label"]),
+        )
+        self.served = set()
+
+    async def on_message(self, name: str, msg) -> None:
+        if not isinstance(msg, codec.PlanMsg):
+            return self.reject("unexpected-kind", msg.kind)
+        if not self.current(msg) or msg.round in self.served:
+            return
+        plan = RoundPlan(round_id=msg.round, batch=msg.batch, arm=msg.arm, first_user=msg.first_user,
+                         cohort=msg.cohort, params=RoundParams(**msg.params.model_dump()), collect=msg.collect)
+        mine = [b for b in self.population.blocks(plan) if b % self.shards == self.shard]
+        for block in mine:  # one block at a time: bounded memory, steady traffic
+            reports, truths = self.population.respond(plan, [block])
+            if reports is not None:
+                await self.bus.publish(self.t("report", self.intermediary), codec.ReportsMsg(
+                    run=self.run_id, task=self.task_index, round=plan.round_id, m=plan.params.m,
+                    user_ids=reports.user_ids.astype("<u4" if reports.user_ids[-1] < 2**32 else "<u8"),
+                    values=codec.packed(reports.values, plan.params.m)))
+            for t in truths:
+                await self.bus.publish(self.t("metrics", self.name), codec.TruthMsg(
+                    run=self.run_id, task=self.task_index, round=t.round_id, block=t.block,
+                    first_user=t.first_user, size=t.size, gap=t.gap, realized_regret=t.realized_regret,
+                    realized_at=t.realized_at_checkpoints, reward_sum=t.reward_sum,
+                    noise_sum=int(t.noise_sum)))
+        self.served.add(msg.round)
