@@ -13,12 +13,16 @@ Topics (``<run>`` matches ``[A-Za-z0-9_-]{1,64}``)::
     pb/<run>/plan                       analyzer → users (intermediaries read it too)
     pb/<run>/report/<intermediary>[/…]  users → that intermediary
     pb/<run>/release/<intermediary>[/…] intermediary → analyzer
-    pb/<run>/metrics/<role>[/…]         any party → observer only
+    pb/<run>/metrics/<party>[/…]        any party → observer only
     pb/<run>/control                    launcher/observer → everyone
 
 An intermediary owns the sub-tree below its own topic (``report/shuffler/3`` for the third of k
-concurrent shufflers hosted by the ``shuffler`` role), and a party publishes metrics only under its
-own role (``metrics/users/fleet-7``), so no party can forge another's metrics.
+concurrent shufflers hosted by the ``shuffler`` role). A party publishes metrics under its role's
+name (``metrics/<role>`` and below). User fleets, many processes sharing the ``users`` account,
+may also use any other single-level party name (``metrics/users-3``) except another role's name:
+``metrics/<other role>[/…]`` is explicitly denied to them, so a fleet can never forge the
+analyzer's, an intermediary's, the observer's or the launcher's metrics. (Fleets share one broker
+account, so the broker cannot tell one fleet from another.)
 
 Wildcard subscriptions — what "read" means for a topic *filter*
 ---------------------------------------------------------------
@@ -62,6 +66,7 @@ __all__ = [
     "allowed",
     "topic_matches",
     "filter_covered_by",
+    "filters_intersect",
     "is_valid_topic_filter",
     "validate_run_id",
     "plan_topic",
@@ -113,10 +118,14 @@ INTERMEDIARIES: tuple[Role, ...] = (Role.AGGREGATOR, Role.SHUFFLER)
 
 @dataclass(frozen=True)
 class RoleTopics:
-    """A role's topic patterns (MQTT wildcards allowed) for one run."""
+    """A role's topic patterns (MQTT wildcards allowed) for one run.
+
+    ``deny`` patterns take precedence over ``read`` and ``write`` (Mosquitto's ``topic deny``).
+    """
 
     read: tuple[str, ...]
     write: tuple[str, ...]
+    deny: tuple[str, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -191,7 +200,12 @@ def role_topics(role: Role | str, run_id: str) -> RoleTopics:
         )
     if role is Role.USERS:
         reports = tuple(f"{run}/report/{i.value}/#" for i in INTERMEDIARIES)
-        return RoleTopics(read=(plan, control), write=(*reports, own_metrics))
+        others = [r.value for r in Role if r is not Role.USERS]
+        return RoleTopics(
+            read=(plan, control),
+            write=(*reports, f"{run}/metrics/+", own_metrics),
+            deny=tuple(p for name in others for p in (f"{run}/metrics/{name}", f"{run}/metrics/{name}/#")),
+        )
     if role is Role.OBSERVER:
         return RoleTopics(read=(f"{run}/metrics/#", control), write=(control, own_metrics))
     if role is Role.LAUNCHER:
@@ -253,11 +267,33 @@ def filter_covered_by(topic_filter: str, pattern: str) -> bool:
     return len(f) == len(p)
 
 
+def filters_intersect(a: str, b: str) -> bool:
+    """Is there a topic that both filters match?"""
+    if not is_valid_topic_filter(a) or not is_valid_topic_filter(b):
+        return False
+    x, y = a.split("/"), b.split("/")
+    for i in range(max(len(x), len(y))):
+        xi = x[i] if i < len(x) else None
+        yi = y[i] if i < len(y) else None
+        if xi == "#" or yi == "#":
+            return not (i == 0 and ((xi or "").startswith("$") or (yi or "").startswith("$")))
+        if xi is None or yi is None:
+            return False
+        if xi == "+" or yi == "+":
+            if i == 0 and (xi.startswith("$") or yi.startswith("$")):
+                return False
+            continue
+        if xi != yi:
+            return False
+    return True
+
+
 def allowed(role: Role | str, action: Literal["read", "write"], topic: str, run_id: str) -> bool:
     """May ``role`` read (subscribe to / receive) or write (publish) ``topic`` in run ``run_id``?
 
     ``read`` accepts topic filters and uses coverage (see the module docstring); ``write`` needs a
-    concrete topic name (MQTT forbids publishing to a filter). Malformed topics are refused.
+    concrete topic name (MQTT forbids publishing to a filter). ``deny`` patterns win over both; a
+    filter that could match a denied topic is refused. Malformed topics are refused.
     Raises ValueError for an unknown role or action or an invalid run id.
     """
     role = _role(role)
@@ -267,6 +303,8 @@ def allowed(role: Role | str, action: Literal["read", "write"], topic: str, run_
     if not is_valid_topic_filter(topic):
         return False
     rules = role_topics(role, run_id)
+    if any(filters_intersect(topic, pattern) for pattern in rules.deny):
+        return False  # a concrete topic: it is denied; a filter: it could match a denied topic
     if action == "write":
         return any(topic_matches(pattern, topic) for pattern in rules.write)
     return any(filter_covered_by(topic, pattern) for pattern in rules.read)
@@ -333,10 +371,12 @@ def render_acl_file(run_id: str) -> str:
     lines = [
         f"# privbandit ACL for run {run_id} (generated; Mosquitto acl_file syntax).",
         "# Default deny: a user may do only what its lines grant. Mosquitto 2.0 checks 'read' when it",
-        "# delivers each message (not at SUBSCRIBE) and 'write' when it accepts a PUBLISH.",
+        "# delivers each message (not at SUBSCRIBE) and 'write' when it accepts a PUBLISH; 'deny'",
+        "# lines win over both.",
     ]
     for role, rules in acl_rules(run_id).items():
         lines += ["", f"user {role.value}"]
+        lines += [f"topic deny {p}" for p in rules.deny]
         lines += [f"topic read {p}" for p in rules.read if p not in rules.write]
         lines += [f"topic write {p}" for p in rules.write if p not in rules.read]
         lines += [f"topic readwrite {p}" for p in rules.read if p in rules.write]
@@ -352,6 +392,9 @@ def render_dynsec_config(run_id: str, hashes: Mapping[Role, str]) -> dict:
     roles, clients = [], []
     for role, rules in acl_rules(run_id).items():
         acls = []
+        for pattern in rules.deny:  # higher priority is checked first
+            for acltype in ("publishClientSend", "publishClientReceive", "subscribePattern"):
+                acls.append({"acltype": acltype, "topic": pattern, "priority": 10, "allow": False})
         for pattern in rules.read:
             acls.append({"acltype": "subscribePattern", "topic": pattern, "priority": 0, "allow": True})
             acls.append({"acltype": "publishClientReceive", "topic": pattern, "priority": 0, "allow": True})

@@ -49,7 +49,8 @@ class Party:
 
 
 def plan_parties(config: ExperimentConfig, experiment: Path, overrides: list[str], out: Path,
-                 broker_url: str, run_id: str, shards: int, passwords: dict[str, str] | None) -> list[Party]:
+                 broker_url: str, run_id: str, shards: int, passwords: dict[str, str] | None,
+                 observer_log: Path | None = None) -> list[Party]:
     sets = [x for o in overrides for x in ("--set", o)]
     world = ["--experiment", str(experiment), *sets]
     needs_shuffler = any(resolve_algorithm(config, label).intermediary == "shuffler" for label in config.algorithms)
@@ -65,7 +66,7 @@ def plan_parties(config: ExperimentConfig, experiment: Path, overrides: list[str
         return base | extra
 
     parties = [Party("observer", ["observer", *world, "--out", str(out), "--parties", ",".join(names)],
-                     env("observer"), None)]
+                     env("observer"), observer_log)]
     parties.append(Party("analyzer", ["analyzer"], env("analyzer", PRIVBANDIT_ANALYZER_KEY=hex(
         analyzer_master_key(config.seed))), logs / "analyzer.log"))
     parties.append(Party("aggregator", ["aggregator"], env("aggregator"), logs / "aggregator.log"))

@@ -167,7 +167,7 @@ def add_wire_accounting(summary: dict, obs: ObserverService) -> None:
             rejected[reason] = rejected.get(reason, 0) + n
     for reason, n in obs.rejected.items():
         rejected[reason] = rejected.get(reason, 0) + n
-    summary["rejected"] = rejected
+    summary["rejected"] = {reason: n for reason, n in sorted(rejected.items()) if n}
     summary["parties_missing_stats"] = sorted(set(obs.parties) - set(obs.stats))
     for label, comm in summary["communication"].items():
         tasks = [str(i) for i, (_, l) in enumerate(obs.tasks) if l == label]

@@ -1,0 +1,48 @@
+"""``privbandit broker-config``: write a Mosquitto configuration enforcing a run's trust model."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from privbandit.services import acl
+
+
+def broker_config_main(out_dir: Path, run_id: str, port: int, *, backend: str = "acl_file") -> int:
+    """Write ``mosquitto.conf``, ``passwd``, ``acl`` and ``credentials.env`` into ``out_dir``.
+
+    Prints where they are and how to start Mosquitto. Returns a process exit code: 0 on success,
+    2 for invalid arguments (the message names the argument).
+    """
+    try:
+        files = acl.write_broker_config(out_dir, run_id, port, backend=backend)  # type: ignore[arg-type]
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"error: cannot write the broker files to {out_dir}: {exc}", file=sys.stderr)
+        return 2
+
+    print(f"Broker files for run {files.run_id!r} (listener {files.host}:{files.port}, backend {files.backend}):")
+    print(f"  config       {files.conf}")
+    if files.backend == "dynsec":
+        print(f"  dynsec       {files.dynsec}   (users, passwords and ACL for the dynamic-security plugin)")
+    print(f"  passwords    {files.passwd}   (PBKDF2-SHA512 hashes, mode 0600)")
+    print(f"  acl          {files.acl}")
+    print(f"  credentials  {files.credentials}   (PRIVBANDIT_<ROLE>_PASSWORD=..., mode 0600: keep secret)")
+    print()
+    print("Start the broker with:")
+    print(f"  mosquitto -c {files.conf}")
+    if shutil.which("mosquitto") is None and not Path("/usr/sbin/mosquitto").exists():
+        print("  (mosquitto is not on this machine's PATH: install it, e.g. `apt install mosquitto`)")
+    print()
+    print("Then give each party its role's credentials, e.g.:")
+    print(f"  set -a; . {files.credentials}; set +a")
+    print(f"  PRIVBANDIT_BROKER_URL=mqtt://{files.host}:{files.port} PRIVBANDIT_RUN_ID={files.run_id} \\")
+    print("  PRIVBANDIT_USERNAME=analyzer PRIVBANDIT_PASSWORD=$PRIVBANDIT_ANALYZER_PASSWORD ...")
+    if files.backend == "acl_file":
+        print()
+        print("Note: with acl_file, Mosquitto accepts every SUBSCRIBE and enforces 'read' per message at")
+        print("delivery; use backend 'dynsec' to have forbidden subscriptions refused outright.")
+    return 0

@@ -1,0 +1,354 @@
+"""The embedded default broker: amqtt in its own process, with the same users and ACL as Mosquitto.
+
+``start_embedded_broker(run_id)`` writes the run's broker files (:func:`acl.write_broker_config`:
+the same ``passwd`` a Mosquitto would use) to a private temporary directory, starts
+``python -m privbandit.services.embedded_broker`` on a free port of 127.0.0.1, and returns once the
+port accepts connections. The child loads two amqtt plugins (amqtt 0.12 ``plugins`` config):
+
+- :class:`PasswordFileAuthPlugin` (``BaseAuthPlugin.authenticate``): the username must be a role
+  and the password must match the role's ``$7$`` hash in ``passwd``; anonymous clients are refused
+  (CONNACK 5, not authorized);
+- :class:`RoleTopicPlugin` (``BaseTopicPlugin.topic_filtering``): amqtt calls it with
+  ``Action.SUBSCRIBE`` for each topic filter of a SUBSCRIBE (refused → SUBACK 0x80),
+  ``Action.PUBLISH`` for each incoming PUBLISH (refused → acknowledged but dropped, as Mosquitto
+  does) and ``Action.RECEIVE`` before delivering each message to each subscriber. All three are
+  answered by :func:`acl.allowed` (read for SUBSCRIBE/RECEIVE, write for PUBLISH).
+
+amqtt speaks MQTT 3.1.1 only (aiomqtt's default). ``open_mode=True`` starts it without
+authentication or ACL, for local quick runs.
+
+The child exits when its parent closes its stdin (``stop()``) or dies, so a crashed parent never
+leaves a broker behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from privbandit.services import acl
+
+try:  # amqtt is needed only in the broker process and by the plugin classes below
+    from amqtt.contexts import Action
+    from amqtt.plugins.base import BaseAuthPlugin, BaseTopicPlugin
+except ImportError:  # pragma: no cover - the parent can still report a clear error from the child
+    Action = None  # type: ignore[assignment,misc]
+    BaseAuthPlugin = BaseTopicPlugin = object  # type: ignore[assignment,misc]
+
+__all__ = [
+    "EmbeddedBroker",
+    "EmbeddedBrokerError",
+    "PasswordFileAuthPlugin",
+    "RoleTopicPlugin",
+    "free_port",
+    "start_embedded_broker",
+]
+
+log = logging.getLogger("privbandit.embedded_broker")
+
+HOST = "127.0.0.1"
+_MODULE = "privbandit.services.embedded_broker"  # not __name__: that is "__main__" in the child
+_START_ATTEMPTS = 3  # free_port() races with other processes; retry with a new port if so
+
+
+class EmbeddedBrokerError(RuntimeError):
+    pass
+
+
+def free_port(host: str = HOST) -> int:
+    """A TCP port that was free on ``host`` a moment ago (bind to port 0, read it, close)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# amqtt plugins (run inside the broker process)
+
+
+class PasswordFileAuthPlugin(BaseAuthPlugin):  # type: ignore[misc,valid-type]
+    """Accept a CONNECT only with a role's username and the password matching its ``$7$`` hash."""
+
+    @dataclass
+    class Config:
+        password_file: str
+
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        hashes = acl.read_password_file(self.config.password_file)
+        self._hashes = {user: h for user, h in hashes.items() if user in {r.value for r in acl.Role}}
+        self._cache: dict[tuple[str, str], bool] = {}
+
+    async def authenticate(self, *, session) -> bool:
+        username = getattr(session, "username", None)
+        password = getattr(session, "password", None)
+        if not username or password is None:
+            log.info("refused anonymous connection")
+            return False
+        password_hash = self._hashes.get(username)
+        if password_hash is None:
+            log.info("refused unknown user %r", username)
+            return False
+        if isinstance(password, bytes):
+            password = password.decode("utf-8", "replace")
+        ok = acl.verify_password(password, password_hash)
+        if not ok:
+            log.info("refused %r: wrong password", username)
+        return ok
+
+
+class RoleTopicPlugin(BaseTopicPlugin):  # type: ignore[misc,valid-type]
+    """SUBSCRIBE, PUBLISH and per-message RECEIVE checks by :func:`acl.allowed`."""
+
+    @dataclass
+    class Config:
+        run_id: str
+
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        self._run_id = acl.validate_run_id(self.config.run_id)
+
+    async def topic_filtering(self, *, session=None, topic=None, action=None) -> bool:
+        username = getattr(session, "username", None)
+        if not topic or username not in acl.Role._value2member_map_:
+            return False
+        if action == Action.PUBLISH:
+            verdict = acl.allowed(username, "write", topic, self._run_id)
+        elif action in (Action.SUBSCRIBE, Action.RECEIVE):
+            verdict = acl.allowed(username, "read", topic, self._run_id)
+        else:
+            verdict = False
+        if not verdict:
+            log.info("denied %s %s on %r", username, action, topic)
+        return verdict
+
+
+def _broker_config(port: int, *, run_id: str, password_file: str | None, open_mode: bool) -> dict:
+    if open_mode:
+        plugins: dict = {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}}
+    else:
+        plugins = {
+            f"{_MODULE}.PasswordFileAuthPlugin": {"password_file": password_file},
+            f"{_MODULE}.RoleTopicPlugin": {"run_id": run_id},
+        }
+    return {
+        "listeners": {"default": {"type": "tcp", "bind": f"{HOST}:{port}"}},
+        "plugins": plugins,
+    }
+
+
+async def _serve(port: int, *, run_id: str, password_file: str | None, open_mode: bool) -> None:
+    from amqtt.broker import Broker
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+
+    def watch_stdin() -> None:  # parent closed our stdin (stop() or parent died): shut down
+        with contextlib.suppress(Exception):
+            while sys.stdin.buffer.read(4096):
+                pass
+        loop.call_soon_threadsafe(stop.set)
+
+    threading.Thread(target=watch_stdin, name="stdin-watch", daemon=True).start()
+
+    broker = Broker(_broker_config(port, run_id=run_id, password_file=password_file, open_mode=open_mode))
+    await broker.start()
+    print(f"READY {port}", flush=True)
+    await stop.wait()
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(broker.shutdown(), timeout=5)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="privbandit embedded MQTT broker (amqtt)")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--run-id", required=True)
+    parser.add_argument("--password-file")
+    parser.add_argument("--open", action="store_true", help="no authentication, no ACL")
+    parser.add_argument("--log-level", default="WARNING")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # amqtt is chatty at INFO (one line per connection); keep it quiet unless debugging
+    logging.getLogger("amqtt").setLevel(logging.DEBUG if args.log_level.upper() == "DEBUG" else logging.ERROR)
+    if not args.open and not args.password_file:
+        parser.error("--password-file is required unless --open")
+    try:
+        asyncio.run(_serve(args.port, run_id=args.run_id, password_file=args.password_file, open_mode=args.open))
+    except Exception as exc:  # report why, for the parent's error message
+        print(f"embedded broker: failed on {HOST}:{args.port}: {type(exc).__name__}: {exc}",
+              file=sys.stderr, flush=True)
+        return 3
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# the parent side
+
+
+class EmbeddedBroker:
+    """A running embedded broker. Use as a context manager, or call :meth:`stop`."""
+
+    def __init__(self, *, process: subprocess.Popen, port: int, run_id: str, open_mode: bool,
+                 files: acl.BrokerFiles | None, workdir: Path, stderr_path: Path):
+        self.process = process
+        self.host = HOST
+        self.port = port
+        self.url = f"mqtt://{HOST}:{port}"
+        self.run_id = run_id
+        self.open_mode = open_mode
+        self.files = files  # the run's broker files (passwd, acl, credentials.env, mosquitto.conf)
+        self._workdir = workdir
+        self._stderr_path = stderr_path
+        self._finalizer = weakref.finalize(self, _terminate, process, workdir)
+
+    @property
+    def passwords(self) -> dict[acl.Role, str]:
+        return dict(self.files.passwords) if self.files else {}
+
+    def password(self, role: acl.Role | str) -> str:
+        if self.files is None:
+            raise ValueError("an open-mode broker has no passwords")
+        return self.files.password(role)
+
+    @property
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def stderr(self) -> str:
+        with contextlib.suppress(OSError):
+            return self._stderr_path.read_text(errors="replace")
+        return ""
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the broker process (gracefully, then by force) and delete its files. Idempotent."""
+        if self._finalizer.alive:
+            self._finalizer.detach()
+            _terminate(self.process, self._workdir, timeout)
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else f"exited({self.process.returncode})"
+        return f"EmbeddedBroker({self.url}, run_id={self.run_id!r}, open={self.open_mode}, {state})"
+
+
+def _terminate(process: subprocess.Popen, workdir: Path, timeout: float = 5.0) -> None:
+    try:
+        if process.poll() is None:
+            with contextlib.suppress(OSError):
+                if process.stdin:
+                    process.stdin.close()  # the graceful path: the child shuts down on EOF
+            try:
+                process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                process.terminate()
+                try:
+                    process.wait(timeout=2)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(timeout=2)
+        else:
+            with contextlib.suppress(OSError):
+                if process.stdin:
+                    process.stdin.close()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _wait_ready(process: subprocess.Popen, port: int, deadline: float) -> bool:
+    """True once ``port`` accepts a TCP connection; False if the process exited first."""
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            return False
+        try:
+            with socket.create_connection((HOST, port), timeout=0.2):
+                return True
+        except OSError:
+            time.sleep(0.02)
+    return False
+
+
+def start_embedded_broker(
+    run_id: str,
+    passwords: Mapping[acl.Role | str, str] | None = None,
+    *,
+    open_mode: bool = False,
+    timeout: float = 20.0,
+    log_level: str = "WARNING",
+) -> EmbeddedBroker:
+    """Start an amqtt broker for run ``run_id`` in its own process on a free port of 127.0.0.1.
+
+    Users, passwords and ACL are those of :func:`acl.write_broker_config` (roles missing from
+    ``passwords`` get random ones; read them back from ``broker.password(role)`` or
+    ``broker.files.credentials``). Returns once the port accepts connections; raises
+    :class:`EmbeddedBrokerError` (with the broker's stderr) if it does not within ``timeout`` s.
+    """
+    acl.validate_run_id(run_id)
+    if not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if not isinstance(log_level, str) or log_level.upper() not in logging.getLevelNamesMapping():
+        raise ValueError(f"log_level must be a logging level name, got {log_level!r}")
+    if open_mode and passwords:
+        raise ValueError("passwords are meaningless with open_mode=True")
+
+    deadline = time.monotonic() + timeout
+    errors: list[str] = []
+    for _attempt in range(_START_ATTEMPTS):
+        port = free_port()
+        workdir = Path(tempfile.mkdtemp(prefix=f"privbandit-broker-{run_id}-"))
+        files = None
+        try:
+            if not open_mode:
+                files = acl.write_broker_config(workdir / "broker", run_id, port, passwords)
+        except BaseException:
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise
+        stderr_path = workdir / "stderr.log"
+        cmd = [sys.executable, "-m", _MODULE, "--port", str(port), "--run-id", run_id, "--log-level", log_level]
+        cmd += ["--open"] if open_mode else ["--password-file", str(files.passwd)]
+        env = dict(os.environ)
+        project_root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (project_root, env.get("PYTHONPATH")) if p)
+        with open(stderr_path, "wb") as stderr_file:
+            process = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                       stderr=stderr_file, env=env, close_fds=True)
+        broker = EmbeddedBroker(process=process, port=port, run_id=run_id, open_mode=open_mode,
+                                files=files, workdir=workdir, stderr_path=stderr_path)
+        if _wait_ready(process, port, deadline):
+            return broker
+        text = broker.stderr()
+        exited = process.poll()
+        broker.stop(timeout=1)
+        errors.append(text)
+        if exited is not None and "in use" in text and time.monotonic() < deadline:
+            continue  # lost the race for the port: try another
+        reason = f"exited with code {exited}" if exited is not None else f"did not listen within {timeout:g} s"
+        raise EmbeddedBrokerError(f"embedded broker on {HOST}:{port} {reason}; its stderr:\n{text.strip() or '(empty)'}")
+    raise EmbeddedBrokerError("embedded broker could not bind a free port; last stderr:\n" + errors[-1].strip())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

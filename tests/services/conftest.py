@@ -1,0 +1,30 @@
+"""Brokers for the service tests.
+
+A test that needs Mosquitto fails, never skips, when CI=true: CI installs and starts it (.ci/run).
+"""
+
+import os
+import socket
+
+import pytest
+
+SYSTEM_MOSQUITTO = ("127.0.0.1", 1883)
+
+
+def _reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def mosquitto_url() -> str:
+    """The system Mosquitto at 127.0.0.1:1883 (anonymous, local only)."""
+    if not _reachable(*SYSTEM_MOSQUITTO):
+        message = "no Mosquitto at 127.0.0.1:1883 (start it: mosquitto -d)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return "mqtt://127.0.0.1:1883"

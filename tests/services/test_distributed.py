@@ -1,0 +1,168 @@
+"""End to end: every party its own OS process, talking over a real MQTT broker."""
+
+import asyncio
+import json
+import secrets
+import time
+from pathlib import Path
+
+import aiomqtt
+import msgpack
+import numpy as np
+import pytest
+
+from privbandit.experiment.config import load_experiment
+from privbandit.experiment.results import summarize, write_results
+from privbandit.experiment.runner import run_experiment
+from privbandit.services import codec
+from privbandit.services.launcher import launch, plan_parties
+
+EXPERIMENT = """
+name = "e2e"
+horizon = {horizon}
+seed = 17
+epsilon = 0.5
+runs = {runs}
+[environment]
+kind = "uniform"
+[algorithms.Dist-DP-SE]
+{extra}
+"""
+MORE = """
+[algorithms.DP-SE]
+[algorithms.LDP-SE]
+[algorithms.Dist-RDP-shuffled]
+algorithm = "dist-rdp-se"
+intermediary = "shuffler"
+"""
+
+
+def _experiment(tmp_path, horizon=30_000, runs=2, extra=MORE) -> Path:
+    path = tmp_path / "e2e.toml"
+    path.write_text(EXPERIMENT.format(horizon=horizon, runs=runs, extra=extra))
+    return path
+
+
+def _inproc(path: Path, out: Path) -> dict:
+    config, _ = load_experiment(path)
+    results, algos, compute, elapsed = run_experiment(config, jobs=1)
+    summary = summarize(config, results, algos, compute, elapsed)
+    write_results(out, config, summary, results, algos)
+    return summary
+
+
+def assert_same_numbers(inproc_dir: Path, mqtt_dir: Path) -> None:
+    a = json.loads((inproc_dir / "summary.json").read_text())
+    b = json.loads((mqtt_dir / "summary.json").read_text())
+    assert b["transport"] == "mqtt" and a["transport"] == "inproc"
+    for label, alg in a["algorithms"].items():
+        for key, value in alg.items():
+            if key != "users_per_s":
+                assert b["algorithms"][label][key] == value, (label, key)
+        assert b["privacy"][label] == a["privacy"][label]
+        for key in ("bits_per_user_protocol", "bits_per_user_protocol_max", "reports_per_run"):
+            assert b["communication"][label][key] == a["communication"][label][key]
+    # Every decoded sum, wrap-around and regret checkpoint, bit for bit.
+    assert (mqtt_dir / "rounds.csv").read_bytes() == (inproc_dir / "rounds.csv").read_bytes()
+    assert (mqtt_dir / "curves.csv").read_bytes() == (inproc_dir / "curves.csv").read_bytes()
+
+
+def test_mqtt_run_reproduces_the_inproc_run_over_mosquitto(tmp_path, mosquitto_url):
+    path = _experiment(tmp_path)
+    _inproc(path, tmp_path / "inproc")
+    config, _ = load_experiment(path)
+    code = launch(config, path, [], tmp_path / "mqtt", broker_url=mosquitto_url, shards=2, timeout_s=240)
+    assert code == 0
+    assert_same_numbers(tmp_path / "inproc", tmp_path / "mqtt")
+    summary = json.loads((tmp_path / "mqtt" / "summary.json").read_text())
+    comm = summary["communication"]["Dist-DP-SE"]
+    # Wire bytes per user within the issue's budget: 2·(⌈log₂ m⌉/8) + 8.
+    assert 0 < comm["bytes_per_user_wire"] <= 2 * comm["bits_per_user_protocol_max"] / 8 + 8
+    assert comm["roles"]["analyzer"].get("payload.received.report", 0) == 0  # never sees a report
+    assert summary["rejected"] == {} and summary["parties_missing_stats"] == []
+
+
+def _publish_junk(url: str, run_id: str, running) -> int:
+    """A hostile client: garbage and near-miss messages on every topic the parties read, sent
+    over and over while ``running()`` holds. Returns how many rounds of junk it sent."""
+
+    async def go():
+        host, port = url.removeprefix("mqtt://").split(":")
+        async with aiomqtt.Client(host, int(port)) as c:
+            t = f"pb/{run_id}"
+            good = codec.ReportsMsg(run=run_id, task=0, round=0, m=53, user_ids=np.array([0], "<u4"),
+                                    values=np.array([1], "<u2"))
+            raw = msgpack.unpackb(codec.encode(good))
+            variants = [
+                b"\xc1 not msgpack", msgpack.packb([1, 2]), msgpack.packb({**raw, "v": 9}),
+                msgpack.packb({**raw, "kind": "nope"}), msgpack.packb({**raw, "round": "x"}),
+                codec.encode(good.model_copy(update={"run": "someone-else"})),
+                codec.encode(good.model_copy(update={"m": 12345})),
+                codec.encode(good.model_copy(update={"user_ids": np.array([10**6], "<u4")})),
+            ]
+            sent = 0
+            while running() and sent < 300:
+                for topic in (f"{t}/report/aggregator", f"{t}/plan", f"{t}/release/aggregator", f"{t}/metrics/x"):
+                    for v in variants:
+                        await c.publish(topic, v, qos=1)
+                sent += 1
+                await asyncio.sleep(0.2)
+            return sent
+
+    return asyncio.run(go())
+
+
+def _start(tmp_path, path, url, run_id):
+    config, _ = load_experiment(path)
+    out = tmp_path / "mqtt"
+    parties = plan_parties(config, path, [], out, url, run_id, 2, None, observer_log=tmp_path / "observer.log")
+    for p in parties:
+        p.start()
+    return parties, out
+
+
+def _wait(parties, timeout=240):
+    end = time.monotonic() + timeout
+    while parties[0].proc.poll() is None:
+        assert time.monotonic() < end, "the distributed run did not finish"
+        time.sleep(0.2)
+    for p in parties[1:]:
+        p.proc.wait(30)
+    return parties[0].proc.returncode
+
+
+def test_parties_survive_malformed_traffic_and_count_it(tmp_path, mosquitto_url):
+    path = _experiment(tmp_path, horizon=1_000_000, runs=1, extra="")
+    _inproc(path, tmp_path / "inproc")
+    run_id = "t" + secrets.token_hex(4)
+    parties, out = _start(tmp_path, path, mosquitto_url, run_id)
+    try:
+        sent = _publish_junk(mosquitto_url, run_id, lambda: parties[0].proc.poll() is None)
+        assert sent >= 5, "the run ended before much junk was sent: make it longer"
+        assert _wait(parties) == 0, (tmp_path / "observer.log").read_text()[-3000:]
+    finally:
+        for p in parties:
+            p.stop()
+    assert_same_numbers(tmp_path / "inproc", out)
+    rejected = json.loads((out / "summary.json").read_text())["rejected"]
+    for reason in ("not-msgpack", "not-a-map", "bad-version", "unknown-kind", "schema", "wrong-run"):
+        assert rejected.get(reason, 0) > 0, (reason, rejected)
+
+
+def test_killing_and_restarting_a_user_fleet_mid_run(tmp_path, mosquitto_url):
+    path = _experiment(tmp_path, horizon=400_000, runs=2, extra="")
+    _inproc(path, tmp_path / "inproc")
+    parties, out = _start(tmp_path, path, mosquitto_url, "k" + secrets.token_hex(4))
+    fleet = next(p for p in parties if p.name == "users-1")
+    try:
+        time.sleep(2.0)
+        assert fleet.proc.poll() is None and parties[0].proc.poll() is None, "the run must still be going"
+        fleet.proc.kill()  # SIGKILL: no goodbye, work in flight is lost
+        fleet.proc.wait()
+        time.sleep(1.0)
+        fleet.start()  # same client id: the broker kept its session and queued plans
+        assert _wait(parties) == 0, (tmp_path / "observer.log").read_text()[-3000:]
+    finally:
+        for p in parties:
+            p.stop()
+    assert_same_numbers(tmp_path / "inproc", out)
