@@ -206,5 +206,41 @@ def observer(
         raise typer.Exit(1)
 
 
+@app.command()
+def keys(
+    experiment: Annotated[Path, typer.Option(help="experiment file")],
+    out: Annotated[Path, typer.Option(help="directory for analyzer.env and shuffler.env")],
+    set_: Annotated[Optional[list[str]], typer.Option("--set")] = None,
+):
+    """Derive the analyzer's and shuffler's keys from the run seed (for compose deployments).
+
+    Each key file is for its party alone: the analyzer gets analyzer.env, never the experiment."""
+    from privbandit.protocol.seeding import analyzer_master_key, shuffler_master_key
+
+    config = _world(experiment, set_)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, var, key in (("analyzer", "PRIVBANDIT_ANALYZER_KEY", analyzer_master_key(config.seed)),
+                           ("shuffler", "PRIVBANDIT_SHUFFLE_KEY", shuffler_master_key(config.seed))):
+        path = out / f"{name}.env"
+        path.write_text(f"{var}={hex(key)}\n")
+        path.chmod(0o600)
+    err.print(f"wrote {out}/analyzer.env and {out}/shuffler.env")
+
+
+@app.command()
+def demo(
+    broker: Annotated[Optional[str], typer.Option(help="mqtt://host:port [default: an embedded broker]")] = None,
+    out: Annotated[Path, typer.Option(help="results directory")] = Path("results/demo"),
+    shards: Annotated[int, typer.Option(help="user fleets")] = 2,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a field of experiments/demo.toml")] = None,
+):
+    """Dist-DP-SE end to end: broker, analyzer, aggregator, user fleets and observer as separate
+    processes; prints regret, ε spent and bits per user measured on the wire."""
+    experiment = Path(__file__).resolve().parent.parent / "experiments" / "demo.toml"
+    if not experiment.exists():  # an installed wheel without the repository's experiments/
+        experiment = Path("experiments/demo.toml")
+    run(experiment, set_=set_, runs=None, out=out, jobs=None, transport="mqtt", broker=broker, shards=shards)
+
+
 def main() -> None:  # pragma: no cover
     sys.exit(app())

@@ -41,6 +41,21 @@ class BusSettings(BaseSettings):
     password: str | None = None
     run_id: str = "default"
     connect_timeout_s: float = 30.0
+    # A credentials.env written by `privbandit broker-config`: the password is looked up there as
+    # PRIVBANDIT_<USERNAME>_PASSWORD when PRIVBANDIT_PASSWORD is not set (docker compose uses this).
+    credentials_file: str | None = None
+
+    def model_post_init(self, _context) -> None:
+        if self.password is None and self.credentials_file and self.username:
+            key = f"PRIVBANDIT_{self.username.upper()}_PASSWORD="
+            try:
+                lines = open(self.credentials_file).read().splitlines()
+            except OSError as exc:
+                raise ValueError(f"credentials_file {self.credentials_file!r}: {exc.strerror}") from None
+            found = [line.removeprefix(key) for line in lines if line.startswith(key)]
+            if not found:
+                raise ValueError(f"credentials_file {self.credentials_file!r} has no {key.rstrip('=')}")
+            self.password = found[0].strip()
 
     def endpoint(self) -> tuple[str, int]:
         parts = urlsplit(self.broker_url)

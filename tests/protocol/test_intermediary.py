@@ -58,3 +58,40 @@ def test_raw_rewards_must_lie_in_unit_interval():
     box = Intermediary(_plan(mech, n=3), mech)
     assert box.receive(Reports(4, np.array([100, 101, 102]), np.array([0.5, 1.5, np.nan]))) == 1
     assert box.rejected["out-of-range"] == 2
+
+
+def test_shuffler_release_is_a_uniform_permutation_without_ids():
+    """Chi-square over (sender, output position): each of n senders lands in each of n positions
+    with probability 1/n. A shuffler that kept arrival order, or rotated, fails at once."""
+    from scipy import stats
+
+    from privbandit.protocol.parties import Shuffler
+
+    mech = LocalDiscreteLaplace(1.0, 0.1)
+    n, trials = 6, 12_000
+    plan = _plan(mech, n=n)
+    counts = np.zeros((n, n))
+    rng = np.random.default_rng(8)
+    for _ in range(trials):
+        box = Shuffler(plan, mech, rng)
+        box.receive(Reports(4, np.arange(100, 100 + n), np.arange(n)))  # sender i sends value i
+        rel = box.release()
+        assert rel.value is None and rel.n_reports == n and sorted(rel.reports) == list(range(n))
+        counts[rel.reports, np.arange(n)] += 1
+    assert stats.chisquare(counts.ravel()).pvalue > 1e-3
+    identity = np.zeros((n, n))
+    identity[np.arange(n), np.arange(n)] = trials
+    assert stats.chisquare(identity.ravel() + 1).pvalue < 1e-12  # the test has power
+
+
+def test_shuffled_modular_release_decodes_like_the_sum():
+    from privbandit.protocol.parties import Shuffler
+
+    mech = PolyaSecAgg(1.0, 0.1)
+    plan = _plan(mech)
+    values = np.random.default_rng(0).integers(0, plan.params.m, 8)
+    box = Shuffler(plan, mech, np.random.default_rng(1))
+    box.receive(Reports(4, np.arange(100, 108), values))
+    summed = Intermediary(plan, mech)
+    summed.receive(Reports(4, np.arange(100, 108), values))
+    assert mech.aggregate(box.release().reports, plan.params) == summed.release().value

@@ -1,0 +1,101 @@
+"""Distributed throughput: Dist-DP-SE, K = 10, T = 10⁶ users, every party its own process.
+
+    python benchmarks/bench_distributed.py [--broker mqtt://127.0.0.1:1883] [--horizon 1000000]
+
+Prints, for the same experiment and seed:
+- users/s of the in-process engine (one process) and of the MQTT run (observer's wall time for the
+  task, from the first plan to the last truth), and their ratio;
+- wire bytes per user against the budget 2·(⌈log₂ m⌉/8) + 8;
+- the raw broker rate measured with the same client library: QoS 1 messages of one report block
+  (65,536 users) from one publisher to one subscriber — the ceiling for users/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import aiomqtt
+
+from privbandit.experiment.config import load_experiment
+from privbandit.experiment.runner import run_experiment
+from privbandit.protocol.seeding import USER_BLOCK
+from privbandit.services.launcher import launch
+
+EXPERIMENT = """
+name = "bench-distributed"
+horizon = {horizon}
+seed = 5
+epsilon = 0.5
+runs = 1
+[environment]
+kind = "uniform"
+[algorithms.Dist-DP-SE]
+"""
+
+
+async def broker_rate(url: str, payload_bytes: int, count: int) -> float:
+    host, port = url.removeprefix("mqtt://").split(":")
+    topic = f"bench/{time.time_ns()}"
+    payload = b"\x01" * payload_bytes
+    async with aiomqtt.Client(host, int(port)) as sub, aiomqtt.Client(host, int(port)) as pub:
+        await sub.subscribe(topic, qos=1)
+        got = 0
+        start = time.perf_counter()
+
+        async def receive():
+            nonlocal got
+            async for _ in sub.messages:
+                got += 1
+                if got == count:
+                    return
+
+        receiver = asyncio.create_task(receive())
+        for _ in range(count):
+            await pub.publish(topic, payload, qos=1)
+        await asyncio.wait_for(receiver, 120)
+        return count / (time.perf_counter() - start)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--broker", default="mqtt://127.0.0.1:1883")
+    ap.add_argument("--horizon", type=int, default=1_000_000)
+    ap.add_argument("--shards", type=int, default=2)
+    args = ap.parse_args()
+    print(f"machine: {platform.machine()}, python {platform.python_version()}, broker {args.broker}")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bench.toml"
+        path.write_text(EXPERIMENT.format(horizon=args.horizon))
+        config, _ = load_experiment(path)
+        results, _, compute, _ = run_experiment(config, jobs=1)
+        inproc = args.horizon / compute["Dist-DP-SE"]
+        t0 = time.perf_counter()
+        assert launch(config, path, [], Path(tmp) / "out", broker_url=args.broker, shards=args.shards) == 0
+        wall = time.perf_counter() - t0
+        summary = json.loads((Path(tmp) / "out" / "summary.json").read_text())
+    a = summary["algorithms"]["Dist-DP-SE"]
+    comm = summary["communication"]["Dist-DP-SE"]
+    mqtt = a["users_per_s"]
+    budget = 2 * comm["bits_per_user_protocol_max"] / 8 + 8
+    print(f"in-process engine       {inproc:>12,.0f} users/s")
+    print(f"MQTT, {args.shards} fleets          {mqtt:>12,.0f} users/s   (whole session incl. process start: "
+          f"{args.horizon / wall:,.0f} users/s, {wall:.1f} s)")
+    print(f"ratio in-process/MQTT   {inproc / mqtt:>12.1f}×")
+    print(f"wire bytes per user     {comm['bytes_per_user_wire']:>12.2f}   (payload {comm['bytes_per_user_payload']:.2f}; "
+          f"budget 2·({comm['bits_per_user_protocol_max']}/8) + 8 = {budget:.2f})")
+    block = int(comm["bytes_per_user_payload"] * USER_BLOCK)
+    rate = asyncio.run(broker_rate(args.broker, block, 300))
+    print(f"raw broker rate         {rate:>12,.0f} msgs/s of {block:,} B (one block) "
+          f"= {rate * USER_BLOCK:,.0f} users/s ceiling")
+    small = asyncio.run(broker_rate(args.broker, 100, 20_000))
+    print(f"raw broker rate         {small:>12,.0f} msgs/s of 100 B")
+
+
+if __name__ == "__main__":
+    main()
