@@ -193,17 +193,31 @@ def observer(
     parties: Annotated[str, typer.Option(help="comma-separated parties to wait for")],
     out: Annotated[Path, typer.Option(help="results directory")],
     set_: Annotated[Optional[list[str]], typer.Option("--set")] = None,
+    ready_timeout: Annotated[float, typer.Option(help="seconds to wait for every party to be ready")] = 60.0,
 ):
     """Collects metrics, paces the session and writes the results directory."""
     from privbandit.services.observer import ObserverService, SessionFailed
 
-    service = ObserverService(_settings(), _world(experiment, set_), parties.split(","), out)
+    service = ObserverService(_settings(), _world(experiment, set_), parties.split(","), out, ready_timeout)
     _serve(service)
     try:
         service.write()
     except SessionFailed as exc:
         err.print(f"[bold red]error:[/] the session failed: {exc}")
         raise typer.Exit(1)
+
+
+@app.command("broker-config")
+def broker_config(
+    out: Annotated[Path, typer.Option(help="directory for mosquitto.conf, passwd, acl, credentials.env")],
+    run_id: Annotated[str, typer.Option(help="the run id: topics live under pb/<run-id>/")] = "demo",
+    port: Annotated[int, typer.Option(help="the listener port")] = 1883,
+    backend: Annotated[str, typer.Option(help="acl_file (portable) or dynsec (refuses SUBSCRIBEs too)")] = "acl_file",
+):
+    """Write a Mosquitto configuration with one account per role and the run's ACLs."""
+    from privbandit.services.broker_cli import broker_config_main
+
+    raise typer.Exit(broker_config_main(out, run_id, port, backend=backend))
 
 
 @app.command()

@@ -119,20 +119,30 @@ class RoleTopicPlugin(BaseTopicPlugin):  # type: ignore[misc,valid-type]
     class Config:
         run_id: str
 
+    _CACHE_MAX = 65_536  # allowed() is pure: remember verdicts (a run uses a handful of topics)
+
     def __init__(self, context) -> None:
         super().__init__(context)
         self._run_id = acl.validate_run_id(self.config.run_id)
+        self._verdicts: dict[tuple[str, str, str], bool] = {}
 
     async def topic_filtering(self, *, session=None, topic=None, action=None) -> bool:
         username = getattr(session, "username", None)
         if not topic or username not in acl.Role._value2member_map_:
             return False
         if action == Action.PUBLISH:
-            verdict = acl.allowed(username, "write", topic, self._run_id)
+            kind = "write"
         elif action in (Action.SUBSCRIBE, Action.RECEIVE):
-            verdict = acl.allowed(username, "read", topic, self._run_id)
+            kind = "read"
         else:
-            verdict = False
+            return False
+        key = (username, kind, topic)
+        verdict = self._verdicts.get(key)
+        if verdict is None:
+            verdict = acl.allowed(username, kind, topic, self._run_id)
+            if len(self._verdicts) >= self._CACHE_MAX:
+                self._verdicts.clear()
+            self._verdicts[key] = verdict
         if not verdict:
             log.info("denied %s %s on %r", username, action, topic)
         return verdict

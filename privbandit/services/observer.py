@@ -26,7 +26,8 @@ from privbandit.services import codec
 from privbandit.services.party import PartyService
 
 CONTROL_RETRY_S = 3.0
-STATS_WAIT_S = 15.0
+STATS_WAIT_S = 15.0  # for every party's final counters after the last task
+FAILED_STATS_WAIT_S = 3.0  # after a failure some parties may never answer
 
 
 class SessionFailed(RuntimeError):
@@ -36,8 +37,11 @@ class SessionFailed(RuntimeError):
 class ObserverService(PartyService):
     role = "observer"
 
-    def __init__(self, settings, config: ExperimentConfig, parties: list[str], out: Path):
+    def __init__(self, settings, config: ExperimentConfig, parties: list[str], out: Path,
+                 ready_timeout_s: float = 60.0):
         super().__init__(settings)
+        self.ready_deadline = time.monotonic() + ready_timeout_s
+        self.ready_timeout_s = ready_timeout_s
         self.config = config
         self.algos = resolved_algorithms(config)
         self.tasks = [(r, label) for r in range(config.runs) for label in self.algos]
@@ -70,12 +74,12 @@ class ObserverService(PartyService):
                 "delta": self.config.delta}
 
     async def announce(self) -> None:
+        self.last_announce = time.monotonic()
         if self.shutting_down:
             await self.bus.publish(self.t("control"), codec.ControlMsg(run=self.run_id, action="shutdown"))
         elif self.index >= 0:
             await self.bus.publish(self.t("control"), codec.ControlMsg(
                 run=self.run_id, action="task", task=self.index, body=self.spec(self.index)))
-        self.last_announce = time.monotonic()
 
     async def next_task(self) -> None:
         self.index += 1
@@ -88,10 +92,20 @@ class ObserverService(PartyService):
             self.task_started = time.perf_counter()
         await self.announce()
 
+    async def fail(self, reason: str) -> None:
+        self.failure = reason
+        self.shutting_down = True
+        self.shutdown_at = time.monotonic()
+        await self.announce()
+
     async def tick(self) -> None:
+        if self.index < 0 and not self.shutting_down and time.monotonic() > self.ready_deadline:
+            missing = ", ".join(sorted(set(self.parties) - self.ready))
+            await self.fail(f"parties never became ready within {self.ready_timeout_s:.0f} s: {missing}")
         if self.index >= 0 and time.monotonic() - self.last_announce > CONTROL_RETRY_S:
             await self.announce()  # for a party that restarted and missed it
-        if self.shutting_down and time.monotonic() - self.shutdown_at > STATS_WAIT_S:
+        wait = FAILED_STATS_WAIT_S if self.failure else STATS_WAIT_S
+        if self.shutting_down and time.monotonic() - self.shutdown_at > wait:
             self.finished = True  # write what we have; missing stats are reported as missing
 
     # --- metrics ----------------------------------------------------------------------------
@@ -121,10 +135,7 @@ class ObserverService(PartyService):
                 self.progress.start()
                 await self.next_task()
         elif msg.state == "error":
-            self.failure = f"{msg.party}: {msg.body.get('reason', msg.body)}"
-            self.shutting_down = True
-            self.shutdown_at = time.monotonic()
-            await self.announce()
+            await self.fail(f"{msg.party}: {msg.body.get('reason', msg.body)}")
         elif msg.state == "task-done" and msg.task == self.index:
             self.analyzer_done = msg.body
             await self.maybe_finish_task()

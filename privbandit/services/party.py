@@ -115,27 +115,37 @@ class PartyService:
                 await self.status("ready")  # until the coordinator starts us: it may have come up later
             await self.tick()
 
-    async def serve(self) -> None:
+    async def _pump(self) -> None:
+        """Connect, and hand every message to ``handle`` until finished; reconnect on loss."""
         delay = 0.1
+        while not self.finished:
+            try:
+                async with connect(self.settings, f"{self.run_id}-{self.name}", self.subscriptions(),
+                                   self.traffic, self.rejected) as bus:
+                    self.bus = bus
+                    delay = 0.1
+                    await self.on_connect()
+                    async for name, msg in bus.messages():
+                        await self.handle(name, msg)
+                        if self.finished:
+                            return
+            except aiomqtt.MqttError as exc:
+                self.bus = None
+                if self.finished:
+                    return
+                log.warning("%s lost the broker (%s); reconnecting in %.1f s", self.name, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RECONNECT_MAX_S)
+
+    async def serve(self) -> None:
+        """Run until finished, whether a message or a timer (``tick``) finishes the party."""
+        pump = asyncio.create_task(self._pump())
         ticker = asyncio.create_task(self._ticker())
         try:
-            while not self.finished:
-                try:
-                    async with connect(self.settings, f"{self.run_id}-{self.name}", self.subscriptions(),
-                                       self.traffic, self.rejected) as bus:
-                        self.bus = bus
-                        delay = 0.1
-                        await self.on_connect()
-                        async for name, msg in bus.messages():
-                            await self.handle(name, msg)
-                            if self.finished:
-                                break
-                except aiomqtt.MqttError as exc:
-                    self.bus = None
-                    if self.finished:
-                        break
-                    log.warning("%s lost the broker (%s); reconnecting in %.1f s", self.name, exc, delay)
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, RECONNECT_MAX_S)
+            await asyncio.wait({pump, ticker}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            ticker.cancel()
+            for task in (pump, ticker):
+                task.cancel()
+            await asyncio.gather(pump, ticker, return_exceptions=True)
+        if pump.done() and not pump.cancelled() and pump.exception():
+            raise pump.exception()

@@ -240,7 +240,7 @@ def test_write_broker_config_files(tmp_path):
 
 def test_write_broker_config_dynsec(tmp_path):
     if acl.find_dynsec_plugin() is None:
-        pytest.skip("Mosquitto's dynamic-security plugin is not installed")
+        _missing("mosquitto's dynamic-security plugin")
     files = acl.write_broker_config(tmp_path, RUN, 18831, backend="dynsec")
     assert files.dynsec and stat.S_IMODE(files.dynsec.stat().st_mode) == 0o600
     conf = files.conf.read_text()
@@ -612,3 +612,31 @@ async def test_subacks_match_allowed(broker):
                 else:
                     expected = 1  # Mosquitto acl_file: every SUBSCRIBE granted
                 assert code == expected, f"{broker.name}: {role.value} SUBSCRIBE {topic_filter} -> {code:#x}"
+
+
+# --- the embedded broker's own API ----------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_embedded_broker_open_mode_needs_no_credentials():
+    with start_embedded_broker(RUN, open_mode=True) as broker:
+        assert broker.url == f"mqtt://127.0.0.1:{broker.port}" and broker.running
+        async with aiomqtt.Client("127.0.0.1", broker.port) as client:  # anonymous
+            assert [_code(c) for c in await client.subscribe(f"pb/{RUN}/#", qos=1)] == [1]
+            await client.publish(f"pb/{RUN}/report/aggregator", b"x", qos=1)
+            async with asyncio.timeout(WAIT_S):
+                async for message in client.messages:
+                    assert message.payload == b"x"
+                    break
+    assert not broker.running
+    broker.stop()  # idempotent
+
+
+def test_embedded_broker_start_failure_reports_stderr(monkeypatch):
+    import privbandit.services.embedded_broker as embedded
+
+    monkeypatch.setattr(embedded, "_MODULE", "privbandit.services.no_such_module")
+    with pytest.raises(embedded.EmbeddedBrokerError, match="no_such_module"):
+        start_embedded_broker(RUN, timeout=10)
+    with pytest.raises(ValueError, match="run_id"):
+        start_embedded_broker("bad run")

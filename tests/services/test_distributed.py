@@ -166,3 +166,57 @@ def test_killing_and_restarting_a_user_fleet_mid_run(tmp_path, mosquitto_url):
         for p in parties:
             p.stop()
     assert_same_numbers(tmp_path / "inproc", out)
+
+
+def test_privbandit_demo_on_the_embedded_broker_with_acls_reproduces_inproc(tmp_path):
+    """The README's main job, as a user runs it: no broker installed, every role on its own
+    account under the generated ACLs; the numbers equal the in-process run's."""
+    import subprocess
+    import sys
+
+    sets = ["--set", "horizon=40000", "--set", "runs=2"]
+    demo = Path(__file__).resolve().parents[2] / "experiments" / "demo.toml"
+    proc = subprocess.run([sys.executable, "-m", "privbandit", "demo", "--out", str(tmp_path / "mqtt"), *sets],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "wire B/user" in proc.stdout and "Dist-DP-SE" in proc.stdout
+    config, _ = load_experiment(demo, ["horizon=40000", "runs=2"])
+    results, algos, compute, elapsed = run_experiment(config, jobs=1)
+    write_results(tmp_path / "inproc", config, summarize(config, results, algos, compute, elapsed), results, algos)
+    assert_same_numbers(tmp_path / "inproc", tmp_path / "mqtt")
+
+
+def _session_without_users_1(tmp_path, url, horizon, observer_waits_for_it, *observer_args, deadline="3"):
+    path = _experiment(tmp_path, horizon=horizon, runs=1, extra="")
+    config, _ = load_experiment(path)
+    parties = plan_parties(config, path, [], tmp_path / "mqtt", url, "d" + secrets.token_hex(4), 2, None,
+                           observer_log=tmp_path / "observer.log")
+    started = [p for p in parties if p.name != "users-1"]
+    for p in started:
+        if p.name == "aggregator":
+            p.argv += ["--deadline", deadline]
+        if p.name == "observer":
+            if not observer_waits_for_it:
+                i = p.argv.index("--parties") + 1
+                p.argv[i] = p.argv[i].replace(",users-1", "")
+            p.argv += list(observer_args)
+        p.start()
+    try:
+        code = _wait(started, timeout=120)
+    finally:
+        for p in parties:
+            p.stop()
+    return code, (tmp_path / "observer.log").read_text()
+
+
+def test_a_round_that_misses_its_deadline_fails_loudly(tmp_path, mosquitto_url):
+    """Fleet 1 never comes, so cohorts larger than one block (65,536 users) stay incomplete:
+    nothing is released, and the session stops with an error naming the round."""
+    code, log = _session_without_users_1(tmp_path, mosquitto_url, 2_000_000, False)
+    assert code == 1 and "missed its 3 s deadline" in log and "nothing released" in log
+    assert not (tmp_path / "mqtt" / "summary.json").exists()
+
+
+def test_a_party_that_never_comes_fails_the_session(tmp_path, mosquitto_url):
+    code, log = _session_without_users_1(tmp_path, mosquitto_url, 20_000, True, "--ready-timeout", "3")
+    assert code == 1 and "never became ready" in log and "users-1" in log
