@@ -139,16 +139,38 @@ def _world(experiment: Path, set_: list[str] | None):
         raise typer.Exit(2)
 
 
+def _key(name: str) -> str | None:
+    """A party's key: ``$NAME``, or the ``NAME=value`` line of the file ``$NAME_FILE`` names
+    (written by ``privbandit keys``; docker-compose.yml mounts it for that party alone)."""
+    if os.environ.get(name):
+        return os.environ[name]
+    path = os.environ.get(f"{name}_FILE")
+    if not path:
+        return None
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as exc:
+        err.print(f"[bold red]error:[/] {name}_FILE={path}: {exc.strerror}")
+        raise typer.Exit(2)
+    found = [line.split("=", 1)[1].strip() for line in lines if line.startswith(f"{name}=")]
+    if not found:
+        err.print(f"[bold red]error:[/] {name}_FILE={path} has no {name}=... line")
+        raise typer.Exit(2)
+    return found[0]
+
+
 @app.command()
 def analyzer():
     """The analyzer server: runs the learner, publishes plans, reads releases only.
 
-    Its key comes from PRIVBANDIT_ANALYZER_KEY (hex); it is never given the experiment file."""
+    Its key comes from PRIVBANDIT_ANALYZER_KEY (hex) or PRIVBANDIT_ANALYZER_KEY_FILE; it is never
+    given the experiment file."""
     from privbandit.services.analyzer import AnalyzerService
 
-    key = os.environ.get("PRIVBANDIT_ANALYZER_KEY")
+    key = _key("PRIVBANDIT_ANALYZER_KEY")
     if not key:
-        err.print("[bold red]error:[/] PRIVBANDIT_ANALYZER_KEY is not set (the launcher sets it)")
+        err.print("[bold red]error:[/] neither PRIVBANDIT_ANALYZER_KEY nor PRIVBANDIT_ANALYZER_KEY_FILE is set "
+                  "(the launcher sets the key)")
         raise typer.Exit(2)
     _serve(AnalyzerService(_settings(), int(key, 16)))
 
@@ -166,7 +188,7 @@ def shuffler(deadline: Annotated[float, typer.Option(help="seconds a round may s
     """The shuffler: releases a uniformly permuted multiset, without senders, order or timing."""
     from privbandit.services.intermediary import IntermediaryService
 
-    key = os.environ.get("PRIVBANDIT_SHUFFLE_KEY")
+    key = _key("PRIVBANDIT_SHUFFLE_KEY")
     _serve(IntermediaryService(_settings(), "shuffler", deadline, None if not key else int(key, 16)))
 
 
@@ -212,33 +234,41 @@ def broker_config(
     out: Annotated[Path, typer.Option(help="directory for mosquitto.conf, passwd, acl, credentials.env")],
     run_id: Annotated[str, typer.Option(help="the run id: topics live under pb/<run-id>/")] = "demo",
     port: Annotated[int, typer.Option(help="the listener port")] = 1883,
+    host: Annotated[str, typer.Option(help="the listener address (0.0.0.0 in a container)")] = "127.0.0.1",
     backend: Annotated[str, typer.Option(help="acl_file (portable) or dynsec (refuses SUBSCRIBEs too)")] = "acl_file",
 ):
     """Write a Mosquitto configuration with one account per role and the run's ACLs."""
     from privbandit.services.broker_cli import broker_config_main
 
-    raise typer.Exit(broker_config_main(out, run_id, port, backend=backend))
+    raise typer.Exit(broker_config_main(out, run_id, port, host=host, backend=backend))
 
 
 @app.command()
 def keys(
     experiment: Annotated[Path, typer.Option(help="experiment file")],
-    out: Annotated[Path, typer.Option(help="directory for analyzer.env and shuffler.env")],
+    out: Annotated[Path, typer.Option(help="directory for <party>.env")],
+    party: Annotated[str, typer.Option(help="analyzer or shuffler: each key file is for its party alone")] = "analyzer",
     set_: Annotated[Optional[list[str]], typer.Option("--set")] = None,
 ):
-    """Derive the analyzer's and shuffler's keys from the run seed (for compose deployments).
+    """Derive a party's key from the run seed, so compose deployments reproduce `privbandit run`.
 
-    Each key file is for its party alone: the analyzer gets analyzer.env, never the experiment."""
+    The analyzer gets analyzer.env, never the experiment; the shuffler's key (which would undo the
+    shuffle) must never sit where the analyzer can read it."""
     from privbandit.protocol.seeding import analyzer_master_key, shuffler_master_key
 
+    derive = {"analyzer": ("PRIVBANDIT_ANALYZER_KEY", analyzer_master_key),
+              "shuffler": ("PRIVBANDIT_SHUFFLE_KEY", shuffler_master_key)}
+    if party not in derive:
+        err.print(f"[bold red]error:[/] --party {party!r}: choose analyzer or shuffler")
+        raise typer.Exit(2)
+    var, master = derive[party]
     config = _world(experiment, set_)
     out.mkdir(parents=True, exist_ok=True)
-    for name, var, key in (("analyzer", "PRIVBANDIT_ANALYZER_KEY", analyzer_master_key(config.seed)),
-                           ("shuffler", "PRIVBANDIT_SHUFFLE_KEY", shuffler_master_key(config.seed))):
-        path = out / f"{name}.env"
-        path.write_text(f"{var}={hex(key)}\n")
-        path.chmod(0o600)
-    err.print(f"wrote {out}/analyzer.env and {out}/shuffler.env")
+    path = out / f"{party}.env"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # never readable by others
+    with os.fdopen(fd, "w") as fh:
+        fh.write(f"{var}={hex(master(config.seed))}\n")
+    err.print(f"wrote {path}")
 
 
 @app.command()
@@ -254,6 +284,22 @@ def demo(
     if not experiment.exists():  # an installed wheel without the repository's experiments/
         experiment = Path("experiments/demo.toml")
     run(experiment, set_=set_, runs=None, out=out, jobs=None, transport="mqtt", broker=broker, shards=shards)
+
+
+@app.command()
+def up(
+    file: Annotated[Path, typer.Option("-f", "--file", help="compose file")] = Path("docker-compose.yml"),
+    broker: Annotated[Optional[str], typer.Option(help="mqtt://host:port: use this broker, not the file's")] = None,
+):
+    """Run a docker-compose topology here, every service a local process (no Docker needed)."""
+    from privbandit.services.compose import ComposeError, up as compose_up
+
+    try:
+        code = compose_up(file, broker)
+    except ComposeError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(1)
+    raise typer.Exit(code)
 
 
 def main() -> None:  # pragma: no cover

@@ -9,14 +9,15 @@ from pathlib import Path
 from privbandit.services import acl
 
 
-def broker_config_main(out_dir: Path, run_id: str, port: int, *, backend: str = "acl_file") -> int:
+def broker_config_main(out_dir: Path, run_id: str, port: int, *, host: str = "127.0.0.1",
+                       backend: str = "acl_file") -> int:
     """Write ``mosquitto.conf``, ``passwd``, ``acl`` and ``credentials.env`` into ``out_dir``.
 
     Prints where they are and how to start Mosquitto. Returns a process exit code: 0 on success,
     2 for invalid arguments (the message names the argument).
     """
     try:
-        files = acl.write_broker_config(out_dir, run_id, port, backend=backend)  # type: ignore[arg-type]
+        files = acl.write_broker_config(out_dir, run_id, port, host=host, backend=backend)  # type: ignore[arg-type]
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,30 @@
+# The privbandit image: every party of docker-compose.yml runs from it (`privbandit <command>`).
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# One unprivileged user runs every party. Its uid/gid are build arguments so that the files it
+# writes to a bind mount (./results/compose) can be yours on Linux, and so that the broker
+# container can run as the same uid and read the 0600 password file (see docs/compose.md).
+ARG PRIVBANDIT_UID=10001
+ARG PRIVBANDIT_GID=10001
+RUN groupadd --non-unique --gid "${PRIVBANDIT_GID}" privbandit \
+ && useradd --non-unique --uid "${PRIVBANDIT_UID}" --gid privbandit --home-dir /home/privbandit --create-home \
+            --shell /usr/sbin/nologin privbandit
+
+COPY pyproject.toml README.md /tmp/src/
+COPY privbandit /tmp/src/privbandit
+RUN pip install /tmp/src && rm -rf /tmp/src
+
+# Mount points. A named volume mounted on an empty directory of the image takes its owner, so the
+# unprivileged user can write /config (broker files) and /keys (the analyzer's key).
+RUN mkdir /config /keys /results /experiments \
+ && chown privbandit:privbandit /config /keys /results
+
+USER privbandit
+WORKDIR /home/privbandit
+ENTRYPOINT ["privbandit"]
+CMD ["--help"]

@@ -1,0 +1,323 @@
+"""``privbandit up -f docker-compose.yml``: the compose topology, every service a local process.
+
+What runs is read from the compose file (``command``, ``environment``, ``env_file``, ``volumes``,
+``depends_on``), so it is what ``docker compose up`` runs:
+
+- a service built from this project (``build:``) runs as ``python -m privbandit <command>``;
+- the ``eclipse-mosquitto`` service runs as a local ``mosquitto`` with its generated conf, listening
+  on a free port of 127.0.0.1; with no ``mosquitto`` binary, as the embedded amqtt broker with the
+  same passwords; with ``broker_url``, not at all (that broker is used);
+- a bind mount maps its container path to its source (relative to ``workdir``), a named volume to
+  ``<workdir>/deploy/<name>``; every argument or environment value under a container mount path is
+  rewritten to the host path, and ``mqtt://<broker service>:<port>`` to the local broker's URL;
+- a dependency with ``condition: service_completed_successfully`` runs to completion first.
+
+Logs: ``<observer --out>/logs/compose-<service>.log``. Not reproduced: filesystem isolation (a local
+process can read any file you can; ``:ro`` is not enforced), ``user:``, networks, healthchecks.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import yaml
+
+PARTY_EXIT_WAIT_S = 20.0  # after the observer: the parties leave on its shutdown message
+BROKER_START_S = 10.0
+ONE_SHOT = "service_completed_successfully"
+_VAR = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}")  # ${VAR}, ${VAR:-default}
+
+
+class ComposeError(RuntimeError):
+    """The compose file cannot run here, or a service failed; the message names the service."""
+
+
+@dataclass
+class Service:
+    name: str
+    command: list[str]
+    env: dict[str, str]
+    env_files: list[Path]
+    mounts: list[tuple[str, Path]]  # (container path, host path), longest container path first
+    depends: dict[str, str]  # service → condition
+    image: str
+    is_broker: bool
+    log: Path = Path(os.devnull)
+    proc: subprocess.Popen | None = field(default=None, repr=False)
+
+    def to_host(self, value: str) -> str:
+        for inside, host in self.mounts:
+            if value == inside or value.startswith(inside.rstrip("/") + "/"):
+                return str(host) + value[len(inside.rstrip("/")):]
+        return value
+
+
+# --- the compose file ---------------------------------------------------------------------------
+
+def _environment(raw) -> dict[str, str]:
+    if isinstance(raw, dict):
+        return {str(k): "" if v is None else str(v) for k, v in raw.items()}
+    pairs = [str(item).split("=", 1) for item in raw or []]
+    return {p[0]: p[1] if len(p) == 2 else os.environ.get(p[0], "") for p in pairs}
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    lines = [line.strip() for line in path.read_text().splitlines()]
+    return _environment([line for line in lines if line and not line.startswith("#")])
+
+
+def _mounts(volumes, base: Path) -> list[tuple[str, Path]]:
+    mounts = []
+    for v in volumes or []:
+        source, target = (v.get("source"), v.get("target")) if isinstance(v, dict) else (str(v).split(":") + [""])[:2]
+        if source and target:  # (an anonymous volume has nothing to map)
+            named = not source.startswith((".", "/", "~"))
+            mounts.append((target, base / "deploy" / source if named else (base / Path(source).expanduser()).resolve()))
+    return sorted(mounts, key=lambda m: -len(m[0]))
+
+
+def _depends(raw) -> dict[str, str]:
+    if isinstance(raw, dict):
+        return {name: (c or {}).get("condition", "service_started") for name, c in raw.items()}
+    return {name: "service_started" for name in raw or []}
+
+
+def _service(name: str, spec: dict, base: Path) -> Service:
+    if spec.get("entrypoint") not in (None, "privbandit", ["privbandit"]):
+        raise ComposeError(f"service {name}: a custom entrypoint cannot run here")
+    image = str(spec.get("image", ""))
+    if "build" not in spec and not image.startswith("eclipse-mosquitto"):
+        raise ComposeError(f"service {name}: image {image!r} cannot run here (only ours and eclipse-mosquitto)")
+    command = spec.get("command") or []
+    env_files = spec.get("env_file") or []
+    svc = Service(name, shlex.split(command) if isinstance(command, str) else [str(c) for c in command],
+                  _environment(spec.get("environment")),
+                  [base / (f["path"] if isinstance(f, dict) else f) for f in
+                   ([env_files] if isinstance(env_files, str) else env_files)],
+                  _mounts(spec.get("volumes"), base), _depends(spec.get("depends_on")), image, "build" not in spec)
+    svc.command = [svc.to_host(a) for a in svc.command]
+    svc.env = {k: svc.to_host(v) for k, v in svc.env.items()}
+    return svc
+
+
+def load(compose_file: Path, workdir: Path | None = None) -> dict[str, Service]:
+    """The services of ``compose_file``, their paths already rewritten to host paths."""
+    try:
+        text = _VAR.sub(lambda m: os.environ.get(m[1]) or m[2] or "", Path(compose_file).read_text())
+        doc = yaml.safe_load(text.replace("$$", "$")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ComposeError(f"cannot read {compose_file}: {exc}") from None
+    base = Path(workdir or Path(compose_file).parent).resolve()
+    return {name: _service(name, spec, base) for name, spec in doc.get("services", {}).items()}
+
+
+def start_order(services: dict[str, Service]) -> list[str]:
+    order: list[str] = []
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        if name not in services:
+            raise ComposeError(f"service {path[-1]} depends on unknown service {name}")
+        if name in path:
+            raise ComposeError(f"depends_on cycle: {' → '.join(path + (name,))}")
+        for dep in services[name].depends:
+            visit(dep, path + (name,))
+        if name not in order:
+            order.append(name)
+
+    for name in services:
+        visit(name, ())
+    return order
+
+
+# --- the broker ---------------------------------------------------------------------------------
+
+def mosquitto_binary() -> str | None:
+    return shutil.which("mosquitto") or next((p for p in ("/usr/sbin/mosquitto",) if os.path.exists(p)), None)
+
+
+def _conf(broker: Service) -> Path:
+    conf = Path(broker.command[broker.command.index("-c") + 1]) if "-c" in broker.command else None
+    if conf is None or not conf.is_file():
+        raise ComposeError(f"service {broker.name}: no conf file in {broker.command} (did its config service run?)")
+    return conf
+
+
+def host_conf(broker: Service, port: int) -> Path:
+    """The generated mosquitto.conf with host paths and one listener, on 127.0.0.1:``port``."""
+    conf = _conf(broker)
+    lines = [" ".join(broker.to_host(word) for word in line.split(" ")) for line in conf.read_text().splitlines()
+             if line.split()[:1] not in (["listener"], ["port"], ["bind_address"])]
+    out = conf.with_name("mosquitto.host.conf")
+    out.write_text("\n".join(lines + [f"listener {port} 127.0.0.1", ""]))
+    return out
+
+
+def start_broker(broker: Service, run_id: str, stack: ExitStack) -> str:
+    """Start the broker service here; returns its URL."""
+    binary = mosquitto_binary()
+    if binary is None:
+        from privbandit.services.embedded_broker import start_embedded_broker
+
+        print(f"[up] {broker.name}: no mosquitto binary, using the embedded broker (same passwords and ACL)",
+              file=sys.stderr)
+        creds = read_env_file(_conf(broker).with_name("credentials.env"))
+        passwords = {k.removeprefix("PRIVBANDIT_").removesuffix("_PASSWORD").lower(): pw for k, pw in creds.items()}
+        return stack.enter_context(start_embedded_broker(run_id, passwords)).url
+    for _attempt in range(3):  # another process may take the free port first: then another one
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        _popen(broker, [binary, "-c", str(host_conf(broker, port))])
+        stack.callback(_stop, broker)
+        deadline = time.monotonic() + BROKER_START_S
+        while time.monotonic() < deadline and broker.proc.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                return f"mqtt://127.0.0.1:{port}"
+            except OSError:
+                time.sleep(0.05)
+        _stop(broker)
+    raise _failed(broker, "did not start (mosquitto)")
+
+
+def accepts_anonymous(url: str) -> bool:
+    """Does the broker at ``url`` accept an MQTT 3.1.1 CONNECT without username and password?"""
+    parts, client_id = urlsplit(url), b"privbandit-up-probe"
+    body = b"\x00\x04MQTT\x04\x02\x00\x0a" + len(client_id).to_bytes(2, "big") + client_id
+    try:
+        with socket.create_connection((parts.hostname, parts.port or 1883), timeout=5) as s:
+            s.sendall(bytes([0x10, len(body)]) + body)
+            ack = s.recv(4)
+            s.sendall(b"\xe0\x00")  # DISCONNECT
+    except OSError as exc:
+        raise ComposeError(f"cannot reach the broker at {url}: {exc}") from None
+    return ack[:2] == b"\x20\x02" and ack[3:] == b"\x00"
+
+
+def _use_broker(services: dict[str, Service], broker: str, url: str, anonymous: bool) -> None:
+    for svc in services.values():
+        svc.env = {k: re.sub(rf"^mqtt://{re.escape(broker)}(:\d+)?$", url, v) for k, v in svc.env.items()}
+        if anonymous:  # an anonymous broker has no accounts: no credentials
+            for key in ("PRIVBANDIT_USERNAME", "PRIVBANDIT_PASSWORD", "PRIVBANDIT_CREDENTIALS_FILE"):
+                svc.env.pop(key, None)
+
+
+# --- the processes ------------------------------------------------------------------------------
+
+def _popen(svc: Service, argv: list[str], **kwargs) -> None:
+    with open(svc.log, "ab") as log:
+        try:
+            svc.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                        **kwargs)
+        except OSError as exc:
+            raise ComposeError(f"service {svc.name} failed to start: {exc}") from None
+
+
+def _start(svc: Service, workdir: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PRIVBANDIT_")}  # none of yours leak in
+    for path in svc.env_files:  # read now, not at load: an earlier one-shot service may write it
+        try:
+            env |= {k: svc.to_host(v) for k, v in read_env_file(path).items()}
+        except OSError as exc:
+            raise ComposeError(f"service {svc.name}: env_file {path}: {exc.strerror}") from None
+    _popen(svc, [sys.executable, "-m", "privbandit", *svc.command], cwd=workdir, env=env | svc.env)
+
+
+def _stop(svc: Service) -> None:
+    if svc.proc and svc.proc.poll() is None:
+        svc.proc.terminate()
+        try:
+            svc.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            svc.proc.kill()
+            svc.proc.wait()
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    text = path.read_text(errors="replace") if path.exists() else ""
+    return "\n".join(text.splitlines()[-lines:]) or "(empty)"
+
+
+def _failed(svc: Service, what: str) -> ComposeError:
+    return ComposeError(f"service {svc.name} {what}; last lines of {svc.log}:\n{_tail(svc.log)}")
+
+
+def _supervise(observer: Service, running: list[Service], deadline: float | None) -> None:
+    """Until the observer exits; a service that fails (or a broker that stops) before is an error."""
+    while observer.proc.poll() is None:
+        for svc in running:
+            code = svc.proc.poll()
+            if svc is not observer and code is not None and (code != 0 or svc.is_broker):
+                raise _failed(svc, f"exited with code {code} before the observer finished")
+        if deadline is not None and time.monotonic() > deadline:
+            raise _failed(observer, "did not finish in time")
+        time.sleep(0.2)
+    end = time.monotonic() + (PARTY_EXIT_WAIT_S if observer.proc.returncode == 0 else 0)
+    for svc in running:
+        if not svc.is_broker:
+            try:
+                svc.proc.wait(max(0.1, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass  # stopped on the way out
+
+
+def up(compose_file: Path, broker_url: str | None = None, workdir: Path | None = None,
+       *, timeout_s: float | None = None) -> int:
+    """Run the compose topology as local processes; returns the observer's exit code.
+
+    ``broker_url``: a running broker to use instead of the file's broker service. If it accepts
+    anonymous clients the parties connect without credentials; otherwise they keep the generated
+    ones, so that broker must run the generated conf (``deploy/generated/mosquitto.conf``).
+    """
+    workdir = Path(workdir or Path(compose_file).parent).resolve()
+    services = load(compose_file, workdir)
+    observer = next((s for s in services.values() if s.command[:1] == ["observer"] and "--out" in s.command),
+                    None)
+    if observer is None:
+        raise ComposeError(f"{compose_file}: no service runs `observer ... --out DIR`")
+    out = Path(observer.command[observer.command.index("--out") + 1])
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    for svc in services.values():
+        svc.log = out / "logs" / f"compose-{svc.name}.log"
+        svc.log.unlink(missing_ok=True)
+    one_shots = {d for s in services.values() for d, condition in s.depends.items() if condition == ONE_SHOT}
+    run_id = next((s.env["PRIVBANDIT_RUN_ID"] for s in services.values() if "PRIVBANDIT_RUN_ID" in s.env),
+                  "default")
+    anonymous = broker_url is not None and accepts_anonymous(broker_url)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    with ExitStack() as stack:
+        running: list[Service] = []
+        for name in start_order(services):
+            svc = services[name]
+            if svc.is_broker:
+                url = broker_url or start_broker(svc, run_id, stack)
+                _use_broker(services, name, url, anonymous)
+                running += [svc] if svc.proc else []
+                print(f"[up] {name}: {url}{' (anonymous)' if anonymous else ''}", file=sys.stderr)
+                continue
+            _start(svc, workdir)
+            stack.callback(_stop, svc)
+            if name in one_shots:
+                if svc.proc.wait() != 0:
+                    raise _failed(svc, f"exited with code {svc.proc.returncode}")
+                print(f"[up] {name}: done", file=sys.stderr)
+            else:
+                running.append(svc)
+                print(f"[up] {name}: started, log {svc.log}", file=sys.stderr)
+        _supervise(observer, running, deadline)
+    code = observer.proc.returncode
+    print(f"[up] results in {out}" if code == 0 else
+          f"[up] observer exited with code {code}; last lines of {observer.log}:\n{_tail(observer.log)}",
+          file=sys.stderr)
+    return code

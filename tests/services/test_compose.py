@@ -1,0 +1,208 @@
+"""docker-compose.yml: valid, each party sees only what its role may know, and it runs.
+
+There is no Docker engine here: `privbandit.services.compose.up` runs the same services, commands
+and environments as local processes, against a local Mosquitto with the generated conf and ACL.
+"""
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+
+import aiomqtt
+import pytest
+import typer
+import yaml
+
+from privbandit.cli import app
+from privbandit.experiment.config import load_experiment
+from privbandit.protocol.seeding import analyzer_master_key
+from privbandit.services import acl, compose
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE = REPO / "docker-compose.yml"
+PARTIES = ("observer", "analyzer", "aggregator", "users-0", "users-1")
+
+
+def _raw() -> dict:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def _workdir(tmp_path: Path, edit=lambda text: text) -> Path:
+    """A copy of what the compose file needs, so the real ./deploy and ./results stay untouched."""
+    (tmp_path / "experiments").mkdir()
+    shutil.copy(REPO / "experiments" / "demo.toml", tmp_path / "experiments")
+    (tmp_path / "docker-compose.yml").write_text(edit(COMPOSE.read_text()))
+    return tmp_path
+
+
+# --- the file -----------------------------------------------------------------------------------
+
+def test_docker_compose_validates_the_file():
+    if shutil.which("docker-compose") is None:
+        message = "docker-compose is not installed (apt-get install docker-compose)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    result = subprocess.run(["docker-compose", "-f", str(COMPOSE), "config", "-q"], cwd=REPO,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_analyzer_is_never_given_the_experiment(tmp_path):
+    spec = _raw()["services"]["analyzer"]
+    assert spec["command"] == ["analyzer"] and "env_file" not in spec
+    for value in [*spec["volumes"], *spec["environment"].values()]:
+        assert "experiment" not in str(value) and ".toml" not in str(value), value
+    for inside, host in compose.load(COMPOSE, tmp_path)["analyzer"].mounts:  # and so not under `privbandit up`
+        assert not host.is_relative_to(tmp_path / "experiments"), (inside, host)
+    # Its key comes from a volume only the keys service (which reads the seed) and it mount.
+    assert {name for name, spec in _raw()["services"].items()
+            if any(str(v).startswith("analyzer-key:") for v in spec.get("volumes", []))} == {"keys", "analyzer"}
+    # Whoever mounts the experiments mounts them read-only; only the observer writes results.
+    for name, spec in _raw()["services"].items():
+        for volume in spec.get("volumes", []):
+            if volume.startswith("./experiments:"):
+                assert volume.endswith(":ro"), (name, volume)
+            if volume.startswith("./results"):
+                assert name == "observer"
+
+
+def test_every_command_matches_the_cli():
+    commands = typer.main.get_command(app).commands
+    used = {}
+    for name, svc in compose.load(COMPOSE).items():
+        if not svc.is_broker:
+            cmd, *args = svc.command
+            assert cmd in commands, f"service {name}: `privbandit {cmd}` does not exist"
+            options = {opt for param in commands[cmd].params for opt in param.opts}
+            for arg in args:
+                assert not arg.startswith("-") or arg in options, f"service {name}: `privbandit {cmd}` has no {arg}"
+            used[cmd] = name
+    assert set(used) >= {"broker-config", "keys", "observer", "analyzer", "aggregator", "users"}
+    for cmd, name in used.items():
+        result = subprocess.run([sys.executable, "-m", "privbandit", cmd, "--help"], capture_output=True, text=True)
+        assert result.returncode == 0, f"service {name}: privbandit {cmd} --help: {result.stderr}"
+
+
+def test_the_parties_agree_on_broker_run_and_roles():
+    services = _raw()["services"]
+    config = services["config"]["command"]
+    run_id, port = config[config.index("--run-id") + 1], config[config.index("--port") + 1]
+    observer = services["observer"]["command"]
+    assert set(observer[observer.index("--parties") + 1].split(",")) == set(PARTIES) - {"observer"}
+    for i in range(2):
+        assert services[f"users-{i}"]["command"][:3] == ["users", "--shard", f"{i}/2"]
+    for name in PARTIES:
+        env = services[name]["environment"]
+        assert env["PRIVBANDIT_BROKER_URL"] == f"mqtt://broker:{port}"
+        assert env["PRIVBANDIT_RUN_ID"] == run_id
+        assert env["PRIVBANDIT_USERNAME"] == name.split("-")[0]
+        assert env["PRIVBANDIT_CREDENTIALS_FILE"] == "/config/credentials.env"
+        assert "generated:/config:ro" in services[name]["volumes"]
+    assert services["broker"]["command"] == ["mosquitto", "-c", "/config/mosquitto.conf"]
+    assert services["broker"]["depends_on"]["config"]["condition"] == compose.ONE_SHOT
+
+
+# --- how `privbandit up` maps it here --------------------------------------------------------------
+
+def test_container_paths_become_host_paths(tmp_path):
+    services = compose.load(COMPOSE, tmp_path)
+
+    def option(service: str, name: str) -> str:
+        command = services[service].command
+        return command[command.index(name) + 1]
+
+    assert option("observer", "--out") == str(tmp_path / "results" / "compose")
+    assert option("observer", "--experiment") == str(tmp_path / "experiments" / "demo.toml")
+    assert option("config", "--out") == str(tmp_path / "deploy" / "generated")
+    assert option("keys", "--out") == str(tmp_path / "deploy" / "analyzer-key")
+    assert services["observer"].env["PRIVBANDIT_CREDENTIALS_FILE"] == str(tmp_path / "deploy/generated/credentials.env")
+    key_file = services["analyzer"].env["PRIVBANDIT_ANALYZER_KEY_FILE"]
+    assert key_file == str(tmp_path / "deploy/analyzer-key/analyzer.env")
+    order = compose.start_order(services)
+    assert order.index("config") < order.index("broker") < order.index("observer")
+    assert order.index("keys") < order.index("analyzer")
+
+
+def test_the_broker_conf_is_rewritten_for_the_host(tmp_path):
+    broker = compose.load(COMPOSE, tmp_path)["broker"]
+    generated = tmp_path / "deploy" / "generated"
+    generated.mkdir(parents=True)
+    (generated / "mosquitto.conf").write_text(  # as written inside the config container
+        "listener 1883 0.0.0.0\nallow_anonymous false\npassword_file /config/passwd\nacl_file /config/acl\n")
+    lines = compose.host_conf(broker, 5555).read_text().splitlines()
+    assert lines == ["allow_anonymous false", f"password_file {generated}/passwd", f"acl_file {generated}/acl",
+                     "listener 5555 127.0.0.1"]
+
+
+async def _connect(url: str, username: str, password: str) -> None:
+    host, port = url.removeprefix("mqtt://").split(":")
+    async with aiomqtt.Client(host, int(port), username=username, password=password, identifier="probe", timeout=5):
+        pass
+
+
+@pytest.mark.parametrize("kind", ["mosquitto", "embedded"])
+def test_the_local_broker_enforces_the_generated_passwords(tmp_path, monkeypatch, kind):
+    if kind == "mosquitto" and compose.mosquitto_binary() is None:
+        pytest.fail("no mosquitto binary") if os.environ.get("CI") == "true" else pytest.skip("no mosquitto binary")
+    if kind == "embedded":
+        monkeypatch.setattr(compose, "mosquitto_binary", lambda: None)
+    broker = compose.load(COMPOSE, tmp_path)["broker"]
+    broker.log = tmp_path / "broker.log"
+    files = acl.write_broker_config(tmp_path / "deploy" / "generated", "compose", 1883, host="0.0.0.0")
+    with ExitStack() as stack:
+        url = compose.start_broker(broker, "compose", stack)
+        assert not compose.accepts_anonymous(url)
+        asyncio.run(_connect(url, "analyzer", files.password("analyzer")))
+        with pytest.raises(aiomqtt.MqttError):
+            asyncio.run(_connect(url, "analyzer", files.password("users")))
+
+
+def test_an_anonymous_external_broker_is_recognised(mosquitto_url):
+    assert compose.accepts_anonymous(mosquitto_url)
+
+
+# --- end to end ---------------------------------------------------------------------------------
+
+def test_up_runs_the_compose_topology_as_local_processes(tmp_path):
+    work = _workdir(tmp_path)
+    assert compose.up(work / "docker-compose.yml", timeout_s=150) == 0
+    out = work / "results" / "compose"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["transport"] == "mqtt" and summary["experiment"] == "demo"
+    assert summary["parties_missing_stats"] == [] and summary["rejected"] == {}
+    # The analyzer got the key `privbandit run` would give it, so the numbers are the same.
+    seed = load_experiment(work / "experiments" / "demo.toml")[0].seed
+    key = (work / "deploy" / "analyzer-key" / "analyzer.env").read_text()
+    assert f"PRIVBANDIT_ANALYZER_KEY={hex(analyzer_master_key(seed))}" in key
+    # Every party logged in to Mosquitto with its own role's generated password.
+    broker_log = (out / "logs" / "compose-broker.log").read_text()
+    for role in ("observer", "analyzer", "aggregator", "users"):
+        assert f"u'{role}'" in broker_log, role
+    assert {p.name for p in (out / "logs").iterdir()} >= {f"compose-{s}.log" for s in (*PARTIES, "config", "keys")}
+
+
+@pytest.mark.parametrize("service, edit, message", [
+    ("keys", lambda t: t.replace("demo.toml, --out, /keys", "missing.toml, --out, /keys"), "no such experiment"),
+    ("analyzer", lambda t: t.replace("      PRIVBANDIT_ANALYZER_KEY_FILE: /keys/analyzer.env\n", ""),
+     "PRIVBANDIT_ANALYZER_KEY"),
+])
+def test_a_failing_service_is_named_with_its_log(tmp_path, service, edit, message):
+    work = _workdir(tmp_path, edit)
+    with pytest.raises(compose.ComposeError, match=f"service {service} exited") as failure:
+        compose.up(work / "docker-compose.yml", timeout_s=60)
+    assert message in " ".join(str(failure.value).split())  # (rich wraps the log at 80 columns)
+    assert not (work / "results" / "compose" / "summary.json").exists()
+
+
+def test_privbandit_up_reports_the_failing_service_and_exits_1(tmp_path):
+    work = _workdir(tmp_path, lambda t: t.replace("demo.toml, --out, /keys", "missing.toml, --out, /keys"))
+    result = subprocess.run([sys.executable, "-m", "privbandit", "up", "-f", str(work / "docker-compose.yml")],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stderr
+    assert "service keys exited with code 2" in " ".join(result.stderr.split())
