@@ -85,6 +85,20 @@ def draw(fig: int, stems: list[str], out: Path, dest: Path) -> None:
     plt.close(f)
 
 
+def table(out: Path, stems: list[str], dest: Path) -> None:
+    """``results.md``: final time-average pseudo-regret per file and algorithm, mean ± stderr."""
+    lines = ["| experiment | T | algorithm | Reg(T)/T (mean ± stderr) | a* eliminated | wrap-arounds | decode failures |",
+             "|---|---|---|---|---|---|---|"]
+    for stem in stems:
+        s = json.loads((out / stem / "summary.json").read_text())
+        for label, a in s["algorithms"].items():
+            lines.append(f"| {stem} | {s['horizon']:,} | {label} | {a['regret_final_mean'] / s['horizon']:.5f} ± "
+                         f"{a['regret_final_stderr'] / s['horizon']:.5f} | {a['best_arm_eliminated_runs']}/{a['runs']} | "
+                         f"{a['wrap_arounds']} | {a['decode_failures']} |")
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "results.md").write_text("\n".join(lines) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--figures", default="2,3,1,4")
@@ -92,7 +106,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("results/reproduce"))
     ap.add_argument("--docs", type=Path, default=HERE.parent / "docs" / "figures")
     ap.add_argument("--set", dest="overrides", action="append", default=[])
+    ap.add_argument("--table-only", action="store_true", help="only rewrite docs/figures/results.md")
     args = ap.parse_args()
+    order = list(dict.fromkeys(stem for fig in (2, 3, 1, 4) for stem in FIGURES[fig]))
+    if args.table_only:
+        return table(args.out, [s for s in order if (args.out / s / "summary.json").exists()], args.docs)
     start = time.perf_counter()
     print(f"{os.cpu_count()} cores; writing to {args.out}/")
     for fig in (int(x) for x in args.figures.split(",")):
@@ -100,6 +118,7 @@ def main() -> None:
         for stem in FIGURES[fig]:
             run_file(stem, args.out, args.jobs, args.overrides)
         draw(fig, FIGURES[fig], args.out, args.docs)
+    table(args.out, [s for s in order if (args.out / s / "summary.json").exists()], args.docs)
     print(f"suite wall time: {time.perf_counter() - start:.1f} s")
 
 

@@ -117,18 +117,39 @@ def letor_arms(
 
 # --- the parties, each its own process ---------------------------------------------------------
 
-def _settings():
+BrokerOption = Annotated[Optional[str], typer.Option(
+    "--broker", help="mqtt://host:port [default: $PRIVBANDIT_BROKER_URL]")]
+RunIdOption = Annotated[Optional[str], typer.Option("--run-id", help="[default: $PRIVBANDIT_RUN_ID]")]
+
+
+def _settings(broker: str | None, run_id: str | None):
+    """Broker URL, run id and credentials: PRIVBANDIT_* environment variables, CLI options first."""
+    from pydantic import ValidationError
+
     from privbandit.services.bus import BusSettings
 
-    return BusSettings()
+    given = {k: v for k, v in (("broker_url", broker), ("run_id", run_id)) if v is not None}
+    try:
+        settings = BusSettings(**given)
+        settings.endpoint()
+        return settings
+    except (ValidationError, ValueError) as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(2)
 
 
 def _serve(service) -> None:
     import asyncio
     import logging
 
+    from privbandit.services.bus import SubscriptionDenied
+
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {service.name} %(levelname)s %(message)s")
-    asyncio.run(service.serve())
+    try:
+        asyncio.run(service.serve())
+    except (ConnectionError, SubscriptionDenied) as exc:
+        err.print(f"[bold red]error:[/] {service.name}: {exc}", highlight=False)
+        raise typer.Exit(1)
 
 
 def _world(experiment: Path, set_: list[str] | None):
@@ -160,7 +181,7 @@ def _key(name: str) -> str | None:
 
 
 @app.command()
-def analyzer():
+def analyzer(broker: BrokerOption = None, run_id: RunIdOption = None):
     """The analyzer server: runs the learner, publishes plans, reads releases only.
 
     Its key comes from PRIVBANDIT_ANALYZER_KEY (hex) or PRIVBANDIT_ANALYZER_KEY_FILE; it is never
@@ -172,24 +193,32 @@ def analyzer():
         err.print("[bold red]error:[/] neither PRIVBANDIT_ANALYZER_KEY nor PRIVBANDIT_ANALYZER_KEY_FILE is set "
                   "(the launcher sets the key)")
         raise typer.Exit(2)
-    _serve(AnalyzerService(_settings(), int(key, 16)))
+    _serve(AnalyzerService(_settings(broker, run_id), int(key, 16)))
 
 
 @app.command()
-def aggregator(deadline: Annotated[float, typer.Option(help="seconds a round may stay incomplete")] = 120.0):
+def aggregator(
+    deadline: Annotated[float, typer.Option(help="seconds a round may stay incomplete")] = 120.0,
+    broker: BrokerOption = None,
+    run_id: RunIdOption = None,
+):
     """The secure aggregator (ideal modular sum): releases (Σ y) mod m and nothing else."""
     from privbandit.services.intermediary import IntermediaryService
 
-    _serve(IntermediaryService(_settings(), "aggregator", deadline))
+    _serve(IntermediaryService(_settings(broker, run_id), "aggregator", deadline))
 
 
 @app.command()
-def shuffler(deadline: Annotated[float, typer.Option(help="seconds a round may stay incomplete")] = 120.0):
+def shuffler(
+    deadline: Annotated[float, typer.Option(help="seconds a round may stay incomplete")] = 120.0,
+    broker: BrokerOption = None,
+    run_id: RunIdOption = None,
+):
     """The shuffler: releases a uniformly permuted multiset, without senders, order or timing."""
     from privbandit.services.intermediary import IntermediaryService
 
     key = _key("PRIVBANDIT_SHUFFLE_KEY")
-    _serve(IntermediaryService(_settings(), "shuffler", deadline, None if not key else int(key, 16)))
+    _serve(IntermediaryService(_settings(broker, run_id), "shuffler", deadline, None if not key else int(key, 16)))
 
 
 @app.command()
@@ -197,6 +226,8 @@ def users(
     shard: Annotated[str, typer.Option(help="i/N: host every user block b with b mod N = i")],
     experiment: Annotated[Path, typer.Option(help="experiment file (the simulated world)")],
     set_: Annotated[Optional[list[str]], typer.Option("--set")] = None,
+    broker: BrokerOption = None,
+    run_id: RunIdOption = None,
 ):
     """A fleet of users: each randomizes locally; records are batched into few MQTT messages."""
     from privbandit.services.users import UserFleetService, parse_shard
@@ -206,7 +237,7 @@ def users(
     except ValueError as exc:
         err.print(f"[bold red]error:[/] {exc}")
         raise typer.Exit(2)
-    _serve(UserFleetService(_settings(), _world(experiment, set_), i, n))
+    _serve(UserFleetService(_settings(broker, run_id), _world(experiment, set_), i, n))
 
 
 @app.command()
@@ -216,11 +247,14 @@ def observer(
     out: Annotated[Path, typer.Option(help="results directory")],
     set_: Annotated[Optional[list[str]], typer.Option("--set")] = None,
     ready_timeout: Annotated[float, typer.Option(help="seconds to wait for every party to be ready")] = 60.0,
+    broker: BrokerOption = None,
+    run_id: RunIdOption = None,
 ):
     """Collects metrics, paces the session and writes the results directory."""
     from privbandit.services.observer import ObserverService, SessionFailed
 
-    service = ObserverService(_settings(), _world(experiment, set_), parties.split(","), out, ready_timeout)
+    service = ObserverService(_settings(broker, run_id), _world(experiment, set_), parties.split(","), out,
+                              ready_timeout)
     _serve(service)
     try:
         service.write()

@@ -131,3 +131,24 @@ def test_privbandit_run_reports_bad_input_and_exits_2(tmp_path):
     assert proc.returncode == 2
     assert "epsilon" in proc.stderr and "greater than 0" in proc.stderr
     assert not (tmp_path / "summary.json").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, env, code, words",
+    [
+        (["aggregator", "--broker", "http://x"], {}, 2, "expected mqtt://host:port"),
+        (["aggregator", "--run-id", "bad id!"], {}, 2, "run_id"),
+        (["analyzer", "--broker", "mqtt://127.0.0.1:1883"], {}, 2, "PRIVBANDIT_ANALYZER_KEY"),
+        (["users", "--shard", "3/2", "--experiment", "experiments/demo.toml"], {}, 2, "0 ≤ i < N"),
+        (["aggregator", "--broker", "mqtt://127.0.0.1:9"], {"PRIVBANDIT_CONNECT_TIMEOUT_S": "1"}, 1,
+         "cannot reach the broker"),
+        (["keys", "--experiment", "experiments/demo.toml", "--out", "/tmp/x", "--party", "me"], {}, 2, "--party"),
+    ],
+)
+def test_party_commands_fail_clearly(argv, env, code, words):
+    import os
+
+    proc = subprocess.run([sys.executable, "-m", "privbandit", *argv], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT, env={**os.environ, **env})
+    assert proc.returncode == code, proc.stderr
+    assert words in " ".join((proc.stderr + proc.stdout).split()), proc.stderr

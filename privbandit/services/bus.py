@@ -17,9 +17,11 @@ import logging
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Annotated
 from urllib.parse import urlsplit
 
 import aiomqtt
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from privbandit.services import codec
@@ -39,7 +41,7 @@ class BusSettings(BaseSettings):
     broker_url: str = "mqtt://127.0.0.1:1883"
     username: str | None = None
     password: str | None = None
-    run_id: str = "default"
+    run_id: Annotated[str, Field(pattern=codec.RUN_ID_PATTERN)] = "default"
     connect_timeout_s: float = 30.0
     # A credentials.env written by `privbandit broker-config`: the password is looked up there as
     # PRIVBANDIT_<USERNAME>_PASSWORD when PRIVBANDIT_PASSWORD is not set (docker compose uses this).

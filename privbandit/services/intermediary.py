@@ -51,7 +51,17 @@ class IntermediaryService(PartyService):
         # The permutation key never travels on the bus: the shuffler derives it from its own
         # master key (reproducible runs), or draws permutations from the OS CSPRNG.
         self.task_key = None if self.shuffle_key is None else derive_key(self.shuffle_key, spec["run"], spec["label"])
-        self.boxes, self.closed, self.waiting, self.failed = {}, set(), {}, set()
+        self.forget_waiting()
+        self.boxes, self.closed, self.failed = {}, set(), set()
+
+    def forget_waiting(self) -> None:
+        # Reports held for a round that was never planned were for a round that does not exist.
+        self.rejected["wrong-round"] += sum(len(held) for held in self.waiting.values())
+        self.waiting = {}
+
+    def on_shutdown(self) -> None:
+        super().on_shutdown()
+        self.forget_waiting()
 
     async def on_message(self, name: str, msg) -> None:
         if isinstance(msg, codec.PlanMsg):

@@ -57,6 +57,7 @@ class PartyService:
             return self.reject("wrong-run", msg.run)
         if isinstance(msg, codec.ControlMsg):
             if msg.action == "shutdown":
+                self.on_shutdown()
                 await self.status("stats", rejected=dict(self.rejected),
                                   traffic={str(i): t.as_dict() for i, t in self.traffic_by_task.items()})
                 self.finished = True
@@ -73,6 +74,11 @@ class PartyService:
 
     async def on_task(self, spec: dict) -> None:  # a new task starts: set up its party objects
         pass
+
+    def on_shutdown(self) -> None:
+        """Last chance to count what never completed: messages held for a task that never came."""
+        self.rejected["wrong-task"] += len(self.early)
+        self.early = []
 
     async def on_message(self, name: str, msg) -> None:
         self.reject("unexpected-kind", msg.kind)

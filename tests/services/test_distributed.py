@@ -99,6 +99,8 @@ def _publish_junk(url: str, run_id: str, running) -> int:
                 codec.encode(good.model_copy(update={"run": "someone-else"})),
                 codec.encode(good.model_copy(update={"m": 12345})),
                 codec.encode(good.model_copy(update={"user_ids": np.array([10**6], "<u4")})),
+                codec.encode(good.model_copy(update={"round": 10**6})),  # a round that never exists
+                codec.encode(good.model_copy(update={"task": 10**6})),  # a task that never comes
             ]
             sent = 0
             while running() and sent < 300:
@@ -145,8 +147,11 @@ def test_parties_survive_malformed_traffic_and_count_it(tmp_path, mosquitto_url)
             p.stop()
     assert_same_numbers(tmp_path / "inproc", out)
     rejected = json.loads((out / "summary.json").read_text())["rejected"]
-    for reason in ("not-msgpack", "not-a-map", "bad-version", "unknown-kind", "schema", "wrong-run"):
+    for reason in ("not-msgpack", "not-a-map", "bad-version", "unknown-kind", "schema", "wrong-run",
+                   "wrong-round", "wrong-task", "unexpected-kind"):
         assert rejected.get(reason, 0) > 0, (reason, rejected)
+    # Round 0 is open only briefly: a junk report for it meets the modulus check or a closed round.
+    assert rejected.get("wrong-modulus", 0) + rejected.get("round-closed", 0) > 0, rejected
 
 
 def test_killing_and_restarting_a_user_fleet_mid_run(tmp_path, mosquitto_url):
