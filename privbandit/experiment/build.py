@@ -10,8 +10,8 @@ from privbandit.protocol.learners.successive_elimination import (
     GeometricSchedule,
     Lemma2Width,
     SajedSheffetSchedule,
-    SajedSheffetWidth,
     SuccessiveElimination,
+    sajed_sheffet_width,
 )
 from privbandit.protocol.mechanisms.base import Mechanism
 from privbandit.protocol.mechanisms.distributed_dp_mab import (
@@ -49,7 +49,7 @@ def build_learner(a: AlgorithmConfig, n_arms: int) -> SuccessiveElimination:
         return SuccessiveElimination(
             n_arms,
             SajedSheffetSchedule(a.epsilon, a.p),
-            SajedSheffetWidth(a.epsilon, a.p, a.width_multiplier),
+            sajed_sheffet_width(a.p, a.width_multiplier),
         )
     return SuccessiveElimination(
         n_arms, GeometricSchedule(a.batch_growth), Lemma2Width(a.p, a.width_multiplier)

@@ -160,6 +160,19 @@ class StatusMsg(_Msg):
     body: dict = {}
 
 
+class TaskSpec(BaseModel):
+    """The public description of one task (one run of one algorithm), carried by ControlMsg."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    index: NonNeg
+    run: NonNeg
+    label: Annotated[str, Field(min_length=1, max_length=200)]
+    algorithm: dict
+    horizon: Annotated[int, Field(ge=2)]
+    arms: Annotated[int, Field(ge=2)]
+    delta: Annotated[float, Field(gt=0, lt=1)]
+
+
 class ControlMsg(_Msg):
     """Coordinator → everyone: start a task (with its public spec), or shut down."""
 

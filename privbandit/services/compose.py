@@ -33,7 +33,8 @@ from urllib.parse import urlsplit
 
 import yaml
 
-PARTY_EXIT_WAIT_S = 20.0  # after the observer: the parties leave on its shutdown message
+from privbandit.services.launcher import PARTY_EXIT_WAIT_S, log_tail, stop_process
+
 BROKER_START_S = 10.0
 ONE_SHOT = "service_completed_successfully"
 _VAR = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}")  # ${VAR}, ${VAR:-default}
@@ -235,22 +236,11 @@ def _start(svc: Service, workdir: Path) -> None:
 
 
 def _stop(svc: Service) -> None:
-    if svc.proc and svc.proc.poll() is None:
-        svc.proc.terminate()
-        try:
-            svc.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            svc.proc.kill()
-            svc.proc.wait()
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    text = path.read_text(errors="replace") if path.exists() else ""
-    return "\n".join(text.splitlines()[-lines:]) or "(empty)"
+    stop_process(svc.proc)
 
 
 def _failed(svc: Service, what: str) -> ComposeError:
-    return ComposeError(f"service {svc.name} {what}; last lines of {svc.log}:\n{_tail(svc.log)}")
+    return ComposeError(f"service {svc.name} {what}; last lines of {svc.log}:\n{log_tail(svc.log)}")
 
 
 def _supervise(observer: Service, running: list[Service], deadline: float | None) -> None:
@@ -318,6 +308,6 @@ def up(compose_file: Path, broker_url: str | None = None, workdir: Path | None =
         _supervise(observer, running, deadline)
     code = observer.proc.returncode
     print(f"[up] results in {out}" if code == 0 else
-          f"[up] observer exited with code {code}; last lines of {observer.log}:\n{_tail(observer.log)}",
+          f"[up] observer exited with code {code}; last lines of {observer.log}:\n{log_tail(observer.log)}",
           file=sys.stderr)
     return code

@@ -40,12 +40,18 @@ class Party:
         )
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        stop_process(self.proc)
+
+
+def stop_process(proc: subprocess.Popen | None, grace_s: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL after ``grace_s``; a no-op for a process that already exited."""
+    if proc and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def plan_parties(config: ExperimentConfig, experiment: Path, overrides: list[str], out: Path,
@@ -103,7 +109,7 @@ def launch(config: ExperimentConfig, experiment: Path, overrides: list[str], out
             dead = [p for p in parties[1:] if p.proc.poll() not in (None, 0)]
             if dead:
                 p = dead[0]
-                raise RuntimeError(f"{p.name} exited with {p.proc.returncode}; see {p.log}:\n{_tail(p.log)}")
+                raise RuntimeError(f"{p.name} exited with {p.proc.returncode}; see {p.log}:\n{log_tail(p.log)}")
             if deadline and time.monotonic() > deadline:
                 raise TimeoutError(f"the distributed run did not finish in {timeout_s:.0f} s; logs in {out / 'logs'}")
             time.sleep(0.2)
@@ -116,7 +122,6 @@ def launch(config: ExperimentConfig, experiment: Path, overrides: list[str], out
         return observer.proc.returncode
 
 
-def _tail(path: Path | None, lines: int = 20) -> str:
-    if path is None or not path.exists():
-        return ""
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+def log_tail(path: Path | None, lines: int = 20) -> str:
+    text = path.read_text(errors="replace") if path is not None and path.exists() else ""
+    return "\n".join(text.splitlines()[-lines:]) or "(empty)"

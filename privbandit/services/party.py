@@ -53,6 +53,15 @@ class PartyService:
         log.warning("%s rejected a message: %s %s", self.name, reason, detail)
 
     async def handle(self, name: str, msg) -> None:
+        """Dispatch one decoded message. A message whose content the party cannot act on (a task
+        spec that does not validate, say) is counted as ``invalid-content``; it never ends the party."""
+        try:
+            await self._dispatch(name, msg)
+        except (ValueError, KeyError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
+            log.exception("%s could not act on a %s message", self.name, msg.kind)
+            self.reject("invalid-content", f"{msg.kind}: {type(exc).__name__}")
+
+    async def _dispatch(self, name: str, msg) -> None:
         if msg.run != self.run_id:
             return self.reject("wrong-run", msg.run)
         if isinstance(msg, codec.ControlMsg):
@@ -62,15 +71,27 @@ class PartyService:
                                   traffic={str(i): t.as_dict() for i, t in self.traffic_by_task.items()})
                 self.finished = True
             else:
-                if self.task_index is not None and msg.body["index"] <= self.task_index:
+                spec = codec.TaskSpec.model_validate(msg.body).model_dump()
+                if spec["index"] != msg.task:
+                    raise ValueError(f"control message for task {msg.task} carries the spec of task {spec['index']}")
+                if self.task_index is not None and spec["index"] <= self.task_index:
                     return  # a re-announced control message: already running it
-                self.task_spec = msg.body
-                # Count each task's bytes apart, so results can say what each algorithm cost.
-                self.traffic = self.bus.traffic = self.traffic_by_task.setdefault(self.task_index, Traffic())
-                await self.on_task(msg.body)
-                await self.replay_early()
+                await self.start_task(spec)
             return
         await self.on_message(name, msg)
+
+    async def start_task(self, spec: dict) -> None:
+        previous = self.task_spec, self.traffic
+        self.task_spec = spec
+        # Count each task's bytes apart, so results can say what each algorithm cost.
+        self.traffic = self.bus.traffic = self.traffic_by_task.setdefault(spec["index"], Traffic())
+        try:
+            await self.on_task(spec)
+        except Exception:  # a spec we cannot act on must not leave us half-switched
+            self.task_spec, self.traffic = previous
+            self.bus.traffic = self.traffic
+            raise
+        await self.replay_early()
 
     async def on_task(self, spec: dict) -> None:  # a new task starts: set up its party objects
         pass

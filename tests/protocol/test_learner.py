@@ -12,8 +12,8 @@ from privbandit.protocol.learners.successive_elimination import (
     GeometricSchedule,
     Lemma2Width,
     SajedSheffetSchedule,
-    SajedSheffetWidth,
     SuccessiveElimination,
+    sajed_sheffet_width,
 )
 from privbandit.protocol.mechanisms.base import RoundParams
 from privbandit.protocol.mechanisms.distributed_dp_mab import (
@@ -50,7 +50,8 @@ def test_sajed_sheffet_schedule_and_width_by_hand():
     r = 1 + int(max(32 * math.log(8 * s * e * e / p) / gap**2, 8 * math.log(4 * s * e * e / p) / (eps * gap)))
     assert SajedSheffetSchedule(eps, p).size(e, s) == r
     width = math.sqrt(math.log(8 * s * e * e / p) / (2 * r)) + math.log(4 * s * e * e / p) / (r * eps)
-    assert SajedSheffetWidth(eps, p).radius(e, s, RoundParams(n=r)) == pytest.approx(width)
+    # DP-SE's mechanism supplies h = 1/ε (and σ = 0) in its round parameters.
+    assert sajed_sheffet_width(p).radius(e, s, CentralLaplace(eps).params(r)) == pytest.approx(width)
 
 
 class _FixedWidth:
@@ -113,7 +114,7 @@ def test_run_bookkeeping_and_the_trailing_partial_batch():
 def test_pseudo_regret_equals_gaps_times_pulls():
     inst = BanditInstance(np.array([0.2, 0.8]), reward="bernoulli")
     r = _run(CentralLaplace(1.0), inst, 5_000, seed=1,
-             learner=SuccessiveElimination(2, SajedSheffetSchedule(1.0, 0.1), SajedSheffetWidth(1.0, 0.1)))
+             learner=SuccessiveElimination(2, SajedSheffetSchedule(1.0, 0.1), sajed_sheffet_width(0.1)))
     pulls_arm0 = sum(row["n"] for row in r.rounds if row["arm"] == 0)
     unreleased = 5_000 - sum(row["n"] for row in r.rounds)
     gap = inst.gaps[0]

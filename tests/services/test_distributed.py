@@ -102,11 +102,17 @@ def _publish_junk(url: str, run_id: str, running) -> int:
                 codec.encode(good.model_copy(update={"round": 10**6})),  # a round that never exists
                 codec.encode(good.model_copy(update={"task": 10**6})),  # a task that never comes
             ]
+            bad_controls = [  # valid envelopes whose task spec a party cannot act on
+                codec.encode(codec.ControlMsg(run=run_id, action="task", task=7, body={"index": "seven"})),
+                codec.encode(codec.ControlMsg(run=run_id, action="task", task=9, body={"index": 9})),
+            ]
             sent = 0
             while running() and sent < 300:
                 for topic in (f"{t}/report/aggregator", f"{t}/plan", f"{t}/release/aggregator", f"{t}/metrics/x"):
                     for v in variants:
                         await c.publish(topic, v, qos=1)
+                for v in bad_controls:
+                    await c.publish(f"{t}/control", v, qos=1)
                 sent += 1
                 await asyncio.sleep(0.2)
             return sent
@@ -148,7 +154,7 @@ def test_parties_survive_malformed_traffic_and_count_it(tmp_path, mosquitto_url)
     assert_same_numbers(tmp_path / "inproc", out)
     rejected = json.loads((out / "summary.json").read_text())["rejected"]
     for reason in ("not-msgpack", "not-a-map", "bad-version", "unknown-kind", "schema", "wrong-run",
-                   "wrong-round", "wrong-task", "unexpected-kind"):
+                   "wrong-round", "wrong-task", "unexpected-kind", "invalid-content"):
         assert rejected.get(reason, 0) > 0, (reason, rejected)
     # Round 0 is open only briefly: a junk report for it meets the modulus check or a closed round.
     assert rejected.get("wrong-modulus", 0) + rejected.get("round-closed", 0) > 0, rejected

@@ -40,19 +40,25 @@ class GeometricSchedule:
 class Lemma2Width:
     """Lemma 2, eq. (2), times a width multiplier (the authors' ``crs``, 1 by default):
 
-    ``β(b) = sqrt(log(4|Φ|b²/p)/(2l)) + σ·sqrt(log(2|Φ|b²/p))/l + h·log(2|Φ|b²/p)/l``.
+    ``β(b) = sqrt(log(4|Φ|b²/p)/(2l)) + σ·sqrt(log(2|Φ|b²/p))/l + h·log(2|Φ|b²/p)/l``
+
+    with the round's Assumption-1 constants σ, h. The union-bound factors (4, 2) are a parameter
+    because DP-SE's radius is the same shape with (8, 4): see :func:`sajed_sheffet_width`.
     """
 
     p: float
     multiplier: float = 1.0
+    hoeffding_factor: float = 4.0
+    noise_factor: float = 2.0
 
     def radius(self, b: int, n_active: int, params: RoundParams) -> float:
         l = params.n
         union = n_active * b * b / self.p
+        noise_log = math.log(self.noise_factor * union)
         return self.multiplier * (
-            math.sqrt(math.log(4 * union) / (2 * l))
-            + params.sigma * math.sqrt(math.log(2 * union)) / l
-            + params.h * math.log(2 * union) / l
+            math.sqrt(math.log(self.hoeffding_factor * union) / (2 * l))
+            + params.sigma * math.sqrt(noise_log) / l
+            + params.h * noise_log / l
         )
 
 
@@ -73,20 +79,10 @@ class SajedSheffetSchedule:
         return 1 + int(max(32 * math.log(8 * union) / gap**2, 8 * math.log(4 * union) / (self.epsilon * gap)))
 
 
-@dataclass(frozen=True)
-class SajedSheffetWidth:
-    """DP-SE's radius ``h_e + c_e = sqrt(ln(8|S|e²/β)/(2R_e)) + ln(4|S|e²/β)/(R_e·ε)``."""
-
-    epsilon: float
-    p: float
-    multiplier: float = 1.0
-
-    def radius(self, b: int, n_active: int, params: RoundParams) -> float:
-        l = params.n
-        union = n_active * b * b / self.p
-        return self.multiplier * (
-            math.sqrt(math.log(8 * union) / (2 * l)) + math.log(4 * union) / (l * self.epsilon)
-        )
+def sajed_sheffet_width(p: float, multiplier: float = 1.0) -> Lemma2Width:
+    """DP-SE's radius ``h_e + c_e = sqrt(ln(8|S|e²/β)/(2R_e)) + ln(4|S|e²/β)/(R_e·ε)``: Lemma 2's
+    shape with factors (8, 4), σ = 0 and h = 1/ε (its mechanism's round parameters)."""
+    return Lemma2Width(p, multiplier, hoeffding_factor=8.0, noise_factor=4.0)
 
 
 @dataclass(frozen=True)
