@@ -173,7 +173,7 @@ class ObserverService(PartyService):
 def add_wire_accounting(summary: dict, obs: ObserverService) -> None:
     """Per algorithm and role, both directions: payload and wire bytes, per reporting user."""
     rejected: dict[str, int] = {}
-    for party, body in obs.stats.items():
+    for body in obs.stats.values():
         for reason, n in body.get("rejected", {}).items():
             rejected[reason] = rejected.get(reason, 0) + n
     for reason, n in obs.rejected.items():

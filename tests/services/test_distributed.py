@@ -9,7 +9,6 @@ from pathlib import Path
 import aiomqtt
 import msgpack
 import numpy as np
-import pytest
 
 from privbandit.experiment.config import load_experiment
 from privbandit.experiment.results import summarize, write_results
