@@ -1,0 +1,104 @@
+"""Who masks with whom: the complete graph (Bonawitz et al. 2017) or a sparse random Harary graph
+(SecAgg+, Bell et al. 2020, §3 "the communication graph").
+
+Each user u pairs masks with its neighbours N(u) and Shamir-shares its secrets among its
+*holders* N(u) ∪ {u}; keeping a share for itself is what lets a surviving user's own share count
+towards the threshold, as in Bonawitz et al. (shares for every v ∈ U₁, u included).
+
+Sparse mode (Bell et al. 2020): the Harary graph H(n, k) — position i is joined to positions
+i ± 1, …, i ± k/2 (mod n) — under a uniformly random relabelling of the users, drawn from public
+randomness (the ``seed`` argument) so every party computes the same graph. Degree
+``k = 2⌈log₂ n⌉`` (even, so H(n, k) is k-regular), and the complete graph once k ≥ n − 1.
+
+Threshold rule implemented (both modes): with h = |N(u) ∪ {u}| holders, ``t = ⌊2h/3⌋ + 1``.
+For the complete graph (h = n) this is the t > 2n/3 bound of Bonawitz et al. 2017 for an active server colluding
+with fewer than n/3 users (their active-adversary analysis); for the sparse graph the same fraction is
+applied to each neighbourhood. Bell et al. instead choose (k, t) numerically from their security
+and correctness bounds for a target failure probability, corruption rate and dropout rate; that
+parameter search is not reproduced here. A caller may pass an explicit ``threshold``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
+
+MAX_USER_ID = 2**31 - 3  # Shamir x = id + 1 must be < 2³¹ − 1
+
+
+def sparse_degree(n: int) -> int:
+    """k = 2⌈log₂ n⌉, the O(log n) degree used in sparse mode."""
+    return 2 * math.ceil(math.log2(max(n, 2)))
+
+
+def default_threshold(holders: int) -> int:
+    """t = ⌊2h/3⌋ + 1 (see the module docstring)."""
+    return (2 * holders) // 3 + 1
+
+
+class MaskingGraph:
+    """The public masking/sharing graph of one round."""
+
+    def __init__(self, user_ids: Sequence[int], mode: str = "complete", *, seed: bytes = b"", threshold: int | None = None):
+        ids = sorted(int(u) for u in user_ids)
+        if len(ids) < 2 or len(set(ids)) != len(ids):
+            raise ValueError("need at least two distinct user ids")
+        if ids[0] < 0 or ids[-1] > MAX_USER_ID:
+            raise ValueError(f"user ids must lie in [0, {MAX_USER_ID}]")
+        if mode not in ("complete", "sparse"):
+            raise ValueError(f"unknown graph mode {mode!r}")
+        self.user_ids = tuple(ids)
+        self.n = len(ids)
+        k = sparse_degree(self.n) if mode == "sparse" else self.n - 1
+        self.complete = k >= self.n - 1
+        self.mode = mode
+        self.degree = self.n - 1 if self.complete else k
+        self.threshold = default_threshold(self.degree + 1) if threshold is None else int(threshold)
+        if not 1 <= self.threshold <= self.degree + 1:
+            raise ValueError(f"threshold {self.threshold} outside [1, {self.degree + 1}]")
+        if not self.complete:
+            # Public randomness → a random relabelling of the Harary graph's positions.
+            rng = np.random.default_rng(int.from_bytes(hashlib.sha256(b"privbandit/secagg/graph" + seed).digest(), "big"))
+            self._order = np.asarray(ids, dtype=np.int64)[rng.permutation(self.n)]
+            self._position = {int(u): p for p, u in enumerate(self._order)}
+        self._connected_memo: dict[frozenset[int], bool] = {}
+
+    def neighbours(self, u: int) -> tuple[int, ...]:
+        if self.complete:
+            return tuple(v for v in self.user_ids if v != u)
+        p = self._position[u]
+        half = self.degree // 2
+        offsets = [o for o in range(-half, half + 1) if o]
+        return tuple(sorted(int(self._order[(p + o) % self.n]) for o in offsets))
+
+    def holders(self, u: int) -> tuple[int, ...]:
+        """Who holds shares of u's secrets: N(u) ∪ {u}, sorted."""
+        return tuple(sorted((*self.neighbours(u), u)))
+
+    def connected(self, survivors: Iterable[int]) -> bool:
+        """Is the graph induced on ``survivors`` connected?
+
+        After unmasking, the server can sum masked inputs over any connected component of the
+        survivors' graph and see that component's partial sum; a connected survivor graph is what
+        makes the total the *only* thing it learns (Bell et al. 2020, §3). Memoized: every user
+        of a round checks the same announced set.
+        """
+        s = frozenset(survivors)
+        if self.complete or len(s) <= 1:
+            return True
+        if s not in self._connected_memo:
+            idx = {u: i for i, u in enumerate(sorted(s))}
+            rows, cols = [], []
+            for u in s:
+                for v in self.neighbours(u):
+                    if v in idx:
+                        rows.append(idx[u])
+                        cols.append(idx[v])
+            adj = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(s), len(s)))
+            self._connected_memo[s] = connected_components(adj, directed=False)[0] == 1
+        return self._connected_memo[s]

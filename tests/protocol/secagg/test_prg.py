@@ -1,0 +1,92 @@
+"""Mask expansion: exact uniformity on Z_m, determinism, domain separation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+from scipy import stats
+
+from privbandit.protocol.secagg.prg import acceptance_limit, prg_key, uniform_mod
+from tests.stats import P_MIN
+
+SEED = bytes(range(32))
+
+
+def _chi2(observed: np.ndarray, probs: np.ndarray) -> float:
+    expected = probs / probs.sum() * observed.sum()
+    return float(stats.chisquare(observed, expected).pvalue)
+
+
+def _bucket_probs(m: int, buckets: int) -> tuple[np.ndarray, callable]:
+    """Buckets of consecutive residues ``[b·w, (b+1)·w)`` with w = ⌈m/buckets⌉; exact probabilities."""
+    width = -(-m // buckets)
+    edges = np.minimum(np.arange(buckets + 1, dtype=object) * width, m)
+    sizes = np.array([int(edges[b + 1] - edges[b]) for b in range(buckets)], dtype=np.float64)
+    return sizes / m, lambda v: (v // width).astype(np.int64)
+
+
+def test_small_modulus_uniform_and_hits_every_residue():
+    v = uniform_mod(SEED, 200_000, 7, round_id=1, purpose=b"test")
+    counts = np.bincount(v, minlength=7)
+    assert counts.size == 7 and counts.min() > 0  # m − 1 = 6 is reachable: no [0, m−1) bug
+    assert _chi2(counts, np.ones(7)) > P_MIN
+
+
+def test_million_modulus_folded_buckets_uniform():
+    m = 1_000_003
+    v = uniform_mod(SEED, 300_000, m, round_id=2, purpose=b"test")
+    probs, bucket = _bucket_probs(m, 500)
+    assert _chi2(np.bincount(bucket(v), minlength=500), probs) > P_MIN
+
+
+@pytest.mark.parametrize("m", [2**62, 2**62 - 57, (2**64 * 2) // 9])
+def test_large_modulus_top_bits_uniform(m):
+    v = uniform_mod(SEED, 200_000, m, round_id=3, purpose=b"test")
+    assert v.dtype == np.int64 and v.min() >= 0 and v.max() < m
+    probs, bucket = _bucket_probs(m, 256)
+    assert _chi2(np.bincount(bucket(v), minlength=256), probs) > P_MIN
+
+
+def test_naive_modulo_reduction_fails_the_same_test():
+    """Power check: plain ``w mod m`` on the same keystream is visibly biased for m ≈ 2⁶⁴/4.5."""
+    m = (2**64 * 2) // 9
+    enc = Cipher(algorithms.ChaCha20(prg_key(SEED, round_id=3, purpose=b"test"), bytes(16)), None).encryptor()
+    words = np.frombuffer(enc.update(bytes(8 * 200_000)), dtype="<u8")
+    naive = (words % np.uint64(m)).astype(np.int64)
+    probs, bucket = _bucket_probs(m, 256)
+    assert _chi2(np.bincount(bucket(naive), minlength=256), probs) < 1e-6
+
+
+def test_acceptance_limit_is_a_whole_number_of_copies():
+    for m in [2, 7, 1_000_003, 2**32 + 15, 2**62 - 57, 2**62]:
+        limit = acceptance_limit(m)
+        assert limit % m == 0 and 2**64 - m < limit <= 2**64
+
+
+def test_deterministic_and_prefix_stable():
+    a = uniform_mod(SEED, 1000, 2**40 + 3, round_id=5, purpose=b"mask")
+    b = uniform_mod(SEED, 1000, 2**40 + 3, round_id=5, purpose=b"mask")
+    c = uniform_mod(SEED, 10, 2**40 + 3, round_id=5, purpose=b"mask")
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(a[:10], c)
+
+
+def test_seeds_rounds_and_purposes_separate():
+    m = 2**61 + 1
+    base = uniform_mod(SEED, 64, m, round_id=5, purpose=b"mask")
+    other_seed = bytes([SEED[0] ^ 1]) + SEED[1:]
+    for variant in [
+        uniform_mod(other_seed, 64, m, round_id=5, purpose=b"mask"),
+        uniform_mod(SEED, 64, m, round_id=6, purpose=b"mask"),
+        uniform_mod(SEED, 64, m, round_id=5, purpose=b"self"),
+    ]:
+        assert (variant != base).sum() > 60
+
+
+def test_rejects_bad_arguments():
+    with pytest.raises(ValueError):
+        uniform_mod(SEED[:16], 4, 7, round_id=0, purpose=b"x")
+    with pytest.raises(ValueError):
+        uniform_mod(SEED, 4, 2**62 + 1, round_id=0, purpose=b"x")
+    assert uniform_mod(SEED, 0, 7, round_id=0, purpose=b"x").size == 0

@@ -1,0 +1,174 @@
+"""The round end to end: exact sums under dropouts, aborts, uniform masked inputs, key substitution."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+from scipy import stats
+
+from privbandit.protocol.secagg import KeySubstitutionError, MaskingGraph, SecAggAbort
+from privbandit.protocol.secagg.keys import raw_public
+from privbandit.protocol.secagg.protocol import KeyDirectory, UnmaskRequest
+from tests.protocol.secagg.helpers import (
+    Drops,
+    expected_sum,
+    make_round,
+    random_inputs,
+    run_round,
+    run_until_masked,
+)
+from tests.stats import P_MIN
+
+MODULI = [7, 2**32 + 15, 2**62]
+N_COMPLETE = 12  # t = ⌊2·12/3⌋ + 1 = 9: up to 3 dropouts
+IDS = list(range(100, 100 + N_COMPLETE))
+N_SPARSE = 40  # k = 2⌈log₂ 40⌉ = 12, h = 13 holders, t = 9
+SPARSE_IDS = list(range(7, 7 + N_SPARSE))
+
+
+def _check(ids, mode, m, drops, *, length=3, round_id=1, seed=0):
+    rng = np.random.default_rng(seed)
+    users, server = make_round(ids, mode, m, length=length, round_id=round_id)
+    inputs = random_inputs(ids, m, length, rng)
+    result = run_round(users, server, inputs, drops)
+    survivors = sorted(set(ids) - drops.after_advertise - drops.after_share)
+    assert result.survivors == tuple(survivors)
+    np.testing.assert_array_equal(result.value, expected_sum(inputs, survivors, m))
+
+
+def test_graph_parameters():
+    g = MaskingGraph(SPARSE_IDS, "sparse", seed=b"x")
+    assert (g.degree, g.threshold, g.complete) == (12, 9, False)
+    assert all(len(g.neighbours(u)) == 12 and u not in g.neighbours(u) for u in SPARSE_IDS)
+    assert all(u in g.neighbours(v) for u in SPARSE_IDS for v in g.neighbours(u))  # undirected
+    assert g.connected(SPARSE_IDS)
+    assert MaskingGraph(range(5), "sparse").complete  # k = 6 ≥ n − 1: falls back to complete
+    assert not MaskingGraph(range(10), "sparse").complete  # k = 8 < 9
+    isolated = SPARSE_IDS[0]
+    assert not g.connected(set(SPARSE_IDS) - set(g.neighbours(isolated)))
+    assert g.connected(set(SPARSE_IDS) - {isolated})
+
+
+def test_disconnected_survivors_abort_without_release():
+    """Low threshold so the holder checks pass: the connectivity check alone must stop the round."""
+    users, server = make_round(SPARSE_IDS, "sparse", 2**40, length=1, threshold=1)
+    gone = set(server.graph.neighbours(SPARSE_IDS[0]))
+    inputs = random_inputs(SPARSE_IDS, 2**40, 1, np.random.default_rng(0))
+    with pytest.raises(SecAggAbort, match="disconnected"):
+        run_round(users, server, inputs, Drops(after_share=gone))
+
+@pytest.mark.parametrize("m", MODULI)
+@pytest.mark.parametrize("step", ["none", "after_advertise", "after_share", "after_masked"])
+def test_complete_exact_sum_with_max_dropouts(m, step):
+    drops = Drops()
+    if step != "none":
+        getattr(drops, step).update(IDS[1:4])  # n − t = 3 dropouts at this step
+    _check(IDS, "complete", m, drops)
+
+
+@pytest.mark.parametrize("m", MODULI)
+def test_complete_dropouts_spread_over_steps(m):
+    _check(IDS, "complete", m, Drops({IDS[0]}, {IDS[5]}, {IDS[-1]}))
+
+
+@pytest.mark.parametrize("m", MODULI)
+@pytest.mark.parametrize("step", ["none", "after_advertise", "after_share", "after_masked", "mixed"])
+def test_sparse_exact_sum_with_dropouts(m, step):
+    rng = np.random.default_rng(3)
+    dropped = [int(u) for u in rng.choice(SPARSE_IDS, size=6, replace=False)]
+    drops = Drops()
+    if step == "mixed":
+        drops = Drops(set(dropped[:2]), set(dropped[2:4]), set(dropped[4:]))
+    elif step != "none":
+        getattr(drops, step).update(dropped)
+    _check(SPARSE_IDS, "sparse", m, drops)
+
+
+@pytest.mark.parametrize("step", ["after_advertise", "after_share", "after_masked"])
+def test_complete_below_threshold_aborts_without_release(step):
+    users, server = make_round(IDS, "complete", 2**40, length=2)
+    inputs = random_inputs(IDS, 2**40, 2, np.random.default_rng(0))
+    drops = Drops()
+    getattr(drops, step).update(IDS[:4])  # n − t + 1 dropouts
+    with pytest.raises(SecAggAbort, match="threshold 9"):
+        run_round(users, server, inputs, drops)
+
+
+def test_sparse_neighbourhood_below_threshold_aborts():
+    users, server = make_round(SPARSE_IDS, "sparse", 2**40, length=2)
+    victim = SPARSE_IDS[0]
+    gone = set(server.graph.neighbours(victim)[:5])  # leaves 13 − 5 = 8 < 9 live holders
+    inputs = random_inputs(SPARSE_IDS, 2**40, 2, np.random.default_rng(0))
+    with pytest.raises(SecAggAbort, match="live holders"):
+        run_round(users, server, inputs, Drops(after_share=gone))
+
+
+def test_user_refuses_forged_small_survivor_set():
+    """A server announcing too few survivors does not get b-shares from honest users."""
+    users, server = make_round(IDS, "complete", 101, length=1)
+    inputs = random_inputs(IDS, 101, 1, np.random.default_rng(0))
+    run_until_masked(users, server, inputs, Drops())
+    with pytest.raises(SecAggAbort, match="threshold 9"):
+        users[IDS[0]].unmask(UnmaskRequest(frozenset(IDS[:5])))
+
+
+def test_response_reveals_one_share_per_neighbour():
+    users, server = make_round(IDS, "complete", 101, length=1)
+    inputs = random_inputs(IDS, 101, 1, np.random.default_rng(0))
+    masked = run_until_masked(users, server, inputs, Drops(after_share={IDS[2]}))
+    request = server.unmask_request(masked)
+    r = users[IDS[0]].unmask(request)
+    assert set(r.self_mask_shares).isdisjoint(r.mask_key_shares)
+    assert set(r.mask_key_shares) == {IDS[2]}
+    assert set(r.self_mask_shares) == set(IDS) - {IDS[2]}
+
+
+def test_substituted_key_is_detected_in_the_round():
+    users, server = make_round(IDS, "complete", 101, length=1)
+    dirs = server.key_directories(users[u].advertise() for u in users)
+    victim, target = IDS[0], IDS[1]
+    adverts = dict(dirs[victim].adverts)
+    evil = raw_public(X25519PrivateKey.generate().public_key())
+    adverts[target] = dataclasses.replace(adverts[target], c_public=evil)
+    with pytest.raises(KeySubstitutionError, match=f"user {target}"):
+        users[victim].share_keys(KeyDirectory(adverts))
+
+
+def _masked_samples(value: int, m: int, rounds: int, length: int) -> np.ndarray:
+    ids = list(range(3))
+    out = []
+    for r in range(rounds):
+        users, server = make_round(ids, "complete", m, length=length, round_id=1000 + r)
+        inputs = {u: np.full(length, value if u == 0 else 1, dtype=np.int64) for u in ids}
+        masked = run_until_masked(users, server, inputs, Drops())
+        out.append(next(msg.y for msg in masked if msg.sender == 0))
+    return np.concatenate(out)
+
+
+def test_masked_input_uniform_and_independent_of_input():
+    m = 11
+    a, b = _masked_samples(0, m, 40, 250), _masked_samples(7, m, 40, 250)
+    ca, cb = np.bincount(a, minlength=m), np.bincount(b, minlength=m)
+    assert ca.size == m and ca.min() > 0
+    assert stats.chisquare(ca).pvalue > P_MIN and stats.chisquare(cb).pvalue > P_MIN
+    assert stats.chi2_contingency(np.stack([ca, cb]))[1] > P_MIN
+    # Power check: the unmasked inputs (what a broken protocol would send) fail both tests.
+    assert stats.chisquare(np.bincount(np.full(a.size, 7), minlength=m)).pvalue < 1e-12
+
+
+def test_masked_input_uniform_top_bits_large_modulus():
+    m = 2**62 - 57
+    v = _masked_samples(12345, m, 20, 500)
+    width = -(-m // 64)
+    probs = np.array([min(width, m - b * width) for b in range(64)], dtype=float) / m
+    counts = np.bincount(v // width, minlength=64)
+    assert stats.chisquare(counts, probs * v.size).pvalue > P_MIN
+
+
+def test_steps_out_of_order_rejected():
+    users, _ = make_round(IDS, "complete", 101, length=1)
+    with pytest.raises(Exception, match="step"):
+        users[IDS[0]].unmask(UnmaskRequest(frozenset(IDS)))
