@@ -62,7 +62,8 @@ class AlgorithmConfig(_Strict):
     s: Annotated[float, Field(ge=1, le=1e6)] = 10.0
     tau_rule: Literal["sqrt-log", "log"] | None = None
     ldp_c: Annotated[float, Field(gt=0)] = 2.0
-    intermediary: Literal["auto", "shuffler"] = "auto"  # auto: the mechanism's own (aggregator)
+    intermediary: Literal["auto", "shuffler", "secagg"] = "auto"  # auto: the mechanism's own (aggregator)
+    secagg_graph: Literal["complete", "sparse"] = "sparse"  # with intermediary = "secagg"
 
 
 class ExperimentConfig(_Strict):

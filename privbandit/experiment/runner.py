@@ -52,6 +52,7 @@ def execute(task: Task) -> tuple[str, int, RunResult, float]:
         checkpoints=checkpoint_grid(cfg.horizon, cfg.checkpoints),
         p=a.p,
         shuffle_seed=shuffle_key(cfg.seed, task.run, task.label) if a.intermediary == "shuffler" else None,
+        secagg_graph=a.secagg_graph if a.intermediary == "secagg" else None,
         ledger=PrivacyLedger(
             trust_model=mechanism.trust_model,
             epsilon_target=None if a.algorithm == "se" else a.epsilon,
@@ -65,7 +66,11 @@ def resolved_algorithms(config: ExperimentConfig) -> dict[str, AlgorithmConfig]:
     algos = {label: resolve_algorithm(config, label) for label in config.algorithms}
     for label, a in algos.items():
         try:  # fail before any work starts: bad parameters, missing means file, ...
-            build_mechanism(a).params(2)
+            mechanism = build_mechanism(a)
+            mechanism.params(2)
+            if a.intermediary == "secagg" and mechanism.intermediary != "modular-sum":
+                raise ValueError(f"intermediary = 'secagg' needs a modular-sum mechanism; {a.algorithm} "
+                                 f"uses {mechanism.intermediary}")
             instance_for(config, 0)
         except (ValueError, OSError) as exc:
             raise ConfigError(f"algorithms.{label}: {exc}") from None

@@ -9,7 +9,7 @@ from privbandit.protocol.environments import BanditInstance
 from privbandit.protocol.learners.successive_elimination import SuccessiveElimination
 from privbandit.protocol.mechanisms.base import Mechanism
 from privbandit.protocol.observer import Observer, RunResult
-from privbandit.protocol.parties import Analyzer, Intermediary, Shuffler, UserPopulation
+from privbandit.protocol.parties import Analyzer, Intermediary, SecureAggregator, Shuffler, UserPopulation
 from privbandit.protocol.privacy import PrivacyLedger
 from privbandit.protocol.seeding import derive_key, analyzer_master_key, stream
 
@@ -26,8 +26,11 @@ def run_once(
     p: float,
     ledger: PrivacyLedger,
     shuffle_seed: int | None = None,
+    secagg_graph: str | None = None,
 ) -> RunResult:
-    """One run. With ``shuffle_seed`` set, rounds go through a :class:`Shuffler` seeded with it."""
+    """One run. Rounds go through the ideal :class:`Intermediary`; with ``shuffle_seed`` set,
+    through a :class:`Shuffler` seeded with it; with ``secagg_graph`` set ("complete" or
+    "sparse"), through a real secure-aggregation round (:class:`SecureAggregator`)."""
     analyzer = Analyzer(learner, mechanism, horizon, ledger, derive_key(analyzer_master_key(seed), *stream_prefix))
     users = UserPopulation(instance, mechanism, seed, checkpoints, stream_prefix)
     observer = Observer(checkpoints, p)
@@ -38,8 +41,12 @@ def run_once(
                 observer.on_truth(truth)
             if sent is None:
                 continue
-            box = (Intermediary(plan, mechanism) if shuffle_seed is None
-                   else Shuffler(plan, mechanism, stream(shuffle_seed, "shuffle", plan.round_id)))
+            if secagg_graph is not None:
+                box = SecureAggregator(plan, mechanism, secagg_graph)
+            elif shuffle_seed is not None:
+                box = Shuffler(plan, mechanism, stream(shuffle_seed, "shuffle", plan.round_id))
+            else:
+                box = Intermediary(plan, mechanism)
             box.receive(sent)
             observer.on_record(analyzer.on_release(box.release()))
     return observer.result(ledger.summary(), learner.eliminated_at.tolist(), instance.best_arm)
