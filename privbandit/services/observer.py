@@ -67,19 +67,13 @@ class ObserverService(PartyService):
         pass  # the observer publishes control, not readiness
 
     # --- session pacing ---------------------------------------------------------------------
-    def spec(self, index: int) -> dict:
-        run, label = self.tasks[index]
-        return {"index": index, "run": run, "label": label, "algorithm": self.algos[label].model_dump(),
-                "horizon": self.config.horizon, "arms": instance_for(self.config, run).n_arms,
-                "delta": self.config.delta}
-
     async def announce(self) -> None:
         self.last_announce = time.monotonic()
         if self.shutting_down:
             await self.bus.publish(self.t("control"), codec.ControlMsg(run=self.run_id, action="shutdown"))
         elif self.index >= 0:
             await self.bus.publish(self.t("control"), codec.ControlMsg(
-                run=self.run_id, action="task", task=self.index, body=self.spec(self.index)))
+                run=self.run_id, action="task", task=self.index, body=self.task_body))
 
     async def next_task(self) -> None:
         self.index += 1
@@ -87,7 +81,13 @@ class ObserverService(PartyService):
             self.shutting_down = True
             self.shutdown_at = time.monotonic()
         else:
-            self.observer = Observer(self.grid, self.algos[self.tasks[self.index][1]].p)
+            run, label = self.tasks[self.index]
+            # Built once per task: re-announcements must not rebuild the world (or re-read a means file).
+            self.instance = instance_for(self.config, run)
+            self.task_body = {"index": self.index, "run": run, "label": label,
+                              "algorithm": self.algos[label].model_dump(), "horizon": self.config.horizon,
+                              "arms": self.instance.n_arms, "delta": self.config.delta}
+            self.observer = Observer(self.grid, self.algos[label].p)
             self.analyzer_done: dict | None = None
             self.task_started = time.perf_counter()
         await self.announce()
@@ -152,8 +152,7 @@ class ObserverService(PartyService):
             return
         run, label = self.tasks[self.index]
         self.results[label][run] = self.observer.result(
-            self.analyzer_done["privacy"], self.analyzer_done["eliminated_at"],
-            instance_for(self.config, run).best_arm)
+            self.analyzer_done["privacy"], self.analyzer_done["eliminated_at"], self.instance.best_arm)
         self.compute[label] += time.perf_counter() - self.task_started
         self.progress.advance(self.bar)
         await self.next_task()
