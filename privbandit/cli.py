@@ -30,8 +30,7 @@ def run(
     shards: Annotated[int, typer.Option(help="user fleets, with --transport mqtt")] = 2,
 ):
     """Run an experiment file: many runs of each algorithm, then a results directory."""
-    from privbandit.experiment.results import summarize, write_results
-    from privbandit.experiment.runner import run_experiment
+    from privbandit.experiment.families import DEFAULT_FAMILY, family_module, family_of
 
     overrides = list(set_ or []) + ([f"runs={runs}"] if runs is not None else [])
     try:
@@ -41,21 +40,22 @@ def run(
             raise ConfigError(f"--jobs {jobs}: must be ≥ 1")
         if shards < 1:
             raise ConfigError(f"--shards {shards}: must be ≥ 1")
-        config, _ = load_experiment(experiment, overrides)
+        family_name = family_of(experiment, overrides)
+        family = family_module(family_name)
+        config = family.load(experiment, overrides)
         out = out or Path("results") / config.name
         if transport == "mqtt":
+            if family_name != DEFAULT_FAMILY:
+                raise ConfigError(f"--transport mqtt: not yet available for family {family_name!r}")
             return _run_distributed(config, experiment, overrides, out, broker, shards)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=err, transient=not err.is_terminal) as bar:
             ids = {label: bar.add_task(label, total=config.runs) for label in config.algorithms}
-            results, algos, compute, elapsed = run_experiment(
-                config, jobs=jobs, progress=lambda label, run: bar.advance(ids[label])
-            )
+            outcome = family.run(config, jobs=jobs, progress=lambda label, run: bar.advance(ids[label]))
     except ConfigError as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(2)
-    summary = summarize(config, results, algos, compute, elapsed)
-    write_results(out, config, summary, results, algos)
+    summary = family.write(out, config, outcome)
     _print_summary(summary, out)
 
 

@@ -183,3 +183,11 @@ def test_secure_aggregation_needs_a_modular_mechanism_and_inproc(tmp_path):
         "[algorithms.Dist-DP-SE]", '[algorithms.Dist-DP-SE]\nintermediary = "secagg"'))), "--transport", "mqtt"],
         capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "in-process only" in proc.stderr
+
+
+def test_unknown_family_is_refused_by_name(tmp_path):
+    bad = tmp_path / "x.toml"
+    bad.write_text('family = "linear-bandit-typo"\nhorizon = 100\n[algorithms.se]\n')
+    proc = subprocess.run([sys.executable, "-m", "privbandit", "run", str(bad)], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "family = 'linear-bandit-typo' is not one of" in " ".join(proc.stderr.split())

@@ -67,6 +67,7 @@ class AlgorithmConfig(_Strict):
 
 
 class ExperimentConfig(_Strict):
+    family: Literal["distributed-dp-mab"] = "distributed-dp-mab"  # see experiment/families.py
     name: str = "experiment"
     description: str = ""
     horizon: Annotated[int, Field(ge=2, le=10**10)]
