@@ -28,11 +28,11 @@ from privbandit.protocol.mechanisms.distributed_dp_mab import (
 def build_mechanism(a: AlgorithmConfig) -> Mechanism:
     match a.algorithm:
         case "dist-dp-se":
-            return PolyaSecAgg(a.epsilon, a.p)
+            return PolyaSecAgg(a.epsilon, a.p, a.dropout_tolerance)
         case "dist-rdp-se":
-            return SkellamSecAgg(a.epsilon, a.p, s=a.s, tau_rule=a.tau_rule)
+            return SkellamSecAgg(a.epsilon, a.p, s=a.s, tau_rule=a.tau_rule, dropout_tolerance=a.dropout_tolerance)
         case "dist-cdp-se":
-            return DiscreteGaussianSecAgg(a.epsilon, a.p, s=a.s)
+            return DiscreteGaussianSecAgg(a.epsilon, a.p, s=a.s, dropout_tolerance=a.dropout_tolerance)
         case "cdp-se":
             return CentralDiscreteLaplace(a.epsilon, a.p)
         case "ldp-se":

@@ -64,6 +64,18 @@ class AlgorithmConfig(_Strict):
     ldp_c: Annotated[float, Field(gt=0)] = 2.0
     intermediary: Literal["auto", "shuffler", "secagg"] = "auto"  # auto: the mechanism's own (aggregator)
     secagg_graph: Literal["complete", "sparse"] = "sparse"  # with intermediary = "secagg"
+    # Simulated dropouts: this fraction of every collected cohort never reports. Below 1/3, so the
+    # ⌊2n/3⌋ + 1 release threshold always holds for the ideal intermediary.
+    dropout_rate: Annotated[float, Field(ge=0, lt=1 / 3)] = 0.0
+    # ρ: distributed noise shares calibrated for ⌈(1−ρ)n⌉ survivors (dist-* algorithms only).
+    dropout_tolerance: Annotated[float, Field(ge=0, le=0.9)] = 0.0
+
+    @model_validator(mode="after")
+    def _tolerance_needs_distributed_noise(self):
+        if self.dropout_tolerance and not self.algorithm.startswith("dist-"):
+            raise ValueError(f"dropout_tolerance applies to distributed noise (dist-dp-se, dist-rdp-se, "
+                             f"dist-cdp-se); {self.algorithm} adds none in the users' shares")
+        return self
 
 
 class ExperimentConfig(_Strict):

@@ -79,6 +79,7 @@ def summarize(
             "realized_regret_final_stderr": float(rs[0]),
             "best_arm_eliminated_runs": sum(r.best_arm_eliminated for r in runs),
             "rounds_per_run": float(np.mean([len(r.rounds) for r in runs])),
+            "reports_dropped": sum(x["n"] - x["reports"] for x in rows),
             "wrap_arounds": sum(bool(x["wrapped"]) for x in rows),
             "decode_failures": sum(bool(x.get("decode_failure", False)) for x in rows),
             "noise_bound_exceeded": sum(abs(x["noise"]) > x["noise_bound"] for x in rows if x["noise_bound"] > 0),
@@ -116,7 +117,7 @@ def write_results(out: Path, config: ExperimentConfig, summary: dict, results: d
         w.writerow(columns)
         w.writerows(zip(*columns.values()))
 
-    fields = ["algorithm", "run", "round", "batch", "arm", "n", "g", "tau", "m", "bits", "wrapped",
+    fields = ["algorithm", "run", "round", "batch", "arm", "n", "reports", "epsilon", "g", "tau", "m", "bits", "wrapped",
               "estimate_sum", "true_sum", "noise", "noise_bound", "noise_encoded", "decode_failure"]
     with open(out / "rounds.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=fields)

@@ -53,6 +53,7 @@ def execute(task: Task) -> tuple[str, int, RunResult, float]:
         p=a.p,
         shuffle_seed=shuffle_key(cfg.seed, task.run, task.label) if a.intermediary == "shuffler" else None,
         secagg_graph=a.secagg_graph if a.intermediary == "secagg" else None,
+        dropout_rate=a.dropout_rate,
         ledger=PrivacyLedger(
             trust_model=mechanism.trust_model,
             epsilon_target=None if a.algorithm == "se" else a.epsilon,

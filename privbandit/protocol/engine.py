@@ -27,12 +27,15 @@ def run_once(
     ledger: PrivacyLedger,
     shuffle_seed: int | None = None,
     secagg_graph: str | None = None,
+    dropout_rate: float = 0.0,
 ) -> RunResult:
     """One run. Rounds go through the ideal :class:`Intermediary`; with ``shuffle_seed`` set,
     through a :class:`Shuffler` seeded with it; with ``secagg_graph`` set ("complete" or
-    "sparse"), through a real secure-aggregation round (:class:`SecureAggregator`)."""
+    "sparse"), through a real secure-aggregation round (:class:`SecureAggregator`). With
+    ``dropout_rate``, that fraction of each collected cohort never reports, and every round is
+    released over the reports that came (the simulation knows nobody else is coming)."""
     analyzer = Analyzer(learner, mechanism, horizon, ledger, derive_key(analyzer_master_key(seed), *stream_prefix))
-    users = UserPopulation(instance, mechanism, seed, checkpoints, stream_prefix)
+    users = UserPopulation(instance, mechanism, seed, checkpoints, stream_prefix, dropout_rate)
     observer = Observer(checkpoints, p)
     while plans := analyzer.next_plans():
         for plan in plans:
@@ -48,5 +51,5 @@ def run_once(
             else:
                 box = Intermediary(plan, mechanism)
             box.receive(sent)
-            observer.on_record(analyzer.on_release(box.release()))
+            observer.on_record(analyzer.on_release(box.release(partial=dropout_rate > 0)))
     return observer.result(ledger.summary(), learner.eliminated_at.tolist(), instance.best_arm)

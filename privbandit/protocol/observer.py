@@ -107,6 +107,8 @@ class Observer:
                 "batch": r.batch,
                 "arm": r.arm,
                 "n": q.n,
+                "reports": r.reports,
+                "epsilon": r.epsilon,
                 "g": q.g,
                 "tau": q.tau,
                 "m": q.m,

@@ -27,7 +27,7 @@ def plan_msg(run_id: str, task: int, plan: RoundPlan) -> codec.PlanMsg:
     return codec.PlanMsg(
         run=run_id, task=task, round=plan.round_id, batch=plan.batch, arm=plan.arm,
         first_user=plan.first_user, cohort=plan.cohort, collect=plan.collect,
-        params=codec.Params(n=q.n, g=q.g, tau=q.tau, m=q.m, sigma=q.sigma, h=q.h),
+        params=codec.params_of(q),
     )
 
 
@@ -88,9 +88,9 @@ class AnalyzerService(PartyService):
         q = record.params
         await self.bus.publish(self.t("metrics", self.name), codec.RecordMsg(
             run=self.run_id, task=self.task_index, round=record.round_id, batch=record.batch, arm=record.arm,
-            params=codec.Params(n=q.n, g=q.g, tau=q.tau, m=q.m, sigma=q.sigma, h=q.h),
+            params=codec.params_of(q),
             release=record.release, estimate=record.estimate, wrapped=record.wrapped,
-            central_noise=record.central_noise,
+            central_noise=record.central_noise, reports=record.reports, epsilon=record.epsilon,
         ))
         await self.advance()
 

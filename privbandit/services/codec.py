@@ -87,6 +87,12 @@ class Params(BaseModel):
     m: Annotated[int, Field(ge=2, le=2**62)] | None = None
     sigma: float = 0.0
     h: float = 0.0
+    noise_n: Annotated[int, Field(ge=1)] | None = None
+
+
+def params_of(q) -> Params:
+    """A RoundParams on the wire."""
+    return Params(n=q.n, g=q.g, tau=q.tau, m=q.m, sigma=q.sigma, h=q.h, noise_n=q.noise_n)
 
 
 class PlanMsg(_Msg):
@@ -148,6 +154,8 @@ class RecordMsg(_Msg):
     estimate: float
     wrapped: bool
     central_noise: float
+    reports: NonNeg
+    epsilon: float | None = None
 
 
 class StatusMsg(_Msg):

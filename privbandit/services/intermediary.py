@@ -16,7 +16,7 @@ from privbandit.experiment.build import build_mechanism
 from privbandit.experiment.config import AlgorithmConfig
 from privbandit.protocol.events import Reports, RoundPlan
 from privbandit.protocol.mechanisms.base import RoundParams
-from privbandit.protocol.parties import Intermediary, Shuffler, shuffle_rng
+from privbandit.protocol.parties import Intermediary, ProtocolError, Shuffler, shuffle_rng
 from privbandit.protocol.seeding import derive_key, stream
 from privbandit.services import codec
 from privbandit.services.party import PartyService
@@ -105,8 +105,8 @@ class IntermediaryService(PartyService):
         if box.complete:
             await self.release(msg.round, box)
 
-    async def release(self, round_id: int, box: Intermediary) -> None:
-        rel = box.release()
+    async def release(self, round_id: int, box: Intermediary, partial: bool = False) -> None:
+        rel = box.release(partial)
         reports = None
         if rel.reports is not None:
             reports = codec.packed(rel.reports, box.plan.params.m)
@@ -120,10 +120,13 @@ class IntermediaryService(PartyService):
         now = time.monotonic()
         for round_id, (box, opened) in list(self.boxes.items()):
             if now - opened > self.deadline_s and round_id not in self.failed:
-                # The ideal sum needs every share (dropout recovery is secure aggregation's job):
-                # release nothing, and say so.
-                self.failed.add(round_id)
-                got = int(box.received.sum())
-                await self.status("error", self.task_index, round=round_id,
-                                  reason=f"round {round_id} missed its {self.deadline_s:.0f} s deadline "
-                                         f"with {got} of {box.plan.cohort} reports; nothing released")
+                # Past the deadline the missing users count as dropouts: release over the reports
+                # that came if the threshold allows (the analyzer's ledger then records the ε the
+                # survivors' noise gives), else release nothing and say so.
+                try:
+                    await self.release(round_id, box, partial=True)
+                except ProtocolError as exc:
+                    self.failed.add(round_id)
+                    await self.status("error", self.task_index, round=round_id,
+                                      reason=f"round {round_id} missed its {self.deadline_s:.0f} s deadline: "
+                                             f"{exc.detail}")

@@ -123,7 +123,8 @@ class ObserverService(PartyService):
             else:
                 self.observer.on_record(RoundRecord(
                     round_id=msg.round, batch=msg.batch, arm=msg.arm, params=RoundParams(**msg.params.model_dump()),
-                    release=msg.release, estimate=msg.estimate, wrapped=msg.wrapped, central_noise=msg.central_noise))
+                    release=msg.release, estimate=msg.estimate, wrapped=msg.wrapped, central_noise=msg.central_noise,
+                    reports=msg.reports, epsilon=msg.epsilon))
             await self.maybe_finish_task()
         else:
             self.reject("unexpected-kind", msg.kind)

@@ -49,6 +49,7 @@ class UserFleetService(PartyService):
         self.population = UserPopulation(
             instance_for(self.config, spec["run"]), build_mechanism(algo), self.config.seed,
             checkpoint_grid(self.config.horizon, self.config.checkpoints), (spec["run"], spec["label"]),
+            algo.dropout_rate,
         )
         self.served = set()
 

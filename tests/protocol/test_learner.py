@@ -128,7 +128,7 @@ def test_same_seed_same_run_other_seed_other_run():
     assert not np.array_equal(a.realized_regret, c.realized_regret)
 
 
-def test_analyzer_rejects_unknown_and_incomplete_releases():
+def test_analyzer_rejects_unknown_rounds_and_impossible_report_counts():
     mech = PolyaSecAgg(1.0, 0.1)
     an = Analyzer(SuccessiveElimination(3, GeometricSchedule(2), Lemma2Width(0.1)), mech, 1000,
                   PrivacyLedger("distributed", 1.0, 1e-6), key=0)
@@ -137,9 +137,10 @@ def test_analyzer_rejects_unknown_and_incomplete_releases():
     with pytest.raises(ProtocolError) as e:
         an.on_release(Release(round_id=99, n_reports=2, value=0))
     assert e.value.reason == "unknown-round"
-    with pytest.raises(ProtocolError) as e:
-        an.on_release(Release(round_id=0, n_reports=1, value=0))
-    assert e.value.reason == "incomplete-round"
+    for count in (0, plans[0].cohort + 1):
+        with pytest.raises(ProtocolError) as e:
+            an.on_release(Release(round_id=0, n_reports=count, value=0))
+        assert e.value.reason == "bad-report-count"
 
 
 def test_sharded_users_draw_exactly_what_one_population_draws():

@@ -51,12 +51,14 @@ class Lemma2Width:
     hoeffding_factor: float = 4.0
     noise_factor: float = 2.0
 
-    def radius(self, b: int, n_active: int, params: RoundParams) -> float:
-        l = params.n
+    def radius(self, b: int, n_active: int, params: RoundParams, l: np.ndarray | int | None = None):
+        """β(b) for batches of ``l`` reports (``params.n`` by default; an array gives one radius per
+        arm, for rounds where some reports dropped out)."""
+        l = params.n if l is None else np.asarray(l, dtype=np.float64)
         union = n_active * b * b / self.p
         noise_log = math.log(self.noise_factor * union)
         return self.multiplier * (
-            math.sqrt(math.log(self.hoeffding_factor * union) / (2 * l))
+            np.sqrt(math.log(self.hoeffding_factor * union) / (2 * l))
             + params.sigma * math.sqrt(noise_log) / l
             + params.h * noise_log / l
         )
@@ -88,7 +90,7 @@ def sajed_sheffet_width(p: float, multiplier: float = 1.0) -> Lemma2Width:
 @dataclass(frozen=True)
 class BatchOutcome:
     batch: int
-    radius: float
+    radius: float | np.ndarray  # one per active arm when their report counts differ
     eliminated: tuple[int, ...]
 
 
@@ -112,13 +114,21 @@ class SuccessiveElimination:
     def batch_size(self) -> int:
         return self.schedule.size(self.batch, self.active.size)
 
-    def conclude_batch(self, sums: dict[int, float], params: RoundParams) -> BatchOutcome:
-        """Algorithm 1 lines 13–16 for the current batch; ``sums`` maps each active arm to R_a(b)."""
+    def conclude_batch(self, sums: dict[int, float], params: RoundParams,
+                       counts: dict[int, int] | None = None) -> BatchOutcome:
+        """Algorithm 1 lines 13–16 for the current batch; ``sums`` maps each active arm to R_a(b).
+
+        ``counts`` gives each arm's number of reports when some dropped out (l(b) by default): the
+        mean and its radius then use the reports that arrived."""
         if set(sums) != set(self.active.tolist()):
             raise ValueError(f"batch {self.batch} needs sums for arms {self.active.tolist()}, got {sorted(sums)}")
         b = self.batch
-        radius = self.width.radius(b, self.active.size, params)
-        mu = np.array([sums[a] for a in self.active]) / params.n
+        if counts is None:
+            l, radius = params.n, self.width.radius(b, self.active.size, params)
+        else:
+            l = np.array([counts[a] for a in self.active], dtype=np.float64)
+            radius = self.width.radius(b, self.active.size, params, l)
+        mu = np.array([sums[a] for a in self.active]) / l
         self.estimates[self.active] = mu
         keep = mu + radius >= (mu - radius).max()
         gone = self.active[~keep]

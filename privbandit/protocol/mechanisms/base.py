@@ -33,6 +33,10 @@ class RoundParams:
 
     ``sigma`` and ``h`` are Assumption 1's constants for this round, in reward units: the noise in
     the decoded sum satisfies ``|n_a(b)| ≤ σ·sqrt(log(2/p)) + h·log(2/p)`` with probability ≥ 1 − 2p.
+
+    ``noise_n`` is the number of reports the users' noise shares are calibrated for: n, or
+    ``⌈(1−ρ)·n⌉`` under a dropout tolerance ρ, so that any ``noise_n`` survivors carry the full
+    noise. ``None`` means n.
     """
 
     n: int
@@ -41,6 +45,12 @@ class RoundParams:
     m: int | None = None
     sigma: float = 0.0
     h: float = 0.0
+    noise_n: int | None = None
+
+    @property
+    def shares_for(self) -> int:
+        """How many reports' noise shares add up to the calibrated noise."""
+        return self.n if self.noise_n is None else self.noise_n
 
     @property
     def bits(self) -> int:
@@ -85,7 +95,11 @@ class Mechanism(ABC):
     def analyze(self, release: int | float, params: RoundParams, rng: np.random.Generator) -> Estimate: ...
 
     @abstractmethod
-    def privacy_event(self, params: RoundParams) -> PrivacyEvent: ...
+    def privacy_event(self, params: RoundParams, shares: int | None = None) -> PrivacyEvent:
+        """The round's guarantee when ``shares`` reports (n by default) made it into the release.
+
+        Distributed noise lives in the shares, so fewer survivors can mean a weaker guarantee;
+        central and local guarantees do not depend on it."""
 
 
 def confidence_log(p: float) -> float:
@@ -100,12 +114,17 @@ class ModularMechanism(Mechanism):
 
     intermediary: ClassVar[Intermediary] = "modular-sum"
 
-    def __init__(self, epsilon: float, p: float):
+    def __init__(self, epsilon: float, p: float, dropout_tolerance: float = 0.0):
         if not (math.isfinite(epsilon) and epsilon > 0):
             raise ValueError(f"epsilon={epsilon} must be finite and > 0")
+        if not 0 <= dropout_tolerance < 1:
+            raise ValueError(f"dropout_tolerance={dropout_tolerance} must lie in [0, 1)")
+        if dropout_tolerance and self.trust_model != "distributed":
+            raise ValueError(f"dropout_tolerance applies to distributed noise only; {self.key} is {self.trust_model}")
         self.epsilon = float(epsilon)
         self.p = float(p)
         self.log2p = confidence_log(p)
+        self.dropout_tolerance = float(dropout_tolerance)
 
     # --- parameter rule -------------------------------------------------------------------
     @abstractmethod
@@ -120,6 +139,14 @@ class ModularMechanism(Mechanism):
     def width_constants(self, n: int, g: int) -> tuple[float, float]:
         """(σ, h) of Assumption 1 in reward units."""
 
+    def noise_users(self, n: int) -> int:
+        """``⌈(1−ρ)·n⌉``: the survivors whose shares alone must carry the full noise."""
+        return max(1, math.ceil((1.0 - self.dropout_tolerance) * n - 1e-9))
+
+    def excess(self, n: int) -> float:
+        """``j = n / noise_users(n) ≥ 1``: how many times the calibrated noise all n shares carry."""
+        return n / self.noise_users(n)
+
     def params(self, n: int) -> RoundParams:
         if n < 1:
             raise ValueError(f"cohort size n={n} must be ≥ 1")
@@ -127,7 +154,8 @@ class ModularMechanism(Mechanism):
         tau = self.accuracy(n, g)
         m = encoding.check_modulus(n * g + 2 * tau + 1)
         sigma, h = self.width_constants(n, g)
-        return RoundParams(n=n, g=g, tau=tau, m=m, sigma=sigma, h=h)
+        noise_n = self.noise_users(n)
+        return RoundParams(n=n, g=g, tau=tau, m=m, sigma=sigma, h=h, noise_n=None if noise_n == n else noise_n)
 
     # --- randomizer (Alg. 1 lines 18–22) ---------------------------------------------------
     def local_shares(self, size: int, params: RoundParams, rng: np.random.Generator) -> np.ndarray:

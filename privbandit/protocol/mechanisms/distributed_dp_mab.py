@@ -12,6 +12,11 @@ Tags follow the spec: [P] stated by the paper, [R] rebuilt from garbled text, [I
 | LocalDiscreteLaplace     | LDP-SE       | Thm 6   | local       | Lap_Z(g/ε) per user            |
 | CentralLaplace           | DP-SE        | S&S '19 | central     | Laplace(1/ε) on each arm's sum |
 | NonPrivate               | SE           | —       | none        | none                           |
+
+Dropout tolerance ρ (beyond the paper, issue #4): the distributed mechanisms can calibrate each
+share for ``n′ = ⌈(1−ρ)n⌉`` reports instead of n, so the guarantee survives up to ρn dropouts. All
+n shares then carry ``j = n/n′`` times the noise; τ and Assumption 1's (σ, h) grow to match, as
+each class states. ρ = 0 is the paper exactly.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from privbandit.protocol.privacy import (
     NoPrivacy,
     PureDP,
     SkellamRDP,
+    polya_sum_epsilon,
 )
 
 SQRT2 = math.sqrt(2.0)
@@ -49,25 +55,38 @@ class PolyaSecAgg(ModularMechanism):
     [P] ``g = ⌈ε√n⌉``, ``τ = ⌈(g/ε)·log(2/p)⌉`` (p = 1/T gives the printed log(2T)),
     ``m = n·g + 2τ + 1``, ``η_i = γ⁺ − γ⁻``, ``γ^± ∼ Pólya(1/n, e^{−ε/g})`` so ``Σ η ∼ Lap_Z(g/ε)``.
     [P] Width constants (Section 6): ``σ = √2/ε`` (rounding, Term (ii)), ``h = 1/ε`` (Term (i)).
+
+    [I] Dropout tolerance ρ: shares are ``Pólya(1/n′, β)``, so all n sum to a difference of two
+    ``NB(j, β)``; with ``J = ⌈j⌉`` each side is dominated by a sum of J geometrics, whence
+    ``P(|Σ η| > t) ≤ 2J·β^{t/J}`` and ``τ = ⌈J·(g/ε)·log(2J/p)⌉``, ``h = J(1 + log₂ J)/ε``.
+    Both reduce to Theorem 1's at ρ = 0 (J = 1).
     """
 
     key = "dist-dp"
     trust_model = "distributed"
 
+    def _units(self, n: int) -> int:
+        return math.ceil(self.excess(n) - 1e-12)
+
     def precision(self, n: int) -> int:
         return math.ceil(self.epsilon * math.sqrt(n))
 
     def accuracy(self, n: int, g: int) -> int:
-        return math.ceil(g / self.epsilon * self.log2p)
+        J = self._units(n)
+        return math.ceil(J * g / self.epsilon * (self.log2p + math.log(J)))
 
     def width_constants(self, n: int, g: int) -> tuple[float, float]:
-        return SQRT2 / self.epsilon, 1.0 / self.epsilon
+        J = self._units(n)
+        return SQRT2 / self.epsilon, J * (1 + math.log2(J)) / self.epsilon
 
     def local_shares(self, size, params, rng):
-        return sample_polya_shares(params.n, params.g / self.epsilon, size, rng)
+        return sample_polya_shares(params.shares_for, params.g / self.epsilon, size, rng)
 
-    def privacy_event(self, params: RoundParams) -> PureDP:
-        return PureDP(self.epsilon)
+    def privacy_event(self, params: RoundParams, shares: int | None = None) -> PureDP:
+        shares = params.n if shares is None else shares
+        if shares >= params.shares_for:  # Lap_Z(g/ε) plus independent noise: post-processing
+            return PureDP(self.epsilon)
+        return PureDP(polya_sum_epsilon(shares / params.shares_for, math.exp(-self.epsilon / params.g), params.g))
 
 
 class CentralDiscreteLaplace(PolyaSecAgg):
@@ -85,6 +104,9 @@ class CentralDiscreteLaplace(PolyaSecAgg):
     def central_noise(self, params, rng) -> int:
         return int(sample_discrete_laplace(params.g / self.epsilon, 1, rng)[0])
 
+    def privacy_event(self, params: RoundParams, shares: int | None = None) -> PureDP:
+        return PureDP(self.epsilon)  # the analyzer's own draw: survivors do not matter
+
 
 class SkellamSecAgg(ModularMechanism):
     """Theorem 2 (Dist-RDP-SE): (α, ε̂(α))-RDP for integer α ≥ 2, scale factor s ≥ 1.
@@ -96,13 +118,16 @@ class SkellamSecAgg(ModularMechanism):
     [I] Width constants ``σ = 2/ε + √2/(sε)``, ``h = 1/(sε)``: Term (i)'s ``(2/ε)√log`` plus
     Term (ii)'s rounding ``√2/(sε)·√log``; Term (i)'s ``√2·log/g ≤ 1/(sε)`` for n ≥ 2. These are
     also the constants of the authors' code.
+    [I] Dropout tolerance ρ: shares of variance ``g²/(n′ε²)``; all n carry ``j = n/n′`` times the
+    variance, so the noise terms of τ and σ scale by √j (the rounding term does not).
     """
 
     key = "dist-rdp"
     trust_model = "distributed"
 
-    def __init__(self, epsilon: float, p: float, s: float = 10.0, tau_rule: str = "sqrt-log"):
-        super().__init__(epsilon, p)
+    def __init__(self, epsilon: float, p: float, s: float = 10.0, tau_rule: str = "sqrt-log",
+                 dropout_tolerance: float = 0.0):
+        super().__init__(epsilon, p, dropout_tolerance)
         if not s >= 1:
             raise ValueError(f"scale s={s} must be ≥ 1 (Theorem 2)")
         if tau_rule not in ("sqrt-log", "log"):
@@ -115,20 +140,21 @@ class SkellamSecAgg(ModularMechanism):
 
     def accuracy(self, n: int, g: int) -> int:
         tail = self.log2p if self.tau_rule == "log" else math.sqrt(self.log2p)
-        return math.ceil(2 * g / self.epsilon * tail + SQRT2 * self.log2p)
+        return math.ceil(2 * g * math.sqrt(self.excess(n)) / self.epsilon * tail + SQRT2 * self.log2p)
 
     def width_constants(self, n: int, g: int) -> tuple[float, float]:
         se = self.s * self.epsilon
-        return 2 / self.epsilon + SQRT2 / se, 1 / se
+        return 2 * math.sqrt(self.excess(n)) / self.epsilon + SQRT2 / se, 1 / se
 
     def share_variance(self, params: RoundParams) -> float:
-        return params.g**2 / (params.n * self.epsilon**2)
+        return params.g**2 / (params.shares_for * self.epsilon**2)
 
     def local_shares(self, size, params, rng):
         return sample_skellam(self.share_variance(params), size, rng)
 
-    def privacy_event(self, params: RoundParams) -> SkellamRDP:
-        return SkellamRDP(sensitivity=params.g, variance=params.n * self.share_variance(params))
+    def privacy_event(self, params: RoundParams, shares: int | None = None) -> SkellamRDP:
+        shares = params.n if shares is None else shares
+        return SkellamRDP(sensitivity=params.g, variance=shares * self.share_variance(params))
 
 
 class DiscreteGaussianSecAgg(SkellamSecAgg):
@@ -138,27 +164,29 @@ class DiscreteGaussianSecAgg(SkellamSecAgg):
     ``m = n·g + 2τ + 1``. The sum of shares is (g²/ε²)-sub-Gaussian, hence h = 0.
     [I] ``σ = √2/ε + √2/(sε)``: the sub-Gaussian tail plus rounding.
     Shares come from the exact sampler of Canonne, Kamath & Steinke (2020).
+    [I] Dropout tolerance ρ: as for Skellam, the sub-Gaussian terms scale by √j.
     """
 
     key = "dist-cdp"
 
-    def __init__(self, epsilon: float, p: float, s: float = 10.0):
-        super().__init__(epsilon, p, s)
+    def __init__(self, epsilon: float, p: float, s: float = 10.0, dropout_tolerance: float = 0.0):
+        super().__init__(epsilon, p, s, dropout_tolerance=dropout_tolerance)
 
     def accuracy(self, n: int, g: int) -> int:
-        return math.ceil(g / self.epsilon * math.sqrt(2 * self.log2p))
+        return math.ceil(g * math.sqrt(self.excess(n)) / self.epsilon * math.sqrt(2 * self.log2p))
 
     def width_constants(self, n: int, g: int) -> tuple[float, float]:
-        return SQRT2 / self.epsilon + SQRT2 / (self.s * self.epsilon), 0.0
+        return SQRT2 * math.sqrt(self.excess(n)) / self.epsilon + SQRT2 / (self.s * self.epsilon), 0.0
 
     def local_shares(self, size, params, rng):
         # Exact rational σ² so the sampler's accept/reject decisions are exact.
-        sigma2 = Fraction(params.g**2) / (params.n * Fraction(self.epsilon) ** 2)
+        sigma2 = Fraction(params.g**2) / (params.shares_for * Fraction(self.epsilon) ** 2)
         return sample_discrete_gaussian(sigma2, size, rng)
 
-    def privacy_event(self, params: RoundParams) -> DiscreteGaussianSumCDP:
+    def privacy_event(self, params: RoundParams, shares: int | None = None) -> DiscreteGaussianSumCDP:
         return DiscreteGaussianSumCDP(
-            sensitivity=params.g, share_variance=self.share_variance(params), n=params.n
+            sensitivity=params.g, share_variance=self.share_variance(params),
+            n=params.n if shares is None else shares,
         )
 
 
@@ -196,6 +224,9 @@ class LocalDiscreteLaplace(PolyaSecAgg):
     def local_shares(self, size, params, rng):
         return sample_discrete_laplace(params.g / self.epsilon, size, rng)
 
+    def privacy_event(self, params: RoundParams, shares: int | None = None) -> PureDP:
+        return PureDP(self.epsilon)  # each message alone: survivors do not matter
+
 
 class CentralLaplace(RealSumMechanism):
     """DP-SE (Sajed & Sheffet 2019): the trusted analyzer adds ``Laplace(1/ε)`` to each arm's sum.
@@ -220,7 +251,7 @@ class CentralLaplace(RealSumMechanism):
         noise = float(rng.laplace(0.0, 1.0 / self.epsilon))
         return Estimate(reward_sum=float(release) + noise, central_noise=noise)
 
-    def privacy_event(self, params: RoundParams) -> PureDP:
+    def privacy_event(self, params: RoundParams, shares: int | None = None) -> PureDP:
         return PureDP(self.epsilon)
 
 
@@ -236,5 +267,5 @@ class NonPrivate(RealSumMechanism):
     def analyze(self, release: float, params: RoundParams, rng: np.random.Generator) -> Estimate:
         return Estimate(reward_sum=float(release))
 
-    def privacy_event(self, params: RoundParams) -> NoPrivacy:
+    def privacy_event(self, params: RoundParams, shares: int | None = None) -> NoPrivacy:
         return NoPrivacy()

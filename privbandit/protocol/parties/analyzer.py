@@ -27,6 +27,8 @@ class RoundRecord:
     estimate: float  # R_a(b), reward units
     wrapped: bool
     central_noise: float  # reward units; 0 unless the analyzer adds noise itself
+    reports: int = 0  # n′: reports the release covers (the cohort, less dropouts)
+    epsilon: float | None = None  # the guarantee this round actually gave (pure ε, else ε at δ)
 
 
 class Analyzer:
@@ -50,6 +52,7 @@ class Analyzer:
         self.next_round_id = 0
         self.open: dict[int, RoundPlan] = {}
         self.sums: dict[int, float] = {}
+        self.counts: dict[int, int] = {}
         self.batch_params: RoundParams | None = None
         self.batch_complete = False  # the open batch got all l(b) users of every arm
 
@@ -80,28 +83,32 @@ class Analyzer:
                 break
         self.batch_params = params
         self.batch_complete = len(self.open) == self.learner.active.size
-        self.sums = {}
+        self.sums, self.counts = {}, {}
         return plans
 
     def on_release(self, release: Release) -> RoundRecord:
-        plan = self.open.pop(release.round_id, None)
+        plan = self.open.get(release.round_id)
         if plan is None:
             raise ProtocolError("unknown-round", f"no open round {release.round_id}")
-        if release.n_reports != plan.cohort:
-            # The paper's calibration assumes all n shares are present (spec §7); a partial
-            # cohort is the dropout case, handled by the secure-aggregation layer, not here.
+        if not 1 <= release.n_reports <= plan.cohort:
             raise ProtocolError(
-                "incomplete-round", f"round {plan.round_id}: {release.n_reports} of {plan.cohort} reports"
+                "bad-report-count", f"round {plan.round_id}: {release.n_reports} reports, cohort {plan.cohort}"
             )
+        # Fewer than n reports is a dropout: the intermediary (SecAgg's threshold) decided the
+        # release was still safe to make; the ledger records what the n′ survivors' noise gives.
+        del self.open[plan.round_id]  # only now: a malformed release must not close the round
         # A shuffler or the local model's pass-through releases the reports; reduce them here
         # (for a shuffled multiset, footnote 6: its sum mod m is the secure-aggregation release).
         value = release.value if release.reports is None else self.mechanism.aggregate(release.reports, plan.params)
         rng = stream(self.key, "round", plan.round_id)
         est = self.mechanism.analyze(value, plan.params, rng)
-        self.ledger.record(self.mechanism.privacy_event(plan.params))
+        event = self.mechanism.privacy_event(plan.params, release.n_reports)
+        self.ledger.record(event)
         self.sums[plan.arm] = est.reward_sum
+        self.counts[plan.arm] = release.n_reports
         if not self.open and self.batch_complete:
-            self.learner.conclude_batch(self.sums, self.batch_params)
+            partial = any(c != self.batch_params.n for c in self.counts.values())
+            self.learner.conclude_batch(self.sums, self.batch_params, self.counts if partial else None)
         return RoundRecord(
             round_id=plan.round_id,
             batch=plan.batch,
@@ -111,4 +118,6 @@ class Analyzer:
             estimate=est.reward_sum,
             wrapped=est.wrapped,
             central_noise=est.central_noise,
+            reports=release.n_reports,
+            epsilon=self.ledger.event_epsilon(event),
         )

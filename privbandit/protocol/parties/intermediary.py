@@ -6,6 +6,12 @@
 
 Reports are admitted only from the round's cohort and count once; anything else is rejected with
 a reason, counted, and does not disturb what was already accepted.
+
+A round whose cohort did not all report (dropouts) is released over the reports that arrived only
+when asked to (``partial=True``: a deadline passed, or the simulation knows nobody else is coming)
+and only if at least :func:`release_threshold` of them did: the same ``⌊2n/3⌋ + 1`` survivors a
+complete-graph secure aggregation needs, so the ideal functionality and the real protocol release
+in the same cases.
 """
 
 from __future__ import annotations
@@ -25,6 +31,13 @@ class ProtocolError(Exception):
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
+
+
+def release_threshold(cohort: int) -> int:
+    """``⌊2n/3⌋ + 1``: fewest reports a partial round is released with (secagg.graph's rule)."""
+    from privbandit.protocol.secagg.graph import default_threshold
+
+    return min(cohort, default_threshold(cohort))
 
 
 class Intermediary:
@@ -79,16 +92,23 @@ class Intermediary:
         self.rejected["out-of-range"] += int((admitted & ~ok).sum())
         return ok
 
-    def _require_complete(self) -> int:
-        n = int(self.received.sum())
-        if n != self.plan.cohort:
-            raise ProtocolError("incomplete-round", f"round {self.plan.round_id}: {n} of {self.plan.cohort}")
+    def _require_enough(self, partial: bool) -> int:
+        n, cohort = int(self.received.sum()), self.plan.cohort
+        if n == cohort:
+            return n
+        if not partial:
+            raise ProtocolError("incomplete-round", f"round {self.plan.round_id}: {n} of {cohort}")
+        t = release_threshold(cohort)
+        if n < t:
+            raise ProtocolError("below-threshold", f"round {self.plan.round_id}: {n} of {cohort} reports, "
+                                                   f"threshold {t}; nothing released")
         return n
 
-    def release(self) -> Release:
-        """The round's release. Only a complete cohort is released (dropouts: later issue)."""
-        n = self._require_complete()
+    def release(self, partial: bool = False) -> Release:
+        """The round's release: of the whole cohort, or with ``partial`` of the reports that came."""
+        n = self._require_enough(partial)
+        values = self.values[self.received]
         if self.mechanism.intermediary == "pass-through":
-            return Release(round_id=self.plan.round_id, n_reports=n, reports=self.values.copy())
-        value = self.mechanism.aggregate(self.values, self.plan.params)
+            return Release(round_id=self.plan.round_id, n_reports=n, reports=values)
+        value = self.mechanism.aggregate(values, self.plan.params)
         return Release(round_id=self.plan.round_id, n_reports=n, value=value)

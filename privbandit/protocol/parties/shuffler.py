@@ -24,7 +24,7 @@ class Shuffler(Intermediary):
         super().__init__(plan, mechanism, rejected)
         self.rng = rng
 
-    def release(self) -> Release:
-        self._require_complete()
-        return Release(round_id=self.plan.round_id, n_reports=self.plan.cohort,
-                       reports=self.rng.permutation(self.values))
+    def release(self, partial: bool = False) -> Release:
+        n = self._require_enough(partial)
+        return Release(round_id=self.plan.round_id, n_reports=n,
+                       reports=self.rng.permutation(self.values[self.received]))

@@ -7,6 +7,10 @@ a fleet hosting any shard of blocks draws exactly what the in-process engine dra
 
 Ground truth (rewards, the served arm's gap, realized regret) goes to :class:`BlockTruth`, which
 only the observer receives.
+
+With a ``dropout_rate`` q, exactly ``⌊q·size⌋`` users of each block of a collected round, drawn
+uniformly from a stream of their own, are served but never report (a dropout: the device went
+offline). Their regret counts; their reward and noise do not enter the round's truth sums.
 """
 
 from __future__ import annotations
@@ -29,7 +33,11 @@ class UserPopulation:
         seed: int,
         checkpoints: np.ndarray,
         stream_prefix: tuple = (),
+        dropout_rate: float = 0.0,
     ):
+        if not 0 <= dropout_rate < 1:
+            raise ValueError(f"dropout_rate={dropout_rate} must lie in [0, 1)")
+        self.dropout_rate = dropout_rate
         self.instance = instance
         self.mechanism = mechanism
         self.seed = seed
@@ -38,6 +46,15 @@ class UserPopulation:
 
     def blocks(self, plan: RoundPlan) -> range:
         return range((plan.cohort + USER_BLOCK - 1) // USER_BLOCK)
+
+    def _stayers(self, plan: RoundPlan, block: int, size: int) -> slice | np.ndarray:
+        gone = int(self.dropout_rate * size)
+        if not gone:
+            return slice(None)
+        rng = stream(self.seed, *self.stream_prefix, "dropout", plan.round_id, block)
+        stay = np.ones(size, dtype=bool)
+        stay[rng.choice(size, gone, replace=False)] = False
+        return stay
 
     def respond(self, plan: RoundPlan, blocks: Iterable[int] | None = None) -> tuple[Reports | None, list[BlockTruth]]:
         """Serve the plan to the given blocks of its cohort (all of them by default)."""
@@ -59,11 +76,13 @@ class UserPopulation:
             running = np.cumsum(regret)
             # Checkpoints c (1-based counts of users served) with first < c ≤ first + size.
             lo, hi = np.searchsorted(self.checkpoints, [first + 1, first + size + 1])
-            noise = 0
+            noise, reported = 0, rewards
             if plan.collect:
-                out = self.mechanism.randomize(rewards, plan.params, rng)
+                stay = self._stayers(plan, block, size)
+                reported = rewards[stay]
+                out = self.mechanism.randomize(reported, plan.params, rng)
                 messages.append(out.messages)
-                ids.append(np.arange(first, first + size, dtype=np.int64))
+                ids.append(np.arange(first, first + size, dtype=np.int64)[stay])
                 noise = out.noise_sum
             truths.append(BlockTruth(
                 round_id=plan.round_id,
@@ -73,7 +92,7 @@ class UserPopulation:
                 gap=float(inst.gaps[plan.arm]),
                 realized_regret=float(running[-1]),
                 realized_at_checkpoints=running[self.checkpoints[lo:hi] - first - 1],
-                reward_sum=float(rewards.sum()),
+                reward_sum=float(reported.sum()),
                 noise_sum=noise,
             ))
         if not plan.collect or not messages:
