@@ -199,13 +199,21 @@ def analyzer(broker: BrokerOption = None, run_id: RunIdOption = None):
 @app.command()
 def aggregator(
     deadline: Annotated[float, typer.Option(help="seconds a round may stay incomplete")] = 120.0,
+    secagg_step_deadline: Annotated[float, typer.Option(
+        help="with intermediary = secagg: seconds a protocol step waits for every fleet before "
+             "treating the silent users as dropouts")] = 30.0,
     broker: BrokerOption = None,
     run_id: RunIdOption = None,
 ):
-    """The secure aggregator (ideal modular sum): releases (Σ y) mod m and nothing else."""
+    """The aggregator: releases (Σ y) mod m and nothing else, as the ideal modular sum or, with
+    intermediary = secagg, by running the server side of secure aggregation."""
     from privbandit.services.intermediary import IntermediaryService
 
-    _serve(IntermediaryService(_settings(broker, run_id), "aggregator", deadline))
+    if not secagg_step_deadline > 0 or not deadline > 0:
+        err.print("[bold red]error:[/] --deadline and --secagg-step-deadline must be > 0 seconds")
+        raise typer.Exit(2)
+    _serve(IntermediaryService(_settings(broker, run_id), "aggregator", deadline,
+                               secagg_step_s=secagg_step_deadline))
 
 
 @app.command()

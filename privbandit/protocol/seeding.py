@@ -49,6 +49,13 @@ def shuffler_master_key(seed: int) -> int:
     return _wide_key(np.random.SeedSequence(seed, spawn_key=(_key("shuffler"),)))
 
 
+def users_identity_master(seed: int) -> bytes:
+    """The key the user fleets derive their simulated users' signing identities from (secure
+    aggregation's PKI). Fleets know the world seed; the aggregator never does, so it cannot forge
+    a user's key advertisement."""
+    return _wide_key(np.random.SeedSequence(seed, spawn_key=(_key("users-identity"),))).to_bytes(32, "big")
+
+
 def derive_key(master: int, *path: int | str) -> int:
     """A 256-bit key for one task (or round), derived from a party's master key."""
     return _wide_key(np.random.SeedSequence(master, spawn_key=tuple(_key(p) for p in path)))

@@ -13,6 +13,8 @@ Topics (``<run>`` matches ``[A-Za-z0-9_-]{1,64}``)::
     pb/<run>/plan                       analyzer → users (intermediaries read it too)
     pb/<run>/report/<intermediary>[/…]  users → that intermediary
     pb/<run>/release/<intermediary>[/…] intermediary → analyzer
+    pb/<run>/relay/<intermediary>[/…]   intermediary → users (secure aggregation's key directory,
+                                        routed share ciphertexts and survivor set)
     pb/<run>/metrics/<party>[/…]        any party → observer only
     pb/<run>/control                    launcher/observer → everyone
 
@@ -74,6 +76,7 @@ __all__ = [
     "control_topic",
     "report_topic",
     "release_topic",
+    "relay_topic",
     "metrics_topic",
     "hash_password",
     "verify_password",
@@ -178,6 +181,10 @@ def release_topic(run_id: str, intermediary: Role | str, *sub: str) -> str:
     return f"pb/{validate_run_id(run_id)}/release/{_intermediary(intermediary).value}{_suffix(sub)}"
 
 
+def relay_topic(run_id: str, intermediary: Role | str, *sub: str) -> str:
+    return f"pb/{validate_run_id(run_id)}/relay/{_intermediary(intermediary).value}{_suffix(sub)}"
+
+
 def metrics_topic(run_id: str, role: Role | str, *sub: str) -> str:
     return f"pb/{validate_run_id(run_id)}/metrics/{_role(role).value}{_suffix(sub)}"
 
@@ -197,13 +204,14 @@ def role_topics(role: Role | str, run_id: str) -> RoleTopics:
     if role in INTERMEDIARIES:
         return RoleTopics(
             read=(plan, control, f"{run}/report/{role.value}/#"),
-            write=(f"{run}/release/{role.value}/#", own_metrics),
+            write=(f"{run}/release/{role.value}/#", f"{run}/relay/{role.value}/#", own_metrics),
         )
     if role is Role.USERS:
         reports = tuple(f"{run}/report/{i.value}/#" for i in INTERMEDIARIES)
+        relays = tuple(f"{run}/relay/{i.value}/#" for i in INTERMEDIARIES)
         others = [r.value for r in Role if r is not Role.USERS]
         return RoleTopics(
-            read=(plan, control),
+            read=(plan, control, *relays),
             write=(*reports, f"{run}/metrics/+", own_metrics),
             deny=tuple(p for name in others for p in (f"{run}/metrics/{name}", f"{run}/metrics/{name}/#")),
         )

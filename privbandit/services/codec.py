@@ -114,6 +114,9 @@ class ReportsMsg(_Msg):
     m: Annotated[int, Field(ge=2)] | None  # the modulus the users encoded with (None: raw rewards)
     user_ids: Array
     values: Array
+    # Which block of the cohort this message closes (fleets send one message per block): once
+    # every block has reported, the missing users are dropouts, not late.
+    block: NonNeg | None = None
 
 
 class ReleaseMsg(_Msg):
@@ -123,6 +126,36 @@ class ReleaseMsg(_Msg):
     n_reports: NonNeg
     value: int | float | None = None  # the modular sum (or a raw sum)
     reports: Array | None = None  # the local model's attributable reports
+
+
+SECAGG_STEPS = ("advertise", "directory", "shares", "delivery", "masked", "survivors", "unmask")
+
+
+class SecAggMsg(_Msg):
+    """One chunk of one secure-aggregation step between a user fleet and the aggregator.
+
+    Fleets → aggregator: ``advertise`` (ids, records = adverts), ``shares`` (ids = senders,
+    peers = recipients, records = ciphertexts), ``masked`` (ids, values), ``unmask`` (ids =
+    responders, peers = owners, kinds, limbs). Aggregator → fleets: ``directory`` (like
+    ``advertise``, to every fleet), ``delivery`` (like ``shares``, to fleet ``shard``),
+    ``survivors`` (ids, to every fleet). ``final`` marks a fleet's (or the aggregator's) last
+    chunk of the step; ``chunk`` numbers them, so a redelivered chunk counts once.
+    """
+
+    kind: Literal["secagg"] = "secagg"
+    task: NonNeg
+    round: NonNeg
+    step: Literal[SECAGG_STEPS]  # type: ignore[valid-type]
+    shard: NonNeg
+    shards: Annotated[int, Field(ge=1, le=4096)]
+    chunk: NonNeg
+    final: bool
+    ids: Array
+    peers: Array | None = None
+    values: Array | None = None
+    kinds: Array | None = None
+    limbs: Array | None = None
+    records: bytes = b""
 
 
 class TruthMsg(_Msg):
@@ -191,10 +224,10 @@ class ControlMsg(_Msg):
 
 
 Message = Annotated[
-    Union[PlanMsg, ReportsMsg, ReleaseMsg, TruthMsg, RecordMsg, StatusMsg, ControlMsg],
+    Union[PlanMsg, ReportsMsg, ReleaseMsg, SecAggMsg, TruthMsg, RecordMsg, StatusMsg, ControlMsg],
     Field(discriminator="kind"),
 ]
-KINDS = ("plan", "reports", "release", "truth", "record", "status", "control")
+KINDS = ("plan", "reports", "release", "secagg", "truth", "record", "status", "control")
 
 
 class _Wire(BaseModel):

@@ -3,7 +3,12 @@
 The aggregator releases the modular sum and nothing else (or, for the local model, forwards the
 attributable reports); the shuffler releases a uniformly permuted multiset without ids. Reports are
 admitted only from the round's invited cohort, only with the round's modulus, and count once.
-A round that does not complete by its deadline is not released; the failure is reported loudly.
+A round that does not complete by its deadline is released over the reports that came if the
+release threshold allows, else not at all; the failure is reported loudly.
+
+With ``intermediary = "secagg"`` the aggregator never sees a residue: it runs the server side of
+Bonawitz et al.'s protocol (:mod:`privbandit.services.secagg_rounds`), relaying keys and
+encrypted shares between fleets, and releases the unmasked sum.
 """
 
 from __future__ import annotations
@@ -17,16 +22,18 @@ from privbandit.experiment.config import AlgorithmConfig
 from privbandit.protocol.events import Reports, RoundPlan
 from privbandit.protocol.mechanisms.base import RoundParams
 from privbandit.protocol.parties import Intermediary, ProtocolError, Shuffler, shuffle_rng
-from privbandit.protocol.seeding import derive_key, stream
+from privbandit.protocol.seeding import USER_BLOCK, derive_key, stream
 from privbandit.services import codec
 from privbandit.services.party import PartyService
+from privbandit.services.secagg_rounds import AggregatorSecAgg
 
 DEFAULT_DEADLINE_S = 120.0
+DEFAULT_SECAGG_STEP_S = 30.0  # a secure-aggregation step waits this long for every fleet
 
 
 class IntermediaryService(PartyService):
     def __init__(self, settings, role: str = "aggregator", deadline_s: float = DEFAULT_DEADLINE_S,
-                 shuffle_key: int | None = None):
+                 shuffle_key: int | None = None, secagg_step_s: float = DEFAULT_SECAGG_STEP_S):
         if role not in ("aggregator", "shuffler"):
             raise ValueError(f"role {role!r} must be 'aggregator' or 'shuffler'")
         self.role = role
@@ -39,6 +46,9 @@ class IntermediaryService(PartyService):
         self.closed: set[int] = set()
         self.waiting: dict[int, list] = {}  # reports that arrived before their plan
         self.failed: set[int] = set()
+        self.blocks_in: dict[int, set[int]] = {}
+        self.secagg_step_s = secagg_step_s
+        self.secagg: AggregatorSecAgg | None = None
 
     def subscriptions(self):
         return [self.t("control"), self.t("plan"), self.t("report", self.role)]
@@ -53,6 +63,12 @@ class IntermediaryService(PartyService):
         self.task_key = None if self.shuffle_key is None else derive_key(self.shuffle_key, spec["run"], spec["label"])
         self.forget_waiting()
         self.boxes, self.closed, self.failed = {}, set(), set()
+        self.blocks_in: dict[int, set[int]] = {}
+        self.secagg = None
+        if self.active and algo.intermediary == "secagg":
+            self.secagg = AggregatorSecAgg(self.run_id, spec["index"], algo.secagg_graph, self.secagg_step_s,
+                                           self.relay, self.release_secure, self.abort_secure,
+                                           self.rejected)
 
     def forget_waiting(self) -> None:
         # Reports held for a round that was never planned were for a round that does not exist.
@@ -67,7 +83,7 @@ class IntermediaryService(PartyService):
         if isinstance(msg, codec.PlanMsg):
             if self.current(msg) and self.active and msg.collect:
                 await self.open_round(msg)
-        elif isinstance(msg, codec.ReportsMsg):
+        elif isinstance(msg, (codec.ReportsMsg, codec.SecAggMsg)):
             if self.current(msg):
                 await self.collect(msg)
         else:
@@ -79,7 +95,10 @@ class IntermediaryService(PartyService):
         q = msg.params
         plan = RoundPlan(round_id=msg.round, batch=msg.batch, arm=msg.arm, first_user=msg.first_user,
                          cohort=msg.cohort, params=RoundParams(**q.model_dump()), collect=True)
-        if self.role == "shuffler":
+        if self.secagg is not None:
+            self.secagg.open(plan)
+            box = None  # the protocol state lives in self.secagg
+        elif self.role == "shuffler":
             rng = shuffle_rng() if self.task_key is None else stream(self.task_key, "shuffle", msg.round)
             box = Shuffler(plan, self.mechanism, rng, self.rejected)
         else:
@@ -88,8 +107,8 @@ class IntermediaryService(PartyService):
         for early in self.waiting.pop(msg.round, []):
             await self.collect(early)
 
-    async def collect(self, msg: codec.ReportsMsg) -> None:
-        if msg.round in self.closed:
+    async def collect(self, msg: codec.ReportsMsg | codec.SecAggMsg) -> None:
+        if msg.round in self.closed or msg.round in self.failed:
             return self.reject("round-closed", f"round {msg.round}")
         if msg.round not in self.boxes:
             held = self.waiting.setdefault(msg.round, [])
@@ -98,12 +117,43 @@ class IntermediaryService(PartyService):
             held.append(msg)
             return
         box, _ = self.boxes[msg.round]
+        if (box is None) != isinstance(msg, codec.SecAggMsg):
+            return self.reject("wrong-protocol", f"{msg.kind} for round {msg.round}")
+        if box is None:
+            reason = await self.secagg.on_message(msg)
+            return self.reject(reason, f"round {msg.round} {msg.step}") if reason else None
         if msg.m != box.plan.params.m:
             return self.reject("wrong-modulus", f"m={msg.m}, round {msg.round} uses {box.plan.params.m}")
         values = msg.values.astype(np.int64) if msg.values.dtype.kind == "u" else msg.values
         box.receive(Reports(msg.round, msg.user_ids.astype(np.int64), values))  # counts its rejections
+        blocks = self.blocks_in.setdefault(msg.round, set())
+        if msg.block is not None and msg.block < -(-box.plan.cohort // USER_BLOCK):
+            blocks.add(msg.block)
         if box.complete:
             await self.release(msg.round, box)
+        elif len(blocks) * USER_BLOCK >= box.plan.cohort:
+            # Every block has reported: whoever is missing dropped out. Release over the reports
+            # that came if the threshold allows; else wait for stragglers until the deadline.
+            try:
+                await self.release(msg.round, box, partial=True)
+            except ProtocolError:
+                pass
+
+    async def relay(self, msg: codec.SecAggMsg) -> None:
+        """Aggregator → fleets: deliveries to the fleet they are for, the rest to every fleet."""
+        where = ("relay", self.role, f"users-{msg.shard}") if msg.step == "delivery" else ("relay", self.role)
+        await self.bus.publish(self.t(*where), msg)
+
+    async def release_secure(self, round_id: int, value: int, n_reports: int) -> None:
+        await self.bus.publish(self.t("release", self.role), codec.ReleaseMsg(
+            run=self.run_id, task=self.task_index, round=round_id, n_reports=n_reports, value=value))
+        del self.boxes[round_id]
+        self.closed.add(round_id)
+
+    async def abort_secure(self, round_id: int, reason: str) -> None:
+        self.failed.add(round_id)
+        del self.boxes[round_id]
+        await self.status("error", self.task_index, round=round_id, reason=f"round {round_id}: {reason}")
 
     async def release(self, round_id: int, box: Intermediary, partial: bool = False) -> None:
         rel = box.release(partial)
@@ -114,9 +164,12 @@ class IntermediaryService(PartyService):
             run=self.run_id, task=self.task_index, round=round_id, n_reports=rel.n_reports,
             value=rel.value, reports=reports))
         del self.boxes[round_id]
+        self.blocks_in.pop(round_id, None)
         self.closed.add(round_id)
 
     async def tick(self) -> None:
+        if self.secagg is not None:
+            return await self.secagg.tick()  # a secure round's deadlines are per step
         now = time.monotonic()
         for round_id, (box, opened) in list(self.boxes.items()):
             if now - opened > self.deadline_s and round_id not in self.failed:

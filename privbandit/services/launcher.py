@@ -18,7 +18,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from privbandit.experiment.config import ConfigError, ExperimentConfig, resolve_algorithm
+from privbandit.experiment.config import ExperimentConfig, resolve_algorithm
 from privbandit.protocol.seeding import analyzer_master_key, shuffler_master_key
 
 PARTY_EXIT_WAIT_S = 20.0
@@ -87,10 +87,6 @@ def plan_parties(config: ExperimentConfig, experiment: Path, overrides: list[str
 def launch(config: ExperimentConfig, experiment: Path, overrides: list[str], out: Path,
            broker_url: str | None = None, shards: int = 2, timeout_s: float | None = None) -> int:
     """Run the experiment distributed; returns the observer's exit code (0 on success)."""
-    secagg = [label for label in config.algorithms if resolve_algorithm(config, label).intermediary == "secagg"]
-    if secagg:
-        raise ConfigError(f"algorithms {', '.join(secagg)}: intermediary = 'secagg' runs in-process only so far "
-                         "(issue #4); use --transport inproc")
     run_id = "r" + secrets.token_hex(4)
     out.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:

@@ -4,19 +4,28 @@ The fleet owns every user block b with b mod N = i (blocks of seeding.USER_BLOCK
 number of fleets draws exactly what the in-process engine draws. Each user randomizes locally; the
 fleet sends one record per user (id, message), many records to an MQTT message, one message per
 block. Ground truth goes only to the fleet's metrics topic.
+
+Under ``intermediary = "secagg"`` the fleet's users do not send their residues: each one runs
+Bonawitz et al.'s user side (:mod:`privbandit.services.secagg_rounds`) with the aggregator, which
+relays keys and share ciphertexts and ends up with the sum only.
 """
 
 from __future__ import annotations
 
 from privbandit.experiment.build import build_mechanism
 from privbandit.experiment.config import AlgorithmConfig, ExperimentConfig
+import numpy as np
+
 from privbandit.experiment.runner import instance_for
 from privbandit.protocol.events import RoundPlan
+from privbandit.protocol.secagg.batch import UserIdentities
+from privbandit.protocol.seeding import USER_BLOCK, users_identity_master
 from privbandit.protocol.mechanisms.base import RoundParams
 from privbandit.protocol.observer import checkpoint_grid
 from privbandit.protocol.parties import UserPopulation
 from privbandit.services import codec
 from privbandit.services.party import PartyService
+from privbandit.services.secagg_rounds import FleetSecAgg
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -39,9 +48,12 @@ class UserFleetService(PartyService):
         self.population: UserPopulation | None = None
         self.intermediary = "aggregator"
         self.served: set[int] = set()
+        self.secagg: FleetSecAgg | None = None
+        self.identities = UserIdentities(users_identity_master(config.seed))
 
     def subscriptions(self):
-        return [self.t("control"), self.t("plan")]
+        return [self.t("control"), self.t("plan"), self.t("relay", "aggregator"),
+                self.t("relay", "aggregator", self.name)]
 
     async def on_task(self, spec: dict) -> None:
         algo = AlgorithmConfig.model_validate(spec["algorithm"])
@@ -52,8 +64,22 @@ class UserFleetService(PartyService):
             algo.dropout_rate,
         )
         self.served = set()
+        self.secagg = None
+        if algo.intermediary == "secagg":
+            self.secagg = FleetSecAgg(self.run_id, spec["index"], self.shard, self.shards, algo.secagg_graph,
+                                      self.identities, self.publish_secagg)
+
+    async def publish_secagg(self, msg: codec.SecAggMsg) -> None:
+        await self.bus.publish(self.t("report", "aggregator"), msg)
 
     async def on_message(self, name: str, msg) -> None:
+        if isinstance(msg, codec.SecAggMsg):
+            if not self.current(msg):
+                return
+            if self.secagg is None:
+                return self.reject("secagg-not-running", f"round {msg.round}")
+            reason = await self.secagg.on_message(msg)
+            return self.reject(reason, f"round {msg.round} {msg.step}") if reason else None
         if not isinstance(msg, codec.PlanMsg):
             return self.reject("unexpected-kind", msg.kind)
         if not self.current(msg) or msg.round in self.served:
@@ -61,17 +87,29 @@ class UserFleetService(PartyService):
         plan = RoundPlan(round_id=msg.round, batch=msg.batch, arm=msg.arm, first_user=msg.first_user,
                          cohort=msg.cohort, params=RoundParams(**msg.params.model_dump()), collect=msg.collect)
         mine = [b for b in self.population.blocks(plan) if b % self.shards == self.shard]
+        secure = self.secagg is not None and plan.collect
+        values, dropouts = {}, []
         for block in mine:  # one block at a time: bounded memory, steady traffic
             reports, truths = self.population.respond(plan, [block])
-            if reports is not None:
+            if secure:
+                start = plan.first_user + block * USER_BLOCK
+                ids = np.arange(start, min(start + USER_BLOCK, plan.first_user + plan.cohort))
+                sent = np.zeros(0, np.int64)
+                if reports is not None:
+                    sent = reports.user_ids
+                    values.update(zip(sent.tolist(), reports.values.tolist()))
+                dropouts += np.setdiff1d(ids, sent).tolist()  # they join rounds 0–1, then vanish
+            elif reports is not None:
                 await self.bus.publish(self.t("report", self.intermediary), codec.ReportsMsg(
                     run=self.run_id, task=self.task_index, round=plan.round_id, m=plan.params.m,
                     user_ids=reports.user_ids.astype("<u4" if reports.user_ids[-1] < 2**32 else "<u8"),
-                    values=codec.packed(reports.values, plan.params.m)))
+                    values=codec.packed(reports.values, plan.params.m), block=block))
             for t in truths:
                 await self.bus.publish(self.t("metrics", self.name), codec.TruthMsg(
                     run=self.run_id, task=self.task_index, round=t.round_id, block=t.block,
                     first_user=t.first_user, size=t.size, gap=t.gap, realized_regret=t.realized_regret,
                     realized_at=t.realized_at_checkpoints, reward_sum=t.reward_sum,
                     noise_sum=int(t.noise_sum)))
+        if secure:  # every fleet answers round 0, with no users if it hosts none of this cohort
+            await self.secagg.start(plan, values, dropouts)
         self.served.add(msg.round)

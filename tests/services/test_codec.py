@@ -24,7 +24,9 @@ SAMPLES = [
     codec.TruthMsg(run="r1", task=0, round=1, block=0, first_user=0, size=4, gap=0.1, realized_regret=0.3,
                    realized_at=np.array([0.1, 0.2]), reward_sum=2.0, noise_sum=-3),
     codec.RecordMsg(run="r1", task=0, round=1, batch=1, arm=0, params=codec.Params(n=2), release=1.0,
-                    estimate=1.2, wrapped=False, central_noise=0.2),
+                    estimate=1.2, wrapped=False, central_noise=0.2, reports=2, epsilon=1.0),
+    codec.SecAggMsg(run="r1", task=0, round=3, step="shares", shard=1, shards=2, chunk=0, final=True,
+                    ids=np.array([5, 6], dtype="<u8"), peers=np.array([6, 5], dtype="<u8"), records=b"x" * 240),
     codec.StatusMsg(run="r1", party="users-1", state="ready"),
     codec.ControlMsg(run="r1", action="task", task=0, body={"index": 0}),
 ]

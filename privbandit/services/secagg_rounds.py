@@ -1,0 +1,291 @@
+"""Secure-aggregation rounds over the bus: chunked SecAggMsg ⇄ the batches of
+:mod:`privbandit.protocol.secagg.batch`, and the two step machines that drive them.
+
+Every fleet answers every step of every secure round, with at least one (maybe empty) chunk
+marked ``final``, so the aggregator knows when a step is complete without knowing which fleet
+hosts whom. A step that is not complete by its deadline goes on with what came: the missing users
+are dropouts, and Bonawitz et al.'s recovery (or a loud abort) follows.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+
+import numpy as np
+
+from privbandit.protocol.secagg.batch import (
+    ADVERT_RECORD,
+    BatchError,
+    CIPHERTEXT_BYTES,
+    Adverts,
+    AggregatorRound,
+    FleetRound,
+    Masked,
+    Shares,
+    Unmasks,
+    concat,
+    round_setup,
+)
+from privbandit.protocol.secagg.errors import SecAggError
+from privbandit.protocol.secagg.protocol import LIMBS
+from privbandit.protocol.seeding import USER_BLOCK
+from privbandit.services import codec
+
+CHUNK_BYTES = 4 * 2**20  # well under codec.MAX_MESSAGE_BYTES
+_ROW_BYTES = {"advertise": 8 + ADVERT_RECORD, "directory": 8 + ADVERT_RECORD, "shares": 16 + CIPHERTEXT_BYTES,
+              "delivery": 16 + CIPHERTEXT_BYTES, "masked": 16, "survivors": 8, "unmask": 17 + 4 * LIMBS}
+NEXT = {"advertise": "directory", "shares": "delivery", "masked": "survivors", "unmask": None}
+FLEET_STEPS = ("advertise", "shares", "masked", "unmask")
+
+Send = Callable[[codec.SecAggMsg], Awaitable[None]]
+
+
+def _u(a) -> np.ndarray:
+    return np.asarray(a, dtype=np.int64).astype("<u8")
+
+
+def to_messages(step: str, batch, *, run: str, task: int, round_id: int, shard: int, shards: int
+                ) -> list[codec.SecAggMsg]:
+    """One step's batch as chunks of ≤ CHUNK_BYTES, the last marked final (at least one chunk)."""
+    if step in ("advertise", "directory"):
+        cols = {"ids": batch.ids}
+        rec, width = batch.records, ADVERT_RECORD
+    elif step in ("shares", "delivery"):
+        cols = {"ids": batch.senders, "peers": batch.recipients}
+        rec, width = batch.ciphertexts, CIPHERTEXT_BYTES
+    elif step == "masked":
+        cols, rec, width = {"ids": batch.ids, "values": batch.values}, b"", 0
+    elif step == "survivors":
+        cols, rec, width = {"ids": batch}, b"", 0
+    else:
+        cols = {"ids": batch.responders, "peers": batch.owners, "kinds": batch.kinds}
+        rec, width = b"", 0
+    n = len(cols["ids"])
+    per = max(1, CHUNK_BYTES // _ROW_BYTES[step])
+    out = []
+    for c, lo in enumerate(range(0, max(n, 1), per)):
+        hi = min(n, lo + per)
+        fields = {k: _u(v[lo:hi]) for k, v in cols.items()}
+        if step == "unmask":
+            fields["kinds"] = np.asarray(cols["kinds"][lo:hi]).astype("|u1")
+            fields["limbs"] = np.asarray(batch.limbs[lo * LIMBS: hi * LIMBS]).astype("<u4")
+        out.append(codec.SecAggMsg(run=run, task=task, round=round_id, step=step, shard=shard, shards=shards,
+                                   chunk=c, final=hi >= n, records=rec[lo * width: hi * width], **fields))
+    return out
+
+
+def from_messages(step: str, msgs: list[codec.SecAggMsg]):
+    """Chunks of one step back into one batch; :class:`BatchError` if they do not fit together."""
+    def ids(m):
+        return np.asarray(m.ids).astype(np.int64)
+
+    def need(m, *names):
+        for name in names:
+            if getattr(m, name) is None:
+                raise BatchError(f"{step} chunk lacks {name}")
+
+    if step in ("advertise", "directory"):
+        return concat([Adverts(ids(m), m.records) for m in msgs], Adverts)
+    if step in ("shares", "delivery"):
+        for m in msgs:
+            need(m, "peers")
+        return concat([Shares(ids(m), np.asarray(m.peers).astype(np.int64), m.records) for m in msgs], Shares)
+    if step == "masked":
+        for m in msgs:
+            need(m, "values")
+        return concat([Masked(ids(m), np.asarray(m.values).astype(np.int64)) for m in msgs], Masked)
+    if step == "survivors":
+        return np.concatenate([ids(m) for m in msgs] or [np.zeros(0, np.int64)])
+    for m in msgs:
+        need(m, "peers", "kinds", "limbs")
+    return concat([Unmasks(ids(m), np.asarray(m.peers).astype(np.int64), np.asarray(m.kinds).astype(np.int64),
+                           np.asarray(m.limbs).astype(np.int64)) for m in msgs], Unmasks)
+
+
+class _Inbox:
+    """Chunks of one step: deduplicated by (shard, chunk), complete when every shard's final came."""
+
+    def __init__(self):
+        self.chunks: dict[tuple[int, int], codec.SecAggMsg] = {}
+        self.finals: set[int] = set()
+        self.shards: int | None = None
+        self.opened = time.monotonic()
+
+    def add(self, msg: codec.SecAggMsg) -> bool:
+        if (msg.shard, msg.chunk) in self.chunks:
+            return False
+        self.chunks[msg.shard, msg.chunk] = msg
+        if msg.final:
+            self.finals.add(msg.shard)
+        return True
+
+    def complete(self, shards: int) -> bool:
+        return len(self.finals) >= shards
+
+    def messages(self) -> list[codec.SecAggMsg]:
+        return [self.chunks[k] for k in sorted(self.chunks)]
+
+
+class FleetSecAgg:
+    """A fleet's secure rounds: its users' :class:`FleetRound` per round, advanced by the
+    aggregator's directory, delivery and survivor messages."""
+
+    def __init__(self, run: str, task: int, shard: int, shards: int, mode: str, identities, send: Send):
+        self.run, self.task, self.shard, self.shards, self.mode = run, task, shard, shards, mode
+        self.identities = identities
+        self.send = send
+        self.rounds: dict[int, FleetRound] = {}
+        self.inboxes: dict[tuple[int, str], _Inbox] = {}
+        self.aborted: dict[str, int] = {}
+
+    async def _publish(self, step: str, round_id: int, batch) -> None:
+        for msg in to_messages(step, batch, run=self.run, task=self.task, round_id=round_id,
+                               shard=self.shard, shards=self.shards):
+            await self.send(msg)
+
+    async def start(self, plan, values: dict[int, int], dropouts: list[int]) -> None:
+        """Round 0 for this fleet's users of ``plan`` (possibly none: an empty final chunk)."""
+        config, graph = round_setup(self.run, self.task, plan.round_id, plan.first_user, plan.cohort,
+                                    plan.params.m, self.mode)
+        fleet = FleetRound(config, graph, self.identities, values, dropouts)
+        self.rounds[plan.round_id] = fleet
+        await self._publish("advertise", plan.round_id, fleet.advertise())
+
+    async def on_message(self, msg: codec.SecAggMsg) -> str | None:
+        """Returns a rejection reason, or None."""
+        fleet = self.rounds.get(msg.round)
+        if fleet is None:
+            return "secagg-unknown-round"
+        if msg.step not in ("directory", "delivery", "survivors"):
+            return "secagg-wrong-direction"
+        if msg.step == "delivery" and msg.shard != self.shard:
+            return None  # another fleet's mail
+        try:
+            from_messages(msg.step, [msg])
+        except BatchError:
+            return "secagg-malformed"
+        box = self.inboxes.setdefault((msg.round, msg.step), _Inbox())
+        if not box.add(msg):
+            return "duplicate"
+        if not msg.final:
+            return None
+        batch = from_messages(msg.step, box.messages())
+        del self.inboxes[msg.round, msg.step]
+        if msg.step == "directory":
+            await self._publish("shares", msg.round, fleet.share(batch))
+        elif msg.step == "delivery":
+            await self._publish("masked", msg.round, fleet.mask(batch))
+        else:
+            await self._publish("unmask", msg.round, fleet.unmask(batch))
+            for reason, count in fleet.aborted.items():
+                self.aborted[reason] = self.aborted.get(reason, 0) + count
+            del self.rounds[msg.round]
+        return None
+
+
+class AggregatorSecAgg:
+    """The aggregator's secure rounds: collect a step from every fleet (or until its deadline),
+    run the server's step, send the result on, and finally release ``(Σ y mod m, |U₃|)``."""
+
+    def __init__(self, run: str, task: int, mode: str, step_deadline_s: float, send: Send,
+                 release: Callable[[int, int, int], Awaitable[None]],
+                 abort: Callable[[int, str], Awaitable[None]], rejected: Counter):
+        self.rejected = rejected  # the service's counters: the server's refusals land there
+        self.run, self.task, self.mode = run, task, mode
+        self.step_deadline_s = step_deadline_s
+        self.send, self.release, self.abort = send, release, abort
+        self.rounds: dict[int, tuple[AggregatorRound, str, _Inbox]] = {}
+        self.first_user: dict[int, int] = {}
+        self.shards: int | None = None
+
+    def open(self, plan) -> None:
+        config, graph = round_setup(self.run, self.task, plan.round_id, plan.first_user, plan.cohort,
+                                    plan.params.m, self.mode)
+        self.rounds[plan.round_id] = (AggregatorRound(config, graph), "advertise", _Inbox())
+        self.first_user[plan.round_id] = plan.first_user
+
+    async def on_message(self, msg: codec.SecAggMsg) -> str | None:
+        state = self.rounds.get(msg.round)
+        if state is None:
+            return "secagg-unknown-round"
+        server, step, box = state
+        if msg.step not in FLEET_STEPS:
+            return "secagg-wrong-direction"
+        if msg.step != step:
+            return "secagg-wrong-step"
+        try:
+            from_messages(step, [msg])
+        except BatchError:
+            return "secagg-malformed"
+        if self.shards is None:
+            self.shards = msg.shards
+        elif msg.shards != self.shards:
+            return "secagg-shard-count"
+        if not box.add(msg):
+            return "duplicate"
+        if box.complete(self.shards):
+            await self._advance(msg.round)
+        return None
+
+    async def tick(self) -> None:
+        """Steps past their deadline go on with what came: the silent users are dropouts."""
+        for round_id, (_, _, box) in list(self.rounds.items()):
+            if time.monotonic() - box.opened > self.step_deadline_s:
+                await self._advance(round_id)
+
+    async def _advance(self, round_id: int) -> None:
+        server, step, box = self.rounds[round_id]
+        before = server.rejected
+        try:
+            batch = from_messages(step, box.messages())
+            if step == "advertise":
+                out = ("directory", server.directory(batch))
+            elif step == "shares":
+                out = ("delivery", server.deliveries(batch))
+            elif step == "masked":
+                out = ("survivors", server.survivors(batch))
+            else:
+                value, n = server.finalize(batch)
+                self._count(server, before)
+                self._close(round_id)
+                return await self.release(round_id, value, n)
+        except (SecAggError, BatchError) as exc:
+            self._count(server, before)
+            self._close(round_id)
+            return await self.abort(round_id, f"secure aggregation aborted after step {step!r}: {exc}")
+        self._count(server, before)
+        self.rounds[round_id] = (server, FLEET_STEPS[FLEET_STEPS.index(step) + 1], _Inbox())
+        name, batch = out
+        if name == "delivery":
+            await self._deliver(round_id, batch)
+        else:
+            for msg in to_messages(name, batch, run=self.run, task=self.task, round_id=round_id, shard=0, shards=1):
+                await self.send(msg)
+
+    def _count(self, server: AggregatorRound, before: int) -> None:
+        if server.rejected > before:  # senders outside the round, or repeating themselves
+            self.rejected["secagg-not-admitted"] += server.rejected - before
+
+    def _close(self, round_id: int) -> None:
+        del self.rounds[round_id]
+        del self.first_user[round_id]
+
+    async def _deliver(self, round_id: int, shares: Shares) -> None:
+        # Route each ciphertext to the fleet hosting its recipient (the block layout is public:
+        # block b of a cohort lives on fleet b mod N), so a fleet gets its own users' mail only.
+        shards = self.shards or 1
+        host = ((shares.recipients - self.first_user[round_id]) // USER_BLOCK) % shards
+        for i in range(shards):
+            mine = host == i
+            part = Shares(shares.senders[mine], shares.recipients[mine],
+                          b"".join(c for c, keep in zip(_split(shares.ciphertexts), mine) if keep))
+            for msg in to_messages("delivery", part, run=self.run, task=self.task, round_id=round_id,
+                                   shard=i, shards=shards):
+                await self.send(msg)
+
+
+def _split(blob: bytes):
+    for i in range(0, len(blob), CIPHERTEXT_BYTES):
+        yield blob[i: i + CIPHERTEXT_BYTES]
