@@ -138,12 +138,9 @@ def run_hybrid(
     (own reward, the best arm's counterfactual) for rounds t0…; ``laplace(t0, n)`` an (n, 2) block
     of standard Laplace draws (node noise, array noise). ``reward(mean, u)`` maps a uniform to a
     reward (default Bernoulli). Returns pseudo- and realized regret at the checkpoints and pulls."""
-    means = [float(m) for m in means]
+    means_arr = np.asarray(means, dtype=np.float64)
+    means = means_arr.tolist()
     gaps = [means[best] - m for m in means]
-    mb = means[best]
-    if reward is None:
-        def reward(m, u):
-            return 1.0 if u < m else 0.0
     cps = [int(c) for c in checkpoints]
     pseudo = np.zeros(len(cps))
     realized = np.zeros(len(cps))
@@ -153,20 +150,27 @@ def run_hybrid(
     t = 1
     while t <= horizon:
         n = min(chunk, horizon - t + 1)
-        us = uniforms(t, n).tolist()
+        u = uniforms(t, n)
+        # Every arm's reward for this user is a function of its own uniform; computing all K here,
+        # vectorized, leaves one list lookup per step to the sequential loop.
+        if reward is None:
+            xs = (u[:, :1] < means_arr).astype(np.float64)
+            xb = (u[:, 1] < means_arr[best]).astype(np.float64)
+        else:
+            xs = np.array([[reward(m, v) for m in means] for v in u[:, 0]])
+            xb = np.array([reward(means[best], v) for v in u[:, 1]])
+        xs, xb = xs.tolist(), xb.tolist()
         ls = laplace(t, n).tolist()
         for k in range(n):
             j = choose(t)
-            u_own, u_best = us[k]
-            x = reward(means[j], u_own)
-            observe(j, x, ls[k][0], ls[k][1])
+            x = xs[k][j]
+            node, arr = ls[k]
+            observe(j, x, node, arr)
             reg_p += gaps[j]
             if j != best:
-                reg_r += reward(mb, u_best) - x
+                reg_r += xb[k] - x
             if t == cps[nxt]:
                 pseudo[nxt], realized[nxt] = reg_p, reg_r
-                nxt += 1
-                if nxt == len(cps):
-                    nxt -= 1
+                nxt = min(nxt + 1, len(cps) - 1)
             t += 1
     return pseudo, realized, np.array(learner.pulls)
