@@ -1,0 +1,107 @@
+"""Reproduce Hu, Huang & Mehta §6 / Appendix I: settings 1–3, every ε, central and distributed.
+
+    python experiments/reproduce_online.py                       # the paper's T = 2·2^21, 15 runs
+    python experiments/reproduce_online.py --horizon 524288 --runs 5 --jobs 2   # what docs/ shows
+
+Writes one results directory per (setting, ε) under ``results/online/`` and the figures
+``docs/figures/pol_final_regret_setting{s}.png`` (final regret vs ε, Figs. 5, 10, 12a) and
+``docs/figures/pol_regret_setting{s}.png`` (regret vs t at ε = 0.5, 8, 64; Figs. 1–4, 6–8, 12).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+from privbandit.experiment import online_family
+
+ROOT = Path(__file__).resolve().parent.parent
+EPSILONS = (0.1, 0.25, 0.5, 1.0, 8.0, 64.0, 128.0)
+SHOWN = (0.5, 8.0, 64.0)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--horizon", type=int, default=2 * 2**21)
+    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--jobs", type=int, default=None)
+    ap.add_argument("--settings", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--epsilons", type=float, nargs="+", default=list(EPSILONS))
+    ap.add_argument("--out", type=Path, default=ROOT / "results" / "online")
+    ap.add_argument("--figures", type=Path, default=ROOT / "docs" / "figures")
+    args = ap.parse_args()
+    args.figures.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    table = {}
+    for s in args.settings:
+        finals: dict[str, list[tuple[float, float, float]]] = {}
+        curves = {}
+        for eps in args.epsilons:
+            cfg = online_family.load(ROOT / "experiments" / f"pol_setting{s}.toml",
+                                     [f"horizon={args.horizon}", f"runs={args.runs}", f"epsilon={eps}"])
+            outcome = online_family.run(cfg, jobs=args.jobs)
+            summary = online_family.write(args.out / f"setting{s}" / f"eps{eps:g}", cfg, outcome)
+            results = outcome[0]
+            for label, a in summary["algorithms"].items():
+                finals.setdefault(label, []).append((eps, a["regret_final_mean"], a["regret_final_stderr"]))
+            curves[eps] = {label: (runs[0].checkpoints, np.mean([r.pseudo_regret for r in runs], axis=0))
+                           for label, runs in results.items()}
+            print(f"setting {s} ε={eps:g}: " + ", ".join(f"{k} {v['regret_final_mean']:.0f}"
+                  for k, v in summary["algorithms"].items()) + f"  [{time.perf_counter() - start:.0f} s]",
+                  flush=True)
+        table[s] = finals
+        plot_final(args.figures / f"pol_final_regret_setting{s}.png", s, finals, args)
+        plot_curves(args.figures / f"pol_regret_setting{s}.png", s, curves, args)
+    (args.out / "final_regret.json").write_text(json.dumps(table, indent=2) + "\n")
+    print(f"total wall time {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+def _style(label: str) -> dict:
+    return {"linestyle": "--" if "distributed" in label else "-"}
+
+
+def plot_final(path: Path, s: int, finals: dict, args) -> None:
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for label, pts in finals.items():
+        e, m, se = map(np.array, zip(*pts))
+        ax.errorbar(e, m, yerr=se, marker="o", capsize=3, label=label, **_style(label))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("ε")
+    ax.set_ylabel("final pseudo-regret at T")
+    ax.set_title(f"setting {s}: T = {args.horizon:,}, {args.runs} runs, mean ± se")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_curves(path: Path, s: int, curves: dict, args) -> None:
+    shown = [e for e in SHOWN if e in curves] or list(curves)[:3]
+    fig, axes = plt.subplots(1, len(shown), figsize=(5 * len(shown), 3.8), squeeze=False)
+    for ax, eps in zip(axes[0], shown):
+        for label, (t, reg) in curves[eps].items():
+            ax.plot(t, reg, label=label, **_style(label))
+        ax.set_title(f"setting {s}, ε = {eps:g}")
+        ax.set_xlabel("t")
+        ax.set_ylabel("pseudo-regret")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,308 @@
+"""Hu, Huang & Mehta: Anytime-Lazy-UCB, Hybrid-UCB, FTNL and their central/distributed releases."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from privbandit.protocol.environments import BanditInstance
+from privbandit.protocol.learners.anytime_lazy_ucb import AnytimeLazyUCB
+from privbandit.protocol.learners.ftnl import FTNL, epoch_of, epoch_rounds
+from privbandit.protocol.learners.hybrid_ucb import HybridUCB
+from privbandit.protocol.mechanisms.private_online_learning import (
+    BinaryMechanism,
+    DistributedArraySum,
+    DistributedNoisyMax,
+    ReportNoisyMax,
+    SecureBlockSum,
+    SessionError,
+    array_of_pull,
+    binary_nodes,
+    binary_prefix_noise,
+    hybrid_epsilon,
+    refresh_count,
+)
+from privbandit.protocol.noise import discrete_laplace_pmf
+from privbandit.protocol.observer import checkpoint_grid
+from privbandit.protocol.online_engine import run_anytime_lazy_ucb, run_dp_se, run_ftnl, run_hybrid_ucb
+from privbandit.protocol.privacy import PrivacyLedger
+from tests.stats import P_MIN, chi_square_pvalue
+
+SETTING1 = BanditInstance(np.array([0.75, 0.70, 0.70, 0.70, 0.70]), "bernoulli")
+
+
+# --- Anytime-Lazy-UCB ----------------------------------------------------------------------------
+
+
+def drive_lazy(n_arms, rewards, horizon, noise, eps=1.0):
+    """Algorithm 1 through its sans-I/O API, one user at a time. ``rewards(arm, count)`` is the
+    reward of arm's count-th pull; ``noise(arm, r)`` the Laplace draw of arm's array r.
+    Returns the arms pulled and the (round, arm, pull count) of each release."""
+    learner = AnytimeLazyUCB(n_arms, eps)
+    arrays: dict[int, float] = {}
+    arms, releases = [], []
+    t = 1
+    while t <= horizon:
+        cohort = learner.plan_cohort(t, horizon, chunk=7)  # a tiny chunk: the cohort must not care
+        for i, j in enumerate(cohort.tolist()):
+            count = int(learner.pulls[j]) + 1 + int(np.sum(cohort[:i] == j))
+            arrays[j] = arrays.get(j, 0.0) + rewards(j, count)
+        for j in learner.record_pulls(cohort):
+            r, n = learner.filling(j)
+            learner.on_release(j, arrays.pop(j) + noise(j, r), n)
+            releases.append((t + cohort.size - 1, j, int(learner.pulls[j])))
+        arms.extend(cohort.tolist())
+        t += cohort.size
+    return np.array(arms), releases, learner
+
+
+def test_schedule_refreshes_at_3_7_15():
+    assert [refresh_count(r) for r in range(6)] == [1, 3, 7, 15, 31, 63]
+    counts = np.arange(1, 5000)
+    arrays = array_of_pull(counts)
+    assert np.all((2 ** arrays <= counts) & (counts < 2 ** (arrays + 1)))
+    rng = np.random.default_rng(0)
+    _, releases, learner = drive_lazy(3, lambda j, c: float(rng.random() < 0.5), 3000, lambda j, r: 0.0)
+    for j in range(3):
+        at = [c for _, a, c in releases if a == j]
+        assert at == [2 ** (k + 1) - 1 for k in range(len(at))], at
+        assert learner.pulls[j] < 2 ** (len(at) + 1) - 1  # the next array is not full yet
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), horizon=st.integers(20, 400), victim=st.integers(0, 10_000),
+       eps=st.sampled_from([0.5, 2.0, 50.0]))
+def test_partial_arrays_never_influence_decisions(seed, horizon, victim, eps):
+    """Theorem 2's invariant (spec §7 item 22): change one observation; every decision up to and
+    including the round its array fills is unchanged (if it never fills, the whole run is)."""
+    base = np.random.default_rng(seed).random((4, 2 * horizon + 2))
+    arms, releases, _ = drive_lazy(4, lambda j, c: base[j, c], horizon, lambda j, r: 0.1 * (j - r), eps)
+    j = int(arms[victim % horizon])
+    count = int(np.sum(arms[: victim % horizon + 1] == j))
+    r = int(array_of_pull(count))
+    fill = next((t for t, a, c in releases if a == j and c == refresh_count(r)), horizon)
+    flipped = base.copy()
+    flipped[j, count] = 1.0 - flipped[j, count] + 3.0  # any change, even out of range
+    arms2, _, _ = drive_lazy(4, lambda a, c: flipped[a, c], horizon, lambda a, rr: 0.1 * (a - rr), eps)
+    np.testing.assert_array_equal(arms2[:fill], arms[:fill])
+
+
+def test_index_is_eq4_and_ties_go_low():
+    learner = AnytimeLazyUCB(3, 2.0)
+    for t in (1, 2, 3):
+        cohort = learner.plan_cohort(t, 100)
+        assert cohort.tolist() == [t - 1]
+        (j,) = learner.record_pulls(cohort)
+        learner.on_release(j, 0.5, 1)
+    pol = learner.policy()
+    t = np.array([4, 100])
+    want = 0.5 + np.sqrt(3 * np.log(t) / 1) + 3 * np.log(t) / (2.0 * 1)
+    np.testing.assert_allclose(pol.index(t), np.repeat(want[:, None], 3, axis=1))
+    assert pol.arms(t).tolist() == [0, 0]
+
+
+def test_cohort_never_overruns_a_completion():
+    learner = AnytimeLazyUCB(2, 1.0)
+    with pytest.raises(ValueError, match="overran"):
+        learner.record_pulls(np.array([0, 0]))
+
+
+# --- Hybrid-UCB ------------------------------------------------------------------------------------
+
+
+def test_binary_nodes_cover_the_prefix_exactly():
+    for c in range(1, 300):
+        names, used = binary_nodes(np.array(c), 10)
+        spans = [(int(nm) - (1 << lv), int(nm)) for lv, (nm, u) in enumerate(zip(names, used)) if u]
+        covered = sorted(i for lo, hi in spans for i in range(lo, hi))
+        assert covered == list(range(c))  # disjoint dyadic blocks, union [0, c)
+        assert len(spans) == bin(c).count("1")
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 200))
+def test_hybrid_tree_sums_are_true_sums_plus_cached_node_noise(seed, n):
+    """After each pull, μ̃·O = Σ arrays + their cached Z + tree prefix + the noise of exactly the
+    dyadic nodes of the prefix (each node's draw made once, when the node completed)."""
+    rng = np.random.default_rng(seed)
+    eps = 0.7
+    h = HybridUCB(1, eps)
+    x0, z0 = rng.random(), rng.laplace()
+    h.observe(0, x0, 0.0, z0)
+    logged_sum, logged_noise = x0, 2 / eps * z0
+    tree_x, node_y = [], [0.0]
+    for _ in range(n):
+        x, y, z = rng.random(), rng.laplace(), rng.laplace()
+        r = h.r[0]
+        tree_x.append(x)
+        node_y.append(y * BinaryMechanism(eps / 2).scale(r))
+        filled = h.observe(0, x, y, z)
+        c = len(tree_x)
+        expect = logged_sum + logged_noise + sum(tree_x) + binary_prefix_noise(np.array(c), np.array(node_y))
+        assert h.means[0] * h.pulls[0] == pytest.approx(expect, abs=1e-9)
+        if filled:
+            assert c == 2 ** r
+            logged_sum += sum(tree_x)
+            logged_noise += 2 / eps * z
+            tree_x, node_y = [], [0.0]
+            assert h.r[0] == r + 1
+
+
+def test_hybrid_index_is_eq35():
+    h = HybridUCB(2, 1.0)
+    h.observe(0, 1.0, 0.0, 0.0)
+    h.observe(1, 0.0, 0.0, 0.0)
+    for _ in range(5):
+        h.observe(1, 0.0, 0.0, 0.0)
+    o, t = 6, 50
+    u1 = 0.0 + math.sqrt(3 * math.log2(t) / o) + 6 * math.sqrt(8) * math.log2(t) * math.floor(math.log2(o + 1)) / o
+    u0 = 1.0 + math.sqrt(3 * math.log2(t)) + 6 * math.sqrt(8) * math.log2(t) * 1
+    assert h.choose(t) == (0 if u0 >= u1 else 1)
+    assert h.means[1] == 0.0 and h.pulls[1] == 6
+
+
+def test_hybrid_ledger_paper_depth_spends_1_5_eps():
+    assert hybrid_epsilon(1.0, "r", 20) == pytest.approx(1.5)
+    assert hybrid_epsilon(1.0, "r+1", 20) == pytest.approx(1.0)
+
+
+# --- FTNL -------------------------------------------------------------------------------------------
+
+
+def test_ftnl_epoch_boundaries():
+    assert [epoch_of(t) for t in range(1, 17)] == [0, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 4]
+    for s in range(12):
+        assert all(epoch_of(t) == s for t in epoch_rounds(s)) and len(epoch_rounds(s)) == 2**s
+    f = FTNL(3)
+    assert f.action == 0 and f.epoch_length == 1
+    f.conclude_epoch(2)
+    assert (f.epoch, f.action, f.epoch_length) == (1, 2, 2)
+    f.conclude_epoch(None)
+    assert f.action == 2
+
+
+def test_ftnl_run_plays_previous_epochs_noisy_leader():
+    inst = BanditInstance(np.array([0.2, 0.9, 0.5]), "bernoulli")
+    T = 2**10 + 100  # a truncated last epoch
+    res = run_ftnl(instance=inst, epsilon=1e6, trust="central", horizon=T, seed=3, prefix=(0,),
+                   checkpoints=np.array([T]), ledger=PrivacyLedger("central", 1e6, 1e-6))
+    assert [r["epoch"] for r in res.releases] == list(range(10))  # epoch 10 is cut at T: no release
+    assert [r["played"] for r in res.releases][0] == 0
+    for prev, cur in zip(res.releases, res.releases[1:]):
+        assert cur["played"] == prev["next"]
+    assert res.releases[-1]["next"] == 1
+    assert res.pulls.sum() == T
+
+
+@pytest.mark.parametrize("c", [1.0, 2.0])
+def test_report_noisy_max_law(c):
+    """P(argmax = 0) for sums (d, 0) is P(L2 − L1 < d) = 1 − ½e^{−d/b}(1 + d/(2b)), b = c/ε."""
+    eps, d, n = 1.0, 0.8, 40_000
+    rnm = ReportNoisyMax(eps, c)
+    rng = np.random.default_rng(11)
+    wins = sum(rnm.select(np.array([d, 0.0]), rng) == 0 for _ in range(n))
+    b = c / eps
+    p = 1 - 0.5 * math.exp(-d / b) * (1 + d / (2 * b))
+    z = (wins - n * p) / math.sqrt(n * p * (1 - p))
+    assert abs(z) < 4, z
+    # Power: the other multiplier's law is rejected.
+    b2 = (3 - c) / eps
+    p2 = 1 - 0.5 * math.exp(-d / b2) * (1 + d / (2 * b2))
+    assert abs((wins - n * p2) / math.sqrt(n * p2 * (1 - p2))) > 4
+    assert rnm.privacy_event(5).pure_epsilon == pytest.approx(2 * eps / c)
+
+
+# --- distributed variants ---------------------------------------------------------------------------
+
+
+def test_distributed_array_sum_is_central_sum_plus_discrete_laplace():
+    """Decoded sum − true sum, on the integer scale, follows Lap_Z(g/ε): chi-square at a fixed seed,
+    with power against the continuous mechanism's rounding-free scale being twice as large."""
+    eps, n, trials = 0.5, 16, 6000
+    rel = DistributedArraySum(eps, p=1e-6)
+    rng = np.random.default_rng(5)
+    errors = []
+    for i in range(trials):
+        x = (rng.random(n) < 0.6).astype(float)  # Bernoulli: randomized rounding is exact
+        session = rel.open((0, 4), n)
+        session.receive(np.arange(n), rel.randomize(x, session.params, rng))
+        noisy, _ = rel.decode(int(session.release()[0]), session.params, rng)
+        errors.append(round((noisy - x.sum()) * session.params.g))
+    g = rel.params(n).g
+    errors = np.array(errors)
+    assert chi_square_pvalue(errors, lambda k: discrete_laplace_pmf(k, g / eps)) > P_MIN
+    assert chi_square_pvalue(errors, lambda k: discrete_laplace_pmf(k, 2 * g / eps)) < P_MIN
+
+
+@pytest.mark.parametrize("where", ["intermediary", "analyzer"])
+def test_distributed_noisy_max_coordinates_are_lap_z(where):
+    eps, c, n, k, trials = 1.0, 2.0, 8, 3, 3000
+    rnm = DistributedNoisyMax(eps, 1e-6, c, where)
+    rng = np.random.default_rng(9)
+    errs = []
+    for _ in range(trials):
+        x = (rng.random((n, k)) < 0.5).astype(float)
+        s = rnm.open(("e",), n, k)
+        s.receive(np.arange(n), rnm.randomize(x, s.params, rng))
+        sums = rnm.decode(s.release(), s.params, rng)
+        errs.extend(np.round((sums - x.sum(0)) * s.params.g).astype(int))
+        j, leaked = rnm.select(s.release(), s.params, rng)
+        assert (leaked is None) == (where == "intermediary")
+    g = rnm.params(n).g
+    assert chi_square_pvalue(np.array(errs), lambda v: discrete_laplace_pmf(v, c * g / eps)) > P_MIN
+    want = 2 * eps / c if where == "intermediary" else k * eps / c
+    assert rnm.privacy_event(k).pure_epsilon == pytest.approx(want)
+
+
+def test_secure_block_sum_refuses_bad_input():
+    rel = DistributedArraySum(1.0, 1e-3)
+    s = rel.open((1, 2), 4)
+    s.receive(np.array([1, 2]), np.array([0, 1]))
+    with pytest.raises(SessionError, match="of 4"):
+        s.release()
+    with pytest.raises(SessionError, match="Z_m"):
+        s.receive(np.array([3]), np.array([s.params.m]))
+    s.receive(np.array([2, 3]), np.array([0, 0]))
+    with pytest.raises(SessionError, match="twice"):
+        s.release()
+
+
+# --- end to end ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("trust", ["central", "distributed"])
+def test_lazy_ucb_run_is_reproducible_and_private_per_array(trust):
+    T = 20_000
+    kw = dict(instance=SETTING1, epsilon=1.0, trust=trust, horizon=T, seed=4, prefix=(0, "x"),
+              checkpoints=checkpoint_grid(T))
+    a = run_anytime_lazy_ucb(**kw, ledger=PrivacyLedger(trust, 1.0, 1e-6))
+    b = run_anytime_lazy_ucb(**kw, ledger=PrivacyLedger(trust, 1.0, 1e-6))
+    np.testing.assert_array_equal(a.pseudo_regret, b.pseudo_regret)
+    assert a.pulls.sum() == T
+    assert a.privacy["epsilon_pure"] == 1.0
+    # every reward enters exactly one release, except those of the arrays still filling
+    released = sum(r["n"] for r in a.releases)
+    assert released == sum(refresh_count(int(array_of_pull(int(o + 1))) - 1) for o in a.pulls)
+    assert np.all(np.diff(a.pseudo_regret) >= 0)
+
+
+def test_large_epsilon_lazy_ucb_beats_uniform_play():
+    T = 50_000
+    setting3 = BanditInstance(np.array([0.75, 0.15, 0.15, 0.15, 0.15]), "bernoulli")
+    res = run_anytime_lazy_ucb(instance=setting3, epsilon=64.0, trust="central", horizon=T, seed=1,
+                               prefix=(0,), checkpoints=np.array([T]), ledger=PrivacyLedger("central", 64, 1e-6))
+    assert res.pseudo_regret[-1] < 0.05 * 0.6 * T * 4 / 5  # uniform play: 0.6·T·4/5
+
+
+def test_hybrid_and_dp_se_runs():
+    T = 5_000
+    kw = dict(instance=SETTING1, epsilon=8.0, horizon=T, seed=2, prefix=(1,), checkpoints=checkpoint_grid(T))
+    h = run_hybrid_ucb(**kw, ledger=PrivacyLedger("central", 8.0, 1e-6))
+    assert h.pulls.sum() == T and h.privacy["epsilon_pure"] == pytest.approx(12.0)
+    d = run_dp_se(**kw, trust="distributed", ledger=PrivacyLedger("distributed", 8.0, 1e-6))
+    assert d.privacy["epsilon_pure"] == 8.0 and d.pseudo_regret[-1] > 0
