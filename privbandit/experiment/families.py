@@ -30,6 +30,7 @@ DEFAULT_FAMILY = "distributed-dp-mab"
 
 FAMILIES: dict[str, str] = {
     DEFAULT_FAMILY: "privbandit.experiment.mab_family",
+    "shuffle-linear-bandits": "privbandit.experiment.linear_family",
 }
 
 
