@@ -214,6 +214,30 @@ def run(config: LinearExperiment, jobs: int | None = None, progress=None):
     return {label: results[label] for label in labels}, compute, time.perf_counter() - t0
 
 
+# Per-round algorithms cost most; starting them first balances the pool.
+_COST = {"linucb-ldp": 0, "linucb-jdp": 1, "linucb": 2, "linucb-sdp-vec": 3, "linucb-sdp-amp": 4}
+
+
+def run_suite(configs: list[LinearExperiment], jobs: int | None = None, progress=None) -> list:
+    """Several experiment files in one process pool (one task per file × label), for scripts that run a
+    whole figure. Each task's results are those ``run`` gives for the same file: tasks are independent."""
+    t0 = time.perf_counter()
+    tasks = sorted(((i, label) for i, c in enumerate(configs) for label in c.algorithms),
+                   key=lambda t: _COST[configs[t[0]].algorithms[t[1]].algorithm])
+    results = [dict() for _ in configs]
+    compute = [dict() for _ in configs]
+    with ProcessPoolExecutor(jobs or os.cpu_count() or 1) as pool:
+        futures = {pool.submit(execute, configs[i], label): i for i, label in tasks}
+        for fut in as_completed(futures):
+            i = futures[fut]
+            label, out, secs = fut.result()
+            results[i][label], compute[i][label] = out, secs
+            if progress:
+                progress(i, label)
+    elapsed = time.perf_counter() - t0
+    return [({l: results[i][l] for l in c.algorithms}, compute[i], elapsed) for i, c in enumerate(configs)]
+
+
 # --- the results directory -----------------------------------------------------------------------
 
 def summarize(config: LinearExperiment, outcome) -> dict:

@@ -59,23 +59,29 @@ def _binom_logpmf(k: np.ndarray, n: np.ndarray, p: float) -> np.ndarray:
     return np.where(ok, logp, -np.inf)
 
 
-def _clone_pair(n: int, eps0: float) -> tuple[np.ndarray, np.ndarray]:
-    """P and Q of FMT Thm 3.2 on the grid (c, k): c clones, first coordinate k (the second is c+1−k)."""
-    q = math.exp(-eps0)
-    c = np.arange(n, dtype=np.float64)[:, None]
-    k = np.arange(n + 1, dtype=np.float64)[None, :]
+def _clone_pair(n: int, eps0: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """P and Q of FMT Thm 3.2 on the grid (c, k): c clones, first coordinate k (the second is c+1−k).
+
+    Only clone counts within 15 standard deviations of the mean are kept; the Binomial mass left out
+    (≤ 1e-40 or so) is returned so callers can add it to δ and stay an upper bound.
+    """
+    q = min(math.exp(-eps0), 1.0)
+    mean, sd = (n - 1) * q, math.sqrt(max((n - 1) * q * (1 - q), 1.0))
+    c_lo, c_hi = max(0, int(mean - 15 * sd)), min(n - 1, int(math.ceil(mean + 15 * sd)))
+    c = np.arange(c_lo, c_hi + 1, dtype=np.float64)[:, None]
+    k = np.arange(c_hi + 2, dtype=np.float64)[None, :]
     pi = 1.0 / (1.0 + math.exp(-eps0))  # P(Δ = 1) = e^ε₀/(e^ε₀+1)
-    w = np.exp(_binom_logpmf(c, n - 1, min(q, 1.0)))
+    w = np.exp(_binom_logpmf(c, n - 1, q))
     a0 = np.exp(_binom_logpmf(k, c, 0.5))  # A = k, Δ = 0
     a1 = np.exp(_binom_logpmf(k - 1, c, 0.5))  # A = k − 1, Δ = 1
     p = w * ((1 - pi) * a0 + pi * a1)
     qq = w * (pi * a0 + (1 - pi) * a1)
-    return p, qq
+    return p, qq, max(0.0, 1.0 - float(w.sum()))
 
 
-def _hockey(p: np.ndarray, q: np.ndarray, epsilon: float) -> float:
+def _hockey(p: np.ndarray, q: np.ndarray, left_out: float, epsilon: float) -> float:
     e = math.exp(epsilon)
-    return float(max(np.maximum(p - e * q, 0).sum(), np.maximum(q - e * p, 0).sum()))
+    return float(max(np.maximum(p - e * q, 0).sum(), np.maximum(q - e * p, 0).sum())) + left_out
 
 
 def clone_delta(n: int, eps0: float, epsilon: float) -> float:
@@ -93,12 +99,12 @@ def shuffle_epsilon(n: int, eps0: float, delta: float) -> float:
         raise ValueError(f"n={n} must be ≥ 1")
     if not math.isfinite(eps0):
         return math.inf
-    p, q = _clone_pair(n, eps0)
-    if _hockey(p, q, 0.0) <= delta:
+    pair = _clone_pair(n, eps0)
+    if _hockey(*pair, 0.0) <= delta:
         return 0.0
-    if _hockey(p, q, eps0) > delta:  # cannot happen for a true ε₀-DP pair; guard anyway
+    if _hockey(*pair, eps0) > delta:  # cannot happen for a true ε₀-DP pair; guard anyway
         return eps0
-    return float(optimize.brentq(lambda e: _hockey(p, q, e) - delta, 0.0, eps0, xtol=EPS_TOL))
+    return float(optimize.brentq(lambda e: _hockey(*pair, e) - delta, 0.0, eps0, xtol=EPS_TOL))
 
 
 def fmt_closed_form(n: int, eps0: float, delta: float) -> float | None:
