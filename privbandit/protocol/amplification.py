@@ -99,6 +99,8 @@ def shuffle_epsilon(n: int, eps0: float, delta: float) -> float:
         raise ValueError(f"n={n} must be ≥ 1")
     if not math.isfinite(eps0):
         return math.inf
+    if (n - 1) * math.exp(-eps0) < 1e-30:  # no clones to hide among: the local ε₀ is all there is
+        return eps0
     pair = _clone_pair(n, eps0)
     if _hockey(*pair, 0.0) <= delta:
         return 0.0
