@@ -31,6 +31,7 @@ DEFAULT_FAMILY = "distributed-dp-mab"
 FAMILIES: dict[str, str] = {
     DEFAULT_FAMILY: "privbandit.experiment.mab_family",
     "private-online-learning": "privbandit.experiment.online_family",
+    "shuffle-linear-bandits": "privbandit.experiment.linear_family",
 }
 
 

@@ -1,0 +1,95 @@
+"""Algorithm 1 of Chowdhury & Zhou (ICML 2022), "Shuffle Private LinUCB": batched LinUCB.
+
+The analyzer side (:class:`BatchedLinUCB`) keeps V_m = λI + Σ Ṽ and u_m = Σ ũ (line 14), solves
+θ̂_m = V_m⁻¹ u_m (line 15; the printed Σ to M is a typo for m, spec §11 item 3) and broadcasts
+(θ̂_m, V_m⁻¹, β_m) (line 16). The user side (:func:`ucb_actions`) picks
+a_t ∈ argmax ⟨φ(c_t,a), θ̂⟩ + β‖φ(c_t,a)‖_{V⁻¹} (line 4) from the broadcast and its own context.
+
+Everything is stacked over R independent runs: V is (R, d, d), so one call steps all runs.
+
+Non-PD safeguard (spec §11 item 17). Privacy noise can leave V_m indefinite. The regret proof
+(Lemma A.2) conditions on V_m ⪰ λ_min·I; we keep the accumulated V_m as released (the noise is never
+"repaired" into the statistics) and, when its smallest eigenvalue is below the floor λ_min, use the
+eigenvalue-clipped V̄_m = Q·max(Λ, λ_min)·Qᵀ for θ̂ and the widths. Every clip is counted, and so is
+every V_m that is not positive definite at all.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def arm_outer(arms: np.ndarray) -> np.ndarray:
+    """vec(φφᵀ) per arm, (R, K, d²): makes every width one matrix product (see :func:`ucb_actions`)."""
+    r, k, d = arms.shape
+    return (arms[..., :, None] * arms[..., None, :]).reshape(r, k, d * d)
+
+
+def ucb_actions(arms: np.ndarray, theta: np.ndarray, v_inv: np.ndarray, beta: float | np.ndarray,
+                outer: np.ndarray | None = None) -> np.ndarray:
+    """Line 4 for R runs at once: arms (R, K, d), θ̂ (R, d), V⁻¹ (R, d, d) → actions (R,).
+
+    ‖φ‖²_{V⁻¹} = ⟨vec(φφᵀ), vec(V⁻¹)⟩, so with ``outer`` = :func:`arm_outer` (fixed arms: computed once)
+    the widths of all K arms cost one (K × d²)·(d² × 1) product per run instead of a d-wide reduction.
+    """
+    r, k, d = arms.shape
+    if outer is None:
+        outer = arm_outer(arms)
+    quad = np.matmul(outer, v_inv.reshape(r, d * d, 1))[..., 0]
+    mean = np.matmul(arms, theta[:, :, None])[..., 0]
+    return np.argmax(mean + np.asarray(beta)[..., None] * np.sqrt(np.maximum(quad, 0.0)), axis=1)
+
+
+class BatchedLinUCB:
+    def __init__(self, runs: int, d: int, lam: float, floor: float, beta_fn):
+        self.d = d
+        self.lam, self.floor = float(lam), float(floor)
+        self.beta_fn = beta_fn
+        self.V = np.broadcast_to(lam * np.eye(d), (runs, d, d)).copy()
+        self.u = np.zeros((runs, d))
+        self.v_inv = np.broadcast_to(np.eye(d) / lam, (runs, d, d)).copy()
+        self.theta = np.zeros((runs, d))
+        self.t = 0
+        self.beta = beta_fn(0)
+        self.lambda_min = None
+        self.clipped = np.zeros(runs, dtype=np.int64)  # batches whose V_m needed the floor
+        self.not_pd = np.zeros(runs, dtype=np.int64)  # batches whose V_m had λ_min ≤ 0
+
+    def smallest_eigenvalues(self) -> np.ndarray:
+        """λ_min(V_m) per run (of the released V_m, before any clipping)."""
+        if self.lambda_min is None:
+            self.lambda_min = np.linalg.eigvalsh(self.V)[:, 0]
+        return self.lambda_min
+
+    def broadcast(self) -> tuple[np.ndarray, np.ndarray, float]:
+        return self.theta, self.v_inv, self.beta
+
+    def update(self, u_inc: np.ndarray, v_inc: np.ndarray, users: int) -> None:
+        """Lines 13–16 after a batch of ``users``: ũ (R, d), Ṽ (R, d, d) symmetric."""
+        self.u += u_inc
+        self.V += v_inc
+        self.t += users
+        eye = np.eye(self.d)
+        try:  # the common case, cheaply: every V_m ⪰ floor·I ⇔ V_m − floor·I has a Cholesky factor
+            np.linalg.cholesky(self.V - self.floor * eye)
+            self.v_inv = np.linalg.inv(self.V)
+            self.lambda_min = None  # computed on demand (diagnostics only)
+        except np.linalg.LinAlgError:
+            w, q = np.linalg.eigh(self.V)
+            self.lambda_min = w[:, 0]
+            self.clipped += w[:, 0] < self.floor
+            self.not_pd += w[:, 0] <= 0
+            w = np.maximum(w, self.floor)
+            self.v_inv = np.matmul(q / w[:, None, :], np.swapaxes(q, 1, 2))
+        self.theta = np.einsum("rde,re->rd", self.v_inv, self.u)
+        self.beta = self.beta_fn(self.t)
+
+    def update_rank_one(self, x: np.ndarray, y: np.ndarray) -> None:
+        """Non-private fast path: Ṽ = xxᵀ exactly, so Sherman–Morrison keeps V⁻¹ (V stays ⪰ λI)."""
+        self.u += x * y[:, None]
+        self.V += x[:, :, None] * x[:, None, :]
+        vx = np.einsum("rde,re->rd", self.v_inv, x)
+        self.v_inv -= vx[:, :, None] * vx[:, None, :] / (1.0 + (vx * x).sum(-1))[:, None, None]
+        self.theta = np.einsum("rde,re->rd", self.v_inv, self.u)
+        self.t += 1
+        self.beta = self.beta_fn(self.t)

@@ -1,0 +1,74 @@
+"""Linear bandit instances of Chowdhury & Zhou (ICML 2022), §5: K fixed arms in R^d, Bernoulli rewards.
+
+Two generators (spec §8.1, §9, §11 item 13):
+
+- ``paper``: the paper's wording, after Vaswani et al. 2020: θ and every arm are a (d−1)-dimensional
+  vector of norm 1/√2, uniform on that sphere, with a 1/√2 entry appended. So ‖φ‖ = ‖θ‖ = 1
+  (Assumption 3.1) and the mean rewards ⟨θ, φ⟩ lie in [0, 1].
+- ``paper-code``: the authors' code: arms (u, 1) with u uniform on the unit sphere of R^{d−1}, the first
+  d arms replaced by the rows of I_d with the last entry set to 1; θ = (v/2, 1/2). So ‖φ‖ ≤ √2,
+  ‖θ‖ = 1/√2, the same mean range.
+
+Rewards use common random numbers: user t draws one U_t ~ U(0, 1) and would get 1{U_t < μ_a} from
+any arm a. That makes the authors' *realized* regret 1{U < μ*} − 1{U < μ_a} well defined next to the
+paper's pseudo-regret μ* − μ_a, and all algorithms of a run face the same users.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+GENERATORS = ("paper", "paper-code")
+
+
+@dataclass(frozen=True)
+class LinearInstances:
+    """R instances stacked: arms (R, K, d), θ* (R, d); ground truth, never shown to the analyzer."""
+
+    arms: np.ndarray
+    theta: np.ndarray
+    feature_norm: float  # public bound on ‖φ‖₂
+    entry_bound: float  # public bound on |φ_k|
+
+    @property
+    def means(self) -> np.ndarray:
+        return np.einsum("rkd,rd->rk", self.arms, self.theta)
+
+
+def _sphere(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
+    z = rng.normal(size=(n, dim))
+    return z / np.linalg.norm(z, axis=-1, keepdims=True)
+
+
+def generate(generator: str, arms: int, d: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """One instance: (arms (K, d), θ (d,))."""
+    if d < 2:
+        raise ValueError(f"d={d} must be ≥ 2")
+    if generator == "paper":
+        h = 1 / math.sqrt(2)
+        x = np.concatenate([h * _sphere(rng, arms, d - 1), np.full((arms, 1), h)], axis=1)
+        theta = np.concatenate([h * _sphere(rng, 1, d - 1)[0], [h]])
+        return x, theta
+    if generator == "paper-code":
+        x = np.concatenate([_sphere(rng, arms, d - 1), np.ones((arms, 1))], axis=1)
+        k = min(d, arms)
+        x[:k] = np.eye(d)[:k]
+        x[:k, -1] = 1.0
+        theta = np.concatenate([0.5 * _sphere(rng, 1, d - 1)[0], [0.5]])
+        return x, theta
+    raise ValueError(f"generator={generator!r} is not one of {GENERATORS}")
+
+
+def bounds(generator: str) -> tuple[float, float]:
+    """(max ‖φ‖₂, max |φ_k|): public bounds used to calibrate noise. The paper's instances meet
+    Assumption 3.1 (‖φ‖ ≤ 1, so every entry of φy and φφᵀ is in [−1, 1]: Δ₁ = Δ₂ = 1)."""
+    return (1.0, 1.0) if generator == "paper" else (math.sqrt(2.0), 1.0)
+
+
+def stack(instances: list[tuple[np.ndarray, np.ndarray]], generator: str) -> LinearInstances:
+    norm, entry = bounds(generator)
+    return LinearInstances(arms=np.stack([x for x, _ in instances]), theta=np.stack([t for _, t in instances]),
+                           feature_norm=norm, entry_bound=entry)

@@ -1,0 +1,250 @@
+"""The shuffle protocols of Chowdhury & Zhou, "Shuffle Private Linear Contextual Bandits" (ICML 2022).
+
+Every protocol moves one user's statistics: the vector φ(c,a)·y and the matrix φ(c,a)φ(c,a)ᵀ. A
+report carries them as one *entries* vector of length d + d(d+1)/2: φy, then the upper triangle of
+φφᵀ row by row (:func:`to_upper`). The lower triangle carries no information; the analyzer mirrors the
+upper one (:func:`from_upper`), so every Ṽ it releases is exactly symmetric.
+
+Parties, all sans-I/O, all vectorized over any leading axes (runs, users):
+
+- P_Amp (§3.2, App. B): :class:`GaussianRandomizer` (Algorithm 2), :class:`PermutationShuffler`
+  (Algorithm 3: a uniformly permuted list, no sender, no order), :class:`SumAnalyzer` (Algorithm 4).
+- P_Vec (§3.3, App. C): :class:`BitSumRandomizer` (Algorithm 5, count-encoded: the number of 1-bits
+  per label), :class:`LabelCountShuffler` (Algorithm 6 seen by the analyzer: per-label totals, which
+  determine the shuffled multiset of labelled bits), :class:`BitSumAnalyzer` (Algorithm 7, with the
+  paper's −B·Δ re-centring).
+- LinUCB-LDP (Zheng et al. 2020): the Gaussian randomizer behind a :class:`PassThrough` intermediary
+  (attributable reports).
+- LinUCB-JDP (Shariff & Sheffet 2018): raw reports to a trusted analyzer that releases prefix sums
+  through the binary-tree mechanism, :class:`TreeAggregator`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from privbandit.protocol import amplification
+
+
+# --- the entries layout ------------------------------------------------------------------------
+
+@lru_cache(maxsize=64)
+def upper_indices(d: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.triu_indices(d)
+
+
+def n_entries(d: int) -> int:
+    return d + d * (d + 1) // 2
+
+
+def to_upper(w: np.ndarray) -> np.ndarray:
+    iu, ju = upper_indices(w.shape[-1])
+    return w[..., iu, ju]
+
+
+def from_upper(v: np.ndarray, d: int) -> np.ndarray:
+    """The symmetric matrix whose upper triangle is ``v`` (Alg. 2 "copy to the lower terms")."""
+    iu, ju = upper_indices(d)
+    out = np.empty(v.shape[:-1] + (d, d), dtype=v.dtype)
+    out[..., iu, ju] = v
+    out[..., ju, iu] = v
+    return out
+
+
+def user_entries(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """A user's statistics [φy, upper(φφᵀ)] for features ``x`` (..., d) and rewards ``y`` (...)."""
+    iu, ju = upper_indices(x.shape[-1])
+    return np.concatenate([x * y[..., None], x[..., iu] * x[..., ju]], axis=-1)
+
+
+def split_entries(e: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """(vector part (..., d), symmetric matrix (..., d, d)) of an entries array."""
+    return e[..., :d], from_upper(e[..., d:], d)
+
+
+# --- P_Amp and the local Gaussian randomizer ---------------------------------------------------
+
+@dataclass(frozen=True)
+class GaussianRandomizer:
+    """Algorithm 2 (R_Amp): independent N(0, σ²) on every entry of φy and of upper(φφᵀ).
+
+    Algorithm 2 prints σ₂ for the vector and σ₁ for the matrix (a swap, spec §11 item 4); every theorem
+    sets σ₁ = σ₂, which is all we support. Noise on the upper triangle only, mirrored by the analyzer,
+    is the paper's "perturb upper diagonal entries and copy to the lower terms".
+    """
+
+    sigma: float
+
+    def randomize(self, entries: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return entries + rng.normal(0.0, self.sigma, size=entries.shape)
+
+
+@dataclass(frozen=True)
+class PermutationShuffler:
+    """Algorithm 3: a uniform permutation of one batch's reports (axis −2), per leading index.
+
+    ``independent``: S1 and S2 each "generate a uniform permutation" (Alg. 3), so by default the
+    vector part and the matrix part get independent permutations, which also unlinks a user's vector
+    from her matrix. The release is the permuted list: no sender id, no arrival order.
+    """
+
+    d: int
+    independent: bool = True
+
+    def release(self, reports: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        lead, n = reports.shape[:-2], reports.shape[-2]
+        if not self.independent:
+            return _permute(reports, rng.random(lead + (n,)).argsort(axis=-1))
+        out = np.empty_like(reports)
+        out[..., : self.d] = _permute(reports[..., : self.d], rng.random(lead + (n,)).argsort(axis=-1))
+        out[..., self.d:] = _permute(reports[..., self.d:], rng.random(lead + (n,)).argsort(axis=-1))
+        return out
+
+
+def _permute(x: np.ndarray, perm: np.ndarray) -> np.ndarray:
+    return np.take_along_axis(x, perm[..., None], axis=-2)
+
+
+@dataclass(frozen=True)
+class PassThrough:
+    """The local model's intermediary: attributable reports, in arrival order, forwarded as they are."""
+
+    def release(self, reports: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
+        return reports
+
+
+@dataclass(frozen=True)
+class SumAnalyzer:
+    """Algorithm 4 (A1, A2; the second is misprinted "A1(Y2)"): the sum of the released reports."""
+
+    def analyze(self, release: np.ndarray) -> np.ndarray:
+        return release.sum(axis=-2)
+
+
+# --- P_Vec: the bit-sum protocol ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class VecParams:
+    """Public parameters of P_Vec: accuracy g, b Bernoulli(p) noise bits per entry, and the encoding.
+
+    ``shift`` is Δ (entries lie in [−Δ, Δ], so w = entry + Δ ∈ [0, 2Δ]); ``span`` is the range the
+    scalar randomizer R_Δ maps onto [0, g]. Algorithm 5 passes span = Δ (spec §11 item 8), so x̂ can
+    reach 2g and a user's bits overflow the "g + b" container; ``span = 2Δ`` is Cheu et al.'s
+    encoding of [0, 2Δ] and keeps x̂ ≤ g, the sensitivity the privacy proof assumes.
+    """
+
+    g: int
+    b: int
+    p: float
+    shift: float
+    span: float
+
+    @property
+    def max_count(self) -> int:
+        return int(math.ceil(2 * self.shift / self.span * self.g)) + self.b
+
+    @property
+    def scale(self) -> float:
+        return self.span / self.g
+
+
+@dataclass(frozen=True)
+class BitSumRandomizer:
+    """Algorithm 5 (R_Vec), count-encoded: per label, the number of 1-bits among its g + b bits.
+
+    For w ∈ [0, span]: x̄ = ⌊w·g/span⌋, γ₁ ~ Ber(w·g/span − x̄), γ₂ ~ Bin(b, p); the message is the
+    multiset with x̄ + γ₁ + γ₂ ones. Footnote 9 lets the user order her bits randomly, so the count is
+    all the bits say; we send it instead of ~10⁹ literal bits (spec §7).
+    """
+
+    params: VecParams
+
+    def randomize(self, entries: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        pr = self.params
+        scaled = (entries + pr.shift) / pr.scale
+        floor = np.floor(scaled)
+        ones = floor.astype(np.int64) + (rng.random(entries.shape) < scaled - floor)
+        return ones + rng.binomial(pr.b, pr.p, size=entries.shape)
+
+
+@dataclass(frozen=True)
+class LabelCountShuffler:
+    """Algorithm 6 as the analyzer sees it: the number of 1-bits per label over the whole batch.
+
+    Labels are public and a label's bits are exchangeable after the shuffle, so the shuffled multiset
+    of labelled bits is determined by these totals (and (g + b)·B bits per label). Per-user counts
+    never leave the shuffler.
+    """
+
+    def release(self, counts: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
+        return counts.sum(axis=-2)
+
+
+@dataclass(frozen=True)
+class BitSumAnalyzer:
+    """Algorithm 7: (span/g)·(Σ bits − p·b·B) − B·Δ per label; the paper's correction of Cheu et al.
+    is the −B·Δ (they subtract Δ once; every one of the B users shifted by Δ)."""
+
+    params: VecParams
+
+    def analyze(self, totals: np.ndarray, n: int) -> np.ndarray:
+        pr = self.params
+        return pr.scale * (totals - pr.p * pr.b * n) - n * pr.shift
+
+    def error_variance(self, entries: np.ndarray) -> np.ndarray:
+        """Exact variance of the analyzer's error for these inputs (users on axis −2):
+        (span/g)²·(Σ f(1−f) + B·b·p(1−p)), f the fractional part of each user's scaled entry."""
+        pr = self.params
+        scaled = (entries + pr.shift) / pr.scale
+        f = scaled - np.floor(scaled)
+        n = entries.shape[-2]
+        return pr.scale**2 * ((f * (1 - f)).sum(axis=-2) + n * pr.b * pr.p * (1 - pr.p))
+
+
+# --- JDP: the binary-tree mechanism --------------------------------------------------------------
+
+@dataclass
+class TreeAggregator:
+    """The central analyzer of LinUCB-JDP: prefix sums through the binary-tree mechanism
+    (Chan, Shi & Song 2010; Dwork et al. 2010), as Shariff & Sheffet 2018 use it.
+
+    The c-th released prefix sum is the true sum plus the noise of the nodes of c's binary
+    decomposition, one fresh N(0, σ²) per node (per entry, upper triangle mirrored). Going from c to c+1
+    drops the nodes of c's trailing one-bits and opens one new node, so each step costs O(1) draws
+    amortized. The authors' code instead reuses ⌊ln n⌋+1 fixed noise draws (spec §9, §11 item 18).
+    """
+
+    sigma: float
+    shape: tuple[int, ...]
+    nodes: list = field(default_factory=list)  # nodes[i]: noise of the open level-i node, or None
+    count: int = 0
+
+    def step(self, raw_sum: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Absorb one observation (a batch sum); return the change of the released prefix sum."""
+        fresh = rng.normal(0.0, self.sigma, size=self.shape)
+        change = fresh.copy()
+        c, j = self.count, 0
+        while c & 1:  # the nodes of c's trailing ones merge into the new level-j node
+            change -= self.nodes[j]
+            self.nodes[j] = None
+            c >>= 1
+            j += 1
+        if j == len(self.nodes):
+            self.nodes.append(None)
+        self.nodes[j] = fresh
+        self.count += 1
+        return raw_sum + change
+
+    def prefix_noise(self) -> np.ndarray:
+        """The noise in the current prefix sum (for tests and diagnostics)."""
+        live = [n for n in self.nodes if n is not None]
+        return sum(live) if live else np.zeros(self.shape)
+
+
+def tree_levels(n: int) -> int:
+    """Nodes in the binary decomposition of any count ≤ n: ⌊log₂ n⌋ + 1."""
+    return max(1, n.bit_length())

@@ -1,0 +1,264 @@
+"""Parameter rules and privacy ledgers of the shuffle-model linear bandits, per preset.
+
+Presets:
+
+- ``theory``: the theorems' constants. P_Amp σ of Thm 3.2; P_Vec g, b of Thm C.1 (b with 24·10⁴);
+  LDP σ of Prop. F.1; JDP a Gaussian tree calibrated by zCDP; λ and β_m of Lemma A.2 / A.4.
+- ``paper-code``: the constants of the authors' experiments (``LinBanditPrivate.py``, spec §9), named
+  as such. Their defects are not reproduced: g and b are integers (ceil), the JDP tree draws fresh
+  noise per node, P_Vec's encoding does not overflow (see :class:`VecParams`), and every ledger shows
+  the privacy those constants actually give (often none proven).
+
+All sensitivities scale with ``feature_norm`` L (max ‖φ‖₂) and ``entry_bound`` (max |φ_k|); rewards
+lie in [0, 1]. Theorems assume L = 1 (Assumption 3.1, spec §1); for larger L we scale σ by max(L, L²).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from privbandit.protocol import amplification as amp
+from privbandit.protocol.mechanisms.shuffle_linear_bandits import VecParams, n_entries, tree_levels
+
+ALGORITHMS = ("linucb", "linucb-jdp", "linucb-ldp", "linucb-sdp-amp", "linucb-sdp-vec")
+PRESETS = ("theory", "paper-code")
+TRUST = {"linucb": "none (raw data to the server)", "linucb-jdp": "central (trusted server, JDP)",
+         "linucb-ldp": "local (pass-through, attributable reports)",
+         "linucb-sdp-amp": "shuffle (trusted shuffler, permuted list)",
+         "linucb-sdp-vec": "shuffle (trusted shuffler, per-label bit counts)"}
+# Thm C.1's constant (adapted from Cheu et al. 2021); Thm 3.5 / C.1 hold for ε ≤ 15, δ < 1/2.
+VEC_THEORY_CONSTANT = 24e4
+VEC_MAX_EPSILON = 15.0
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The (ε, δ) one batch's release is calibrated to, and how many batches one user can join."""
+
+    epsilon: float
+    delta: float
+    participations: int  # 1 for unique users; M for returning users (Assumption 4.1)
+
+
+def batch_budget(epsilon: float, delta: float, participations: int) -> Budget:
+    """Unique users: (ε, δ) per batch (parallel composition). Returning users in up to M batches:
+    ε_m = ε/(2√(2M log(2/δ))), δ_m = δ/(2M) (Thm E.2 as the paper applies it, spec §2.3)."""
+    if participations <= 1:
+        return Budget(epsilon, delta, 1)
+    m = participations
+    return Budget(epsilon / (2 * math.sqrt(2 * m * math.log(2 / delta))), delta / (2 * m), m)
+
+
+def report_sensitivity(feature_norm: float) -> float:
+    """ℓ2 distance between two users' [φy, upper(φφᵀ)]: ≤ 2√(L² + L⁴) for y ∈ [0, 1]."""
+    return 2 * math.sqrt(feature_norm**2 + feature_norm**4)
+
+
+def amp_sigma(preset: str, budget: Budget, batch: int, feature_norm: float) -> float:
+    eps, delta = budget.epsilon, budget.delta
+    if preset == "paper-code":  # the code's sd: no 4, no √(2 log(2/δ)) (≈ 9.8× below Thm 3.2 at δ = 0.1)
+        return math.sqrt(math.log(2.5 * batch / delta)) / (eps * math.sqrt(batch))
+    return (4 * math.sqrt(2 * math.log(2.5 * batch / delta) * math.log(2 / delta)) / (eps * math.sqrt(batch))
+            * max(feature_norm, feature_norm**2))
+
+
+def amp_admissible(budget: Budget, batch: int) -> bool:
+    """Thm 3.2's range ε ≤ √(log(2/δ)/B), which keeps ε₀ ≤ 1 in Lemma B.4."""
+    return budget.epsilon <= math.sqrt(math.log(2 / budget.delta) / batch)
+
+
+def ldp_sigma(preset: str, budget: Budget, feature_norm: float) -> float:
+    eps, delta = budget.epsilon, budget.delta
+    if preset == "paper-code":
+        return math.sqrt(math.log(2.5 / delta)) / eps
+    return 4 * math.sqrt(2 * math.log(2.5 / delta)) / eps * max(feature_norm, feature_norm**2)
+
+
+def jdp_sigma(preset: str, budget: Budget, observations: int, feature_norm: float) -> float:
+    """Per-node sd of the tree. Theory: each user sits in ≤ ⌊log₂ n⌋+1 nodes; Gaussian nodes compose
+    as ρ = levels·Δ²/(2σ²)-zCDP, solved for ρ(ε, δ) (user-level: Δ grows by M₀, Prop. 4.3)."""
+    eps, delta = budget.epsilon, budget.delta
+    if preset == "paper-code":  # the code's sd uses ln n for the node count
+        return math.sqrt(math.log(observations)) * math.log(2.5 / delta) / eps
+    levels = tree_levels(observations)
+    sens = report_sensitivity(feature_norm) * budget.participations
+    return sens * math.sqrt(levels / (2 * amp.zcdp_rho(eps, delta)))
+
+
+def vec_params(preset: str, budget: Budget, batch: int, d: int, entry_bound: float, feature_norm: float,
+               scale: float | None, span: str) -> VecParams:
+    """Thm 3.5 / C.1: p = 1/4, g = max{2√B, d, 4}, b = C·g²·log²(4(d²+1)/δ)/(ε²B), C = 24·10⁴.
+    paper-code: b = C·g²·ln²(d/δ)/(ε²B) with the code's C = ``scale`` (1; "tuned 10 for ε = 1, 10"),
+    shift Δ = max ‖φ‖₂ as the code does."""
+    eps, delta = budget.epsilon, budget.delta
+    g = math.ceil(max(2 * math.sqrt(batch), d, 4))
+    if preset == "paper-code":
+        c = 1.0 if scale is None else scale
+        b = c * g**2 * math.log(d / delta) ** 2 / (eps**2 * batch)
+        shift = feature_norm
+    else:
+        c = VEC_THEORY_CONSTANT if scale is None else scale
+        b = c * g**2 * math.log(4 * (d**2 + 1) / delta) ** 2 / (eps**2 * batch)
+        shift = max(entry_bound, entry_bound**2)
+    return VecParams(g=g, b=max(1, math.ceil(b)), p=0.25, shift=shift,
+                     span=2 * shift if span == "2delta" else shift)
+
+
+def vec_bits(params: VecParams, d: int) -> dict:
+    """Communication per user: Alg. 5/6's (d + d²)(g + b) one-bit messages, the same without the
+    mirrored lower triangle, and the count-encoded wire size (one unsigned integer per label)."""
+    per_label = params.g + params.b
+    width = max(8, 1 << math.ceil(math.log2(math.ceil(math.log2(params.max_count + 1)))))
+    return {"bits_per_user_theory": (d + d * d) * per_label,
+            "bits_per_user_upper": n_entries(d) * per_label,
+            "bytes_per_user_wire": n_entries(d) * min(width, 64) // 8}
+
+
+# --- confidence widths (Algorithm 1's λ and β) --------------------------------------------------
+
+def noise_scale_total(algorithm: str, sigma: float, horizon: int, batch: int, vec: VecParams | None) -> float:
+    """σ̃: sd of one entry of the noise accumulated over the whole horizon (Assumption A.3)."""
+    if algorithm in ("linucb-sdp-amp", "linucb-ldp"):
+        return sigma * math.sqrt(horizon)
+    if algorithm == "linucb-sdp-vec":
+        per_batch = vec.scale * math.sqrt(batch / 4 + batch * vec.b * vec.p * (1 - vec.p))
+        return per_batch * math.sqrt(horizon / batch)
+    if algorithm == "linucb-jdp":
+        return sigma * math.sqrt(tree_levels(math.ceil(horizon / batch)))
+    return 0.0
+
+
+@dataclass(frozen=True)
+class Confidence:
+    """λ (V₀ = λI), the eigenvalue floor of the non-PD safeguard, and β_m as a function of t_m."""
+
+    lam: float
+    floor: float
+    alpha: float
+    reward_sd: float
+    fixed_width: float | None  # paper-code: one width for the whole run
+    lam_min: float = 1.0
+    lam_max: float = 1.0
+    nu: float = 0.0
+
+    def beta(self, t: int, d: int) -> float:
+        if self.fixed_width is not None:
+            return self.fixed_width
+        self_normalized = self.reward_sd * math.sqrt(2 * math.log(1 / self.alpha)
+                                                     + d * math.log(1 + t / (d * self.lam_min)))
+        return self_normalized + math.sqrt(self.lam_max) + self.nu
+
+
+def confidence(preset: str, algorithm: str, sigma_total: float, horizon: int, batch: int, d: int,
+               feature_norm: float, paper_code_noise: float, alpha: float | None) -> Confidence:
+    """Theory (Lemma A.2/A.4 with c₁ = c₂ = 1): λ = 2Σ_N, Σ_N = σ̃(√d + √log(M/α)), λ_min = Σ_N,
+    λ_max = 3Σ_N, ν = √(σ̃(√d + √log(M/α))); non-private: λ = 1, λ_min = λ_max = 1, ν = 0.
+    The floor is λ_min: V_m ⪰ λ_min·I is the event the regret proof conditions on.
+
+    paper-code (spec §9): Γ from the algorithm's noise, Λ = 2Γ (LinUCB: Γ = 1, Λ = 10⁻⁴), one width
+    √Γ·√d + R·√(d·log((1 + T·L²/Γ)/α)) with R = 0.5 and α = 1/T, computed at T and held fixed."""
+    reward_sd = 0.5  # Bernoulli rewards are ½-sub-Gaussian
+    if preset == "paper-code":
+        a = 1.0 / horizon if alpha is None else alpha
+        if algorithm == "linucb":
+            gamma, lam = 1.0, 1e-4
+        else:
+            factor = {"linucb-jdp": math.sqrt(math.log(horizon)), "linucb-sdp-vec": 0.25 * math.sqrt(horizon)}
+            gamma = paper_code_noise * factor.get(algorithm, math.sqrt(horizon)) * math.sqrt(d)
+            lam = 2 * gamma
+        width = math.sqrt(gamma) * math.sqrt(d) + reward_sd * math.sqrt(
+            d * math.log((1 + horizon * feature_norm**2 / gamma) / a))
+        return Confidence(lam=lam, floor=lam / 2, alpha=a, reward_sd=reward_sd, fixed_width=width)
+    a = 1.0 / horizon if alpha is None else alpha
+    if sigma_total == 0:
+        return Confidence(lam=1.0, floor=0.5, alpha=a, reward_sd=reward_sd, fixed_width=None)
+    batches = max(1, horizon // batch)
+    sigma_n = sigma_total * (math.sqrt(d) + math.sqrt(math.log(batches / a)))
+    lam = max(1.0, 2 * sigma_n)
+    return Confidence(lam=lam, floor=lam / 2, alpha=a, reward_sd=reward_sd, fixed_width=None,
+                      lam_min=lam / 2, lam_max=1.5 * lam, nu=math.sqrt(sigma_n))
+
+
+def paper_code_noise(algorithm: str, epsilon: float, delta: float, batch: int, horizon: int, d: int) -> float:
+    """The "noise" each algorithm of the authors' code feeds into Γ (spec §9)."""
+    if algorithm == "linucb-ldp":
+        return math.sqrt(math.log(2.5 / delta)) / epsilon
+    if algorithm == "linucb-jdp":
+        return math.sqrt(math.log(horizon)) * math.log(2.5 / delta) / epsilon
+    if algorithm == "linucb-sdp-amp":
+        return math.sqrt(math.log(2.5 * batch / delta)) / (epsilon * math.sqrt(batch))
+    if algorithm == "linucb-sdp-vec":
+        return math.log(d / delta) / (epsilon * math.sqrt(batch))
+    return 0.0
+
+
+# --- ledgers ------------------------------------------------------------------------------------
+
+def ledger(algorithm: str, preset: str, epsilon: float, delta: float, budget: Budget, batch: int,
+           feature_norm: float, sigma: float | None, vec: VecParams | None, vec_scale: float | None,
+           horizon: int) -> dict:
+    """What one run spends per user, in its trust model. ``epsilon_at_delta`` is the guarantee the
+    noise actually used gives (None when no theorem covers it); ``warnings`` say why."""
+    out = {"algorithm": algorithm, "trust_model": TRUST[algorithm], "preset": preset,
+           "epsilon_target": epsilon, "delta_target": delta, "participations": budget.participations,
+           "epsilon_batch_target": budget.epsilon, "delta_batch_target": budget.delta,
+           "epsilon_pure": None, "epsilon_at_delta": None, "delta": delta, "warnings": []}
+    sens = report_sensitivity(feature_norm)
+    k = budget.participations
+
+    def compose(eps_b: float, delta_b: float) -> tuple[float, float]:
+        if k == 1:
+            return eps_b, delta_b
+        return amp.advanced_composition(eps_b, delta_b, k, delta / 2)
+
+    if algorithm == "linucb":
+        out["guarantee"] = "none"
+        out["delta"] = None
+        return out
+    if algorithm == "linucb-sdp-amp":
+        a = amp.amplified_gaussian(batch, sens, sigma, budget.delta)
+        eps_total, delta_total = compose(a["epsilon"], a["delta"])
+        out.update(guarantee="SDP", accountant="Feldman-McMillan-Talwar 2021, Thm 3.2 numeric + Thm 3.8",
+                   epsilon_local=a["epsilon_local"], delta_local=a["delta_local"],
+                   epsilon_batch=a["epsilon"], delta_batch=a["delta"],
+                   epsilon_batch_closed_form=a["closed_form_epsilon"],
+                   epsilon_at_delta=eps_total, delta=delta_total, sigma=sigma)
+        if not amp_admissible(budget, batch):
+            out["warnings"].append(
+                f"per-batch ε = {budget.epsilon:.4g} is outside Thm 3.2's range ε ≤ √(log(2/δ)/B) = "
+                f"{math.sqrt(math.log(2 / budget.delta) / batch):.4g}: the paper's O(ε, δ) claim does not apply; "
+                "the numeric accountant's ε̃ above still holds")
+        return out
+    if algorithm == "linucb-ldp":
+        eps_b = amp.gaussian_epsilon(sens, sigma, budget.delta)
+        eps_total, delta_total = compose(eps_b, budget.delta)
+        out.update(guarantee="LDP", accountant="analytic Gaussian (Balle & Wang 2018)", sigma=sigma,
+                   epsilon_batch=eps_b, delta_batch=budget.delta, epsilon_at_delta=eps_total, delta=delta_total)
+        return out
+    if algorithm == "linucb-jdp":
+        levels = tree_levels(math.ceil(horizon / batch))
+        rho = levels * (sens * k) ** 2 / (2 * sigma**2)
+        out.update(guarantee="JDP (billboard: actions depend on the released prefix sums only)",
+                   accountant="Gaussian tree, zCDP (Bun & Steinke 2016)", sigma=sigma, tree_levels=levels,
+                   rho=rho, epsilon_at_delta=amp.zcdp_epsilon(rho, delta), delta=delta)
+        return out
+    # linucb-sdp-vec: Theorem C.1 is the only accountant; it covers b ≥ its constant, x̂ ≤ g.
+    out.update(guarantee="SDP", accountant="Thm 3.5 / C.1 (Cheu et al. 2021 adapted)", g=vec.g, b=vec.b, p=vec.p,
+               shift=vec.shift, span=vec.span)
+    covered = preset == "theory" and (vec_scale is None or vec_scale >= VEC_THEORY_CONSTANT)
+    if vec.span < 2 * vec.shift:
+        covered = False
+        out["warnings"].append("span = Δ (Algorithm 5 as printed): counts reach 2g + b, twice the sensitivity "
+                               "Thm C.1 assumes; no guarantee is claimed")
+    if budget.epsilon > VEC_MAX_EPSILON or budget.delta >= 0.5:
+        covered = False
+        out["warnings"].append(f"per-batch (ε, δ) = ({budget.epsilon:.4g}, {budget.delta:.4g}) outside Thm 3.5's "
+                               "range ε ≤ 15, δ < 1/2")
+    if preset == "paper-code" or (vec_scale is not None and vec_scale < VEC_THEORY_CONSTANT):
+        out["warnings"].append("b below Thm C.1's constant 24·10⁴ (paper-code constants): no proven guarantee")
+    if covered:
+        eps_total, delta_total = compose(budget.epsilon, budget.delta)
+        out.update(epsilon_batch=budget.epsilon, delta_batch=budget.delta, epsilon_at_delta=eps_total,
+                   delta=delta_total, epsilon_local_claimed=budget.epsilon * math.sqrt(batch))
+    return out

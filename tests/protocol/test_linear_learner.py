@@ -1,0 +1,159 @@
+"""Batched LinUCB (Algorithm 1), its non-PD safeguard, the accountant and the linear family's config."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from privbandit.experiment import linear_family as lf
+from privbandit.experiment.config import ConfigError
+from privbandit.protocol import amplification as amp
+from privbandit.protocol.learners.batched_linucb import BatchedLinUCB, ucb_actions
+from privbandit.protocol.mechanisms import shuffle_linear_params as lp
+
+
+def test_learner_matches_direct_solution():
+    rng = np.random.default_rng(0)
+    d, runs = 4, 3
+    learner = BatchedLinUCB(runs, d, lam=2.0, floor=1.0, beta_fn=lambda t: 1.0)
+    xs = rng.normal(size=(10, runs, d))
+    ys = rng.normal(size=(10, runs))
+    for x, y in zip(xs, ys):
+        learner.update(x * y[:, None], x[:, :, None] * x[:, None, :], 1)
+    v = 2.0 * np.eye(d) + np.einsum("tri,trj->rij", xs, xs)
+    u = np.einsum("tri,tr->ri", xs, ys)
+    np.testing.assert_allclose(learner.theta, np.linalg.solve(v, u[..., None])[..., 0], rtol=1e-10)
+    # the Sherman–Morrison fast path agrees with the eigen/inverse path
+    fast = BatchedLinUCB(runs, d, lam=2.0, floor=1.0, beta_fn=lambda t: 1.0)
+    for x, y in zip(xs, ys):
+        fast.update_rank_one(x, y)
+    np.testing.assert_allclose(fast.v_inv, np.linalg.inv(v), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(fast.theta, learner.theta, rtol=1e-9)
+
+
+def test_not_positive_definite_V_is_clipped_logged_and_usable():
+    d = 3
+    learner = BatchedLinUCB(2, d, lam=1.0, floor=0.5, beta_fn=lambda t: 1.0)
+    noise = np.zeros((2, d, d))
+    noise[0] = np.diag([-5.0, 0.0, 0.0])  # run 0: V = diag(−4, 1, 1), indefinite
+    noise[1] = np.diag([-0.7, 0.0, 0.0])  # run 1: V = diag(0.3, 1, 1), PD but below the floor
+    learner.update(np.ones((2, d)), noise, 1)
+    assert learner.not_pd.tolist() == [1, 0]
+    assert learner.clipped.tolist() == [1, 1]
+    np.testing.assert_allclose(learner.smallest_eigenvalues(), [-4.0, 0.3])
+    np.testing.assert_allclose(np.linalg.eigvalsh(learner.v_inv).max(axis=1), [2.0, 2.0])  # 1/floor
+    assert np.isfinite(learner.theta).all()
+    np.testing.assert_allclose(learner.V[0], np.diag([-4.0, 1.0, 1.0]))  # released V kept as is
+    arms = np.broadcast_to(np.eye(d), (2, d, d))
+    assert ucb_actions(arms, learner.theta, learner.v_inv, 1.0).shape == (2,)
+    # a later batch that restores PD stops the clipping
+    learner.update(np.zeros((2, d)), -noise, 1)
+    assert learner.clipped.tolist() == [1, 1]
+
+
+def test_ucb_actions_pick_optimistic_arm():
+    arms = np.array([[[1.0, 0.0], [0.0, 1.0]]])
+    theta = np.array([[0.5, 0.4]])
+    v_inv = np.array([[[0.01, 0.0], [0.0, 4.0]]])
+    assert ucb_actions(arms, theta, v_inv, 0.0).tolist() == [0]
+    assert ucb_actions(arms, theta, v_inv, 1.0).tolist() == [1]
+
+
+def test_shuffle_accountant_properties():
+    assert amp.shuffle_epsilon(1, 1.0, 1e-9) == pytest.approx(1.0, abs=1e-5)  # nothing to hide among
+    eps = [amp.shuffle_epsilon(n, 2.0, 1e-6) for n in (10, 100, 1000)]
+    assert eps[0] > eps[1] > eps[2]
+    for n, e0, delta in [(1000, 1.0, 1e-6), (5000, 2.0, 1e-6)]:
+        closed = amp.fmt_closed_form(n, e0, delta)
+        assert closed is not None and amp.shuffle_epsilon(n, e0, delta) <= closed
+    assert amp.fmt_closed_form(20, 1.0, 0.05) is None  # outside Lemma B.4's range
+
+
+def test_gaussian_epsilon_is_exact():
+    eps = amp.gaussian_epsilon(1.0, 2.0, 1e-5)
+    assert amp.gaussian_delta(eps, 1.0, 2.0) == pytest.approx(1e-5, rel=1e-4)
+    assert eps < math.sqrt(2 * math.log(1.25 / 1e-5)) / 2.0  # tighter than the classic calibration
+
+
+def test_composition_and_zcdp():
+    eps, dlt = amp.advanced_composition(0.01, 1e-7, 100, 1e-6)
+    assert eps == pytest.approx(math.sqrt(200 * math.log(1e6)) * 0.01 + 100 * 0.01 * math.expm1(0.01))
+    assert dlt == pytest.approx(1e-5 + 1e-6)
+    rho = amp.zcdp_rho(1.0, 1e-5)
+    assert amp.zcdp_epsilon(rho, 1e-5) == pytest.approx(1.0)
+
+
+def test_amp_ledger_warns_outside_theorem_range():
+    budget = lp.batch_budget(1.0, 0.1, 1)
+    sigma = lp.amp_sigma("theory", budget, 20, 1.0)
+    led = lp.ledger("linucb-sdp-amp", "theory", 1.0, 0.1, budget, 20, 1.0, sigma, None, None, 20000)
+    assert led["warnings"] and "Thm 3.2" in led["warnings"][0]
+    assert led["epsilon_at_delta"] < 1.0 and led["delta"] <= 0.1
+    small = lp.batch_budget(0.2, 0.1, 1)
+    led = lp.ledger("linucb-sdp-amp", "theory", 0.2, 0.1, small, 20, 1.0, lp.amp_sigma("theory", small, 20, 1.0),
+                    None, None, 20000)
+    assert not led["warnings"] and led["epsilon_at_delta"] <= 0.2
+
+
+def test_returning_users_budget_and_composition():
+    budget = lp.batch_budget(0.5, 0.1, 1000)
+    assert budget.epsilon == pytest.approx(0.5 / (2 * math.sqrt(2000 * math.log(20))))
+    assert budget.delta == pytest.approx(0.1 / 2000)
+    vec = lp.vec_params("theory", budget, 20, 5, 1.0, 1.0, None, "2delta")
+    led = lp.ledger("linucb-sdp-vec", "theory", 0.5, 0.1, budget, 20, 1.0, None, vec, None, 20000)
+    assert led["epsilon_at_delta"] <= 0.5 and led["delta"] <= 0.1
+
+
+def test_vec_theory_constants_and_bits():
+    budget = lp.batch_budget(1.0, 0.1, 1)
+    vec = lp.vec_params("theory", budget, 20, 5, 1.0, 1.0, None, "2delta")
+    assert vec.g == 9 and vec.p == 0.25
+    assert vec.b == math.ceil(24e4 * 81 * math.log(4 * 26 / 0.1) ** 2 / 20)  # ≈ 4.69·10⁷ (spec §7)
+    bits = lp.vec_bits(vec, 5)
+    assert bits["bits_per_user_theory"] == 30 * (vec.g + vec.b)
+    assert bits["bytes_per_user_wire"] == 20 * 4  # 20 labels, uint32 counts
+
+
+def _write_toml(tmp_path, body: str):
+    path = tmp_path / "exp.toml"
+    path.write_text('family = "shuffle-linear-bandits"\n' + body)
+    return path
+
+
+def test_config_errors_name_the_field(tmp_path):
+    base = "horizon = 100\n[algorithms.LinUCB]\n"
+    with pytest.raises(ConfigError, match="preset"):
+        lf.load(_write_toml(tmp_path, 'preset = "paper"\n' + base))
+    with pytest.raises(ConfigError, match="algorithms.A.batch"):
+        lf.load(_write_toml(tmp_path, "horizon = 100\n[algorithms.A]\nalgorithm = 'linucb-sdp-amp'\nbatch = 200\n"))
+    with pytest.raises(ConfigError, match="environment.dim"):
+        lf.load(_write_toml(tmp_path, base + "[environment]\ndim = 1\n"))
+    with pytest.raises(ConfigError, match="algorithms.X.algorithm"):
+        lf.load(_write_toml(tmp_path, "horizon = 100\n[algorithms.X]\nalgorithm = 'ucb'\n"))
+    with pytest.raises(ConfigError, match="delta"):
+        lf.load(_write_toml(tmp_path, "delta = 1.5\n" + base))
+
+
+def test_family_run_is_reproducible_and_independent_of_jobs(tmp_path):
+    body = ("horizon = 400\nruns = 3\nseed = 5\nepsilon = 1.0\n[environment]\narms = 10\ndim = 3\n"
+            "[algorithms.LinUCB]\n[algorithms.LinUCB-JDP]\n[algorithms.LinUCB-LDP]\n"
+            "[algorithms.LinUCB-SDP-Amp]\nbatch = 20\n[algorithms.LinUCB-SDP-Vec]\nbatch = 20\n")
+    config = lf.load(_write_toml(tmp_path, body))
+    a = lf.run(config, jobs=1)
+    b = lf.run(config, jobs=2)
+    for label in config.algorithms:
+        np.testing.assert_array_equal(a[0][label]["pseudo"], b[0][label]["pseudo"])
+    summary = lf.write(tmp_path / "out", config, a)
+    for key in ("experiment", "horizon", "runs", "elapsed_s", "transport"):
+        assert key in summary
+    for label in config.algorithms:
+        assert {"regret_final_mean", "regret_final_stderr", "users_per_s"} <= set(summary["algorithms"][label])
+        assert {"epsilon_pure", "epsilon_at_delta", "delta"} <= set(summary["privacy"][label])
+        assert "bits_per_user_protocol" in summary["communication"][label]
+    assert summary["communication"]["LinUCB-SDP-Vec"]["bytes_per_user_wire"] > 0
+    for name in ("summary.json", "config.json", "curves.csv", "rounds.csv", "regret.png"):
+        assert (tmp_path / "out" / name).exists()
+    json.loads((tmp_path / "out" / "summary.json").read_text())
