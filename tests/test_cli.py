@@ -181,15 +181,23 @@ def test_secure_aggregation_releases_what_the_ideal_sum_releases(tmp_path, monke
     assert len(secagg.rounds) > 10 and len(calls) == len(secagg.rounds)  # every release went through SecAgg
 
 
-def test_secure_aggregation_needs_a_modular_mechanism_and_inproc(tmp_path):
+def test_secure_aggregation_needs_a_modular_mechanism(tmp_path):
     path = _write(tmp_path, BASE + '[algorithms.DP-SE]\nintermediary = "secagg"\n')
     config, _ = load_experiment(path)
     with pytest.raises(ConfigError, match="modular-sum"):
         run_experiment(config, jobs=1)
-    proc = subprocess.run([sys.executable, "-m", "privbandit", "run", str(_write(tmp_path, BASE.replace(
-        "[algorithms.Dist-DP-SE]", '[algorithms.Dist-DP-SE]\nintermediary = "secagg"'))), "--transport", "mqtt"],
-        capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "in-process only" in proc.stderr
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("algorithms.Dist-DP-SE.dropout_rate=0.4", "algorithms.Dist-DP-SE.dropout_rate: Input should be less than 0.333"),
+    ("algorithms.Dist-DP-SE.dropout_tolerance=0.95", "algorithms.Dist-DP-SE.dropout_tolerance: Input should be less than or equal to 0.9"),
+    ("algorithms.cdp.dropout_tolerance=0.1", "dropout_tolerance applies to distributed noise"),
+])
+def test_dropout_fields_are_checked_by_name(tmp_path, override, expected):
+    path = _write(tmp_path, BASE + '[algorithms.cdp]\nalgorithm = "cdp-se"\n')
+    with pytest.raises(ConfigError) as e:
+        load_experiment(path, [override])
+    assert expected in str(e.value)
 
 
 def test_unknown_family_is_refused_by_name(tmp_path):
