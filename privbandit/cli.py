@@ -95,7 +95,8 @@ def _print_summary(summary: dict, out: Path) -> None:
             f"{ups:,.0f}" if ups else "-",
         )
     console.print(table)
-    console.print(f"results in {out}/ (summary.json, curves.csv, rounds.csv, regret.png)")
+    files = ", ".join(sorted(p.name for p in out.iterdir() if p.is_file()))
+    console.print(f"results in {out}/ ({files})")
 
 
 @app.command("letor-arms")
