@@ -1,17 +1,39 @@
-"""Secure aggregation cost: per-user CPU and bytes sent, server CPU, complete vs sparse graph.
+"""Secure aggregation cost: per-user CPU and bytes sent, aggregator CPU, complete vs sparse graph.
 
-    .venv/bin/python benchmarks/bench_secagg.py [--n 100 1000] [--modes complete sparse] [--length 10]
+    .venv/bin/python benchmarks/bench_secagg.py                          # the table, n ∈ {100, 1000, 10000}
+    .venv/bin/python benchmarks/bench_secagg.py --plot docs/figures/secagg_cost.png --json out.json
+    .venv/bin/python benchmarks/bench_secagg.py --largest-in 60           # bisection, both modes
 
-One full round (Bonawitz et al. 2017, rounds 0–2 and 4; SecAgg+ graph of Bell et al. 2020 in sparse
-mode), no dropouts, m = 2⁶² − 57, every party in this one process. CPU is ``time.process_time``
-around each party's calls; user figures are the mean and max over users of the sum of its four
-steps. Bytes sent are the payload sizes of each user's four messages (``wire_bytes``; no framing).
-The sparse survivor-connectivity check is memoized per round and so is charged to the first user.
+One round of Bonawitz et al. 2017 (rounds 0–2 and 4; SecAgg+ graph of Bell et al. 2020 in sparse
+mode), no dropouts, m = 2⁶² − 57, ``--length`` residues per user, every party in this one process.
+
+Full rounds: every user and the aggregator run every step. CPU is ``time.process_time`` around
+each party's calls; a user's "advertise" step includes constructing its ``SecAggUser`` (that draws
+its ephemeral X25519 key pairs). Bytes sent are the payload sizes of each user's four messages
+(``wire_bytes``; no framing). The sparse survivor-connectivity check is memoized per round and so
+is charged to the first user that asks (it shows up in the max, not the mean).
+
+Sampled rounds (``--full-max`` exceeded, or ``--sampled``): a genuine n-user round in which all n
+users are constructed and advertise, the aggregator builds all key directories, and only a random
+sample of users runs share_keys → masked_input → unmask through the unchanged code. What a sampled
+user consumes from the others is produced for real, with one shortcut: each non-sampled user seals
+(``SecAggUser._seal``: its own X25519 + HKDF key, ChaCha20-Poly1305) a share pair for each sampled
+recipient whose limbs are drawn uniformly from GF(p). That is exactly the distribution of genuine
+shares: at most t − 1 evaluations of a polynomial with uniform coefficients of degree t − 1 are
+i.i.d. uniform (Shamir 1979). The non-sampled users' full dealing, the aggregator's routing of the
+n(n−1) ciphertexts and its unmasking are not run; the aggregator cell reports only what was run
+(key directories), marked as a lower bound.
+
+``--largest-in S``: bisection on n for full in-process rounds whose wall time (from building the
+graph and the users to the released sum; long-term identity keys excluded) stays under S seconds.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import json
+import math
 import time
 
 import numpy as np
@@ -23,70 +45,260 @@ from privbandit.protocol.secagg import (
     SecAggServer,
     SecAggUser,
 )
+from privbandit.protocol.secagg.protocol import LIMBS, SharesDelivery, UnmaskRequest
+from privbandit.protocol.secagg.shamir import random_field
 
+M = 2**62 - 57
 ADVERT_BYTES = 8 + 32 + 32 + 64
+STEPS = ("advertise", "share_keys", "masked_input", "unmask")
+SERVER_STEPS = ("key_directories", "route_shares", "unmask_request", "finalize")
 
 
-def bench(n: int, mode: str, length: int) -> dict:
-    m = 2**62 - 57
+class OverTime(Exception):
+    pass
+
+
+class Clock:
+    """Per-party, per-step CPU; optional wall-clock deadline checked after every call."""
+
+    def __init__(self, deadline: float | None = None):
+        self.user: dict[str, dict[int, float]] = {s: {} for s in STEPS}
+        self.server = dict.fromkeys(SERVER_STEPS, 0.0)
+        self.deadline = deadline
+
+    def _check(self):
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            raise OverTime
+
+    def u(self, step, u, fn, *args):
+        t0 = time.process_time()
+        out = fn(*args)
+        self.user[step][u] = self.user[step].get(u, 0.0) + time.process_time() - t0
+        self._check()
+        return out
+
+    def s(self, step, fn, *args):
+        t0 = time.process_time()
+        out = fn(*args)
+        self.server[step] += time.process_time() - t0
+        self._check()
+        return out
+
+
+def _identities(n: int) -> dict[int, Ed25519PrivateKey]:
+    return {u: Ed25519PrivateKey.generate() for u in range(n)}  # long-term (PKI), not timed
+
+
+def _without_gc(fn):
+    """Cyclic GC off during a round: with all n parties in one process its pauses grow with every
+    party's heap, a cost no real (separate) party pays. Reference counting still frees memory."""
+
+    def run(*args, **kwargs):
+        gc.collect()
+        gc.disable()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            gc.enable()
+            gc.collect()
+
+    return run
+
+
+@_without_gc
+def full_round(n: int, mode: str, length: int, deadline_s: float | None = None) -> dict:
     ids = list(range(n))
-    identities = {u: Ed25519PrivateKey.generate() for u in ids}
+    identities = _identities(n)
     pki = {u: k.public_key() for u, k in identities.items()}
-    cfg = RoundConfig(run_id=b"bench", round_id=1, m=m, length=length)
-    graph = MaskingGraph(ids, mode, seed=b"bench")
-    users = {u: SecAggUser(u, identities[u], pki, cfg, graph) for u in ids}
-    server = SecAggServer(cfg, graph)
-    rng = np.random.default_rng(0)
-    inputs = {u: rng.integers(0, m, size=length, dtype=np.int64) for u in ids}
-    cpu = dict.fromkeys(ids, 0.0)
-    sent = dict.fromkeys(ids, ADVERT_BYTES)
-    server_cpu = 0.0
-
-    def timed_user(u, fn, *args):
-        t0 = time.process_time()
-        out = fn(*args)
-        cpu[u] += time.process_time() - t0
-        return out
-
-    def timed_server(fn, *args):
-        nonlocal server_cpu
-        t0 = time.process_time()
-        out = fn(*args)
-        server_cpu += time.process_time() - t0
-        return out
-
+    rng = np.random.default_rng(n)
+    inputs = {u: rng.integers(0, M, size=length, dtype=np.int64) for u in ids}
     wall = time.perf_counter()
-    adverts = [timed_user(u, users[u].advertise) for u in ids]
-    dirs = timed_server(server.key_directories, adverts)
-    shares = [timed_user(u, users[u].share_keys, dirs[u]) for u in ids]
-    delivery = timed_server(server.route_shares, shares)
-    masked = [timed_user(u, users[u].masked_input, delivery[u], inputs[u]) for u in ids]
-    request = timed_server(server.unmask_request, masked)
-    responses = [timed_user(u, users[u].unmask, request) for u in ids]
-    result = timed_server(server.finalize, responses)
+    clock = Clock(None if deadline_s is None else wall + deadline_s)
+    cfg = RoundConfig(run_id=b"bench", round_id=1, m=M, length=length)
+    graph = MaskingGraph(ids, mode, seed=b"bench")  # public set-up: in the wall time, no party's CPU
+    server = SecAggServer(cfg, graph)
+    users = {u: clock.u("advertise", u, SecAggUser, u, identities[u], pki, cfg, graph) for u in ids}
+    adverts = [clock.u("advertise", u, users[u].advertise) for u in ids]
+    dirs = clock.s("key_directories", server.key_directories, adverts)
+    shares = [clock.u("share_keys", u, users[u].share_keys, dirs[u]) for u in ids]
+    delivery = clock.s("route_shares", server.route_shares, shares)
+    masked = [clock.u("masked_input", u, users[u].masked_input, delivery[u], inputs[u]) for u in ids]
+    request = clock.s("unmask_request", server.unmask_request, masked)
+    responses = [clock.u("unmask", u, users[u].unmask, request) for u in ids]
+    result = clock.s("finalize", server.finalize, responses)
     wall = time.perf_counter() - wall
+    expected = [sum(int(v[i]) for v in inputs.values()) % M for i in range(length)]
+    assert result.value.tolist() == expected, "benchmark round released a wrong sum"
+    sent = dict.fromkeys(ids, ADVERT_BYTES)
     for msg in (*shares, *masked, *responses):
         sent[msg.sender] += msg.wire_bytes()
-    expected = sum(int(v[0]) for v in inputs.values()) % m
-    assert int(result.value[0]) == expected, "benchmark round released a wrong sum"
-    c = np.fromiter(cpu.values(), float)
-    b = np.fromiter(sent.values(), float)
-    return {"n": n, "mode": mode, "k": graph.degree, "t": graph.threshold, "user_ms": 1e3 * c.mean(), "user_max_ms": 1e3 * c.max(),
-                "user_kb": b.mean() / 1e3, "server_s": server_cpu, "wall_s": wall}
+    return _summary(n, mode, graph, clock, sent, wall, sampled=None)
+
+
+@_without_gc
+def sampled_round(n: int, mode: str, length: int, sample: int, seed: int = 0) -> dict:
+    ids = list(range(n))
+    identities = _identities(n)
+    pki = {u: k.public_key() for u, k in identities.items()}
+    rng = np.random.default_rng(seed)
+    chosen = sorted(int(u) for u in rng.choice(n, size=min(sample, n), replace=False))
+    wall = time.perf_counter()
+    clock = Clock()
+    cfg = RoundConfig(run_id=b"bench", round_id=1, m=M, length=length)
+    graph = MaskingGraph(ids, mode, seed=b"bench")
+    server = SecAggServer(cfg, graph)
+    users = {u: clock.u("advertise", u, SecAggUser, u, identities[u], pki, cfg, graph) for u in ids}
+    adverts = {u: clock.u("advertise", u, users[u].advertise) for u in ids}
+    dirs = clock.s("key_directories", server.key_directories, adverts.values())
+    shares = {u: clock.u("share_keys", u, users[u].share_keys, dirs[u]) for u in chosen}
+    # What route_shares would hand each sampled user: a ciphertext from every neighbour.
+    deliveries = {}
+    for s in chosen:
+        box = {}
+        for v in graph.neighbours(s):
+            if v in shares:
+                box[v] = shares[v].ciphertexts[s]
+            else:
+                limbs = random_field((2, LIMBS))  # ≤ t − 1 genuine shares are i.i.d. uniform
+                box[v] = users[v]._seal(adverts[s], limbs[0], limbs[1])
+        deliveries[s] = SharesDelivery(box)
+    masked = {u: clock.u("masked_input", u, users[u].masked_input, deliveries[u], rng.integers(0, M, size=length, dtype=np.int64)) for u in chosen}
+    request = UnmaskRequest(frozenset(ids))  # no dropouts: everybody survives
+    responses = {u: clock.u("unmask", u, users[u].unmask, request) for u in chosen}
+    wall = time.perf_counter() - wall
+    for s in chosen:  # a sampled user revealed one b-share per neighbour and no s^SK share
+        assert len(responses[s].self_mask_shares) == graph.degree + 1 and not responses[s].mask_key_shares
+    sent = {u: ADVERT_BYTES + shares[u].wire_bytes() + masked[u].wire_bytes() + responses[u].wire_bytes() for u in chosen}
+    return _summary(n, mode, graph, clock, sent, wall, sampled=chosen)
+
+
+def _summary(n, mode, graph, clock, sent, wall, sampled) -> dict:
+    users = sorted(sent)
+    per_step = {s: np.array([clock.user[s].get(u, 0.0) for u in users]) for s in STEPS}
+    total = sum(per_step.values())
+    b = np.array([sent[u] for u in users], dtype=float)
+    return {
+        "n": n, "mode": mode, "k": graph.degree, "t": graph.threshold,
+        "sampled": None if sampled is None else len(sampled),
+        "user_ms": 1e3 * total.mean(), "user_max_ms": 1e3 * total.max(),
+        "step_ms": {s: [1e3 * v.mean(), 1e3 * v.max()] for s, v in per_step.items()},
+        "user_bytes": b.mean(), "user_bytes_max": b.max(),
+        "server_s": sum(clock.server.values()), "server_step_s": clock.server,
+        "server_partial": sampled is not None, "wall_s": wall,
+    }
+
+
+def print_table(rows: list[dict]) -> None:
+    print(f"{'n':>6} {'mode':>8} {'k':>5} {'t':>5} {'measured':>9} | {'user CPU ms mean / max':>22} | "
+          f"{'per step, mean ms: adv / share / mask / unmask':>46} | {'KB sent':>7} | {'agg CPU s':>9} | {'wall s':>6}")
+    for r in rows:
+        who = "all" if r["sampled"] is None else f"{r['sampled']} users"
+        steps = " / ".join(f"{r['step_ms'][s][0]:.1f}" for s in STEPS)
+        agg = f"≥{r['server_s']:.2f}" if r["server_partial"] else f"{r['server_s']:.2f}"
+        print(f"{r['n']:>6} {r['mode']:>8} {r['k']:>5} {r['t']:>5} {who:>9} | {r['user_ms']:>10.1f} / {r['user_max_ms']:<9.1f} | "
+              f"{steps:>46} | {r['user_bytes'] / 1e3:>7.2f} | {agg:>9} | {r['wall_s']:>6.1f}", flush=True)
+
+
+def largest_in(mode: str, seconds: float, length: int, start: int) -> tuple[int, int, list[tuple[int, float | None]]]:
+    """Largest n (to ~3 %) whose full round finishes within ``seconds`` of wall time.
+
+    Doubles n from ``start`` until a round is too slow, then bisects. A trial is stopped as soon as
+    its wall time passes ``seconds`` (it could only finish later), so failures cost ``seconds``.
+    """
+    trials: list[tuple[int, float | None]] = []
+
+    def ok(n: int) -> bool:
+        try:
+            wall = full_round(n, mode, length, deadline_s=seconds)["wall_s"]
+        except OverTime:
+            wall = None
+        trials.append((n, wall))
+        print(f"  {mode:>8} n={n:>6}: " + (f"{wall:.1f} s" if wall is not None else f"> {seconds:g} s (stopped)"), flush=True)
+        return wall is not None and wall <= seconds
+
+    lo, hi = 0, start
+    while ok(hi):
+        lo, hi = hi, 2 * hi
+    while hi - lo > max(10, lo // 33):
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo, hi, trials
+
+
+def plot(rows: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, label in ((axes[0], "user_ms", "per-user CPU (ms, mean)"), (axes[1], "user_bytes", "per-user bytes sent")):
+        for mode, colour in (("complete", "C0"), ("sparse", "C1")):
+            rs = sorted((r for r in rows if r["mode"] == mode), key=lambda r: r["n"])
+            if not rs:
+                continue
+            n = np.array([r["n"] for r in rs], float)
+            y = np.array([r[key] for r in rs], float)
+            ax.plot(n, y, "o-", color=colour, label=mode)
+            for r, yy in zip(rs, y):
+                if r["sampled"] is not None:
+                    ax.annotate("sampled", (r["n"], yy), textcoords="offset points", xytext=(5, -12), fontsize=8)
+            grid = np.geomspace(n[0], n[-1], 50)
+            if mode == "complete":
+                ax.plot(grid, y[0] * grid / n[0], ":", color=colour, label="O(n) reference")
+                if key == "user_ms":
+                    ax.plot(grid, y[0] * (grid / n[0]) ** 2, "--", color=colour, alpha=0.4, label="O(n²) reference")
+            else:
+                ax.plot(grid, y[0] * np.log2(grid) / math.log2(n[0]), ":", color=colour, label="O(log n) reference")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("users n")
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("SecAgg one round, in-process (2-core AMD EPYC); length = %d residues" % rows[0].get("length", 0))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--n", type=int, nargs="+", default=[100, 1000])
+    ap.add_argument("--n", type=int, nargs="+", default=[100, 1000, 10000])
     ap.add_argument("--modes", nargs="+", default=["complete", "sparse"], choices=["complete", "sparse"])
     ap.add_argument("--length", type=int, default=10, help="residues per user (e.g. one per arm)")
+    ap.add_argument("--full-max", type=int, default=2_000_000, help="complete mode: sample users above this n·(n−1) pair count")
+    ap.add_argument("--sample", type=int, default=8, help="users measured in a sampled round")
+    ap.add_argument("--sampled", action="store_true", help="sample every round (to compare with full rounds)")
+    ap.add_argument("--json", help="write the measured rows here")
+    ap.add_argument("--from-json", help="skip measuring; load rows (for --plot)")
+    ap.add_argument("--plot", help="write the log-log figure here")
+    ap.add_argument("--largest-in", type=float, help="instead: bisect the largest n whose full round takes ≤ this many seconds")
+    ap.add_argument("--start", type=int, help="--largest-in: first n tried (default 200 complete, 2000 sparse)")
     args = ap.parse_args()
-    print(f"{'n':>6} {'mode':>8} {'k':>5} {'t':>5} {'user CPU ms (mean/max)':>23} {'user KB sent':>13} {'server CPU s':>13} {'wall s':>8}")
-    for n in args.n:
+    if args.largest_in:
         for mode in args.modes:
-            r = bench(n, mode, args.length)
-            print(f"{r['n']:>6} {r['mode']:>8} {r['k']:>5} {r['t']:>5} {r['user_ms']:>12.1f} / {r['user_max_ms']:<8.1f} "
-                  f"{r['user_kb']:>13.2f} {r['server_s']:>13.2f} {r['wall_s']:>8.1f}", flush=True)
+            lo, hi, _ = largest_in(mode, args.largest_in, args.length, start=args.start or (200 if mode == "complete" else 2000))
+            print(f"{mode}: largest n completing in {args.largest_in:g} s: {lo} (n = {hi} did not)", flush=True)
+        return
+    if args.from_json:
+        with open(args.from_json) as f:
+            rows = json.load(f)
+    else:
+        rows = []
+        for n in args.n:
+            for mode in args.modes:
+                sample = args.sampled or (mode == "complete" and n * (n - 1) > args.full_max)
+                r = sampled_round(n, mode, args.length, args.sample) if sample else full_round(n, mode, args.length)
+                r["length"] = args.length
+                rows.append(r)
+                print_table([r])
+    print_table(rows)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    if args.plot:
+        plot(rows, args.plot)
 
 
 if __name__ == "__main__":

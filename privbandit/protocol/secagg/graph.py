@@ -67,14 +67,19 @@ class MaskingGraph:
             self._order = np.asarray(ids, dtype=np.int64)[rng.permutation(self.n)]
             self._position = {int(u): p for p, u in enumerate(self._order)}
         self._connected_memo: dict[frozenset[int], bool] = {}
+        self._neighbour_memo: dict[int, tuple[int, ...]] = {}
 
     def neighbours(self, u: int) -> tuple[int, ...]:
         if self.complete:
             return tuple(v for v in self.user_ids if v != u)
-        p = self._position[u]
-        half = self.degree // 2
-        offsets = [o for o in range(-half, half + 1) if o]
-        return tuple(sorted(int(self._order[(p + o) % self.n]) for o in offsets))
+        # Memoized (sparse only; O(k) each): the server's holder checks ask for every user at
+        # every step. The graph is public and fixed for the round, so caching leaks nothing.
+        if u not in self._neighbour_memo:
+            p = self._position[u]
+            half = self.degree // 2
+            offsets = [o for o in range(-half, half + 1) if o]
+            self._neighbour_memo[u] = tuple(sorted(int(self._order[(p + o) % self.n]) for o in offsets))
+        return self._neighbour_memo[u]
 
     def holders(self, u: int) -> tuple[int, ...]:
         """Who holds shares of u's secrets: N(u) ∪ {u}, sorted."""

@@ -20,7 +20,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
     Ed25519PublicKey,
@@ -29,10 +28,10 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import (
     X25519PrivateKey,
     X25519PublicKey,
 )
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from privbandit.protocol.secagg.errors import KeySubstitutionError
+from privbandit.protocol.secagg.prg import hkdf_sha256_32
 
 _ADVERT_LABEL = b"privbandit/secagg/advertise/v1"
 _KDF_LABEL = b"privbandit/secagg/pairwise/v1"
@@ -131,4 +130,4 @@ def pairwise_key(
         + run_id
         + struct.pack(">QQQ", round_id, lo, hi)
     )
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(shared)
+    return hkdf_sha256_32(shared, info)

@@ -56,7 +56,7 @@ from privbandit.protocol.secagg.keys import (
     verify_advertisement,
 )
 from privbandit.protocol.secagg.prg import uniform_mod
-from privbandit.protocol.secagg.shamir import LIMB_BYTES, combine_secret, split_secret
+from privbandit.protocol.secagg.shamir import LIMB_BYTES, combine_secret, split_secrets
 
 AdvertiseKeys = KeyAdvertisement  # round 0 message (keys.py owns signing and verification)
 
@@ -193,6 +193,9 @@ class SecAggUser:
         self._peers: dict[int, KeyAdvertisement] = {}  # live neighbours after round 0 (U₁ view)
         self._shared_with: frozenset[int] = frozenset()  # neighbours in U₂ view
         self._held: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # v → (s^SK share, b share)
+        # AEAD key per live neighbour, derived once in round 1 and reused to open that neighbour's
+        # shares in round 2 (the same X25519 + HKDF key both times; it was derived twice before).
+        self._share_keys: dict[int, bytes] = {}
         self._stage = 0
 
     def _advance(self, stage: int) -> None:
@@ -220,16 +223,26 @@ class SecAggUser:
         s_sk = self.keys.s_private.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
         holders = sorted((*peers, self.id))
         xs = np.asarray(holders, dtype=np.int64) + 1
-        sk_shares, b_shares = split_secret(s_sk, self.t, xs), split_secret(self._b, self.t, xs)
+        sk_shares, b_shares = split_secrets([s_sk, self._b], self.t, xs)
         cts = {}
         for row, v in enumerate(holders):
             if v == self.id:
                 self._held[v] = (sk_shares[row], b_shares[row])  # own share stays local
                 continue
-            key = pairwise_key(self.keys.c_private, peers[v].c_public, run_id=cfg.run_id, round_id=cfg.round_id, me=self.id, peer=v, purpose=PURPOSE_ENCRYPTION)
-            plain = _SHARE_PLAIN.pack(self.id, v, *sk_shares[row].tolist(), *b_shares[row].tolist())
-            cts[v] = ChaCha20Poly1305(key).encrypt(_aead_nonce(self.id), plain, _aad(cfg, self.id, v))
+            cts[v] = self._seal(peers[v], sk_shares[row], b_shares[row])
         return EncryptedShares(self.id, cts)
+
+    def _seal(self, peer: KeyAdvertisement, sk_share: np.ndarray, b_share: np.ndarray) -> bytes:
+        """Encrypt this user's two shares for ``peer`` (AEAD, bound to sender, recipient, round).
+
+        Separate from :meth:`share_keys` so benchmarks/bench_secagg.py can have a user seal shares
+        for a few sampled recipients only, through this same code.
+        """
+        cfg, v = self.config, peer.user_id
+        key = pairwise_key(self.keys.c_private, peer.c_public, run_id=cfg.run_id, round_id=cfg.round_id, me=self.id, peer=v, purpose=PURPOSE_ENCRYPTION)
+        self._share_keys[v] = key
+        plain = _SHARE_PLAIN.pack(self.id, v, *sk_share.tolist(), *b_share.tolist())
+        return ChaCha20Poly1305(key).encrypt(_aead_nonce(self.id), plain, _aad(cfg, self.id, v))
 
     def masked_input(self, delivery: SharesDelivery, y: np.ndarray) -> MaskedInput:
         """Round 2: store the shares received, then mask ``y`` with every neighbour in U₂."""
@@ -240,7 +253,7 @@ class SecAggUser:
             raise ValueError(f"input must be {cfg.length} residues in [0, {cfg.m})")
         for v, ct in delivery.ciphertexts.items():
             _require(v in self._peers, f"user {self.id}: shares from {v}, not a live neighbour")
-            key = pairwise_key(self.keys.c_private, self._peers[v].c_public, run_id=cfg.run_id, round_id=cfg.round_id, me=self.id, peer=v, purpose=PURPOSE_ENCRYPTION)
+            key = self._share_keys[v]  # set in round 1 for every live neighbour
             try:
                 plain = ChaCha20Poly1305(key).decrypt(_aead_nonce(v), ct, _aad(cfg, v, self.id))
             except InvalidTag:
@@ -249,6 +262,7 @@ class SecAggUser:
             _require(fields[:2] == (v, self.id), f"user {self.id}: misaddressed shares from {v}")
             limbs = np.asarray(fields[2:], dtype=np.int64)
             self._held[v] = (limbs[:LIMBS], limbs[LIMBS:])
+        self._share_keys.clear()  # transport keys have no further use this round
         self._shared_with = frozenset(delivery.ciphertexts)
         _require(len(self._shared_with) + 1 >= self.t, f"user {self.id}: {len(self._shared_with) + 1} live holders after round 1, threshold {self.t}")
         acc = (y + self_mask(self._b, cfg)) % cfg.m

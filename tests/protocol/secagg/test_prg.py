@@ -90,3 +90,20 @@ def test_rejects_bad_arguments():
     with pytest.raises(ValueError):
         uniform_mod(SEED, 4, 2**62 + 1, round_id=0, purpose=b"x")
     assert uniform_mod(SEED, 0, 7, round_id=0, purpose=b"x").size == 0
+
+
+def test_hkdf_matches_rfc5869_and_the_cryptography_implementation():
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    from privbandit.protocol.secagg.prg import hkdf_sha256_32
+
+    # RFC 5869 Appendix A.3 (SHA-256, empty salt and info): the first 32 bytes of the OKM.
+    okm = hkdf_sha256_32(bytes([0x0B] * 22), b"")
+    assert okm.hex() == "8da4e775a563c18f715f802a063c5a31b8a11f5c5ee1879ec3454e5f3c738d2d"
+    rng = np.random.default_rng(5)
+    for size in (0, 1, 32, 33, 100):
+        ikm, info = rng.bytes(32), rng.bytes(size)
+        ref = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(ikm)
+        assert hkdf_sha256_32(ikm, info) == ref
+        assert hkdf_sha256_32(ikm, info + b"x") != ref

@@ -19,6 +19,7 @@ from privbandit.protocol.secagg.shamir import (
     lagrange_at_zero,
     split_field,
     split_secret,
+    split_secrets,
 )
 
 
@@ -123,3 +124,29 @@ def test_lagrange_large_set_matches_python_ints():
                 num = num * xj % PRIME
                 den = den * (xj - xs[i]) % PRIME
         assert int(lam[i]) == num * pow(den, PRIME - 2, PRIME) % PRIME
+
+
+@pytest.mark.parametrize("xmax", [2**8, 2**15, PRIME - 1])
+def test_dealer_matches_python_int_horner(xmax):
+    # The dealer skips reductions while int64 cannot overflow; any slip shows up against exact ints.
+    rng = np.random.default_rng(xmax)
+    t, L = 60, 5
+    xs = rng.choice(np.arange(max(1, xmax - 5000), xmax + 1), size=80, replace=False)
+    coeffs = rng.integers(0, PRIME, size=(t - 1, L))
+    secret = rng.integers(0, PRIME, size=L)
+    shares = split_field(secret, t, xs, coefficients=coeffs)
+    for r in [0, 41, 79]:
+        for col in range(L):
+            poly = [int(secret[col])] + [int(c) for c in coeffs[:, col]]
+            assert int(shares[r, col]) == sum(a * int(xs[r]) ** i for i, a in enumerate(poly)) % PRIME
+
+
+def test_split_secrets_share_each_secret_independently():
+    secrets = [os.urandom(32), os.urandom(7), os.urandom(32)]
+    xs = np.arange(1, 31)
+    parts = split_secrets(secrets, 20, xs)
+    assert [p.shape for p in parts] == [(30, 11), (30, 3), (30, 11)]
+    for secret, part in zip(secrets, parts):
+        assert combine_secret(xs[5:25], part[5:25], 20, len(secret)) == secret
+    # t − 1 shares of one secret are unrelated to another's: the limbs' polynomials differ.
+    assert not np.array_equal(parts[0][:, :3], parts[1])
