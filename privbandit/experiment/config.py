@@ -149,8 +149,8 @@ def _describe(err: ValidationError) -> str:
     return "\n".join(lines)
 
 
-def load_experiment(path: str | Path, overrides: list[str] = ()) -> tuple[ExperimentConfig, dict]:
-    """Read, override and validate an experiment file. Returns the config and its raw data."""
+def read_experiment_data(path: str | Path, overrides: list[str] = ()) -> dict:
+    """An experiment file's TOML with the ``--set`` overrides applied, before any validation."""
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text())
@@ -160,10 +160,25 @@ def load_experiment(path: str | Path, overrides: list[str] = ()) -> tuple[Experi
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     for assignment in overrides:
         apply_override(data, assignment)
+    return data
+
+
+def validate_experiment(model: type[BaseModel], path: str | Path, overrides: list[str] = ()):
+    """Read, override and validate an experiment file against ``model`` (any family's config).
+    Returns the config and its raw data; every failure is a :class:`ConfigError` naming the field."""
+    data = read_experiment_data(path, overrides)
     try:
-        config = ExperimentConfig.model_validate(data)
+        return model.model_validate(data), data
     except ValidationError as exc:
         raise ConfigError(f"{path}: invalid experiment\n{_describe(exc)}") from None
+    except ValueError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def load_experiment(path: str | Path, overrides: list[str] = ()) -> tuple[ExperimentConfig, dict]:
+    """Read, override and validate an experiment file. Returns the config and its raw data."""
+    path = Path(path)
+    config, data = validate_experiment(ExperimentConfig, path, overrides)
     if config.environment.path and not Path(config.environment.path).is_absolute():
         env = config.environment.model_copy(update={"path": str(path.parent / config.environment.path)})
         config = config.model_copy(update={"environment": env})

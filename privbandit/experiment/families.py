@@ -20,11 +20,10 @@ Modules are imported on demand, so one family's dependencies never slow another'
 from __future__ import annotations
 
 import importlib
-import tomllib
 from pathlib import Path
 from types import ModuleType
 
-from privbandit.experiment.config import ConfigError
+from privbandit.experiment.config import ConfigError, read_experiment_data
 
 DEFAULT_FAMILY = "distributed-dp-mab"
 
@@ -37,18 +36,7 @@ FAMILIES: dict[str, str] = {
 
 def family_of(path: str | Path, overrides: list[str] = ()) -> str:
     """The family an experiment file (after ``--set family=...``, if given) belongs to."""
-    path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such experiment file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    family = data.get("family", DEFAULT_FAMILY)
-    for assignment in overrides:
-        key, _, value = assignment.partition("=")
-        if key.strip() == "family":
-            family = value.strip().strip("\"'")
+    family = read_experiment_data(path, overrides).get("family", DEFAULT_FAMILY)
     if family not in FAMILIES:
         raise ConfigError(f"{path}: family = {family!r} is not one of {', '.join(sorted(FAMILIES))}")
     return family

@@ -14,15 +14,14 @@ import json
 import math
 import os
 import time
-import tomllib
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from privbandit.experiment.config import ConfigError, _describe, apply_override
+from privbandit.experiment.config import ConfigError, validate_experiment
 from privbandit.experiment.results import _mean_stderr
 from privbandit.protocol import linear_engine
 from privbandit.protocol.learners.batched_linucb import BatchedLinUCB
@@ -93,19 +92,7 @@ class LinearExperiment(_Strict):
 
 
 def load(path: str | Path, overrides: list[str] = ()) -> LinearExperiment:
-    path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such experiment file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    for assignment in overrides:
-        apply_override(data, assignment)
-    try:
-        config = LinearExperiment.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(f"{path}: invalid experiment\n{_describe(exc)}") from None
+    config, _ = validate_experiment(LinearExperiment, path, overrides)
     for label, algo in config.algorithms.items():
         b = batch_of(algo)
         if b > config.horizon:

@@ -17,15 +17,14 @@ import csv
 import json
 import os
 import time
-import tomllib
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from privbandit.experiment.config import ConfigError, _describe, apply_override
+from privbandit.experiment.config import validate_experiment
 from privbandit.experiment.results import _mean_stderr, _worst_privacy, plot_regret
 from privbandit.protocol.environments import BanditInstance
 from privbandit.protocol.observer import checkpoint_grid
@@ -107,21 +106,7 @@ class OnlineExperiment(_Strict):
 
 
 def load(path: str | Path, overrides: list[str] = ()) -> OnlineExperiment:
-    path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such experiment file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    for assignment in overrides:
-        apply_override(data, assignment)
-    try:
-        return OnlineExperiment.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(f"{path}: invalid experiment\n{_describe(exc)}") from None
-    except ValueError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+    return validate_experiment(OnlineExperiment, path, overrides)[0]
 
 
 def instance_of(config: OnlineExperiment) -> BanditInstance:
