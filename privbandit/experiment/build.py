@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from privbandit.experiment.config import AlgorithmConfig, EnvironmentConfig
+from privbandit.protocol.adversaries import USER_ADVERSARIES, Adversary
 from privbandit.protocol.environments import BanditInstance, uniform_means
 from privbandit.protocol.learners.successive_elimination import (
     GeometricSchedule,
@@ -72,3 +73,13 @@ def build_instance(env: EnvironmentConfig, rng: np.random.Generator) -> BanditIn
         levels=np.asarray(arms.levels),
         probabilities=np.asarray(arms.probabilities),
     )
+
+
+def build_adversary(a: AlgorithmConfig, mechanism: Mechanism, seed: int, stream_prefix: tuple,
+                    instance: BanditInstance) -> Adversary | None:
+    """The algorithm's adversary for one run, or None. Fleets and the engine build the same one."""
+    if a.adversary is None or a.adversary.fraction == 0:
+        return None
+    cls = USER_ADVERSARIES[a.adversary.kind]
+    extra = {"magnitude": a.adversary.magnitude} if a.adversary.kind == "out-of-range" else {}
+    return cls(a.adversary.fraction, mechanism, seed, stream_prefix, best_arm=instance.best_arm, **extra)

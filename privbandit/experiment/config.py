@@ -53,6 +53,20 @@ class EnvironmentConfig(_Strict):
         return self
 
 
+ADVERSARY_KINDS = ("max-shift", "out-of-range", "window-edge", "colluders")  # protocol/adversaries
+
+
+class AdversaryConfig(_Strict):
+    """Some users of every cohort attack (privbandit/protocol/adversaries, docs/attacks.md)."""
+
+    kind: Literal[ADVERSARY_KINDS]  # type: ignore[valid-type]
+    # Exactly ⌊fraction·size⌋ users of every 65,536-user block. Below 1/3 with any dropouts, so a
+    # round whose attackers are all rejected still meets the ⌊2n/3⌋ + 1 release threshold.
+    fraction: Annotated[float, Field(ge=0, lt=1 / 3)] = 0.05
+    # out-of-range: how far beyond [0, 1] the attackers' encoded reward lies, in rewards.
+    magnitude: Annotated[float, Field(gt=0, le=1e6)] = 1.0
+
+
 class AlgorithmConfig(_Strict):
     algorithm: Literal[ALGORITHMS]  # type: ignore[valid-type]
     epsilon: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
@@ -69,6 +83,26 @@ class AlgorithmConfig(_Strict):
     dropout_rate: Annotated[float, Field(ge=0, lt=1 / 3)] = 0.0
     # ρ: distributed noise shares calibrated for ⌈(1−ρ)n⌉ survivors (dist-* algorithms only).
     dropout_tolerance: Annotated[float, Field(ge=0, le=0.9)] = 0.0
+    adversary: AdversaryConfig | None = None
+    # The clear-text defences (adversaries/defences.py): reject reports outside [−B, g + B] and
+    # sum visible reports as bounded integers. Only where someone sees the reports.
+    range_check: bool = False
+
+    @model_validator(mode="after")
+    def _attackers_and_dropouts_leave_a_release(self):
+        if self.adversary is not None and self.dropout_rate + self.adversary.fraction >= 1 / 3:
+            raise ValueError(f"dropout_rate + adversary.fraction = {self.dropout_rate + self.adversary.fraction:g} "
+                             f"must stay below 1/3 (the ⌊2n/3⌋ + 1 release threshold)")
+        return self
+
+    @model_validator(mode="after")
+    def _range_check_needs_visible_reports(self):
+        hidden = self.algorithm.startswith("dist-") and self.intermediary != "shuffler"
+        if self.range_check and hidden:
+            raise ValueError(f"range_check: under secure aggregation ({self.algorithm}, intermediary = "
+                             f"{self.intermediary!r}) nobody sees a report to check; it applies to cdp-se, "
+                             f"ldp-se, dp-se, se, or intermediary = 'shuffler'")
+        return self
 
     @model_validator(mode="after")
     def _tolerance_needs_distributed_noise(self):

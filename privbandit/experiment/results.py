@@ -64,6 +64,7 @@ def summarize(
         "privacy": {},
         "communication": {},
     }
+    rejected: dict[str, int] = {}
     for label, runs in results.items():
         pseudo = np.array([r.pseudo_regret[-1] for r in runs])
         realized = np.array([r.realized_regret[-1] for r in runs])
@@ -83,16 +84,27 @@ def summarize(
             "wrap_arounds": sum(bool(x["wrapped"]) for x in rows),
             "decode_failures": sum(bool(x.get("decode_failure", False)) for x in rows),
             "noise_bound_exceeded": sum(abs(x["noise"]) > x["noise_bound"] for x in rows if x["noise_bound"] > 0),
+            "attackers": sum(x.get("attackers", 0) for x in rows),  # adversarial reports sent, all runs
             "users_per_s": config.horizon * len(runs) / compute[label] if compute[label] else None,
             "parameters": algos[label].model_dump(),
         }
         summary["privacy"][label] = _worst_privacy([r.privacy for r in runs])
+        if "coalition" in runs[0].privacy:  # colluders: the same ledger against the coalition
+            summary["privacy"][label]["coalition"] = {
+                **_worst_privacy([r.privacy["coalition"] for r in runs]),
+                "colluders": sum(r.privacy["coalition"]["colluders"] for r in runs),
+            }
         reports = sum(r.reports for r in runs)
         summary["communication"][label] = {
             "bits_per_user_protocol": sum(r.protocol_bits for r in runs) / reports if reports else 0.0,
             "bits_per_user_protocol_max": max(r.max_report_bits for r in runs),
             "reports_per_run": reports / len(runs),
         }
+        for r in runs:
+            for reason, n in r.rejected.items():
+                rejected[reason] = rejected.get(reason, 0) + n
+    # Reports the intermediaries refused, by reason (over MQTT the services' counters replace it).
+    summary["rejected"] = dict(sorted(rejected.items()))
     return summary
 
 
@@ -118,7 +130,7 @@ def write_results(out: Path, config: ExperimentConfig, summary: dict, results: d
         w.writerows(zip(*columns.values()))
 
     fields = ["algorithm", "run", "round", "batch", "arm", "n", "reports", "epsilon", "g", "tau", "m", "bits", "wrapped",
-              "estimate_sum", "true_sum", "noise", "noise_bound", "noise_encoded", "decode_failure"]
+              "estimate_sum", "true_sum", "noise", "noise_bound", "noise_encoded", "decode_failure", "attackers", "epsilon_coalition"]
     with open(out / "rounds.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=fields)
         w.writeheader()

@@ -12,7 +12,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 
-from privbandit.experiment.build import build_instance, build_learner, build_mechanism
+from privbandit.experiment.build import build_adversary, build_instance, build_learner, build_mechanism
 from privbandit.experiment.config import AlgorithmConfig, ConfigError, ExperimentConfig, resolve_algorithm
 from privbandit.protocol.engine import run_once
 from privbandit.protocol.observer import RunResult, checkpoint_grid
@@ -54,6 +54,8 @@ def execute(task: Task) -> tuple[str, int, RunResult, float]:
         shuffle_seed=shuffle_key(cfg.seed, task.run, task.label) if a.intermediary == "shuffler" else None,
         secagg_graph=a.secagg_graph if a.intermediary == "secagg" else None,
         dropout_rate=a.dropout_rate,
+        adversary=build_adversary(a, mechanism, cfg.seed, (task.run, task.label), instance),
+        range_check=a.range_check,
         ledger=PrivacyLedger(
             trust_model=mechanism.trust_model,
             epsilon_target=None if a.algorithm == "se" else a.epsilon,

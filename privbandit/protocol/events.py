@@ -68,3 +68,4 @@ class BlockTruth:
     realized_at_checkpoints: np.ndarray  # cumulative realized regret within the block, per checkpoint inside it
     reward_sum: float  # Σ x, what the release estimates
     noise_sum: int  # Σ η of the users' shares
+    attackers: int = 0  # reporting users of the block who are adversaries (protocol/adversaries)

@@ -65,6 +65,7 @@ class UserOutput:
     messages: np.ndarray  # int64 residues in Z_m, or float64 raw rewards
     encoded_sum: int | float  # Σ x̂ (or Σ x): never reaches the analyzer
     noise_sum: int  # Σ η of the local shares: never reaches the analyzer
+    encoded: np.ndarray | None = None  # each user's x̂ (or raw reward): what an attacker swaps out
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,7 @@ class ModularMechanism(Mechanism):
         x_hat = encoding.randomized_round(rewards, params.g, rng)
         eta = self.local_shares(x_hat.size, params, rng)
         y = encoding.reduce_mod(x_hat + eta, params.m)
-        return UserOutput(messages=y, encoded_sum=int(x_hat.sum()), noise_sum=int(eta.sum()))
+        return UserOutput(messages=y, encoded_sum=int(x_hat.sum()), noise_sum=int(eta.sum()), encoded=x_hat)
 
     # --- intermediary (Alg. 1 lines 23–25) -------------------------------------------------
     def aggregate(self, messages: np.ndarray, params: RoundParams) -> int:
@@ -196,7 +197,7 @@ class RealSumMechanism(Mechanism):
 
     def randomize(self, rewards: np.ndarray, params: RoundParams, rng: np.random.Generator) -> UserOutput:
         rewards = np.asarray(rewards, dtype=np.float64)
-        return UserOutput(messages=rewards, encoded_sum=float(rewards.sum()), noise_sum=0)
+        return UserOutput(messages=rewards, encoded_sum=float(rewards.sum()), noise_sum=0, encoded=rewards)
 
     def aggregate(self, messages: np.ndarray, params: RoundParams) -> float:
         return float(np.sum(messages))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from privbandit.protocol.adversaries.defences import bounded_sum, report_slack
 from privbandit.protocol.events import Release, RoundPlan
 from privbandit.protocol.learners.successive_elimination import SuccessiveElimination
 from privbandit.protocol.mechanisms.base import Mechanism, RoundParams
@@ -42,8 +43,12 @@ class Analyzer:
         horizon: int,
         ledger: PrivacyLedger,
         key: int,
+        bounded: bool = False,
     ):
         self.learner = learner
+        # With a range check, visible reports are summed as bounded integers, not residues
+        # (defences.bounded_sum), so attackers inside the window cannot wrap the sum around.
+        self.bounded = bounded
         self.mechanism = mechanism
         self.horizon = horizon
         self.ledger = ledger
@@ -99,7 +104,12 @@ class Analyzer:
         del self.open[plan.round_id]  # only now: a malformed release must not close the round
         # A shuffler or the local model's pass-through releases the reports; reduce them here
         # (for a shuffled multiset, footnote 6: its sum mod m is the secure-aggregation release).
-        value = release.value if release.reports is None else self.mechanism.aggregate(release.reports, plan.params)
+        if release.reports is None:
+            value = release.value
+        elif self.bounded and plan.params.m is not None:
+            value = bounded_sum(release.reports, plan.params, report_slack(self.mechanism, plan.params))
+        else:
+            value = self.mechanism.aggregate(release.reports, plan.params)
         rng = stream(self.key, "round", plan.round_id)
         est = self.mechanism.analyze(value, plan.params, rng)
         event = self.mechanism.privacy_event(plan.params, release.n_reports)

@@ -5,7 +5,10 @@
 - ``pass-through``: the local model, where the server sees every (attributable) report.
 
 Reports are admitted only from the round's cohort and count once; anything else is rejected with
-a reason, counted, and does not disturb what was already accepted.
+a reason, counted, and does not disturb what was already accepted. Where the trust model lets the
+intermediary see reports, ``window`` (the slack B of :mod:`privbandit.protocol.adversaries.defences`)
+also rejects residues outside ``[−B, g + B]`` as ``out-of-window``: a rejected attacker then counts
+exactly like a dropout.
 
 A round whose cohort did not all report (dropouts) is released over the reports that arrived only
 when asked to (``partial=True``: a deadline passed, or the simulation knows nobody else is coming)
@@ -20,6 +23,7 @@ from collections import Counter
 
 import numpy as np
 
+from privbandit.protocol.adversaries.defences import in_window
 from privbandit.protocol.events import Release, Reports, RoundPlan
 from privbandit.protocol.mechanisms.base import Mechanism
 
@@ -41,7 +45,8 @@ def release_threshold(cohort: int) -> int:
 
 
 class Intermediary:
-    def __init__(self, plan: RoundPlan, mechanism: Mechanism, rejected: Counter | None = None):
+    def __init__(self, plan: RoundPlan, mechanism: Mechanism, rejected: Counter | None = None,
+                 window: int | None = None):
         if not plan.collect:
             raise ProtocolError("not-collected", f"round {plan.round_id} is never aggregated")
         self.plan = plan
@@ -50,6 +55,7 @@ class Intermediary:
         modular = plan.params.m is not None
         self.values = np.zeros(plan.cohort, dtype=np.int64 if modular else np.float64)
         self.rejected: Counter[str] = Counter() if rejected is None else rejected
+        self.window = window if modular else None  # raw rewards are always checked against [0, 1]
 
     @property
     def complete(self) -> bool:
@@ -90,6 +96,11 @@ class Intermediary:
         else:
             ok = np.isfinite(values) & (values >= 0) & (values <= 1)
         self.rejected["out-of-range"] += int((admitted & ~ok).sum())
+        if self.window is not None:
+            fits = np.zeros(values.size, dtype=bool)
+            fits[ok] = in_window(values[ok], self.plan.params, self.window)
+            self.rejected["out-of-window"] += int((admitted & ok & ~fits).sum())
+            ok = fits
         return ok
 
     def _require_enough(self, partial: bool) -> int:

@@ -20,8 +20,8 @@ def shuffle_rng(seed: int | None = None) -> np.random.Generator:
 
 
 class Shuffler(Intermediary):
-    def __init__(self, plan, mechanism, rng: np.random.Generator, rejected=None):
-        super().__init__(plan, mechanism, rejected)
+    def __init__(self, plan, mechanism, rng: np.random.Generator, rejected=None, window: int | None = None):
+        super().__init__(plan, mechanism, rejected, window)
         self.rng = rng
 
     def release(self, partial: bool = False) -> Release:

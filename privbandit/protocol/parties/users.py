@@ -11,6 +11,10 @@ only the observer receives.
 With a ``dropout_rate`` q, exactly ``⌊q·size⌋`` users of each block of a collected round, drawn
 uniformly from a stream of their own, are served but never report (a dropout: the device went
 offline). Their regret counts; their reward and noise do not enter the round's truth sums.
+
+With an ``adversary`` (:mod:`privbandit.protocol.adversaries`), a deterministic subset of each
+block's reporting users runs the honest randomizer and then tampers with its message; the block's
+truth counts them (``attackers``). Honest users draw exactly what they draw in the honest run.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from privbandit.protocol.adversaries import Adversary, Block
 from privbandit.protocol.environments import BanditInstance
 from privbandit.protocol.events import BlockTruth, Reports, RoundPlan
 from privbandit.protocol.mechanisms.base import Mechanism
@@ -34,10 +39,12 @@ class UserPopulation:
         checkpoints: np.ndarray,
         stream_prefix: tuple = (),
         dropout_rate: float = 0.0,
+        adversary: Adversary | None = None,
     ):
         if not 0 <= dropout_rate < 1:
             raise ValueError(f"dropout_rate={dropout_rate} must lie in [0, 1)")
         self.dropout_rate = dropout_rate
+        self.adversary = adversary
         self.instance = instance
         self.mechanism = mechanism
         self.seed = seed
@@ -76,12 +83,17 @@ class UserPopulation:
             running = np.cumsum(regret)
             # Checkpoints c (1-based counts of users served) with first < c ≤ first + size.
             lo, hi = np.searchsorted(self.checkpoints, [first + 1, first + size + 1])
-            noise, reported = 0, rewards
+            noise, reported, attackers = 0, rewards, 0
             if plan.collect:
                 stay = self._stayers(plan, block, size)
                 reported = rewards[stay]
                 out = self.mechanism.randomize(reported, plan.params, rng)
-                messages.append(out.messages)
+                sent = out.messages
+                if self.adversary is not None:
+                    bad = self.adversary.members(plan, block, size)[stay]
+                    sent = self.adversary.tamper(Block(plan, block, sent, out.encoded, bad))
+                    attackers = int(bad.sum())
+                messages.append(sent)
                 ids.append(np.arange(first, first + size, dtype=np.int64)[stay])
                 noise = out.noise_sum
             truths.append(BlockTruth(
@@ -94,6 +106,7 @@ class UserPopulation:
                 realized_at_checkpoints=running[self.checkpoints[lo:hi] - first - 1],
                 reward_sum=float(reported.sum()),
                 noise_sum=noise,
+                attackers=attackers,
             ))
         if not plan.collect or not messages:
             return None, truths
