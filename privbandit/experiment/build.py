@@ -6,6 +6,7 @@ import numpy as np
 
 from privbandit.experiment.config import AlgorithmConfig, EnvironmentConfig
 from privbandit.protocol.adversaries import USER_ADVERSARIES, Adversary
+from privbandit.protocol.privacy import PrivacyLedger
 from privbandit.protocol.environments import BanditInstance, uniform_means
 from privbandit.protocol.learners.successive_elimination import (
     GeometricSchedule,
@@ -83,3 +84,8 @@ def build_adversary(a: AlgorithmConfig, mechanism: Mechanism, seed: int, stream_
     cls = USER_ADVERSARIES[a.adversary.kind]
     extra = {"magnitude": a.adversary.magnitude} if a.adversary.kind == "out-of-range" else {}
     return cls(a.adversary.fraction, mechanism, seed, stream_prefix, best_arm=instance.best_arm, **extra)
+
+
+def build_ledger(a: AlgorithmConfig, mechanism: Mechanism, delta: float) -> PrivacyLedger:
+    """An empty ledger for one run of the algorithm (SE promises no ε)."""
+    return PrivacyLedger(mechanism.trust_model, None if a.algorithm == "se" else a.epsilon, delta)

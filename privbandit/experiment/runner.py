@@ -12,11 +12,10 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 
-from privbandit.experiment.build import build_adversary, build_instance, build_learner, build_mechanism
+from privbandit.experiment.build import build_adversary, build_instance, build_learner, build_ledger, build_mechanism
 from privbandit.experiment.config import AlgorithmConfig, ConfigError, ExperimentConfig, resolve_algorithm
 from privbandit.protocol.engine import run_once
 from privbandit.protocol.observer import RunResult, checkpoint_grid
-from privbandit.protocol.privacy import PrivacyLedger
 from privbandit.protocol.seeding import derive_key, shuffler_master_key, stream
 
 
@@ -56,11 +55,7 @@ def execute(task: Task) -> tuple[str, int, RunResult, float]:
         dropout_rate=a.dropout_rate,
         adversary=build_adversary(a, mechanism, cfg.seed, (task.run, task.label), instance),
         range_check=a.range_check,
-        ledger=PrivacyLedger(
-            trust_model=mechanism.trust_model,
-            epsilon_target=None if a.algorithm == "se" else a.epsilon,
-            delta=cfg.delta,
-        ),
+        ledger=build_ledger(a, mechanism, cfg.delta),
     )
     return task.label, task.run, result, time.perf_counter() - start
 

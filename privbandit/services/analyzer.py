@@ -10,11 +10,10 @@ import time
 
 import numpy as np
 
-from privbandit.experiment.build import build_learner, build_mechanism
+from privbandit.experiment.build import build_learner, build_ledger, build_mechanism
 from privbandit.experiment.config import AlgorithmConfig
 from privbandit.protocol.events import Release, RoundPlan
 from privbandit.protocol.parties import Analyzer, ProtocolError
-from privbandit.protocol.privacy import PrivacyLedger
 from privbandit.protocol.seeding import derive_key
 from privbandit.services import codec
 from privbandit.services.party import PartyService
@@ -50,8 +49,8 @@ class AnalyzerService(PartyService):
         mechanism = build_mechanism(algo)
         self.party = Analyzer(
             build_learner(algo, spec["arms"]), mechanism, spec["horizon"],
-            PrivacyLedger(mechanism.trust_model, None if algo.algorithm == "se" else algo.epsilon, spec["delta"]),
-            derive_key(self.master_key, spec["run"], spec["label"]),
+            build_ledger(algo, mechanism, spec["delta"]),
+            derive_key(self.master_key, spec["run"], spec["label"]), bounded=algo.range_check,
         )
         self.done = False
         await self.advance()

@@ -172,6 +172,7 @@ class TruthMsg(_Msg):
     realized_at: Array
     reward_sum: float
     noise_sum: int
+    attackers: NonNeg = 0  # the block's adversarial reporters (ground truth, observer only)
 
 
 class RecordMsg(_Msg):

@@ -19,6 +19,7 @@ import numpy as np
 
 from privbandit.experiment.build import build_mechanism
 from privbandit.experiment.config import AlgorithmConfig
+from privbandit.protocol.adversaries import report_slack
 from privbandit.protocol.events import Reports, RoundPlan
 from privbandit.protocol.mechanisms.base import RoundParams
 from privbandit.protocol.parties import Intermediary, ProtocolError, Shuffler, shuffle_rng
@@ -56,6 +57,7 @@ class IntermediaryService(PartyService):
     async def on_task(self, spec: dict) -> None:
         algo = AlgorithmConfig.model_validate(spec["algorithm"])
         self.mechanism = build_mechanism(algo)
+        self.range_check = algo.range_check
         wanted = "shuffler" if algo.intermediary == "shuffler" else "aggregator"
         self.active = wanted == self.role
         # The permutation key never travels on the bus: the shuffler derives it from its own
@@ -95,14 +97,15 @@ class IntermediaryService(PartyService):
         q = msg.params
         plan = RoundPlan(round_id=msg.round, batch=msg.batch, arm=msg.arm, first_user=msg.first_user,
                          cohort=msg.cohort, params=RoundParams(**q.model_dump()), collect=True)
+        window = report_slack(self.mechanism, plan.params) if self.range_check and q.m is not None else None
         if self.secagg is not None:
             self.secagg.open(plan)
             box = None  # the protocol state lives in self.secagg
         elif self.role == "shuffler":
             rng = shuffle_rng() if self.task_key is None else stream(self.task_key, "shuffle", msg.round)
-            box = Shuffler(plan, self.mechanism, rng, self.rejected)
+            box = Shuffler(plan, self.mechanism, rng, self.rejected, window)
         else:
-            box = Intermediary(plan, self.mechanism, self.rejected)
+            box = Intermediary(plan, self.mechanism, self.rejected, window)
         self.boxes[msg.round] = (box, time.monotonic())
         for early in self.waiting.pop(msg.round, []):
             await self.collect(early)

@@ -20,7 +20,8 @@ from privbandit.experiment.results import summarize, write_results
 from privbandit.experiment.runner import instance_for, resolved_algorithms
 from privbandit.protocol.events import BlockTruth
 from privbandit.protocol.mechanisms.base import RoundParams
-from privbandit.protocol.observer import Observer, checkpoint_grid
+from privbandit.experiment.build import build_adversary, build_ledger, build_mechanism
+from privbandit.protocol.observer import Observer, checkpoint_grid, coalition_ledger
 from privbandit.protocol.parties import RoundRecord
 from privbandit.services import codec
 from privbandit.services.party import PartyService
@@ -87,7 +88,11 @@ class ObserverService(PartyService):
             self.task_body = {"index": self.index, "run": run, "label": label,
                               "algorithm": self.algos[label].model_dump(), "horizon": self.config.horizon,
                               "arms": self.instance.n_arms, "delta": self.config.delta}
-            self.observer = Observer(self.grid, self.algos[label].p)
+            algo = self.algos[label]
+            mechanism = build_mechanism(algo)
+            adversary = build_adversary(algo, mechanism, self.config.seed, (run, label), self.instance)
+            ledger = build_ledger(algo, mechanism, self.config.delta)
+            self.observer = Observer(self.grid, algo.p, coalition_ledger(mechanism, ledger, adversary))
             self.analyzer_done: dict | None = None
             self.task_started = time.perf_counter()
         await self.announce()
@@ -119,7 +124,7 @@ class ObserverService(PartyService):
                 self.observer.on_truth(BlockTruth(
                     round_id=msg.round, block=msg.block, first_user=msg.first_user, size=msg.size, gap=msg.gap,
                     realized_regret=msg.realized_regret, realized_at_checkpoints=msg.realized_at,
-                    reward_sum=msg.reward_sum, noise_sum=msg.noise_sum))
+                    reward_sum=msg.reward_sum, noise_sum=msg.noise_sum, attackers=msg.attackers))
             else:
                 self.observer.on_record(RoundRecord(
                     round_id=msg.round, batch=msg.batch, arm=msg.arm, params=RoundParams(**msg.params.model_dump()),

@@ -12,7 +12,7 @@ relays keys and share ciphertexts and ends up with the sum only.
 
 from __future__ import annotations
 
-from privbandit.experiment.build import build_mechanism
+from privbandit.experiment.build import build_adversary, build_mechanism
 from privbandit.experiment.config import AlgorithmConfig, ExperimentConfig
 import numpy as np
 
@@ -58,10 +58,11 @@ class UserFleetService(PartyService):
     async def on_task(self, spec: dict) -> None:
         algo = AlgorithmConfig.model_validate(spec["algorithm"])
         self.intermediary = "shuffler" if algo.intermediary == "shuffler" else "aggregator"
+        instance, mechanism, prefix = instance_for(self.config, spec["run"]), build_mechanism(algo), (spec["run"], spec["label"])
         self.population = UserPopulation(
-            instance_for(self.config, spec["run"]), build_mechanism(algo), self.config.seed,
-            checkpoint_grid(self.config.horizon, self.config.checkpoints), (spec["run"], spec["label"]),
-            algo.dropout_rate,
+            instance, mechanism, self.config.seed,
+            checkpoint_grid(self.config.horizon, self.config.checkpoints), prefix,
+            algo.dropout_rate, build_adversary(algo, mechanism, self.config.seed, prefix, instance),
         )
         self.served = set()
         self.secagg = None
@@ -109,7 +110,7 @@ class UserFleetService(PartyService):
                     run=self.run_id, task=self.task_index, round=t.round_id, block=t.block,
                     first_user=t.first_user, size=t.size, gap=t.gap, realized_regret=t.realized_regret,
                     realized_at=t.realized_at_checkpoints, reward_sum=t.reward_sum,
-                    noise_sum=int(t.noise_sum)))
+                    noise_sum=int(t.noise_sum), attackers=t.attackers))
         if secure:  # every fleet answers round 0, with no users if it hosts none of this cohort
             await self.secagg.start(plan, values, dropouts)
         self.served.add(msg.round)

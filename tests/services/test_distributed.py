@@ -255,3 +255,29 @@ def test_secure_aggregation_over_mosquitto_matches_the_ideal_sum(tmp_path, mosqu
     assert roles["aggregator"].get("payload.received.report", 0) > 0
     assert roles["analyzer"].get("payload.received.report", 0) == 0
     assert b["rejected"] == {}
+
+
+ATTACKED = """
+adversary = {kind = "max-shift", fraction = 0.05}
+[algorithms.colluded]
+algorithm = "dist-dp-se"
+adversary = {kind = "colluders", fraction = 0.2}
+[algorithms.shuffled-checked]
+algorithm = "dist-rdp-se"
+intermediary = "shuffler"
+range_check = true
+adversary = {kind = "out-of-range", fraction = 0.1, magnitude = 1000}
+"""
+
+
+def test_adversaries_in_fleets_reproduce_the_inproc_attacked_run(tmp_path, mosquitto_url):
+    """Attackers live in the fleets, drawn from their own streams: the attacked MQTT run equals
+    the attacked in-process run, rejections by reason and the coalition ledger included."""
+    path = _experiment(tmp_path, horizon=40_000, runs=1, extra=ATTACKED)
+    inproc = _inproc(path, tmp_path / "inproc")
+    config, _ = load_experiment(path)
+    assert launch(config, path, [], tmp_path / "mqtt", broker_url=mosquitto_url, shards=2, timeout_s=240) == 0
+    assert_same_numbers(tmp_path / "inproc", tmp_path / "mqtt")
+    mqtt = json.loads((tmp_path / "mqtt" / "summary.json").read_text())
+    assert mqtt["rejected"] == inproc["rejected"] and inproc["rejected"]["out-of-window"] > 0
+    assert mqtt["privacy"]["colluded"]["coalition"]["epsilon_pure"] > 0.5
