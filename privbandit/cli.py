@@ -99,6 +99,108 @@ def _print_summary(summary: dict, out: Path) -> None:
     console.print(f"results in {out}/ ({files})")
 
 
+def _attack_help() -> str:
+    from privbandit.protocol.adversaries import USER_ADVERSARIES, catalogue
+
+    lines = [f"{kind}: {text}" + ("" if kind in USER_ADVERSARIES else " [over MQTT]")
+             for kind, text in catalogue().items()]
+    return ("Run an adversary and measure the damage (docs/attacks.md).\n\n"
+            "In-process, against an experiment file: privbandit attack KIND FILE [--fraction F] "
+            "prints honest vs attacked regret, estimate error and ε side by side. Over MQTT, against "
+            "a running session: privbandit attack KIND --broker URL --run RUN_ID.\n\n"
+            "Adversaries:\n\n" + "\n\n".join(lines))
+
+
+@app.command(help=_attack_help())
+def attack(
+    kind: Annotated[str, typer.Argument(help="the adversary (listed above)")],
+    experiment: Annotated[Optional[Path], typer.Argument(help="experiment file, for the in-process adversaries")] = None,
+    fraction: Annotated[float, typer.Option(help="share of every cohort that attacks, in [0, 1/3)")] = 0.05,
+    magnitude: Annotated[float, typer.Option(help="out-of-range: how far beyond [0, 1], in rewards")] = 1.0,
+    range_check: Annotated[bool, typer.Option("--range-check", help="turn on the clear-text defences "
+                                              "wherever someone sees the reports")] = False,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a field: dotted.name=value")] = None,
+    runs: Annotated[Optional[int], typer.Option(help="number of runs (overrides the file)")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="results [default: results/attack-<kind>]")] = None,
+    jobs: Annotated[Optional[int], typer.Option(help="worker processes [default: all cores]")] = None,
+    broker: Annotated[Optional[str], typer.Option(help="mqtt://host:port of a running session")] = None,
+    run_id: Annotated[Optional[str], typer.Option("--run", help="the running session's run id")] = None,
+    username: Annotated[Optional[str], typer.Option(help="broker account [default: $PRIVBANDIT_USERNAME]")] = None,
+    password: Annotated[Optional[str], typer.Option(help="[default: $PRIVBANDIT_PASSWORD]")] = None,
+    duration: Annotated[float, typer.Option(help="over MQTT: seconds to attack, or until the session shuts down")] = 60.0,
+):
+    from privbandit.protocol.adversaries import TRAFFIC_ADVERSARIES, USER_ADVERSARIES
+
+    if kind not in USER_ADVERSARIES and kind not in TRAFFIC_ADVERSARIES:
+        err.print(f"[bold red]error:[/] adversary {kind!r} is not one of "
+                  f"{', '.join([*USER_ADVERSARIES, *TRAFFIC_ADVERSARIES])} (see privbandit attack --help)")
+        raise typer.Exit(2)
+    if kind in TRAFFIC_ADVERSARIES:
+        return _attack_over_mqtt(kind, broker, run_id, username, password, duration)
+    if experiment is None:
+        err.print(f"[bold red]error:[/] {kind} runs in-process: give an experiment file "
+                  f"(privbandit attack {kind} experiments/attacks.toml)")
+        raise typer.Exit(2)
+    from privbandit.experiment.attack import run_attack
+
+    overrides = list(set_ or []) + ([f"runs={runs}"] if runs is not None else [])
+    out = out or Path("results") / f"attack-{kind}"
+    try:
+        if not 0 <= fraction < 1 / 3:
+            raise ConfigError(f"--fraction {fraction}: must lie in [0, 1/3) (the release threshold)")
+        if jobs is not None and jobs < 1:
+            raise ConfigError(f"--jobs {jobs}: must be ≥ 1")
+        report = run_attack(experiment, overrides, kind, fraction, magnitude, range_check, out, jobs)
+    except ConfigError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(2)
+    _print_attack(report, out)
+
+
+def _print_attack(report: dict, out: Path) -> None:
+    adv = report["adversary"]
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    table = Table(title=f"{adv['kind']} ({adv['fraction']:.0%} of users"
+                        f"{', range check' if adv['range_check'] else ''}) on {report['experiment']}: "
+                        f"T = {report['horizon']:,}, {report['runs']} runs")
+    for col in ("algorithm", "regret honest", "regret attacked", "est. error honest", "est. error attacked",
+                "ε honest", "ε attacked", "ε vs coalition", "attackers"):
+        table.add_column(col, justify="right", no_wrap=True)
+    fmt = lambda e: "∞" if e is None else f"{e:.3g}"  # noqa: E731
+    for label, a in report["algorithms"].items():
+        table.add_row(label, f"{a['regret_honest']:,.0f} ± {a['regret_honest_stderr']:,.0f}",
+                      f"{a['regret_attacked']:,.0f} ± {a['regret_attacked_stderr']:,.0f}",
+                      f"{a['estimate_error_honest']:.4f}", f"{a['estimate_error_attacked']:.4f}",
+                      fmt(a["epsilon_honest"]), fmt(a["epsilon_attacked"]),
+                      "-" if a["epsilon_vs_coalition"] is None else fmt(a["epsilon_vs_coalition"]),
+                      f"{a['attackers']:,}")
+    console.print(table)
+    rejected = ", ".join(f"{k}: {v:,}" for k, v in report["rejected"].items()) or "none"
+    console.print(f"rejected (attacked run): {rejected}")
+    console.print(f"results in {out}/ (attack.json, honest/, attacked/)")
+
+
+def _attack_over_mqtt(kind: str, broker: str | None, run_id: str | None, username: str | None,
+                      password: str | None, duration: float) -> None:
+    import asyncio
+    import json
+
+    from privbandit.services.hostile import attack_session
+
+    if not duration > 0:
+        err.print(f"[bold red]error:[/] --duration {duration}: must be > 0 seconds")
+        raise typer.Exit(2)
+    settings = _settings(broker, run_id)
+    given = {k: v for k, v in (("username", username), ("password", password)) if v is not None}
+    settings = settings.model_copy(update=given)
+    try:
+        report = asyncio.run(attack_session(kind, settings, duration))
+    except ConnectionError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(1)
+    print(json.dumps(report, indent=2))
+
+
 @app.command("letor-arms")
 def letor_arms(
     letor_file: Annotated[Path, typer.Argument(help="LETOR-format file, e.g. MSLR-WEB10K/Fold1/train.txt")],

@@ -14,6 +14,7 @@ from privbandit.experiment.config import load_experiment
 from privbandit.experiment.results import summarize, write_results
 from privbandit.experiment.runner import run_experiment
 from privbandit.services import codec
+from privbandit.services.hostile import malformed_variants
 from privbandit.services.launcher import launch, plan_parties
 
 EXPERIMENT = """
@@ -89,18 +90,7 @@ def _publish_junk(url: str, run_id: str, running) -> int:
         host, port = url.removeprefix("mqtt://").split(":")
         async with aiomqtt.Client(host, int(port)) as c:
             t = f"pb/{run_id}"
-            good = codec.ReportsMsg(run=run_id, task=0, round=0, m=53, user_ids=np.array([0], "<u4"),
-                                    values=np.array([1], "<u2"))
-            raw = msgpack.unpackb(codec.encode(good))
-            variants = [
-                b"\xc1 not msgpack", msgpack.packb([1, 2]), msgpack.packb({**raw, "v": 9}),
-                msgpack.packb({**raw, "kind": "nope"}), msgpack.packb({**raw, "round": "x"}),
-                codec.encode(good.model_copy(update={"run": "someone-else"})),
-                codec.encode(good.model_copy(update={"m": 12345})),
-                codec.encode(good.model_copy(update={"user_ids": np.array([10**6], "<u4")})),
-                codec.encode(good.model_copy(update={"round": 10**6})),  # a round that never exists
-                codec.encode(good.model_copy(update={"task": 10**6})),  # a task that never comes
-            ]
+            variants = malformed_variants(run_id)
             bad_controls = [  # valid envelopes whose task spec a party cannot act on
                 codec.encode(codec.ControlMsg(run=run_id, action="task", task=7, body={"index": "seven"})),
                 codec.encode(codec.ControlMsg(run=run_id, action="task", task=9, body={"index": 9})),

@@ -1,0 +1,166 @@
+"""A hostile client on the wire: the traffic adversaries of ``privbandit attack`` (issue #5).
+
+It connects to a running session's broker with whatever account it was given (the users'
+account for report attacks, the analyzer's for ``curious-analyzer``), reads the plans any user may
+read, and answers each with messages the intermediaries must refuse without disturbing the honest
+result. What each kind sends (the message builders are sans-I/O: :class:`TrafficAttacker`):
+
+- ``replay``: reports for rounds and tasks that already closed (``round-closed``, ``wrong-task``);
+- ``sybil``: reports from ids outside the invited cohort (``not-in-cohort``);
+- ``impersonate``: reports under invited ids, sent the moment the plan appears, racing the fleets.
+  This one succeeds: fleets share the users' broker account and reports carry no per-user
+  authentication, so the first record under an invited id counts (docs/attacks.md);
+- ``flood``: for every plan, many copies of duplicates, garbage, near-miss messages (wrong
+  version, run, task, round, modulus, schema) and one oversized payload;
+- ``curious-analyzer``: subscribes to reports, metrics and everything, and publishes forged
+  releases; it reports what the broker let through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+
+import aiomqtt
+import msgpack
+import numpy as np
+
+from privbandit.services import codec
+from privbandit.services.bus import BusSettings, topic
+
+SYBIL_IDS = 64  # ids per forged message: enough to count, small enough to flood with
+FLOOD_COPIES = 20
+
+
+def malformed_variants(run_id: str, m: int = 53) -> list[bytes]:
+    """Garbage and near-miss reports: each one fails a different decoder or protocol check."""
+    good = codec.ReportsMsg(run=run_id, task=0, round=0, m=m, user_ids=np.array([0], "<u4"),
+                            values=np.array([1], "<u2"))
+    raw = msgpack.unpackb(codec.encode(good))
+    return [
+        b"\xc1 not msgpack", msgpack.packb([1, 2]), msgpack.packb({**raw, "v": 9}),
+        msgpack.packb({**raw, "kind": "nope"}), msgpack.packb({**raw, "round": "x"}),
+        codec.encode(good.model_copy(update={"run": "someone-else"})),
+        codec.encode(good.model_copy(update={"m": 12345})),
+        codec.encode(good.model_copy(update={"user_ids": np.array([10**6], "<u4")})),
+        codec.encode(good.model_copy(update={"round": 10**6})),  # a round that never exists
+        codec.encode(good.model_copy(update={"task": 10**6})),  # a task that never comes
+    ]
+
+
+class TrafficAttacker:
+    """Turns each plan a user can read into the hostile messages of one kind (bytes, no I/O)."""
+
+    def __init__(self, kind: str, run_id: str, seed: int | None = None):
+        if kind not in ("replay", "sybil", "impersonate", "flood"):
+            raise ValueError(f"traffic adversary {kind!r} is not replay, sybil, impersonate or flood")
+        self.kind, self.run_id = kind, run_id
+        self.rng = np.random.default_rng(seed)
+        self.seen: list[codec.PlanMsg] = []  # collected plans of earlier rounds and tasks
+        self.sent = 0
+
+    def _reports(self, plan: codec.PlanMsg, ids: np.ndarray, **update) -> bytes:
+        m = plan.params.m
+        values = self.rng.integers(0, m, ids.size) if m is not None else self.rng.random(ids.size)
+        msg = codec.ReportsMsg(run=self.run_id, task=plan.task, round=plan.round, m=m,
+                               user_ids=ids.astype("<u8"), values=codec.packed(values, m))
+        return codec.encode(msg.model_copy(update=update) if update else msg)
+
+    def on_plan(self, plan: codec.PlanMsg) -> list[bytes]:
+        if not plan.collect or any(p.task == plan.task and p.round == plan.round for p in self.seen):
+            return []  # a re-announced plan
+        out: list[bytes] = []
+        cohort = np.arange(plan.first_user, plan.first_user + min(plan.cohort, SYBIL_IDS))
+        outside = plan.first_user + plan.cohort + np.arange(SYBIL_IDS)
+        if self.kind == "sybil":
+            out.append(self._reports(plan, outside))
+        elif self.kind == "impersonate":
+            out.append(self._reports(plan, cohort))
+        elif self.kind == "replay":
+            # Rounds of earlier batches or tasks: the analyzer opens a batch only once every round
+            # of the previous one was released, so these are closed. (Re-sending a round of the
+            # *open* batch under invited ids would be impersonation.)
+            done = [p for p in self.seen if (p.task, p.batch) < (plan.task, plan.batch)]
+            for old in done[-4:]:
+                ids = np.arange(old.first_user, old.first_user + min(old.cohort, SYBIL_IDS))
+                out.append(self._reports(old, ids))
+        else:  # flood
+            out += [self._reports(plan, outside)] * FLOOD_COPIES
+            out += malformed_variants(self.run_id, plan.params.m or 53) * 2
+            out.append(b"\x00" * (codec.MAX_MESSAGE_BYTES + 1))
+        self.seen.append(plan)
+        self.sent += len(out)
+        return out
+
+
+async def attack_session(kind: str, settings: BusSettings, duration_s: float) -> dict:
+    """Attack a running session for ``duration_s`` or until it shuts down; what was done and seen."""
+    host, port = settings.endpoint()
+    client = aiomqtt.Client(host, port, username=settings.username, password=settings.password,
+                            identifier=f"hostile-{kind}-{secrets.token_hex(4)}", timeout=10)
+    try:
+        await client.__aenter__()
+    except aiomqtt.MqttError as exc:
+        raise ConnectionError(f"cannot reach the broker at {settings.broker_url}: {exc}") from exc
+    try:
+        run = settings.run_id
+        if kind == "curious-analyzer":
+            return await _curious(client, run, duration_s)
+        return await _report_attack(client, kind, run, duration_s)
+    finally:
+        try:
+            await client.__aexit__(None, None, None)
+        except Exception:  # noqa: BLE001 — the broker may already be gone: nothing left to do
+            pass
+
+
+async def _report_attack(client: aiomqtt.Client, kind: str, run: str, duration_s: float) -> dict:
+    attacker = TrafficAttacker(kind, run)
+    await client.subscribe([(topic(run, "plan"), 1), (topic(run, "control"), 1)])
+    plans = 0
+
+    async def pump():
+        nonlocal plans
+        async for message in client.messages:
+            try:
+                msg = codec.decode(bytes(message.payload))
+            except codec.DecodeError:
+                continue
+            if isinstance(msg, codec.ControlMsg) and msg.action == "shutdown":
+                return
+            if isinstance(msg, codec.PlanMsg):
+                plans += 1
+                for payload in attacker.on_plan(msg):
+                    await client.publish(topic(run, "report", "aggregator"), payload, qos=1)
+
+    try:
+        await asyncio.wait_for(pump(), duration_s)
+    except asyncio.TimeoutError:
+        pass
+    return {"kind": kind, "run": run, "plans_seen": plans, "messages_sent": attacker.sent}
+
+
+async def _curious(client: aiomqtt.Client, run: str, duration_s: float) -> dict:
+    """With the analyzer's account: try to read what only intermediaries and the observer read,
+    and to publish what only intermediaries publish."""
+    filters = [topic(run, "report", "#"), topic(run, "metrics", "#"), topic(run, "#"), "#"]
+    result = await client.subscribe([(f, 1) for f in filters])
+    codes = [getattr(c, "value", c) for c in (result if isinstance(result, (list, tuple)) else [result])]
+    forged = codec.encode(codec.ReleaseMsg(run=run, task=0, round=0, n_reports=1, value=0))
+    for intermediary in ("aggregator", "shuffler"):
+        await client.publish(topic(run, "release", intermediary), forged, qos=1)
+    seen: dict[str, int] = {}
+
+    async def pump():
+        async for message in client.messages:
+            parts = message.topic.value.split("/")
+            cls = parts[2] if len(parts) > 2 else "other"
+            seen[cls] = seen.get(cls, 0) + 1
+
+    try:
+        await asyncio.wait_for(pump(), duration_s)
+    except asyncio.TimeoutError:
+        pass
+    return {"kind": "curious-analyzer", "run": run, "subscribe_codes": dict(zip(filters, codes)),
+            "received_by_topic_class": seen, "forbidden_received": seen.get("report", 0) + seen.get("metrics", 0),
+            "forged_releases_sent": 2}
