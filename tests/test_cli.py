@@ -1,6 +1,7 @@
 """The experiment files, their validation, and ``privbandit run`` as a user runs it."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -206,3 +207,27 @@ def test_unknown_family_is_refused_by_name(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "privbandit", "run", str(bad)], capture_output=True, text=True)
     assert proc.returncode == 2
     assert "family = 'linear-bandit-typo' is not one of" in " ".join(proc.stderr.split())
+
+
+def test_privbandit_attack_lists_every_adversary_and_compares_honest_with_attacked(tmp_path):
+    from privbandit.protocol.adversaries import catalogue
+
+    helptext = subprocess.run([sys.executable, "-m", "privbandit", "attack", "--help"], capture_output=True,
+                              text=True, env={**os.environ, "COLUMNS": "200"}).stdout
+    for kind in catalogue():
+        assert kind in helptext, kind
+    exp = Path(__file__).resolve().parents[1] / "experiments" / "attacks.toml"
+    proc = subprocess.run([sys.executable, "-m", "privbandit", "attack", "colluders", str(exp), "--fraction", "0.2",
+                           "--set", "horizon=20000", "--runs", "1", "--jobs", "1", "--out", str(tmp_path)],
+                          capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    assert "ε vs coalition" in proc.stdout and "Dist-DP-SE" in proc.stdout
+    report = json.loads((tmp_path / "attack.json").read_text())
+    dist = report["algorithms"]["Dist-DP-SE"]
+    # Colluders report honestly: regret unchanged, ε against the coalition above the target.
+    assert dist["regret_attacked"] == dist["regret_honest"] and dist["epsilon_vs_coalition"] > 0.5
+    assert report["algorithms"]["CDP-SE"]["epsilon_vs_coalition"] == 0.5
+    assert (tmp_path / "honest" / "summary.json").exists() and (tmp_path / "attacked" / "rounds.csv").exists()
+    bad = subprocess.run([sys.executable, "-m", "privbandit", "attack", "max-shift", str(exp), "--fraction", "0.5"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "--fraction 0.5" in bad.stderr
