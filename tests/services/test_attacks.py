@@ -28,7 +28,7 @@ def _hostile(kind: str, url: str, run_id: str, *extra: str) -> subprocess.Popen:
 def test_replay_sybil_and_flood_processes_leave_the_honest_result_unchanged(tmp_path, mosquitto_url):
     """Three hostile processes attack one session from its first plan to its shutdown: every
     forged message is refused and counted by reason, and the numbers equal the honest in-process run's."""
-    path = _experiment(tmp_path, horizon=150_000, runs=2, extra="")
+    path = _experiment(tmp_path, horizon=60_000, runs=2, extra="")
     _inproc(path, tmp_path / "inproc")
     run_id = "h" + secrets.token_hex(4)
     hostile = [_hostile(kind, mosquitto_url, run_id) for kind in ("replay", "sybil", "flood")]
