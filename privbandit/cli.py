@@ -299,6 +299,21 @@ def analyzer(broker: BrokerOption = None, run_id: RunIdOption = None):
     _serve(AnalyzerService(_settings(broker, run_id), int(key, 16)))
 
 
+def _report_key() -> bytes:
+    """The intermediaries' copy of the users' report-authentication keys; without it no report
+    could be checked, so the party refuses to start."""
+    key = _key("PRIVBANDIT_REPORT_AUTH_KEY")
+    try:
+        raw = bytes.fromhex(key) if key else b""
+    except ValueError:
+        raw = b""
+    if len(raw) != 32:
+        err.print("[bold red]error:[/] PRIVBANDIT_REPORT_AUTH_KEY (or its _FILE) must hold the 32-byte hex key "
+                  "that `privbandit keys --party intermediary` writes (the launcher sets it)")
+        raise typer.Exit(2)
+    return raw
+
+
 @app.command()
 def aggregator(
     deadline: Annotated[float, typer.Option(help="seconds a round may stay incomplete")] = 120.0,
@@ -315,7 +330,7 @@ def aggregator(
     if not secagg_step_deadline > 0 or not deadline > 0:
         err.print("[bold red]error:[/] --deadline and --secagg-step-deadline must be > 0 seconds")
         raise typer.Exit(2)
-    _serve(IntermediaryService(_settings(broker, run_id), "aggregator", deadline,
+    _serve(IntermediaryService(_settings(broker, run_id), _report_key(), "aggregator", deadline,
                                secagg_step_s=secagg_step_deadline))
 
 
@@ -329,7 +344,8 @@ def shuffler(
     from privbandit.services.intermediary import IntermediaryService
 
     key = _key("PRIVBANDIT_SHUFFLE_KEY")
-    _serve(IntermediaryService(_settings(broker, run_id), "shuffler", deadline, None if not key else int(key, 16)))
+    _serve(IntermediaryService(_settings(broker, run_id), _report_key(), "shuffler", deadline,
+                               None if not key else int(key, 16)))
 
 
 @app.command()
@@ -392,19 +408,22 @@ def broker_config(
 def keys(
     experiment: Annotated[Path, typer.Option(help="experiment file")],
     out: Annotated[Path, typer.Option(help="directory for <party>.env")],
-    party: Annotated[str, typer.Option(help="analyzer or shuffler: each key file is for its party alone")] = "analyzer",
+    party: Annotated[str, typer.Option(
+        help="analyzer, shuffler or intermediary (the users' report-authentication keys, for the "
+             "aggregator and the shuffler): each key file is for its parties alone")] = "analyzer",
     set_: Annotated[Optional[list[str]], typer.Option("--set")] = None,
 ):
     """Derive a party's key from the run seed, so compose deployments reproduce `privbandit run`.
 
     The analyzer gets analyzer.env, never the experiment; the shuffler's key (which would undo the
     shuffle) must never sit where the analyzer can read it."""
-    from privbandit.protocol.seeding import analyzer_master_key, shuffler_master_key
+    from privbandit.protocol.seeding import analyzer_master_key, report_auth_master, shuffler_master_key
 
-    derive = {"analyzer": ("PRIVBANDIT_ANALYZER_KEY", analyzer_master_key),
-              "shuffler": ("PRIVBANDIT_SHUFFLE_KEY", shuffler_master_key)}
+    derive = {"analyzer": ("PRIVBANDIT_ANALYZER_KEY", lambda seed: hex(analyzer_master_key(seed))),
+              "shuffler": ("PRIVBANDIT_SHUFFLE_KEY", lambda seed: hex(shuffler_master_key(seed))),
+              "intermediary": ("PRIVBANDIT_REPORT_AUTH_KEY", lambda seed: report_auth_master(seed).hex())}
     if party not in derive:
-        err.print(f"[bold red]error:[/] --party {party!r}: choose analyzer or shuffler")
+        err.print(f"[bold red]error:[/] --party {party!r}: choose analyzer, shuffler or intermediary")
         raise typer.Exit(2)
     var, master = derive[party]
     config = _world(experiment, set_)
@@ -412,7 +431,7 @@ def keys(
     path = out / f"{party}.env"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # never readable by others
     with os.fdopen(fd, "w") as fh:
-        fh.write(f"{var}={hex(master(config.seed))}\n")
+        fh.write(f"{var}={master(config.seed)}\n")
     err.print(f"wrote {path}")
 
 

@@ -149,8 +149,11 @@ def test_privbandit_run_reports_bad_input_and_exits_2(tmp_path):
         (["aggregator", "--run-id", "bad id!"], {}, 2, "run_id"),
         (["analyzer", "--broker", "mqtt://127.0.0.1:1883"], {}, 2, "PRIVBANDIT_ANALYZER_KEY"),
         (["users", "--shard", "3/2", "--experiment", "experiments/demo.toml"], {}, 2, "0 ≤ i < N"),
-        (["aggregator", "--broker", "mqtt://127.0.0.1:9"], {"PRIVBANDIT_CONNECT_TIMEOUT_S": "1"}, 1,
-         "cannot reach the broker"),
+        (["aggregator", "--broker", "mqtt://127.0.0.1:9"],
+         {"PRIVBANDIT_CONNECT_TIMEOUT_S": "1", "PRIVBANDIT_REPORT_AUTH_KEY": "ab" * 32}, 1, "cannot reach the broker"),
+        (["aggregator", "--broker", "mqtt://127.0.0.1:1883"], {}, 2, "PRIVBANDIT_REPORT_AUTH_KEY"),
+        (["shuffler", "--broker", "mqtt://127.0.0.1:1883"], {"PRIVBANDIT_REPORT_AUTH_KEY": "abcd"}, 2,
+         "32-byte hex key"),
         (["keys", "--experiment", "experiments/demo.toml", "--out", "/tmp/x", "--party", "me"], {}, 2, "--party"),
     ],
 )

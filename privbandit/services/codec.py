@@ -117,6 +117,9 @@ class ReportsMsg(_Msg):
     # Which block of the cohort this message closes (fleets send one message per block): once
     # every block has reported, the missing users are dropouts, not late.
     block: NonNeg | None = None
+    # One per record: the user's one-time MAC over its report (protocol/report_auth.py), so a
+    # report under another user's id is rejected as ``bad-tag`` (``missing-tag`` when absent).
+    tags: Array | None = None
 
 
 class ReleaseMsg(_Msg):

@@ -7,9 +7,9 @@ result. What each kind sends (the message builders are sans-I/O: :class:`Traffic
 
 - ``replay``: reports for rounds and tasks that already closed (``round-closed``, ``wrong-task``);
 - ``sybil``: reports from ids outside the invited cohort (``not-in-cohort``);
-- ``impersonate``: reports under invited ids, sent the moment the plan appears, racing the fleets.
-  This one succeeds: fleets share the users' broker account and reports carry no per-user
-  authentication, so the first record under an invited id counts (docs/attacks.md);
+- ``impersonate``: reports under invited ids, sent the moment the plan appears, racing the fleets,
+  once without MACs and once with guessed ones (``missing-tag``, ``bad-tag``: the users' one-time
+  MACs of :mod:`privbandit.protocol.report_auth`, which the attacker has no key for);
 - ``flood``: for every plan, many copies of duplicates, garbage, near-miss messages (wrong
   version, run, task, round, modulus, schema) and one oversized payload;
 - ``curious-analyzer``: subscribes to reports, metrics and everything, and publishes forged
@@ -25,6 +25,7 @@ import aiomqtt
 import msgpack
 import numpy as np
 
+from privbandit.protocol.report_auth import PRIME, TAG_DTYPE
 from privbandit.services import codec
 from privbandit.services.bus import BusSettings, topic
 
@@ -76,6 +77,7 @@ class TrafficAttacker:
             out.append(self._reports(plan, outside))
         elif self.kind == "impersonate":
             out.append(self._reports(plan, cohort))
+            out.append(self._reports(plan, cohort, tags=self.rng.integers(0, PRIME, cohort.size).astype(TAG_DTYPE)))
         elif self.kind == "replay":
             # Rounds of earlier batches or tasks: the analyzer opens a batch only once every round
             # of the previous one was released, so these are closed. (Re-sending a round of the

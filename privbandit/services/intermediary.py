@@ -13,6 +13,7 @@ encrypted shares between fleets, and releases the unmasked sum.
 
 from __future__ import annotations
 
+import logging
 import time
 
 import numpy as np
@@ -23,22 +24,26 @@ from privbandit.protocol.adversaries import report_slack
 from privbandit.protocol.events import Reports, RoundPlan
 from privbandit.protocol.mechanisms.base import RoundParams
 from privbandit.protocol.parties import Intermediary, ProtocolError, Shuffler, shuffle_rng
+from privbandit.protocol.report_auth import ReportAuthenticator
 from privbandit.protocol.seeding import USER_BLOCK, derive_key, stream
 from privbandit.services import codec
 from privbandit.services.party import PartyService
 from privbandit.services.secagg_rounds import AggregatorSecAgg
+
+log = logging.getLogger("privbandit.intermediary")
 
 DEFAULT_DEADLINE_S = 120.0
 DEFAULT_SECAGG_STEP_S = 30.0  # a secure-aggregation step waits this long for every fleet
 
 
 class IntermediaryService(PartyService):
-    def __init__(self, settings, role: str = "aggregator", deadline_s: float = DEFAULT_DEADLINE_S,
+    def __init__(self, settings, report_key: bytes, role: str = "aggregator", deadline_s: float = DEFAULT_DEADLINE_S,
                  shuffle_key: int | None = None, secagg_step_s: float = DEFAULT_SECAGG_STEP_S):
         if role not in ("aggregator", "shuffler"):
             raise ValueError(f"role {role!r} must be 'aggregator' or 'shuffler'")
         self.role = role
         super().__init__(settings)
+        self.auth = ReportAuthenticator(report_key)
         self.deadline_s = deadline_s
         self.shuffle_key = shuffle_key
         self.mechanism = None
@@ -128,7 +133,8 @@ class IntermediaryService(PartyService):
         if msg.m != box.plan.params.m:
             return self.reject("wrong-modulus", f"m={msg.m}, round {msg.round} uses {box.plan.params.m}")
         values = msg.values.astype(np.int64) if msg.values.dtype.kind == "u" else msg.values
-        box.receive(Reports(msg.round, msg.user_ids.astype(np.int64), values))  # counts its rejections
+        ids, values = self.authentic(msg, box.plan, msg.user_ids.astype(np.int64), values)
+        box.receive(Reports(msg.round, ids, values))  # counts its rejections
         blocks = self.blocks_in.setdefault(msg.round, set())
         if msg.block is not None and msg.block < -(-box.plan.cohort // USER_BLOCK):
             blocks.add(msg.block)
@@ -141,6 +147,22 @@ class IntermediaryService(PartyService):
                 await self.release(msg.round, box, partial=True)
             except ProtocolError:
                 pass
+
+    def authentic(self, msg: codec.ReportsMsg, plan: RoundPlan, ids: np.ndarray, values: np.ndarray):
+        """Drop the invited users' records whose MAC is missing or wrong, so a report under another
+        user's id never takes the place of the user's own. Ids outside the cohort have no key; they
+        go on to the round, which rejects them as ``not-in-cohort``."""
+        invited = (ids >= plan.first_user) & (ids < plan.first_user + plan.cohort)
+        if msg.tags is None or msg.tags.shape != ids.shape:
+            reason, good = "missing-tag" if msg.tags is None else "bad-tag", ~invited
+        else:
+            reason, good = "bad-tag", ~invited
+            good[invited] = self.auth.verify(self.run_id, self.task_index, msg.round, plan.first_user,
+                                             ids[invited], values[invited], msg.tags[invited])
+        if not good.all():
+            self.rejected[reason] += int((~good).sum())
+            log.warning("%s dropped %d records of round %d: %s", self.name, int((~good).sum()), msg.round, reason)
+        return ids[good], values[good]
 
     async def relay(self, msg: codec.SecAggMsg) -> None:
         """Aggregator → fleets: deliveries to the fleet they are for, the rest to every fleet."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from privbandit.experiment.config import ExperimentConfig, resolve_algorithm
-from privbandit.protocol.seeding import analyzer_master_key, shuffler_master_key
+from privbandit.protocol.seeding import analyzer_master_key, report_auth_master, shuffler_master_key
 
 PARTY_EXIT_WAIT_S = 20.0
 
@@ -75,10 +75,12 @@ def plan_parties(config: ExperimentConfig, experiment: Path, overrides: list[str
                      env("observer"), observer_log)]
     parties.append(Party("analyzer", ["analyzer"], env("analyzer", PRIVBANDIT_ANALYZER_KEY=hex(
         analyzer_master_key(config.seed))), logs / "analyzer.log"))
-    parties.append(Party("aggregator", ["aggregator"], env("aggregator"), logs / "aggregator.log"))
+    report_key = report_auth_master(config.seed).hex()  # the users' MAC keys, as registered with intermediaries
+    parties.append(Party("aggregator", ["aggregator"], env("aggregator", PRIVBANDIT_REPORT_AUTH_KEY=report_key),
+                         logs / "aggregator.log"))
     if needs_shuffler:
         parties.append(Party("shuffler", ["shuffler"], env("shuffler", PRIVBANDIT_SHUFFLE_KEY=hex(
-            shuffler_master_key(config.seed))), logs / "shuffler.log"))
+            shuffler_master_key(config.seed)), PRIVBANDIT_REPORT_AUTH_KEY=report_key), logs / "shuffler.log"))
     for i, name in enumerate(users):
         parties.append(Party(name, ["users", "--shard", f"{i}/{shards}", *world], env("users"), logs / f"{name}.log"))
     return parties

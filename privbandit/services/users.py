@@ -19,7 +19,8 @@ import numpy as np
 from privbandit.experiment.runner import instance_for
 from privbandit.protocol.events import RoundPlan
 from privbandit.protocol.secagg.batch import UserIdentities
-from privbandit.protocol.seeding import USER_BLOCK, users_identity_master
+from privbandit.protocol.report_auth import ReportAuthenticator
+from privbandit.protocol.seeding import USER_BLOCK, report_auth_master, users_identity_master
 from privbandit.protocol.mechanisms.base import RoundParams
 from privbandit.protocol.observer import checkpoint_grid
 from privbandit.protocol.parties import UserPopulation
@@ -50,6 +51,7 @@ class UserFleetService(PartyService):
         self.served: set[int] = set()
         self.secagg: FleetSecAgg | None = None
         self.identities = UserIdentities(users_identity_master(config.seed))
+        self.auth = ReportAuthenticator(report_auth_master(config.seed))
 
     def subscriptions(self):
         return [self.t("control"), self.t("plan"), self.t("relay", "aggregator"),
@@ -104,7 +106,9 @@ class UserFleetService(PartyService):
                 await self.bus.publish(self.t("report", self.intermediary), codec.ReportsMsg(
                     run=self.run_id, task=self.task_index, round=plan.round_id, m=plan.params.m,
                     user_ids=reports.user_ids.astype("<u4" if reports.user_ids[-1] < 2**32 else "<u8"),
-                    values=codec.packed(reports.values, plan.params.m), block=block))
+                    values=codec.packed(reports.values, plan.params.m), block=block,
+                    tags=self.auth.tags(self.run_id, self.task_index, plan.round_id, plan.first_user,
+                                        reports.user_ids, reports.values)))
             for t in truths:
                 await self.bus.publish(self.t("metrics", self.name), codec.TruthMsg(
                     run=self.run_id, task=self.task_index, round=t.round_id, block=t.block,

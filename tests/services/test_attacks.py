@@ -25,13 +25,13 @@ def _hostile(kind: str, url: str, run_id: str, *extra: str) -> subprocess.Popen:
                              "--duration", "120", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def test_replay_sybil_and_flood_processes_leave_the_honest_result_unchanged(tmp_path, mosquitto_url):
+def test_replay_sybil_impersonation_and_flood_processes_leave_the_honest_result_unchanged(tmp_path, mosquitto_url):
     """Three hostile processes attack one session from its first plan to its shutdown: every
     forged message is refused and counted by reason, and the numbers equal the honest in-process run's."""
     path = _experiment(tmp_path, horizon=60_000, runs=2, extra="")
     _inproc(path, tmp_path / "inproc")
     run_id = "h" + secrets.token_hex(4)
-    hostile = [_hostile(kind, mosquitto_url, run_id) for kind in ("replay", "sybil", "flood")]
+    hostile = [_hostile(kind, mosquitto_url, run_id) for kind in ("replay", "sybil", "impersonate", "flood")]
     try:
         import time
         time.sleep(1.5)  # connected and subscribed before the first plan
@@ -51,7 +51,9 @@ def test_replay_sybil_and_flood_processes_leave_the_honest_result_unchanged(tmp_
     rejected = json.loads((out / "summary.json").read_text())["rejected"]
     # sybil and flood ids lie outside every cohort; replays hit closed rounds or a finished task;
     # the flood's junk fails the decoder, its oversized payload the size limit.
-    for reason in ("not-in-cohort", "too-large", "not-msgpack", "bad-version", "schema", "wrong-run"):
+    # Impersonated records (invited ids, no MAC or a guessed one) never take a user's place.
+    for reason in ("not-in-cohort", "too-large", "not-msgpack", "bad-version", "schema", "wrong-run",
+                   "missing-tag", "bad-tag"):
         assert rejected.get(reason, 0) > 0, (reason, rejected)
     assert rejected.get("round-closed", 0) + rejected.get("wrong-task", 0) > 0, rejected
 
@@ -70,6 +72,9 @@ def test_traffic_attacker_messages_are_what_each_kind_promises():
     assert replay.on_plan(same_batch) == []  # round 5 is still open: that would be impersonation
     old = codec.decode(replay.on_plan(later)[0])
     assert old.round == 5 and np.array_equal(old.user_ids, np.arange(100, 110))
+    forged = [codec.decode(b) for b in TrafficAttacker("impersonate", "r", seed=0).on_plan(plan)]
+    assert [f.tags is None for f in forged] == [True, False]
+    assert all(np.array_equal(f.user_ids, np.arange(100, 110)) for f in forged)  # invited ids
     flood = TrafficAttacker("flood", "r", seed=0).on_plan(plan)
     assert len(flood) > 30 and max(map(len, flood)) > codec.MAX_MESSAGE_BYTES
     with pytest.raises(ValueError, match="replay, sybil"):

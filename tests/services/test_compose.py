@@ -63,6 +63,10 @@ def test_the_analyzer_is_never_given_the_experiment(tmp_path):
     # Its key comes from a volume only the keys service (which reads the seed) and it mount.
     assert {name for name, spec in _raw()["services"].items()
             if any(str(v).startswith("analyzer-key:") for v in spec.get("volumes", []))} == {"keys", "analyzer"}
+    # The users' report-authentication keys: only their one-shot and the aggregator.
+    assert {name for name, spec in _raw()["services"].items()
+            if any(str(v).startswith("intermediary-key:") for v in spec.get("volumes", []))} == {
+        "intermediary-keys", "aggregator"}
     # Whoever mounts the experiments mounts them read-only; only the observer writes results.
     for name, spec in _raw()["services"].items():
         for volume in spec.get("volumes", []):
@@ -191,6 +195,8 @@ def test_up_runs_the_compose_topology_as_local_processes(tmp_path):
     ("keys", lambda t: t.replace("demo.toml, --out, /keys", "missing.toml, --out, /keys"), "no such experiment"),
     ("analyzer", lambda t: t.replace("      PRIVBANDIT_ANALYZER_KEY_FILE: /keys/analyzer.env\n", ""),
      "PRIVBANDIT_ANALYZER_KEY"),
+    ("aggregator", lambda t: t.replace("      PRIVBANDIT_REPORT_AUTH_KEY_FILE: /keys/intermediary.env\n", ""),
+     "PRIVBANDIT_REPORT_AUTH_KEY"),
 ])
 def test_a_failing_service_is_named_with_its_log(tmp_path, service, edit, message):
     work = _workdir(tmp_path, edit)

@@ -1,0 +1,87 @@
+"""Per-user report authentication: a one-time Wegman–Carter MAC on every (user, round) record.
+
+Fleets share one broker account, so without this anyone holding it could send a report under an
+invited user's id before the real user does, and the intermediary would count the first one
+(docs/attacks.md, "impersonate"). Each simulated user registers a MAC key with the intermediaries
+when invited (simulated here by one master both sides derive from; the analyzer never holds it).
+
+For round r of task k, the keys of user i are four words (a₁, a₂, a₃, b) of a ChaCha20 keystream
+keyed by HKDF(master, run ‖ k ‖ r), at the user's position in its block of the cohort. The tag of a
+64-bit report word v split into 22-bit limbs (l₁, l₂, l₃) is
+
+    tag = a₁l₁ + a₂l₂ + a₃l₃ + b  mod p,   p = 2³¹ − 1.
+
+The inner product is a universal hash and b a one-time pad, so a forger who has seen at most one
+tag under a key succeeds with probability at most 1/p ≈ 4.7·10⁻¹⁰ per attempt (Wegman & Carter
+1981). Every key is used for one record only, because a user reports once per round. Limbs keep
+every product below 2⁵³, so numpy computes the tags of a whole block at once, exactly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from privbandit.protocol.seeding import USER_BLOCK
+
+PRIME = (1 << 31) - 1
+LIMB_BITS = 22
+LIMB_MASK = (1 << LIMB_BITS) - 1
+TAG_DTYPE = "<u4"
+
+
+def report_words(values: np.ndarray) -> np.ndarray:
+    """The 64-bit word a report's tag covers: a residue as is, a raw float reward by its bits."""
+    values = np.asarray(values)
+    if values.dtype.kind == "f":
+        return values.astype(np.float64).view(np.uint64)
+    if values.dtype.kind in "iu":
+        return values.astype(np.uint64)
+    raise TypeError(f"reports of dtype {values.dtype} cannot be authenticated")
+
+
+class ReportAuthenticator:
+    """Computes and checks the tags of one party's view; sans-I/O."""
+
+    def __init__(self, master: bytes):
+        if len(master) != 32:
+            raise ValueError(f"the report-authentication master key must be 32 bytes, got {len(master)}")
+        self.master = master
+
+    def _round_key(self, run_id: str, task: int, round_id: int) -> bytes:
+        info = f"privbandit report-auth|{run_id}|{task}|{round_id}".encode()
+        return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(self.master)
+
+    def _keys(self, key: bytes, block: int, upto: int) -> np.ndarray:
+        """(upto, 4) key words of the first ``upto`` users of ``block``, each reduced below p."""
+        nonce = (0).to_bytes(8, "little") + int(block).to_bytes(8, "little")
+        stream = Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor().update(bytes(16 * upto))
+        return (np.frombuffer(stream, "<u4").reshape(upto, 4) % PRIME).astype(np.uint64)
+
+    def tags(self, run_id: str, task: int, round_id: int, first_user: int, user_ids: np.ndarray,
+             values: np.ndarray) -> np.ndarray:
+        """Tags of records (user_ids[i], values[i]); every id must lie in the cohort from first_user."""
+        index = np.asarray(user_ids, dtype=np.int64) - int(first_user)
+        if index.size and index.min() < 0:
+            raise ValueError("a user id below the cohort's first user has no key")
+        words = report_words(values)
+        limbs = np.stack([(words >> np.uint64(LIMB_BITS * i)) & np.uint64(LIMB_MASK) for i in range(3)], axis=1)
+        key = self._round_key(run_id, task, round_id)
+        out = np.empty(index.size, dtype=np.uint64)
+        blocks, offsets = np.divmod(index, USER_BLOCK)
+        for block in np.unique(blocks):  # one keystream per block: a message carries one block
+            sel = blocks == block
+            k = self._keys(key, int(block), int(offsets[sel].max()) + 1)[offsets[sel]]
+            acc = (k[:, :3] * limbs[sel]).sum(axis=1) + k[:, 3]  # < 3·2⁵³ + 2³¹: exact in uint64
+            out[sel] = acc % np.uint64(PRIME)
+        return out.astype(TAG_DTYPE)
+
+    def verify(self, run_id: str, task: int, round_id: int, first_user: int, user_ids: np.ndarray,
+               values: np.ndarray, tags: np.ndarray) -> np.ndarray:
+        """A mask of the records whose tag is right."""
+        tags = np.asarray(tags)
+        if tags.shape != np.shape(user_ids):
+            return np.zeros(np.shape(user_ids), dtype=bool)
+        return self.tags(run_id, task, round_id, first_user, user_ids, values) == tags.astype(np.uint64)
