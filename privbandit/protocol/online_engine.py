@@ -23,7 +23,8 @@ from privbandit.protocol.engine import run_once
 from privbandit.protocol.environments import BanditInstance
 from privbandit.protocol.learners.anytime_lazy_ucb import AnytimeLazyUCB
 from privbandit.protocol.learners.ftnl import FTNL
-from privbandit.protocol.learners.hybrid_ucb import HybridUCB, run_hybrid
+from privbandit.protocol.learners.hybrid_streaks import run_hybrid
+from privbandit.protocol.learners.hybrid_ucb import HybridUCB, run_hybrid_stepwise
 from privbandit.protocol.learners.successive_elimination import (
     SajedSheffetSchedule,
     SuccessiveElimination,
@@ -137,21 +138,21 @@ def run_hybrid_ucb(
     checkpoints: np.ndarray,
     ledger: PrivacyLedger,
     depth: str = "r",
+    stepwise: bool = False,
 ) -> OnlineResult:
-    """Algorithm 4, central model: one sequential step per round (see the learner's docstring)."""
+    """Algorithm 4, central model. By default the leader's streaks run vectorized
+    (:func:`~privbandit.protocol.learners.hybrid_streaks.run_hybrid`); ``stepwise=True`` runs the
+    reference loop, one :meth:`HybridUCB.choose`/:meth:`HybridUCB.observe` per round. Both give
+    the same pulls and regret, bit for bit."""
     learner = HybridUCB(instance.n_arms, epsilon, depth)
     users = OnlineUsers(instance, seed, prefix, width=2)
     noise_rng = stream(seed, *prefix, "analyzer")
-    reward = None
-    if instance.reward != "bernoulli":
-        def reward(m, u):
-            return float(rewards_from_uniforms(instance, np.array([m]), np.array([u]))[0])
-    pseudo, real, pulls = run_hybrid(
+    pseudo, real, pulls = (run_hybrid_stepwise if stepwise else run_hybrid)(
         learner, horizon, instance.means, instance.best_arm,
         uniforms=users.uniforms,
         laplace=lambda t0, n: noise_rng.laplace(0.0, 1.0, size=(n, 2)),
         checkpoints=checkpoints,
-        reward=reward,
+        rewards=lambda m, u: rewards_from_uniforms(instance, m, u),
     )
     ledger.record(PureDP(learner.epsilon_spent()))
     result = OnlineResult(np.asarray(checkpoints), pseudo, real, ledger.summary(), pulls, instance.best_arm)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -13,6 +14,7 @@ from scipy import stats
 from privbandit.protocol.environments import BanditInstance
 from privbandit.protocol.learners.anytime_lazy_ucb import AnytimeLazyUCB
 from privbandit.protocol.learners.ftnl import FTNL, epoch_of, epoch_rounds
+from privbandit.protocol.learners.hybrid_streaks import leader_streak
 from privbandit.protocol.learners.hybrid_ucb import HybridUCB
 from privbandit.protocol.mechanisms.private_online_learning import (
     BinaryMechanism,
@@ -164,6 +166,99 @@ def test_hybrid_index_is_eq35():
     u0 = 1.0 + math.sqrt(3 * math.log2(t)) + 6 * math.sqrt(8) * math.log2(t) * 1
     assert h.choose(t) == (0 if u0 >= u1 else 1)
     assert h.means[1] == 0.0 and h.pulls[1] == 6
+
+
+def _hybrid_state(h: HybridUCB) -> dict:
+    return {k: v for k, v in vars(h).items() if k != "tree"}
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), k=st.integers(2, 5), eps=st.sampled_from([0.1, 1.0, 128.0]),
+       warm=st.integers(5, 300), want=st.integers(2, 300), gaussian=st.booleans())
+def test_leader_streak_equals_stepping_observe(seed, k, eps, warm, want, gaussian):
+    """One speculative window leaves the learner exactly where choose()/observe() would: the same
+    number of pulls of the leader (it stops at the first round the leader loses, ties to the lower
+    index), and every field (means, p-sums in S, their noise, bonuses) bit for bit. Rewards are
+    Bernoulli or arbitrary floats in [0, 1] (whose sums depend on the order of additions); the
+    window may end right before an array fill."""
+    rng = np.random.default_rng(seed)
+    h = HybridUCB(k, eps)
+    t = 1
+    for _ in range(warm):  # any history: arms by choose(), but perturbed so no arm is starved
+        j = h.choose(t) if rng.random() < 0.7 or t <= k else int(rng.integers(k))
+        h.observe(j, float(rng.random()), float(rng.laplace()), float(rng.laplace()))
+        t += 1
+    j = h.choose(t)
+    room = refresh_count(h.r[j]) - h.pulls[j] - 1
+    if room < 2:
+        return
+    w = min(want, room)
+    x = rng.random(w) if gaussian else (rng.random(w) < 0.6).astype(float)
+    y = rng.laplace(size=w)
+    lt = np.array([math.log2(t + i) for i in range(w)])
+    ref = HybridUCB(k, eps)
+    ref.__dict__.update(copy.deepcopy(_hybrid_state(h)))
+    won = leader_streak(h, j, x, y, lt, np.sqrt(lt))
+    steps = 0
+    while steps < w and (steps == 0 or ref.choose(t + steps) == j):
+        ref.observe(j, float(x[steps]), float(y[steps]), 0.0)
+        steps += 1
+    assert won == steps
+    assert _hybrid_state(h) == _hybrid_state(ref)
+
+
+@pytest.mark.parametrize(("leader", "ties_won"), [(1, 0), (0, 1)])
+def test_leader_streak_ties_go_to_the_lower_index(leader, ties_won):
+    """Noise-free, all-ones rewards: the leader (8 pulls) catches up with the other arm (10 pulls);
+    at 10 pulls both indices are equal to the bit. Arm 0 wins that tie, as in choose()."""
+    h = HybridUCB(2, 1.0)
+    for j, n in ((leader, 8), (1 - leader, 10)):
+        for _ in range(n):
+            h.observe(j, 1.0, 0.0, 0.0)
+    t = 100
+    assert h.choose(t) == leader
+    ref = HybridUCB(2, 1.0)
+    ref.__dict__.update(copy.deepcopy(_hybrid_state(h)))
+    lt = np.log2(np.arange(t, t + 6, dtype=float))
+    won = leader_streak(h, leader, np.ones(6), np.zeros(6), lt, np.sqrt(lt))
+    assert won == 2 + ties_won  # pulls 9 and 10, then 11 if it wins the tie at 10
+    for i in range(won):
+        assert ref.choose(t + i) == leader
+        ref.observe(leader, 1.0, 0.0, 0.0)
+    assert ref.choose(t + won) != leader
+    assert _hybrid_state(h) == _hybrid_state(ref)
+
+
+def test_leader_streak_refuses_a_window_across_a_fill():
+    h = HybridUCB(2, 1.0)
+    h.observe(0, 1.0, 0.0, 0.0)
+    h.observe(1, 0.0, 0.0, 0.0)
+    h.observe(0, 1.0, 0.0, 0.0)  # pulls 2 of tree 1, which fills at 3
+    lt = np.log2(np.arange(4.0, 6.0))
+    with pytest.raises(ValueError, match="array fill"):
+        leader_streak(h, 0, np.ones(2), np.zeros(2), lt, np.sqrt(lt))
+
+
+@pytest.mark.parametrize(("setting", "eps", "seed", "horizon", "reward"), [
+    ((0.75, 0.70, 0.70, 0.70, 0.70), 0.1, 0, 140_000, "bernoulli"),  # short streaks; 3 chunks
+    ((0.75, 0.70, 0.70, 0.70, 0.70), 1.0, 1, 70_000, "bernoulli"),
+    ((0.75, 0.70, 0.70, 0.70, 0.70), 128.0, 2, 140_000, "bernoulli"),  # long streaks
+    ((0.75, 0.625, 0.5, 0.375, 0.25), 0.25, 3, 70_000, "bernoulli"),
+    ((0.75, 0.15, 0.15, 0.15, 0.15), 8.0, 4, 70_000, "bernoulli"),
+    ((0.6, 0.6, 0.5), 64.0, 5, 70_000, "bernoulli"),  # two equal best arms: ties matter
+    ((0.75, 0.70, 0.70, 0.70, 0.70), 2.0, 6, 70_000, "gaussian"),  # float sums: order matters
+])
+def test_hybrid_streaks_equal_the_stepwise_reference(setting, eps, seed, horizon, reward):
+    """The fast driver and the reference loop: same pulls, same regret curves, bit for bit."""
+    inst = BanditInstance(np.array(setting), reward)
+    kw = dict(instance=inst, epsilon=eps, horizon=horizon, seed=seed, prefix=(seed, "hybrid"),
+              checkpoints=checkpoint_grid(horizon))
+    fast = run_hybrid_ucb(**kw, ledger=PrivacyLedger("central", eps, 1e-6))
+    ref = run_hybrid_ucb(**kw, ledger=PrivacyLedger("central", eps, 1e-6), stepwise=True)
+    np.testing.assert_array_equal(fast.pulls, ref.pulls)
+    np.testing.assert_array_equal(fast.pseudo_regret, ref.pseudo_regret)
+    np.testing.assert_array_equal(fast.realized_regret, ref.realized_regret)
+    assert fast.privacy == ref.privacy
 
 
 def test_hybrid_ledger_paper_depth_spends_1_5_eps():

@@ -11,7 +11,9 @@ leaf c completes exactly one node, at level tz(c) (trailing zeros), whose true p
 plus the nodes below it; those lower nodes leave the released set S, the new one joins it.
 
 Why no cohort vectorization: every pull changes the pulled arm's estimate with fresh node noise, so
-the next user's arm depends on this user's reward. The loop is inherently one step per round.
+the next user's arm depends on this user's reward. :func:`run_hybrid_stepwise` is the readable
+reference, one step per round; ``hybrid_streaks.run_hybrid`` gets the same result, bit for bit, by
+running the leader's streaks of consecutive pulls as numpy windows.
 """
 
 from __future__ import annotations
@@ -124,7 +126,21 @@ class HybridUCB:
         return max((self.epsilon / 2 + self.tree.epsilon_spent(r) for r in set(self.trees_opened)), default=0.0)
 
 
-def run_hybrid(
+CHUNK = 1 << 16  # rounds whose rewards and noise are pre-drawn at once, vectorized
+
+
+def bernoulli(means: np.ndarray, u: np.ndarray) -> np.ndarray:
+    return (u < means).astype(np.float64)
+
+
+def reward_block(u: np.ndarray, means: np.ndarray, best: int, rewards=bernoulli) -> tuple[np.ndarray, np.ndarray]:
+    """Every arm's reward for each user of a block, shape (n, K), and the best arm's counterfactual
+    reward, shape (n,), from the users' (n, 2) uniforms. ``rewards(means, u)`` maps uniforms to
+    rewards elementwise, broadcasting. All K are computed so the sequential loop only looks one up."""
+    return rewards(means, u[:, :1]), rewards(means[best], u[:, 1])
+
+
+def run_hybrid_stepwise(
     learner: HybridUCB,
     horizon: int,
     means: np.ndarray,
@@ -132,33 +148,27 @@ def run_hybrid(
     uniforms,
     laplace,
     checkpoints: np.ndarray,
-    reward=None,
+    rewards=bernoulli,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Drive one run for ``horizon`` rounds. ``uniforms(t0, n)`` gives an (n, 2) block of U[0, 1)
-    (own reward, the best arm's counterfactual) for rounds t0…; ``laplace(t0, n)`` an (n, 2) block
-    of standard Laplace draws (node noise, array noise). ``reward(mean, u)`` maps a uniform to a
-    reward (default Bernoulli). Returns pseudo- and realized regret at the checkpoints and pulls."""
+    """The reference driver: one :meth:`HybridUCB.choose` / :meth:`HybridUCB.observe` per round.
+
+    ``uniforms(t0, n)`` gives an (n, 2) block of U[0, 1) (own reward, the best arm's
+    counterfactual) for rounds t0…; ``laplace(t0, n)`` an (n, 2) block of standard Laplace draws
+    (node noise, array noise): both are indexed by round, whichever arm is pulled. ``rewards`` as in
+    :func:`reward_block`. Returns pseudo-
+    and realized regret at the checkpoints and the pulls. :func:`~privbandit.protocol.learners.
+    hybrid_streaks.run_hybrid` is the fast driver; tests hold it equal to this one."""
     means_arr = np.asarray(means, dtype=np.float64)
-    means = means_arr.tolist()
-    gaps = [means[best] - m for m in means]
+    gaps = (means_arr[best] - means_arr).tolist()
     cps = [int(c) for c in checkpoints]
     pseudo = np.zeros(len(cps))
     realized = np.zeros(len(cps))
     nxt, reg_p, reg_r = 0, 0.0, 0.0
     choose, observe = learner.choose, learner.observe
-    chunk = 1 << 16
     t = 1
     while t <= horizon:
-        n = min(chunk, horizon - t + 1)
-        u = uniforms(t, n)
-        # Every arm's reward for this user is a function of its own uniform; computing all K here,
-        # vectorized, leaves one list lookup per step to the sequential loop.
-        if reward is None:
-            xs = (u[:, :1] < means_arr).astype(np.float64)
-            xb = (u[:, 1] < means_arr[best]).astype(np.float64)
-        else:
-            xs = np.array([[reward(m, v) for m in means] for v in u[:, 0]])
-            xb = np.array([reward(means[best], v) for v in u[:, 1]])
+        n = min(CHUNK, horizon - t + 1)
+        xs, xb = reward_block(uniforms(t, n), means_arr, best, rewards)
         xs, xb = xs.tolist(), xb.tolist()
         ls = laplace(t, n).tolist()
         for k in range(n):

@@ -1,0 +1,190 @@
+"""Hybrid-UCB (Algorithm 4) run fast and exactly: speculative execution of the leader's streaks.
+
+Hybrid-UCB refreshes the pulled arm's private mean on every pull (eq. 34), so user t + 1's arm
+depends on user t's reward and no cohort of users can be scored at once. But once t is large the
+leader is pulled many times in a row (in setting 1 at T = 2^19, 93–99 % of rounds lie in streaks
+of ≥ 16 pulls, at every ε), and while arm j is the only one pulled:
+
+- every other arm's index depends on t alone (its μ̃, O and ⌊log2(O+1)⌋ are frozen), so it is one
+  vector over the window's rounds;
+- j's next W private means are a vector too: its rewards and the rounds' node-noise draws are
+  pre-drawn per *round* (whoever is pulled), the leaf counts c0+1 … c0+W are consecutive, and
+  insert c completes the node at level tz(c), merging the nodes completed at c − 2^lv, lv < tz(c)
+  (the binary counter of :class:`~privbandit.protocol.learners.hybrid_ucb.HybridUCB.observe`).
+
+So :func:`leader_streak` assumes j keeps winning for W rounds, computes all of it with numpy, finds
+the first round j would lose under :meth:`HybridUCB.choose`'s rule (the lowest index wins ties),
+and commits only the prefix before it. Windows never contain an array fill (``O_j`` reaching
+``2^{r+1} − 1``); fills, streak starts and short streaks go through the learner's own
+:meth:`~HybridUCB.observe`.
+
+Exactness. Every float is computed with the same operations in the same order as the step loop:
+true and noisy p-sums are accumulated level by level from level 0 up (as ``observe`` does), the
+tree's running noisy sum is a left-to-right ``cumsum`` (``numpy.add.accumulate`` is sequential),
+the index is ``μ̃ + √(log2 t)·b1 + log2 t·b2`` evaluated elementwise, ``log2 t`` comes from
+``math.log2`` as in ``choose``, and regret is the same running sum. So the pulls, the regret
+curves and the learner's final state equal :func:`~privbandit.protocol.learners.hybrid_ucb.
+run_hybrid_stepwise`'s bit for bit; the tests check that.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from privbandit.protocol.learners.hybrid_ucb import BONUS, CHUNK, HybridUCB, bernoulli, reward_block
+from privbandit.protocol.mechanisms.private_online_learning import refresh_count
+
+# A streak is handed to numpy once the step loop has seen the same arm win this many rounds in a
+# row (a window costs tens of µs, a step a few µs, so one-round streaks stay in the step loop).
+STREAK_TRIGGER = 6
+FIRST_WINDOW = 256  # rounds; doubled after every window the leader wins through
+MAX_WINDOW = 1 << 14
+
+
+def _add_merged_nodes(acc: np.ndarray, src: np.ndarray, before: list[float], c0: int) -> None:
+    """``acc[i] += value of each node that insert c = c0 + 1 + i merges``, lowest level first.
+
+    Insert c merges, for every lv < tz(c), the level-lv node completed at insert c − 2^lv. Its
+    value is ``src[c − 2^lv − c0 − 1]`` if that insert lies in the window, else ``before[lv]`` (the
+    node is then still in S from before the window: at most the first merge of each level).
+    The inserts merging level lv are those with c ≡ 0 mod 2^{lv+1}: one strided slice per level.
+    """
+    w = len(acc)
+    lv = 0
+    while True:
+        half, step = 1 << lv, 2 << lv
+        p0 = (-(c0 + 1)) % step  # first window position whose count is a multiple of 2^{lv+1}
+        if p0 >= w:
+            return
+        n = (w - 1 - p0) // step + 1
+        q0 = p0 - half
+        if q0 < 0:
+            acc[p0] += before[lv]
+            if n > 1:
+                acc[p0 + step :: step] += src[p0 + step - half :: step][: n - 1]
+        else:
+            acc[p0::step] += src[q0::step][:n]
+        lv += 1
+
+
+def leader_streak(h: HybridUCB, j: int, x: np.ndarray, node_noise: np.ndarray, lt: np.ndarray, slt: np.ndarray) -> int:
+    """Pull arm j at W = len(x) consecutive rounds for as long as it keeps winning; commit those.
+
+    j has already won the window's first round. ``x``: j's rewards in the window's rounds;
+    ``node_noise``: those rounds' standard-Laplace node draws; ``lt``, ``slt``: log2 t and its
+    square root. The window must end before j's array fills. Returns the pulls committed (≥ 1).
+    """
+    w = len(x)
+    o0, c0, r = h.pulls[j], h.leaves[j], h.r[j]
+    if o0 < 1 or o0 + w >= refresh_count(r):
+        raise ValueError(f"arm {j}: a streak window of {w} from pull {o0} would cross its array fill")
+    s = x.copy()  # true p-sum of the node each insert completes
+    _add_merged_nodes(s, s, h.alpha[j], c0)
+    noisy = s + h.node_scale[j] * node_noise
+    dropped = np.zeros(w)
+    _add_merged_nodes(dropped, noisy, h.alpha_noisy[j], c0)
+    tree = noisy - dropped
+    tree[0] += h.tree_noisy[j]  # so the cumsum is the running sum observe() keeps, rounding and all
+    np.cumsum(tree, out=tree)
+    o = np.arange(o0 + 1, o0 + w + 1, dtype=np.float64)
+    means = (h.arrays_noisy[j] + tree) / o
+    b1 = np.sqrt(3.0 / o)
+    b2 = BONUS * r / (o * h.epsilon)  # ⌊log2(O + 1)⌋ = r for every O inside tree r before its fill
+
+    won = w
+    if w > 1:  # round k ≥ 1 of the window sees j after k pulls, the others as they are
+        lt1, slt1 = lt[1:], slt[1:]
+        lead = means[:-1] + slt1 * b1[:-1] + lt1 * b2[:-1]
+        col = (-1, 1)
+        rivals = (np.array(h.means).reshape(col) + slt1 * np.array(h.b1).reshape(col)
+                  + lt1 * np.array(h.b2).reshape(col))  # (K, w − 1); row j is unused
+        lose = np.zeros(w - 1, dtype=bool)
+        if j > 0:  # a lower index wins a tie
+            lose |= rivals[:j].max(axis=0) >= lead
+        if j + 1 < h.n_arms:
+            lose |= rivals[j + 1 :].max(axis=0) > lead
+        lost = np.flatnonzero(lose)
+        if lost.size:
+            won = 1 + int(lost[0])
+
+    k = won - 1
+    ce = c0 + won
+    h.pulls[j], h.leaves[j] = o0 + won, ce
+    h.tree_noisy[j] = float(tree[k])
+    h.means[j], h.b1[j], h.b2[j] = float(means[k]), float(b1[k]), float(b2[k])
+    xs = x[:won].copy()
+    xs[0] += h.array_sum[j]
+    h.array_sum[j] = float(np.cumsum(xs)[-1])
+    a, ah = h.alpha[j], h.alpha_noisy[j]
+    for lv in range(max(ce.bit_length(), c0.bit_length())):  # S after ce leaves: its set bits
+        if ce >> lv & 1:
+            name = (ce >> lv) << lv
+            if name > c0:  # completed inside the window (else it predates it and stays)
+                a[lv], ah[lv] = float(s[name - c0 - 1]), float(noisy[name - c0 - 1])
+        else:
+            a[lv] = ah[lv] = 0.0
+    return won
+
+
+def run_hybrid(
+    learner: HybridUCB,
+    horizon: int,
+    means: np.ndarray,
+    best: int,
+    uniforms,
+    laplace,
+    checkpoints: np.ndarray,
+    rewards=bernoulli,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Drive one run; same arguments and results as
+    :func:`~privbandit.protocol.learners.hybrid_ucb.run_hybrid_stepwise`, with the leader's streaks
+    run by :func:`leader_streak`."""
+    means_arr = np.asarray(means, dtype=np.float64)
+    gaps = means_arr[best] - means_arr
+    cps = np.asarray(checkpoints, dtype=np.int64)
+    pseudo = np.zeros(len(cps))
+    realized = np.zeros(len(cps))
+    reg_p = reg_r = 0.0
+    k_arms = learner.n_arms
+    choose, observe = learner.choose, learner.observe
+    window = FIRST_WINDOW
+    t = 1
+    while t <= horizon:
+        n = min(CHUNK, horizon - t + 1)
+        xs, xb = reward_block(uniforms(t, n), means_arr, best, rewards)
+        noise = laplace(t, n)
+        node = np.ascontiguousarray(noise[:, 0])
+        lt = np.fromiter(map(math.log2, range(t, t + n)), dtype=np.float64, count=n)  # as choose()
+        slt = np.sqrt(lt)
+        arms = np.empty(n, dtype=np.int64)
+        run_arm, run_len = -1, 0
+        k = 0
+        while k < n:
+            j = choose(t + k)
+            if j == run_arm:
+                run_len += 1
+            else:
+                run_arm, run_len, window = j, 1, FIRST_WINDOW
+            if run_len >= STREAK_TRIGGER and t + k > k_arms:
+                w = min(window, refresh_count(learner.r[j]) - learner.pulls[j] - 1, n - k)
+                if w >= 2:
+                    won = leader_streak(learner, j, xs[k : k + w, j], node[k : k + w], lt[k : k + w], slt[k : k + w])
+                    arms[k : k + won] = j
+                    k += won
+                    if won == w:
+                        window = min(2 * window, MAX_WINDOW)
+                    continue
+            observe(j, float(xs[k, j]), float(noise[k, 0]), float(noise[k, 1]))
+            arms[k] = j
+            k += 1
+        # Regret as the step loop sums it: one running sum, left to right (adding 0.0 is exact).
+        rows = np.arange(n)
+        cum_p = np.cumsum(np.concatenate(([reg_p], gaps[arms])))[1:]
+        cum_r = np.cumsum(np.concatenate(([reg_r], np.where(arms == best, 0.0, xb - xs[rows, arms]))))[1:]
+        here = (cps >= t) & (cps < t + n)
+        pseudo[here], realized[here] = cum_p[cps[here] - t], cum_r[cps[here] - t]
+        reg_p, reg_r = float(cum_p[-1]), float(cum_r[-1])
+        t += n
+    return pseudo, realized, np.array(learner.pulls)
