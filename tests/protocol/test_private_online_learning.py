@@ -31,7 +31,7 @@ from privbandit.protocol.mechanisms.private_online_learning import (
 )
 from privbandit.protocol.noise import discrete_laplace_pmf
 from privbandit.protocol.observer import checkpoint_grid
-from privbandit.protocol.online_engine import run_anytime_lazy_ucb, run_dp_se, run_ftnl, run_hybrid_ucb
+from privbandit.protocol.online_engine import OnlineRun, run_anytime_lazy_ucb, run_dp_se, run_ftnl, run_hybrid_ucb
 from privbandit.protocol.privacy import PrivacyLedger
 from tests.stats import P_MIN, chi_square_pvalue
 
@@ -253,8 +253,8 @@ def test_hybrid_streaks_equal_the_stepwise_reference(setting, eps, seed, horizon
     inst = BanditInstance(np.array(setting), reward)
     kw = dict(instance=inst, epsilon=eps, horizon=horizon, seed=seed, prefix=(seed, "hybrid"),
               checkpoints=checkpoint_grid(horizon))
-    fast = run_hybrid_ucb(**kw, ledger=PrivacyLedger("central", eps, 1e-6))
-    ref = run_hybrid_ucb(**kw, ledger=PrivacyLedger("central", eps, 1e-6), stepwise=True)
+    fast = run_hybrid_ucb(OnlineRun(**kw, ledger=PrivacyLedger("central", eps, 1e-6)))
+    ref = run_hybrid_ucb(OnlineRun(**kw, ledger=PrivacyLedger("central", eps, 1e-6)), stepwise=True)
     np.testing.assert_array_equal(fast.pulls, ref.pulls)
     np.testing.assert_array_equal(fast.pseudo_regret, ref.pseudo_regret)
     np.testing.assert_array_equal(fast.realized_regret, ref.realized_regret)
@@ -284,8 +284,8 @@ def test_ftnl_epoch_boundaries():
 def test_ftnl_run_plays_previous_epochs_noisy_leader():
     inst = BanditInstance(np.array([0.2, 0.9, 0.5]), "bernoulli")
     T = 2**10 + 100  # a truncated last epoch
-    res = run_ftnl(instance=inst, epsilon=1e6, trust="central", horizon=T, seed=3, prefix=(0,),
-                   checkpoints=np.array([T]), ledger=PrivacyLedger("central", 1e6, 1e-6))
+    res = run_ftnl(OnlineRun(instance=inst, epsilon=1e6, trust="central", horizon=T, seed=3, prefix=(0,),
+                             checkpoints=np.array([T]), ledger=PrivacyLedger("central", 1e6, 1e-6)))
     assert [r["epoch"] for r in res.releases] == list(range(10))  # epoch 10 is cut at T: no release
     assert [r["played"] for r in res.releases][0] == 0
     for prev, cur in zip(res.releases, res.releases[1:]):
@@ -375,8 +375,8 @@ def test_lazy_ucb_run_is_reproducible_and_private_per_array(trust):
     T = 20_000
     kw = dict(instance=SETTING1, epsilon=1.0, trust=trust, horizon=T, seed=4, prefix=(0, "x"),
               checkpoints=checkpoint_grid(T))
-    a = run_anytime_lazy_ucb(**kw, ledger=PrivacyLedger(trust, 1.0, 1e-6))
-    b = run_anytime_lazy_ucb(**kw, ledger=PrivacyLedger(trust, 1.0, 1e-6))
+    a = run_anytime_lazy_ucb(OnlineRun(**kw, ledger=PrivacyLedger(trust, 1.0, 1e-6)))
+    b = run_anytime_lazy_ucb(OnlineRun(**kw, ledger=PrivacyLedger(trust, 1.0, 1e-6)))
     np.testing.assert_array_equal(a.pseudo_regret, b.pseudo_regret)
     assert a.pulls.sum() == T
     assert a.privacy["epsilon_pure"] == 1.0
@@ -389,15 +389,20 @@ def test_lazy_ucb_run_is_reproducible_and_private_per_array(trust):
 def test_large_epsilon_lazy_ucb_beats_uniform_play():
     T = 50_000
     setting3 = BanditInstance(np.array([0.75, 0.15, 0.15, 0.15, 0.15]), "bernoulli")
-    res = run_anytime_lazy_ucb(instance=setting3, epsilon=64.0, trust="central", horizon=T, seed=1,
-                               prefix=(0,), checkpoints=np.array([T]), ledger=PrivacyLedger("central", 64, 1e-6))
+    res = run_anytime_lazy_ucb(OnlineRun(instance=setting3, epsilon=64.0, trust="central", horizon=T, seed=1,
+                                         prefix=(0,), checkpoints=np.array([T]),
+                                         ledger=PrivacyLedger("central", 64, 1e-6)))
     assert res.pseudo_regret[-1] < 0.05 * 0.6 * T * 4 / 5  # uniform play: 0.6·T·4/5
 
 
 def test_hybrid_and_dp_se_runs():
     T = 5_000
     kw = dict(instance=SETTING1, epsilon=8.0, horizon=T, seed=2, prefix=(1,), checkpoints=checkpoint_grid(T))
-    h = run_hybrid_ucb(**kw, ledger=PrivacyLedger("central", 8.0, 1e-6))
+    h = run_hybrid_ucb(OnlineRun(**kw, ledger=PrivacyLedger("central", 8.0, 1e-6)))
     assert h.pulls.sum() == T and h.privacy["epsilon_pure"] == pytest.approx(12.0)
-    d = run_dp_se(**kw, trust="distributed", ledger=PrivacyLedger("distributed", 8.0, 1e-6))
+    d = run_dp_se(OnlineRun(**kw, trust="distributed", ledger=PrivacyLedger("distributed", 8.0, 1e-6)))
     assert d.privacy["epsilon_pure"] == 8.0 and d.pseudo_regret[-1] > 0
+    with pytest.raises(ValueError, match="central model only"):
+        run_hybrid_ucb(OnlineRun(**kw, trust="distributed", ledger=PrivacyLedger("distributed", 8.0, 1e-6)))
+    with pytest.raises(ValueError, match="trust='local' must be 'central' or 'distributed'"):
+        run_dp_se(OnlineRun(**kw, trust="local", ledger=PrivacyLedger("central", 8.0, 1e-6)))

@@ -33,7 +33,7 @@ import math
 
 import numpy as np
 
-from privbandit.protocol.learners.hybrid_ucb import BONUS, CHUNK, HybridUCB, bernoulli, reward_block
+from privbandit.protocol.learners.hybrid_ucb import BONUS, HybridFeed, HybridUCB
 from privbandit.protocol.mechanisms.private_online_learning import refresh_count
 
 # A streak is handed to numpy once the step loop has seen the same arm win this many rounds in a
@@ -128,21 +128,14 @@ def leader_streak(h: HybridUCB, j: int, x: np.ndarray, node_noise: np.ndarray, l
     return won
 
 
-def run_hybrid(
-    learner: HybridUCB,
-    horizon: int,
-    means: np.ndarray,
-    best: int,
-    uniforms,
-    laplace,
-    checkpoints: np.ndarray,
-    rewards=bernoulli,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def run_hybrid(learner: HybridUCB, feed: HybridFeed, checkpoints: np.ndarray,
+               stats: dict | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Drive one run; same arguments and results as
     :func:`~privbandit.protocol.learners.hybrid_ucb.run_hybrid_stepwise`, with the leader's streaks
-    run by :func:`leader_streak`."""
-    means_arr = np.asarray(means, dtype=np.float64)
-    gaps = means_arr[best] - means_arr
+    run by :func:`leader_streak`. ``stats``, if given, receives what bounds the run's time:
+    ``windows`` (numpy windows), ``speculated`` (rounds computed in them), ``streak_rounds``
+    (rounds they committed) and ``step_rounds`` (rounds run by ``observe``, one at a time)."""
+    gaps, best = feed.gaps, feed.best
     cps = np.asarray(checkpoints, dtype=np.int64)
     pseudo = np.zeros(len(cps))
     realized = np.zeros(len(cps))
@@ -150,11 +143,9 @@ def run_hybrid(
     k_arms = learner.n_arms
     choose, observe = learner.choose, learner.observe
     window = FIRST_WINDOW
-    t = 1
-    while t <= horizon:
-        n = min(CHUNK, horizon - t + 1)
-        xs, xb = reward_block(uniforms(t, n), means_arr, best, rewards)
-        noise = laplace(t, n)
+    windows = speculated = in_streaks = 0
+    for t, xs, xb, noise in feed.blocks():
+        n = len(xb)
         node = np.ascontiguousarray(noise[:, 0])
         lt = np.fromiter(map(math.log2, range(t, t + n)), dtype=np.float64, count=n)  # as choose()
         slt = np.sqrt(lt)
@@ -173,6 +164,7 @@ def run_hybrid(
                     won = leader_streak(learner, j, xs[k : k + w, j], node[k : k + w], lt[k : k + w], slt[k : k + w])
                     arms[k : k + won] = j
                     k += won
+                    windows, speculated, in_streaks = windows + 1, speculated + w, in_streaks + won
                     if won == w:
                         window = min(2 * window, MAX_WINDOW)
                     continue
@@ -180,11 +172,15 @@ def run_hybrid(
             arms[k] = j
             k += 1
         # Regret as the step loop sums it: one running sum, left to right (adding 0.0 is exact).
-        rows = np.arange(n)
-        cum_p = np.cumsum(np.concatenate(([reg_p], gaps[arms])))[1:]
-        cum_r = np.cumsum(np.concatenate(([reg_r], np.where(arms == best, 0.0, xb - xs[rows, arms]))))[1:]
+        step_p = gaps[arms]
+        step_p[0] += reg_p
+        step_r = np.where(arms == best, 0.0, xb - xs[np.arange(n), arms])
+        step_r[0] += reg_r
+        cum_p, cum_r = np.cumsum(step_p), np.cumsum(step_r)
         here = (cps >= t) & (cps < t + n)
         pseudo[here], realized[here] = cum_p[cps[here] - t], cum_r[cps[here] - t]
         reg_p, reg_r = float(cum_p[-1]), float(cum_r[-1])
-        t += n
+    if stats is not None:
+        stats.update(windows=windows, speculated=speculated, streak_rounds=in_streaks,
+                     step_rounds=feed.horizon - in_streaks)
     return pseudo, realized, np.array(learner.pulls)

@@ -19,6 +19,8 @@ running the leader's streaks of consecutive pulls as numpy windows.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -133,45 +135,55 @@ def bernoulli(means: np.ndarray, u: np.ndarray) -> np.ndarray:
     return (u < means).astype(np.float64)
 
 
-def reward_block(u: np.ndarray, means: np.ndarray, best: int, rewards=bernoulli) -> tuple[np.ndarray, np.ndarray]:
-    """Every arm's reward for each user of a block, shape (n, K), and the best arm's counterfactual
-    reward, shape (n,), from the users' (n, 2) uniforms. ``rewards(means, u)`` maps uniforms to
-    rewards elementwise, broadcasting. All K are computed so the sequential loop only looks one up."""
-    return rewards(means, u[:, :1]), rewards(means[best], u[:, 1])
+@dataclass(frozen=True)
+class HybridFeed:
+    """One run's world and noise, indexed by round, for either driver.
+
+    ``uniforms(t0, n)`` gives an (n, 2) block of U[0, 1) for rounds t0… (the user's own reward,
+    the best arm's counterfactual); ``laplace(t0, n)`` an (n, 2) block of standard Laplace draws
+    (node noise, array noise); ``rewards(means, u)`` maps uniforms to rewards elementwise,
+    broadcasting. A round's draws are the same whichever arm is pulled in it.
+    """
+
+    horizon: int
+    means: np.ndarray
+    best: int
+    uniforms: Callable[[int, int], np.ndarray]
+    laplace: Callable[[int, int], np.ndarray]
+    rewards: Callable[[np.ndarray, np.ndarray], np.ndarray] = bernoulli
+
+    @property
+    def gaps(self) -> np.ndarray:
+        means = np.asarray(self.means, dtype=np.float64)
+        return means[self.best] - means
+
+    def blocks(self):
+        """``(t0, xs, xb, noise)`` per block of :data:`CHUNK` rounds: every arm's reward (n, K),
+        so a loop only looks one up, the best arm's counterfactual (n,), and the (n, 2) noise."""
+        means = np.asarray(self.means, dtype=np.float64)
+        t = 1
+        while t <= self.horizon:
+            n = min(CHUNK, self.horizon - t + 1)
+            u = self.uniforms(t, n)
+            yield t, self.rewards(means, u[:, :1]), self.rewards(means[self.best], u[:, 1]), self.laplace(t, n)
+            t += n
 
 
-def run_hybrid_stepwise(
-    learner: HybridUCB,
-    horizon: int,
-    means: np.ndarray,
-    best: int,
-    uniforms,
-    laplace,
-    checkpoints: np.ndarray,
-    rewards=bernoulli,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def run_hybrid_stepwise(learner: HybridUCB, feed: HybridFeed, checkpoints: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The reference driver: one :meth:`HybridUCB.choose` / :meth:`HybridUCB.observe` per round.
 
-    ``uniforms(t0, n)`` gives an (n, 2) block of U[0, 1) (own reward, the best arm's
-    counterfactual) for rounds t0…; ``laplace(t0, n)`` an (n, 2) block of standard Laplace draws
-    (node noise, array noise): both are indexed by round, whichever arm is pulled. ``rewards`` as in
-    :func:`reward_block`. Returns pseudo-
-    and realized regret at the checkpoints and the pulls. :func:`~privbandit.protocol.learners.
-    hybrid_streaks.run_hybrid` is the fast driver; tests hold it equal to this one."""
-    means_arr = np.asarray(means, dtype=np.float64)
-    gaps = (means_arr[best] - means_arr).tolist()
+    Returns pseudo- and realized regret at the (increasing) checkpoints and the pulls.
+    :func:`~privbandit.protocol.learners.hybrid_streaks.run_hybrid` is the fast driver; the tests
+    hold it equal to this one."""
+    gaps, best = feed.gaps.tolist(), feed.best
     cps = [int(c) for c in checkpoints]
     pseudo = np.zeros(len(cps))
     realized = np.zeros(len(cps))
     nxt, reg_p, reg_r = 0, 0.0, 0.0
     choose, observe = learner.choose, learner.observe
-    t = 1
-    while t <= horizon:
-        n = min(CHUNK, horizon - t + 1)
-        xs, xb = reward_block(uniforms(t, n), means_arr, best, rewards)
-        xs, xb = xs.tolist(), xb.tolist()
-        ls = laplace(t, n).tolist()
-        for k in range(n):
+    for t, xs, xb, noise in feed.blocks():
+        xs, xb, ls = xs.tolist(), xb.tolist(), noise.tolist()
+        for k in range(len(xb)):
             j = choose(t)
             x = xs[k][j]
             node, arr = ls[k]
