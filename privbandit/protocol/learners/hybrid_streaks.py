@@ -20,8 +20,9 @@ and commits only the prefix before it. Windows never contain an array fill (``O_
 
 Exactness. Every float is computed with the same operations in the same order as the step loop:
 true and noisy p-sums are accumulated level by level from level 0 up (as ``observe`` does), the
-tree's running noisy sum is a left-to-right ``cumsum`` (``numpy.add.accumulate`` is sequential),
-the index is ``μ̃ + √(log2 t)·b1 + log2 t·b2`` evaluated elementwise, ``log2 t`` comes from
+tree's running noisy sum is a left-to-right ``numpy.add.accumulate`` (sequential, unlike ``sum``),
+the index is ``μ̃ + √(log2 t)·b1 + log2 t·b2`` evaluated elementwise (``u_i ≥ u_j`` as
+``nextafter(u_i, ∞) > u_j``, exact for floats), ``log2 t`` comes from
 ``math.log2`` as in ``choose``, and regret is the same running sum. So the pulls, the regret
 curves and the learner's final state equal :func:`~privbandit.protocol.learners.hybrid_ucb.
 run_hybrid_stepwise`'s bit for bit; the tests check that.
@@ -86,8 +87,8 @@ def leader_streak(h: HybridUCB, j: int, x: np.ndarray, node_noise: np.ndarray, l
     dropped = np.zeros(w)
     _add_merged_nodes(dropped, noisy, h.alpha_noisy[j], c0)
     tree = noisy - dropped
-    tree[0] += h.tree_noisy[j]  # so the cumsum is the running sum observe() keeps, rounding and all
-    np.cumsum(tree, out=tree)
+    tree[0] += h.tree_noisy[j]  # so the prefix sums are the running sum observe() keeps, to the bit
+    tree = np.add.accumulate(tree)
     o = np.arange(o0 + 1, o0 + w + 1, dtype=np.float64)
     means = (h.arrays_noisy[j] + tree) / o
     b1 = np.sqrt(3.0 / o)
@@ -97,17 +98,15 @@ def leader_streak(h: HybridUCB, j: int, x: np.ndarray, node_noise: np.ndarray, l
     if w > 1:  # round k ≥ 1 of the window sees j after k pulls, the others as they are
         lt1, slt1 = lt[1:], slt[1:]
         lead = means[:-1] + slt1 * b1[:-1] + lt1 * b2[:-1]
-        col = (-1, 1)
-        rivals = (np.array(h.means).reshape(col) + slt1 * np.array(h.b1).reshape(col)
-                  + lt1 * np.array(h.b2).reshape(col))  # (K, w − 1); row j is unused
-        lose = np.zeros(w - 1, dtype=bool)
-        if j > 0:  # a lower index wins a tie
-            lose |= rivals[:j].max(axis=0) >= lead
-        if j + 1 < h.n_arms:
-            lose |= rivals[j + 1 :].max(axis=0) > lead
-        lost = np.flatnonzero(lose)
-        if lost.size:
-            won = 1 + int(lost[0])
+        others = slice(0, j), slice(j + 1, None)
+        m, c1, c2 = (np.array(v[others[0]] + v[others[1]])[:, None] for v in (h.means, h.b1, h.b2))
+        rivals = m + slt1 * c1 + lt1 * c2  # (K − 1, w − 1), the other arms in index order
+        if j:  # a lower index wins a tie, so beating u needs more than u: the next float up
+            rivals[:j] = np.nextafter(rivals[:j], np.inf)
+        lose = np.maximum.reduce(rivals) > lead
+        first = int(lose.argmax())  # the first True, or 0 if none
+        if lose[first]:
+            won = 1 + first
 
     k = won - 1
     ce = c0 + won
@@ -116,7 +115,7 @@ def leader_streak(h: HybridUCB, j: int, x: np.ndarray, node_noise: np.ndarray, l
     h.means[j], h.b1[j], h.b2[j] = float(means[k]), float(b1[k]), float(b2[k])
     xs = x[:won].copy()
     xs[0] += h.array_sum[j]
-    h.array_sum[j] = float(np.cumsum(xs)[-1])
+    h.array_sum[j] = float(np.add.accumulate(xs)[-1])
     a, ah = h.alpha[j], h.alpha_noisy[j]
     for lv in range(max(ce.bit_length(), c0.bit_length())):  # S after ce leaves: its set bits
         if ce >> lv & 1:
@@ -176,7 +175,7 @@ def run_hybrid(learner: HybridUCB, feed: HybridFeed, checkpoints: np.ndarray,
         step_p[0] += reg_p
         step_r = np.where(arms == best, 0.0, xb - xs[np.arange(n), arms])
         step_r[0] += reg_r
-        cum_p, cum_r = np.cumsum(step_p), np.cumsum(step_r)
+        cum_p, cum_r = np.add.accumulate(step_p), np.add.accumulate(step_r)
         here = (cps >= t) & (cps < t + n)
         pseudo[here], realized[here] = cum_p[cps[here] - t], cum_r[cps[here] - t]
         reg_p, reg_r = float(cum_p[-1]), float(cum_r[-1])
