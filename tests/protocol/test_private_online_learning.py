@@ -14,7 +14,7 @@ from scipy import stats
 from privbandit.protocol.environments import BanditInstance
 from privbandit.protocol.learners.anytime_lazy_ucb import AnytimeLazyUCB
 from privbandit.protocol.learners.ftnl import FTNL, epoch_of, epoch_rounds
-from privbandit.protocol.learners.hybrid_streaks import leader_streak
+from privbandit.protocol.learners.hybrid_streaks import _Log2Rounds, leader_streak
 from privbandit.protocol.learners.hybrid_ucb import HybridUCB
 from privbandit.protocol.mechanisms.private_online_learning import (
     BinaryMechanism,
@@ -227,6 +227,19 @@ def test_leader_streak_ties_go_to_the_lower_index(leader, ties_won):
         ref.observe(leader, 1.0, 0.0, 0.0)
     assert ref.choose(t + won) != leader
     assert _hybrid_state(h) == _hybrid_state(ref)
+
+
+@pytest.mark.parametrize("off_by_an_ulp", [False, True])
+def test_log2_of_rounds_is_math_log2(off_by_an_ulp):
+    """The streak driver's log2 t is choose()'s math.log2(t) to the bit: numpy's is used only on
+    rounds where it was checked equal, and a disagreeing vectorized log2 is dropped for good."""
+    vec = (lambda a: np.nextafter(np.log2(a), np.inf)) if off_by_an_ulp else np.log2
+    log2 = _Log2Rounds(vec)
+    for t0, n in ((1, 1000), (1001, 24), (1, 1024), (500, 600), (5000, 10)):
+        got = log2(t0, n)
+        assert got.tolist() == [math.log2(t) for t in range(t0, t0 + n)]
+    assert log2.numpy_ok is not off_by_an_ulp
+    assert log2.checked == (0 if off_by_an_ulp else 1099)  # 5000… is not contiguous: not checked
 
 
 def test_leader_streak_refuses_a_window_across_a_fill():

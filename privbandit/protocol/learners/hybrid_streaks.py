@@ -22,8 +22,8 @@ Exactness. Every float is computed with the same operations in the same order as
 true and noisy p-sums are accumulated level by level from level 0 up (as ``observe`` does), the
 tree's running noisy sum is a left-to-right ``numpy.add.accumulate`` (sequential, unlike ``sum``),
 the index is ``μ̃ + √(log2 t)·b1 + log2 t·b2`` evaluated elementwise (``u_i ≥ u_j`` as
-``nextafter(u_i, ∞) > u_j``, exact for floats), ``log2 t`` comes from
-``math.log2`` as in ``choose``, and regret is the same running sum. So the pulls, the regret
+``nextafter(u_i, ∞) > u_j``, exact for floats), ``log2 t`` equals ``math.log2(t)`` as in
+``choose`` (:class:`_Log2Rounds`), and regret is the same running sum. So the pulls, the regret
 curves and the learner's final state equal :func:`~privbandit.protocol.learners.hybrid_ucb.
 run_hybrid_stepwise`'s bit for bit; the tests check that.
 """
@@ -42,6 +42,36 @@ from privbandit.protocol.mechanisms.private_online_learning import refresh_count
 STREAK_TRIGGER = 6
 FIRST_WINDOW = 256  # rounds; doubled after every window the leader wins through
 MAX_WINDOW = 1 << 14
+
+
+class _Log2Rounds:
+    """log2 t for a block of rounds, equal to ``math.log2(t)`` (what :meth:`HybridUCB.choose` uses).
+
+    numpy's vectorized ``log2`` is not promised to round like the C library's on every platform,
+    so each t is checked against ``math.log2`` once per process; while they agree (they do on
+    x86-64 glibc) later runs get numpy's speed, and at the first disagreement this falls back to
+    ``math.log2`` for good.
+    """
+
+    def __init__(self, vectorized=np.log2):
+        self.vectorized = vectorized
+        self.checked = 0  # vectorized log2 equals math.log2 for every t ≤ checked
+        self.numpy_ok = True
+
+    def __call__(self, t0: int, n: int) -> np.ndarray:
+        last = t0 + n - 1
+        if self.numpy_ok and last <= self.checked:
+            return self.vectorized(np.arange(t0, last + 1, dtype=np.float64))
+        exact = np.fromiter(map(math.log2, range(t0, last + 1)), dtype=np.float64, count=n)
+        if self.numpy_ok and t0 <= self.checked + 1:
+            if np.array_equal(self.vectorized(np.arange(t0, last + 1, dtype=np.float64)), exact):
+                self.checked = max(self.checked, last)
+            else:
+                self.numpy_ok = False
+        return exact
+
+
+log2_rounds = _Log2Rounds()
 
 
 def _add_merged_nodes(acc: np.ndarray, src: np.ndarray, before: list[float], c0: int) -> None:
@@ -146,7 +176,7 @@ def run_hybrid(learner: HybridUCB, feed: HybridFeed, checkpoints: np.ndarray,
     for t, xs, xb, noise in feed.blocks():
         n = len(xb)
         node = np.ascontiguousarray(noise[:, 0])
-        lt = np.fromiter(map(math.log2, range(t, t + n)), dtype=np.float64, count=n)  # as choose()
+        lt = log2_rounds(t, n)
         slt = np.sqrt(lt)
         arms = np.empty(n, dtype=np.int64)
         run_arm, run_len = -1, 0
