@@ -147,7 +147,8 @@ def leader_streak(h: HybridUCB, j: int, x: np.ndarray, node_noise: np.ndarray, l
     xs[0] += h.array_sum[j]
     h.array_sum[j] = float(np.add.accumulate(xs)[-1])
     a, ah = h.alpha[j], h.alpha_noisy[j]
-    for lv in range(max(ce.bit_length(), c0.bit_length())):  # S after ce leaves: its set bits
+    # S after ce leaves is its set bits; above the highest bit where ce and c0 differ, S is as it was.
+    for lv in range((ce ^ c0).bit_length()):
         if ce >> lv & 1:
             name = (ce >> lv) << lv
             if name > c0:  # completed inside the window (else it predates it and stays)
