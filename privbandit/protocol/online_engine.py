@@ -82,9 +82,9 @@ class OnlineRun:
     def stream(self, *path):
         return stream(self.seed, *self.prefix, *path)
 
-    def decode_failure(self, p: float | None) -> float:
-        """The distributed releases' decode-failure probability p: as given, else 1/T."""
-        return p if p is not None else 1.0 / self.horizon
+    def or_one_over_t(self, prob: float | None) -> float:
+        """A probability parameter (decode failure p, DP-SE's β) as given, else 1/T (Hu et al. §6)."""
+        return prob if prob is not None else 1.0 / self.horizon
 
 
 def _curves(gaps: np.ndarray, arms: np.ndarray, realized: np.ndarray, checkpoints: np.ndarray):
@@ -98,7 +98,7 @@ def run_anytime_lazy_ucb(run: OnlineRun, p: float | None = None) -> OnlineResult
     learner = AnytimeLazyUCB(instance.n_arms, epsilon)
     users = OnlineUsers(instance, run.seed, run.prefix, width=2)
     release = run.by_trust(lambda: ArraySumRelease(epsilon),
-                           lambda: DistributedArraySum(epsilon, run.decode_failure(p)))
+                           lambda: DistributedArraySum(epsilon, run.or_one_over_t(p)))
     analyzer_rng = run.stream("analyzer")
     arms_all = np.empty(horizon, dtype=np.int64)
     realized = np.empty(horizon)
@@ -184,7 +184,7 @@ def run_ftnl(run: OnlineRun, multiplier: float = 1.0, argmax_at: str = "intermed
     users = OnlineUsers(instance, run.seed, run.prefix, width=k)
     rnm = run.by_trust(
         lambda: ReportNoisyMax(epsilon, multiplier),
-        lambda: DistributedNoisyMax(epsilon, run.decode_failure(p), multiplier, argmax_at))
+        lambda: DistributedNoisyMax(epsilon, run.or_one_over_t(p), multiplier, argmax_at))
     analyzer_rng = run.stream("analyzer")
     arms_all = np.empty(horizon, dtype=np.int64)
     realized = np.empty(horizon)
@@ -230,7 +230,7 @@ def run_dp_se(run: OnlineRun, beta: float | None = None) -> OnlineResult:
     family's engine: ``CentralLaplace`` (central) or ``PolyaSecAgg`` (distributed, Dist-DP-SE's
     mechanism under DP-SE's epoch schedule and radius) driving ``SuccessiveElimination``."""
     instance, epsilon = run.instance, run.epsilon
-    beta = run.decode_failure(beta)  # β = 1/T by default, as p
+    beta = run.or_one_over_t(beta)
     mechanism = run.by_trust(lambda: CentralLaplace(epsilon), lambda: PolyaSecAgg(epsilon, beta))
     learner = SuccessiveElimination(instance.n_arms, SajedSheffetSchedule(epsilon, beta), sajed_sheffet_width(beta))
     res = run_once(instance=instance, mechanism=mechanism, learner=learner, horizon=run.horizon, seed=run.seed,
