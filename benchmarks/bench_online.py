@@ -2,11 +2,15 @@
 
     python benchmarks/bench_online.py              # T = 2·2^21, K = 5 (setting 1)
     python benchmarks/bench_online.py --horizon 1048576 --only hybrid
+    python benchmarks/bench_online.py --only suite     # one run of each suite label, per setting and ε
 
 Prints seconds per run for Anytime-Lazy-UCB, DP-SE and FTNL (central, distributed) and for
 Hybrid-UCB (central) at ε ∈ {0.1, 1, 128}: the streak driver at full T, with what its time is made
 of (numpy windows, rounds stepped one at a time, and the floor: drawing every round's rewards and
 noise and log2 t), and the stepwise reference's µs per step on a shorter horizon, scaled to T.
+``--only suite`` times one run of each label of ``experiments/pol_setting{1,2,3}.toml`` at
+ε ∈ {0.1, 8, 128} through ``online_family.execute``, as the reproduction calls it: the figures the
+full suite's wall-time estimate is built from.
 """
 
 from __future__ import annotations
@@ -15,9 +19,11 @@ import argparse
 import os
 import platform
 import time
+from pathlib import Path
 
 import numpy as np
 
+from privbandit.experiment import online_family
 from privbandit.protocol.environments import BanditInstance
 from privbandit.protocol.learners.hybrid_streaks import log2_rounds
 from privbandit.protocol.observer import checkpoint_grid
@@ -53,16 +59,31 @@ def floor_seconds(run: OnlineRun) -> float:
     return time.perf_counter() - start
 
 
+def suite_seconds(horizon: int) -> None:
+    """One run of each label of the reproduction's experiment files, per setting and ε."""
+    root = Path(__file__).resolve().parent.parent
+    for s in (1, 2, 3):
+        for eps in (0.1, 8.0, 128.0):
+            cfg = online_family.load(root / "experiments" / f"pol_setting{s}.toml",
+                                     [f"horizon={horizon}", "runs=1", f"epsilon={eps}"])
+            secs = {label: online_family.execute(cfg, label, 0)[3] for label in cfg.algorithms}
+            print(f"setting {s} ε={eps:<5g} load {os.getloadavg()[0]:.1f}: "
+                  + ", ".join(f"{k} {v:.2f}" for k, v in secs.items()) + f"; all {sum(secs.values()):.1f} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--horizon", type=int, default=2 * 2**21)
     ap.add_argument("--stepwise-horizon", type=int, default=2**19, help="the reference loop's horizon")
-    ap.add_argument("--only", choices=("all", "hybrid", "others"), default="all")
+    ap.add_argument("--only", choices=("all", "hybrid", "others", "suite"), default="all")
     args = ap.parse_args()
     T = args.horizon
     print(f"machine: {platform.processor() or platform.machine()}, python {platform.python_version()}, "
-          f"load {os.getloadavg()[0]:.2f}, T = {T:,}, K = 5, setting 1")
+          f"load {os.getloadavg()[0]:.2f}, T = {T:,}, K = 5" + ("" if args.only == "suite" else ", setting 1"))
 
+    if args.only == "suite":
+        suite_seconds(T)
+        return
     if args.only != "hybrid":
         for name, fn in (("anytime-lazy-ucb", run_anytime_lazy_ucb), ("dp-se", run_dp_se), ("ftnl", run_ftnl)):
             for trust in ("central", "distributed"):
