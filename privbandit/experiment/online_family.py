@@ -28,7 +28,7 @@ from privbandit.experiment.config import validate_experiment
 from privbandit.experiment.results import _mean_stderr, _worst_privacy, plot_regret
 from privbandit.protocol.environments import BanditInstance
 from privbandit.protocol.observer import checkpoint_grid
-from privbandit.protocol.online_engine import ALGORITHMS, OnlineResult
+from privbandit.protocol.online_engine import ALGORITHMS, OnlineResult, OnlineRun
 from privbandit.protocol.privacy import PrivacyLedger
 
 FAMILY = "private-online-learning"
@@ -118,22 +118,21 @@ def execute(config: OnlineExperiment, label: str, run: int) -> tuple[str, int, O
     start = time.perf_counter()
     a = config.algorithms[label]
     eps = a.epsilon if a.epsilon is not None else config.epsilon
-    kw: dict[str, Any] = dict(
+    spec = OnlineRun(
         instance=instance_of(config), epsilon=eps, horizon=config.horizon, seed=config.seed,
         prefix=(run, label), checkpoints=checkpoint_grid(config.horizon, config.checkpoints),
-        ledger=PrivacyLedger(trust_model=a.trust, epsilon_target=eps, delta=config.delta),
+        ledger=PrivacyLedger(trust_model=a.trust, epsilon_target=eps, delta=config.delta), trust=a.trust,
     )
+    kw: dict[str, Any] = {}
     if a.algorithm == "hybrid-ucb":
         kw["depth"] = a.tree_depth
-    else:
-        kw["trust"] = a.trust
     if a.algorithm in ("anytime-lazy-ucb", "ftnl"):
         kw["p"] = a.p
     if a.algorithm == "ftnl":
         kw.update(multiplier=a.rnm_multiplier, argmax_at=a.argmax_at)
     if a.algorithm == "dp-se":
         kw["beta"] = a.beta
-    result = ALGORITHMS[a.algorithm](**kw)
+    result = ALGORITHMS[a.algorithm](spec, **kw)
     return label, run, result, time.perf_counter() - start
 
 

@@ -16,6 +16,7 @@ DP-SE is not re-implemented: :func:`run_dp_se` calls the distributed-DP family's
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -23,7 +24,8 @@ from privbandit.protocol.engine import run_once
 from privbandit.protocol.environments import BanditInstance
 from privbandit.protocol.learners.anytime_lazy_ucb import AnytimeLazyUCB
 from privbandit.protocol.learners.ftnl import FTNL
-from privbandit.protocol.learners.hybrid_ucb import HybridUCB, run_hybrid
+from privbandit.protocol.learners.hybrid_streaks import run_hybrid
+from privbandit.protocol.learners.hybrid_ucb import HybridFeed, HybridUCB, run_hybrid_stepwise
 from privbandit.protocol.learners.successive_elimination import (
     SajedSheffetSchedule,
     SuccessiveElimination,
@@ -55,34 +57,49 @@ class OnlineResult:
     max_report_bits: int = 0
 
 
+@dataclass(frozen=True)
+class OnlineRun:
+    """What every algorithm's run is given: the world, ε, the trust model, the horizon, the seed
+    path its streams hang from, the observer's checkpoints and the privacy ledger to fill."""
+
+    instance: BanditInstance
+    epsilon: float
+    horizon: int
+    seed: int
+    prefix: tuple
+    checkpoints: np.ndarray
+    ledger: PrivacyLedger
+    trust: str = "central"
+
+    def by_trust(self, central, distributed):
+        """``central()`` or ``distributed()`` for this run's trust model; anything else is refused."""
+        if self.trust == "central":
+            return central()
+        if self.trust == "distributed":
+            return distributed()
+        raise ValueError(f"trust={self.trust!r} must be 'central' or 'distributed'")
+
+    def stream(self, *path):
+        return stream(self.seed, *self.prefix, *path)
+
+    def or_one_over_t(self, prob: float | None) -> float:
+        """A probability parameter (decode failure p, DP-SE's β) as given, else 1/T (Hu et al. §6)."""
+        return prob if prob is not None else 1.0 / self.horizon
+
+
 def _curves(gaps: np.ndarray, arms: np.ndarray, realized: np.ndarray, checkpoints: np.ndarray):
     idx = np.asarray(checkpoints, dtype=np.int64) - 1
     return np.cumsum(gaps[arms])[idx], np.cumsum(realized)[idx]
 
 
-def run_anytime_lazy_ucb(
-    *,
-    instance: BanditInstance,
-    epsilon: float,
-    trust: str,
-    horizon: int,
-    seed: int,
-    prefix: tuple,
-    checkpoints: np.ndarray,
-    ledger: PrivacyLedger,
-    p: float | None = None,
-) -> OnlineResult:
+def run_anytime_lazy_ucb(run: OnlineRun, p: float | None = None) -> OnlineResult:
     """Algorithm 1, central (``trust="central"``) or with one secure sum per array (``"distributed"``)."""
-    k = instance.n_arms
-    learner = AnytimeLazyUCB(k, epsilon)
-    users = OnlineUsers(instance, seed, prefix, width=2)
-    if trust == "central":
-        release = ArraySumRelease(epsilon)
-    elif trust == "distributed":
-        release = DistributedArraySum(epsilon, p if p is not None else 1.0 / horizon)
-    else:
-        raise ValueError(f"trust={trust!r} must be 'central' or 'distributed'")
-    analyzer_rng = stream(seed, *prefix, "analyzer")
+    instance, epsilon, horizon, trust, ledger = run.instance, run.epsilon, run.horizon, run.trust, run.ledger
+    learner = AnytimeLazyUCB(instance.n_arms, epsilon)
+    users = OnlineUsers(instance, run.seed, run.prefix, width=2)
+    release = run.by_trust(lambda: ArraySumRelease(epsilon),
+                           lambda: DistributedArraySum(epsilon, run.or_one_over_t(p)))
+    analyzer_rng = run.stream("analyzer")
     arms_all = np.empty(horizon, dtype=np.int64)
     realized = np.empty(horizon)
     open_sums: dict[int, list] = {}  # central: arm -> [true sum]; distributed: arm -> SecureBlockSum
@@ -102,7 +119,7 @@ def run_anytime_lazy_ucb(
                 session = open_sums.get(int(j))
                 if session is None:
                     session = open_sums[int(j)] = release.open((int(j), r), n)
-                rng = stream(seed, *prefix, "randomizer", int(j), r, t)
+                rng = run.stream("randomizer", int(j), r, t)
                 session.receive(t + sel, release.randomize(x[sel], session.params, rng))
             bits += sel.size * release.bits(n)
         for j in learner.record_pulls(arms):
@@ -120,70 +137,55 @@ def run_anytime_lazy_ucb(
             rows.append({"round": t + arms.size - 1, "arm": j, "array": r, "n": n, "estimate_sum": noisy,
                          "wrapped": wrapped, **extra})
         t += arms.size
-    pseudo, real = _curves(instance.gaps, arms_all, realized, checkpoints)
-    result = OnlineResult(checkpoints, pseudo, real, ledger.summary(), learner.pulls.copy(), instance.best_arm, rows)
+    pseudo, real = _curves(instance.gaps, arms_all, realized, run.checkpoints)
+    result = OnlineResult(np.asarray(run.checkpoints), pseudo, real, ledger.summary(), learner.pulls.copy(),
+                          instance.best_arm, rows)
     result.reports, result.protocol_bits = horizon, bits
     result.max_report_bits = max(release.bits(1 << int(r + 1)) for r in learner.full)
     return result
 
 
-def run_hybrid_ucb(
-    *,
-    instance: BanditInstance,
-    epsilon: float,
-    horizon: int,
-    seed: int,
-    prefix: tuple,
-    checkpoints: np.ndarray,
-    ledger: PrivacyLedger,
-    depth: str = "r",
-) -> OnlineResult:
-    """Algorithm 4, central model: one sequential step per round (see the learner's docstring)."""
-    learner = HybridUCB(instance.n_arms, epsilon, depth)
-    users = OnlineUsers(instance, seed, prefix, width=2)
-    noise_rng = stream(seed, *prefix, "analyzer")
-    reward = None
-    if instance.reward != "bernoulli":
-        def reward(m, u):
-            return float(rewards_from_uniforms(instance, np.array([m]), np.array([u]))[0])
-    pseudo, real, pulls = run_hybrid(
-        learner, horizon, instance.means, instance.best_arm,
+def hybrid_feed(run: OnlineRun) -> HybridFeed:
+    """Hybrid-UCB's users (two uniforms each) and the analyzer's noise stream, by round."""
+    instance = run.instance
+    users = OnlineUsers(instance, run.seed, run.prefix, width=2)
+    noise_rng = run.stream("analyzer")
+    return HybridFeed(
+        run.horizon, instance.means, instance.best_arm,
         uniforms=users.uniforms,
         laplace=lambda t0, n: noise_rng.laplace(0.0, 1.0, size=(n, 2)),
-        checkpoints=checkpoints,
-        reward=reward,
+        rewards=lambda m, u: rewards_from_uniforms(instance, m, u),
     )
-    ledger.record(PureDP(learner.epsilon_spent()))
-    result = OnlineResult(np.asarray(checkpoints), pseudo, real, ledger.summary(), pulls, instance.best_arm)
-    result.reports, result.protocol_bits, result.max_report_bits = horizon, 64 * horizon, 64
+
+
+def run_hybrid_ucb(run: OnlineRun, depth: str = "r", stepwise: bool = False, stats: dict | None = None) -> OnlineResult:
+    """Algorithm 4, central model. By default the leader's streaks run vectorized
+    (:func:`~privbandit.protocol.learners.hybrid_streaks.run_hybrid`); ``stepwise=True`` runs the
+    reference loop, one :meth:`HybridUCB.choose`/:meth:`HybridUCB.observe` per round. Both give
+    the same pulls and regret, bit for bit. ``stats``, if given, receives the fast driver's counts."""
+    if run.trust != "central":
+        raise ValueError(f"trust={run.trust!r}: hybrid-ucb runs in the central model only")
+    instance = run.instance
+    learner = HybridUCB(instance.n_arms, run.epsilon, depth)
+    drive = run_hybrid_stepwise if stepwise else partial(run_hybrid, stats=stats)
+    pseudo, real, pulls = drive(learner, hybrid_feed(run), run.checkpoints)
+    run.ledger.record(PureDP(learner.epsilon_spent()))
+    result = OnlineResult(np.asarray(run.checkpoints), pseudo, real, run.ledger.summary(), pulls, instance.best_arm)
+    result.reports, result.protocol_bits, result.max_report_bits = run.horizon, 64 * run.horizon, 64
     return result
 
 
-def run_ftnl(
-    *,
-    instance: BanditInstance,
-    epsilon: float,
-    trust: str,
-    horizon: int,
-    seed: int,
-    prefix: tuple,
-    checkpoints: np.ndarray,
-    ledger: PrivacyLedger,
-    multiplier: float = 1.0,
-    argmax_at: str = "intermediary",
-    p: float | None = None,
-) -> OnlineResult:
+def run_ftnl(run: OnlineRun, multiplier: float = 1.0, argmax_at: str = "intermediary",
+             p: float | None = None) -> OnlineResult:
     """Algorithms 2–3 on a full-information instance (every user holds a K-vector)."""
+    instance, epsilon, horizon, trust, ledger = run.instance, run.epsilon, run.horizon, run.trust, run.ledger
     k = instance.n_arms
     learner = FTNL(k)
-    users = OnlineUsers(instance, seed, prefix, width=k)
-    if trust == "central":
-        rnm = ReportNoisyMax(epsilon, multiplier)
-    elif trust == "distributed":
-        rnm = DistributedNoisyMax(epsilon, p if p is not None else 1.0 / horizon, multiplier, argmax_at)
-    else:
-        raise ValueError(f"trust={trust!r} must be 'central' or 'distributed'")
-    analyzer_rng = stream(seed, *prefix, "analyzer")
+    users = OnlineUsers(instance, run.seed, run.prefix, width=k)
+    rnm = run.by_trust(
+        lambda: ReportNoisyMax(epsilon, multiplier),
+        lambda: DistributedNoisyMax(epsilon, run.or_one_over_t(p), multiplier, argmax_at))
+    analyzer_rng = run.stream("analyzer")
     arms_all = np.empty(horizon, dtype=np.int64)
     realized = np.empty(horizon)
     rows, bits, max_bits = [], 0, 0
@@ -201,7 +203,7 @@ def run_ftnl(
                 per_user = 64 * k
             else:
                 session = rnm.open(("epoch", s), n, k)
-                session.receive(np.arange(t, t + n), rnm.randomize(x, session.params, stream(seed, *prefix, "randomizer", s)))
+                session.receive(np.arange(t, t + n), rnm.randomize(x, session.params, run.stream("randomizer", s)))
                 nxt, leaked = rnm.select(session.release(), session.params, analyzer_rng)
                 per_user = rnm.bits(n, k)
                 row.update(g=session.params.g, tau=session.params.tau, m=session.params.m,
@@ -216,38 +218,23 @@ def run_ftnl(
         bits += cohort * per_user
         max_bits = max(max_bits, per_user)
         t += cohort
-    pseudo, real = _curves(instance.gaps, arms_all, realized, checkpoints)
+    pseudo, real = _curves(instance.gaps, arms_all, realized, run.checkpoints)
     pulls = np.bincount(arms_all, minlength=k)
-    result = OnlineResult(np.asarray(checkpoints), pseudo, real, ledger.summary(), pulls, instance.best_arm, rows)
+    result = OnlineResult(np.asarray(run.checkpoints), pseudo, real, ledger.summary(), pulls, instance.best_arm, rows)
     result.reports, result.protocol_bits, result.max_report_bits = horizon, bits, max_bits
     return result
 
 
-def run_dp_se(
-    *,
-    instance: BanditInstance,
-    epsilon: float,
-    trust: str,
-    horizon: int,
-    seed: int,
-    prefix: tuple,
-    checkpoints: np.ndarray,
-    ledger: PrivacyLedger,
-    beta: float | None = None,
-) -> OnlineResult:
+def run_dp_se(run: OnlineRun, beta: float | None = None) -> OnlineResult:
     """DP-SE (Sajed & Sheffet 2019) with β = 1/T (Hu et al. §6), through the distributed-DP
     family's engine: ``CentralLaplace`` (central) or ``PolyaSecAgg`` (distributed, Dist-DP-SE's
     mechanism under DP-SE's epoch schedule and radius) driving ``SuccessiveElimination``."""
-    beta = beta if beta is not None else 1.0 / horizon
-    if trust == "central":
-        mechanism = CentralLaplace(epsilon)
-    elif trust == "distributed":
-        mechanism = PolyaSecAgg(epsilon, beta)
-    else:
-        raise ValueError(f"trust={trust!r} must be 'central' or 'distributed'")
+    instance, epsilon = run.instance, run.epsilon
+    beta = run.or_one_over_t(beta)
+    mechanism = run.by_trust(lambda: CentralLaplace(epsilon), lambda: PolyaSecAgg(epsilon, beta))
     learner = SuccessiveElimination(instance.n_arms, SajedSheffetSchedule(epsilon, beta), sajed_sheffet_width(beta))
-    res = run_once(instance=instance, mechanism=mechanism, learner=learner, horizon=horizon, seed=seed,
-                   stream_prefix=prefix, checkpoints=checkpoints, p=beta, ledger=ledger)
+    res = run_once(instance=instance, mechanism=mechanism, learner=learner, horizon=run.horizon, seed=run.seed,
+                   stream_prefix=run.prefix, checkpoints=run.checkpoints, p=beta, ledger=run.ledger)
     pulls = np.zeros(instance.n_arms, dtype=np.int64)
     rows = []
     for row in res.rounds:
@@ -266,4 +253,4 @@ ALGORITHMS = {
     "ftnl": run_ftnl,
 }
 
-__all__ = ["ALGORITHMS", "OnlineResult", "run_anytime_lazy_ucb", "run_dp_se", "run_ftnl", "run_hybrid_ucb"]
+__all__ = ["ALGORITHMS", "OnlineResult", "OnlineRun", "run_anytime_lazy_ucb", "run_dp_se", "run_ftnl", "run_hybrid_ucb"]

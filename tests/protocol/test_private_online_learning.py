@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -13,6 +14,7 @@ from scipy import stats
 from privbandit.protocol.environments import BanditInstance
 from privbandit.protocol.learners.anytime_lazy_ucb import AnytimeLazyUCB
 from privbandit.protocol.learners.ftnl import FTNL, epoch_of, epoch_rounds
+from privbandit.protocol.learners.hybrid_streaks import _Log2Rounds, leader_streak
 from privbandit.protocol.learners.hybrid_ucb import HybridUCB
 from privbandit.protocol.mechanisms.private_online_learning import (
     BinaryMechanism,
@@ -29,7 +31,7 @@ from privbandit.protocol.mechanisms.private_online_learning import (
 )
 from privbandit.protocol.noise import discrete_laplace_pmf
 from privbandit.protocol.observer import checkpoint_grid
-from privbandit.protocol.online_engine import run_anytime_lazy_ucb, run_dp_se, run_ftnl, run_hybrid_ucb
+from privbandit.protocol.online_engine import OnlineRun, run_anytime_lazy_ucb, run_dp_se, run_ftnl, run_hybrid_ucb
 from privbandit.protocol.privacy import PrivacyLedger
 from tests.stats import P_MIN, chi_square_pvalue
 
@@ -166,6 +168,112 @@ def test_hybrid_index_is_eq35():
     assert h.means[1] == 0.0 and h.pulls[1] == 6
 
 
+def _hybrid_state(h: HybridUCB) -> dict:
+    return {k: v for k, v in vars(h).items() if k != "tree"}
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), k=st.integers(2, 5), eps=st.sampled_from([0.1, 1.0, 128.0]),
+       warm=st.integers(5, 300), want=st.integers(2, 300), gaussian=st.booleans())
+def test_leader_streak_equals_stepping_observe(seed, k, eps, warm, want, gaussian):
+    """One speculative window leaves the learner exactly where choose()/observe() would: the same
+    number of pulls of the leader (it stops at the first round the leader loses, ties to the lower
+    index), and every field (means, p-sums in S, their noise, bonuses) bit for bit. Rewards are
+    Bernoulli or arbitrary floats in [0, 1] (whose sums depend on the order of additions); the
+    window may end right before an array fill."""
+    rng = np.random.default_rng(seed)
+    h = HybridUCB(k, eps)
+    t = 1
+    for _ in range(warm):  # any history: arms by choose(), but perturbed so no arm is starved
+        j = h.choose(t) if rng.random() < 0.7 or t <= k else int(rng.integers(k))
+        h.observe(j, float(rng.random()), float(rng.laplace()), float(rng.laplace()))
+        t += 1
+    j = h.choose(t)
+    room = refresh_count(h.r[j]) - h.pulls[j] - 1
+    if room < 2:
+        return
+    w = min(want, room)
+    x = rng.random(w) if gaussian else (rng.random(w) < 0.6).astype(float)
+    y = rng.laplace(size=w)
+    lt = np.array([math.log2(t + i) for i in range(w)])
+    ref = HybridUCB(k, eps)
+    ref.__dict__.update(copy.deepcopy(_hybrid_state(h)))
+    won = leader_streak(h, j, x, y, lt, np.sqrt(lt))
+    steps = 0
+    while steps < w and (steps == 0 or ref.choose(t + steps) == j):
+        ref.observe(j, float(x[steps]), float(y[steps]), 0.0)
+        steps += 1
+    assert won == steps
+    assert _hybrid_state(h) == _hybrid_state(ref)
+
+
+@pytest.mark.parametrize(("leader", "ties_won"), [(1, 0), (0, 1)])
+def test_leader_streak_ties_go_to_the_lower_index(leader, ties_won):
+    """Noise-free, all-ones rewards: the leader (8 pulls) catches up with the other arm (10 pulls);
+    at 10 pulls both indices are equal to the bit. Arm 0 wins that tie, as in choose()."""
+    h = HybridUCB(2, 1.0)
+    for j, n in ((leader, 8), (1 - leader, 10)):
+        for _ in range(n):
+            h.observe(j, 1.0, 0.0, 0.0)
+    t = 100
+    assert h.choose(t) == leader
+    ref = HybridUCB(2, 1.0)
+    ref.__dict__.update(copy.deepcopy(_hybrid_state(h)))
+    lt = np.log2(np.arange(t, t + 6, dtype=float))
+    won = leader_streak(h, leader, np.ones(6), np.zeros(6), lt, np.sqrt(lt))
+    assert won == 2 + ties_won  # pulls 9 and 10, then 11 if it wins the tie at 10
+    for i in range(won):
+        assert ref.choose(t + i) == leader
+        ref.observe(leader, 1.0, 0.0, 0.0)
+    assert ref.choose(t + won) != leader
+    assert _hybrid_state(h) == _hybrid_state(ref)
+
+
+@pytest.mark.parametrize("off_by_an_ulp", [False, True])
+def test_log2_of_rounds_is_math_log2(off_by_an_ulp):
+    """The streak driver's log2 t is choose()'s math.log2(t) to the bit: numpy's is used only on
+    rounds where it was checked equal, and a disagreeing vectorized log2 is dropped for good."""
+    vec = (lambda a: np.nextafter(np.log2(a), np.inf)) if off_by_an_ulp else np.log2
+    log2 = _Log2Rounds(vec)
+    for t0, n in ((1, 1000), (1001, 24), (1, 1024), (500, 600), (5000, 10)):
+        got = log2(t0, n)
+        assert got.tolist() == [math.log2(t) for t in range(t0, t0 + n)]
+    assert log2.numpy_ok is not off_by_an_ulp
+    assert log2.checked == (0 if off_by_an_ulp else 1099)  # 5000… is not contiguous: not checked
+
+
+def test_leader_streak_refuses_a_window_across_a_fill():
+    h = HybridUCB(2, 1.0)
+    h.observe(0, 1.0, 0.0, 0.0)
+    h.observe(1, 0.0, 0.0, 0.0)
+    h.observe(0, 1.0, 0.0, 0.0)  # pulls 2 of tree 1, which fills at 3
+    lt = np.log2(np.arange(4.0, 6.0))
+    with pytest.raises(ValueError, match="array fill"):
+        leader_streak(h, 0, np.ones(2), np.zeros(2), lt, np.sqrt(lt))
+
+
+@pytest.mark.parametrize(("setting", "eps", "seed", "horizon", "reward"), [
+    ((0.75, 0.70, 0.70, 0.70, 0.70), 0.1, 0, 140_000, "bernoulli"),  # short streaks; 3 chunks
+    ((0.75, 0.70, 0.70, 0.70, 0.70), 1.0, 1, 70_000, "bernoulli"),
+    ((0.75, 0.70, 0.70, 0.70, 0.70), 128.0, 2, 140_000, "bernoulli"),  # long streaks
+    ((0.75, 0.625, 0.5, 0.375, 0.25), 0.25, 3, 70_000, "bernoulli"),
+    ((0.75, 0.15, 0.15, 0.15, 0.15), 8.0, 4, 70_000, "bernoulli"),
+    ((0.6, 0.6, 0.5), 64.0, 5, 70_000, "bernoulli"),  # two equal best arms: ties matter
+    ((0.75, 0.70, 0.70, 0.70, 0.70), 2.0, 6, 70_000, "gaussian"),  # float sums: order matters
+])
+def test_hybrid_streaks_equal_the_stepwise_reference(setting, eps, seed, horizon, reward):
+    """The fast driver and the reference loop: same pulls, same regret curves, bit for bit."""
+    inst = BanditInstance(np.array(setting), reward)
+    kw = dict(instance=inst, epsilon=eps, horizon=horizon, seed=seed, prefix=(seed, "hybrid"),
+              checkpoints=checkpoint_grid(horizon))
+    fast = run_hybrid_ucb(OnlineRun(**kw, ledger=PrivacyLedger("central", eps, 1e-6)))
+    ref = run_hybrid_ucb(OnlineRun(**kw, ledger=PrivacyLedger("central", eps, 1e-6)), stepwise=True)
+    np.testing.assert_array_equal(fast.pulls, ref.pulls)
+    np.testing.assert_array_equal(fast.pseudo_regret, ref.pseudo_regret)
+    np.testing.assert_array_equal(fast.realized_regret, ref.realized_regret)
+    assert fast.privacy == ref.privacy
+
+
 def test_hybrid_ledger_paper_depth_spends_1_5_eps():
     assert hybrid_epsilon(1.0, "r", 20) == pytest.approx(1.5)
     assert hybrid_epsilon(1.0, "r+1", 20) == pytest.approx(1.0)
@@ -189,8 +297,8 @@ def test_ftnl_epoch_boundaries():
 def test_ftnl_run_plays_previous_epochs_noisy_leader():
     inst = BanditInstance(np.array([0.2, 0.9, 0.5]), "bernoulli")
     T = 2**10 + 100  # a truncated last epoch
-    res = run_ftnl(instance=inst, epsilon=1e6, trust="central", horizon=T, seed=3, prefix=(0,),
-                   checkpoints=np.array([T]), ledger=PrivacyLedger("central", 1e6, 1e-6))
+    res = run_ftnl(OnlineRun(instance=inst, epsilon=1e6, trust="central", horizon=T, seed=3, prefix=(0,),
+                             checkpoints=np.array([T]), ledger=PrivacyLedger("central", 1e6, 1e-6)))
     assert [r["epoch"] for r in res.releases] == list(range(10))  # epoch 10 is cut at T: no release
     assert [r["played"] for r in res.releases][0] == 0
     for prev, cur in zip(res.releases, res.releases[1:]):
@@ -280,8 +388,8 @@ def test_lazy_ucb_run_is_reproducible_and_private_per_array(trust):
     T = 20_000
     kw = dict(instance=SETTING1, epsilon=1.0, trust=trust, horizon=T, seed=4, prefix=(0, "x"),
               checkpoints=checkpoint_grid(T))
-    a = run_anytime_lazy_ucb(**kw, ledger=PrivacyLedger(trust, 1.0, 1e-6))
-    b = run_anytime_lazy_ucb(**kw, ledger=PrivacyLedger(trust, 1.0, 1e-6))
+    a = run_anytime_lazy_ucb(OnlineRun(**kw, ledger=PrivacyLedger(trust, 1.0, 1e-6)))
+    b = run_anytime_lazy_ucb(OnlineRun(**kw, ledger=PrivacyLedger(trust, 1.0, 1e-6)))
     np.testing.assert_array_equal(a.pseudo_regret, b.pseudo_regret)
     assert a.pulls.sum() == T
     assert a.privacy["epsilon_pure"] == 1.0
@@ -294,15 +402,20 @@ def test_lazy_ucb_run_is_reproducible_and_private_per_array(trust):
 def test_large_epsilon_lazy_ucb_beats_uniform_play():
     T = 50_000
     setting3 = BanditInstance(np.array([0.75, 0.15, 0.15, 0.15, 0.15]), "bernoulli")
-    res = run_anytime_lazy_ucb(instance=setting3, epsilon=64.0, trust="central", horizon=T, seed=1,
-                               prefix=(0,), checkpoints=np.array([T]), ledger=PrivacyLedger("central", 64, 1e-6))
+    res = run_anytime_lazy_ucb(OnlineRun(instance=setting3, epsilon=64.0, trust="central", horizon=T, seed=1,
+                                         prefix=(0,), checkpoints=np.array([T]),
+                                         ledger=PrivacyLedger("central", 64, 1e-6)))
     assert res.pseudo_regret[-1] < 0.05 * 0.6 * T * 4 / 5  # uniform play: 0.6·T·4/5
 
 
 def test_hybrid_and_dp_se_runs():
     T = 5_000
     kw = dict(instance=SETTING1, epsilon=8.0, horizon=T, seed=2, prefix=(1,), checkpoints=checkpoint_grid(T))
-    h = run_hybrid_ucb(**kw, ledger=PrivacyLedger("central", 8.0, 1e-6))
+    h = run_hybrid_ucb(OnlineRun(**kw, ledger=PrivacyLedger("central", 8.0, 1e-6)))
     assert h.pulls.sum() == T and h.privacy["epsilon_pure"] == pytest.approx(12.0)
-    d = run_dp_se(**kw, trust="distributed", ledger=PrivacyLedger("distributed", 8.0, 1e-6))
+    d = run_dp_se(OnlineRun(**kw, trust="distributed", ledger=PrivacyLedger("distributed", 8.0, 1e-6)))
     assert d.privacy["epsilon_pure"] == 8.0 and d.pseudo_regret[-1] > 0
+    with pytest.raises(ValueError, match="central model only"):
+        run_hybrid_ucb(OnlineRun(**kw, trust="distributed", ledger=PrivacyLedger("distributed", 8.0, 1e-6)))
+    with pytest.raises(ValueError, match="trust='local' must be 'central' or 'distributed'"):
+        run_dp_se(OnlineRun(**kw, trust="local", ledger=PrivacyLedger("central", 8.0, 1e-6)))

@@ -11,12 +11,16 @@ leaf c completes exactly one node, at level tz(c) (trailing zeros), whose true p
 plus the nodes below it; those lower nodes leave the released set S, the new one joins it.
 
 Why no cohort vectorization: every pull changes the pulled arm's estimate with fresh node noise, so
-the next user's arm depends on this user's reward. The loop is inherently one step per round.
+the next user's arm depends on this user's reward. :func:`run_hybrid_stepwise` is the readable
+reference, one step per round; ``hybrid_streaks.run_hybrid`` gets the same result, bit for bit, by
+running the leader's streaks of consecutive pulls as numpy windows.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -124,44 +128,62 @@ class HybridUCB:
         return max((self.epsilon / 2 + self.tree.epsilon_spent(r) for r in set(self.trees_opened)), default=0.0)
 
 
-def run_hybrid(
-    learner: HybridUCB,
-    horizon: int,
-    means: np.ndarray,
-    best: int,
-    uniforms,
-    laplace,
-    checkpoints: np.ndarray,
-    reward=None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Drive one run for ``horizon`` rounds. ``uniforms(t0, n)`` gives an (n, 2) block of U[0, 1)
-    (own reward, the best arm's counterfactual) for rounds t0…; ``laplace(t0, n)`` an (n, 2) block
-    of standard Laplace draws (node noise, array noise). ``reward(mean, u)`` maps a uniform to a
-    reward (default Bernoulli). Returns pseudo- and realized regret at the checkpoints and pulls."""
-    means_arr = np.asarray(means, dtype=np.float64)
-    means = means_arr.tolist()
-    gaps = [means[best] - m for m in means]
+CHUNK = 1 << 16  # rounds whose rewards and noise are pre-drawn at once, vectorized
+
+
+def bernoulli(means: np.ndarray, u: np.ndarray) -> np.ndarray:
+    return (u < means).astype(np.float64)
+
+
+@dataclass(frozen=True)
+class HybridFeed:
+    """One run's world and noise, indexed by round, for either driver.
+
+    ``uniforms(t0, n)`` gives an (n, 2) block of U[0, 1) for rounds t0… (the user's own reward,
+    the best arm's counterfactual); ``laplace(t0, n)`` an (n, 2) block of standard Laplace draws
+    (node noise, array noise); ``rewards(means, u)`` maps uniforms to rewards elementwise,
+    broadcasting. A round's draws are the same whichever arm is pulled in it.
+    """
+
+    horizon: int
+    means: np.ndarray
+    best: int
+    uniforms: Callable[[int, int], np.ndarray]
+    laplace: Callable[[int, int], np.ndarray]
+    rewards: Callable[[np.ndarray, np.ndarray], np.ndarray] = bernoulli
+
+    @property
+    def gaps(self) -> np.ndarray:
+        means = np.asarray(self.means, dtype=np.float64)
+        return means[self.best] - means
+
+    def blocks(self):
+        """``(t0, xs, xb, noise)`` per block of :data:`CHUNK` rounds: every arm's reward (n, K),
+        so a loop only looks one up, the best arm's counterfactual (n,), and the (n, 2) noise."""
+        means = np.asarray(self.means, dtype=np.float64)
+        t = 1
+        while t <= self.horizon:
+            n = min(CHUNK, self.horizon - t + 1)
+            u = self.uniforms(t, n)
+            yield t, self.rewards(means, u[:, :1]), self.rewards(means[self.best], u[:, 1]), self.laplace(t, n)
+            t += n
+
+
+def run_hybrid_stepwise(learner: HybridUCB, feed: HybridFeed, checkpoints: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The reference driver: one :meth:`HybridUCB.choose` / :meth:`HybridUCB.observe` per round.
+
+    Returns pseudo- and realized regret at the (increasing) checkpoints and the pulls.
+    :func:`~privbandit.protocol.learners.hybrid_streaks.run_hybrid` is the fast driver; the tests
+    hold it equal to this one."""
+    gaps, best = feed.gaps.tolist(), feed.best
     cps = [int(c) for c in checkpoints]
     pseudo = np.zeros(len(cps))
     realized = np.zeros(len(cps))
     nxt, reg_p, reg_r = 0, 0.0, 0.0
     choose, observe = learner.choose, learner.observe
-    chunk = 1 << 16
-    t = 1
-    while t <= horizon:
-        n = min(chunk, horizon - t + 1)
-        u = uniforms(t, n)
-        # Every arm's reward for this user is a function of its own uniform; computing all K here,
-        # vectorized, leaves one list lookup per step to the sequential loop.
-        if reward is None:
-            xs = (u[:, :1] < means_arr).astype(np.float64)
-            xb = (u[:, 1] < means_arr[best]).astype(np.float64)
-        else:
-            xs = np.array([[reward(m, v) for m in means] for v in u[:, 0]])
-            xb = np.array([reward(means[best], v) for v in u[:, 1]])
-        xs, xb = xs.tolist(), xb.tolist()
-        ls = laplace(t, n).tolist()
-        for k in range(n):
+    for t, xs, xb, noise in feed.blocks():
+        xs, xb, ls = xs.tolist(), xb.tolist(), noise.tolist()
+        for k in range(len(xb)):
             j = choose(t)
             x = xs[k][j]
             node, arr = ls[k]
