@@ -28,6 +28,9 @@ def run(
     transport: Annotated[str, typer.Option(help="inproc: one process, vectorized; mqtt: every party its own process")] = "inproc",
     broker: Annotated[Optional[str], typer.Option(help="mqtt://host:port [default: an embedded broker]")] = None,
     shards: Annotated[int, typer.Option(help="user fleets, with --transport mqtt")] = 2,
+    restart_on_crash: Annotated[int, typer.Option(
+        help="with --transport mqtt: restart a party that crashes, up to N times in all; the analyzer "
+             "and intermediaries resume from their checkpoints")] = 0,
 ):
     """Run an experiment file: many runs of each algorithm, then a results directory."""
     from privbandit.experiment.families import DEFAULT_FAMILY, family_module, family_of
@@ -40,6 +43,8 @@ def run(
             raise ConfigError(f"--jobs {jobs}: must be ≥ 1")
         if shards < 1:
             raise ConfigError(f"--shards {shards}: must be ≥ 1")
+        if restart_on_crash < 0:
+            raise ConfigError(f"--restart-on-crash {restart_on_crash}: must be ≥ 0")
         family_name = family_of(experiment, overrides)
         family = family_module(family_name)
         config = family.load(experiment, overrides)
@@ -47,7 +52,7 @@ def run(
         if transport == "mqtt":
             if family_name != DEFAULT_FAMILY:
                 raise ConfigError(f"--transport mqtt: not yet available for family {family_name!r}")
-            return _run_distributed(config, experiment, overrides, out, broker, shards)
+            return _run_distributed(config, experiment, overrides, out, broker, shards, restart_on_crash)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=err, transient=not err.is_terminal) as bar:
             ids = {label: bar.add_task(label, total=config.runs) for label in config.algorithms}
@@ -59,12 +64,14 @@ def run(
     _print_summary(summary, out)
 
 
-def _run_distributed(config, experiment: Path, overrides: list[str], out: Path, broker: str | None, shards: int):
+def _run_distributed(config, experiment: Path, overrides: list[str], out: Path, broker: str | None, shards: int,
+                     restart_on_crash: int = 0):
     import json
 
     from privbandit.services.launcher import launch
 
-    code = launch(config, experiment, overrides, out, broker_url=broker, shards=shards)
+    code = launch(config, experiment, overrides, out, broker_url=broker, shards=shards,
+                  restart_on_crash=restart_on_crash)
     if code != 0:
         err.print(f"[bold red]error:[/] the distributed run failed (observer exit {code}); logs in {out / 'logs'}")
         raise typer.Exit(1)
@@ -121,6 +128,9 @@ def letor_arms(
 BrokerOption = Annotated[Optional[str], typer.Option(
     "--broker", help="mqtt://host:port [default: $PRIVBANDIT_BROKER_URL]")]
 RunIdOption = Annotated[Optional[str], typer.Option("--run-id", help="[default: $PRIVBANDIT_RUN_ID]")]
+StateDirOption = Annotated[Optional[Path], typer.Option(
+    "--state-dir", help="checkpoint here at every round boundary and resume from it after a restart "
+                        "(one directory per party)")]
 
 
 def _settings(broker: str | None, run_id: str | None):
@@ -139,18 +149,28 @@ def _settings(broker: str | None, run_id: str | None):
         raise typer.Exit(2)
 
 
-def _serve(service) -> None:
+def _serve(make_service) -> None:
+    """Build the service (``make_service()``: it may refuse its checkpoint) and run it."""
     import asyncio
     import logging
 
     from privbandit.services.bus import SubscriptionDenied
+    from privbandit.services.checkpoint import CheckpointError
 
+    try:
+        service = make_service()
+    except CheckpointError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(2)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {service.name} %(levelname)s %(message)s")
     try:
         asyncio.run(service.serve())
     except (ConnectionError, SubscriptionDenied) as exc:
         err.print(f"[bold red]error:[/] {service.name}: {exc}", highlight=False)
         raise typer.Exit(1)
+    except CheckpointError as exc:
+        err.print(f"[bold red]error:[/] {service.name}: {exc}", highlight=False)
+        raise typer.Exit(2)
 
 
 def _world(experiment: Path, set_: list[str] | None):
@@ -182,7 +202,7 @@ def _key(name: str) -> str | None:
 
 
 @app.command()
-def analyzer(broker: BrokerOption = None, run_id: RunIdOption = None):
+def analyzer(broker: BrokerOption = None, run_id: RunIdOption = None, state_dir: StateDirOption = None):
     """The analyzer server: runs the learner, publishes plans, reads releases only.
 
     Its key comes from PRIVBANDIT_ANALYZER_KEY (hex) or PRIVBANDIT_ANALYZER_KEY_FILE; it is never
@@ -194,7 +214,8 @@ def analyzer(broker: BrokerOption = None, run_id: RunIdOption = None):
         err.print("[bold red]error:[/] neither PRIVBANDIT_ANALYZER_KEY nor PRIVBANDIT_ANALYZER_KEY_FILE is set "
                   "(the launcher sets the key)")
         raise typer.Exit(2)
-    _serve(AnalyzerService(_settings(broker, run_id), int(key, 16)))
+    settings = _settings(broker, run_id)
+    _serve(lambda: AnalyzerService(settings, int(key, 16), state_dir))
 
 
 @app.command()
@@ -205,6 +226,7 @@ def aggregator(
              "treating the silent users as dropouts")] = 30.0,
     broker: BrokerOption = None,
     run_id: RunIdOption = None,
+    state_dir: StateDirOption = None,
 ):
     """The aggregator: releases (Σ y) mod m and nothing else, as the ideal modular sum or, with
     intermediary = secagg, by running the server side of secure aggregation."""
@@ -213,8 +235,9 @@ def aggregator(
     if not secagg_step_deadline > 0 or not deadline > 0:
         err.print("[bold red]error:[/] --deadline and --secagg-step-deadline must be > 0 seconds")
         raise typer.Exit(2)
-    _serve(IntermediaryService(_settings(broker, run_id), "aggregator", deadline,
-                               secagg_step_s=secagg_step_deadline))
+    settings = _settings(broker, run_id)
+    _serve(lambda: IntermediaryService(settings, "aggregator", deadline, secagg_step_s=secagg_step_deadline,
+                                       state_dir=state_dir))
 
 
 @app.command()
@@ -222,12 +245,15 @@ def shuffler(
     deadline: Annotated[float, typer.Option(help="seconds a round may stay incomplete")] = 120.0,
     broker: BrokerOption = None,
     run_id: RunIdOption = None,
+    state_dir: StateDirOption = None,
 ):
     """The shuffler: releases a uniformly permuted multiset, without senders, order or timing."""
     from privbandit.services.intermediary import IntermediaryService
 
     key = _key("PRIVBANDIT_SHUFFLE_KEY")
-    _serve(IntermediaryService(_settings(broker, run_id), "shuffler", deadline, None if not key else int(key, 16)))
+    settings = _settings(broker, run_id)
+    _serve(lambda: IntermediaryService(settings, "shuffler", deadline, None if not key else int(key, 16),
+                                       state_dir=state_dir))
 
 
 @app.command()
@@ -246,7 +272,8 @@ def users(
     except ValueError as exc:
         err.print(f"[bold red]error:[/] {exc}")
         raise typer.Exit(2)
-    _serve(UserFleetService(_settings(broker, run_id), _world(experiment, set_), i, n))
+    settings, world = _settings(broker, run_id), _world(experiment, set_)
+    _serve(lambda: UserFleetService(settings, world, i, n))
 
 
 @app.command()
@@ -264,7 +291,7 @@ def observer(
 
     service = ObserverService(_settings(broker, run_id), _world(experiment, set_), parties.split(","), out,
                               ready_timeout)
-    _serve(service)
+    _serve(lambda: service)
     try:
         service.write()
     except SessionFailed as exc:
@@ -320,13 +347,15 @@ def demo(
     out: Annotated[Path, typer.Option(help="results directory")] = Path("results/demo"),
     shards: Annotated[int, typer.Option(help="user fleets")] = 2,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a field of experiments/demo.toml")] = None,
+    restart_on_crash: Annotated[int, typer.Option(help="restart a crashed party, up to N times in all")] = 0,
 ):
     """Dist-DP-SE end to end: broker, analyzer, aggregator, user fleets and observer as separate
     processes; prints regret, ε spent and bits per user measured on the wire."""
     experiment = Path(__file__).resolve().parent.parent / "experiments" / "demo.toml"
     if not experiment.exists():  # an installed wheel without the repository's experiments/
         experiment = Path("experiments/demo.toml")
-    run(experiment, set_=set_, runs=None, out=out, jobs=None, transport="mqtt", broker=broker, shards=shards)
+    run(experiment, set_=set_, runs=None, out=out, jobs=None, transport="mqtt", broker=broker, shards=shards,
+        restart_on_crash=restart_on_crash)
 
 
 @app.command()

@@ -2,6 +2,12 @@
 
 Its broker account can read only plans' counterpart, the releases, and control; it publishes plans
 and its own metrics. It never sees a report, ground truth or the run seed (only its own key).
+
+With a state directory it checkpoints, after every release it decodes, the releases of the running
+task: the sans-I/O :class:`Analyzer` is a deterministic function of its task spec, its key and the
+releases it consumed (its per-round randomness is ``stream(key, "round", r)``), so replaying them
+into a fresh party rebuilds the learner, the ledger and the open batch exactly. A release for a
+round it already decoded (an intermediary re-sending after a restart) is an idempotent no-op.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from privbandit.protocol.parties import Analyzer, ProtocolError
 from privbandit.protocol.privacy import PrivacyLedger
 from privbandit.protocol.seeding import derive_key
 from privbandit.services import codec
+from privbandit.services.checkpoint import CheckpointError
 from privbandit.services.party import PartyService
 
 PLAN_RETRY_S = 3.0  # re-announce open plans this long after the last progress (restarted fleets)
@@ -34,13 +41,15 @@ def plan_msg(run_id: str, task: int, plan: RoundPlan) -> codec.PlanMsg:
 class AnalyzerService(PartyService):
     role = "analyzer"
 
-    def __init__(self, settings, master_key: int):
-        super().__init__(settings)
+    def __init__(self, settings, master_key: int, state_dir=None):
+        super().__init__(settings, state_dir=state_dir)
         self.master_key = master_key
         self.party: Analyzer | None = None
         self.announced: list[codec.PlanMsg] = []
         self.last_progress = 0.0
         self.done = False
+        self.consumed: list[list] = []  # [round, n_reports, value] of every release decoded, in order
+        self.decoded: set[int] = set()
 
     def subscriptions(self):
         return [self.t("control"), self.t("release", "+")]
@@ -54,11 +63,28 @@ class AnalyzerService(PartyService):
             derive_key(self.master_key, spec["run"], spec["label"]),
         )
         self.done = False
-        await self.advance()
+        self.consumed, self.decoded = [], set()
+        saved = self.resumable(spec)
+        await self.advance(None if saved is None else self.replay(saved["releases"]))
 
-    async def advance(self) -> None:
-        """Open the next batch if the last one is fully released; finish the task at T."""
+    def replay(self, releases: list) -> list[RoundPlan]:
+        """Feed a checkpoint's releases to the fresh party; returns the batch it then has open."""
         plans = self.party.next_plans()
+        try:
+            for round_id, n_reports, value in releases:
+                self.party.on_release(Release(round_id=round_id, n_reports=n_reports, value=value))
+                self.consumed.append([round_id, n_reports, value])
+                self.decoded.add(round_id)
+                plans = self.party.next_plans() or plans
+        except (ProtocolError, TypeError, ValueError) as exc:
+            raise CheckpointError("checkpoint-inconsistent", f"{self.state.path}: release {len(self.consumed)} "
+                                  f"does not replay: {exc}") from None
+        return plans
+
+    async def advance(self, plans: list[RoundPlan] | None = None) -> None:
+        """Open the next batch if the last one is fully released; finish the task at T.
+        ``plans``: the batch a replayed checkpoint left open, announced again."""
+        plans = self.party.next_plans() if plans is None else plans
         if plans:
             self.announced = [plan_msg(self.run_id, self.task_index, p) for p in plans]
             for msg in self.announced:
@@ -75,16 +101,21 @@ class AnalyzerService(PartyService):
     async def on_message(self, name: str, msg) -> None:
         if not isinstance(msg, codec.ReleaseMsg):
             return self.reject("unexpected-kind", msg.kind)
-        if not self.current(msg):
+        if not self.current(msg) or msg.round in self.decoded:
             return
         reports = msg.reports
         if reports is not None and reports.dtype.kind == "u":  # packed residues
             reports = reports.astype(np.int64)
+        plan = self.party.open.get(msg.round)
         release = Release(round_id=msg.round, n_reports=msg.n_reports, value=msg.value, reports=reports)
         try:
             record = self.party.on_release(release)
         except (ProtocolError, ValueError) as exc:
             return self.reject(getattr(exc, "reason", "bad-release"), str(exc))
+        # The journal keeps the reduced value (what A decodes), not a local model's reports.
+        value = msg.value if reports is None else self.party.mechanism.aggregate(reports, plan.params)
+        self.consumed.append([msg.round, msg.n_reports, value.item() if hasattr(value, "item") else value])
+        self.decoded.add(msg.round)
         q = record.params
         await self.bus.publish(self.t("metrics", self.name), codec.RecordMsg(
             run=self.run_id, task=self.task_index, round=record.round_id, batch=record.batch, arm=record.arm,
@@ -93,6 +124,9 @@ class AnalyzerService(PartyService):
             central_noise=record.central_noise, reports=record.reports, epsilon=record.epsilon,
         ))
         await self.advance()
+        # Only now: everything this state implies (the record, the next plans) is at the broker,
+        # so a restart from it never misses a message, at worst repeats one.
+        self.save_state({"releases": self.consumed})
 
     async def tick(self) -> None:
         # Plans are idempotent: a fleet that restarted and missed them serves them again, and

@@ -158,6 +158,18 @@ class SecAggMsg(_Msg):
     records: bytes = b""
 
 
+class ResendMsg(_Msg):
+    """Intermediary → fleets (on ``relay/<intermediary>``): serve round ``round`` again.
+
+    Sent by an intermediary that may have lost reports it had acknowledged: it restarted from a
+    checkpoint (which holds closed rounds, not open ones) or lost the broker. Records are
+    idempotent, so the fleets' second copies are counted once."""
+
+    kind: Literal["resend"] = "resend"
+    task: NonNeg
+    round: NonNeg
+
+
 class TruthMsg(_Msg):
     """Users → observer: a BlockTruth."""
 
@@ -224,10 +236,10 @@ class ControlMsg(_Msg):
 
 
 Message = Annotated[
-    Union[PlanMsg, ReportsMsg, ReleaseMsg, SecAggMsg, TruthMsg, RecordMsg, StatusMsg, ControlMsg],
+    Union[PlanMsg, ReportsMsg, ReleaseMsg, SecAggMsg, ResendMsg, TruthMsg, RecordMsg, StatusMsg, ControlMsg],
     Field(discriminator="kind"),
 ]
-KINDS = ("plan", "reports", "release", "secagg", "truth", "record", "status", "control")
+KINDS = ("plan", "reports", "release", "secagg", "resend", "truth", "record", "status", "control")
 
 
 class _Wire(BaseModel):

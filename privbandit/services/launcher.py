@@ -5,12 +5,19 @@ Each process gets only what its role may know, through its environment:
 the broker URL and its role's credentials for everyone; the experiment file (world seed, arm means)
 for the user fleets and the observer only; the analyzer's own key for the analyzer; the
 shuffler's key for the shuffler. The analyzer is never given the experiment file.
+
+The analyzer and the intermediaries each checkpoint to their own ``<out>/state/<party>``; with
+``restart_on_crash`` the launcher restarts a party that dies (SIGKILL, a crash) up to that many
+times in all, and the restarted process resumes from its checkpoint (docs/distributed.md, "Faults
+and restarts"). A party that exits with status 2 (bad configuration, a foreign checkpoint) is not
+restarted: it would only fail again.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -22,6 +29,8 @@ from privbandit.experiment.config import ExperimentConfig, resolve_algorithm
 from privbandit.protocol.seeding import analyzer_master_key, shuffler_master_key
 
 PARTY_EXIT_WAIT_S = 20.0
+USAGE_ERROR = 2  # a party's exit status for bad input: restarting cannot help
+CHECKPOINTED = ("analyzer", "aggregator", "shuffler")  # fleets and the observer hold no state to keep
 
 
 @dataclass
@@ -65,6 +74,9 @@ def plan_parties(config: ExperimentConfig, experiment: Path, overrides: list[str
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
 
+    def state(name: str) -> list[str]:
+        return ["--state-dir", str(out / "state" / name)] if name in CHECKPOINTED else []
+
     def env(role: str, **extra) -> dict[str, str]:
         base = {"PRIVBANDIT_BROKER_URL": broker_url, "PRIVBANDIT_RUN_ID": run_id}
         if passwords:
@@ -73,11 +85,11 @@ def plan_parties(config: ExperimentConfig, experiment: Path, overrides: list[str
 
     parties = [Party("observer", ["observer", *world, "--out", str(out), "--parties", ",".join(names)],
                      env("observer"), observer_log)]
-    parties.append(Party("analyzer", ["analyzer"], env("analyzer", PRIVBANDIT_ANALYZER_KEY=hex(
+    parties.append(Party("analyzer", ["analyzer", *state("analyzer")], env("analyzer", PRIVBANDIT_ANALYZER_KEY=hex(
         analyzer_master_key(config.seed))), logs / "analyzer.log"))
-    parties.append(Party("aggregator", ["aggregator"], env("aggregator"), logs / "aggregator.log"))
+    parties.append(Party("aggregator", ["aggregator", *state("aggregator")], env("aggregator"), logs / "aggregator.log"))
     if needs_shuffler:
-        parties.append(Party("shuffler", ["shuffler"], env("shuffler", PRIVBANDIT_SHUFFLE_KEY=hex(
+        parties.append(Party("shuffler", ["shuffler", *state("shuffler")], env("shuffler", PRIVBANDIT_SHUFFLE_KEY=hex(
             shuffler_master_key(config.seed))), logs / "shuffler.log"))
     for i, name in enumerate(users):
         parties.append(Party(name, ["users", "--shard", f"{i}/{shards}", *world], env("users"), logs / f"{name}.log"))
@@ -85,10 +97,14 @@ def plan_parties(config: ExperimentConfig, experiment: Path, overrides: list[str
 
 
 def launch(config: ExperimentConfig, experiment: Path, overrides: list[str], out: Path,
-           broker_url: str | None = None, shards: int = 2, timeout_s: float | None = None) -> int:
-    """Run the experiment distributed; returns the observer's exit code (0 on success)."""
+           broker_url: str | None = None, shards: int = 2, timeout_s: float | None = None,
+           restart_on_crash: int = 0) -> int:
+    """Run the experiment distributed; returns the observer's exit code (0 on success).
+
+    ``restart_on_crash``: how many party crashes in all to survive by restarting the party."""
     run_id = "r" + secrets.token_hex(4)
     out.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(out / "state", ignore_errors=True)  # a new session: earlier checkpoints are another run's
     with ExitStack() as stack:
         passwords = None
         if broker_url is None:
@@ -105,11 +121,17 @@ def launch(config: ExperimentConfig, experiment: Path, overrides: list[str], out
             stack.callback(p.stop)
         observer = parties[0]
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        restarts = restart_on_crash
         while observer.proc.poll() is None:
-            dead = [p for p in parties[1:] if p.proc.poll() not in (None, 0)]
-            if dead:
-                p = dead[0]
-                raise RuntimeError(f"{p.name} exited with {p.proc.returncode}; see {p.log}:\n{log_tail(p.log)}")
+            for p in [p for p in parties[1:] if p.proc.poll() not in (None, 0)]:
+                code = p.proc.returncode
+                if restarts <= 0 or code == USAGE_ERROR:
+                    raise RuntimeError(f"{p.name} exited with {code}; see {p.log}:\n{log_tail(p.log)}")
+                restarts -= 1
+                with open(p.log, "a") as fh:
+                    fh.write(f"\n--- launcher: {p.name} exited with {code}; restarting it "
+                             f"({restarts} restarts left) ---\n")
+                p.start()
             if deadline and time.monotonic() > deadline:
                 raise TimeoutError(f"the distributed run did not finish in {timeout_s:.0f} s; logs in {out / 'logs'}")
             time.sleep(0.2)

@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from pathlib import Path
 
 import aiomqtt
 
 from privbandit.services import codec
 from privbandit.services.bus import Bus, BusSettings, Traffic, connect, topic
+from privbandit.services.checkpoint import CheckpointError, StateDir, resume_state, spec_fingerprint
 
 log = logging.getLogger("privbandit.party")
 
@@ -23,7 +25,7 @@ class PartyService:
     role: str = "party"
     tick_s: float = 1.0  # how often `tick` runs (retries, deadlines)
 
-    def __init__(self, settings: BusSettings, name: str | None = None):
+    def __init__(self, settings: BusSettings, name: str | None = None, state_dir: Path | None = None):
         self.settings = settings
         self.run_id = settings.run_id
         self.name = name or self.role
@@ -34,6 +36,13 @@ class PartyService:
         self.bus: Bus | None = None
         self.task_spec: dict | None = None
         self.early: list = []
+        self.connections = 0  # > 1: the broker was lost and regained (messages may be lost)
+        # Checkpoints (docs/distributed.md, "Faults and restarts"): loaded now, so that a state
+        # directory of another run stops the process before it touches the bus.
+        self.state = None if state_dir is None else StateDir(state_dir, self.run_id, self.name)
+        self.checkpoint = None if self.state is None else self.state.load()
+        if self.checkpoint is not None:
+            self._restore_counters(self.checkpoint.state.get("counters", {}))
 
     def t(self, *parts: str) -> str:
         return topic(self.run_id, *parts)
@@ -54,9 +63,14 @@ class PartyService:
 
     async def handle(self, name: str, msg) -> None:
         """Dispatch one decoded message. A message whose content the party cannot act on (a task
-        spec that does not validate, say) is counted as ``invalid-content``; it never ends the party."""
+        spec that does not validate, say) is counted as ``invalid-content``; it never ends the party.
+        A checkpoint of another experiment does end it (CheckpointError): resuming it would be wrong."""
         try:
             await self._dispatch(name, msg)
+        except CheckpointError as exc:
+            if exc.reason != "checkpoint-ahead":
+                raise
+            self.reject("wrong-task", exc.detail)  # a stale control message, older than our state
         except (ValueError, KeyError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
             log.exception("%s could not act on a %s message", self.name, msg.kind)
             self.reject("invalid-content", f"{msg.kind}: {type(exc).__name__}")
@@ -95,6 +109,29 @@ class PartyService:
 
     async def on_task(self, spec: dict) -> None:  # a new task starts: set up its party objects
         pass
+
+    # --- checkpoints ---------------------------------------------------------------------------
+    def resumable(self, spec: dict) -> dict | None:
+        """The state this party checkpointed for the task ``spec`` describes, if any."""
+        if self.state is None:
+            return None
+        return resume_state(self.checkpoint, spec["index"], spec_fingerprint(spec), self.state.path)
+
+    def save_state(self, state: dict) -> None:
+        """Checkpoint the running task's state (at a round boundary), with the counters."""
+        if self.state is None:
+            return
+        counters = {"rejected": dict(self.rejected),
+                    "traffic": {str(i): t.as_dict() for i, t in self.traffic_by_task.items()}}
+        self.state.save(self.task_index, spec_fingerprint(self.task_spec), {**state, "counters": counters})
+
+    def _restore_counters(self, counters: dict) -> None:
+        try:
+            self.rejected.update({str(k): int(v) for k, v in counters.get("rejected", {}).items()})
+            for i, t in counters.get("traffic", {}).items():
+                self.traffic_by_task[int(i)] = Traffic(*(Counter(t[k]) for k in ("payload", "wire", "messages")))
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError("checkpoint-schema", f"{self.state.path}: counters: {exc}") from None
 
     def on_shutdown(self) -> None:
         """Last chance to count what never completed: messages held for a task that never came."""
@@ -151,6 +188,7 @@ class PartyService:
                                    self.traffic, self.rejected) as bus:
                     self.bus = bus
                     delay = 0.1
+                    self.connections += 1
                     await self.on_connect()
                     async for name, msg in bus.messages():
                         await self.handle(name, msg)

@@ -47,13 +47,13 @@ class UserFleetService(PartyService):
         self.shard, self.shards = shard, shards
         self.population: UserPopulation | None = None
         self.intermediary = "aggregator"
-        self.served: set[int] = set()
+        self.served: dict[int, codec.PlanMsg] = {}
         self.secagg: FleetSecAgg | None = None
         self.identities = UserIdentities(users_identity_master(config.seed))
 
     def subscriptions(self):
         return [self.t("control"), self.t("plan"), self.t("relay", "aggregator"),
-                self.t("relay", "aggregator", self.name)]
+                self.t("relay", "aggregator", self.name), self.t("relay", "shuffler")]
 
     async def on_task(self, spec: dict) -> None:
         algo = AlgorithmConfig.model_validate(spec["algorithm"])
@@ -63,7 +63,7 @@ class UserFleetService(PartyService):
             checkpoint_grid(self.config.horizon, self.config.checkpoints), (spec["run"], spec["label"]),
             algo.dropout_rate,
         )
-        self.served = set()
+        self.served = {}
         self.secagg = None
         if algo.intermediary == "secagg":
             self.secagg = FleetSecAgg(self.run_id, spec["index"], self.shard, self.shards, algo.secagg_graph,
@@ -80,10 +80,17 @@ class UserFleetService(PartyService):
                 return self.reject("secagg-not-running", f"round {msg.round}")
             reason = await self.secagg.on_message(msg)
             return self.reject(reason, f"round {msg.round} {msg.step}") if reason else None
+        if isinstance(msg, codec.ResendMsg):
+            # An intermediary that may have lost our reports asks again; records are idempotent.
+            if self.current(msg) and msg.round in self.served and self.secagg is None:
+                await self.serve_plan(self.served[msg.round])
+            return
         if not isinstance(msg, codec.PlanMsg):
             return self.reject("unexpected-kind", msg.kind)
-        if not self.current(msg) or msg.round in self.served:
-            return
+        if self.current(msg) and msg.round not in self.served:
+            await self.serve_plan(msg)
+
+    async def serve_plan(self, msg: codec.PlanMsg) -> None:
         plan = RoundPlan(round_id=msg.round, batch=msg.batch, arm=msg.arm, first_user=msg.first_user,
                          cohort=msg.cohort, params=RoundParams(**msg.params.model_dump()), collect=msg.collect)
         mine = [b for b in self.population.blocks(plan) if b % self.shards == self.shard]
@@ -112,4 +119,4 @@ class UserFleetService(PartyService):
                     noise_sum=int(t.noise_sum)))
         if secure:  # every fleet answers round 0, with no users if it hosts none of this cohort
             await self.secagg.start(plan, values, dropouts)
-        self.served.add(msg.round)
+        self.served[msg.round] = msg
