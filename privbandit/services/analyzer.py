@@ -12,6 +12,7 @@ round it already decoded (an intermediary re-sending after a restart) is an idem
 
 from __future__ import annotations
 
+import logging
 import time
 
 import numpy as np
@@ -26,6 +27,8 @@ from privbandit.services import codec
 from privbandit.services.checkpoint import CheckpointError
 from privbandit.services.party import PartyService
 
+log = logging.getLogger("privbandit.analyzer")
+
 PLAN_RETRY_S = 3.0  # re-announce open plans this long after the last progress (restarted fleets)
 
 
@@ -36,6 +39,30 @@ def plan_msg(run_id: str, task: int, plan: RoundPlan) -> codec.PlanMsg:
         first_user=plan.first_user, cohort=plan.cohort, collect=plan.collect,
         params=codec.params_of(q),
     )
+
+
+def build_analyzer(spec: dict, master_key: int) -> Analyzer:
+    """The sans-I/O analyzer of one task, from the task's public spec and the analyzer's key."""
+    algo = AlgorithmConfig.model_validate(spec["algorithm"])
+    mechanism = build_mechanism(algo)
+    return Analyzer(
+        build_learner(algo, spec["arms"]), mechanism, spec["horizon"],
+        PrivacyLedger(mechanism.trust_model, None if algo.algorithm == "se" else algo.epsilon, spec["delta"]),
+        derive_key(master_key, spec["run"], spec["label"]),
+    )
+
+
+def replay_releases(party: Analyzer, releases: list) -> list[RoundPlan]:
+    """Drive a fresh ``party`` through ``[round, n_reports, value]`` releases as the service did
+    (next_plans before the first, after each); returns the last batch of plans it opened.
+
+    The Analyzer is deterministic given its task and key, so this rebuilds its exact state; a
+    release it refuses (ProtocolError) means the journal is not this task's."""
+    plans = party.next_plans()
+    for round_id, n_reports, value in releases:
+        party.on_release(Release(round_id=round_id, n_reports=n_reports, value=value))
+        plans = party.next_plans() or plans
+    return plans
 
 
 class AnalyzerService(PartyService):
@@ -55,30 +82,22 @@ class AnalyzerService(PartyService):
         return [self.t("control"), self.t("release", "+")]
 
     async def on_task(self, spec: dict) -> None:
-        algo = AlgorithmConfig.model_validate(spec["algorithm"])
-        mechanism = build_mechanism(algo)
-        self.party = Analyzer(
-            build_learner(algo, spec["arms"]), mechanism, spec["horizon"],
-            PrivacyLedger(mechanism.trust_model, None if algo.algorithm == "se" else algo.epsilon, spec["delta"]),
-            derive_key(self.master_key, spec["run"], spec["label"]),
-        )
+        self.party = build_analyzer(spec, self.master_key)
         self.done = False
         self.consumed, self.decoded = [], set()
         saved = self.resumable(spec)
-        await self.advance(None if saved is None else self.replay(saved["releases"]))
+        await self.advance(None if saved is None else self.replay(saved.get("releases")))
 
-    def replay(self, releases: list) -> list[RoundPlan]:
-        """Feed a checkpoint's releases to the fresh party; returns the batch it then has open."""
-        plans = self.party.next_plans()
+    def replay(self, releases) -> list[RoundPlan]:
+        """A checkpoint's releases into the fresh party; returns the batch it then has open."""
         try:
-            for round_id, n_reports, value in releases:
-                self.party.on_release(Release(round_id=round_id, n_reports=n_reports, value=value))
-                self.consumed.append([round_id, n_reports, value])
-                self.decoded.add(round_id)
-                plans = self.party.next_plans() or plans
+            plans = replay_releases(self.party, releases)
         except (ProtocolError, TypeError, ValueError) as exc:
-            raise CheckpointError("checkpoint-inconsistent", f"{self.state.path}: release {len(self.consumed)} "
-                                  f"does not replay: {exc}") from None
+            raise CheckpointError("checkpoint-inconsistent", f"{self.state.path}: its releases do not "
+                                  f"replay: {exc}") from None
+        self.consumed = [list(r) for r in releases]
+        self.decoded = {r[0] for r in releases}
+        log.info("resumed task %d from %s: %d releases replayed", self.task_index, self.state.path, len(releases))
         return plans
 
     async def advance(self, plans: list[RoundPlan] | None = None) -> None:
