@@ -22,6 +22,7 @@ aborts at its step deadline, loudly, naming round and step.
 
 from __future__ import annotations
 
+import logging
 import time
 
 import numpy as np
@@ -36,6 +37,8 @@ from privbandit.services import codec
 from privbandit.services.checkpoint import CheckpointError
 from privbandit.services.party import PartyService
 from privbandit.services.secagg_rounds import AggregatorSecAgg
+
+log = logging.getLogger("privbandit.intermediary")
 
 DEFAULT_DEADLINE_S = 120.0
 KEEP_BATCHES = 2  # releases kept for re-sending: the analyzer's open batch, and the one before
@@ -64,9 +67,12 @@ class IntermediaryService(PartyService):
         self.released: dict[int, tuple[int, codec.ReleaseMsg]] = {}  # round → (batch, release)
         self.batch_of: dict[int, int] = {}
         # Reports acknowledged to the broker but not checkpointed die with the process: the first
-        # task run after a restart (or the one running when the broker came back) asks again.
+        # task run after a restart (or the one running when the broker came back) asks for them
+        # again, for the rounds that can have been open then: batches up to ``recover_upto`` (the
+        # analyzer plans batch b + 2 only once b + 1 is released, so later rounds lost nothing).
         self.recover_next_task = self.checkpoint is not None
         self.recover_task: int | None = None
+        self.recover_upto = 0
 
     def subscriptions(self):
         return [self.t("control"), self.t("plan"), self.t("report", self.role)]
@@ -83,11 +89,12 @@ class IntermediaryService(PartyService):
         self.boxes, self.closed, self.failed = {}, set(), set()
         self.blocks_in: dict[int, set[int]] = {}
         self.released, self.batch_of = {}, {}
-        if self.recover_next_task:
-            self.recover_task, self.recover_next_task = spec["index"], False
         saved = self.resumable(spec)
         if saved is not None:
             self.restore(saved)
+        if self.recover_next_task:
+            self.recover_task, self.recover_next_task = spec["index"], False
+            self.recover_upto = self.last_batch() + 1
         self.secagg = None
         if self.active and algo.intermediary == "secagg":
             self.secagg = AggregatorSecAgg(self.run_id, spec["index"], algo.secagg_graph, self.secagg_step_s,
@@ -96,6 +103,10 @@ class IntermediaryService(PartyService):
         self.checkpoint_round()
 
     # --- checkpoints ---------------------------------------------------------------------------
+    def last_batch(self) -> int:
+        """The latest batch this intermediary has seen a plan of (0: none)."""
+        return max([b for b, _ in self.released.values()] + list(self.batch_of.values()), default=0)
+
     def checkpoint_round(self) -> None:
         """At a round boundary: closed and failed rounds, and the last batches' releases."""
         if self.released:
@@ -105,6 +116,7 @@ class IntermediaryService(PartyService):
                          "releases": [[b, codec.encode(m)] for b, m in self.released.values()]})
 
     def restore(self, saved: dict) -> None:
+        """Closed and failed rounds and kept releases from a checkpoint of the running task."""
         try:
             self.closed = {int(r) for r in saved["closed"]}
             self.failed = {int(r) for r in saved["failed"]}
@@ -115,6 +127,8 @@ class IntermediaryService(PartyService):
                 self.released[msg.round] = (int(batch), msg)
         except (KeyError, TypeError, ValueError, codec.DecodeError) as exc:
             raise CheckpointError("checkpoint-schema", f"{self.state.path}: {type(exc).__name__}: {exc}") from None
+        log.info("resumed task %d from %s: %d closed rounds, %d releases kept", self.task_index,
+                 self.state.path, len(self.closed), len(self.released))
 
     async def on_connect(self) -> None:
         await super().on_connect()
@@ -122,7 +136,7 @@ class IntermediaryService(PartyService):
             if self.task_spec is None:
                 self.recover_next_task = True
             else:
-                self.recover_task = self.task_index
+                self.recover_task, self.recover_upto = self.task_index, self.last_batch() + 1
                 for round_id, (box, _) in self.boxes.items():
                     if box is not None:
                         await self.ask_again(round_id)
@@ -170,7 +184,7 @@ class IntermediaryService(PartyService):
             box = Intermediary(plan, self.mechanism, self.rejected)
         self.boxes[msg.round] = (box, time.monotonic())
         self.batch_of[msg.round] = msg.batch
-        if self.recover_task == self.task_index and box is not None:
+        if self.recover_task == self.task_index and msg.batch <= self.recover_upto and box is not None:
             await self.ask_again(msg.round)
         for early in self.waiting.pop(msg.round, []):
             await self.collect(early)
