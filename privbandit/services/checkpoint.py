@@ -161,9 +161,12 @@ def resume_state(ckpt: Checkpoint | None, task: int, spec: str, where: Path) -> 
     if ckpt is None or ckpt.task < task:
         return None
     if ckpt.task > task:
+        # A restarted party is only ever told the running task (the observer re-announces it),
+        # so a checkpoint of a later task was taken in another session.
         raise CheckpointError("checkpoint-ahead", f"{where} is of task {ckpt.task}, the session runs task {task}: "
-                              "it belongs to another session")
+                              "it belongs to another session; empty the state directory to start afresh")
     if ckpt.spec != spec:
         raise CheckpointError("checkpoint-wrong-experiment", f"{where}: task {task} was checkpointed under "
-                              "another task spec (another experiment file or algorithm)")
+                              "another task spec (another session, experiment file or algorithm): "
+                              "empty the state directory to start afresh")
     return ckpt.state

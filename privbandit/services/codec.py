@@ -224,6 +224,9 @@ class TaskSpec(BaseModel):
     horizon: Annotated[int, Field(ge=2)]
     arms: Annotated[int, Field(ge=2)]
     delta: Annotated[float, Field(gt=0, lt=1)]
+    # The observer's session nonce: a checkpoint taken in another session (same run id, same
+    # experiment, a new start) does not match this spec's fingerprint and is refused.
+    session: Annotated[str, Field(pattern=r"^[0-9a-f]{1,64}$")] | None = None
 
 
 class ControlMsg(_Msg):

@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,10 +99,11 @@ def plan_parties(config: ExperimentConfig, experiment: Path, overrides: list[str
 
 def launch(config: ExperimentConfig, experiment: Path, overrides: list[str], out: Path,
            broker_url: str | None = None, shards: int = 2, timeout_s: float | None = None,
-           restart_on_crash: int = 0) -> int:
+           restart_on_crash: int = 0, started: Callable[[list[Party]], None] | None = None) -> int:
     """Run the experiment distributed; returns the observer's exit code (0 on success).
 
-    ``restart_on_crash``: how many party crashes in all to survive by restarting the party."""
+    ``restart_on_crash``: how many party crashes in all to survive by restarting the party.
+    ``started``: called with the parties once they are all started (fault-injection tests)."""
     run_id = "r" + secrets.token_hex(4)
     out.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(out / "state", ignore_errors=True)  # a new session: earlier checkpoints are another run's
@@ -119,6 +121,8 @@ def launch(config: ExperimentConfig, experiment: Path, overrides: list[str], out
         for p in parties:
             p.start()
             stack.callback(p.stop)
+        if started is not None:
+            started(parties)
         observer = parties[0]
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         restarts = restart_on_crash

@@ -9,6 +9,7 @@ traffic counters. It writes the same results directory as ``privbandit run``.
 
 from __future__ import annotations
 
+import secrets
 import time
 from pathlib import Path
 
@@ -52,6 +53,7 @@ class ObserverService(PartyService):
         self.results = {label: [None] * config.runs for label in self.algos}
         self.compute = dict.fromkeys(self.algos, 0.0)
         self.index = -1
+        self.session = secrets.token_hex(8)  # tells this session's checkpoints from an earlier one's
         self.failure: str | None = None
         self.shutting_down = False
         self.started = time.perf_counter()
@@ -86,7 +88,8 @@ class ObserverService(PartyService):
             self.instance = instance_for(self.config, run)
             self.task_body = {"index": self.index, "run": run, "label": label,
                               "algorithm": self.algos[label].model_dump(), "horizon": self.config.horizon,
-                              "arms": self.instance.n_arms, "delta": self.config.delta}
+                              "arms": self.instance.n_arms, "delta": self.config.delta,
+                              "session": self.session}
             self.observer = Observer(self.grid, self.algos[label].p)
             self.analyzer_done: dict | None = None
             self.task_started = time.perf_counter()

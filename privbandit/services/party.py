@@ -67,10 +67,6 @@ class PartyService:
         A checkpoint of another experiment does end it (CheckpointError): resuming it would be wrong."""
         try:
             await self._dispatch(name, msg)
-        except CheckpointError as exc:
-            if exc.reason != "checkpoint-ahead":
-                raise
-            self.reject("wrong-task", exc.detail)  # a stale control message, older than our state
         except (ValueError, KeyError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
             log.exception("%s could not act on a %s message", self.name, msg.kind)
             self.reject("invalid-content", f"{msg.kind}: {type(exc).__name__}")

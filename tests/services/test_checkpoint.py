@@ -221,3 +221,21 @@ def test_a_journal_of_another_task_does_not_replay():
     party = build_analyzer(spec, analyzer_master_key(config.seed))
     with pytest.raises(ProtocolError, match="unknown-round"):
         replay_releases(party, [[999, 5, 3]])
+
+
+def test_a_checkpoint_of_another_session_is_refused(tmp_path):
+    """Same run id, same experiment, a new session (the observer's nonce differs): refused."""
+    from privbandit.services.analyzer import AnalyzerService
+    from privbandit.services.bus import BusSettings
+
+    config, spec = _task("Dist-DP-SE", {})
+    old, new = {**spec, "session": "aa"}, {**spec, "session": "bb"}
+    StateDir(tmp_path, RUN, "analyzer").save(0, spec_fingerprint(old), {"releases": []})
+    service = AnalyzerService(BusSettings(run_id=RUN), 1, tmp_path)
+    assert service.resumable(old) == {"releases": []}
+    with pytest.raises(CheckpointError, match="another session") as info:
+        service.resumable(new)
+    assert info.value.reason == "checkpoint-wrong-experiment"
+    StateDir(tmp_path, RUN, "analyzer").save(4, spec_fingerprint(old), {"releases": []})
+    with pytest.raises(CheckpointError, match="another session"):
+        AnalyzerService(BusSettings(run_id=RUN), 1, tmp_path).resumable(new)  # task 0 < 4

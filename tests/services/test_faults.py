@@ -69,3 +69,60 @@ def test_killing_and_restarting_a_checkpointed_party_mid_run(tmp_path, mosquitto
     assert_same_numbers(tmp_path / "inproc", out)
     log = (out / "logs" / f"{victim}.log").read_text()
     assert f"resumed task {task}" in log, log[-2000:]  # the restart really went through the checkpoint
+
+
+def test_the_launcher_restarts_a_crashed_party_when_asked(tmp_path, mosquitto_url):
+    """``privbandit run --transport mqtt --restart-on-crash N``: the launcher notices the SIGKILLed
+    aggregator, starts it again, and the run completes with the in-process numbers."""
+    import threading
+
+    from privbandit.services.launcher import launch
+
+    path = _experiment(tmp_path, horizon=300_000, runs=1, extra="")
+    _inproc(path, tmp_path / "inproc")
+    config, _ = load_experiment(path)
+    out, box = tmp_path / "mqtt", {}
+    ready = threading.Event()
+
+    def started(parties):
+        box["parties"] = parties
+        ready.set()
+
+    result = {}
+    worker = threading.Thread(target=lambda: result.update(code=launch(
+        config, path, [], out, broker_url=mosquitto_url, shards=2, timeout_s=120, restart_on_crash=1,
+        started=started)), daemon=True)
+    worker.start()
+    assert ready.wait(30)
+    parties = box["parties"]
+    victim = next(p for p in parties if p.name == "aggregator")
+    end = time.monotonic() + 60
+    while _progress(out, "aggregator") < (0, 3):
+        assert time.monotonic() < end and worker.is_alive()
+        time.sleep(POLL_S)
+    first = victim.proc
+    first.kill()
+    worker.join(150)
+    assert not worker.is_alive() and result["code"] == 0
+    assert victim.proc is not first  # the launcher started a new process
+    log = (out / "logs" / "aggregator.log").read_text()
+    assert "launcher: aggregator exited with -9; restarting it (0 restarts left)" in log
+    assert "resumed task 0" in log
+    assert_same_numbers(tmp_path / "inproc", out)
+
+
+def test_a_state_dir_of_another_run_stops_the_party_with_a_clear_error(tmp_path):
+    """A checkpoint left by another session is refused at start (exit 2), never resumed."""
+    import os
+    import subprocess
+    import sys
+
+    from privbandit.services.checkpoint import StateDir
+
+    StateDir(tmp_path / "s", "old-run", "analyzer").save(0, "0" * 64, {"releases": []})
+    env = {**os.environ, "PRIVBANDIT_ANALYZER_KEY": "0x1", "PRIVBANDIT_RUN_ID": "new-run",
+           "PRIVBANDIT_BROKER_URL": "mqtt://127.0.0.1:9"}
+    proc = subprocess.run([sys.executable, "-m", "privbandit", "analyzer", "--state-dir", str(tmp_path / "s")],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 2
+    assert "checkpoint-wrong-run" in proc.stderr and "old-run" in proc.stderr and "new-run" in proc.stderr
