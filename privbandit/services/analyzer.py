@@ -20,7 +20,7 @@ import numpy as np
 from privbandit.experiment.build import build_learner, build_mechanism
 from privbandit.experiment.config import AlgorithmConfig
 from privbandit.protocol.events import Release, RoundPlan
-from privbandit.protocol.parties import Analyzer, ProtocolError
+from privbandit.protocol.parties import Analyzer, ProtocolError, RoundRecord
 from privbandit.protocol.privacy import PrivacyLedger
 from privbandit.protocol.seeding import derive_key
 from privbandit.services import codec
@@ -52,17 +52,18 @@ def build_analyzer(spec: dict, master_key: int) -> Analyzer:
     )
 
 
-def replay_releases(party: Analyzer, releases: list) -> list[RoundPlan]:
+def replay_releases(party: Analyzer, releases: list) -> tuple[list[RoundPlan], list[RoundRecord]]:
     """Drive a fresh ``party`` through ``[round, n_reports, value]`` releases as the service did
-    (next_plans before the first, after each); returns the last batch of plans it opened.
+    (next_plans before the first, after each); returns the last batch of plans it opened and the
+    records of the releases.
 
     The Analyzer is deterministic given its task and key, so this rebuilds its exact state; a
     release it refuses (ProtocolError) means the journal is not this task's."""
-    plans = party.next_plans()
+    plans, records = party.next_plans(), []
     for round_id, n_reports, value in releases:
-        party.on_release(Release(round_id=round_id, n_reports=n_reports, value=value))
+        records.append(party.on_release(Release(round_id=round_id, n_reports=n_reports, value=value)))
         plans = party.next_plans() or plans
-    return plans
+    return plans, records
 
 
 class AnalyzerService(PartyService):
@@ -77,6 +78,7 @@ class AnalyzerService(PartyService):
         self.done = False
         self.consumed: list[list] = []  # [round, n_reports, value] of every release decoded, in order
         self.decoded: set[int] = set()
+        self.records: list[codec.RecordMsg] = []  # what the observer got: sent again on resync
 
     def subscriptions(self):
         return [self.t("control"), self.t("release", "+")]
@@ -84,19 +86,20 @@ class AnalyzerService(PartyService):
     async def on_task(self, spec: dict) -> None:
         self.party = build_analyzer(spec, self.master_key)
         self.done = False
-        self.consumed, self.decoded = [], set()
+        self.consumed, self.decoded, self.records = [], set(), []
         saved = self.resumable(spec)
         await self.advance(None if saved is None else self.replay(saved.get("releases")))
 
     def replay(self, releases) -> list[RoundPlan]:
         """A checkpoint's releases into the fresh party; returns the batch it then has open."""
         try:
-            plans = replay_releases(self.party, releases)
+            plans, records = replay_releases(self.party, releases)
         except (ProtocolError, TypeError, ValueError) as exc:
             raise CheckpointError("checkpoint-inconsistent", f"{self.state.path}: its releases do not "
                                   f"replay: {exc}") from None
         self.consumed = [list(r) for r in releases]
         self.decoded = {r[0] for r in releases}
+        self.records = [self.record_msg(r) for r in records]
         log.info("resumed task %d from %s: %d releases replayed", self.task_index, self.state.path, len(releases))
         return plans
 
@@ -135,17 +138,27 @@ class AnalyzerService(PartyService):
         value = msg.value if reports is None else self.party.mechanism.aggregate(reports, plan.params)
         self.consumed.append([msg.round, msg.n_reports, value.item() if hasattr(value, "item") else value])
         self.decoded.add(msg.round)
-        q = record.params
-        await self.bus.publish(self.t("metrics", self.name), codec.RecordMsg(
-            run=self.run_id, task=self.task_index, round=record.round_id, batch=record.batch, arm=record.arm,
-            params=codec.params_of(q),
-            release=record.release, estimate=record.estimate, wrapped=record.wrapped,
-            central_noise=record.central_noise, reports=record.reports, epsilon=record.epsilon,
-        ))
+        self.records.append(self.record_msg(record))
+        await self.bus.publish(self.t("metrics", self.name), self.records[-1])
         await self.advance()
         # Only now: everything this state implies (the record, the next plans) is at the broker,
         # so a restart from it never misses a message, at worst repeats one.
         self.save_state({"releases": self.consumed})
+
+    def record_msg(self, record: RoundRecord) -> codec.RecordMsg:
+        return codec.RecordMsg(
+            run=self.run_id, task=self.task_index, round=record.round_id, batch=record.batch, arm=record.arm,
+            params=codec.params_of(record.params),
+            release=record.release, estimate=record.estimate, wrapped=record.wrapped,
+            central_noise=record.central_noise, reports=record.reports, epsilon=record.epsilon,
+        )
+
+    async def on_resync(self) -> None:
+        for msg in self.records:
+            await self.bus.publish(self.t("metrics", self.name), msg)
+        if self.done:
+            self.done = False
+            await self.advance([])  # task-done again
 
     async def tick(self) -> None:
         # Plans are idempotent: a fleet that restarted and missed them serves them again, and

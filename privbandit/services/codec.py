@@ -230,10 +230,11 @@ class TaskSpec(BaseModel):
 
 
 class ControlMsg(_Msg):
-    """Coordinator → everyone: start a task (with its public spec), or shut down."""
+    """Coordinator → everyone: start a task (with its public spec), shut down, or ``resync``: send
+    the running task's metrics again (some were lost with a broker that died before delivering)."""
 
     kind: Literal["control"] = "control"
-    action: Literal["task", "shutdown"]
+    action: Literal["task", "shutdown", "resync"]
     task: NonNeg | None = None
     body: dict = {}
 

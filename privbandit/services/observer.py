@@ -27,6 +27,9 @@ from privbandit.services import codec
 from privbandit.services.party import PartyService
 
 CONTROL_RETRY_S = 3.0
+# A task whose metrics stopped coming this long asks everyone to send them again (a broker that
+# died before delivering them lost them; every party's metrics are idempotent).
+RESYNC_S = 6.0
 STATS_WAIT_S = 15.0  # for every party's final counters after the last task
 FAILED_STATS_WAIT_S = 3.0  # after a failure some parties may never answer
 
@@ -53,6 +56,7 @@ class ObserverService(PartyService):
         self.results = {label: [None] * config.runs for label in self.algos}
         self.compute = dict.fromkeys(self.algos, 0.0)
         self.index = -1
+        self.last_metrics = self.last_resync = time.monotonic()
         self.session = secrets.token_hex(8)  # tells this session's checkpoints from an earlier one's
         self.failure: str | None = None
         self.shutting_down = False
@@ -107,12 +111,18 @@ class ObserverService(PartyService):
             await self.fail(f"parties never became ready within {self.ready_timeout_s:.0f} s: {missing}")
         if self.index >= 0 and time.monotonic() - self.last_announce > CONTROL_RETRY_S:
             await self.announce()  # for a party that restarted and missed it
+        if (0 <= self.index and not self.shutting_down and time.monotonic() - self.last_metrics > RESYNC_S
+                and time.monotonic() - self.last_resync > RESYNC_S):
+            self.last_resync = time.monotonic()
+            await self.bus.publish(self.t("control"), codec.ControlMsg(run=self.run_id, action="resync",
+                                                                       task=self.index))
         wait = FAILED_STATS_WAIT_S if self.failure else STATS_WAIT_S
         if self.shutting_down and time.monotonic() - self.shutdown_at > wait:
             self.finished = True  # write what we have; missing stats are reported as missing
 
     # --- metrics ----------------------------------------------------------------------------
     async def on_message(self, name: str, msg) -> None:
+        self.last_metrics = time.monotonic()
         if isinstance(msg, codec.StatusMsg):
             await self.on_status(msg)
         elif isinstance(msg, (codec.TruthMsg, codec.RecordMsg)):
@@ -154,6 +164,8 @@ class ObserverService(PartyService):
     async def maybe_finish_task(self) -> None:
         if self.shutting_down or self.analyzer_done is None or self.served() < self.config.horizon:
             return
+        if len(self.observer.records) < self.analyzer_done["privacy"]["releases"]:
+            return  # a round's record is still on its way (or lost: resync)
         run, label = self.tasks[self.index]
         self.results[label][run] = self.observer.result(
             self.analyzer_done["privacy"], self.analyzer_done["eliminated_at"], self.instance.best_arm)

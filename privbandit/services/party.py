@@ -80,6 +80,9 @@ class PartyService:
                 await self.status("stats", rejected=dict(self.rejected),
                                   traffic={str(i): t.as_dict() for i, t in self.traffic_by_task.items()})
                 self.finished = True
+            elif msg.action == "resync":
+                if self.task_index is not None and msg.task == self.task_index:
+                    await self.on_resync()
             else:
                 spec = codec.TaskSpec.model_validate(msg.body).model_dump()
                 if spec["index"] != msg.task:
@@ -105,6 +108,9 @@ class PartyService:
 
     async def on_task(self, spec: dict) -> None:  # a new task starts: set up its party objects
         pass
+
+    async def on_resync(self) -> None:
+        """The observer misses some of the running task's metrics: send them again (idempotent)."""
 
     # --- checkpoints ---------------------------------------------------------------------------
     def resumable(self, spec: dict) -> dict | None:
@@ -171,9 +177,12 @@ class PartyService:
             await asyncio.sleep(self.tick_s)
             if self.bus is None:
                 continue
-            if self.task_spec is None and self.role != "observer":
-                await self.status("ready")  # until the coordinator starts us: it may have come up later
-            await self.tick()
+            try:
+                if self.task_spec is None and self.role != "observer":
+                    await self.status("ready")  # until the coordinator starts us: it may have come up later
+                await self.tick()
+            except aiomqtt.MqttError as exc:  # the broker is gone: the pump reconnects, we retry later
+                log.warning("%s: a timer's publish failed (%s); retrying after reconnecting", self.name, exc)
 
     async def _pump(self) -> None:
         """Connect, and hand every message to ``handle`` until finished; reconnect on loss."""

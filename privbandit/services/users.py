@@ -48,6 +48,7 @@ class UserFleetService(PartyService):
         self.population: UserPopulation | None = None
         self.intermediary = "aggregator"
         self.served: dict[int, codec.PlanMsg] = {}
+        self.truths: dict[tuple[int, int], codec.TruthMsg] = {}  # what the observer got: sent again on resync
         self.secagg: FleetSecAgg | None = None
         self.identities = UserIdentities(users_identity_master(config.seed))
 
@@ -64,10 +65,15 @@ class UserFleetService(PartyService):
             algo.dropout_rate,
         )
         self.served = {}
+        self.truths = {}
         self.secagg = None
         if algo.intermediary == "secagg":
             self.secagg = FleetSecAgg(self.run_id, spec["index"], self.shard, self.shards, algo.secagg_graph,
                                       self.identities, self.publish_secagg)
+
+    async def on_resync(self) -> None:
+        for msg in list(self.truths.values()):
+            await self.bus.publish(self.t("metrics", self.name), msg)
 
     async def publish_secagg(self, msg: codec.SecAggMsg) -> None:
         await self.bus.publish(self.t("report", "aggregator"), msg)
@@ -112,11 +118,12 @@ class UserFleetService(PartyService):
                     user_ids=reports.user_ids.astype("<u4" if reports.user_ids[-1] < 2**32 else "<u8"),
                     values=codec.packed(reports.values, plan.params.m), block=block))
             for t in truths:
-                await self.bus.publish(self.t("metrics", self.name), codec.TruthMsg(
+                self.truths[t.round_id, t.block] = codec.TruthMsg(
                     run=self.run_id, task=self.task_index, round=t.round_id, block=t.block,
                     first_user=t.first_user, size=t.size, gap=t.gap, realized_regret=t.realized_regret,
                     realized_at=t.realized_at_checkpoints, reward_sum=t.reward_sum,
-                    noise_sum=int(t.noise_sum)))
+                    noise_sum=int(t.noise_sum))
+                await self.bus.publish(self.t("metrics", self.name), self.truths[t.round_id, t.block])
         if secure:  # every fleet answers round 0, with no users if it hosts none of this cohort
             await self.secagg.start(plan, values, dropouts)
         self.served[msg.round] = msg

@@ -190,7 +190,8 @@ def test_a_checkpoint_rebuilds_the_analyzer_to_an_identical_continuation(label, 
         assert journal == full[:cut]
         data = encode_checkpoint(RUN, "analyzer", 0, spec_fingerprint(spec), {"releases": journal})
         c, _ = fresh()
-        open_batch = replay_releases(c, decode_checkpoint(data)[2].state["releases"])
+        open_batch, replayed = replay_releases(c, decode_checkpoint(data)[2].state["releases"])
+        assert replayed == records_a[:cut]
         assert sorted(c.open) == sorted(b.open) and {p.round_id for p in open_batch} >= set(b.open)
         rest, records_c = _drive_open(c, users, open_batch)
         assert records_c == records_a[cut:]

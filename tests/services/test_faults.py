@@ -3,6 +3,7 @@ the in-process run's numbers, bit for bit (no accepted report lost, none counted
 
 from __future__ import annotations
 
+import getpass
 import secrets
 import time
 
@@ -126,3 +127,84 @@ def test_a_state_dir_of_another_run_stops_the_party_with_a_clear_error(tmp_path)
                           capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 2
     assert "checkpoint-wrong-run" in proc.stderr and "old-run" in proc.stderr and "new-run" in proc.stderr
+
+
+# --- the broker itself ----------------------------------------------------------------------------
+
+class PrivateMosquitto:
+    """A Mosquitto of our own on a free port, persisting its sessions and queues to ``directory``
+    (autosaved every second), so that it can be SIGKILLed and started again on the same port."""
+
+    def __init__(self, directory):
+        from privbandit.services.embedded_broker import free_port
+        from tests.services.test_acl import _missing, _which
+
+        self.binary = _which("mosquitto") or _missing("mosquitto")
+        self.port = free_port()
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self.conf = directory / "mosquitto.conf"
+        self.conf.write_text("\n".join([
+            f"listener {self.port} 127.0.0.1", "allow_anonymous true",
+            "persistence true", f"persistence_location {directory}/", "autosave_interval 1",
+            "max_queued_messages 100000", "log_dest stderr",
+            f"user {getpass.getuser()}",  # started as root, Mosquitto would drop to an account that cannot write here
+            ""]))
+        self.proc = None
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"mqtt://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        import socket
+        import subprocess
+
+        with open(self.directory / "mosquitto.log", "ab") as log:
+            self.proc = subprocess.Popen([self.binary, "-c", str(self.conf)], stdout=log, stderr=subprocess.STDOUT)
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            assert self.proc.poll() is None, (self.directory / "mosquitto.log").read_text()[-2000:]
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError("mosquitto did not start")
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self) -> None:
+        from privbandit.services.launcher import stop_process
+
+        stop_process(self.proc)
+
+
+def test_killing_and_restarting_the_broker_mid_run(tmp_path):
+    path = _experiment(tmp_path, horizon=300_000, runs=1, extra="")
+    _inproc(path, tmp_path / "inproc")
+    config, _ = load_experiment(path)
+    out = tmp_path / "mqtt"
+    broker = PrivateMosquitto(tmp_path / "broker")
+    parties = plan_parties(config, path, [], out, broker.url, "b" + secrets.token_hex(4), 2, None,
+                           observer_log=tmp_path / "observer.log")
+    try:
+        for p in parties:
+            p.start()
+        end = time.monotonic() + 60
+        while _progress(out, "analyzer") < (0, 3):
+            assert parties[0].proc.poll() is None and time.monotonic() < end
+            time.sleep(POLL_S)
+        broker.kill()  # SIGKILL: what it had not saved (up to 1 s of traffic) is gone
+        time.sleep(1.0)  # every party notices and retries meanwhile
+        assert parties[0].proc.poll() is None
+        broker.start()
+        assert _wait(parties, timeout=120) == 0, (tmp_path / "observer.log").read_text()[-3000:]
+    finally:
+        for p in parties:
+            p.stop()
+        broker.stop()
+    assert_same_numbers(tmp_path / "inproc", out)
