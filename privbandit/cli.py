@@ -181,9 +181,31 @@ def _world(experiment: Path, set_: list[str] | None):
         raise typer.Exit(2)
 
 
-def _key(name: str) -> str | None:
+def parse_key(name: str, text: str) -> int:
+    """A key as ``privbandit keys`` writes it: a hexadecimal integer (``0x`` optional), < 2**256."""
+    try:
+        key = int(text.strip(), 16)
+    except ValueError:
+        raise ValueError(f"{name} must be a hexadecimal integer, got {text[:20]!r}") from None
+    if not 0 <= key < 2**256:
+        raise ValueError(f"{name} must lie in [0, 2**256), got {key.bit_length()} bits")
+    return key
+
+
+def _key(name: str) -> int | None:
     """A party's key: ``$NAME``, or the ``NAME=value`` line of the file ``$NAME_FILE`` names
     (written by ``privbandit keys``; docker-compose.yml mounts it for that party alone)."""
+    text = _key_text(name)
+    if text is None:
+        return None
+    try:
+        return parse_key(name, text)
+    except ValueError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(2)
+
+
+def _key_text(name: str) -> str | None:
     if os.environ.get(name):
         return os.environ[name]
     path = os.environ.get(f"{name}_FILE")
@@ -193,6 +215,9 @@ def _key(name: str) -> str | None:
         lines = Path(path).read_text().splitlines()
     except OSError as exc:
         err.print(f"[bold red]error:[/] {name}_FILE={path}: {exc.strerror}")
+        raise typer.Exit(2)
+    except UnicodeDecodeError:
+        err.print(f"[bold red]error:[/] {name}_FILE={path}: not UTF-8 text")
         raise typer.Exit(2)
     found = [line.split("=", 1)[1].strip() for line in lines if line.startswith(f"{name}=")]
     if not found:
@@ -210,12 +235,12 @@ def analyzer(broker: BrokerOption = None, run_id: RunIdOption = None, state_dir:
     from privbandit.services.analyzer import AnalyzerService
 
     key = _key("PRIVBANDIT_ANALYZER_KEY")
-    if not key:
+    if key is None:
         err.print("[bold red]error:[/] neither PRIVBANDIT_ANALYZER_KEY nor PRIVBANDIT_ANALYZER_KEY_FILE is set "
                   "(the launcher sets the key)")
         raise typer.Exit(2)
     settings = _settings(broker, run_id)
-    _serve(lambda: AnalyzerService(settings, int(key, 16), state_dir))
+    _serve(lambda: AnalyzerService(settings, key, state_dir))
 
 
 @app.command()
@@ -252,7 +277,7 @@ def shuffler(
 
     key = _key("PRIVBANDIT_SHUFFLE_KEY")
     settings = _settings(broker, run_id)
-    _serve(lambda: IntermediaryService(settings, "shuffler", deadline, None if not key else int(key, 16),
+    _serve(lambda: IntermediaryService(settings, "shuffler", deadline, key,
                                        state_dir=state_dir))
 
 
