@@ -32,6 +32,10 @@ QOS = 1  # every topic: a lost plan, report or release would stall or skew a rou
 PUBACK_BYTES = 4
 # paho's client queues are unbounded by default; a flooding peer must not exhaust memory.
 MAX_QUEUED_INCOMING = 10_000
+# A QoS 1 publish waits this long for its PUBACK. A broker that died never sends it, and paho does
+# not fail the pending publish on disconnect, so this bounds how long a party sits unaware (the
+# reconnect loop and the retries then take over). A local broker acks an 8 MiB message in ms.
+PUBLISH_TIMEOUT_S = 5.0
 
 
 class BusSettings(BaseSettings):
@@ -116,7 +120,7 @@ class Bus:
 
     async def publish(self, topic_name: str, msg) -> None:
         payload = codec.encode(msg)
-        await self.client.publish(topic_name, payload, qos=QOS)
+        await self.client.publish(topic_name, payload, qos=QOS, timeout=PUBLISH_TIMEOUT_S)
         self.traffic.add("sent", topic_name, len(payload))
 
     async def messages(self) -> AsyncIterator[tuple[str, object]]:

@@ -66,7 +66,7 @@ def stop_process(proc: subprocess.Popen | None, grace_s: float = 5.0) -> None:
 
 def plan_parties(config: ExperimentConfig, experiment: Path, overrides: list[str], out: Path,
                  broker_url: str, run_id: str, shards: int, passwords: dict[str, str] | None,
-                 observer_log: Path | None = None) -> list[Party]:
+                 observer_log: Path | None = None, checkpoint: bool = True) -> list[Party]:
     sets = [x for o in overrides for x in ("--set", o)]
     world = ["--experiment", str(experiment), *sets]
     needs_shuffler = any(resolve_algorithm(config, label).intermediary == "shuffler" for label in config.algorithms)
@@ -76,7 +76,7 @@ def plan_parties(config: ExperimentConfig, experiment: Path, overrides: list[str
     logs.mkdir(parents=True, exist_ok=True)
 
     def state(name: str) -> list[str]:
-        return ["--state-dir", str(out / "state" / name)] if name in CHECKPOINTED else []
+        return ["--state-dir", str(out / "state" / name)] if checkpoint and name in CHECKPOINTED else []
 
     def env(role: str, **extra) -> dict[str, str]:
         base = {"PRIVBANDIT_BROKER_URL": broker_url, "PRIVBANDIT_RUN_ID": run_id}
@@ -99,11 +99,13 @@ def plan_parties(config: ExperimentConfig, experiment: Path, overrides: list[str
 
 def launch(config: ExperimentConfig, experiment: Path, overrides: list[str], out: Path,
            broker_url: str | None = None, shards: int = 2, timeout_s: float | None = None,
-           restart_on_crash: int = 0, started: Callable[[list[Party]], None] | None = None) -> int:
+           restart_on_crash: int = 0, started: Callable[[list[Party]], None] | None = None,
+           checkpoint: bool = True) -> int:
     """Run the experiment distributed; returns the observer's exit code (0 on success).
 
     ``restart_on_crash``: how many party crashes in all to survive by restarting the party.
-    ``started``: called with the parties once they are all started (fault-injection tests)."""
+    ``started``: called with the parties once they are all started (fault-injection tests).
+    ``checkpoint``: give the analyzer and intermediaries state directories (benchmarks turn it off)."""
     run_id = "r" + secrets.token_hex(4)
     out.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(out / "state", ignore_errors=True)  # a new session: earlier checkpoints are another run's
@@ -117,7 +119,8 @@ def launch(config: ExperimentConfig, experiment: Path, overrides: list[str], out
             broker = start_embedded_broker(run_id, passwords)
             stack.callback(broker.stop)
             broker_url = broker.url
-        parties = plan_parties(config, experiment, overrides, out, broker_url, run_id, shards, passwords)
+        parties = plan_parties(config, experiment, overrides, out, broker_url, run_id, shards, passwords,
+                               checkpoint=checkpoint)
         for p in parties:
             p.start()
             stack.callback(p.stop)

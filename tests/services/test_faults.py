@@ -15,6 +15,13 @@ from privbandit.services.launcher import plan_parties
 from tests.services.test_distributed import _experiment, _inproc, _wait, assert_same_numbers
 
 SHUFFLED = """
+name = "faults-shuffled"
+horizon = 200000
+seed = 23
+epsilon = 0.5
+runs = 1
+[environment]
+kind = "uniform"
 [algorithms.Dist-RDP-shuffled]
 algorithm = "dist-rdp-se"
 intermediary = "shuffler"
@@ -47,40 +54,71 @@ def _kill_and_restart(parties, out, name: str, task: int, rounds: int, timeout: 
     party.start()
 
 
-@pytest.mark.parametrize(("victim", "task", "extra"), [
-    ("analyzer", 0, ""),
-    ("aggregator", 0, ""),
-    ("shuffler", 1, SHUFFLED),
-])
-def test_killing_and_restarting_a_checkpointed_party_mid_run(tmp_path, mosquitto_url, victim, task, extra):
-    path = _experiment(tmp_path, horizon=300_000, runs=1, extra=extra)
-    _inproc(path, tmp_path / "inproc")
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The in-process results every fault test must reproduce: (experiment file, results dir)."""
+    tmp = tmp_path_factory.mktemp("reference")
+    path = _experiment(tmp, horizon=HORIZON, runs=1, extra="")
+    _inproc(path, tmp / "inproc")
+    return path, tmp / "inproc"
+
+
+HORIZON = 200_000
+
+
+def _launch_parties(tmp_path, path, url, prefix):
     config, _ = load_experiment(path)
     out = tmp_path / "mqtt"
-    parties = plan_parties(config, path, [], out, mosquitto_url, "f" + secrets.token_hex(4), 2, None,
+    parties = plan_parties(config, path, [], out, url, prefix + secrets.token_hex(4), 2, None,
                            observer_log=tmp_path / "observer.log")
     for p in parties:
         p.start()
+    return parties, out
+
+
+def _finish(tmp_path, parties) -> None:
     try:
-        _kill_and_restart(parties, out, victim, task, 3)
         assert _wait(parties, timeout=120) == 0, (tmp_path / "observer.log").read_text()[-3000:]
     finally:
         for p in parties:
             p.stop()
+
+
+def test_killing_the_analyzer_then_the_aggregator_mid_run(tmp_path, mosquitto_url, reference):
+    """Two SIGKILLs in one session, each party restarted from its checkpoint."""
+    path, inproc = reference
+    parties, out = _launch_parties(tmp_path, path, mosquitto_url, "f")
+    try:
+        _kill_and_restart(parties, out, "analyzer", 0, 3)
+        _kill_and_restart(parties, out, "aggregator", 0, 8)
+    finally:
+        _finish(tmp_path, parties)
+    assert_same_numbers(inproc, out)
+    for victim in ("analyzer", "aggregator"):  # the restarts really went through the checkpoints
+        assert "resumed task 0" in (out / "logs" / f"{victim}.log").read_text(), victim
+
+
+def test_killing_the_shuffler_mid_run(tmp_path, mosquitto_url):
+    path = tmp_path / "shuffled.toml"
+    path.write_text(SHUFFLED)
+    _inproc(path, tmp_path / "inproc")
+    parties, out = _launch_parties(tmp_path, path, mosquitto_url, "h")
+    try:
+        _kill_and_restart(parties, out, "shuffler", 0, 3)
+    finally:
+        _finish(tmp_path, parties)
     assert_same_numbers(tmp_path / "inproc", out)
-    log = (out / "logs" / f"{victim}.log").read_text()
-    assert f"resumed task {task}" in log, log[-2000:]  # the restart really went through the checkpoint
+    assert "resumed task 0" in (out / "logs" / "shuffler.log").read_text()
 
 
-def test_the_launcher_restarts_a_crashed_party_when_asked(tmp_path, mosquitto_url):
+def test_the_launcher_restarts_a_crashed_party_when_asked(tmp_path, mosquitto_url, reference):
     """``privbandit run --transport mqtt --restart-on-crash N``: the launcher notices the SIGKILLed
     aggregator, starts it again, and the run completes with the in-process numbers."""
     import threading
 
     from privbandit.services.launcher import launch
 
-    path = _experiment(tmp_path, horizon=300_000, runs=1, extra="")
-    _inproc(path, tmp_path / "inproc")
+    path, inproc = reference
     config, _ = load_experiment(path)
     out, box = tmp_path / "mqtt", {}
     ready = threading.Event()
@@ -109,7 +147,7 @@ def test_the_launcher_restarts_a_crashed_party_when_asked(tmp_path, mosquitto_ur
     log = (out / "logs" / "aggregator.log").read_text()
     assert "launcher: aggregator exited with -9; restarting it (0 restarts left)" in log
     assert "resumed task 0" in log
-    assert_same_numbers(tmp_path / "inproc", out)
+    assert_same_numbers(inproc, out)
 
 
 def test_a_state_dir_of_another_run_stops_the_party_with_a_clear_error(tmp_path):
@@ -183,9 +221,8 @@ class PrivateMosquitto:
         stop_process(self.proc)
 
 
-def test_killing_and_restarting_the_broker_mid_run(tmp_path):
-    path = _experiment(tmp_path, horizon=300_000, runs=1, extra="")
-    _inproc(path, tmp_path / "inproc")
+def test_killing_and_restarting_the_broker_mid_run(tmp_path, reference):
+    path, inproc = reference
     config, _ = load_experiment(path)
     out = tmp_path / "mqtt"
     broker = PrivateMosquitto(tmp_path / "broker")
@@ -199,7 +236,7 @@ def test_killing_and_restarting_the_broker_mid_run(tmp_path):
             assert parties[0].proc.poll() is None and time.monotonic() < end
             time.sleep(POLL_S)
         broker.kill()  # SIGKILL: what it had not saved (up to 1 s of traffic) is gone
-        time.sleep(1.0)  # every party notices and retries meanwhile
+        time.sleep(0.5)  # every party notices and retries meanwhile
         assert parties[0].proc.poll() is None
         broker.start()
         assert _wait(parties, timeout=120) == 0, (tmp_path / "observer.log").read_text()[-3000:]
@@ -207,4 +244,4 @@ def test_killing_and_restarting_the_broker_mid_run(tmp_path):
         for p in parties:
             p.stop()
         broker.stop()
-    assert_same_numbers(tmp_path / "inproc", out)
+    assert_same_numbers(inproc, out)
