@@ -310,13 +310,15 @@ def observer(
     ready_timeout: Annotated[float, typer.Option(help="seconds to wait for every party to be ready")] = 60.0,
     broker: BrokerOption = None,
     run_id: RunIdOption = None,
+    state_dir: StateDirOption = None,
 ):
     """Collects metrics, paces the session and writes the results directory."""
     from privbandit.services.observer import ObserverService, SessionFailed
 
-    service = ObserverService(_settings(broker, run_id), _world(experiment, set_), parties.split(","), out,
-                              ready_timeout)
-    _serve(lambda: service)
+    settings, world, built = _settings(broker, run_id), _world(experiment, set_), []
+    _serve(lambda: built.append(ObserverService(settings, world, parties.split(","), out, ready_timeout,
+                                                state_dir)) or built[0])
+    service = built[0]
     try:
         service.write()
     except SessionFailed as exc:

@@ -31,7 +31,7 @@ from privbandit.protocol.seeding import analyzer_master_key, shuffler_master_key
 
 PARTY_EXIT_WAIT_S = 20.0
 USAGE_ERROR = 2  # a party's exit status for bad input: restarting cannot help
-CHECKPOINTED = ("analyzer", "aggregator", "shuffler")  # fleets and the observer hold no state to keep
+CHECKPOINTED = ("observer", "analyzer", "aggregator", "shuffler")  # fleets hold no state to keep
 
 
 @dataclass
@@ -84,8 +84,8 @@ def plan_parties(config: ExperimentConfig, experiment: Path, overrides: list[str
             base |= {"PRIVBANDIT_USERNAME": role, "PRIVBANDIT_PASSWORD": passwords[role]}
         return base | extra
 
-    parties = [Party("observer", ["observer", *world, "--out", str(out), "--parties", ",".join(names)],
-                     env("observer"), observer_log)]
+    parties = [Party("observer", ["observer", *world, "--out", str(out), "--parties", ",".join(names),
+                                  *state("observer")], env("observer"), observer_log)]
     parties.append(Party("analyzer", ["analyzer", *state("analyzer")], env("analyzer", PRIVBANDIT_ANALYZER_KEY=hex(
         analyzer_master_key(config.seed))), logs / "analyzer.log"))
     parties.append(Party("aggregator", ["aggregator", *state("aggregator")], env("aggregator"), logs / "aggregator.log"))
@@ -129,13 +129,19 @@ def launch(config: ExperimentConfig, experiment: Path, overrides: list[str], out
         observer = parties[0]
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         restarts = restart_on_crash
-        while observer.proc.poll() is None:
-            for p in [p for p in parties[1:] if p.proc.poll() not in (None, 0)]:
+        while True:
+            # The observer's own exit ends the session (0: results written, 1: the session failed),
+            # unless a signal killed it: then it is restarted like any party, and resumes.
+            if observer.proc.poll() is not None and (observer.proc.returncode >= 0 or restarts <= 0):
+                break
+            crashed = [p for p in parties if p.proc.poll() not in (None, 0)
+                       and (p is not observer or p.proc.returncode < 0)]
+            for p in crashed:
                 code = p.proc.returncode
                 if restarts <= 0 or code == USAGE_ERROR:
                     raise RuntimeError(f"{p.name} exited with {code}; see {p.log}:\n{log_tail(p.log)}")
                 restarts -= 1
-                with open(p.log, "a") as fh:
+                with open(p.log or os.devnull, "a") as fh:
                     fh.write(f"\n--- launcher: {p.name} exited with {code}; restarting it "
                              f"({restarts} restarts left) ---\n")
                 p.start()

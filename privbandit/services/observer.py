@@ -5,13 +5,21 @@ session: once every party is ready it announces task 0 (a run of one algorithm) 
 topic with the task's *public* spec, moves to the next task when the analyzer reports it finished
 and the fleets' truth covers all T users, and finally asks everyone to shut down and report their
 traffic counters. It writes the same results directory as ``privbandit run``.
+
+With a state directory it checkpoints at every task boundary (the session nonce, the task it is
+starting and the results of the tasks done). A restarted observer resumes the same session: it
+announces the running task again and asks every party to send that task's metrics again
+(``resync``); the parties' metrics are idempotent, so the task is rebuilt whole.
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from pathlib import Path
+
+import numpy as np
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -21,10 +29,13 @@ from privbandit.experiment.results import summarize, write_results
 from privbandit.experiment.runner import instance_for, resolved_algorithms
 from privbandit.protocol.events import BlockTruth
 from privbandit.protocol.mechanisms.base import RoundParams
-from privbandit.protocol.observer import Observer, checkpoint_grid
+from privbandit.protocol.observer import Observer, RunResult, checkpoint_grid
 from privbandit.protocol.parties import RoundRecord
 from privbandit.services import codec
+from privbandit.services.checkpoint import CheckpointError, spec_fingerprint
 from privbandit.services.party import PartyService
+
+log = logging.getLogger("privbandit.observer")
 
 CONTROL_RETRY_S = 3.0
 # A task whose metrics stopped coming this long asks everyone to send them again (a broker that
@@ -38,12 +49,35 @@ class SessionFailed(RuntimeError):
     pass
 
 
+def _plain(x):
+    """numpy scalars to Python ones (msgpack takes no numpy types)."""
+    return x.item() if isinstance(x, np.generic) else x
+
+
+def _result_state(r: RunResult) -> dict:
+    return {"checkpoints": r.checkpoints.tolist(), "pseudo_regret": r.pseudo_regret.tolist(),
+            "realized_regret": r.realized_regret.tolist(),
+            "rounds": [{k: _plain(v) for k, v in row.items()} for row in r.rounds],
+            "privacy": r.privacy, "reports": int(r.reports), "protocol_bits": int(r.protocol_bits),
+            "max_report_bits": int(r.max_report_bits), "eliminated_at": [int(a) for a in r.eliminated_at],
+            "best_arm": int(r.best_arm)}
+
+
+def _result_from_state(s: dict) -> RunResult:
+    return RunResult(checkpoints=np.asarray(s["checkpoints"], dtype=np.int64),
+                     pseudo_regret=np.asarray(s["pseudo_regret"], dtype=np.float64),
+                     realized_regret=np.asarray(s["realized_regret"], dtype=np.float64),
+                     rounds=list(s["rounds"]), privacy=s["privacy"], reports=s["reports"],
+                     protocol_bits=s["protocol_bits"], max_report_bits=s["max_report_bits"],
+                     eliminated_at=list(s["eliminated_at"]), best_arm=s["best_arm"])
+
+
 class ObserverService(PartyService):
     role = "observer"
 
     def __init__(self, settings, config: ExperimentConfig, parties: list[str], out: Path,
-                 ready_timeout_s: float = 60.0):
-        super().__init__(settings)
+                 ready_timeout_s: float = 60.0, state_dir: Path | None = None):
+        super().__init__(settings, state_dir=state_dir)
         self.ready_deadline = time.monotonic() + ready_timeout_s
         self.ready_timeout_s = ready_timeout_s
         self.config = config
@@ -65,12 +99,52 @@ class ObserverService(PartyService):
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=Console(stderr=True))
         self.bar = self.progress.add_task(f"{config.name} over MQTT", total=len(self.tasks))
+        self.experiment = spec_fingerprint(config.model_dump(mode="json"))
+        self.resuming = self.checkpoint is not None
+        if self.resuming:
+            self.restore(self.checkpoint)
+
+    # --- checkpoints (task boundaries) -------------------------------------------------------
+    def save_session(self) -> None:
+        results = {label: [None if r is None else _result_state(r) for r in runs]
+                   for label, runs in self.results.items()}
+        self.save_state({"session": self.session, "results": results, "compute": self.compute,
+                         "elapsed": time.perf_counter() - self.started}, task=self.index, spec=self.experiment)
+
+    def restore(self, ckpt) -> None:
+        if ckpt.spec != self.experiment:
+            raise CheckpointError("checkpoint-wrong-experiment", f"{self.state.path} was taken with another "
+                                  "experiment file: empty the state directory to start afresh")
+        try:
+            s = ckpt.state
+            self.session = str(s["session"])
+            self.results = {label: [None if r is None else _result_from_state(r) for r in s["results"][label]]
+                            for label in self.algos}
+            self.compute = {label: float(s["compute"][label]) for label in self.algos}
+            self.started -= float(s["elapsed"])
+            self.index = ckpt.task - 1  # next_task() starts it again
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError("checkpoint-schema", f"{self.state.path}: {type(exc).__name__}: {exc}") from None
 
     def subscriptions(self):
         return [self.t("metrics", "+")]
 
     async def on_connect(self) -> None:
-        pass  # the observer publishes control, not readiness
+        # The observer publishes control, not readiness. Resuming: every party is already running
+        # (none will say ready again), so start the checkpointed task again at once and ask for
+        # its metrics.
+        if self.resuming:
+            self.resuming = False
+            self.ready = set(self.parties)
+            self.progress.start()
+            self.progress.update(self.bar, completed=max(self.index + 1, 0))
+            await self.next_task()
+            await self.resync()
+            log.info("resumed the session at task %d from %s", self.index, self.state.path)
+
+    async def resync(self) -> None:
+        self.last_resync = time.monotonic()
+        await self.bus.publish(self.t("control"), codec.ControlMsg(run=self.run_id, action="resync", task=self.index))
 
     # --- session pacing ---------------------------------------------------------------------
     async def announce(self) -> None:
@@ -97,6 +171,7 @@ class ObserverService(PartyService):
             self.observer = Observer(self.grid, self.algos[label].p)
             self.analyzer_done: dict | None = None
             self.task_started = time.perf_counter()
+        self.save_session()
         await self.announce()
 
     async def fail(self, reason: str) -> None:
@@ -113,9 +188,7 @@ class ObserverService(PartyService):
             await self.announce()  # for a party that restarted and missed it
         if (0 <= self.index and not self.shutting_down and time.monotonic() - self.last_metrics > RESYNC_S
                 and time.monotonic() - self.last_resync > RESYNC_S):
-            self.last_resync = time.monotonic()
-            await self.bus.publish(self.t("control"), codec.ControlMsg(run=self.run_id, action="resync",
-                                                                       task=self.index))
+            await self.resync()
         wait = FAILED_STATS_WAIT_S if self.failure else STATS_WAIT_S
         if self.shutting_down and time.monotonic() - self.shutdown_at > wait:
             self.finished = True  # write what we have; missing stats are reported as missing

@@ -119,13 +119,15 @@ class PartyService:
             return None
         return resume_state(self.checkpoint, spec["index"], spec_fingerprint(spec), self.state.path)
 
-    def save_state(self, state: dict) -> None:
-        """Checkpoint the running task's state (at a round boundary), with the counters."""
+    def save_state(self, state: dict, task: int | None = None, spec: str | None = None) -> None:
+        """Checkpoint the running task's state (at a round boundary), with the counters.
+        ``task`` and ``spec`` (a fingerprint) default to the running task's."""
         if self.state is None:
             return
         counters = {"rejected": dict(self.rejected),
                     "traffic": {str(i): t.as_dict() for i, t in self.traffic_by_task.items()}}
-        self.state.save(self.task_index, spec_fingerprint(self.task_spec), {**state, "counters": counters})
+        self.state.save(self.task_index if task is None else task,
+                        spec_fingerprint(self.task_spec) if spec is None else spec, {**state, "counters": counters})
 
     def _restore_counters(self, counters: dict) -> None:
         try:

@@ -35,7 +35,7 @@ def _progress(out, name: str) -> tuple[int, int]:
         _, _, ckpt = decode_checkpoint((out / "state" / name / "checkpoint.bin").read_bytes())
     except FileNotFoundError:
         return -1, 0
-    done = ckpt.state.get("releases") if name == "analyzer" else ckpt.state.get("closed")
+    done = ckpt.state.get("releases") if name == "analyzer" else ckpt.state.get("closed", [])
     return ckpt.task, len(done)
 
 
@@ -245,3 +245,24 @@ def test_killing_and_restarting_the_broker_mid_run(tmp_path, reference):
             p.stop()
         broker.stop()
     assert_same_numbers(inproc, out)
+
+
+def test_killing_and_restarting_the_observer_mid_run(tmp_path, mosquitto_url):
+    """The observer checkpoints at task boundaries; restarted, it resumes the same session,
+    announces the running task again and asks the parties to resend its metrics (resync)."""
+    path = _experiment(tmp_path, horizon=100_000, runs=3, extra="")
+    _inproc(path, tmp_path / "inproc")
+    parties, out = _launch_parties(tmp_path, path, mosquitto_url, "o")
+    observer = parties[0]
+    try:
+        end = time.monotonic() + 60
+        while _progress(out, "observer")[0] < 1:  # task 1 started: task 0's results are in the checkpoint
+            assert observer.proc.poll() is None and time.monotonic() < end
+            time.sleep(POLL_S)
+        observer.proc.kill()
+        observer.proc.wait()
+        observer.start()
+    finally:
+        _finish(tmp_path, parties)
+    assert_same_numbers(tmp_path / "inproc", out)
+    assert "resumed the session at task 1" in (tmp_path / "observer.log").read_text()

@@ -6,6 +6,7 @@ every rejection carries a reason (a countable key, or a message naming the file 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections import Counter
 
 import msgpack
@@ -178,17 +179,25 @@ def test_fuzz_random_bytes(data):
     _check_decode(data)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(os.environ.get("FUZZ_SECAGG_EXAMPLES", 60)), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.integers(0, len(CAPTURED) - 1), st.data()), min_size=1, max_size=6),
        st.integers(0, 40))
 def test_fuzz_the_secagg_step_machines(injections, when):
-    """Mutated chunks (from a real round) injected into a fresh round at a random point: every
-    call returns None or a reason; the round then either releases the exact sum or aborts with a
-    reason naming its step. Nothing raises."""
+    """Mutated or replayed chunks (from another real round) injected into a fresh round at a random
+    point, to the aggregator and to the fleets: every call returns None or a reason, nothing raises.
+    While the aggregator refuses every injected chunk, the round releases the exact sum or aborts
+    with a reason naming its step. A chunk it *accepts* impersonates a fleet (fleets share one
+    broker account and their SecAgg chunks are not signed): that is a known hole, documented in
+    docs/distributed.md, and then only robustness is asserted; so too for chunks toward the fleets,
+    which only the aggregator's account may publish (test_acl_relay.py)."""
     r = _Round()
+    toward_fleets = False
+    accepted = 0
 
     async def go():
         await r.start()
+        nonlocal toward_fleets, accepted
         steps = 0
         while r.queue:
             if steps == when:
@@ -197,8 +206,11 @@ def test_fuzz_the_secagg_step_machines(injections, when):
                     msg = _check_decode(data.draw(st.one_of(_mutations(blob), _field_mutations(blob),
                                                             st.just(blob))))
                     if isinstance(msg, codec.SecAggMsg):
+                        before = sum(r.reasons.values())
                         await r.deliver(where, msg)
-                        await r.deliver("agg" if where == "fleets" else "fleets", msg)
+                        accepted += where == "agg" and sum(r.reasons.values()) == before
+                        await r.deliver("agg" if where == "fleets" else "fleets", msg)  # the wrong way
+                        toward_fleets |= where == "fleets"
             await r.deliver(*r.queue.pop(0))
             steps += 1
         # a step whose fleets all answered has advanced; one still waiting would go on at its deadline
@@ -206,11 +218,11 @@ def test_fuzz_the_secagg_step_machines(injections, when):
 
     asyncio.run(go())
     assert len(r.released) + len(r.aborted) <= 1
-    if r.released:
+    if r.released and not toward_fleets and not accepted:
         value, n = r.released[0]
         assert n <= 6 and (n < 6 or value == sum(r.values.values()) % M)
     for reason in r.aborted:
-        assert "secure aggregation aborted after step" in reason
+        assert reason.startswith("secure aggregation aborted a") and "step " in reason, reason
 
 
 # --- files and operator input -------------------------------------------------------------------
@@ -259,3 +271,23 @@ def test_fuzz_key_text(text):
 @pytest.mark.parametrize("text", ["0x1f", "1f", " 0xABC\n"])
 def test_valid_keys_parse(text):
     assert parse_key("K", text) == int(text.strip(), 16)
+
+
+def test_a_conflicting_chunk_aborts_the_round_loudly():
+    """A second, different chunk under a fleet's (shard, chunk) (a replay from another round or an
+    impersonation) must not be dropped as a duplicate while the first stands: the round aborts."""
+    r = _Round()
+    foreign = next(codec.decode(b) for w, b in CAPTURED if w == "agg" and codec.decode(b).step == "advertise"
+                   and codec.decode(b).shard == 0)
+
+    async def go():
+        await r.start()
+        where, genuine = r.queue.pop(0)
+        assert (where, genuine.step, genuine.shard) == ("agg", "advertise", 0)
+        assert await r.agg.on_message(genuine) is None
+        assert await r.agg.on_message(genuine) == "duplicate"  # a redelivered copy is harmless
+        assert await r.agg.on_message(foreign) == "secagg-conflicting-chunk"
+
+    asyncio.run(go())
+    assert r.released == [] and len(r.aborted) == 1
+    assert "at step 'advertise'" in r.aborted[0] and "two different chunks" in r.aborted[0]
