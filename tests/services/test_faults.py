@@ -113,7 +113,8 @@ def test_killing_the_shuffler_mid_run(tmp_path, mosquitto_url):
 
 def test_the_launcher_restarts_a_crashed_party_when_asked(tmp_path, mosquitto_url, reference):
     """``privbandit run --transport mqtt --restart-on-crash N``: the launcher notices the SIGKILLed
-    aggregator, starts it again, and the run completes with the in-process numbers."""
+    aggregator, then the SIGKILLed observer, starts each again, and the run completes with the
+    in-process numbers."""
     import threading
 
     from privbandit.services.launcher import launch
@@ -129,7 +130,7 @@ def test_the_launcher_restarts_a_crashed_party_when_asked(tmp_path, mosquitto_ur
 
     result = {}
     worker = threading.Thread(target=lambda: result.update(code=launch(
-        config, path, [], out, broker_url=mosquitto_url, shards=2, timeout_s=120, restart_on_crash=1,
+        config, path, [], out, broker_url=mosquitto_url, shards=2, timeout_s=120, restart_on_crash=2,
         started=started)), daemon=True)
     worker.start()
     assert ready.wait(30)
@@ -139,13 +140,17 @@ def test_the_launcher_restarts_a_crashed_party_when_asked(tmp_path, mosquitto_ur
     while _progress(out, "aggregator") < (0, 3):
         assert time.monotonic() < end and worker.is_alive()
         time.sleep(POLL_S)
-    first = victim.proc
+    first, first_observer = victim.proc, parties[0].proc
     first.kill()
+    while _progress(out, "aggregator") < (0, 8):
+        assert time.monotonic() < end and worker.is_alive()
+        time.sleep(POLL_S)
+    first_observer.kill()  # the observer too: it resumes the session from its checkpoint
     worker.join(150)
     assert not worker.is_alive() and result["code"] == 0
-    assert victim.proc is not first  # the launcher started a new process
+    assert victim.proc is not first and parties[0].proc is not first_observer  # both were started again
     log = (out / "logs" / "aggregator.log").read_text()
-    assert "launcher: aggregator exited with -9; restarting it (0 restarts left)" in log
+    assert "launcher: aggregator exited with -9; restarting it (1 restarts left)" in log
     assert "resumed task 0" in log
     assert_same_numbers(inproc, out)
 
