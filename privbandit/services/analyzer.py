@@ -162,8 +162,12 @@ class AnalyzerService(PartyService):
 
     async def tick(self) -> None:
         # Plans are idempotent: a fleet that restarted and missed them serves them again, and
-        # intermediaries and the observer count each record once.
+        # intermediaries and the observer count each record once. Only plans still owed a release
+        # (and the uncollected tail, which fleets must serve for its truth) are repeated: a
+        # fleet sends a block's truth before its reports, so a released round lacks nothing, and
+        # an intermediary answers a repeated plan of a round it released with that release again.
         if self.party is not None and time.monotonic() - self.last_progress > PLAN_RETRY_S:
             for msg in self.announced:
-                await self.bus.publish(self.t("plan"), msg)
+                if msg.round in self.party.open or not msg.collect:
+                    await self.bus.publish(self.t("plan"), msg)
             self.last_progress = time.monotonic()

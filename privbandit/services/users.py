@@ -104,6 +104,16 @@ class UserFleetService(PartyService):
         values, dropouts = {}, []
         for block in mine:  # one block at a time: bounded memory, steady traffic
             reports, truths = self.population.respond(plan, [block])
+            # Truth first: once a round's reports are all in, it can be released and the analyzer
+            # moves on, never re-announcing its plan; a fleet killed between the two would leave
+            # the observer without that truth for good. The other way round, it re-serves both.
+            for t in truths:
+                self.truths[t.round_id, t.block] = codec.TruthMsg(
+                    run=self.run_id, task=self.task_index, round=t.round_id, block=t.block,
+                    first_user=t.first_user, size=t.size, gap=t.gap, realized_regret=t.realized_regret,
+                    realized_at=t.realized_at_checkpoints, reward_sum=t.reward_sum,
+                    noise_sum=int(t.noise_sum))
+                await self.bus.publish(self.t("metrics", self.name), self.truths[t.round_id, t.block])
             if secure:
                 start = plan.first_user + block * USER_BLOCK
                 ids = np.arange(start, min(start + USER_BLOCK, plan.first_user + plan.cohort))
@@ -117,13 +127,6 @@ class UserFleetService(PartyService):
                     run=self.run_id, task=self.task_index, round=plan.round_id, m=plan.params.m,
                     user_ids=reports.user_ids.astype("<u4" if reports.user_ids[-1] < 2**32 else "<u8"),
                     values=codec.packed(reports.values, plan.params.m), block=block))
-            for t in truths:
-                self.truths[t.round_id, t.block] = codec.TruthMsg(
-                    run=self.run_id, task=self.task_index, round=t.round_id, block=t.block,
-                    first_user=t.first_user, size=t.size, gap=t.gap, realized_regret=t.realized_regret,
-                    realized_at=t.realized_at_checkpoints, reward_sum=t.reward_sum,
-                    noise_sum=int(t.noise_sum))
-                await self.bus.publish(self.t("metrics", self.name), self.truths[t.round_id, t.block])
         if secure:  # every fleet answers round 0, with no users if it hosts none of this cohort
             await self.secagg.start(plan, values, dropouts)
         self.served[msg.round] = msg

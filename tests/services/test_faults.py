@@ -255,7 +255,7 @@ def test_killing_and_restarting_the_broker_mid_run(tmp_path, reference):
 def test_killing_and_restarting_the_observer_mid_run(tmp_path, mosquitto_url):
     """The observer checkpoints at task boundaries; restarted, it resumes the same session,
     announces the running task again and asks the parties to resend its metrics (resync)."""
-    path = _experiment(tmp_path, horizon=100_000, runs=3, extra="")
+    path = _experiment(tmp_path, horizon=100_000, runs=2, extra="")
     _inproc(path, tmp_path / "inproc")
     parties, out = _launch_parties(tmp_path, path, mosquitto_url, "o")
     observer = parties[0]
