@@ -58,6 +58,8 @@ class BusSettings(BaseSettings):
                 lines = open(self.credentials_file).read().splitlines()
             except OSError as exc:
                 raise ValueError(f"credentials_file {self.credentials_file!r}: {exc.strerror}") from None
+            except UnicodeDecodeError:
+                raise ValueError(f"credentials_file {self.credentials_file!r}: not UTF-8 text") from None
             found = [line.removeprefix(key) for line in lines if line.startswith(key)]
             if not found:
                 raise ValueError(f"credentials_file {self.credentials_file!r} has no {key.rstrip('=')}")

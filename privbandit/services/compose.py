@@ -137,10 +137,20 @@ def load(compose_file: Path, workdir: Path | None = None) -> dict[str, Service]:
     try:
         text = _VAR.sub(lambda m: os.environ.get(m[1]) or m[2] or "", Path(compose_file).read_text())
         doc = yaml.safe_load(text.replace("$$", "$")) or {}
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, ValueError, yaml.YAMLError) as exc:  # ValueError: not UTF-8
         raise ComposeError(f"cannot read {compose_file}: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("services", {}), dict):
+        raise ComposeError(f"{compose_file}: expected a map with a 'services' map at the top level")
     base = Path(workdir or Path(compose_file).parent).resolve()
-    return {name: _service(name, spec, base) for name, spec in doc.get("services", {}).items()}
+    services = {}
+    for name, spec in doc.get("services", {}).items():
+        if not isinstance(spec, dict):
+            raise ComposeError(f"service {name}: expected a map, got {type(spec).__name__}")
+        try:
+            services[str(name)] = _service(str(name), spec, base)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:  # a field of the wrong shape
+            raise ComposeError(f"service {name}: malformed ({type(exc).__name__}: {exc})") from None
+    return services
 
 
 def start_order(services: dict[str, Service]) -> list[str]:

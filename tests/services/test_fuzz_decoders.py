@@ -291,3 +291,62 @@ def test_a_conflicting_chunk_aborts_the_round_loudly():
     asyncio.run(go())
     assert r.released == [] and len(r.aborted) == 1
     assert "at step 'advertise'" in r.aborted[0] and "two different chunks" in r.aborted[0]
+
+
+# --- the compose file and the credentials file ------------------------------------------------------
+
+from pathlib import Path  # noqa: E402
+
+import yaml  # noqa: E402
+
+from privbandit.services import compose  # noqa: E402
+from privbandit.services.bus import BusSettings  # noqa: E402
+
+COMPOSE = (Path(__file__).resolve().parents[2] / "docker-compose.yml").read_bytes()
+
+
+def _compose_with(service: str, field: str, value) -> bytes:
+    doc = yaml.safe_load(COMPOSE)
+    doc["services"][service][field] = value
+    return yaml.safe_dump(doc).encode()
+
+
+def _yaml_values():
+    scalar = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.text(max_size=8))
+    return st.recursive(scalar, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                       st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+                        max_leaves=8)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.one_of(
+    st.binary(max_size=200), _mutations(COMPOSE),
+    # one field of one service replaced by any YAML value
+    st.tuples(st.sampled_from(["observer", "analyzer", "aggregator", "broker", "config"]),
+              st.sampled_from(["command", "environment", "env_file", "volumes", "depends_on", "restart",
+                               "image", "entrypoint", "build"]), _yaml_values()).map(lambda t: _compose_with(*t)),
+    _yaml_values().map(lambda v: yaml.safe_dump(v).encode()),
+))
+def test_fuzz_compose_files(tmp_path, data):
+    path = tmp_path / "docker-compose.yml"
+    path.write_bytes(data)
+    try:
+        services = compose.load(path, tmp_path)
+    except compose.ComposeError as exc:
+        assert str(exc)
+    else:
+        assert all(isinstance(s.command, list) for s in services.values())
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.one_of(st.binary(max_size=120), st.text(max_size=120).map(str.encode),
+                 st.text(max_size=20).map(lambda pw: f"PRIVBANDIT_USERS_PASSWORD={pw}\n".encode())))
+def test_fuzz_credentials_files(tmp_path, data):
+    path = tmp_path / "credentials.env"
+    path.write_bytes(data)
+    try:
+        settings_ = BusSettings(username="users", credentials_file=str(path), password=None)
+    except ValueError as exc:
+        assert "credentials_file" in str(exc)
+    else:
+        assert isinstance(settings_.password, str)
