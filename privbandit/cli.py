@@ -29,8 +29,8 @@ def run(
     broker: Annotated[Optional[str], typer.Option(help="mqtt://host:port [default: an embedded broker]")] = None,
     shards: Annotated[int, typer.Option(help="user fleets, with --transport mqtt")] = 2,
     restart_on_crash: Annotated[int, typer.Option(
-        help="with --transport mqtt: restart a party that crashes, up to N times in all; the analyzer "
-             "and intermediaries resume from their checkpoints")] = 0,
+        help="with --transport mqtt: restart a party that crashes, up to N times in all; the observer, "
+             "the analyzer and the intermediaries resume from their checkpoints")] = 0,
 ):
     """Run an experiment file: many runs of each algorithm, then a results directory."""
     from privbandit.experiment.families import DEFAULT_FAMILY, family_module, family_of
