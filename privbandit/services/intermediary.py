@@ -240,8 +240,12 @@ class IntermediaryService(PartyService):
         self.checkpoint_round()
 
     async def abort_secure(self, round_id: int, reason: str) -> None:
+        if self.recover_task == self.task_index and self.batch_of.get(round_id, 0) <= self.recover_upto:
+            reason += ("; the aggregator restarted (or lost the broker) while this round was in flight, "
+                       "and a secure round is never re-run with the same inputs")
         self.failed.add(round_id)
         del self.boxes[round_id]
+        self.batch_of.pop(round_id, None)
         self.checkpoint_round()
         await self.status("error", self.task_index, round=round_id, reason=f"round {round_id}: {reason}")
 
