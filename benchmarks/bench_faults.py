@@ -92,7 +92,7 @@ def main() -> None:
         for victim in args.victims.split(","):
             out = Path(tmp) / victim
             wall = session(config, path, out, args.broker, victim)
-            print(f"{victim + ' SIGKILLed':<24} {wall:6.1f} s   (+{wall - base:4.1f} s)   "
+            print(f"{victim + ' SIGKILLed':<24} {wall:6.1f} s   ({wall - base:+5.1f} s)   "
                   f"identical results: {same_numbers(Path(tmp) / 'none', out)}")
 
 
