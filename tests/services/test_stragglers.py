@@ -57,24 +57,37 @@ def _without(step: str, batch, gone: set[int]):
                    batch.limbs.reshape(-1, LIMBS)[keep].ravel())
 
 
+def _spec() -> dict:
+    config = ExperimentConfig.model_validate({
+        "name": "st", "horizon": 1000, "seed": 1, "epsilon": 0.5, "runs": 1,
+        "environment": {"kind": "uniform", "arms": 2},
+        "algorithms": {"A": {"algorithm": "dist-dp-se", "intermediary": "secagg", "secagg_graph": "complete"}}})
+    return {"index": 0, "run": 0, "label": "A", "algorithm": resolved_algorithms(config)["A"].model_dump(),
+            "horizon": 1000, "arms": 2, "delta": config.delta}
+
+
+def _start_aggregator(url: str, run_id: str, log, *extra: str) -> subprocess.Popen:
+    """The real aggregator process; returns once it says ``ready``."""
+    env = {**os.environ, "PRIVBANDIT_BROKER_URL": url, "PRIVBANDIT_RUN_ID": run_id}
+    with open(log, "ab") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "privbandit", "aggregator", "--secagg-step-deadline",
+                                 str(STEP_DEADLINE_S), *extra], env=env, stdout=fh, stderr=subprocess.STDOUT)
+    try:
+        asyncio.run(_wait_ready(url, run_id))
+    except BaseException:
+        stop_process(proc)
+        raise
+    return proc
+
+
 @pytest.fixture(scope="module")
 def aggregator(mosquitto_url, tmp_path_factory):
     """The real aggregator process, in one task running Dist-DP-SE with intermediary = secagg."""
     run_id = "s" + secrets.token_hex(4)
     log = tmp_path_factory.mktemp("agg") / "aggregator.log"
-    env = {**os.environ, "PRIVBANDIT_BROKER_URL": mosquitto_url, "PRIVBANDIT_RUN_ID": run_id}
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "privbandit", "aggregator", "--secagg-step-deadline",
-                                 str(STEP_DEADLINE_S)], env=env, stdout=fh, stderr=subprocess.STDOUT)
-    config = ExperimentConfig.model_validate({
-        "name": "st", "horizon": 1000, "seed": 1, "epsilon": 0.5, "runs": 1,
-        "environment": {"kind": "uniform", "arms": 2},
-        "algorithms": {"A": {"algorithm": "dist-dp-se", "intermediary": "secagg", "secagg_graph": "complete"}}})
-    spec = {"index": 0, "run": 0, "label": "A", "algorithm": resolved_algorithms(config)["A"].model_dump(),
-            "horizon": 1000, "arms": 2, "delta": config.delta}
+    proc = _start_aggregator(mosquitto_url, run_id, log)
     try:
-        asyncio.run(_wait_ready(mosquitto_url, run_id))
-        yield mosquitto_url, run_id, spec, log
+        yield mosquitto_url, run_id, _spec(), log
     finally:
         stop_process(proc)
 
@@ -93,14 +106,17 @@ async def _wait_ready(url, run_id):
 _round_ids = iter(range(1, 10_000))
 
 
-async def _session(url, run_id, spec, step: str | None, gone: set[int], slow: float = 0.0):
+async def _session(url, run_id, spec, step: str | None, gone: set[int], slow: float = 0.0, batch: int = 1,
+                   on_relay=None):
     """One secure round through the aggregator process. Users ``gone`` vanish before sending
-    ``step``; with ``slow``, fleet 1 (it hosts none of the cohort) sends ``step`` that late.
+    ``step``; with ``slow``, fleet 1 (it hosts none of the cohort) sends ``step`` that late;
+    ``on_relay(announce)`` runs once, when the aggregator's first relay of the round arrives
+    (``announce()`` publishes the task and the plan again, as the observer and analyzer would).
     Returns (release or None, error reason or None, elapsed seconds)."""
     host, port = url.removeprefix("mqtt://").split(":")
     t = lambda *p: "/".join(("pb", run_id, *p))  # noqa: E731
     round_id = next(_round_ids)
-    plan = RoundPlan(round_id=round_id, batch=1, arm=0, first_user=0, cohort=COHORT,
+    plan = RoundPlan(round_id=round_id, batch=batch, arm=0, first_user=0, cohort=COHORT,
                      params=RoundParams(n=COHORT, g=1, tau=0, m=M))
     async with aiomqtt.Client(host, int(port), identifier=f"{run_id}-t{round_id}") as c:
         await c.subscribe([(t("relay", "aggregator", "#"), 1), (t("relay", "aggregator"), 1),
@@ -121,11 +137,14 @@ async def _session(url, run_id, spec, step: str | None, gone: set[int], slow: fl
 
         ident = UserIdentities(b"s" * 32)
         fleets = [FleetSecAgg(run_id, 0, i, 2, "complete", ident, sender(i)) for i in range(2)]
-        await c.publish(t("control"), codec.encode(codec.ControlMsg(run=run_id, action="task", task=0, body=spec)),
-                        qos=1)
-        await c.publish(t("plan"), codec.encode(codec.PlanMsg(
-            run=run_id, task=0, round=round_id, batch=1, arm=0, first_user=0, cohort=COHORT, collect=True,
-            params=codec.params_of(plan.params))), qos=1)
+        async def announce():
+            await c.publish(t("control"), codec.encode(codec.ControlMsg(run=run_id, action="task", task=0,
+                                                                        body=spec)), qos=1)
+            await c.publish(t("plan"), codec.encode(codec.PlanMsg(
+                run=run_id, task=0, round=round_id, batch=batch, arm=0, first_user=0, cohort=COHORT, collect=True,
+                params=codec.params_of(plan.params))), qos=1)
+
+        await announce()
         start = time.monotonic()
         await fleets[0].start(plan, VALUES, [])
         await fleets[1].start(plan, {}, [])
@@ -140,6 +159,9 @@ async def _session(url, run_id, spec, step: str | None, gone: set[int], slow: fl
                     if msg.state == "error" and msg.body.get("round") == round_id:
                         return None, msg.body["reason"], time.monotonic() - start
                     continue
+                if on_relay is not None:
+                    hook, on_relay = on_relay, None
+                    await hook(announce)
                 for fleet in fleets:
                     if round_id in fleet.rounds:
                         assert await fleet.on_message(msg) in (None, "duplicate")
@@ -177,3 +199,31 @@ def test_a_fleet_slower_than_the_step_deadline_is_waited_for_once_then_left_behi
     release, error, elapsed = _run(aggregator, "masked", set(), slow=1.5 * STEP_DEADLINE_S)
     assert error is None and release == (sum(VALUES.values()) % M, COHORT)
     assert STEP_DEADLINE_S <= elapsed < 1.5 * STEP_DEADLINE_S + 3
+
+
+def test_killing_the_secure_aggregator_mid_round(mosquitto_url, tmp_path):
+    """SIGKILL the secure aggregator after it relayed a round's key directory, restart it from its
+    state directory: that round is never re-run (a server that could ask twice could difference
+    two sums over the same inputs), so it aborts at its next step deadline, naming round and step
+    and saying why; a round of a later batch then completes with the exact sum."""
+    run_id = "k" + secrets.token_hex(4)
+    log, state = tmp_path / "aggregator.log", tmp_path / "state"
+    proc = _start_aggregator(mosquitto_url, run_id, log, "--state-dir", str(state))
+    spec = _spec()
+
+    async def crash(announce):
+        nonlocal proc
+        proc.kill()
+        proc.wait()
+        proc = await asyncio.to_thread(_start_aggregator, mosquitto_url, run_id, log, "--state-dir", str(state))
+        await announce()
+
+    try:
+        release, error, _ = asyncio.run(_session(mosquitto_url, run_id, spec, None, set(), on_relay=crash))
+        assert release is None and error is not None
+        assert error.startswith("round ") and "step 'advertise'" in error and "restarted" in error, error
+        release, error, _ = asyncio.run(_session(mosquitto_url, run_id, spec, None, set(), batch=3))
+        assert error is None and release == (sum(VALUES.values()) % M, COHORT)
+    finally:
+        stop_process(proc)
+    assert "resumed task 0" in log.read_text()
