@@ -1,6 +1,7 @@
 """Distributed throughput: Dist-DP-SE, K = 10, T = 10⁶ users, every party its own process.
 
     python benchmarks/bench_distributed.py [--broker mqtt://127.0.0.1:1883] [--horizon 1000000]
+    python benchmarks/bench_distributed.py --checkpoint-cost [--intermediary shuffler]
 
 Prints, for the same experiment and seed:
 - users/s of the in-process engine (one process) and of the MQTT run (observer's wall time for the
@@ -8,6 +9,11 @@ Prints, for the same experiment and seed:
 - wire bytes per user against the budget 2·(⌈log₂ m⌉/8) + 8;
 - the raw broker rate measured with the same client library: QoS 1 messages of one report block
   (65,536 users) from one publisher to one subscriber — the ceiling for users/s.
+
+With ``--checkpoint-cost``: the same session with and without checkpoints (state directories for
+the analyzer and the intermediary), alternating, ``--repeat`` times each; the wall-time difference
+per released round, the final checkpoint sizes, and the time of one atomic checkpoint write
+(write, fsync, rename, directory fsync) of each party's final state.
 """
 
 from __future__ import annotations
@@ -35,8 +41,45 @@ epsilon = 0.5
 runs = 1
 [environment]
 kind = "uniform"
-[algorithms.Dist-DP-SE]
-"""
+[algorithms.{label}]
+{extra}"""
+SHUFFLED = 'algorithm = "dist-rdp-se"\nintermediary = "shuffler"\n'
+
+
+def _session(config, path: Path, out: Path, broker: str, shards: int, checkpoint: bool) -> tuple[float, dict]:
+    t0 = time.perf_counter()
+    assert launch(config, path, [], out, broker_url=broker, shards=shards, checkpoint=checkpoint) == 0
+    return time.perf_counter() - t0, json.loads((out / "summary.json").read_text())
+
+
+def checkpoint_cost(args, config, path: Path, tmp: Path, label: str) -> None:
+    from statistics import median
+
+    from privbandit.services.checkpoint import StateDir, decode_checkpoint
+
+    walls = {True: [], False: []}
+    for i in range(args.repeat):
+        for checkpoint in (True, False):
+            _, summary = _session(config, path, tmp / f"out-{checkpoint}-{i}", args.broker, args.shards, checkpoint)
+            # the observer's time for the task (first plan to last truth), without process start-up
+            walls[checkpoint].append(args.horizon / summary["algorithms"][label]["users_per_s"])
+    rounds = summary["algorithms"][label]["rounds_per_run"]
+    on, off = median(walls[True]), median(walls[False])
+    print(f"task time, median of {args.repeat}: with checkpoints {on:.2f} s, without {off:.2f} s "
+          f"(all: {[round(w, 2) for w in walls[True]]} vs {[round(w, 2) for w in walls[False]]}); "
+          f"{rounds:.0f} releases → {(on - off) / rounds * 1e3:+.1f} ms per round")
+    for party_dir in sorted((tmp / "out-True-0" / "state").iterdir()):
+        data = (party_dir / "checkpoint.bin").read_bytes()
+        run, party, ckpt = decode_checkpoint(data)
+        target = StateDir(tmp / "bench-state" / party, run, party)
+        times = []
+        for _ in range(200):
+            t0 = time.perf_counter()
+            target.save(ckpt.task, ckpt.spec, ckpt.state)
+            times.append(time.perf_counter() - t0)
+        times.sort()
+        print(f"checkpoint {party:<11} {len(data):>10,} B   one atomic write: median {median(times) * 1e3:.2f} ms, "
+              f"90th percentile {times[179] * 1e3:.2f} ms")
 
 
 async def broker_rate(url: str, payload_bytes: int, count: int) -> float:
@@ -67,12 +110,19 @@ def main() -> None:
     ap.add_argument("--broker", default="mqtt://127.0.0.1:1883")
     ap.add_argument("--horizon", type=int, default=1_000_000)
     ap.add_argument("--shards", type=int, default=2)
+    ap.add_argument("--checkpoint-cost", action="store_true", help="measure what checkpointing costs per round")
+    ap.add_argument("--intermediary", choices=("aggregator", "shuffler"), default="aggregator")
+    ap.add_argument("--repeat", type=int, default=3, help="sessions of each kind, with --checkpoint-cost")
     args = ap.parse_args()
     print(f"machine: {platform.machine()}, python {platform.python_version()}, broker {args.broker}")
+    label = "Dist-DP-SE" if args.intermediary == "aggregator" else "Dist-RDP-shuffled"
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.toml"
-        path.write_text(EXPERIMENT.format(horizon=args.horizon))
+        path.write_text(EXPERIMENT.format(horizon=args.horizon, label=label,
+                                          extra=SHUFFLED if args.intermediary == "shuffler" else ""))
         config, _ = load_experiment(path)
+        if args.checkpoint_cost:
+            return checkpoint_cost(args, config, path, Path(tmp), label)
         results, _, compute, _ = run_experiment(config, jobs=1)
         inproc = args.horizon / compute["Dist-DP-SE"]
         t0 = time.perf_counter()

@@ -28,6 +28,9 @@ def run(
     transport: Annotated[str, typer.Option(help="inproc: one process, vectorized; mqtt: every party its own process")] = "inproc",
     broker: Annotated[Optional[str], typer.Option(help="mqtt://host:port [default: an embedded broker]")] = None,
     shards: Annotated[int, typer.Option(help="user fleets, with --transport mqtt")] = 2,
+    restart_on_crash: Annotated[int, typer.Option(
+        help="with --transport mqtt: restart a party that crashes, up to N times in all; the observer, "
+             "the analyzer and the intermediaries resume from their checkpoints")] = 0,
 ):
     """Run an experiment file: many runs of each algorithm, then a results directory."""
     from privbandit.experiment.families import DEFAULT_FAMILY, family_module, family_of
@@ -40,6 +43,8 @@ def run(
             raise ConfigError(f"--jobs {jobs}: must be ≥ 1")
         if shards < 1:
             raise ConfigError(f"--shards {shards}: must be ≥ 1")
+        if restart_on_crash < 0:
+            raise ConfigError(f"--restart-on-crash {restart_on_crash}: must be ≥ 0")
         family_name = family_of(experiment, overrides)
         family = family_module(family_name)
         config = family.load(experiment, overrides)
@@ -47,7 +52,7 @@ def run(
         if transport == "mqtt":
             if family_name != DEFAULT_FAMILY:
                 raise ConfigError(f"--transport mqtt: not yet available for family {family_name!r}")
-            return _run_distributed(config, experiment, overrides, out, broker, shards)
+            return _run_distributed(config, experiment, overrides, out, broker, shards, restart_on_crash)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=err, transient=not err.is_terminal) as bar:
             ids = {label: bar.add_task(label, total=config.runs) for label in config.algorithms}
@@ -59,12 +64,14 @@ def run(
     _print_summary(summary, out)
 
 
-def _run_distributed(config, experiment: Path, overrides: list[str], out: Path, broker: str | None, shards: int):
+def _run_distributed(config, experiment: Path, overrides: list[str], out: Path, broker: str | None, shards: int,
+                     restart_on_crash: int = 0):
     import json
 
     from privbandit.services.launcher import launch
 
-    code = launch(config, experiment, overrides, out, broker_url=broker, shards=shards)
+    code = launch(config, experiment, overrides, out, broker_url=broker, shards=shards,
+                  restart_on_crash=restart_on_crash)
     if code != 0:
         err.print(f"[bold red]error:[/] the distributed run failed (observer exit {code}); logs in {out / 'logs'}")
         raise typer.Exit(1)
@@ -223,6 +230,9 @@ def letor_arms(
 BrokerOption = Annotated[Optional[str], typer.Option(
     "--broker", help="mqtt://host:port [default: $PRIVBANDIT_BROKER_URL]")]
 RunIdOption = Annotated[Optional[str], typer.Option("--run-id", help="[default: $PRIVBANDIT_RUN_ID]")]
+StateDirOption = Annotated[Optional[Path], typer.Option(
+    "--state-dir", help="checkpoint here at every round boundary and resume from it after a restart "
+                        "(one directory per party)")]
 
 
 def _settings(broker: str | None, run_id: str | None):
@@ -241,18 +251,28 @@ def _settings(broker: str | None, run_id: str | None):
         raise typer.Exit(2)
 
 
-def _serve(service) -> None:
+def _serve(make_service) -> None:
+    """Build the service (``make_service()``: it may refuse its checkpoint) and run it."""
     import asyncio
     import logging
 
     from privbandit.services.bus import SubscriptionDenied
+    from privbandit.services.checkpoint import CheckpointError
 
+    try:
+        service = make_service()
+    except CheckpointError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(2)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {service.name} %(levelname)s %(message)s")
     try:
         asyncio.run(service.serve())
     except (ConnectionError, SubscriptionDenied) as exc:
         err.print(f"[bold red]error:[/] {service.name}: {exc}", highlight=False)
         raise typer.Exit(1)
+    except CheckpointError as exc:
+        err.print(f"[bold red]error:[/] {service.name}: {exc}", highlight=False)
+        raise typer.Exit(2)
 
 
 def _world(experiment: Path, set_: list[str] | None):
@@ -263,9 +283,31 @@ def _world(experiment: Path, set_: list[str] | None):
         raise typer.Exit(2)
 
 
-def _key(name: str) -> str | None:
+def parse_key(name: str, text: str) -> int:
+    """A key as ``privbandit keys`` writes it: a hexadecimal integer (``0x`` optional), < 2**256."""
+    try:
+        key = int(text.strip(), 16)
+    except ValueError:
+        raise ValueError(f"{name} must be a hexadecimal integer, got {text[:20]!r}") from None
+    if not 0 <= key < 2**256:
+        raise ValueError(f"{name} must lie in [0, 2**256), got {key.bit_length()} bits")
+    return key
+
+
+def _key(name: str) -> int | None:
     """A party's key: ``$NAME``, or the ``NAME=value`` line of the file ``$NAME_FILE`` names
     (written by ``privbandit keys``; docker-compose.yml mounts it for that party alone)."""
+    text = _key_text(name)
+    if text is None:
+        return None
+    try:
+        return parse_key(name, text)
+    except ValueError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(2)
+
+
+def _key_text(name: str) -> str | None:
     if os.environ.get(name):
         return os.environ[name]
     path = os.environ.get(f"{name}_FILE")
@@ -276,6 +318,9 @@ def _key(name: str) -> str | None:
     except OSError as exc:
         err.print(f"[bold red]error:[/] {name}_FILE={path}: {exc.strerror}")
         raise typer.Exit(2)
+    except UnicodeDecodeError:
+        err.print(f"[bold red]error:[/] {name}_FILE={path}: not UTF-8 text")
+        raise typer.Exit(2)
     found = [line.split("=", 1)[1].strip() for line in lines if line.startswith(f"{name}=")]
     if not found:
         err.print(f"[bold red]error:[/] {name}_FILE={path} has no {name}=... line")
@@ -284,7 +329,7 @@ def _key(name: str) -> str | None:
 
 
 @app.command()
-def analyzer(broker: BrokerOption = None, run_id: RunIdOption = None):
+def analyzer(broker: BrokerOption = None, run_id: RunIdOption = None, state_dir: StateDirOption = None):
     """The analyzer server: runs the learner, publishes plans, reads releases only.
 
     Its key comes from PRIVBANDIT_ANALYZER_KEY (hex) or PRIVBANDIT_ANALYZER_KEY_FILE; it is never
@@ -292,26 +337,23 @@ def analyzer(broker: BrokerOption = None, run_id: RunIdOption = None):
     from privbandit.services.analyzer import AnalyzerService
 
     key = _key("PRIVBANDIT_ANALYZER_KEY")
-    if not key:
+    if key is None:
         err.print("[bold red]error:[/] neither PRIVBANDIT_ANALYZER_KEY nor PRIVBANDIT_ANALYZER_KEY_FILE is set "
                   "(the launcher sets the key)")
         raise typer.Exit(2)
-    _serve(AnalyzerService(_settings(broker, run_id), int(key, 16)))
+    settings = _settings(broker, run_id)
+    _serve(lambda: AnalyzerService(settings, key, state_dir))
 
 
-def _report_key() -> bytes:
+def _report_key() -> int:
     """The intermediaries' copy of the users' report-authentication keys; without it no report
     could be checked, so the party refuses to start."""
     key = _key("PRIVBANDIT_REPORT_AUTH_KEY")
-    try:
-        raw = bytes.fromhex(key) if key else b""
-    except ValueError:
-        raw = b""
-    if len(raw) != 32:
-        err.print("[bold red]error:[/] PRIVBANDIT_REPORT_AUTH_KEY (or its _FILE) must hold the 32-byte hex key "
-                  "that `privbandit keys --party intermediary` writes (the launcher sets it)")
+    if key is None:
+        err.print("[bold red]error:[/] neither PRIVBANDIT_REPORT_AUTH_KEY nor PRIVBANDIT_REPORT_AUTH_KEY_FILE is set "
+                  "(`privbandit keys --party intermediary` writes it; the launcher sets it)")
         raise typer.Exit(2)
-    return raw
+    return key
 
 
 @app.command()
@@ -322,6 +364,7 @@ def aggregator(
              "treating the silent users as dropouts")] = 30.0,
     broker: BrokerOption = None,
     run_id: RunIdOption = None,
+    state_dir: StateDirOption = None,
 ):
     """The aggregator: releases (Σ y) mod m and nothing else, as the ideal modular sum or, with
     intermediary = secagg, by running the server side of secure aggregation."""
@@ -330,8 +373,9 @@ def aggregator(
     if not secagg_step_deadline > 0 or not deadline > 0:
         err.print("[bold red]error:[/] --deadline and --secagg-step-deadline must be > 0 seconds")
         raise typer.Exit(2)
-    _serve(IntermediaryService(_settings(broker, run_id), _report_key(), "aggregator", deadline,
-                               secagg_step_s=secagg_step_deadline))
+    settings = _settings(broker, run_id)
+    _serve(lambda: IntermediaryService(settings, _report_key(), "aggregator", deadline,
+                                       secagg_step_s=secagg_step_deadline, state_dir=state_dir))
 
 
 @app.command()
@@ -339,13 +383,14 @@ def shuffler(
     deadline: Annotated[float, typer.Option(help="seconds a round may stay incomplete")] = 120.0,
     broker: BrokerOption = None,
     run_id: RunIdOption = None,
+    state_dir: StateDirOption = None,
 ):
     """The shuffler: releases a uniformly permuted multiset, without senders, order or timing."""
     from privbandit.services.intermediary import IntermediaryService
 
     key = _key("PRIVBANDIT_SHUFFLE_KEY")
-    _serve(IntermediaryService(_settings(broker, run_id), _report_key(), "shuffler", deadline,
-                               None if not key else int(key, 16)))
+    settings = _settings(broker, run_id)
+    _serve(lambda: IntermediaryService(settings, _report_key(), "shuffler", deadline, key, state_dir=state_dir))
 
 
 @app.command()
@@ -364,7 +409,8 @@ def users(
     except ValueError as exc:
         err.print(f"[bold red]error:[/] {exc}")
         raise typer.Exit(2)
-    _serve(UserFleetService(_settings(broker, run_id), _world(experiment, set_), i, n))
+    settings, world = _settings(broker, run_id), _world(experiment, set_)
+    _serve(lambda: UserFleetService(settings, world, i, n))
 
 
 @app.command()
@@ -376,13 +422,15 @@ def observer(
     ready_timeout: Annotated[float, typer.Option(help="seconds to wait for every party to be ready")] = 60.0,
     broker: BrokerOption = None,
     run_id: RunIdOption = None,
+    state_dir: StateDirOption = None,
 ):
     """Collects metrics, paces the session and writes the results directory."""
     from privbandit.services.observer import ObserverService, SessionFailed
 
-    service = ObserverService(_settings(broker, run_id), _world(experiment, set_), parties.split(","), out,
-                              ready_timeout)
-    _serve(service)
+    settings, world, built = _settings(broker, run_id), _world(experiment, set_), []
+    _serve(lambda: built.append(ObserverService(settings, world, parties.split(","), out, ready_timeout,
+                                                state_dir)) or built[0])
+    service = built[0]
     try:
         service.write()
     except SessionFailed as exc:
@@ -419,9 +467,9 @@ def keys(
     shuffle) must never sit where the analyzer can read it."""
     from privbandit.protocol.seeding import analyzer_master_key, report_auth_master, shuffler_master_key
 
-    derive = {"analyzer": ("PRIVBANDIT_ANALYZER_KEY", lambda seed: hex(analyzer_master_key(seed))),
-              "shuffler": ("PRIVBANDIT_SHUFFLE_KEY", lambda seed: hex(shuffler_master_key(seed))),
-              "intermediary": ("PRIVBANDIT_REPORT_AUTH_KEY", lambda seed: report_auth_master(seed).hex())}
+    derive = {"analyzer": ("PRIVBANDIT_ANALYZER_KEY", analyzer_master_key),
+              "shuffler": ("PRIVBANDIT_SHUFFLE_KEY", shuffler_master_key),
+              "intermediary": ("PRIVBANDIT_REPORT_AUTH_KEY", report_auth_master)}
     if party not in derive:
         err.print(f"[bold red]error:[/] --party {party!r}: choose analyzer, shuffler or intermediary")
         raise typer.Exit(2)
@@ -431,7 +479,7 @@ def keys(
     path = out / f"{party}.env"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # never readable by others
     with os.fdopen(fd, "w") as fh:
-        fh.write(f"{var}={master(config.seed)}\n")
+        fh.write(f"{var}={hex(master(config.seed))}\n")
     err.print(f"wrote {path}")
 
 
@@ -441,13 +489,15 @@ def demo(
     out: Annotated[Path, typer.Option(help="results directory")] = Path("results/demo"),
     shards: Annotated[int, typer.Option(help="user fleets")] = 2,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a field of experiments/demo.toml")] = None,
+    restart_on_crash: Annotated[int, typer.Option(help="restart a crashed party, up to N times in all")] = 0,
 ):
     """Dist-DP-SE end to end: broker, analyzer, aggregator, user fleets and observer as separate
     processes; prints regret, ε spent and bits per user measured on the wire."""
     experiment = Path(__file__).resolve().parent.parent / "experiments" / "demo.toml"
     if not experiment.exists():  # an installed wheel without the repository's experiments/
         experiment = Path("experiments/demo.toml")
-    run(experiment, set_=set_, runs=None, out=out, jobs=None, transport="mqtt", broker=broker, shards=shards)
+    run(experiment, set_=set_, runs=None, out=out, jobs=None, transport="mqtt", broker=broker, shards=shards,
+        restart_on_crash=restart_on_crash)
 
 
 @app.command()

@@ -152,8 +152,8 @@ def test_privbandit_run_reports_bad_input_and_exits_2(tmp_path):
         (["aggregator", "--broker", "mqtt://127.0.0.1:9"],
          {"PRIVBANDIT_CONNECT_TIMEOUT_S": "1", "PRIVBANDIT_REPORT_AUTH_KEY": "ab" * 32}, 1, "cannot reach the broker"),
         (["aggregator", "--broker", "mqtt://127.0.0.1:1883"], {}, 2, "PRIVBANDIT_REPORT_AUTH_KEY"),
-        (["shuffler", "--broker", "mqtt://127.0.0.1:1883"], {"PRIVBANDIT_REPORT_AUTH_KEY": "abcd"}, 2,
-         "32-byte hex key"),
+        (["shuffler", "--broker", "mqtt://127.0.0.1:1883"], {"PRIVBANDIT_REPORT_AUTH_KEY": "xyz"}, 2,
+         "must be a hexadecimal integer"),
         (["keys", "--experiment", "experiments/demo.toml", "--out", "/tmp/x", "--party", "me"], {}, 2, "--party"),
     ],
 )

@@ -190,6 +190,10 @@ def read_experiment_data(path: str | Path, overrides: list[str] = ()) -> dict:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such experiment file") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     for assignment in overrides:

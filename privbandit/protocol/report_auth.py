@@ -45,10 +45,11 @@ def report_words(values: np.ndarray) -> np.ndarray:
 class ReportAuthenticator:
     """Computes and checks the tags of one party's view; sans-I/O."""
 
-    def __init__(self, master: bytes):
-        if len(master) != 32:
-            raise ValueError(f"the report-authentication master key must be 32 bytes, got {len(master)}")
-        self.master = master
+    def __init__(self, master: int):
+        if not 0 <= master < 2**256:
+            raise ValueError(f"the report-authentication master key must be a 256-bit integer, got "
+                             f"{master.bit_length()} bits")
+        self.master = master.to_bytes(32, "big")
 
     def _round_key(self, run_id: str, task: int, round_id: int) -> bytes:
         info = f"privbandit report-auth|{run_id}|{task}|{round_id}".encode()

@@ -56,11 +56,11 @@ def users_identity_master(seed: int) -> bytes:
     return _wide_key(np.random.SeedSequence(seed, spawn_key=(_key("users-identity"),))).to_bytes(32, "big")
 
 
-def report_auth_master(seed: int) -> bytes:
+def report_auth_master(seed: int) -> int:
     """The master of the users' report-authentication keys (:mod:`privbandit.protocol.report_auth`):
     the fleets derive it from the world seed; the launcher hands it to the intermediaries, never to
     the analyzer. It stands for the MAC keys users register with the intermediaries when invited."""
-    return _wide_key(np.random.SeedSequence(seed, spawn_key=(_key("report-auth"),))).to_bytes(32, "big")
+    return _wide_key(np.random.SeedSequence(seed, spawn_key=(_key("report-auth"),)))
 
 
 def derive_key(master: int, *path: int | str) -> int:

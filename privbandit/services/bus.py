@@ -32,6 +32,10 @@ QOS = 1  # every topic: a lost plan, report or release would stall or skew a rou
 PUBACK_BYTES = 4
 # paho's client queues are unbounded by default; a flooding peer must not exhaust memory.
 MAX_QUEUED_INCOMING = 10_000
+# A QoS 1 publish waits this long for its PUBACK. A broker that died never sends it, and paho does
+# not fail the pending publish on disconnect, so this bounds how long a party sits unaware (the
+# reconnect loop and the retries then take over). A local broker acks an 8 MiB message in ms.
+PUBLISH_TIMEOUT_S = 5.0
 
 
 class BusSettings(BaseSettings):
@@ -54,6 +58,8 @@ class BusSettings(BaseSettings):
                 lines = open(self.credentials_file).read().splitlines()
             except OSError as exc:
                 raise ValueError(f"credentials_file {self.credentials_file!r}: {exc.strerror}") from None
+            except UnicodeDecodeError:
+                raise ValueError(f"credentials_file {self.credentials_file!r}: not UTF-8 text") from None
             found = [line.removeprefix(key) for line in lines if line.startswith(key)]
             if not found:
                 raise ValueError(f"credentials_file {self.credentials_file!r} has no {key.rstrip('=')}")
@@ -116,7 +122,7 @@ class Bus:
 
     async def publish(self, topic_name: str, msg) -> None:
         payload = codec.encode(msg)
-        await self.client.publish(topic_name, payload, qos=QOS)
+        await self.client.publish(topic_name, payload, qos=QOS, timeout=PUBLISH_TIMEOUT_S)
         self.traffic.add("sent", topic_name, len(payload))
 
     async def messages(self) -> AsyncIterator[tuple[str, object]]:

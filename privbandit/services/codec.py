@@ -161,6 +161,18 @@ class SecAggMsg(_Msg):
     records: bytes = b""
 
 
+class ResendMsg(_Msg):
+    """Intermediary → fleets (on ``relay/<intermediary>``): serve round ``round`` again.
+
+    Sent by an intermediary that may have lost reports it had acknowledged: it restarted from a
+    checkpoint (which holds closed rounds, not open ones) or lost the broker. Records are
+    idempotent, so the fleets' second copies are counted once."""
+
+    kind: Literal["resend"] = "resend"
+    task: NonNeg
+    round: NonNeg
+
+
 class TruthMsg(_Msg):
     """Users → observer: a BlockTruth."""
 
@@ -216,22 +228,26 @@ class TaskSpec(BaseModel):
     horizon: Annotated[int, Field(ge=2)]
     arms: Annotated[int, Field(ge=2)]
     delta: Annotated[float, Field(gt=0, lt=1)]
+    # The observer's session nonce: a checkpoint taken in another session (same run id, same
+    # experiment, a new start) does not match this spec's fingerprint and is refused.
+    session: Annotated[str, Field(pattern=r"^[0-9a-f]{1,64}$")] | None = None
 
 
 class ControlMsg(_Msg):
-    """Coordinator → everyone: start a task (with its public spec), or shut down."""
+    """Coordinator → everyone: start a task (with its public spec), shut down, or ``resync``: send
+    the running task's metrics again (some were lost with a broker that died before delivering)."""
 
     kind: Literal["control"] = "control"
-    action: Literal["task", "shutdown"]
+    action: Literal["task", "shutdown", "resync"]
     task: NonNeg | None = None
     body: dict = {}
 
 
 Message = Annotated[
-    Union[PlanMsg, ReportsMsg, ReleaseMsg, SecAggMsg, TruthMsg, RecordMsg, StatusMsg, ControlMsg],
+    Union[PlanMsg, ReportsMsg, ReleaseMsg, SecAggMsg, ResendMsg, TruthMsg, RecordMsg, StatusMsg, ControlMsg],
     Field(discriminator="kind"),
 ]
-KINDS = ("plan", "reports", "release", "secagg", "truth", "record", "status", "control")
+KINDS = ("plan", "reports", "release", "secagg", "resend", "truth", "record", "status", "control")
 
 
 class _Wire(BaseModel):

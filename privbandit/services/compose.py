@@ -12,6 +12,12 @@ What runs is read from the compose file (``command``, ``environment``, ``env_fil
   rewritten to the host path, and ``mqtt://<broker service>:<port>`` to the local broker's URL;
 - a dependency with ``condition: service_completed_successfully`` runs to completion first.
 
+A service with ``restart: on-failure[:N]`` (or ``always`` / ``unless-stopped``) that exits with a
+non-zero status is started again, up to N times (unbounded without N), as Docker would; unlike
+Docker, exit status 2 (bad configuration, a foreign checkpoint) is never restarted, and a clean
+exit never is. Give the analyzer and the intermediaries ``--state-dir`` so that a restarted one
+resumes from its checkpoint (docs/distributed.md, "Faults and restarts").
+
 Logs: ``<observer --out>/logs/compose-<service>.log``. Not reproduced: filesystem isolation (a local
 process can read any file you can; ``:ro`` is not enforced), ``user:``, networks, healthchecks.
 """
@@ -33,7 +39,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from privbandit.services.launcher import PARTY_EXIT_WAIT_S, log_tail, stop_process
+from privbandit.services.launcher import PARTY_EXIT_WAIT_S, USAGE_ERROR, log_tail, stop_process
 
 BROKER_START_S = 10.0
 ONE_SHOT = "service_completed_successfully"
@@ -54,6 +60,7 @@ class Service:
     depends: dict[str, str]  # service → condition
     image: str
     is_broker: bool
+    restarts: float = 0  # how many more times to restart it after a failure (compose `restart:`)
     log: Path = Path(os.devnull)
     proc: subprocess.Popen | None = field(default=None, repr=False)
 
@@ -94,6 +101,18 @@ def _depends(raw) -> dict[str, str]:
     return {name: "service_started" for name in raw or []}
 
 
+def _restarts(name: str, policy) -> float:
+    """Compose's ``restart:`` as a number of restarts after failures."""
+    text = str(policy)
+    if text in ("no", "False", "false"):
+        return 0
+    if text in ("always", "unless-stopped", "on-failure"):
+        return float("inf")
+    if text.startswith("on-failure:") and text.split(":", 1)[1].isdigit():
+        return int(text.split(":", 1)[1])
+    raise ComposeError(f"service {name}: restart {policy!r}: expected no, always, unless-stopped, on-failure[:N]")
+
+
 def _service(name: str, spec: dict, base: Path) -> Service:
     if spec.get("entrypoint") not in (None, "privbandit", ["privbandit"]):
         raise ComposeError(f"service {name}: a custom entrypoint cannot run here")
@@ -106,7 +125,8 @@ def _service(name: str, spec: dict, base: Path) -> Service:
                   _environment(spec.get("environment")),
                   [base / (f["path"] if isinstance(f, dict) else f) for f in
                    ([env_files] if isinstance(env_files, str) else env_files)],
-                  _mounts(spec.get("volumes"), base), _depends(spec.get("depends_on")), image, "build" not in spec)
+                  _mounts(spec.get("volumes"), base), _depends(spec.get("depends_on")), image, "build" not in spec,
+                  _restarts(name, spec.get("restart", "no")))
     svc.command = [svc.to_host(a) for a in svc.command]
     svc.env = {k: svc.to_host(v) for k, v in svc.env.items()}
     return svc
@@ -117,10 +137,20 @@ def load(compose_file: Path, workdir: Path | None = None) -> dict[str, Service]:
     try:
         text = _VAR.sub(lambda m: os.environ.get(m[1]) or m[2] or "", Path(compose_file).read_text())
         doc = yaml.safe_load(text.replace("$$", "$")) or {}
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, ValueError, yaml.YAMLError) as exc:  # ValueError: not UTF-8
         raise ComposeError(f"cannot read {compose_file}: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("services", {}), dict):
+        raise ComposeError(f"{compose_file}: expected a map with a 'services' map at the top level")
     base = Path(workdir or Path(compose_file).parent).resolve()
-    return {name: _service(name, spec, base) for name, spec in doc.get("services", {}).items()}
+    services = {}
+    for name, spec in doc.get("services", {}).items():
+        if not isinstance(spec, dict):
+            raise ComposeError(f"service {name}: expected a map, got {type(spec).__name__}")
+        try:
+            services[str(name)] = _service(str(name), spec, base)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:  # a field of the wrong shape
+            raise ComposeError(f"service {name}: malformed ({type(exc).__name__}: {exc})") from None
+    return services
 
 
 def start_order(services: dict[str, Service]) -> list[str]:
@@ -243,13 +273,21 @@ def _failed(svc: Service, what: str) -> ComposeError:
     return ComposeError(f"service {svc.name} {what}; last lines of {svc.log}:\n{log_tail(svc.log)}")
 
 
-def _supervise(observer: Service, running: list[Service], deadline: float | None) -> None:
-    """Until the observer exits; a service that fails (or a broker that stops) before is an error."""
+def _supervise(observer: Service, running: list[Service], deadline: float | None, workdir: Path) -> None:
+    """Until the observer exits; a service that fails (or a broker that stops) before is an error,
+    unless its restart policy lets it start again."""
     while observer.proc.poll() is None:
         for svc in running:
             code = svc.proc.poll()
             if svc is not observer and code is not None and (code != 0 or svc.is_broker):
-                raise _failed(svc, f"exited with code {code} before the observer finished")
+                if svc.restarts <= 0 or code in (0, USAGE_ERROR):
+                    raise _failed(svc, f"exited with code {code} before the observer finished")
+                svc.restarts -= 1
+                print(f"[up] {svc.name}: exited with code {code}; restarting it", file=sys.stderr)
+                if svc.is_broker:
+                    _popen(svc, svc.proc.args)  # same conf, same port: the parties reconnect
+                else:
+                    _start(svc, workdir)
         if deadline is not None and time.monotonic() > deadline:
             raise _failed(observer, "did not finish in time")
         time.sleep(0.2)
@@ -305,7 +343,7 @@ def up(compose_file: Path, broker_url: str | None = None, workdir: Path | None =
             else:
                 running.append(svc)
                 print(f"[up] {name}: started, log {svc.log}", file=sys.stderr)
-        _supervise(observer, running, deadline)
+        _supervise(observer, running, deadline, workdir)
     code = observer.proc.returncode
     print(f"[up] results in {out}" if code == 0 else
           f"[up] observer exited with code {code}; last lines of {observer.log}:\n{log_tail(observer.log)}",

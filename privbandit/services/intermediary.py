@@ -9,6 +9,16 @@ release threshold allows, else not at all; the failure is reported loudly.
 With ``intermediary = "secagg"`` the aggregator never sees a residue: it runs the server side of
 Bonawitz et al.'s protocol (:mod:`privbandit.services.secagg_rounds`), relaying keys and
 encrypted shares between fleets, and releases the unmasked sum.
+
+With a state directory it checkpoints at every round boundary (a release, or a failed round):
+the closed and failed rounds of the running task and the releases of its last two batches. A
+restarted intermediary resumes from it: a closed round is never opened twice (so never counted
+twice), a re-announced plan of a closed round gets its release again (the analyzer may have lost
+it), and a round it opens after the restart, whose reports it may have acknowledged and lost,
+is asked for again (:class:`~privbandit.services.codec.ResendMsg`); so it is after it regains a
+lost broker. A secure round is never re-run (not with the same key material, which would let a
+server unmask inputs, nor with fresh keys, which would let it difference two sums over the same
+inputs): one in flight at a crash aborts at its step deadline, loudly, naming round and step.
 """
 
 from __future__ import annotations
@@ -27,22 +37,25 @@ from privbandit.protocol.parties import Intermediary, ProtocolError, Shuffler, s
 from privbandit.protocol.report_auth import ReportAuthenticator
 from privbandit.protocol.seeding import USER_BLOCK, derive_key, stream
 from privbandit.services import codec
+from privbandit.services.checkpoint import CheckpointError
 from privbandit.services.party import PartyService
 from privbandit.services.secagg_rounds import AggregatorSecAgg
 
 log = logging.getLogger("privbandit.intermediary")
 
 DEFAULT_DEADLINE_S = 120.0
+KEEP_BATCHES = 2  # releases kept for re-sending: the analyzer's open batch, and the one before
 DEFAULT_SECAGG_STEP_S = 30.0  # a secure-aggregation step waits this long for every fleet
 
 
 class IntermediaryService(PartyService):
-    def __init__(self, settings, report_key: bytes, role: str = "aggregator", deadline_s: float = DEFAULT_DEADLINE_S,
-                 shuffle_key: int | None = None, secagg_step_s: float = DEFAULT_SECAGG_STEP_S):
+    def __init__(self, settings, report_key: int, role: str = "aggregator", deadline_s: float = DEFAULT_DEADLINE_S,
+                 shuffle_key: int | None = None, secagg_step_s: float = DEFAULT_SECAGG_STEP_S,
+                 state_dir=None):
         if role not in ("aggregator", "shuffler"):
             raise ValueError(f"role {role!r} must be 'aggregator' or 'shuffler'")
         self.role = role
-        super().__init__(settings)
+        super().__init__(settings, state_dir=state_dir)
         self.auth = ReportAuthenticator(report_key)
         self.deadline_s = deadline_s
         self.shuffle_key = shuffle_key
@@ -55,6 +68,15 @@ class IntermediaryService(PartyService):
         self.blocks_in: dict[int, set[int]] = {}
         self.secagg_step_s = secagg_step_s
         self.secagg: AggregatorSecAgg | None = None
+        self.released: dict[int, tuple[int, codec.ReleaseMsg]] = {}  # round → (batch, release)
+        self.batch_of: dict[int, int] = {}
+        # Reports acknowledged to the broker but not checkpointed die with the process: the first
+        # task run after a restart (or the one running when the broker came back) asks for them
+        # again, for the rounds that can have been open then: batches up to ``recover_upto`` (the
+        # analyzer plans batch b + 2 only once b + 1 is released, so later rounds lost nothing).
+        self.recover_next_task = self.checkpoint is not None
+        self.recover_task: int | None = None
+        self.recover_upto = 0
 
     def subscriptions(self):
         return [self.t("control"), self.t("plan"), self.t("report", self.role)]
@@ -71,11 +93,62 @@ class IntermediaryService(PartyService):
         self.forget_waiting()
         self.boxes, self.closed, self.failed = {}, set(), set()
         self.blocks_in: dict[int, set[int]] = {}
+        self.released, self.batch_of = {}, {}
+        saved = self.resumable(spec)
+        if saved is not None:
+            self.restore(saved)
+        if self.recover_next_task:
+            self.recover_task, self.recover_next_task = spec["index"], False
+            self.recover_upto = self.last_batch() + 1
         self.secagg = None
         if self.active and algo.intermediary == "secagg":
             self.secagg = AggregatorSecAgg(self.run_id, spec["index"], algo.secagg_graph, self.secagg_step_s,
                                            self.relay, self.release_secure, self.abort_secure,
                                            self.rejected)
+        self.checkpoint_round()
+
+    # --- checkpoints ---------------------------------------------------------------------------
+    def last_batch(self) -> int:
+        """The latest batch this intermediary has seen a plan of (0: none)."""
+        return max([b for b, _ in self.released.values()] + list(self.batch_of.values()), default=0)
+
+    def checkpoint_round(self) -> None:
+        """At a round boundary: closed and failed rounds, and the last batches' releases."""
+        if self.released:
+            last = max(batch for batch, _ in self.released.values())
+            self.released = {r: (b, m) for r, (b, m) in self.released.items() if b > last - KEEP_BATCHES}
+        self.save_state({"closed": sorted(self.closed), "failed": sorted(self.failed),
+                         "releases": [[b, codec.encode(m)] for b, m in self.released.values()]})
+
+    def restore(self, saved: dict) -> None:
+        """Closed and failed rounds and kept releases from a checkpoint of the running task."""
+        try:
+            self.closed = {int(r) for r in saved["closed"]}
+            self.failed = {int(r) for r in saved["failed"]}
+            for batch, data in saved["releases"]:
+                msg = codec.decode(data)
+                if not isinstance(msg, codec.ReleaseMsg) or msg.run != self.run_id or msg.round not in self.closed:
+                    raise ValueError(f"a {msg.kind} for round {getattr(msg, 'round', '?')} is not a closed round's release")
+                self.released[msg.round] = (int(batch), msg)
+        except (KeyError, TypeError, ValueError, codec.DecodeError) as exc:
+            raise CheckpointError("checkpoint-schema", f"{self.state.path}: {type(exc).__name__}: {exc}") from None
+        log.info("resumed task %d from %s: %d closed rounds, %d releases kept", self.task_index,
+                 self.state.path, len(self.closed), len(self.released))
+
+    async def on_connect(self) -> None:
+        await super().on_connect()
+        if self.connections > 1:  # the broker was lost: reports in flight may be gone with it
+            if self.task_spec is None:
+                self.recover_next_task = True
+            else:
+                self.recover_task, self.recover_upto = self.task_index, self.last_batch() + 1
+                for round_id, (box, _) in self.boxes.items():
+                    if box is not None:
+                        await self.ask_again(round_id)
+
+    async def ask_again(self, round_id: int) -> None:
+        await self.bus.publish(self.t("relay", self.role), codec.ResendMsg(
+            run=self.run_id, task=self.task_index, round=round_id))
 
     def forget_waiting(self) -> None:
         # Reports held for a round that was never planned were for a round that does not exist.
@@ -97,7 +170,11 @@ class IntermediaryService(PartyService):
             self.reject("unexpected-kind", msg.kind)
 
     async def open_round(self, msg: codec.PlanMsg) -> None:
-        if msg.round in self.boxes or msg.round in self.closed:
+        if msg.round in self.closed and msg.round in self.released:
+            # A re-announced plan of a round we released: the analyzer may have lost the release
+            # (it restarted); it ignores a release it already decoded.
+            return await self.bus.publish(self.t("release", self.role), self.released[msg.round][1])
+        if msg.round in self.boxes or msg.round in self.closed or msg.round in self.failed:
             return  # a re-announced plan
         q = msg.params
         plan = RoundPlan(round_id=msg.round, batch=msg.batch, arm=msg.arm, first_user=msg.first_user,
@@ -112,6 +189,9 @@ class IntermediaryService(PartyService):
         else:
             box = Intermediary(plan, self.mechanism, self.rejected, window)
         self.boxes[msg.round] = (box, time.monotonic())
+        self.batch_of[msg.round] = msg.batch
+        if self.recover_task == self.task_index and msg.batch <= self.recover_upto and box is not None:
+            await self.ask_again(msg.round)
         for early in self.waiting.pop(msg.round, []):
             await self.collect(early)
 
@@ -170,14 +250,26 @@ class IntermediaryService(PartyService):
         await self.bus.publish(self.t(*where), msg)
 
     async def release_secure(self, round_id: int, value: int, n_reports: int) -> None:
-        await self.bus.publish(self.t("release", self.role), codec.ReleaseMsg(
+        await self.publish_release(round_id, codec.ReleaseMsg(
             run=self.run_id, task=self.task_index, round=round_id, n_reports=n_reports, value=value))
+
+    async def publish_release(self, round_id: int, msg: codec.ReleaseMsg) -> None:
+        """Release a round, close it, checkpoint: the round boundary."""
+        await self.bus.publish(self.t("release", self.role), msg)
         del self.boxes[round_id]
+        self.blocks_in.pop(round_id, None)
         self.closed.add(round_id)
+        self.released[round_id] = (self.batch_of.pop(round_id), msg)
+        self.checkpoint_round()
 
     async def abort_secure(self, round_id: int, reason: str) -> None:
+        if self.recover_task == self.task_index and self.batch_of.get(round_id, 0) <= self.recover_upto:
+            reason += ("; the aggregator restarted (or lost the broker) while this round was in flight, "
+                       "and a secure round is never re-run with the same inputs")
         self.failed.add(round_id)
         del self.boxes[round_id]
+        self.batch_of.pop(round_id, None)
+        self.checkpoint_round()
         await self.status("error", self.task_index, round=round_id, reason=f"round {round_id}: {reason}")
 
     async def release(self, round_id: int, box: Intermediary, partial: bool = False) -> None:
@@ -185,12 +277,9 @@ class IntermediaryService(PartyService):
         reports = None
         if rel.reports is not None:
             reports = codec.packed(rel.reports, box.plan.params.m)
-        await self.bus.publish(self.t("release", self.role), codec.ReleaseMsg(
+        await self.publish_release(round_id, codec.ReleaseMsg(
             run=self.run_id, task=self.task_index, round=round_id, n_reports=rel.n_reports,
             value=rel.value, reports=reports))
-        del self.boxes[round_id]
-        self.blocks_in.pop(round_id, None)
-        self.closed.add(round_id)
 
     async def tick(self) -> None:
         if self.secagg is not None:
@@ -205,6 +294,7 @@ class IntermediaryService(PartyService):
                     await self.release(round_id, box, partial=True)
                 except ProtocolError as exc:
                     self.failed.add(round_id)
+                    self.checkpoint_round()
                     await self.status("error", self.task_index, round=round_id,
                                       reason=f"round {round_id} missed its {self.deadline_s:.0f} s deadline: "
                                              f"{exc.detail}")

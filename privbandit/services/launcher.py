@@ -5,15 +5,23 @@ Each process gets only what its role may know, through its environment:
 the broker URL and its role's credentials for everyone; the experiment file (world seed, arm means)
 for the user fleets and the observer only; the analyzer's own key for the analyzer; the
 shuffler's key for the shuffler. The analyzer is never given the experiment file.
+
+The analyzer and the intermediaries each checkpoint to their own ``<out>/state/<party>``; with
+``restart_on_crash`` the launcher restarts a party that dies (SIGKILL, a crash) up to that many
+times in all, and the restarted process resumes from its checkpoint (docs/distributed.md, "Faults
+and restarts"). A party that exits with status 2 (bad configuration, a foreign checkpoint) is not
+restarted: it would only fail again.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +30,8 @@ from privbandit.experiment.config import ExperimentConfig, resolve_algorithm
 from privbandit.protocol.seeding import analyzer_master_key, report_auth_master, shuffler_master_key
 
 PARTY_EXIT_WAIT_S = 20.0
+USAGE_ERROR = 2  # a party's exit status for bad input: restarting cannot help
+CHECKPOINTED = ("observer", "analyzer", "aggregator", "shuffler")  # fleets hold no state to keep
 
 
 @dataclass
@@ -56,7 +66,7 @@ def stop_process(proc: subprocess.Popen | None, grace_s: float = 5.0) -> None:
 
 def plan_parties(config: ExperimentConfig, experiment: Path, overrides: list[str], out: Path,
                  broker_url: str, run_id: str, shards: int, passwords: dict[str, str] | None,
-                 observer_log: Path | None = None) -> list[Party]:
+                 observer_log: Path | None = None, checkpoint: bool = True) -> list[Party]:
     sets = [x for o in overrides for x in ("--set", o)]
     world = ["--experiment", str(experiment), *sets]
     needs_shuffler = any(resolve_algorithm(config, label).intermediary == "shuffler" for label in config.algorithms)
@@ -65,21 +75,24 @@ def plan_parties(config: ExperimentConfig, experiment: Path, overrides: list[str
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
 
+    def state(name: str) -> list[str]:
+        return ["--state-dir", str(out / "state" / name)] if checkpoint and name in CHECKPOINTED else []
+
     def env(role: str, **extra) -> dict[str, str]:
         base = {"PRIVBANDIT_BROKER_URL": broker_url, "PRIVBANDIT_RUN_ID": run_id}
         if passwords:
             base |= {"PRIVBANDIT_USERNAME": role, "PRIVBANDIT_PASSWORD": passwords[role]}
         return base | extra
 
-    parties = [Party("observer", ["observer", *world, "--out", str(out), "--parties", ",".join(names)],
-                     env("observer"), observer_log)]
-    parties.append(Party("analyzer", ["analyzer"], env("analyzer", PRIVBANDIT_ANALYZER_KEY=hex(
+    parties = [Party("observer", ["observer", *world, "--out", str(out), "--parties", ",".join(names),
+                                  *state("observer")], env("observer"), observer_log)]
+    parties.append(Party("analyzer", ["analyzer", *state("analyzer")], env("analyzer", PRIVBANDIT_ANALYZER_KEY=hex(
         analyzer_master_key(config.seed))), logs / "analyzer.log"))
-    report_key = report_auth_master(config.seed).hex()  # the users' MAC keys, as registered with intermediaries
-    parties.append(Party("aggregator", ["aggregator"], env("aggregator", PRIVBANDIT_REPORT_AUTH_KEY=report_key),
-                         logs / "aggregator.log"))
+    report_key = hex(report_auth_master(config.seed))  # the users' MAC keys, as registered with intermediaries
+    parties.append(Party("aggregator", ["aggregator", *state("aggregator")],
+                         env("aggregator", PRIVBANDIT_REPORT_AUTH_KEY=report_key), logs / "aggregator.log"))
     if needs_shuffler:
-        parties.append(Party("shuffler", ["shuffler"], env("shuffler", PRIVBANDIT_SHUFFLE_KEY=hex(
+        parties.append(Party("shuffler", ["shuffler", *state("shuffler")], env("shuffler", PRIVBANDIT_SHUFFLE_KEY=hex(
             shuffler_master_key(config.seed)), PRIVBANDIT_REPORT_AUTH_KEY=report_key), logs / "shuffler.log"))
     for i, name in enumerate(users):
         parties.append(Party(name, ["users", "--shard", f"{i}/{shards}", *world], env("users"), logs / f"{name}.log"))
@@ -87,10 +100,17 @@ def plan_parties(config: ExperimentConfig, experiment: Path, overrides: list[str
 
 
 def launch(config: ExperimentConfig, experiment: Path, overrides: list[str], out: Path,
-           broker_url: str | None = None, shards: int = 2, timeout_s: float | None = None) -> int:
-    """Run the experiment distributed; returns the observer's exit code (0 on success)."""
+           broker_url: str | None = None, shards: int = 2, timeout_s: float | None = None,
+           restart_on_crash: int = 0, started: Callable[[list[Party]], None] | None = None,
+           checkpoint: bool = True) -> int:
+    """Run the experiment distributed; returns the observer's exit code (0 on success).
+
+    ``restart_on_crash``: how many party crashes in all to survive by restarting the party.
+    ``started``: called with the parties once they are all started (fault-injection tests).
+    ``checkpoint``: give the analyzer and intermediaries state directories (benchmarks turn it off)."""
     run_id = "r" + secrets.token_hex(4)
     out.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(out / "state", ignore_errors=True)  # a new session: earlier checkpoints are another run's
     with ExitStack() as stack:
         passwords = None
         if broker_url is None:
@@ -101,17 +121,32 @@ def launch(config: ExperimentConfig, experiment: Path, overrides: list[str], out
             broker = start_embedded_broker(run_id, passwords)
             stack.callback(broker.stop)
             broker_url = broker.url
-        parties = plan_parties(config, experiment, overrides, out, broker_url, run_id, shards, passwords)
+        parties = plan_parties(config, experiment, overrides, out, broker_url, run_id, shards, passwords,
+                               checkpoint=checkpoint)
         for p in parties:
             p.start()
             stack.callback(p.stop)
+        if started is not None:
+            started(parties)
         observer = parties[0]
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while observer.proc.poll() is None:
-            dead = [p for p in parties[1:] if p.proc.poll() not in (None, 0)]
-            if dead:
-                p = dead[0]
-                raise RuntimeError(f"{p.name} exited with {p.proc.returncode}; see {p.log}:\n{log_tail(p.log)}")
+        restarts = restart_on_crash
+        while True:
+            # The observer's own exit ends the session (0: results written, 1: the session failed),
+            # unless a signal killed it: then it is restarted like any party, and resumes.
+            if observer.proc.poll() is not None and (observer.proc.returncode >= 0 or restarts <= 0):
+                break
+            crashed = [p for p in parties if p.proc.poll() not in (None, 0)
+                       and (p is not observer or p.proc.returncode < 0)]
+            for p in crashed:
+                code = p.proc.returncode
+                if restarts <= 0 or code == USAGE_ERROR:
+                    raise RuntimeError(f"{p.name} exited with {code}; see {p.log}:\n{log_tail(p.log)}")
+                restarts -= 1
+                with open(p.log or os.devnull, "a") as fh:
+                    fh.write(f"\n--- launcher: {p.name} exited with {code}; restarting it "
+                             f"({restarts} restarts left) ---\n")
+                p.start()
             if deadline and time.monotonic() > deadline:
                 raise TimeoutError(f"the distributed run did not finish in {timeout_s:.0f} s; logs in {out / 'logs'}")
             time.sleep(0.2)

@@ -5,12 +5,21 @@ session: once every party is ready it announces task 0 (a run of one algorithm) 
 topic with the task's *public* spec, moves to the next task when the analyzer reports it finished
 and the fleets' truth covers all T users, and finally asks everyone to shut down and report their
 traffic counters. It writes the same results directory as ``privbandit run``.
+
+With a state directory it checkpoints at every task boundary (the session nonce, the task it is
+starting and the results of the tasks done). A restarted observer resumes the same session: it
+announces the running task again and asks every party to send that task's metrics again
+(``resync``); the parties' metrics are idempotent, so the task is rebuilt whole.
 """
 
 from __future__ import annotations
 
+import logging
+import secrets
 import time
 from pathlib import Path
+
+import numpy as np
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -21,12 +30,18 @@ from privbandit.experiment.runner import instance_for, resolved_algorithms
 from privbandit.protocol.events import BlockTruth
 from privbandit.protocol.mechanisms.base import RoundParams
 from privbandit.experiment.build import build_adversary, build_ledger, build_mechanism
-from privbandit.protocol.observer import Observer, checkpoint_grid, coalition_ledger
+from privbandit.protocol.observer import Observer, RunResult, checkpoint_grid, coalition_ledger
 from privbandit.protocol.parties import RoundRecord
 from privbandit.services import codec
+from privbandit.services.checkpoint import CheckpointError, spec_fingerprint
 from privbandit.services.party import PartyService
 
+log = logging.getLogger("privbandit.observer")
+
 CONTROL_RETRY_S = 3.0
+# A task whose metrics stopped coming this long asks everyone to send them again (a broker that
+# died before delivering them lost them; every party's metrics are idempotent).
+RESYNC_S = 6.0
 STATS_WAIT_S = 15.0  # for every party's final counters after the last task
 FAILED_STATS_WAIT_S = 3.0  # after a failure some parties may never answer
 
@@ -35,12 +50,35 @@ class SessionFailed(RuntimeError):
     pass
 
 
+def _plain(x):
+    """numpy scalars to Python ones (msgpack takes no numpy types)."""
+    return x.item() if isinstance(x, np.generic) else x
+
+
+def _result_state(r: RunResult) -> dict:
+    return {"checkpoints": r.checkpoints.tolist(), "pseudo_regret": r.pseudo_regret.tolist(),
+            "realized_regret": r.realized_regret.tolist(),
+            "rounds": [{k: _plain(v) for k, v in row.items()} for row in r.rounds],
+            "privacy": r.privacy, "reports": int(r.reports), "protocol_bits": int(r.protocol_bits),
+            "max_report_bits": int(r.max_report_bits), "eliminated_at": [int(a) for a in r.eliminated_at],
+            "best_arm": int(r.best_arm)}
+
+
+def _result_from_state(s: dict) -> RunResult:
+    return RunResult(checkpoints=np.asarray(s["checkpoints"], dtype=np.int64),
+                     pseudo_regret=np.asarray(s["pseudo_regret"], dtype=np.float64),
+                     realized_regret=np.asarray(s["realized_regret"], dtype=np.float64),
+                     rounds=list(s["rounds"]), privacy=s["privacy"], reports=s["reports"],
+                     protocol_bits=s["protocol_bits"], max_report_bits=s["max_report_bits"],
+                     eliminated_at=list(s["eliminated_at"]), best_arm=s["best_arm"])
+
+
 class ObserverService(PartyService):
     role = "observer"
 
     def __init__(self, settings, config: ExperimentConfig, parties: list[str], out: Path,
-                 ready_timeout_s: float = 60.0):
-        super().__init__(settings)
+                 ready_timeout_s: float = 60.0, state_dir: Path | None = None):
+        super().__init__(settings, state_dir=state_dir)
         self.ready_deadline = time.monotonic() + ready_timeout_s
         self.ready_timeout_s = ready_timeout_s
         self.config = config
@@ -53,6 +91,8 @@ class ObserverService(PartyService):
         self.results = {label: [None] * config.runs for label in self.algos}
         self.compute = dict.fromkeys(self.algos, 0.0)
         self.index = -1
+        self.last_metrics = self.last_resync = time.monotonic()
+        self.session = secrets.token_hex(8)  # tells this session's checkpoints from an earlier one's
         self.failure: str | None = None
         self.shutting_down = False
         self.started = time.perf_counter()
@@ -60,12 +100,52 @@ class ObserverService(PartyService):
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=Console(stderr=True))
         self.bar = self.progress.add_task(f"{config.name} over MQTT", total=len(self.tasks))
+        self.experiment = spec_fingerprint(config.model_dump(mode="json"))
+        self.resuming = self.checkpoint is not None
+        if self.resuming:
+            self.restore(self.checkpoint)
+
+    # --- checkpoints (task boundaries) -------------------------------------------------------
+    def save_session(self) -> None:
+        results = {label: [None if r is None else _result_state(r) for r in runs]
+                   for label, runs in self.results.items()}
+        self.save_state({"session": self.session, "results": results, "compute": self.compute,
+                         "elapsed": time.perf_counter() - self.started}, task=self.index, spec=self.experiment)
+
+    def restore(self, ckpt) -> None:
+        if ckpt.spec != self.experiment:
+            raise CheckpointError("checkpoint-wrong-experiment", f"{self.state.path} was taken with another "
+                                  "experiment file: empty the state directory to start afresh")
+        try:
+            s = ckpt.state
+            self.session = str(s["session"])
+            self.results = {label: [None if r is None else _result_from_state(r) for r in s["results"][label]]
+                            for label in self.algos}
+            self.compute = {label: float(s["compute"][label]) for label in self.algos}
+            self.started -= float(s["elapsed"])
+            self.index = ckpt.task - 1  # next_task() starts it again
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError("checkpoint-schema", f"{self.state.path}: {type(exc).__name__}: {exc}") from None
 
     def subscriptions(self):
         return [self.t("metrics", "+")]
 
     async def on_connect(self) -> None:
-        pass  # the observer publishes control, not readiness
+        # The observer publishes control, not readiness. Resuming: every party is already running
+        # (none will say ready again), so start the checkpointed task again at once and ask for
+        # its metrics.
+        if self.resuming:
+            self.resuming = False
+            self.ready = set(self.parties)
+            self.progress.start()
+            self.progress.update(self.bar, completed=max(self.index + 1, 0))
+            await self.next_task()
+            await self.resync()
+            log.info("resumed the session at task %d from %s", self.index, self.state.path)
+
+    async def resync(self) -> None:
+        self.last_resync = time.monotonic()
+        await self.bus.publish(self.t("control"), codec.ControlMsg(run=self.run_id, action="resync", task=self.index))
 
     # --- session pacing ---------------------------------------------------------------------
     async def announce(self) -> None:
@@ -87,7 +167,8 @@ class ObserverService(PartyService):
             self.instance = instance_for(self.config, run)
             self.task_body = {"index": self.index, "run": run, "label": label,
                               "algorithm": self.algos[label].model_dump(), "horizon": self.config.horizon,
-                              "arms": self.instance.n_arms, "delta": self.config.delta}
+                              "arms": self.instance.n_arms, "delta": self.config.delta,
+                              "session": self.session}
             algo = self.algos[label]
             mechanism = build_mechanism(algo)
             adversary = build_adversary(algo, mechanism, self.config.seed, (run, label), self.instance)
@@ -95,6 +176,7 @@ class ObserverService(PartyService):
             self.observer = Observer(self.grid, algo.p, coalition_ledger(mechanism, ledger, adversary))
             self.analyzer_done: dict | None = None
             self.task_started = time.perf_counter()
+        self.save_session()
         await self.announce()
 
     async def fail(self, reason: str) -> None:
@@ -109,12 +191,16 @@ class ObserverService(PartyService):
             await self.fail(f"parties never became ready within {self.ready_timeout_s:.0f} s: {missing}")
         if self.index >= 0 and time.monotonic() - self.last_announce > CONTROL_RETRY_S:
             await self.announce()  # for a party that restarted and missed it
+        if (0 <= self.index and not self.shutting_down and time.monotonic() - self.last_metrics > RESYNC_S
+                and time.monotonic() - self.last_resync > RESYNC_S):
+            await self.resync()
         wait = FAILED_STATS_WAIT_S if self.failure else STATS_WAIT_S
         if self.shutting_down and time.monotonic() - self.shutdown_at > wait:
             self.finished = True  # write what we have; missing stats are reported as missing
 
     # --- metrics ----------------------------------------------------------------------------
     async def on_message(self, name: str, msg) -> None:
+        self.last_metrics = time.monotonic()
         if isinstance(msg, codec.StatusMsg):
             await self.on_status(msg)
         elif isinstance(msg, (codec.TruthMsg, codec.RecordMsg)):
@@ -156,6 +242,8 @@ class ObserverService(PartyService):
     async def maybe_finish_task(self) -> None:
         if self.shutting_down or self.analyzer_done is None or self.served() < self.config.horizon:
             return
+        if len(self.observer.records) < self.analyzer_done["privacy"]["releases"]:
+            return  # a round's record is still on its way (or lost: resync)
         run, label = self.tasks[self.index]
         self.results[label][run] = self.observer.result(
             self.analyzer_done["privacy"], self.analyzer_done["eliminated_at"], self.instance.best_arm)

@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from pathlib import Path
 
 import aiomqtt
 
 from privbandit.services import codec
 from privbandit.services.bus import Bus, BusSettings, Traffic, connect, topic
+from privbandit.services.checkpoint import CheckpointError, StateDir, resume_state, spec_fingerprint
 
 log = logging.getLogger("privbandit.party")
 
@@ -23,7 +25,7 @@ class PartyService:
     role: str = "party"
     tick_s: float = 1.0  # how often `tick` runs (retries, deadlines)
 
-    def __init__(self, settings: BusSettings, name: str | None = None):
+    def __init__(self, settings: BusSettings, name: str | None = None, state_dir: Path | None = None):
         self.settings = settings
         self.run_id = settings.run_id
         self.name = name or self.role
@@ -34,6 +36,13 @@ class PartyService:
         self.bus: Bus | None = None
         self.task_spec: dict | None = None
         self.early: list = []
+        self.connections = 0  # > 1: the broker was lost and regained (messages may be lost)
+        # Checkpoints (docs/distributed.md, "Faults and restarts"): loaded now, so that a state
+        # directory of another run stops the process before it touches the bus.
+        self.state = None if state_dir is None else StateDir(state_dir, self.run_id, self.name)
+        self.checkpoint = None if self.state is None else self.state.load()
+        if self.checkpoint is not None:
+            self._restore_counters(self.checkpoint.state.get("counters", {}))
 
     def t(self, *parts: str) -> str:
         return topic(self.run_id, *parts)
@@ -54,7 +63,8 @@ class PartyService:
 
     async def handle(self, name: str, msg) -> None:
         """Dispatch one decoded message. A message whose content the party cannot act on (a task
-        spec that does not validate, say) is counted as ``invalid-content``; it never ends the party."""
+        spec that does not validate, say) is counted as ``invalid-content``; it never ends the party.
+        A checkpoint of another experiment does end it (CheckpointError): resuming it would be wrong."""
         try:
             await self._dispatch(name, msg)
         except (ValueError, KeyError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
@@ -70,6 +80,9 @@ class PartyService:
                 await self.status("stats", rejected=dict(self.rejected),
                                   traffic={str(i): t.as_dict() for i, t in self.traffic_by_task.items()})
                 self.finished = True
+            elif msg.action == "resync":
+                if self.task_index is not None and msg.task == self.task_index:
+                    await self.on_resync()
             else:
                 spec = codec.TaskSpec.model_validate(msg.body).model_dump()
                 if spec["index"] != msg.task:
@@ -95,6 +108,34 @@ class PartyService:
 
     async def on_task(self, spec: dict) -> None:  # a new task starts: set up its party objects
         pass
+
+    async def on_resync(self) -> None:
+        """The observer misses some of the running task's metrics: send them again (idempotent)."""
+
+    # --- checkpoints ---------------------------------------------------------------------------
+    def resumable(self, spec: dict) -> dict | None:
+        """The state this party checkpointed for the task ``spec`` describes, if any."""
+        if self.state is None:
+            return None
+        return resume_state(self.checkpoint, spec["index"], spec_fingerprint(spec), self.state.path)
+
+    def save_state(self, state: dict, task: int | None = None, spec: str | None = None) -> None:
+        """Checkpoint the running task's state (at a round boundary), with the counters.
+        ``task`` and ``spec`` (a fingerprint) default to the running task's."""
+        if self.state is None:
+            return
+        counters = {"rejected": dict(self.rejected),
+                    "traffic": {str(i): t.as_dict() for i, t in self.traffic_by_task.items()}}
+        self.state.save(self.task_index if task is None else task,
+                        spec_fingerprint(self.task_spec) if spec is None else spec, {**state, "counters": counters})
+
+    def _restore_counters(self, counters: dict) -> None:
+        try:
+            self.rejected.update({str(k): int(v) for k, v in counters.get("rejected", {}).items()})
+            for i, t in counters.get("traffic", {}).items():
+                self.traffic_by_task[int(i)] = Traffic(*(Counter(t[k]) for k in ("payload", "wire", "messages")))
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError("checkpoint-schema", f"{self.state.path}: counters: {exc}") from None
 
     def on_shutdown(self) -> None:
         """Last chance to count what never completed: messages held for a task that never came."""
@@ -138,9 +179,12 @@ class PartyService:
             await asyncio.sleep(self.tick_s)
             if self.bus is None:
                 continue
-            if self.task_spec is None and self.role != "observer":
-                await self.status("ready")  # until the coordinator starts us: it may have come up later
-            await self.tick()
+            try:
+                if self.task_spec is None and self.role != "observer":
+                    await self.status("ready")  # until the coordinator starts us: it may have come up later
+                await self.tick()
+            except aiomqtt.MqttError as exc:  # the broker is gone: the pump reconnects, we retry later
+                log.warning("%s: a timer's publish failed (%s); retrying after reconnecting", self.name, exc)
 
     async def _pump(self) -> None:
         """Connect, and hand every message to ``handle`` until finished; reconnect on loss."""
@@ -151,6 +195,7 @@ class PartyService:
                                    self.traffic, self.rejected) as bus:
                     self.bus = bus
                     delay = 0.1
+                    self.connections += 1
                     await self.on_connect()
                     async for name, msg in bus.messages():
                         await self.handle(name, msg)

@@ -113,13 +113,17 @@ class _Inbox:
         self.shards: int | None = None
         self.opened = time.monotonic()
 
-    def add(self, msg: codec.SecAggMsg) -> bool:
-        if (msg.shard, msg.chunk) in self.chunks:
-            return False
+    def add(self, msg: codec.SecAggMsg) -> str | None:
+        """None if accepted; ``duplicate`` for a redelivered copy; ``secagg-conflicting-chunk`` for
+        a different chunk under the same (fleet, number): a replay or an impersonation (fleets
+        share one broker account), which must not silently displace the genuine one."""
+        seen = self.chunks.get((msg.shard, msg.chunk))
+        if seen is not None:
+            return "duplicate" if codec.encode(seen) == codec.encode(msg) else "secagg-conflicting-chunk"
         self.chunks[msg.shard, msg.chunk] = msg
         if msg.final:
             self.finals.add(msg.shard)
-        return True
+        return None
 
     def complete(self, shards: int) -> bool:
         return len(self.finals) >= shards
@@ -167,8 +171,9 @@ class FleetSecAgg:
         except BatchError:
             return "secagg-malformed"
         box = self.inboxes.setdefault((msg.round, msg.step), _Inbox())
-        if not box.add(msg):
-            return "duplicate"
+        refused = box.add(msg)
+        if refused:
+            return refused
         if not msg.final:
             return None
         batch = from_messages(msg.step, box.messages())
@@ -223,8 +228,14 @@ class AggregatorSecAgg:
             self.shards = msg.shards
         elif msg.shards != self.shards:
             return "secagg-shard-count"
-        if not box.add(msg):
-            return "duplicate"
+        refused = box.add(msg)
+        if refused == "secagg-conflicting-chunk":
+            self._close(msg.round)
+            await self.abort(msg.round, f"secure aggregation aborted at step {step!r}: fleet {msg.shard} sent two "
+                                        f"different chunks {msg.chunk} (a replay or an impersonation)")
+            return refused
+        if refused:
+            return refused
         if box.complete(self.shards):
             await self._advance(msg.round)
         return None

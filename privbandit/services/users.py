@@ -48,14 +48,15 @@ class UserFleetService(PartyService):
         self.shard, self.shards = shard, shards
         self.population: UserPopulation | None = None
         self.intermediary = "aggregator"
-        self.served: set[int] = set()
+        self.served: dict[int, codec.PlanMsg] = {}
+        self.truths: dict[tuple[int, int], codec.TruthMsg] = {}  # what the observer got: sent again on resync
         self.secagg: FleetSecAgg | None = None
         self.identities = UserIdentities(users_identity_master(config.seed))
         self.auth = ReportAuthenticator(report_auth_master(config.seed))
 
     def subscriptions(self):
         return [self.t("control"), self.t("plan"), self.t("relay", "aggregator"),
-                self.t("relay", "aggregator", self.name)]
+                self.t("relay", "aggregator", self.name), self.t("relay", "shuffler")]
 
     async def on_task(self, spec: dict) -> None:
         algo = AlgorithmConfig.model_validate(spec["algorithm"])
@@ -66,11 +67,16 @@ class UserFleetService(PartyService):
             checkpoint_grid(self.config.horizon, self.config.checkpoints), prefix,
             algo.dropout_rate, build_adversary(algo, mechanism, self.config.seed, prefix, instance),
         )
-        self.served = set()
+        self.served = {}
+        self.truths = {}
         self.secagg = None
         if algo.intermediary == "secagg":
             self.secagg = FleetSecAgg(self.run_id, spec["index"], self.shard, self.shards, algo.secagg_graph,
                                       self.identities, self.publish_secagg)
+
+    async def on_resync(self) -> None:
+        for msg in list(self.truths.values()):
+            await self.bus.publish(self.t("metrics", self.name), msg)
 
     async def publish_secagg(self, msg: codec.SecAggMsg) -> None:
         await self.bus.publish(self.t("report", "aggregator"), msg)
@@ -83,10 +89,17 @@ class UserFleetService(PartyService):
                 return self.reject("secagg-not-running", f"round {msg.round}")
             reason = await self.secagg.on_message(msg)
             return self.reject(reason, f"round {msg.round} {msg.step}") if reason else None
+        if isinstance(msg, codec.ResendMsg):
+            # An intermediary that may have lost our reports asks again; records are idempotent.
+            if self.current(msg) and msg.round in self.served and self.secagg is None:
+                await self.serve_plan(self.served[msg.round])
+            return
         if not isinstance(msg, codec.PlanMsg):
             return self.reject("unexpected-kind", msg.kind)
-        if not self.current(msg) or msg.round in self.served:
-            return
+        if self.current(msg) and msg.round not in self.served:
+            await self.serve_plan(msg)
+
+    async def serve_plan(self, msg: codec.PlanMsg) -> None:
         plan = RoundPlan(round_id=msg.round, batch=msg.batch, arm=msg.arm, first_user=msg.first_user,
                          cohort=msg.cohort, params=RoundParams(**msg.params.model_dump()), collect=msg.collect)
         mine = [b for b in self.population.blocks(plan) if b % self.shards == self.shard]
@@ -94,6 +107,16 @@ class UserFleetService(PartyService):
         values, dropouts = {}, []
         for block in mine:  # one block at a time: bounded memory, steady traffic
             reports, truths = self.population.respond(plan, [block])
+            # Truth first: once a round's reports are all in, it can be released and the analyzer
+            # moves on, never re-announcing its plan; a fleet killed between the two would leave
+            # the observer without that truth for good. The other way round, it re-serves both.
+            for t in truths:
+                self.truths[t.round_id, t.block] = codec.TruthMsg(
+                    run=self.run_id, task=self.task_index, round=t.round_id, block=t.block,
+                    first_user=t.first_user, size=t.size, gap=t.gap, realized_regret=t.realized_regret,
+                    realized_at=t.realized_at_checkpoints, reward_sum=t.reward_sum,
+                    noise_sum=int(t.noise_sum), attackers=t.attackers)
+                await self.bus.publish(self.t("metrics", self.name), self.truths[t.round_id, t.block])
             if secure:
                 start = plan.first_user + block * USER_BLOCK
                 ids = np.arange(start, min(start + USER_BLOCK, plan.first_user + plan.cohort))
@@ -109,12 +132,6 @@ class UserFleetService(PartyService):
                     values=codec.packed(reports.values, plan.params.m), block=block,
                     tags=self.auth.tags(self.run_id, self.task_index, plan.round_id, plan.first_user,
                                         reports.user_ids, reports.values)))
-            for t in truths:
-                await self.bus.publish(self.t("metrics", self.name), codec.TruthMsg(
-                    run=self.run_id, task=self.task_index, round=t.round_id, block=t.block,
-                    first_user=t.first_user, size=t.size, gap=t.gap, realized_regret=t.realized_regret,
-                    realized_at=t.realized_at_checkpoints, reward_sum=t.reward_sum,
-                    noise_sum=int(t.noise_sum), attackers=t.attackers))
         if secure:  # every fleet answers round 0, with no users if it hosts none of this cohort
             await self.secagg.start(plan, values, dropouts)
-        self.served.add(msg.round)
+        self.served[msg.round] = msg

@@ -76,7 +76,7 @@ def test_float_rewards_are_covered_by_their_bits_and_bad_inputs_refused():
     assert not AUTH.verify("r", 0, 0, 10, np.array([10, 11]), x, tags[:1]).any()  # wrong shape
     with pytest.raises(ValueError, match="below the cohort"):
         AUTH.tags("r", 0, 0, 10, np.array([9]), np.array([1]))
-    with pytest.raises(ValueError, match="32 bytes"):
-        ReportAuthenticator(b"short")
+    with pytest.raises(ValueError, match="256-bit"):
+        ReportAuthenticator(2**256)
     with pytest.raises(TypeError, match="cannot be authenticated"):
         report_words(np.array(["a"]))

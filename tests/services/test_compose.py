@@ -212,3 +212,21 @@ def test_privbandit_up_reports_the_failing_service_and_exits_1(tmp_path):
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1, result.stderr
     assert "service keys exited with code 2" in " ".join(result.stderr.split())
+
+
+@pytest.mark.parametrize("policy, restarts", [("no", 0), (None, 0), ("on-failure", float("inf")),
+                                              ("on-failure:3", 3), ("always", float("inf")),
+                                              ("unless-stopped", float("inf"))])
+def test_restart_policies_are_read_from_the_compose_file(tmp_path, policy, restarts):
+    def edit(text):
+        return text if policy is None else text.replace("    command: [aggregator]\n",
+                                                        f"    command: [aggregator]\n    restart: {policy}\n")
+    work = _workdir(tmp_path, edit)
+    assert compose.load(work / "docker-compose.yml", work)["aggregator"].restarts == restarts
+
+
+def test_a_bad_restart_policy_names_the_service(tmp_path):
+    work = _workdir(tmp_path, lambda t: t.replace("    command: [aggregator]\n",
+                                                  "    command: [aggregator]\n    restart: sometimes\n"))
+    with pytest.raises(compose.ComposeError, match="service aggregator: restart 'sometimes'"):
+        compose.load(work / "docker-compose.yml", work)

@@ -1,0 +1,259 @@
+"""Faults with real processes over a real broker: SIGKILL a party mid-run, restart it, and get
+the in-process run's numbers, bit for bit (no accepted report lost, none counted twice)."""
+
+from __future__ import annotations
+
+import getpass
+import secrets
+import time
+
+import pytest
+
+from privbandit.experiment.config import load_experiment
+from privbandit.services.checkpoint import decode_checkpoint
+from privbandit.services.launcher import plan_parties
+from tests.services.test_distributed import _experiment, _inproc, _wait, assert_same_numbers
+
+SHUFFLED = """
+name = "faults-shuffled"
+horizon = 200000
+seed = 23
+epsilon = 0.5
+runs = 1
+[environment]
+kind = "uniform"
+[algorithms.Dist-RDP-shuffled]
+algorithm = "dist-rdp-se"
+intermediary = "shuffler"
+"""
+POLL_S = 0.05
+
+
+def _progress(out, name: str) -> tuple[int, int]:
+    """(task, rounds done) in a party's checkpoint; (-1, 0) before the first one."""
+    try:
+        _, _, ckpt = decode_checkpoint((out / "state" / name / "checkpoint.bin").read_bytes())
+    except FileNotFoundError:
+        return -1, 0
+    done = ckpt.state.get("releases") if name == "analyzer" else ckpt.state.get("closed", [])
+    return ckpt.task, len(done)
+
+
+def _kill_and_restart(parties, out, name: str, task: int, rounds: int, timeout: float = 60) -> None:
+    """SIGKILL ``name`` once its checkpoint shows ``rounds`` rounds of ``task`` done, then start it
+    again (same client id, same state directory)."""
+    party = next(p for p in parties if p.name == name)
+    end = time.monotonic() + timeout
+    while _progress(out, name) < (task, rounds):
+        assert parties[0].proc.poll() is None, "the session ended before the fault was injected"
+        assert time.monotonic() < end, f"{name} never reached task {task}, {rounds} rounds"
+        time.sleep(POLL_S)
+    party.proc.kill()  # SIGKILL: no goodbye, messages in flight are lost
+    party.proc.wait()
+    assert parties[0].proc.poll() is None, "the session must still be running when the party dies"
+    party.start()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The in-process results every fault test must reproduce: (experiment file, results dir)."""
+    tmp = tmp_path_factory.mktemp("reference")
+    path = _experiment(tmp, horizon=HORIZON, runs=1, extra="")
+    _inproc(path, tmp / "inproc")
+    return path, tmp / "inproc"
+
+
+HORIZON = 200_000
+
+
+def _launch_parties(tmp_path, path, url, prefix):
+    config, _ = load_experiment(path)
+    out = tmp_path / "mqtt"
+    parties = plan_parties(config, path, [], out, url, prefix + secrets.token_hex(4), 2, None,
+                           observer_log=tmp_path / "observer.log")
+    for p in parties:
+        p.start()
+    return parties, out
+
+
+def _finish(tmp_path, parties) -> None:
+    try:
+        assert _wait(parties, timeout=120) == 0, (tmp_path / "observer.log").read_text()[-3000:]
+    finally:
+        for p in parties:
+            p.stop()
+
+
+def test_killing_the_shuffler_mid_run(tmp_path, mosquitto_url):
+    path = tmp_path / "shuffled.toml"
+    path.write_text(SHUFFLED)
+    _inproc(path, tmp_path / "inproc")
+    parties, out = _launch_parties(tmp_path, path, mosquitto_url, "h")
+    try:
+        _kill_and_restart(parties, out, "shuffler", 0, 3)
+    finally:
+        _finish(tmp_path, parties)
+    assert_same_numbers(tmp_path / "inproc", out)
+    assert "resumed task 0" in (out / "logs" / "shuffler.log").read_text()
+
+
+def test_the_launcher_restarts_crashed_parties_when_asked(tmp_path, mosquitto_url, reference):
+    """``privbandit run --transport mqtt --restart-on-crash N``: the analyzer, then the aggregator,
+    then the observer are SIGKILLed mid-run; the launcher starts each again, each resumes from its
+    checkpoint, and the run completes with the in-process numbers."""
+    import threading
+
+    from privbandit.services.launcher import launch
+
+    path, inproc = reference
+    config, _ = load_experiment(path)
+    out, box = tmp_path / "mqtt", {}
+    ready = threading.Event()
+
+    def started(parties):
+        box["parties"] = parties
+        ready.set()
+
+    result = {}
+    worker = threading.Thread(target=lambda: result.update(code=launch(
+        config, path, [], out, broker_url=mosquitto_url, shards=2, timeout_s=150, restart_on_crash=3,
+        started=started)), daemon=True)
+    worker.start()
+    assert ready.wait(30)
+    named = {p.name: p for p in box["parties"]}
+    first = {}
+    end = time.monotonic() + 90
+    for victim, watched, rounds in (("analyzer", "analyzer", 3), ("aggregator", "aggregator", 8),
+                                    ("observer", "aggregator", 12)):
+        while _progress(out, watched) < (0, rounds):
+            assert time.monotonic() < end and worker.is_alive(), f"the session ended before {victim} was killed"
+            time.sleep(POLL_S)
+        first[victim] = named[victim].proc
+        first[victim].kill()
+    worker.join(150)
+    assert not worker.is_alive() and result["code"] == 0
+    for victim, proc in first.items():
+        assert named[victim].proc is not proc, f"{victim} was not started again"
+    assert "launcher: analyzer exited with -9; restarting it (2 restarts left)" in (
+        out / "logs" / "analyzer.log").read_text()
+    for victim in ("analyzer", "aggregator"):  # the restarts really went through the checkpoints
+        assert "resumed task 0" in (out / "logs" / f"{victim}.log").read_text(), victim
+    assert_same_numbers(inproc, out)
+
+
+def test_a_state_dir_of_another_run_stops_the_party_with_a_clear_error(tmp_path):
+    """A checkpoint left by another session is refused at start (exit 2), never resumed."""
+    import os
+    import subprocess
+    import sys
+
+    from privbandit.services.checkpoint import StateDir
+
+    StateDir(tmp_path / "s", "old-run", "analyzer").save(0, "0" * 64, {"releases": []})
+    env = {**os.environ, "PRIVBANDIT_ANALYZER_KEY": "0x1", "PRIVBANDIT_RUN_ID": "new-run",
+           "PRIVBANDIT_BROKER_URL": "mqtt://127.0.0.1:9"}
+    proc = subprocess.run([sys.executable, "-m", "privbandit", "analyzer", "--state-dir", str(tmp_path / "s")],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 2
+    assert "checkpoint-wrong-run" in proc.stderr and "old-run" in proc.stderr and "new-run" in proc.stderr
+
+
+# --- the broker itself ----------------------------------------------------------------------------
+
+class PrivateMosquitto:
+    """A Mosquitto of our own on a free port, persisting its sessions and queues to ``directory``
+    (autosaved every second), so that it can be SIGKILLed and started again on the same port."""
+
+    def __init__(self, directory):
+        from privbandit.services.embedded_broker import free_port
+        from tests.services.test_acl import _missing, _which
+
+        self.binary = _which("mosquitto") or _missing("mosquitto")
+        self.port = free_port()
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self.conf = directory / "mosquitto.conf"
+        self.conf.write_text("\n".join([
+            f"listener {self.port} 127.0.0.1", "allow_anonymous true",
+            "persistence true", f"persistence_location {directory}/", "autosave_interval 1",
+            "max_queued_messages 100000", "log_dest stderr",
+            f"user {getpass.getuser()}",  # started as root, Mosquitto would drop to an account that cannot write here
+            ""]))
+        self.proc = None
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"mqtt://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        import socket
+        import subprocess
+
+        with open(self.directory / "mosquitto.log", "ab") as log:
+            self.proc = subprocess.Popen([self.binary, "-c", str(self.conf)], stdout=log, stderr=subprocess.STDOUT)
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            assert self.proc.poll() is None, (self.directory / "mosquitto.log").read_text()[-2000:]
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError("mosquitto did not start")
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self) -> None:
+        from privbandit.services.launcher import stop_process
+
+        stop_process(self.proc)
+
+
+def test_killing_and_restarting_the_broker_mid_run(tmp_path, reference):
+    path, inproc = reference
+    config, _ = load_experiment(path)
+    out = tmp_path / "mqtt"
+    broker = PrivateMosquitto(tmp_path / "broker")
+    parties = plan_parties(config, path, [], out, broker.url, "b" + secrets.token_hex(4), 2, None,
+                           observer_log=tmp_path / "observer.log")
+    try:
+        for p in parties:
+            p.start()
+        end = time.monotonic() + 60
+        while _progress(out, "analyzer") < (0, 3):
+            assert parties[0].proc.poll() is None and time.monotonic() < end
+            time.sleep(POLL_S)
+        broker.kill()  # SIGKILL: what it had not saved (up to 1 s of traffic) is gone
+        time.sleep(0.5)  # every party notices and retries meanwhile
+        assert parties[0].proc.poll() is None
+        broker.start()
+        assert _wait(parties, timeout=120) == 0, (tmp_path / "observer.log").read_text()[-3000:]
+    finally:
+        for p in parties:
+            p.stop()
+        broker.stop()
+    assert_same_numbers(inproc, out)
+
+
+def test_killing_and_restarting_the_observer_mid_run(tmp_path, mosquitto_url):
+    """The observer checkpoints at task boundaries; restarted, it resumes the same session,
+    announces the running task again and asks the parties to resend its metrics (resync)."""
+    path = _experiment(tmp_path, horizon=100_000, runs=2, extra="")
+    _inproc(path, tmp_path / "inproc")
+    parties, out = _launch_parties(tmp_path, path, mosquitto_url, "o")
+    observer = parties[0]
+    try:
+        end = time.monotonic() + 60
+        while _progress(out, "observer")[0] < 1:  # task 1 started: task 0's results are in the checkpoint
+            assert observer.proc.poll() is None and time.monotonic() < end
+            time.sleep(POLL_S)
+        observer.proc.kill()
+        observer.proc.wait()
+        observer.start()
+    finally:
+        _finish(tmp_path, parties)
+    assert_same_numbers(tmp_path / "inproc", out)
+    assert "resumed the session at task 1" in (tmp_path / "observer.log").read_text()
