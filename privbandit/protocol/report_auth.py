@@ -15,12 +15,17 @@ The inner product is a universal hash and b a one-time pad, so a forger who has 
 tag under a key succeeds with probability at most 1/p ≈ 4.7·10⁻¹⁰ per attempt (Wegman & Carter
 1981). Every key is used for one record only, because a user reports once per round. Limbs keep
 every product below 2⁵³, so numpy computes the tags of a whole block at once, exactly.
+
+Secure-aggregation chunks from a fleet carry an HMAC-SHA256 under the fleet's key, HKDF(master,
+run ‖ task ‖ shard) (:meth:`ReportAuthenticator.chunk_tag`): the fleet speaks for its users there,
+and a chunk forged by another holder of the users' broker account would otherwise complete a step
+with garbage before the genuine one arrives.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives import hashes, hmac
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
@@ -54,6 +59,15 @@ class ReportAuthenticator:
     def _round_key(self, run_id: str, task: int, round_id: int) -> bytes:
         info = f"privbandit report-auth|{run_id}|{task}|{round_id}".encode()
         return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(self.master)
+
+    def chunk_tag(self, run_id: str, task: int, shard: int, payload: bytes) -> bytes:
+        """The 16-byte HMAC-SHA256 tag of one fleet's secure-aggregation chunk (its encoding with an
+        empty tag)."""
+        info = f"privbandit secagg-chunk|{run_id}|{task}|{shard}".encode()
+        key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(self.master)
+        mac = hmac.HMAC(key, hashes.SHA256())
+        mac.update(payload)
+        return mac.finalize()[:16]
 
     def _keys(self, key: bytes, block: int, upto: int) -> np.ndarray:
         """(upto, 4) key words of the first ``upto`` users of ``block``, each reduced below p."""

@@ -159,6 +159,9 @@ class SecAggMsg(_Msg):
     kinds: Array | None = None
     limbs: Array | None = None
     records: bytes = b""
+    # Fleet → aggregator: the fleet's HMAC over this chunk encoded with an empty tag
+    # (protocol/report_auth.py); the aggregator refuses a missing or wrong one (``secagg-bad-tag``).
+    tag: bytes = b""
 
 
 class ResendMsg(_Msg):

@@ -104,7 +104,7 @@ class IntermediaryService(PartyService):
         if self.active and algo.intermediary == "secagg":
             self.secagg = AggregatorSecAgg(self.run_id, spec["index"], algo.secagg_graph, self.secagg_step_s,
                                            self.relay, self.release_secure, self.abort_secure,
-                                           self.rejected)
+                                           self.rejected, self.auth)
         self.checkpoint_round()
 
     # --- checkpoints ---------------------------------------------------------------------------

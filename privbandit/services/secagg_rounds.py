@@ -9,12 +9,14 @@ are dropouts, and Bonawitz et al.'s recovery (or a loud abort) follows.
 
 from __future__ import annotations
 
+import hmac
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 
 import numpy as np
 
+from privbandit.protocol.report_auth import ReportAuthenticator
 from privbandit.protocol.secagg.batch import (
     ADVERT_RECORD,
     BatchError,
@@ -136,9 +138,11 @@ class FleetSecAgg:
     """A fleet's secure rounds: its users' :class:`FleetRound` per round, advanced by the
     aggregator's directory, delivery and survivor messages."""
 
-    def __init__(self, run: str, task: int, shard: int, shards: int, mode: str, identities, send: Send):
+    def __init__(self, run: str, task: int, shard: int, shards: int, mode: str, identities, send: Send,
+                 auth: ReportAuthenticator):
         self.run, self.task, self.shard, self.shards, self.mode = run, task, shard, shards, mode
         self.identities = identities
+        self.auth = auth
         self.send = send
         self.rounds: dict[int, FleetRound] = {}
         self.inboxes: dict[tuple[int, str], _Inbox] = {}
@@ -147,7 +151,8 @@ class FleetSecAgg:
     async def _publish(self, step: str, round_id: int, batch) -> None:
         for msg in to_messages(step, batch, run=self.run, task=self.task, round_id=round_id,
                                shard=self.shard, shards=self.shards):
-            await self.send(msg)
+            await self.send(msg.model_copy(update={"tag": self.auth.chunk_tag(
+                self.run, self.task, self.shard, codec.encode(msg))}))
 
     async def start(self, plan, values: dict[int, int], dropouts: list[int]) -> None:
         """Round 0 for this fleet's users of ``plan`` (possibly none: an empty final chunk)."""
@@ -196,7 +201,8 @@ class AggregatorSecAgg:
 
     def __init__(self, run: str, task: int, mode: str, step_deadline_s: float, send: Send,
                  release: Callable[[int, int, int], Awaitable[None]],
-                 abort: Callable[[int, str], Awaitable[None]], rejected: Counter):
+                 abort: Callable[[int, str], Awaitable[None]], rejected: Counter, auth: ReportAuthenticator):
+        self.auth = auth
         self.rejected = rejected  # the service's counters: the server's refusals land there
         self.run, self.task, self.mode = run, task, mode
         self.step_deadline_s = step_deadline_s
@@ -218,6 +224,9 @@ class AggregatorSecAgg:
         server, step, box = state
         if msg.step not in FLEET_STEPS:
             return "secagg-wrong-direction"
+        if not hmac.compare_digest(msg.tag, self.auth.chunk_tag(
+                self.run, self.task, msg.shard, codec.encode(msg.model_copy(update={"tag": b""})))):
+            return "secagg-bad-tag"
         if msg.step != step:
             return "secagg-wrong-step"
         try:

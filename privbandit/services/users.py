@@ -72,7 +72,7 @@ class UserFleetService(PartyService):
         self.secagg = None
         if algo.intermediary == "secagg":
             self.secagg = FleetSecAgg(self.run_id, spec["index"], self.shard, self.shards, algo.secagg_graph,
-                                      self.identities, self.publish_secagg)
+                                      self.identities, self.publish_secagg, self.auth)
 
     async def on_resync(self) -> None:
         for msg in list(self.truths.values()):

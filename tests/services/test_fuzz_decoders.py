@@ -19,11 +19,13 @@ from privbandit.cli import parse_key
 from privbandit.experiment.config import ConfigError, load_experiment
 from privbandit.protocol.events import RoundPlan
 from privbandit.protocol.mechanisms.base import RoundParams
+from privbandit.protocol.report_auth import ReportAuthenticator
 from privbandit.protocol.secagg.batch import BatchError, UserIdentities
 from privbandit.services import codec
 from privbandit.services.secagg_rounds import AggregatorSecAgg, FleetSecAgg, from_messages
 
 M = 2**31 - 1
+AUTH = ReportAuthenticator(12345)
 DECODE_REASONS = {"not-msgpack", "not-a-map", "bad-version", "unknown-kind", "schema", "too-large"}
 
 
@@ -87,9 +89,9 @@ class _Round:
         async def abort(round_id, reason):
             self.aborted.append(reason)
 
-        self.agg = AggregatorSecAgg("r1", 0, "complete", 30.0, down, release, abort, Counter())
+        self.agg = AggregatorSecAgg("r1", 0, "complete", 30.0, down, release, abort, Counter(), AUTH)
         ident = UserIdentities(b"f" * 32)
-        self.fleets = [FleetSecAgg("r1", 0, i, 2, "complete", ident, up) for i in range(2)]
+        self.fleets = [FleetSecAgg("r1", 0, i, 2, "complete", ident, up, AUTH) for i in range(2)]
 
     async def start(self):
         self.agg.open(self.plan)

@@ -14,6 +14,7 @@ import pytest
 
 from privbandit.protocol.events import RoundPlan
 from privbandit.protocol.mechanisms.base import RoundParams
+from privbandit.protocol.report_auth import ReportAuthenticator
 from privbandit.protocol.secagg.batch import Adverts, UserIdentities
 from privbandit.protocol.seeding import USER_BLOCK
 from privbandit.services import codec, secagg_rounds
@@ -21,6 +22,7 @@ from privbandit.services.secagg_rounds import AggregatorSecAgg, FleetSecAgg, fro
 
 M = 2**40 + 15
 IDENTITY = UserIdentities(b"k" * 32)
+AUTH = ReportAuthenticator(12345)
 
 
 def _wire(msg):
@@ -53,8 +55,8 @@ class _Session:
         async def abort(round_id, reason):
             self.aborted.append(reason)
 
-        self.agg = AggregatorSecAgg("r1", 0, mode, 30.0, down, release, abort, self.rejected)
-        self.fleets = [FleetSecAgg("r1", 0, i, fleets, mode, IDENTITY, up) for i in range(fleets)]
+        self.agg = AggregatorSecAgg("r1", 0, mode, 30.0, down, release, abort, self.rejected, AUTH)
+        self.fleets = [FleetSecAgg("r1", 0, i, fleets, mode, IDENTITY, up, AUTH) for i in range(fleets)]
         self.values, self.dropouts = values, set(dropouts)
 
     async def run(self):
@@ -153,11 +155,19 @@ def test_malformed_and_misdirected_chunks_are_refused_by_reason():
     s = _Session(6, "complete", {u: 1 for u in range(6)})
     s.agg.open(s.plan)
 
-    def msg(**kw):
+    def msg(signer=None, **kw):
         base = dict(run="r1", task=0, round=7, step="advertise", shard=0, shards=1, chunk=0, final=True,
                     ids=np.array([1, 2], dtype="<u8"), records=b"short")
-        return codec.SecAggMsg(**(base | kw))
+        m = codec.SecAggMsg(**(base | kw))  # signed as its fleet (or ``signer``) signs it
+        return m.model_copy(update={"tag": AUTH.chunk_tag("r1", 0, m.shard if signer is None else signer,
+                                                          codec.encode(m))})
 
+    # A chunk without its fleet's MAC, or with another fleet's, is refused before anything else.
+    unsigned = msg(records=b"\0" * 256).model_copy(update={"tag": b""})
+    assert asyncio.run(s.agg.on_message(unsigned)) == "secagg-bad-tag"
+    assert asyncio.run(s.agg.on_message(msg(signer=1, records=b"\0" * 256))) == "secagg-bad-tag"
+    tampered = msg(records=b"\0" * 256).model_copy(update={"records": b"\1" * 256})
+    assert asyncio.run(s.agg.on_message(tampered)) == "secagg-bad-tag"
     assert asyncio.run(s.agg.on_message(msg())) == "secagg-malformed"  # 2 adverts need 256 bytes
     assert asyncio.run(s.agg.on_message(msg(step="directory"))) == "secagg-wrong-direction"
     assert asyncio.run(s.agg.on_message(msg(step="masked", values=np.array([1, 2], "<u8")))) == "secagg-wrong-step"

@@ -24,6 +24,7 @@ import pytest
 from privbandit.experiment.config import ExperimentConfig
 from privbandit.experiment.runner import resolved_algorithms
 from privbandit.protocol.events import RoundPlan
+from privbandit.protocol.report_auth import ReportAuthenticator
 from privbandit.protocol.seeding import report_auth_master
 from privbandit.protocol.mechanisms.base import RoundParams
 from privbandit.protocol.secagg.batch import (ADVERT_RECORD, CIPHERTEXT_BYTES, Adverts, Masked, Shares,
@@ -67,10 +68,14 @@ def _spec() -> dict:
             "horizon": 1000, "arms": 2, "delta": config.delta}
 
 
+FLEET_AUTH_MASTER = report_auth_master(0)
+FLEET_AUTH = ReportAuthenticator(FLEET_AUTH_MASTER)  # the key the aggregator process is given
+
+
 def _start_aggregator(url: str, run_id: str, log, *extra: str) -> subprocess.Popen:
     """The real aggregator process; returns once it says ``ready``."""
     env = {**os.environ, "PRIVBANDIT_BROKER_URL": url, "PRIVBANDIT_RUN_ID": run_id,
-           "PRIVBANDIT_REPORT_AUTH_KEY": hex(report_auth_master(0))}
+           "PRIVBANDIT_REPORT_AUTH_KEY": hex(FLEET_AUTH_MASTER)}
     with open(log, "ab") as fh:
         proc = subprocess.Popen([sys.executable, "-m", "privbandit", "aggregator", "--secagg-step-deadline",
                                  str(STEP_DEADLINE_S), *extra], env=env, stdout=fh, stderr=subprocess.STDOUT)
@@ -130,6 +135,7 @@ async def _session(url, run_id, spec, step: str | None, gone: set[int], slow: fl
                 if shard == 0 and msg.step == step and gone:
                     batch = _without(step, from_messages(step, [msg]), gone)
                     msg = to_messages(step, batch, run=run_id, task=0, round_id=round_id, shard=0, shards=2)[0]
+                    msg = msg.model_copy(update={"tag": FLEET_AUTH.chunk_tag(run_id, 0, 0, codec.encode(msg))})
                 if delay:
                     asyncio.get_running_loop().call_later(delay, lambda: asyncio.ensure_future(
                         c.publish(t("report", "aggregator"), codec.encode(msg), qos=1)))
@@ -138,7 +144,7 @@ async def _session(url, run_id, spec, step: str | None, gone: set[int], slow: fl
             return send
 
         ident = UserIdentities(b"s" * 32)
-        fleets = [FleetSecAgg(run_id, 0, i, 2, "complete", ident, sender(i)) for i in range(2)]
+        fleets = [FleetSecAgg(run_id, 0, i, 2, "complete", ident, sender(i), FLEET_AUTH) for i in range(2)]
         async def announce():
             await c.publish(t("control"), codec.encode(codec.ControlMsg(run=run_id, action="task", task=0,
                                                                         body=spec)), qos=1)
