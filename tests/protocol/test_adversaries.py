@@ -14,7 +14,7 @@ import pytest
 
 from privbandit.experiment.config import ConfigError, load_experiment
 from privbandit.experiment.runner import run_experiment
-from privbandit.protocol.adversaries import Colluders, MaxShift, OutOfRange, bounded_sum, in_window, report_slack
+from privbandit.protocol.adversaries import MaxShift, OutOfRange, bounded_sum, in_window, report_slack
 from privbandit.protocol.encoding import modular_sum
 from privbandit.protocol.environments import BanditInstance
 from privbandit.protocol.events import RoundPlan

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy import stats
 
 from privbandit.protocol.environments import BanditInstance
 from privbandit.protocol.learners.anytime_lazy_ucb import AnytimeLazyUCB
@@ -21,7 +20,6 @@ from privbandit.protocol.mechanisms.private_online_learning import (
     DistributedArraySum,
     DistributedNoisyMax,
     ReportNoisyMax,
-    SecureBlockSum,
     SessionError,
     array_of_pull,
     binary_nodes,

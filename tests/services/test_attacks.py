@@ -16,7 +16,7 @@ import pytest
 from privbandit.services import codec
 from privbandit.services.acl import Role
 from privbandit.services.hostile import TrafficAttacker
-from tests.services.test_acl import BrokerUnderTest, Inbox, _mosquitto, connected
+from tests.services.test_acl import BrokerUnderTest, _mosquitto, connected
 from tests.services.test_distributed import _experiment, _inproc, _start, _wait, assert_same_numbers
 
 

@@ -7,8 +7,6 @@ import time
 from pathlib import Path
 
 import aiomqtt
-import msgpack
-import numpy as np
 
 from privbandit.experiment.config import load_experiment
 from privbandit.experiment.results import summarize, write_results
