@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from privbandit.experiment.config import ConfigError, validate_experiment
 from privbandit.experiment.results import _mean_stderr
-from privbandit.protocol import linear_engine
+from privbandit.protocol import linear_engine, linear_streams
 from privbandit.protocol.learners.batched_linucb import BatchedLinUCB
 from privbandit.protocol.linear_environments import GENERATORS, bounds, generate, stack
 from privbandit.protocol.mechanisms import shuffle_linear_bandits as slb
@@ -149,28 +149,37 @@ def build(config: LinearExperiment, label: str):
     return protocol, conf, ledger, comm, B, sigma
 
 
-def instances(config: LinearExperiment):
+def instances(config: LinearExperiment, runs: range | list[int] | None = None):
+    """The simulated world of the given runs (default: all): instances stacked, and every user's U_t."""
+    runs = range(config.runs) if runs is None else runs
     d, k = config.environment.dim, config.environment.arms
-    inst = stack([generate(config.generator, k, d, stream(config.seed, "linear-instance", r))
-                  for r in range(config.runs)], config.generator)
-    users = np.stack([stream(config.seed, "linear-users", r).random(config.horizon) for r in range(config.runs)])
+    inst = stack([generate(config.generator, k, d, stream(config.seed, "linear-instance", r)) for r in runs],
+                 config.generator)
+    users = np.stack([linear_streams.user_uniforms(config.seed, r, 0, config.horizon) for r in runs])
     return inst, users
 
 
-def execute(config: LinearExperiment, label: str) -> tuple[str, dict, float]:
+def diagnostic_batches(horizon: int, checkpoints: np.ndarray, batch: int) -> np.ndarray:
+    """The batches rounds.csv records (those ending nearest the checkpoints); public, so the
+    distributed analyzer and fleets report exactly these."""
+    n_batches = horizon // batch
+    return np.unique(np.clip(np.round(checkpoints / batch).astype(np.int64) - 1, 0, max(0, n_batches - 1)))
+
+
+def execute(config: LinearExperiment, label: str, runs: list[int] | None = None) -> tuple[str, dict, float]:
+    """All runs of one algorithm stepped at once (or only ``runs``: each run's numbers do not depend
+    on which runs are stacked with it, which is what lets one distributed task be one run)."""
     t0 = time.perf_counter()
+    runs = list(range(config.runs)) if runs is None else list(runs)
     protocol, conf, ledger, comm, B, sigma = build(config, label)
-    inst, users = instances(config)
+    inst, users = instances(config, runs)
     d = config.environment.dim
     if protocol.name == "linucb-jdp":
-        protocol.tree = slb.TreeAggregator(sigma, (config.runs, slb.n_entries(d)))
-    learner = BatchedLinUCB(config.runs, d, conf.lam, conf.floor, lambda t: conf.beta(t, d))
+        protocol.tree = slb.TreeAggregator(sigma, (len(runs), slb.n_entries(d)))
+    learner = BatchedLinUCB(len(runs), d, conf.lam, conf.floor, lambda t: conf.beta(t, d))
     cps = checkpoint_grid(config.horizon, config.checkpoints)
-    n_batches = config.horizon // B
-    diag_batches = np.unique(np.clip(np.round(cps / B).astype(np.int64) - 1, 0, max(0, n_batches - 1)))
-    rngs = (stream(config.seed, "linear-user-noise", label), stream(config.seed, "shuffler", label),
-            stream(config.seed, "analyzer", label))
-    res = linear_engine.run(protocol, learner, inst, users, B, cps, rngs, diag_batches)
+    rngs = linear_streams.engine_streams(config.seed, label, protocol.name, runs, B, protocol, slb.n_entries(d))
+    res = linear_engine.run(protocol, learner, inst, users, B, cps, rngs, diagnostic_batches(config.horizon, cps, B))
     ledger["batches_clipped"] = int(res.clipped.sum())
     ledger["batches_not_pd"] = int(res.not_pd.sum())
     out = {"checkpoints": cps, "pseudo": res.pseudo, "realized": res.realized, "diagnostics": res.diagnostics,
