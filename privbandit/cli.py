@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from privbandit.experiment.config import ConfigError, load_experiment
+from privbandit.experiment.config import ConfigError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 err = Console(stderr=True)
@@ -45,8 +45,11 @@ def run(
         config = family.load(experiment, overrides)
         out = out or Path("results") / config.name
         if transport == "mqtt":
-            if family_name != DEFAULT_FAMILY:
+            check = getattr(family, "check_distributed", None)  # a family that runs over MQTT says what it can run
+            if family_name != DEFAULT_FAMILY and check is None:
                 raise ConfigError(f"--transport mqtt: not yet available for family {family_name!r}")
+            if check is not None:
+                check(config)
             return _run_distributed(config, experiment, overrides, out, broker, shards)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=err, transient=not err.is_terminal) as bar:
@@ -154,8 +157,11 @@ def _serve(service) -> None:
 
 
 def _world(experiment: Path, set_: list[str] | None):
+    from privbandit.experiment.families import family_module, family_of
+
     try:
-        return load_experiment(experiment, list(set_ or []))[0]
+        overrides = list(set_ or [])
+        return family_module(family_of(experiment, overrides)).load(experiment, overrides)
     except ConfigError as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(2)
@@ -262,8 +268,10 @@ def observer(
     """Collects metrics, paces the session and writes the results directory."""
     from privbandit.services.observer import ObserverService, SessionFailed
 
-    service = ObserverService(_settings(broker, run_id), _world(experiment, set_), parties.split(","), out,
-                              ready_timeout)
+    config = _world(experiment, set_)
+    if getattr(config, "family", None) == "shuffle-linear-bandits":
+        from privbandit.services.linear import LinearObserverService as ObserverService
+    service = ObserverService(_settings(broker, run_id), config, parties.split(","), out, ready_timeout)
     _serve(service)
     try:
         service.write()

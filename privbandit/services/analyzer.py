@@ -33,6 +33,7 @@ def plan_msg(run_id: str, task: int, plan: RoundPlan) -> codec.PlanMsg:
 
 class AnalyzerService(PartyService):
     role = "analyzer"
+    family_handlers = {"shuffle-linear-bandits": "privbandit.services.linear:AnalyzerHandler"}
 
     def __init__(self, settings, master_key: int):
         super().__init__(settings)

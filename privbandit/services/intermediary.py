@@ -32,6 +32,7 @@ DEFAULT_SECAGG_STEP_S = 30.0  # a secure-aggregation step waits this long for ev
 
 
 class IntermediaryService(PartyService):
+    family_handlers = {"shuffle-linear-bandits": "privbandit.services.linear:ShufflerHandler"}
     def __init__(self, settings, role: str = "aggregator", deadline_s: float = DEFAULT_DEADLINE_S,
                  shuffle_key: int | None = None, secagg_step_s: float = DEFAULT_SECAGG_STEP_S):
         if role not in ("aggregator", "shuffler"):

@@ -54,14 +54,23 @@ def stop_process(proc: subprocess.Popen | None, grace_s: float = 5.0) -> None:
             proc.wait()
 
 
+def intermediaries_of(config) -> list[str]:
+    """The intermediaries a session needs: the shuffle-model linear bandits use the shuffler only;
+    the MAB family always starts the aggregator, and the shuffler when an algorithm routes through it."""
+    if getattr(config, "family", None) == "shuffle-linear-bandits":
+        return ["shuffler"]
+    needs_shuffler = any(resolve_algorithm(config, label).intermediary == "shuffler" for label in config.algorithms)
+    return ["aggregator", *(["shuffler"] if needs_shuffler else [])]
+
+
 def plan_parties(config: ExperimentConfig, experiment: Path, overrides: list[str], out: Path,
                  broker_url: str, run_id: str, shards: int, passwords: dict[str, str] | None,
                  observer_log: Path | None = None) -> list[Party]:
     sets = [x for o in overrides for x in ("--set", o)]
     world = ["--experiment", str(experiment), *sets]
-    needs_shuffler = any(resolve_algorithm(config, label).intermediary == "shuffler" for label in config.algorithms)
+    intermediaries = intermediaries_of(config)
     users = [f"users-{i}" for i in range(shards)]
-    names = ["analyzer", "aggregator", *(["shuffler"] if needs_shuffler else []), *users]
+    names = ["analyzer", *intermediaries, *users]
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
 
@@ -75,8 +84,9 @@ def plan_parties(config: ExperimentConfig, experiment: Path, overrides: list[str
                      env("observer"), observer_log)]
     parties.append(Party("analyzer", ["analyzer"], env("analyzer", PRIVBANDIT_ANALYZER_KEY=hex(
         analyzer_master_key(config.seed))), logs / "analyzer.log"))
-    parties.append(Party("aggregator", ["aggregator"], env("aggregator"), logs / "aggregator.log"))
-    if needs_shuffler:
+    if "aggregator" in intermediaries:
+        parties.append(Party("aggregator", ["aggregator"], env("aggregator"), logs / "aggregator.log"))
+    if "shuffler" in intermediaries:
         parties.append(Party("shuffler", ["shuffler"], env("shuffler", PRIVBANDIT_SHUFFLE_KEY=hex(
             shuffler_master_key(config.seed))), logs / "shuffler.log"))
     for i, name in enumerate(users):

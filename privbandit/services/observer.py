@@ -43,22 +43,36 @@ class ObserverService(PartyService):
         self.ready_deadline = time.monotonic() + ready_timeout_s
         self.ready_timeout_s = ready_timeout_s
         self.config = config
-        self.algos = resolved_algorithms(config)
-        self.tasks = [(r, label) for r in range(config.runs) for label in self.algos]
+        self.setup()
         self.parties = parties
         self.out = out
         self.ready: set[str] = set()
         self.stats: dict[str, dict] = {}
-        self.results = {label: [None] * config.runs for label in self.algos}
-        self.compute = dict.fromkeys(self.algos, 0.0)
         self.index = -1
         self.failure: str | None = None
         self.shutting_down = False
         self.started = time.perf_counter()
-        self.grid = checkpoint_grid(config.horizon, config.checkpoints)
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=Console(stderr=True))
         self.bar = self.progress.add_task(f"{config.name} over MQTT", total=len(self.tasks))
+
+    # --- what a paper family changes (services/linear.py: LinearObserverService) ------------
+    def setup(self) -> None:
+        """The session's tasks (run, label), in the in-process engine's order, and result slots."""
+        config = self.config
+        self.algos = resolved_algorithms(config)
+        self.tasks = [(r, label) for r in range(config.runs) for label in self.algos]
+        self.results = {label: [None] * config.runs for label in self.algos}
+        self.compute = dict.fromkeys(self.algos, 0.0)
+        self.grid = checkpoint_grid(config.horizon, config.checkpoints)
+
+    def begin_task(self, run: int, label: str) -> dict:
+        """Set up scoring of one task; returns its public spec (the control message's body)."""
+        # Built once per task: re-announcements must not rebuild the world (or re-read a means file).
+        self.instance = instance_for(self.config, run)
+        self.observer = Observer(self.grid, self.algos[label].p)
+        return {"index": self.index, "run": run, "label": label, "algorithm": self.algos[label].model_dump(),
+                "horizon": self.config.horizon, "arms": self.instance.n_arms, "delta": self.config.delta}
 
     def subscriptions(self):
         return [self.t("metrics", "+")]
@@ -81,13 +95,7 @@ class ObserverService(PartyService):
             self.shutting_down = True
             self.shutdown_at = time.monotonic()
         else:
-            run, label = self.tasks[self.index]
-            # Built once per task: re-announcements must not rebuild the world (or re-read a means file).
-            self.instance = instance_for(self.config, run)
-            self.task_body = {"index": self.index, "run": run, "label": label,
-                              "algorithm": self.algos[label].model_dump(), "horizon": self.config.horizon,
-                              "arms": self.instance.n_arms, "delta": self.config.delta}
-            self.observer = Observer(self.grid, self.algos[label].p)
+            self.task_body = self.begin_task(*self.tasks[self.index])
             self.analyzer_done: dict | None = None
             self.task_started = time.perf_counter()
         await self.announce()
@@ -148,12 +156,15 @@ class ObserverService(PartyService):
     def served(self) -> int:
         return sum(b.size for b in self.observer.blocks.values())
 
+    def finish_task(self, run: int, label: str) -> None:
+        self.results[label][run] = self.observer.result(
+            self.analyzer_done["privacy"], self.analyzer_done["eliminated_at"], self.instance.best_arm)
+
     async def maybe_finish_task(self) -> None:
         if self.shutting_down or self.analyzer_done is None or self.served() < self.config.horizon:
             return
         run, label = self.tasks[self.index]
-        self.results[label][run] = self.observer.result(
-            self.analyzer_done["privacy"], self.analyzer_done["eliminated_at"], self.instance.best_arm)
+        self.finish_task(run, label)
         self.compute[label] += time.perf_counter() - self.task_started
         self.progress.advance(self.bar)
         await self.next_task()
@@ -164,6 +175,9 @@ class ObserverService(PartyService):
         if self.failure:
             raise SessionFailed(self.failure)
         elapsed = time.perf_counter() - self.started
+        return self.write_results(elapsed)
+
+    def write_results(self, elapsed: float) -> dict:
         summary = summarize(self.config, self.results, self.algos, self.compute, elapsed, transport="mqtt")
         add_wire_accounting(summary, self)
         write_results(self.out, self.config, summary, self.results, self.algos)
