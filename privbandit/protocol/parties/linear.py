@@ -190,10 +190,14 @@ class LinearShuffleBox(Intermediary):
         self.values = np.zeros((plan.cohort, width), dtype=np.float64 if max_count is None else np.int64)
         self.rejected = Counter() if rejected is None else rejected
 
+    def receive(self, reports: LinearReports) -> int:
+        values = np.asarray(reports.values)
+        if values.ndim != 2 or values.shape != (len(reports.user_ids), self.width):
+            self.rejected["wrong-shape"] += len(reports.user_ids)
+            return 0
+        return super().receive(reports)
+
     def _valid_values(self, values: np.ndarray, admitted: np.ndarray) -> np.ndarray:
-        if values.ndim != 2 or values.shape[1] != self.width:
-            self.rejected["wrong-shape"] += int(admitted.sum())
-            return np.zeros(len(values), dtype=bool)
         if self.max_count is not None and values.dtype.kind not in "iu":
             self.rejected["bad-type"] += int(admitted.sum())
             return np.zeros(len(values), dtype=bool)
