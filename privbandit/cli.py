@@ -144,11 +144,15 @@ def _settings(broker: str | None, run_id: str | None):
 
 def _serve(service) -> None:
     import asyncio
+    import faulthandler
     import logging
+    import signal
 
     from privbandit.services.bus import SubscriptionDenied
 
-    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {service.name} %(levelname)s %(message)s")
+    level = getattr(logging, os.environ.get("PRIVBANDIT_LOG_LEVEL", "INFO").upper(), logging.INFO)
+    logging.basicConfig(level=level, format=f"%(asctime)s {service.name} %(levelname)s %(message)s")
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: stacks to the party's log
     try:
         asyncio.run(service.serve())
     except (ConnectionError, SubscriptionDenied) as exc:

@@ -20,6 +20,7 @@ experiment without its seed); fleets and the observer hold the experiment file.
 
 from __future__ import annotations
 
+import logging
 import time
 
 import numpy as np
@@ -35,6 +36,7 @@ from privbandit.protocol.linear_engine import batch_diagnostics
 from privbandit.services import codec
 from privbandit.services.observer import ObserverService, add_wire_accounting
 
+log = logging.getLogger("privbandit.linear")
 FAMILY = lf.FAMILY
 PLAN_RETRY_S = 3.0  # as the MAB analyzer: re-announce the open plan when nothing happened this long
 
@@ -61,6 +63,7 @@ def plan_of(msg: codec.LinearPlanMsg) -> LinearPlan:
 class Handler:
     def __init__(self, service):
         self.s = service
+        self.done = False
 
     async def tick(self) -> None:
         pass
@@ -72,18 +75,23 @@ class Handler:
 class AnalyzerHandler(Handler):
     """Algorithm 1's server: plans batch after batch, learns only from the shuffler's releases."""
 
+    def __init__(self, service):
+        super().__init__(service)
+        # The service's timer may call tick() while on_task awaits its first publish.
+        self.announced: list[codec.LinearPlanMsg] = []
+        self.last_progress = time.monotonic()
+
     async def on_task(self, spec: dict) -> None:
         config = lf.from_public(spec["algorithm"])
         protocol, conf, self.ledger, batch, diagnostic = task_setup(config, spec["label"])
         self.party = LinearAnalyzer(protocol, conf, batch, config.horizon, config.environment.dim, diagnostic)
-        self.announced: list[codec.LinearPlanMsg] = []
-        self.done = False
         await self.advance()
 
     async def advance(self) -> None:
         plan = self.party.next_plan()
         while plan is not None:
             self.announced = [plan_msg(self.s.run_id, self.s.task_index, plan)]
+            log.debug("task %s: plan %s", self.s.task_index, plan.round_id)
             await self.s.bus.publish(self.s.t("plan"), self.announced[0])
             # A trailing partial batch is served from the last model and never released.
             plan = None if plan.collect else self.party.next_plan()
@@ -119,6 +127,10 @@ class AnalyzerHandler(Handler):
 class ShufflerHandler(Handler):
     """Collects a batch's B reports; releases per-label totals (P_Vec) or the permuted list (P_Amp)."""
 
+    def __init__(self, service):
+        super().__init__(service)
+        self.boxes: dict[int, tuple[LinearShuffleBox, float]] = {}
+
     async def on_task(self, spec: dict) -> None:
         self.active = self.s.role == "shuffler"
         config = lf.from_public(spec["algorithm"])
@@ -138,7 +150,8 @@ class ShufflerHandler(Handler):
         self.boxes: dict[int, tuple[LinearShuffleBox, float]] = {}
         self.closed: set[int] = set()
         self.failed: set[int] = set()
-        self.waiting: dict[int, list] = {}
+        self.s.forget_waiting()  # reports held for a batch of the last task that was never planned
+        self.waiting = self.s.waiting  # the service counts what is still held at shutdown (wrong-round)
 
     async def on_message(self, name: str, msg) -> None:
         if isinstance(msg, codec.LinearPlanMsg):
@@ -168,7 +181,9 @@ class ShufflerHandler(Handler):
             self.waiting.setdefault(msg.round, []).append(msg)
             return
         box, _ = self.boxes[msg.round]
-        box.receive(LinearReports(msg.round, msg.user_ids.astype(np.int64), msg.values.reshape(-1, msg.width)))
+        accepted = box.receive(LinearReports(msg.round, msg.user_ids.astype(np.int64), msg.values.reshape(-1, msg.width)))
+        log.debug("task %s: %d of %d reports for batch %s admitted; rejected so far %s", self.s.task_index, accepted,
+                  msg.user_ids.size, msg.round, dict(self.s.rejected))
         if box.complete:
             rel = box.release()
             await self.s.bus.publish(self.s.t("release", self.s.role), codec.LinearReleaseMsg(
@@ -212,6 +227,7 @@ class UsersHandler(Handler):
         if msg.theta.size != self.party.arms.shape[-1]:
             return self.s.reject("wrong-shape", f"batch {msg.round}: θ̂ has {msg.theta.size} entries")
         reports, truth = self.party.respond(plan_of(msg))
+        log.debug("task %s: serving batch %s", self.s.task_index, msg.round)
         if reports is not None:
             ids = reports.user_ids.astype("<u4" if reports.user_ids[-1] < 2**32 else "<u8")
             # P_Vec counts in the narrowest unsigned type holding 0 … max_count (as vec_bits counts them)

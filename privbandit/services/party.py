@@ -190,5 +190,6 @@ class PartyService:
             for task in (pump, ticker):
                 task.cancel()
             await asyncio.gather(pump, ticker, return_exceptions=True)
-        if pump.done() and not pump.cancelled() and pump.exception():
-            raise pump.exception()
+        for task in (pump, ticker):  # a timer that raised must end the party loudly, not silently
+            if task.done() and not task.cancelled() and task.exception():
+                raise task.exception()
