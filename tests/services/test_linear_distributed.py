@@ -136,4 +136,5 @@ def test_transport_mqtt_refuses_the_per_round_baselines_by_name(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "privbandit", "run", str(path), "--transport", "mqtt"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
-    assert "algorithms.LinUCB-JDP: --transport mqtt runs linucb-sdp-amp and linucb-sdp-vec only" in proc.stderr
+    message = " ".join(proc.stderr.split())  # rich wraps long lines
+    assert "algorithms.LinUCB-JDP: --transport mqtt runs linucb-sdp-amp and linucb-sdp-vec only" in message
