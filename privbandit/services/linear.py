@@ -182,8 +182,8 @@ class ShufflerHandler(Handler):
             return
         box, _ = self.boxes[msg.round]
         accepted = box.receive(LinearReports(msg.round, msg.user_ids.astype(np.int64), msg.values.reshape(-1, msg.width)))
-        log.debug("task %s: %d of %d reports for batch %s admitted; rejected so far %s", self.s.task_index, accepted,
-                  msg.user_ids.size, msg.round, dict(self.s.rejected))
+        log.debug("task %s: %d of %d reports for batch %s admitted", self.s.task_index, accepted, msg.user_ids.size,
+                  msg.round)
         if box.complete:
             rel = box.release()
             await self.s.bus.publish(self.s.t("release", self.s.role), codec.LinearReleaseMsg(
