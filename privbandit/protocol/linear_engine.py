@@ -37,9 +37,9 @@ class Protocol:
     def process(self, entries: np.ndarray, rng_users, rng_shuffler, rng_analyzer) -> np.ndarray:
         """(R, n, D) true entries of one batch → (R, D) the analyzer's estimate of their sum.
 
-        ``rng_users`` and ``rng_shuffler`` are one generator for all runs, or one per run (a list, as
-        :func:`privbandit.protocol.linear_streams.engine_streams` lays them out for the batched
-        protocols, whose runs must draw what the distributed parties of each run draw)."""
+        ``rng_users`` and ``rng_shuffler`` are one generator for all runs, or each run's draws for
+        this batch (a list, as :func:`privbandit.protocol.linear_streams.engine_streams` lays them out
+        for the batched protocols, whose runs must draw what the distributed parties of each run draw)."""
         reports = entries if self.randomizer is None else per_run(self.randomizer, entries, rng_users)
         release = reports if self.intermediary is None else per_run(self.intermediary, reports, rng_shuffler)
         return self.analyze(release, entries.shape[-2], rng_analyzer)
@@ -57,26 +57,19 @@ class Protocol:
         return estimate
 
 
-def per_run(party, x: np.ndarray, rngs) -> np.ndarray:
-    """A randomizer's or shuffler's step on all runs (axis 0 of ``x``): its draws from one shared
-    generator, or run by run from each run's own (a list), then applied to all runs at once."""
-    if rngs is None or isinstance(rngs, np.random.Generator):
-        return party.apply(x, party.draw(x.shape, rngs))
-    draws = [party.draw(x.shape[1:], g) for g in rngs]
-    if draws[0] is None:
-        stacked = None
-    elif isinstance(draws[0], tuple):
-        stacked = tuple(np.stack(parts) for parts in zip(*draws))
-    else:
-        stacked = np.stack(draws)
-    return party.apply(x, stacked)
+def per_run(party, x: np.ndarray, source) -> np.ndarray:
+    """A randomizer's or shuffler's step on all runs (axis 0 of ``x``): drawing from one generator
+    shared by all runs, or with the runs' own draws for this batch, already stacked
+    (:class:`~privbandit.protocol.linear_streams.StackedStreams`)."""
+    noise = party.draw(x.shape, source) if isinstance(source, np.random.Generator) else source
+    return party.apply(x, noise)
 
 
-def at_batch(rngs, m: int):
-    """The generator(s) batch ``m`` draws from: a shared one, or each run's (per-block streams)."""
-    if rngs is None or isinstance(rngs, np.random.Generator):
-        return rngs
-    return [s.for_batch(m) for s in rngs]
+def at_batch(source, m: int):
+    """What batch ``m`` draws from: a generator shared by all runs, or the runs' own draws."""
+    if source is None or isinstance(source, np.random.Generator):
+        return source
+    return source.for_batch(m)
 
 
 def batch_diagnostics(lam_min: np.ndarray, floor: float, theta: np.ndarray, theta_star: np.ndarray,

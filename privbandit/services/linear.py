@@ -142,8 +142,8 @@ class ShufflerHandler(Handler):
         # The permutation key never travels: derived from the shuffler's own master key (reproducible
         # runs), or permutations come from the OS CSPRNG.
         if self.s.shuffle_key is None:
-            self.streams = BlockStreams(lambda k: shuffle_rng(), batch, lambda rng: self.shuffler.draw(
-                (batch, self.width), rng))
+            self.streams = BlockStreams(lambda k: shuffle_rng(), batch, self.width,
+                                        lambda rng, shape: self.shuffler.draw(shape, rng))
         else:
             self.streams = shuffler_noise(self.s.shuffle_key, spec["label"], spec["run"], batch, self.shuffler,
                                           self.width)

@@ -168,8 +168,7 @@ class LinearUsers:
             return None, LinearTruth(plan.round_id, plan.first_user, gap, realized, None)
         x = np.broadcast_to(self.arms[0, a[0]], (plan.cohort, self.arms.shape[-1]))
         entries = slb.user_entries(x, y[0])
-        rng = self.noise.for_batch(plan.round_id)
-        reports = self.randomizer.apply(entries, self.randomizer.draw(entries.shape, rng))  # line 7
+        reports = self.randomizer.apply(entries, self.noise.for_batch(plan.round_id))  # line 7
         ids = np.arange(plan.first_user, plan.first_user + plan.cohort, dtype=np.int64)
         total = entries.sum(axis=0) if plan.round_id in self.diagnostic else None
         return (LinearReports(plan.round_id, ids, reports),
@@ -214,6 +213,7 @@ class LinearShuffleBox(Intermediary):
         if not self.complete:
             raise ProtocolError("incomplete-round", f"batch {self.plan.round_id}: "
                                                     f"{int(self.received.sum())} of {self.plan.cohort}")
-        rng = None if self.streams is None else self.streams.for_batch(self.plan.round_id)
-        out = self.shuffler.apply(self.values, self.shuffler.draw(self.values.shape, rng))
+        noise = self.shuffler.draw(self.values.shape, None) if self.streams is None else \
+            self.streams.for_batch(self.plan.round_id)
+        out = self.shuffler.apply(self.values, noise)
         return LinearRelease(self.plan.round_id, self.plan.cohort, out)
