@@ -138,3 +138,42 @@ def test_transport_mqtt_refuses_the_per_round_baselines_by_name(tmp_path):
     assert proc.returncode == 2
     message = " ".join(proc.stderr.split())  # rich wraps long lines
     assert "algorithms.LinUCB-JDP: --transport mqtt runs linucb-sdp-amp and linucb-sdp-vec only" in message
+
+
+def test_killing_and_restarting_a_fleet_mid_run_changes_nothing(tmp_path, mosquitto_url):
+    """SIGKILL the fleet hosting the current noise block: on restart it draws the block again,
+    serves the batches it missed (the analyzer re-announces), and the numbers are the in-process ones."""
+    path = tmp_path / "linear.toml"
+    path.write_text(EXPERIMENT.replace("horizon = 1210", "horizon = 4000").replace("runs = 2", "runs = 1")
+                    .replace("[algorithms.LinUCB-SDP-Amp]\nbatch = 40\n", ""))
+    config = lf.load(path)
+    lf.write(tmp_path / "inproc", config, lf.run(config, jobs=1))
+    out = tmp_path / "mqtt"
+    parties = plan_parties(config, path, [], out, mosquitto_url, "k" + secrets.token_hex(4), 2, None,
+                           observer_log=tmp_path / "observer.log")
+    fleet = next(p for p in parties if p.name == "users-0")  # hosts noise block 0: batches 0–11
+    fleet.env["PRIVBANDIT_LOG_LEVEL"] = "DEBUG"  # it logs each batch it serves
+    log = out / "logs" / "users-0.log"
+    try:
+        for p in parties:
+            p.start()
+        end = time.monotonic() + 60
+        while "serving batch" not in (log.read_text(errors="replace") if log.exists() else ""):
+            assert time.monotonic() < end and parties[0].proc.poll() is None, "the session never got under way"
+            time.sleep(0.05)
+        time.sleep(0.2)
+        assert parties[0].proc.poll() is None, "the run must still be going"
+        fleet.proc.kill()
+        fleet.proc.wait()
+        time.sleep(1.0)
+        fleet.start()  # same client id: the broker kept its session and the plans it missed
+        end = time.monotonic() + 180
+        while parties[0].proc.poll() is None:
+            assert time.monotonic() < end, "the distributed run did not finish"
+            time.sleep(0.2)
+        assert parties[0].proc.returncode == 0, (tmp_path / "observer.log").read_text()[-3000:]
+    finally:
+        for p in parties:
+            p.stop()
+    assert (out / "curves.csv").read_bytes() == (tmp_path / "inproc" / "curves.csv").read_bytes()
+    assert (out / "rounds.csv").read_bytes() == (tmp_path / "inproc" / "rounds.csv").read_bytes()
