@@ -79,6 +79,14 @@ def _publish_junk(url: str, run_id: str, running) -> int:
     return asyncio.run(go())
 
 
+def _await_observer(parties, observer_log, timeout_s: float) -> None:
+    end = time.monotonic() + timeout_s
+    while parties[0].proc.poll() is None:
+        assert time.monotonic() < end, "the distributed run did not finish"
+        time.sleep(0.2)
+    assert parties[0].proc.returncode == 0, observer_log.read_text()[-3000:]
+
+
 def test_sdp_vec_and_amp_over_mosquitto_equal_the_inproc_run_despite_hostile_traffic(tmp_path, mosquitto_url):
     path = tmp_path / "linear.toml"
     path.write_text(EXPERIMENT)
@@ -92,11 +100,7 @@ def test_sdp_vec_and_amp_over_mosquitto_equal_the_inproc_run_despite_hostile_tra
         for p in parties:
             p.start()
         sent = _publish_junk(mosquitto_url, parties[0].env["PRIVBANDIT_RUN_ID"], lambda: parties[0].proc.poll() is None)
-        end = time.monotonic() + 240
-        while parties[0].proc.poll() is None:
-            assert time.monotonic() < end, "the distributed run did not finish"
-            time.sleep(0.2)
-        assert parties[0].proc.returncode == 0, (tmp_path / "observer.log").read_text()[-3000:]
+        _await_observer(parties, tmp_path / "observer.log", 240)
     finally:
         for p in parties:
             p.stop()
@@ -167,11 +171,7 @@ def test_killing_and_restarting_a_fleet_mid_run_changes_nothing(tmp_path, mosqui
         fleet.proc.wait()
         time.sleep(1.0)
         fleet.start()  # same client id: the broker kept its session and the plans it missed
-        end = time.monotonic() + 180
-        while parties[0].proc.poll() is None:
-            assert time.monotonic() < end, "the distributed run did not finish"
-            time.sleep(0.2)
-        assert parties[0].proc.returncode == 0, (tmp_path / "observer.log").read_text()[-3000:]
+        _await_observer(parties, tmp_path / "observer.log", 180)
     finally:
         for p in parties:
             p.stop()
