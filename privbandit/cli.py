@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from privbandit.experiment.config import ConfigError, load_experiment
+from privbandit.experiment.config import ConfigError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 err = Console(stderr=True)
@@ -50,8 +50,11 @@ def run(
         config = family.load(experiment, overrides)
         out = out or Path("results") / config.name
         if transport == "mqtt":
-            if family_name != DEFAULT_FAMILY:
+            check = getattr(family, "check_distributed", None)  # a family that runs over MQTT says what it can run
+            if family_name != DEFAULT_FAMILY and check is None:
                 raise ConfigError(f"--transport mqtt: not yet available for family {family_name!r}")
+            if check is not None:
+                check(config)
             return _run_distributed(config, experiment, overrides, out, broker, shards, restart_on_crash)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=err, transient=not err.is_terminal) as bar:
@@ -254,7 +257,9 @@ def _settings(broker: str | None, run_id: str | None):
 def _serve(make_service) -> None:
     """Build the service (``make_service()``: it may refuse its checkpoint) and run it."""
     import asyncio
+    import faulthandler
     import logging
+    import signal
 
     from privbandit.services.bus import SubscriptionDenied
     from privbandit.services.checkpoint import CheckpointError
@@ -264,7 +269,9 @@ def _serve(make_service) -> None:
     except CheckpointError as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(2)
-    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {service.name} %(levelname)s %(message)s")
+    level = getattr(logging, os.environ.get("PRIVBANDIT_LOG_LEVEL", "INFO").upper(), logging.INFO)
+    logging.basicConfig(level=level, format=f"%(asctime)s {service.name} %(levelname)s %(message)s")
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: stacks to the party's log
     try:
         asyncio.run(service.serve())
     except (ConnectionError, SubscriptionDenied) as exc:
@@ -276,8 +283,11 @@ def _serve(make_service) -> None:
 
 
 def _world(experiment: Path, set_: list[str] | None):
+    from privbandit.experiment.families import family_module, family_of
+
     try:
-        return load_experiment(experiment, list(set_ or []))[0]
+        overrides = list(set_ or [])
+        return family_module(family_of(experiment, overrides)).load(experiment, overrides)
     except ConfigError as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(2)
@@ -428,6 +438,8 @@ def observer(
     from privbandit.services.observer import ObserverService, SessionFailed
 
     settings, world, built = _settings(broker, run_id), _world(experiment, set_), []
+    if getattr(world, "family", None) == "shuffle-linear-bandits":
+        from privbandit.services.linear import LinearObserverService as ObserverService
     _serve(lambda: built.append(ObserverService(settings, world, parties.split(","), out, ready_timeout,
                                                 state_dir)) or built[0])
     service = built[0]

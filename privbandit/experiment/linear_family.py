@@ -23,9 +23,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from privbandit.experiment.config import ConfigError, validate_experiment
 from privbandit.experiment.results import _mean_stderr
-from privbandit.protocol import linear_engine
+from privbandit.protocol import linear_engine, linear_streams
 from privbandit.protocol.learners.batched_linucb import BatchedLinUCB
-from privbandit.protocol.linear_environments import GENERATORS, bounds, generate, stack
+from privbandit.protocol.linear_environments import GENERATORS, LinearInstances, bounds, generate, stack
 from privbandit.protocol.mechanisms import shuffle_linear_bandits as slb
 from privbandit.protocol.mechanisms import shuffle_linear_params as lp
 from privbandit.protocol.observer import checkpoint_grid
@@ -146,31 +146,70 @@ def build(config: LinearExperiment, label: str):
     ledger = lp.ledger(kind, preset, eps, config.delta, budget, B, norm, sigma, vec, algo.vec_scale, T)
     ledger["lambda"] = conf.lam
     ledger["eigenvalue_floor"] = conf.floor
+    comm["reports_per_run"] = (T // B) * B  # a trailing partial batch is served, never reported
     return protocol, conf, ledger, comm, B, sigma
 
 
-def instances(config: LinearExperiment):
+def world(config: LinearExperiment, runs: range | list[int] | None = None) -> LinearInstances:
+    """The instances (arms, θ*) of the given runs (default: all), stacked. Ground truth."""
+    runs = range(config.runs) if runs is None else runs
     d, k = config.environment.dim, config.environment.arms
-    inst = stack([generate(config.generator, k, d, stream(config.seed, "linear-instance", r))
-                  for r in range(config.runs)], config.generator)
-    users = np.stack([stream(config.seed, "linear-users", r).random(config.horizon) for r in range(config.runs)])
-    return inst, users
+    return stack([generate(config.generator, k, d, stream(config.seed, "linear-instance", r)) for r in runs],
+                 config.generator)
 
 
-def execute(config: LinearExperiment, label: str) -> tuple[str, dict, float]:
+def instances(config: LinearExperiment, runs: range | list[int] | None = None):
+    """The simulated world of the given runs (default: all): instances stacked, and every user's U_t."""
+    runs = range(config.runs) if runs is None else runs
+    users = np.stack([linear_streams.user_uniforms(config.seed, r, 0, config.horizon) for r in runs])
+    return world(config, runs), users
+
+
+# --- distributed runs (privbandit/services/linear.py) --------------------------------------------
+
+def check_distributed(config: LinearExperiment) -> None:
+    """``--transport mqtt`` runs the batched shuffle protocols only: the per-round baselines draw one
+    stream for all runs stacked (protocol/linear_streams.py), which one run per task cannot reproduce."""
+    for label, algo in config.algorithms.items():
+        if algo.algorithm not in linear_streams.BATCHED:
+            raise ConfigError(f"algorithms.{label}: --transport mqtt runs {' and '.join(linear_streams.BATCHED)} "
+                              f"only; {algo.algorithm} runs in-process (drop it or use --transport inproc)")
+
+
+def public_task(config: LinearExperiment, label: str) -> dict:
+    """What the analyzer and the shuffler may know of the experiment: everything but the seed (from
+    which the world, θ*, the users' contexts and rewards follow), for one algorithm."""
+    public = config.model_dump(exclude={"seed"})
+    public["algorithms"] = {label: public["algorithms"][label]}
+    return public
+
+
+def from_public(public: dict) -> LinearExperiment:
+    """The experiment a public task describes (seed 0: nothing built from it uses the seed)."""
+    return LinearExperiment.model_validate(public)
+
+
+def diagnostic_batches(horizon: int, checkpoints: np.ndarray, batch: int) -> np.ndarray:
+    """The batches rounds.csv records (those ending nearest the checkpoints); public, so the
+    distributed analyzer and fleets report exactly these."""
+    n_batches = horizon // batch
+    return np.unique(np.clip(np.round(checkpoints / batch).astype(np.int64) - 1, 0, max(0, n_batches - 1)))
+
+
+def execute(config: LinearExperiment, label: str, runs: list[int] | None = None) -> tuple[str, dict, float]:
+    """All runs of one algorithm stepped at once (or only ``runs``: each run's numbers do not depend
+    on which runs are stacked with it, which is what lets one distributed task be one run)."""
     t0 = time.perf_counter()
+    runs = list(range(config.runs)) if runs is None else list(runs)
     protocol, conf, ledger, comm, B, sigma = build(config, label)
-    inst, users = instances(config)
+    inst, users = instances(config, runs)
     d = config.environment.dim
     if protocol.name == "linucb-jdp":
-        protocol.tree = slb.TreeAggregator(sigma, (config.runs, slb.n_entries(d)))
-    learner = BatchedLinUCB(config.runs, d, conf.lam, conf.floor, lambda t: conf.beta(t, d))
+        protocol.tree = slb.TreeAggregator(sigma, (len(runs), slb.n_entries(d)))
+    learner = BatchedLinUCB(len(runs), d, conf.lam, conf.floor, lambda t: conf.beta(t, d))
     cps = checkpoint_grid(config.horizon, config.checkpoints)
-    n_batches = config.horizon // B
-    diag_batches = np.unique(np.clip(np.round(cps / B).astype(np.int64) - 1, 0, max(0, n_batches - 1)))
-    rngs = (stream(config.seed, "linear-user-noise", label), stream(config.seed, "shuffler", label),
-            stream(config.seed, "analyzer", label))
-    res = linear_engine.run(protocol, learner, inst, users, B, cps, rngs, diag_batches)
+    rngs = linear_streams.engine_streams(config.seed, label, protocol.name, runs, B, protocol, slb.n_entries(d))
+    res = linear_engine.run(protocol, learner, inst, users, B, cps, rngs, diagnostic_batches(config.horizon, cps, B))
     ledger["batches_clipped"] = int(res.clipped.sum())
     ledger["batches_not_pd"] = int(res.not_pd.sum())
     out = {"checkpoints": cps, "pseudo": res.pseudo, "realized": res.realized, "diagnostics": res.diagnostics,
@@ -227,12 +266,12 @@ def run_suite(configs: list[LinearExperiment], jobs: int | None = None, progress
 
 # --- the results directory -----------------------------------------------------------------------
 
-def summarize(config: LinearExperiment, outcome) -> dict:
+def summarize(config: LinearExperiment, outcome, transport: str = "inproc") -> dict:
     results, compute, elapsed = outcome
     summary = {"experiment": config.name, "family": FAMILY, "horizon": config.horizon, "runs": config.runs,
                "seed": config.seed, "epsilon": config.epsilon, "delta": config.delta, "preset": config.preset,
                "generator": config.generator, "dim": config.environment.dim, "arms": config.environment.arms,
-               "returning_users": config.returning_users, "transport": "inproc",
+               "returning_users": config.returning_users, "transport": transport,
                "elapsed_s": round(elapsed, 3), "algorithms": {}, "privacy": {}, "communication": {}}
     for label, r in results.items():
         pm, ps = _mean_stderr(r["pseudo"][:, -1:])
@@ -249,10 +288,11 @@ def summarize(config: LinearExperiment, outcome) -> dict:
     return summary
 
 
-def write(out: Path, config: LinearExperiment, outcome) -> dict:
+def write(out: Path, config: LinearExperiment, outcome, summary: dict | None = None) -> dict:
+    """The results directory; ``summary`` if given (the distributed observer adds wire accounting)."""
     results = outcome[0]
     out.mkdir(parents=True, exist_ok=True)
-    summary = summarize(config, outcome)
+    summary = summarize(config, outcome) if summary is None else summary
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "config.json").write_text(json.dumps(config.model_dump(), indent=2) + "\n")
     first = next(iter(results.values()))

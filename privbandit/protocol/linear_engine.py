@@ -35,11 +35,19 @@ class Protocol:
     tree: slb.TreeAggregator | None = None
 
     def process(self, entries: np.ndarray, rng_users, rng_shuffler, rng_analyzer) -> np.ndarray:
-        """(R, n, D) true entries of one batch → (R, D) the analyzer's estimate of their sum."""
-        reports = entries if self.randomizer is None else self.randomizer.randomize(entries, rng_users)
-        release = reports if self.intermediary is None else self.intermediary.release(reports, rng_shuffler)
+        """(R, n, D) true entries of one batch → (R, D) the analyzer's estimate of their sum.
+
+        ``rng_users`` and ``rng_shuffler`` are one generator for all runs, or each run's draws for
+        this batch (a list, as :func:`privbandit.protocol.linear_streams.engine_streams` lays them out
+        for the batched protocols, whose runs must draw what the distributed parties of each run draw)."""
+        reports = entries if self.randomizer is None else per_run(self.randomizer, entries, rng_users)
+        release = reports if self.intermediary is None else per_run(self.intermediary, reports, rng_shuffler)
+        return self.analyze(release, entries.shape[-2], rng_analyzer)
+
+    def analyze(self, release: np.ndarray, n: int, rng_analyzer=None) -> np.ndarray:
+        """The analyzer's side of :meth:`process`: a release of ``n`` users → the estimated sum."""
         if isinstance(self.analyzer, slb.BitSumAnalyzer):
-            estimate = self.analyzer.analyze(release, entries.shape[-2])
+            estimate = self.analyzer.analyze(release, n)
         elif self.analyzer is not None:
             estimate = self.analyzer.analyze(release)
         else:
@@ -47,6 +55,33 @@ class Protocol:
         if self.tree is not None:  # central: the trusted analyzer adds tree noise to prefix sums
             estimate = self.tree.step(estimate, rng_analyzer)
         return estimate
+
+
+def per_run(party, x: np.ndarray, source) -> np.ndarray:
+    """A randomizer's or shuffler's step on all runs (axis 0 of ``x``): drawing from one generator
+    shared by all runs, or with the runs' own draws for this batch, already stacked
+    (:class:`~privbandit.protocol.linear_streams.StackedStreams`)."""
+    noise = party.draw(x.shape, source) if isinstance(source, np.random.Generator) else source
+    return party.apply(x, noise)
+
+
+def at_batch(source, m: int):
+    """What batch ``m`` draws from: a generator shared by all runs, or the runs' own draws."""
+    if source is None or isinstance(source, np.random.Generator):
+        return source
+    return source.for_batch(m)
+
+
+def batch_diagnostics(lam_min: np.ndarray, floor: float, theta: np.ndarray, theta_star: np.ndarray,
+                      err: np.ndarray, d: int) -> dict[str, float]:
+    """One rounds.csv row from per-run values stacked over runs: λ_min(V_m) (R,), θ̂ and θ* (R, d), and
+    the analyzer's error on the batch sum (R, D). The distributed observer stacks the same per-run
+    values from its metrics, so both transports write the same numbers."""
+    return {"lambda_min_mean": float(lam_min.mean()), "lambda_min_min": float(lam_min.min()),
+            "clipped_frac": float((lam_min < floor).mean()),
+            "theta_error": float(np.linalg.norm(theta - theta_star, axis=1).mean()),
+            "u_error_mean": float(err[:, :d].mean()), "u_error_var": float(err[:, :d].var()),
+            "V_error_mean": float(err[:, d:].mean()), "V_error_var": float(err[:, d:].var())}
 
 
 @dataclass
@@ -94,22 +129,17 @@ def run(protocol: Protocol, learner: BatchedLinUCB, inst: LinearInstances, unifo
             learner.update_rank_one(x, y[:, 0])
             continue
         entries = slb.user_entries(np.broadcast_to(x[:, None, :], (runs, t1 - t0, d)), y)
-        estimate = protocol.process(entries, *rngs)
+        users_rng, shuffler_rng, analyzer_rng = rngs
+        estimate = protocol.process(entries, at_batch(users_rng, m), at_batch(shuffler_rng, m), analyzer_rng)
         u_inc, v_inc = slb.split_entries(estimate, d)
         learner.update(u_inc, v_inc, t1 - t0)
         if record[m]:
-            err = estimate - entries.sum(axis=1)
             diag["batch"].append(m + 1)
             diag["t"].append(t1)
-            lam_min = learner.smallest_eigenvalues()
-            diag["lambda_min_mean"].append(float(lam_min.mean()))
-            diag["lambda_min_min"].append(float(lam_min.min()))
-            diag["clipped_frac"].append(float((lam_min < learner.floor).mean()))
-            diag["theta_error"].append(float(np.linalg.norm(learner.theta - theta_star, axis=1).mean()))
-            diag["u_error_mean"].append(float(err[:, :d].mean()))
-            diag["u_error_var"].append(float(err[:, :d].var()))
-            diag["V_error_mean"].append(float(err[:, d:].mean()))
-            diag["V_error_var"].append(float(err[:, d:].var()))
+            row = batch_diagnostics(learner.smallest_eigenvalues(), learner.floor, learner.theta, theta_star,
+                                    estimate - entries.sum(axis=1), d)
+            for k, v in row.items():
+                diag[k].append(v)
     cp = np.asarray(checkpoints) - 1
     return LinearRunResult(pseudo=np.cumsum(inc_pseudo, axis=1)[:, cp], realized=np.cumsum(inc_real, axis=1)[:, cp],
                            diagnostics={k: np.asarray(v) for k, v in diag.items()}, clipped=learner.clipped.copy(),

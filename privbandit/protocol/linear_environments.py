@@ -35,7 +35,8 @@ class LinearInstances:
 
     @property
     def means(self) -> np.ndarray:
-        return np.einsum("rkd,rd->rk", self.arms, self.theta)
+        # matmul, not einsum: each run's means are computed alike however many runs are stacked
+        return np.matmul(self.arms, self.theta[..., None])[..., 0]
 
 
 def _sphere(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:

@@ -67,6 +67,7 @@ def replay_releases(party: Analyzer, releases: list) -> tuple[list[RoundPlan], l
 
 class AnalyzerService(PartyService):
     role = "analyzer"
+    family_handlers = {"shuffle-linear-bandits": "privbandit.services.linear:AnalyzerHandler"}
 
     def __init__(self, settings, master_key: int, state_dir=None):
         super().__init__(settings, state_dir=state_dir)

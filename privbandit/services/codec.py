@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal, Union
 
 import msgpack
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, ValidationError, model_validator
 
 WIRE_VERSION = 1
 
@@ -24,7 +24,7 @@ WIRE_VERSION = 1
 MAX_MESSAGE_BYTES = 8 * 2**20
 MAX_ARRAY_ELEMENTS = 2**20
 # Only fixed-width little-endian numeric types: no object arrays, nothing pickled.
-ALLOWED_DTYPES = frozenset({"|u1", "<u2", "<u4", "<u8", "<i8", "<f8", "|b1"})
+ALLOWED_DTYPES = frozenset({"|u1", "<u2", "<u4", "<u8", "|i1", "<i8", "<f8", "|b1"})
 RUN_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 
 
@@ -210,6 +210,108 @@ class RecordMsg(_Msg):
     epsilon: float | None = None
 
 
+# --- the shuffle-model linear bandits (Chowdhury & Zhou 2022; services/linear.py) ---------------
+# A report has D = d + d(d+1)/2 labels; d ≤ 64 (the family's limit) gives D ≤ 2144.
+MAX_LINEAR_DIM = 64
+MAX_LINEAR_WIDTH = MAX_LINEAR_DIM + MAX_LINEAR_DIM * (MAX_LINEAR_DIM + 1) // 2
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+
+
+def _require(ok: bool, what: str) -> None:
+    if not ok:
+        raise ValueError(what)
+
+
+class LinearPlanMsg(_Msg):
+    """Analyzer → users: batch ``round`` of Algorithm 1 (users first_user … first_user + cohort − 1)
+    acts on the broadcast model (θ̂, V⁻¹, β) (line 4). ``collect`` is False for a trailing partial
+    batch, which is served but never aggregated."""
+
+    kind: Literal["linear-plan"] = "linear-plan"
+    task: NonNeg
+    round: NonNeg
+    first_user: NonNeg
+    cohort: Annotated[int, Field(ge=1)]
+    collect: bool
+    theta: Array
+    v_inv: Array
+    beta: FiniteFloat
+
+    @model_validator(mode="after")
+    def _model(self):
+        d = self.theta.size
+        _require(self.theta.dtype == np.float64 and self.v_inv.dtype == np.float64, "theta and v_inv must be <f8")
+        _require(1 <= d <= MAX_LINEAR_DIM, f"theta must have 1..{MAX_LINEAR_DIM} entries")
+        _require(self.v_inv.size == d * d, "v_inv must have d² entries")
+        _require(bool(np.isfinite(self.theta).all() and np.isfinite(self.v_inv).all()), "theta and v_inv must be finite")
+        return self
+
+
+class LinearReportsMsg(_Msg):
+    """Users → shuffler: one record per user, ``width`` labels each (row-major ``values``): P_Vec's
+    per-label counts of 1-bits (unsigned), or P_Amp's Gaussian-randomized entries (<f8)."""
+
+    kind: Literal["linear-reports"] = "linear-reports"
+    task: NonNeg
+    round: NonNeg
+    width: Annotated[int, Field(ge=1, le=MAX_LINEAR_WIDTH)]
+    user_ids: Array
+    values: Array
+
+    @model_validator(mode="after")
+    def _records(self):
+        _require(self.user_ids.dtype.kind == "u", "user_ids must be unsigned")
+        _require(self.values.size == self.user_ids.size * self.width, "values must hold width entries per user")
+        return self
+
+
+class LinearReleaseMsg(_Msg):
+    """Shuffler → analyzer: P_Vec's per-label totals (``width`` values), or P_Amp's uniformly permuted
+    list of ``n_reports`` reports (n_reports·width values). No sender ids, no arrival order."""
+
+    kind: Literal["linear-release"] = "linear-release"
+    task: NonNeg
+    round: NonNeg
+    n_reports: Annotated[int, Field(ge=1)]
+    width: Annotated[int, Field(ge=1, le=MAX_LINEAR_WIDTH)]
+    values: Array
+
+    @model_validator(mode="after")
+    def _shape(self):
+        _require(self.values.size in (self.width, self.n_reports * self.width),
+                 "values must be width totals or n_reports·width entries")
+        return self
+
+
+class LinearTruthMsg(_Msg):
+    """Users → observer: ground truth of one batch: the served arm's gap μ* − μ_a, every user's
+    realized regret 1{U < μ*} − 1{U < μ_a} (int8), and on diagnostic batches Σ entries."""
+
+    kind: Literal["linear-truth"] = "linear-truth"
+    task: NonNeg
+    round: NonNeg
+    first_user: NonNeg
+    gap: FiniteFloat
+    realized: Array
+    entries_sum: Array | None = None
+
+    @model_validator(mode="after")
+    def _sizes(self):
+        _require(self.realized.dtype == np.int8 and 1 <= self.realized.size, "realized must be int8, ≥ 1 user")
+        return self
+
+
+class LinearRecordMsg(_Msg):
+    """Analyzer → observer, on diagnostic batches: its estimate of the batch sum, θ̂ and λ_min(V_m)."""
+
+    kind: Literal["linear-record"] = "linear-record"
+    task: NonNeg
+    round: NonNeg
+    estimate: Array
+    theta: Array
+    lambda_min: float
+
+
 class StatusMsg(_Msg):
     """Any party → observer: ready, task finished (with its counters), or a failure."""
 
@@ -234,6 +336,7 @@ class TaskSpec(BaseModel):
     # The observer's session nonce: a checkpoint taken in another session (same run id, same
     # experiment, a new start) does not match this spec's fingerprint and is refused.
     session: Annotated[str, Field(pattern=r"^[0-9a-f]{1,64}$")] | None = None
+    family: Literal["distributed-dp-mab", "shuffle-linear-bandits"] = "distributed-dp-mab"
 
 
 class ControlMsg(_Msg):
@@ -247,10 +350,12 @@ class ControlMsg(_Msg):
 
 
 Message = Annotated[
-    Union[PlanMsg, ReportsMsg, ReleaseMsg, SecAggMsg, ResendMsg, TruthMsg, RecordMsg, StatusMsg, ControlMsg],
+    Union[PlanMsg, ReportsMsg, ReleaseMsg, SecAggMsg, ResendMsg, TruthMsg, RecordMsg, StatusMsg, ControlMsg,
+          LinearPlanMsg, LinearReportsMsg, LinearReleaseMsg, LinearTruthMsg, LinearRecordMsg],
     Field(discriminator="kind"),
 ]
-KINDS = ("plan", "reports", "release", "secagg", "resend", "truth", "record", "status", "control")
+KINDS = ("plan", "reports", "release", "secagg", "resend", "truth", "record", "status", "control",
+         "linear-plan", "linear-reports", "linear-release", "linear-truth", "linear-record")
 
 
 class _Wire(BaseModel):

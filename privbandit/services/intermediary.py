@@ -49,6 +49,8 @@ DEFAULT_SECAGG_STEP_S = 30.0  # a secure-aggregation step waits this long for ev
 
 
 class IntermediaryService(PartyService):
+    family_handlers = {"shuffle-linear-bandits": "privbandit.services.linear:ShufflerHandler"}
+
     def __init__(self, settings, report_key: int, role: str = "aggregator", deadline_s: float = DEFAULT_DEADLINE_S,
                  shuffle_key: int | None = None, secagg_step_s: float = DEFAULT_SECAGG_STEP_S,
                  state_dir=None):

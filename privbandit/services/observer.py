@@ -82,21 +82,17 @@ class ObserverService(PartyService):
         self.ready_deadline = time.monotonic() + ready_timeout_s
         self.ready_timeout_s = ready_timeout_s
         self.config = config
-        self.algos = resolved_algorithms(config)
-        self.tasks = [(r, label) for r in range(config.runs) for label in self.algos]
+        self.setup()
         self.parties = parties
         self.out = out
         self.ready: set[str] = set()
         self.stats: dict[str, dict] = {}
-        self.results = {label: [None] * config.runs for label in self.algos}
-        self.compute = dict.fromkeys(self.algos, 0.0)
         self.index = -1
         self.last_metrics = self.last_resync = time.monotonic()
         self.session = secrets.token_hex(8)  # tells this session's checkpoints from an earlier one's
         self.failure: str | None = None
         self.shutting_down = False
         self.started = time.perf_counter()
-        self.grid = checkpoint_grid(config.horizon, config.checkpoints)
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=Console(stderr=True))
         self.bar = self.progress.add_task(f"{config.name} over MQTT", total=len(self.tasks))
@@ -126,6 +122,29 @@ class ObserverService(PartyService):
             self.index = ckpt.task - 1  # next_task() starts it again
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError("checkpoint-schema", f"{self.state.path}: {type(exc).__name__}: {exc}") from None
+
+    # --- what a paper family changes (services/linear.py: LinearObserverService) ------------
+    def setup(self) -> None:
+        """The session's tasks (run, label), in the in-process engine's order, and result slots."""
+        config = self.config
+        self.algos = resolved_algorithms(config)
+        self.tasks = [(r, label) for r in range(config.runs) for label in self.algos]
+        self.results = {label: [None] * config.runs for label in self.algos}
+        self.compute = dict.fromkeys(self.algos, 0.0)
+        self.grid = checkpoint_grid(config.horizon, config.checkpoints)
+
+    def begin_task(self, run: int, label: str) -> dict:
+        """Set up scoring of one task; returns its public spec (the control message's body)."""
+        # Built once per task: re-announcements must not rebuild the world (or re-read a means file).
+        self.instance = instance_for(self.config, run)
+        algo = self.algos[label]
+        mechanism = build_mechanism(algo)
+        adversary = build_adversary(algo, mechanism, self.config.seed, (run, label), self.instance)
+        ledger = build_ledger(algo, mechanism, self.config.delta)
+        self.observer = Observer(self.grid, algo.p, coalition_ledger(mechanism, ledger, adversary))
+        return {"index": self.index, "run": run, "label": label, "algorithm": algo.model_dump(),
+                "horizon": self.config.horizon, "arms": self.instance.n_arms, "delta": self.config.delta,
+                "session": self.session}
 
     def subscriptions(self):
         return [self.t("metrics", "+")]
@@ -162,18 +181,7 @@ class ObserverService(PartyService):
             self.shutting_down = True
             self.shutdown_at = time.monotonic()
         else:
-            run, label = self.tasks[self.index]
-            # Built once per task: re-announcements must not rebuild the world (or re-read a means file).
-            self.instance = instance_for(self.config, run)
-            self.task_body = {"index": self.index, "run": run, "label": label,
-                              "algorithm": self.algos[label].model_dump(), "horizon": self.config.horizon,
-                              "arms": self.instance.n_arms, "delta": self.config.delta,
-                              "session": self.session}
-            algo = self.algos[label]
-            mechanism = build_mechanism(algo)
-            adversary = build_adversary(algo, mechanism, self.config.seed, (run, label), self.instance)
-            ledger = build_ledger(algo, mechanism, self.config.delta)
-            self.observer = Observer(self.grid, algo.p, coalition_ledger(mechanism, ledger, adversary))
+            self.task_body = self.begin_task(*self.tasks[self.index])
             self.analyzer_done: dict | None = None
             self.task_started = time.perf_counter()
         self.save_session()
@@ -239,14 +247,17 @@ class ObserverService(PartyService):
     def served(self) -> int:
         return sum(b.size for b in self.observer.blocks.values())
 
+    def finish_task(self, run: int, label: str) -> None:
+        self.results[label][run] = self.observer.result(
+            self.analyzer_done["privacy"], self.analyzer_done["eliminated_at"], self.instance.best_arm)
+
     async def maybe_finish_task(self) -> None:
         if self.shutting_down or self.analyzer_done is None or self.served() < self.config.horizon:
             return
         if len(self.observer.records) < self.analyzer_done["privacy"]["releases"]:
             return  # a round's record is still on its way (or lost: resync)
         run, label = self.tasks[self.index]
-        self.results[label][run] = self.observer.result(
-            self.analyzer_done["privacy"], self.analyzer_done["eliminated_at"], self.instance.best_arm)
+        self.finish_task(run, label)
         self.compute[label] += time.perf_counter() - self.task_started
         self.progress.advance(self.bar)
         await self.next_task()
@@ -257,6 +268,9 @@ class ObserverService(PartyService):
         if self.failure:
             raise SessionFailed(self.failure)
         elapsed = time.perf_counter() - self.started
+        return self.write_results(elapsed)
+
+    def write_results(self, elapsed: float) -> dict:
         summary = summarize(self.config, self.results, self.algos, self.compute, elapsed, transport="mqtt")
         add_wire_accounting(summary, self)
         write_results(self.out, self.config, summary, self.results, self.algos)

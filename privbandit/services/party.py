@@ -4,6 +4,7 @@ the reconnect loop that drives them (the aiomqtt docs' pattern: reconnect outsid
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 from collections import Counter
 from pathlib import Path
@@ -24,6 +25,9 @@ class PartyService:
 
     role: str = "party"
     tick_s: float = 1.0  # how often `tick` runs (retries, deadlines)
+    # A task of another paper family is handed to a small family-specific handler ("module:Class",
+    # imported on demand) that takes over on_task/on_message/tick for that task: see services/linear.py.
+    family_handlers: dict[str, str] = {}
 
     def __init__(self, settings: BusSettings, name: str | None = None, state_dir: Path | None = None):
         self.settings = settings
@@ -43,6 +47,7 @@ class PartyService:
         self.checkpoint = None if self.state is None else self.state.load()
         if self.checkpoint is not None:
             self._restore_counters(self.checkpoint.state.get("counters", {}))
+        self.handler = None  # the family handler running the current task, if any
 
     def t(self, *parts: str) -> str:
         return topic(self.run_id, *parts)
@@ -91,17 +96,28 @@ class PartyService:
                     return  # a re-announced control message: already running it
                 await self.start_task(spec)
             return
-        await self.on_message(name, msg)
+        await self.deliver(name, msg)
+
+    async def deliver(self, name: str, msg) -> None:
+        await (self.handler.on_message(name, msg) if self.handler is not None else self.on_message(name, msg))
+
+    def handler_for(self, spec: dict):
+        path = self.family_handlers.get(spec.get("family", "distributed-dp-mab"))
+        if path is None:
+            return None
+        module, cls = path.split(":")
+        return getattr(importlib.import_module(module), cls)(self)
 
     async def start_task(self, spec: dict) -> None:
-        previous = self.task_spec, self.traffic
+        previous = self.task_spec, self.traffic, self.handler
         self.task_spec = spec
         # Count each task's bytes apart, so results can say what each algorithm cost.
         self.traffic = self.bus.traffic = self.traffic_by_task.setdefault(spec["index"], Traffic())
         try:
-            await self.on_task(spec)
+            self.handler = self.handler_for(spec)
+            await (self.handler.on_task(spec) if self.handler is not None else self.on_task(spec))
         except Exception:  # a spec we cannot act on must not leave us half-switched
-            self.task_spec, self.traffic = previous
+            self.task_spec, self.traffic, self.handler = previous
             self.bus.traffic = self.traffic
             raise
         await self.replay_early()
@@ -169,7 +185,7 @@ class PartyService:
     async def replay_early(self) -> None:
         held, self.early = self.early, []
         for msg in held:
-            await self.on_message("", msg)
+            await self.deliver("", msg)
 
     async def tick(self) -> None:
         pass
@@ -182,7 +198,7 @@ class PartyService:
             try:
                 if self.task_spec is None and self.role != "observer":
                     await self.status("ready")  # until the coordinator starts us: it may have come up later
-                await self.tick()
+                await (self.handler.tick() if self.handler is not None else self.tick())
             except aiomqtt.MqttError as exc:  # the broker is gone: the pump reconnects, we retry later
                 log.warning("%s: a timer's publish failed (%s); retrying after reconnecting", self.name, exc)
 
@@ -219,5 +235,6 @@ class PartyService:
             for task in (pump, ticker):
                 task.cancel()
             await asyncio.gather(pump, ticker, return_exceptions=True)
-        if pump.done() and not pump.cancelled() and pump.exception():
-            raise pump.exception()
+        for task in (pump, ticker):  # a timer that raised must end the party loudly, not silently
+            if task.done() and not task.cancelled() and task.exception():
+                raise task.exception()

@@ -41,6 +41,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 class UserFleetService(PartyService):
     role = "users"
+    family_handlers = {"shuffle-linear-bandits": "privbandit.services.linear:UsersHandler"}
 
     def __init__(self, settings, config: ExperimentConfig, shard: int, shards: int):
         super().__init__(settings, name=f"users-{shard}")

@@ -29,7 +29,17 @@ SAMPLES = [
                     ids=np.array([5, 6], dtype="<u8"), peers=np.array([6, 5], dtype="<u8"), records=b"x" * 240),
     codec.StatusMsg(run="r1", party="users-1", state="ready"),
     codec.ControlMsg(run="r1", action="task", task=0, body={"index": 0}),
+    # the shuffle-model linear bandits (d = 2, D = 5 labels)
+    codec.LinearPlanMsg(run="r1", task=0, round=7, first_user=140, cohort=20, collect=True,
+                        theta=np.array([0.1, -0.2]), v_inv=np.eye(2).reshape(-1), beta=1.5),
+    codec.LinearReportsMsg(run="r1", task=0, round=7, width=5, user_ids=np.arange(140, 143, dtype="<u4"),
+                           values=np.arange(15, dtype="|u1")),
+    codec.LinearReleaseMsg(run="r1", task=0, round=7, n_reports=20, width=5, values=np.arange(5, dtype="<i8")),
+    codec.LinearTruthMsg(run="r1", task=0, round=7, first_user=140, gap=0.05,
+                         realized=np.array([1, 0, -1], dtype="|i1"), entries_sum=np.ones(5)),
+    codec.LinearRecordMsg(run="r1", task=0, round=7, estimate=np.ones(5), theta=np.zeros(2), lambda_min=0.5),
 ]
+LINEAR = {m.kind: m for m in SAMPLES if m.kind.startswith("linear-")}
 
 
 @pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: m.kind)
@@ -88,6 +98,30 @@ def test_malformed_messages_are_rejected_with_a_reason(data, reason):
     with pytest.raises(DecodeError) as exc:
         decode(data)
     assert exc.value.reason == reason
+
+
+@pytest.mark.parametrize(
+    "kind, changes, where",
+    [
+        ("linear-plan", {"theta__dtype": "<i8"}, "theta and v_inv must be <f8"),
+        ("linear-plan", {"v_inv__shape": [3], "v_inv__data": b"\x00" * 24}, "d² entries"),
+        ("linear-plan", {"theta__data": np.array([np.nan, 0.0]).tobytes()}, "finite"),
+        ("linear-plan", {"beta": float("inf")}, "beta"),
+        ("linear-plan", {"cohort": 0}, "cohort"),
+        ("linear-reports", {"width": 4}, "width entries per user"),
+        ("linear-reports", {"width": codec.MAX_LINEAR_WIDTH + 1}, "width"),
+        ("linear-reports", {"user_ids__dtype": "<i8", "user_ids__data": b"\x00" * 24}, "unsigned"),
+        ("linear-release", {"n_reports": 0}, "n_reports"),
+        ("linear-release", {"values__shape": [4], "values__data": b"\x00" * 32}, "width totals"),
+        ("linear-truth", {"realized__dtype": "|u1"}, "int8"),
+        ("linear-truth", {"gap": float("nan")}, "gap"),
+        ("linear-record", {"lambda_min": "small"}, "lambda_min"),
+    ],
+)
+def test_malformed_linear_messages_are_schema_errors_naming_the_field(kind, changes, where):
+    with pytest.raises(DecodeError) as exc:
+        decode(_mutate(LINEAR[kind], **changes))
+    assert exc.value.reason == "schema" and kind in str(exc.value) and where in str(exc.value)
 
 
 def test_oversized_arrays_are_refused_before_allocation():

@@ -40,6 +40,14 @@ def ucb_actions(arms: np.ndarray, theta: np.ndarray, v_inv: np.ndarray, beta: fl
     return np.argmax(mean + np.asarray(beta)[..., None] * np.sqrt(np.maximum(quad, 0.0)), axis=1)
 
 
+def _has_cholesky(a: np.ndarray) -> bool:
+    try:
+        np.linalg.cholesky(a)
+        return True
+    except np.linalg.LinAlgError:
+        return False
+
+
 class BatchedLinUCB:
     def __init__(self, runs: int, d: int, lam: float, floor: float, beta_fn):
         self.d = d
@@ -69,19 +77,24 @@ class BatchedLinUCB:
         self.u += u_inc
         self.V += v_inc
         self.t += users
-        eye = np.eye(self.d)
+        self.lambda_min = None  # computed on demand (diagnostics only)
+        shifted = self.V - self.floor * np.eye(self.d)
         try:  # the common case, cheaply: every V_m ⪰ floor·I ⇔ V_m − floor·I has a Cholesky factor
-            np.linalg.cholesky(self.V - self.floor * eye)
+            np.linalg.cholesky(shifted)
             self.v_inv = np.linalg.inv(self.V)
-            self.lambda_min = None  # computed on demand (diagnostics only)
         except np.linalg.LinAlgError:
-            w, q = np.linalg.eigh(self.V)
-            self.lambda_min = w[:, 0]
-            self.clipped += w[:, 0] < self.floor
-            self.not_pd += w[:, 0] <= 0
+            # Decide run by run, with the same test: a run's model must not depend on the other runs
+            # stacked with it (one task of a distributed run is one run; it must match this one).
+            low = np.array([not _has_cholesky(s) for s in shifted])
+            self.v_inv = np.empty_like(self.V)
+            if not low.all():
+                self.v_inv[~low] = np.linalg.inv(self.V[~low])
+            w, q = np.linalg.eigh(self.V[low])
+            self.clipped[low] += w[:, 0] < self.floor
+            self.not_pd[low] += w[:, 0] <= 0
             w = np.maximum(w, self.floor)
-            self.v_inv = np.matmul(q / w[:, None, :], np.swapaxes(q, 1, 2))
-        self.theta = np.einsum("rde,re->rd", self.v_inv, self.u)
+            self.v_inv[low] = np.matmul(q / w[:, None, :], np.swapaxes(q, 1, 2))
+        self.theta = np.matmul(self.v_inv, self.u[:, :, None])[:, :, 0]
         self.beta = self.beta_fn(self.t)
 
     def update_rank_one(self, x: np.ndarray, y: np.ndarray) -> None:

@@ -80,7 +80,15 @@ class GaussianRandomizer:
     sigma: float
 
     def randomize(self, entries: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        return entries + rng.normal(0.0, self.sigma, size=entries.shape)
+        return self.apply(entries, self.draw(entries.shape, rng))
+
+    # randomize = apply ∘ draw: drivers that give each run its own stream draw run by run and
+    # apply once to all runs stacked (privbandit.protocol.linear_engine.per_run).
+    def draw(self, shape: tuple, rng: np.random.Generator) -> np.ndarray:
+        return rng.normal(0.0, self.sigma, size=shape)
+
+    def apply(self, entries: np.ndarray, noise: np.ndarray) -> np.ndarray:
+        return entries + noise
 
 
 @dataclass(frozen=True)
@@ -96,12 +104,19 @@ class PermutationShuffler:
     independent: bool = True
 
     def release(self, reports: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        lead, n = reports.shape[:-2], reports.shape[-2]
+        return self.apply(reports, self.draw(reports.shape, rng))
+
+    def draw(self, shape: tuple, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+        """The permutation(s) of a batch of reports of this shape: (π,) or (π_vector, π_matrix)."""
+        lead_n = shape[:-1]
+        return tuple(rng.random(lead_n).argsort(axis=-1) for _ in range(2 if self.independent else 1))
+
+    def apply(self, reports: np.ndarray, perms: tuple[np.ndarray, ...]) -> np.ndarray:
         if not self.independent:
-            return _permute(reports, rng.random(lead + (n,)).argsort(axis=-1))
+            return _permute(reports, perms[0])
         out = np.empty_like(reports)
-        out[..., : self.d] = _permute(reports[..., : self.d], rng.random(lead + (n,)).argsort(axis=-1))
-        out[..., self.d:] = _permute(reports[..., self.d:], rng.random(lead + (n,)).argsort(axis=-1))
+        out[..., : self.d] = _permute(reports[..., : self.d], perms[0])
+        out[..., self.d:] = _permute(reports[..., self.d:], perms[1])
         return out
 
 
@@ -114,6 +129,12 @@ class PassThrough:
     """The local model's intermediary: attributable reports, in arrival order, forwarded as they are."""
 
     def release(self, reports: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
+        return reports
+
+    def draw(self, shape: tuple, rng: np.random.Generator | None = None) -> None:
+        return None
+
+    def apply(self, reports: np.ndarray, _noise: None = None) -> np.ndarray:
         return reports
 
 
@@ -164,11 +185,18 @@ class BitSumRandomizer:
     params: VecParams
 
     def randomize(self, entries: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return self.apply(entries, self.draw(entries.shape, rng))
+
+    def draw(self, shape: tuple, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Uniforms for the randomized rounding (γ₁), then the Bin(b, p) noise bits' counts (γ₂)."""
+        return rng.random(shape), rng.binomial(self.params.b, self.params.p, size=shape)
+
+    def apply(self, entries: np.ndarray, noise: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
         pr = self.params
+        uniforms, noise_ones = noise
         scaled = (entries + pr.shift) / pr.scale
         floor = np.floor(scaled)
-        ones = floor.astype(np.int64) + (rng.random(entries.shape) < scaled - floor)
-        return ones + rng.binomial(pr.b, pr.p, size=entries.shape)
+        return floor.astype(np.int64) + (uniforms < scaled - floor) + noise_ones
 
 
 @dataclass(frozen=True)
@@ -182,6 +210,12 @@ class LabelCountShuffler:
 
     def release(self, counts: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
         return counts.sum(axis=-2)
+
+    def draw(self, shape: tuple, rng: np.random.Generator | None = None) -> None:
+        return None  # the totals need no randomness
+
+    def apply(self, counts: np.ndarray, _noise: None = None) -> np.ndarray:
+        return self.release(counts)
 
 
 @dataclass(frozen=True)
