@@ -438,10 +438,11 @@ def observer(
     from privbandit.services.observer import ObserverService, SessionFailed
 
     settings, world, built = _settings(broker, run_id), _world(experiment, set_), []
+    observer_class = ObserverService
     if getattr(world, "family", None) == "shuffle-linear-bandits":
-        from privbandit.services.linear import LinearObserverService as ObserverService
-    _serve(lambda: built.append(ObserverService(settings, world, parties.split(","), out, ready_timeout,
-                                                state_dir)) or built[0])
+        from privbandit.services.linear import LinearObserverService as observer_class
+    _serve(lambda: built.append(observer_class(settings, world, parties.split(","), out, ready_timeout,
+                                               state_dir)) or built[0])
     service = built[0]
     try:
         service.write()

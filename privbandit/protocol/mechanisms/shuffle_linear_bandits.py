@@ -27,7 +27,6 @@ from functools import lru_cache
 
 import numpy as np
 
-from privbandit.protocol import amplification
 
 
 # --- the entries layout ------------------------------------------------------------------------
