@@ -28,7 +28,6 @@ from functools import lru_cache
 import numpy as np
 
 
-
 # --- the entries layout ------------------------------------------------------------------------
 
 @lru_cache(maxsize=64)
