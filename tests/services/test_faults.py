@@ -130,6 +130,11 @@ def test_the_launcher_restarts_crashed_parties_when_asked(tmp_path, mosquitto_ur
             time.sleep(POLL_S)
         first[victim] = named[victim].proc
         first[victim].kill()
+        # One crash at a time: the launcher must have started this one again before the next kill
+        # (else one poll sees several crashes at once and the restart log's order is arbitrary).
+        while named[victim].proc is first[victim]:
+            assert time.monotonic() < end and worker.is_alive(), f"{victim} was not started again"
+            time.sleep(POLL_S)
     worker.join(150)
     assert not worker.is_alive() and result["code"] == 0
     for victim, proc in first.items():
