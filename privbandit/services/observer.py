@@ -103,6 +103,8 @@ class ObserverService(PartyService):
 
     # --- checkpoints (task boundaries) -------------------------------------------------------
     def save_session(self) -> None:
+        if self.state is None:
+            return
         results = {label: [None if r is None else _result_state(r) for r in runs]
                    for label, runs in self.results.items()}
         self.save_state({"session": self.session, "results": results, "compute": self.compute,
@@ -132,6 +134,11 @@ class ObserverService(PartyService):
         self.results = {label: [None] * config.runs for label in self.algos}
         self.compute = dict.fromkeys(self.algos, 0.0)
         self.grid = checkpoint_grid(config.horizon, config.checkpoints)
+
+    def records_complete(self) -> bool:
+        """Has every release the analyzer made reached us as a record? (A broker that died may
+        have lost one; the resync asks for it again.)"""
+        return len(self.observer.records) >= self.analyzer_done["privacy"]["releases"]
 
     def begin_task(self, run: int, label: str) -> dict:
         """Set up scoring of one task; returns its public spec (the control message's body)."""
@@ -254,7 +261,7 @@ class ObserverService(PartyService):
     async def maybe_finish_task(self) -> None:
         if self.shutting_down or self.analyzer_done is None or self.served() < self.config.horizon:
             return
-        if len(self.observer.records) < self.analyzer_done["privacy"]["releases"]:
+        if not self.records_complete():
             return  # a round's record is still on its way (or lost: resync)
         run, label = self.tasks[self.index]
         self.finish_task(run, label)

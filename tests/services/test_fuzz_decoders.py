@@ -23,6 +23,7 @@ from privbandit.protocol.report_auth import ReportAuthenticator
 from privbandit.protocol.secagg.batch import BatchError, UserIdentities
 from privbandit.services import codec
 from privbandit.services.secagg_rounds import AggregatorSecAgg, FleetSecAgg, from_messages
+from tests.services.test_codec import LINEAR
 
 M = 2**31 - 1
 AUTH = ReportAuthenticator(12345)
@@ -142,7 +143,7 @@ OTHERS = [codec.encode(m) for m in (
     codec.ControlMsg(run="r1", action="resync", task=0),
     codec.ControlMsg(run="r1", action="task", task=0, body={"index": 0}),
 )]
-VALID = OTHERS + SECAGG
+VALID = OTHERS + SECAGG + [codec.encode(m) for m in LINEAR.values()]  # the linear family's kinds
 
 
 def _check_decode(data: bytes):
