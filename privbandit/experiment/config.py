@@ -23,14 +23,42 @@ class ConfigError(ValueError):
     """A bad experiment file or override; the message names the field and the allowed values."""
 
 
-class _Strict(BaseModel):
+class StrictModel(BaseModel):
+    """Every experiment file's tables, in every family: unknown keys are errors, values frozen."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ExperimentFile(StrictModel):
+    """What every family's experiment file shares: its ``[algorithms.<label>]`` tables, at least
+    one, where a table without ``algorithm`` takes the kind its label names (:meth:`label_kind`)."""
+
+    @classmethod
+    def label_kind(cls, label: str) -> str | None:
+        """The algorithm a label names on its own, or None."""
+        return None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _name_algorithms(cls, data: Any):
+        algos = data.get("algorithms") if isinstance(data, dict) else None
+        if isinstance(algos, dict):
+            for label, table in algos.items():
+                if isinstance(table, dict) and "algorithm" not in table and cls.label_kind(label) is not None:
+                    table["algorithm"] = cls.label_kind(label)
+        return data
+
+    @model_validator(mode="after")
+    def _nonempty(self):
+        if not self.algorithms:
+            raise ValueError("algorithms: at least one [algorithms.<label>] table is required")
+        return self
 
 
 Probability = Annotated[float, Field(gt=0, le=1)]
 
 
-class EnvironmentConfig(_Strict):
+class EnvironmentConfig(StrictModel):
     kind: Literal["uniform", "means", "means-file"] = "uniform"
     arms: Annotated[int, Field(ge=2, le=100_000)] = 10
     low: Annotated[float, Field(ge=0, le=1)] = 0.25
@@ -56,7 +84,7 @@ class EnvironmentConfig(_Strict):
 ADVERSARY_KINDS = ("max-shift", "out-of-range", "window-edge", "colluders")  # protocol/adversaries
 
 
-class AdversaryConfig(_Strict):
+class AdversaryConfig(StrictModel):
     """Some users of every cohort attack (privbandit/protocol/adversaries, docs/attacks.md)."""
 
     kind: Literal[ADVERSARY_KINDS]  # type: ignore[valid-type]
@@ -67,7 +95,7 @@ class AdversaryConfig(_Strict):
     magnitude: Annotated[float, Field(gt=0, le=1e6)] = 1.0
 
 
-class AlgorithmConfig(_Strict):
+class AlgorithmConfig(StrictModel):
     algorithm: Literal[ALGORITHMS]  # type: ignore[valid-type]
     epsilon: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     batch_growth: Annotated[float, Field(gt=1, le=64)] | None = None
@@ -112,7 +140,7 @@ class AlgorithmConfig(_Strict):
         return self
 
 
-class ExperimentConfig(_Strict):
+class ExperimentConfig(ExperimentFile):
     family: Literal["distributed-dp-mab"] = "distributed-dp-mab"  # see experiment/families.py
     name: str = "experiment"
     description: str = ""
@@ -126,21 +154,9 @@ class ExperimentConfig(_Strict):
     environment: EnvironmentConfig = EnvironmentConfig()
     algorithms: dict[str, AlgorithmConfig]
 
-    @model_validator(mode="before")
     @classmethod
-    def _infer_algorithm_kinds(cls, data: Any):
-        algos = data.get("algorithms") if isinstance(data, dict) else None
-        if isinstance(algos, dict):
-            for label, table in algos.items():
-                if isinstance(table, dict) and "algorithm" not in table and label.lower() in ALGORITHMS:
-                    table["algorithm"] = label.lower()
-        return data
-
-    @model_validator(mode="after")
-    def _nonempty(self):
-        if not self.algorithms:
-            raise ValueError("algorithms: at least one [algorithms.<label>] table is required")
-        return self
+    def label_kind(cls, label: str) -> str | None:
+        return label.lower() if label.lower() in ALGORITHMS else None
 
 
 # --- loading and overriding ------------------------------------------------------------------

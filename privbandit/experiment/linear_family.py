@@ -16,12 +16,12 @@ import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field
 
-from privbandit.experiment.config import ConfigError, validate_experiment
+from privbandit.experiment.config import ConfigError, ExperimentFile, StrictModel, validate_experiment
 from privbandit.experiment.results import _mean_stderr
 from privbandit.protocol import linear_engine, linear_streams
 from privbandit.protocol.learners.batched_linucb import BatchedLinUCB
@@ -34,17 +34,13 @@ from privbandit.protocol.seeding import stream
 FAMILY = "shuffle-linear-bandits"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class LinearEnvironment(_Strict):
+class LinearEnvironment(StrictModel):
     arms: Annotated[int, Field(ge=2, le=100_000)] = 100
     dim: Annotated[int, Field(ge=2, le=64)] = 5
     generator: Literal[GENERATORS] | None = None  # type: ignore[valid-type]  # default: the preset's
 
 
-class LinearAlgorithm(_Strict):
+class LinearAlgorithm(StrictModel):
     algorithm: Literal[lp.ALGORITHMS]  # type: ignore[valid-type]
     batch: Annotated[int, Field(ge=1, le=10**7)] | None = None  # default: 20 for SDP, 1 otherwise
     epsilon: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
@@ -54,7 +50,7 @@ class LinearAlgorithm(_Strict):
     independent_permutations: bool = True  # P_Amp: S1 and S2 draw their own permutations
 
 
-class LinearExperiment(_Strict):
+class LinearExperiment(ExperimentFile):
     family: Literal["shuffle-linear-bandits"]
     name: str = "linear"
     description: str = ""
@@ -70,21 +66,9 @@ class LinearExperiment(_Strict):
     environment: LinearEnvironment = LinearEnvironment()
     algorithms: dict[str, LinearAlgorithm]
 
-    @model_validator(mode="before")
     @classmethod
-    def _infer_algorithm(cls, data: Any):
-        algos = data.get("algorithms") if isinstance(data, dict) else None
-        if isinstance(algos, dict):
-            for label, table in algos.items():
-                if isinstance(table, dict) and "algorithm" not in table and label.lower() in lp.ALGORITHMS:
-                    table["algorithm"] = label.lower()
-        return data
-
-    @model_validator(mode="after")
-    def _nonempty(self):
-        if not self.algorithms:
-            raise ValueError("algorithms: at least one [algorithms.<label>] table is required")
-        return self
+    def label_kind(cls, label: str) -> str | None:
+        return label.lower() if label.lower() in lp.ALGORITHMS else None
 
     @property
     def generator(self) -> str:

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from privbandit.experiment.config import validate_experiment
+from privbandit.experiment.config import ExperimentFile, StrictModel, validate_experiment
 from privbandit.experiment.results import _mean_stderr, _worst_privacy, plot_regret
 from privbandit.protocol.environments import BanditInstance
 from privbandit.protocol.observer import checkpoint_grid
@@ -40,17 +40,13 @@ SETTINGS = {
 }
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class OnlineEnvironment(_Strict):
+class OnlineEnvironment(StrictModel):
     means: Annotated[list[Annotated[float, Field(ge=0, le=1)]], Field(min_length=2, max_length=1000)]
     reward: Literal["bernoulli", "gaussian"] = "bernoulli"  # the paper does not say; spec §4.1
     sd: Annotated[float, Field(ge=0, le=10)] = 0.1
 
 
-class OnlineAlgorithm(_Strict):
+class OnlineAlgorithm(StrictModel):
     algorithm: Literal["anytime-lazy-ucb", "hybrid-ucb", "dp-se", "ftnl"]
     trust: Literal["central", "distributed"] = "central"
     epsilon: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
@@ -67,7 +63,7 @@ class OnlineAlgorithm(_Strict):
         return self
 
 
-class OnlineExperiment(_Strict):
+class OnlineExperiment(ExperimentFile):
     family: Literal["private-online-learning"] = FAMILY
     name: str = "online"
     description: str = ""
@@ -93,16 +89,11 @@ class OnlineExperiment(_Strict):
                     raise ValueError(f"environment.setting must be one of 1, 2, 3 (got {s!r})")
                 env.setdefault("means", SETTINGS[s])
                 data["environment"] = env
-            for label, table in (data.get("algorithms") or {}).items():
-                if isinstance(table, dict) and "algorithm" not in table:
-                    table["algorithm"] = label.split("@")[0]
         return data
 
-    @model_validator(mode="after")
-    def _nonempty(self):
-        if not self.algorithms:
-            raise ValueError("algorithms: at least one [algorithms.<label>] table is required")
-        return self
+    @classmethod
+    def label_kind(cls, label: str) -> str | None:
+        return label.split("@")[0]  # "anytime-lazy-ucb@distributed" is an anytime-lazy-ucb
 
 
 def load(path: str | Path, overrides: list[str] = ()) -> OnlineExperiment:
