@@ -22,7 +22,7 @@ import numpy as np
 from pydantic import Field
 
 from privbandit.experiment.config import ConfigError, ExperimentFile, StrictModel, validate_experiment
-from privbandit.experiment.results import _mean_stderr
+from privbandit.experiment.results import _mean_stderr, plot_regret
 from privbandit.protocol import linear_engine, linear_streams
 from privbandit.protocol.learners.batched_linucb import BatchedLinUCB
 from privbandit.protocol.linear_environments import GENERATORS, LinearInstances, bounds, generate, stack
@@ -303,25 +303,6 @@ def write(out: Path, config: LinearExperiment, outcome, summary: dict | None = N
 
 
 def plot(path: Path, config: LinearExperiment, columns: dict, labels: list[str]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    t = columns["t"].astype(float)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for label in labels:
-        for ax, kind in zip(axes, ("pseudo", "realized")):
-            mean, se = columns[f"{label}.{kind}_mean"], columns[f"{label}.{kind}_stderr"]
-            line, = ax.plot(t, mean, label=label)
-            ax.fill_between(t, mean - se, mean + se, color=line.get_color(), alpha=0.25)
-    for ax, kind in zip(axes, ("pseudo-regret", "realized regret (authors' metric)")):
-        ax.set_xlabel("round t")
-        ax.set_ylabel(f"cumulative {kind}")
-        ax.grid(alpha=0.3)
-    axes[0].legend()
-    fig.suptitle(f"{config.name}: ε = {config.epsilon}, δ = {config.delta}, d = {config.environment.dim}, "
-                 f"preset {config.preset}, {config.runs} runs, mean ± stderr")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    plot_regret(path, config, columns, labels, cumulative=True, realized="realized regret (authors' metric)",
+                title=f"{config.name}: ε = {config.epsilon}, δ = {config.delta}, d = {config.environment.dim}, "
+                      f"preset {config.preset}, {config.runs} runs, mean ± stderr")

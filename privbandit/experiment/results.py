@@ -141,27 +141,36 @@ def write_results(out: Path, config: ExperimentConfig, summary: dict, results: d
     plot_regret(out / "regret.png", config, columns, list(results))
 
 
-def plot_regret(path: Path, config: ExperimentConfig, columns: dict, labels: list[str]) -> None:
+def plot_regret(path: Path, config, columns: dict, labels: list[str], title: str | None = None,
+                cumulative: bool = False, realized: str = "realized regret") -> None:
+    """Pseudo- and realized regret, mean ± stderr over runs, one panel each: time-averaged Reg(t)/t
+    on a log axis (the bandit families), or ``cumulative`` (the linear family). ``title`` defaults
+    to the experiment's name, ε, T and runs."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     t = columns["t"].astype(float)
+    scale = 1.0 if cumulative else t
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for label in labels:
         for ax, kind in zip(axes, ("pseudo", "realized")):
-            mean, se = columns[f"{label}.{kind}_mean"] / t, columns[f"{label}.{kind}_stderr"] / t
+            mean, se = columns[f"{label}.{kind}_mean"] / scale, columns[f"{label}.{kind}_stderr"] / scale
             line, = ax.plot(t, mean, label=label)
             ax.fill_between(t, mean - se, mean + se, color=line.get_color(), alpha=0.25)
-    for ax, kind in zip(axes, ("pseudo-regret", "realized regret")):
-        ax.set_xscale("log")
-        ax.set_xlabel("users t")
-        ax.set_ylabel(f"time-average {kind}  Reg(t)/t")
+    for ax, kind in zip(axes, ("pseudo-regret", realized)):
+        if cumulative:
+            ax.set_xlabel("round t")
+            ax.set_ylabel(f"cumulative {kind}")
+        else:
+            ax.set_xscale("log")
+            ax.set_xlabel("users t")
+            ax.set_ylabel(f"time-average {kind}  Reg(t)/t")
         ax.grid(alpha=0.3)
     axes[0].legend()
-    fig.suptitle(f"{config.name}: ε = {config.epsilon}, T = {config.horizon:,}, {config.runs} runs, "
-                 f"mean ± stderr")
+    fig.suptitle(title or f"{config.name}: ε = {config.epsilon}, T = {config.horizon:,}, {config.runs} runs, "
+                          f"mean ± stderr")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
