@@ -23,6 +23,7 @@ from pydantic import Field
 
 from privbandit.experiment.config import ConfigError, ExperimentFile, StrictModel, validate_experiment
 from privbandit.experiment.results import _mean_stderr, plot_regret
+from privbandit.experiment.runner import completed
 from privbandit.protocol import linear_engine, linear_streams
 from privbandit.protocol.learners.batched_linucb import BatchedLinUCB
 from privbandit.protocol.linear_environments import GENERATORS, LinearInstances, bounds, generate, stack
@@ -213,14 +214,8 @@ def run(config: LinearExperiment, jobs: int | None = None, progress=None):
             if progress:
                 progress(label, r)
 
-    if jobs <= 1:
-        for label in labels:
-            done(*execute(config, label))
-    else:
-        with ProcessPoolExecutor(jobs) as pool:
-            futures = [pool.submit(execute, config, label) for label in labels]
-            for fut in as_completed(futures):
-                done(*fut.result())
+    for out in completed(execute, [(config, label) for label in labels], jobs):
+        done(*out)
     return {label: results[label] for label in labels}, compute, time.perf_counter() - t0
 
 

@@ -17,7 +17,6 @@ import csv
 import json
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -25,6 +24,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from privbandit.experiment.config import ExperimentFile, StrictModel, validate_experiment
+from privbandit.experiment.runner import completed
 from privbandit.experiment.results import _mean_stderr, _worst_privacy, plot_regret
 from privbandit.protocol.environments import BanditInstance
 from privbandit.protocol.observer import checkpoint_grid
@@ -141,13 +141,8 @@ def run(config: OnlineExperiment, jobs: int | None = None, progress=None):
         if progress is not None:
             progress(label, r)
 
-    if jobs == 1:
-        for label, r in tasks:
-            collect(*execute(config, label, r))
-    else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            for fut in as_completed([pool.submit(execute, config, label, r) for label, r in tasks]):
-                collect(*fut.result())
+    for out in completed(execute, [(config, label, r) for label, r in tasks], jobs):
+        collect(*out)
     return results, compute, time.perf_counter() - start
 
 

@@ -91,11 +91,18 @@ def run_experiment(config: ExperimentConfig, jobs: int | None = None, progress=N
         if progress is not None:
             progress(label, run)
 
-    if jobs == 1:
-        for t in tasks:
-            collect(*execute(t))
-    else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            for fut in as_completed([pool.submit(execute, t) for t in tasks]):
-                collect(*fut.result())
+    for out in completed(execute, [(t,) for t in tasks], jobs):
+        collect(*out)
     return results, algos, compute, time.perf_counter() - start
+
+
+def completed(fn, tasks: list[tuple], jobs: int):
+    """``fn(*task)`` for every task, one after another when ``jobs`` ≤ 1, else in a pool of that many
+    processes; yields the results as they complete (every family's experiments run this way)."""
+    if jobs <= 1:
+        for task in tasks:
+            yield fn(*task)
+        return
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        for fut in as_completed([pool.submit(fn, *task) for task in tasks]):
+            yield fut.result()
