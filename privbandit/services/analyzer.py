@@ -141,8 +141,9 @@ class AnalyzerService(PartyService):
         self.records.append(self.record_msg(record))
         await self.bus.publish(self.t("metrics", self.name), self.records[-1])
         await self.advance()
-        # Only now: everything this state implies (the record, the next plans) is at the broker,
-        # so a restart from it never misses a message, at worst repeats one.
+        # Only now: everything this state implies (the record, the next plans) is at the broker or
+        # in the outbox. A restart from it announces the open batch again and the observer's resync
+        # fetches the records, so it never misses a message, at worst repeats one.
         self.save_state({"releases": self.consumed})
 
     def record_msg(self, record: RoundRecord) -> codec.RecordMsg:

@@ -4,6 +4,15 @@ As small as aiomqtt itself: :func:`connect` yields a :class:`Bus` whose ``publis
 message and whose ``messages()`` yields decoded messages. Undecodable payloads are counted by
 reason in ``Bus.rejected`` and skipped; nothing a peer sends can crash a party.
 
+Losing the broker never interrupts a party halfway through a message. ``publish`` puts the
+message in the party's :class:`Outbox`, which outlives connections, and sends it; if the broker
+does not acknowledge it, the message stays queued, the bus is marked ``lost`` and the handler
+runs on to the end, its later messages queued behind the first. The next connection sends the
+outbox in order before anything else. Messages paho had already acknowledged to the broker when
+the connection dropped are still delivered, since the broker will not send them again. What the
+broker itself loses (a SIGKILL before it saved them) the protocol's retries recover:
+docs/distributed.md, "Faults and restarts".
+
 Byte accounting: each party counts, per topic class, the payload bytes it sends and receives and
 the MQTT wire bytes: the PUBLISH packet (fixed header, remaining-length varint, topic, packet id,
 payload; MQTT 3.1.1 framing, which paho uses by default) plus, at QoS 1, the 4-byte PUBACK.
@@ -15,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Annotated
@@ -33,9 +42,9 @@ QOS = 1  # every topic: a lost plan, report or release would stall or skew a rou
 PUBACK_BYTES = 4
 # paho's client queues are unbounded by default; a flooding peer must not exhaust memory.
 MAX_QUEUED_INCOMING = 10_000
-# A QoS 1 publish waits this long for its PUBACK. A broker that died never sends it, and paho does
-# not fail the pending publish on disconnect, so this bounds how long a party sits unaware (the
-# reconnect loop and the retries then take over). A local broker acks an 8 MiB message in ms.
+# A QoS 1 publish waits this long for its PUBACK while the connection looks alive (a hung broker
+# never sends it); a dropped connection fails it at once. The message then waits in the outbox
+# for the next connection. A local broker acks an 8 MiB message in ms.
 PUBLISH_TIMEOUT_S = 5.0
 
 
@@ -115,27 +124,88 @@ class Traffic:
         return {"payload": dict(self.payload), "wire": dict(self.wire), "messages": dict(self.messages)}
 
 
+@dataclass
+class Outbox:
+    """What a party published and the broker has not acknowledged yet, oldest first, each with the
+    Traffic it is counted in once sent. One per party, shared by its successive connections; the
+    lock keeps the handler's and the timer's sends in one order."""
+
+    pending: deque = field(default_factory=deque)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def __len__(self) -> int:
+        return len(self.pending)
+
+
 class Bus:
-    def __init__(self, client: aiomqtt.Client, traffic: Traffic, rejected: Counter):
+    def __init__(self, client: aiomqtt.Client, traffic: Traffic, rejected: Counter, outbox: Outbox | None = None):
         self.client = client
         self.traffic = traffic
         self.rejected = rejected
+        self.outbox = outbox if outbox is not None else Outbox()
+        self.lost: aiomqtt.MqttError | None = None  # set when a send failed: this connection is done
 
     async def publish(self, topic_name: str, msg) -> None:
-        payload = codec.encode(msg)
-        await self.client.publish(topic_name, payload, qos=QOS, timeout=PUBLISH_TIMEOUT_S)
-        self.traffic.add("sent", topic_name, len(payload))
+        """Queue ``msg`` and send the queue. Never raises for a lost broker: the message waits
+        in the outbox for the next connection (the caller's state change is not cut short)."""
+        self.outbox.pending.append((topic_name, codec.encode(msg), self.traffic))
+        if self.lost is None:
+            try:
+                await self.flush()
+            except aiomqtt.MqttError as exc:
+                self.mark_lost(exc)
+
+    async def flush(self) -> None:
+        """Send the outbox in order, each message acknowledged before the next; raises
+        MqttError at the first failure, which stays queued."""
+        async with self.outbox.lock:
+            while self.outbox.pending:
+                topic_name, payload, traffic = self.outbox.pending[0]
+                await self._acknowledged(topic_name, payload)
+                self.outbox.pending.popleft()
+                traffic.add("sent", topic_name, len(payload))
+
+    async def _acknowledged(self, topic_name: str, payload: bytes) -> None:
+        """Publish at QoS 1 and wait for the PUBACK, or fail as soon as the connection drops:
+        aiomqtt leaves a pending publish waiting out its timeout after a disconnect."""
+        sent = asyncio.ensure_future(self.client.publish(topic_name, payload, qos=QOS, timeout=PUBLISH_TIMEOUT_S))
+        dropped = self.client._disconnected  # noqa: SLF001 (the future aiomqtt's own iterator waits on)
+        await asyncio.wait({sent, dropped}, return_when=asyncio.FIRST_COMPLETED)
+        if not sent.done():
+            sent.cancel()
+            raise aiomqtt.MqttError("the connection dropped before the broker acknowledged a publish")
+        sent.result()
+
+    def mark_lost(self, exc: aiomqtt.MqttError) -> None:
+        if self.lost is not None:
+            return
+        self.lost = exc
+        log.warning("a publish failed (%s): %d message(s) wait for the next connection", exc, len(self.outbox))
+        # A PUBACK can time out while paho still believes the socket is up (a hung broker): drop
+        # the connection so that message iteration ends and the party reconnects now.
+        if not self.client._disconnected.done():  # noqa: SLF001
+            with contextlib.suppress(Exception):
+                self.client._client.disconnect()  # noqa: SLF001
+
+    def _decoded(self, message):
+        name = message.topic.value
+        payload = message.payload if isinstance(message.payload, bytes) else b""
+        self.traffic.add("received", name, len(payload))
+        try:
+            return name, codec.decode(payload)
+        except codec.DecodeError as exc:
+            self.rejected[exc.reason] += 1
+            log.warning("rejected message on %s: %s", name, exc)
+            return None
 
     async def messages(self) -> AsyncIterator[tuple[str, object]]:
+        """Decoded messages until the connection is lost (MqttError). aiomqtt hands over what its
+        client had received, and so acknowledged, before it raises (tests/services/test_bus.py)."""
         async for message in self.client.messages:
-            name = message.topic.value
-            payload = message.payload if isinstance(message.payload, bytes) else b""
-            self.traffic.add("received", name, len(payload))
-            try:
-                yield name, codec.decode(payload)
-            except codec.DecodeError as exc:
-                self.rejected[exc.reason] += 1
-                log.warning("rejected message on %s: %s", name, exc)
+            if (decoded := self._decoded(message)) is not None:
+                yield decoded
+            if self.lost is not None:  # a send failed while the message was handled
+                raise self.lost
 
 
 def _no_delay(client: aiomqtt.Client) -> None:
@@ -154,7 +224,7 @@ class SubscriptionDenied(RuntimeError):
 @contextlib.asynccontextmanager
 async def connect(
     settings: BusSettings, client_id: str, subscriptions: list[str],
-    traffic: Traffic | None = None, rejected: Counter | None = None,
+    traffic: Traffic | None = None, rejected: Counter | None = None, outbox: Outbox | None = None,
 ) -> AsyncIterator[Bus]:
     """Connect (retrying with backoff until ``connect_timeout_s``), subscribe, yield a Bus.
 
@@ -186,7 +256,10 @@ async def connect(
             codes = result if isinstance(result, (list, tuple)) else [result]
             if any(getattr(c, "value", c) >= 0x80 for c in codes):
                 raise SubscriptionDenied(f"{client_id}: the broker refused the subscription to {name}")
-        yield Bus(client, traffic if traffic is not None else Traffic(), rejected if rejected is not None else Counter())
+        bus = Bus(client, traffic if traffic is not None else Traffic(),
+                  rejected if rejected is not None else Counter(), outbox)
+        await bus.flush()  # what the last connection could not send goes first
+        yield bus
     finally:
         with contextlib.suppress(Exception):
             await client.__aexit__(None, None, None)

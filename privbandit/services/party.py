@@ -12,7 +12,7 @@ from pathlib import Path
 import aiomqtt
 
 from privbandit.services import codec
-from privbandit.services.bus import Bus, BusSettings, Traffic, connect, topic
+from privbandit.services.bus import Bus, BusSettings, Outbox, Traffic, connect, topic
 from privbandit.services.checkpoint import CheckpointError, StateDir, resume_state, spec_fingerprint
 
 log = logging.getLogger("privbandit.party")
@@ -38,6 +38,7 @@ class PartyService:
         self.rejected: Counter[str] = Counter()
         self.finished = False
         self.bus: Bus | None = None
+        self.outbox = Outbox()  # sent messages the broker has not acknowledged, across connections
         self.task_spec: dict | None = None
         self.early: list = []
         self.connections = 0  # > 1: the broker was lost and regained (messages may be lost)
@@ -193,33 +194,33 @@ class PartyService:
     async def _ticker(self) -> None:
         while not self.finished:
             await asyncio.sleep(self.tick_s)
-            if self.bus is None:
-                continue
-            try:
-                if self.task_spec is None and self.role != "observer":
-                    await self.status("ready")  # until the coordinator starts us: it may have come up later
-                await (self.handler.tick() if self.handler is not None else self.tick())
-            except aiomqtt.MqttError as exc:  # the broker is gone: the pump reconnects, we retry later
-                log.warning("%s: a timer's publish failed (%s); retrying after reconnecting", self.name, exc)
+            if self.bus is None or self.bus.lost is not None:
+                continue  # retries wait for the next connection; their messages would only pile up
+            if self.task_spec is None and self.role != "observer":
+                await self.status("ready")  # until the coordinator starts us: it may have come up later
+            await (self.handler.tick() if self.handler is not None else self.tick())
 
     async def _pump(self) -> None:
-        """Connect, and hand every message to ``handle`` until finished; reconnect on loss."""
+        """Connect, and hand every message to ``handle`` until finished; reconnect on loss.
+        A finished party still reconnects until its outbox is sent (its last stats, say)."""
         delay = 0.1
-        while not self.finished:
+        while not (self.finished and not self.outbox):
             try:
                 async with connect(self.settings, f"{self.run_id}-{self.name}", self.subscriptions(),
-                                   self.traffic, self.rejected) as bus:
+                                   self.traffic, self.rejected, self.outbox) as bus:
                     self.bus = bus
                     delay = 0.1
                     self.connections += 1
+                    if self.finished:
+                        return  # connecting sent the outbox
                     await self.on_connect()
                     async for name, msg in bus.messages():
                         await self.handle(name, msg)
-                        if self.finished:
+                        if self.finished and not self.outbox:
                             return
             except aiomqtt.MqttError as exc:
                 self.bus = None
-                if self.finished:
+                if self.finished and not self.outbox:
                     return
                 log.warning("%s lost the broker (%s); reconnecting in %.1f s", self.name, exc, delay)
                 await asyncio.sleep(delay)
@@ -231,6 +232,8 @@ class PartyService:
         ticker = asyncio.create_task(self._ticker())
         try:
             await asyncio.wait({pump, ticker}, return_when=asyncio.FIRST_COMPLETED)
+            if self.finished and self.outbox and not pump.done():
+                await asyncio.wait({pump})  # its last messages still wait for a connection: the pump sends them
         finally:
             for task in (pump, ticker):
                 task.cancel()

@@ -1,0 +1,121 @@
+"""The bus across a broker that dies (SIGKILL) and comes back, on a private Mosquitto: a publish
+never cuts its caller short, what could not be sent goes first and in order on the next
+connection, and what paho already acknowledged is still delivered."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiomqtt
+import pytest
+
+from privbandit.services import codec
+from privbandit.services.bus import BusSettings, Outbox, Traffic, connect
+from tests.services.test_faults import PrivateMosquitto
+
+RUN = "bus"
+TOPIC = f"pb/{RUN}/metrics/test"
+
+
+def _status(i: int) -> codec.StatusMsg:
+    return codec.StatusMsg(run=RUN, party="test", state="ready", body={"i": i})
+
+
+async def _received(bus, n: int, timeout: float = 10) -> list[int]:
+    got = []
+    try:
+        async with asyncio.timeout(timeout):
+            async for _, msg in bus.messages():
+                got.append(msg.body["i"])
+                if len(got) == n:
+                    break
+    except TimeoutError:
+        pass
+    return got
+
+
+@pytest.mark.asyncio
+async def test_a_publish_to_a_dead_broker_waits_in_the_outbox_and_goes_first_on_the_next_connection(tmp_path):
+    broker = PrivateMosquitto(tmp_path / "broker")
+    settings = BusSettings(broker_url=broker.url, run_id=RUN, connect_timeout_s=10)
+    outbox, traffic = Outbox(), Traffic()  # a party's: they outlive its connections
+    try:
+        async with connect(settings, "listener", [TOPIC]):
+            pass  # a persistent session: the broker queues for it while it is away
+        async with connect(settings, "sender", [], traffic, outbox=outbox) as bus:
+            await bus.publish(TOPIC, _status(0))
+            assert bus.lost is None and len(outbox) == 0
+            await asyncio.to_thread(broker.saved)  # the listener's session, holding message 0, is on disk
+            broker.kill()
+            start = time.monotonic()
+            for i in (1, 2, 3):
+                await bus.publish(TOPIC, _status(i))  # neither raises nor waits out the PUBACK timeout
+            assert time.monotonic() - start < 2.0
+            assert isinstance(bus.lost, aiomqtt.MqttError)
+            assert [codec.decode(p).body["i"] for _, p, _ in outbox.pending] == [1, 2, 3]
+            assert bus.traffic.messages["sent.metrics"] == 1  # counted when acknowledged, not before
+        broker.start()
+        async with connect(settings, "sender", [], traffic, outbox=outbox) as bus:
+            assert len(outbox) == 0  # connecting sent them
+            assert bus.traffic.messages["sent.metrics"] == 4
+            await bus.publish(TOPIC, _status(4))
+        async with connect(settings, "listener", [TOPIC]) as listener:
+            got = await _received(listener, 5, timeout=4)
+            assert got == [0, 1, 2, 3, 4]
+    finally:
+        broker.stop()
+
+
+@pytest.mark.asyncio
+async def test_messages_paho_acknowledged_before_the_connection_dropped_are_still_delivered(tmp_path):
+    """The broker will not send them again (they were acknowledged), so the bus must hand over what
+    its client had queued when the connection dropped, then raise. aiomqtt does this; the bus
+    relies on it, and this test would catch an aiomqtt release that dropped them."""
+    broker = PrivateMosquitto(tmp_path / "broker")
+    settings = BusSettings(broker_url=broker.url, run_id=RUN, connect_timeout_s=10)
+    try:
+        async with connect(settings, "listener", [TOPIC]) as listener:
+            async with connect(settings, "sender", []) as sender:
+                for i in range(5):
+                    await sender.publish(TOPIC, _status(i))
+            async with asyncio.timeout(10):
+                while len(listener.client.messages) < 5:  # received and acknowledged, not yet handed over
+                    await asyncio.sleep(0.01)
+            broker.kill()
+            await asyncio.sleep(0.3)  # the client notices
+            got = []
+            with pytest.raises(aiomqtt.MqttError):
+                async for _, msg in listener.messages():
+                    got.append(msg.body["i"])
+            assert got == [0, 1, 2, 3, 4]
+    finally:
+        broker.stop()
+
+
+@pytest.mark.asyncio
+async def test_a_finished_party_reconnects_until_its_outbox_is_sent(tmp_path):
+    """A party that finished (its last stats queued, say) while the broker was down does not exit
+    with them unsent: serve() waits for the next connection, which sends them."""
+    from privbandit.services.party import PartyService
+
+    broker = PrivateMosquitto(tmp_path / "broker")
+    settings = BusSettings(broker_url=broker.url, run_id=RUN, connect_timeout_s=20)
+    try:
+        async with connect(settings, "listener", [TOPIC]):
+            pass
+        await asyncio.to_thread(broker.saved)
+        broker.kill()
+        party = PartyService(settings, name="test")
+        party.outbox.pending.append((TOPIC, codec.encode(_status(7)), party.traffic))
+        party.finished = True
+        serving = asyncio.create_task(party.serve())
+        await asyncio.sleep(2 * party.tick_s)  # the timer task has ended by now; the pump must not have
+        assert not serving.done()
+        broker.start()
+        await asyncio.wait_for(serving, 20)
+        assert len(party.outbox) == 0 and party.connections == 1
+        async with connect(settings, "listener", [TOPIC]) as listener:
+            assert await _received(listener, 1, timeout=4) == [7]
+    finally:
+        broker.stop()
