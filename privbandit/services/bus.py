@@ -263,3 +263,16 @@ async def connect(
     finally:
         with contextlib.suppress(Exception):
             await client.__aexit__(None, None, None)
+
+
+async def end_session(settings: BusSettings, client_id: str) -> None:
+    """Connect once with a clean session and leave: the broker drops ``client_id``'s persistent
+    session and whatever it still queues for it. A party does this when it has finished, else
+    every session it ever ran stays in the broker's memory (and its persistence file) for good."""
+    host, port = settings.endpoint()
+    try:
+        async with aiomqtt.Client(host, port, identifier=client_id, clean_session=True,
+                                  username=settings.username, password=settings.password, timeout=5):
+            pass
+    except aiomqtt.MqttError as exc:  # the results are out; only the broker's memory is at stake
+        log.warning("%s: could not end its broker session (%s); the broker keeps it", client_id, exc)

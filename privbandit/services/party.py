@@ -12,7 +12,7 @@ from pathlib import Path
 import aiomqtt
 
 from privbandit.services import codec
-from privbandit.services.bus import Bus, BusSettings, Outbox, Traffic, connect, topic
+from privbandit.services.bus import Bus, BusSettings, Outbox, Traffic, connect, end_session, topic
 from privbandit.services.checkpoint import CheckpointError, StateDir, resume_state, spec_fingerprint
 
 log = logging.getLogger("privbandit.party")
@@ -49,6 +49,10 @@ class PartyService:
         if self.checkpoint is not None:
             self._restore_counters(self.checkpoint.state.get("counters", {}))
         self.handler = None  # the family handler running the current task, if any
+
+    @property
+    def client_id(self) -> str:  # fixed across restarts: the broker keeps its session and queue
+        return f"{self.run_id}-{self.name}"
 
     def t(self, *parts: str) -> str:
         return topic(self.run_id, *parts)
@@ -206,7 +210,7 @@ class PartyService:
         delay = 0.1
         while not (self.finished and not self.outbox):
             try:
-                async with connect(self.settings, f"{self.run_id}-{self.name}", self.subscriptions(),
+                async with connect(self.settings, self.client_id, self.subscriptions(),
                                    self.traffic, self.rejected, self.outbox) as bus:
                     self.bus = bus
                     delay = 0.1
@@ -241,3 +245,5 @@ class PartyService:
         for task in (pump, ticker):  # a timer that raised must end the party loudly, not silently
             if task.done() and not task.cancelled() and task.exception():
                 raise task.exception()
+        if self.finished and not self.outbox:
+            await end_session(self.settings, self.client_id)

@@ -119,3 +119,26 @@ async def test_a_finished_party_reconnects_until_its_outbox_is_sent(tmp_path):
             assert await _received(listener, 1, timeout=4) == [7]
     finally:
         broker.stop()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("ended", [False, True])
+async def test_ending_a_session_makes_the_broker_drop_its_queue(tmp_path, ended):
+    """A party that finished ends its persistent session: what the broker still queued for it is
+    dropped, not kept for a client that will never return. Without end_session (the control)
+    the queued message is still delivered."""
+    from privbandit.services.bus import end_session
+
+    broker = PrivateMosquitto(tmp_path / "broker")
+    settings = BusSettings(broker_url=broker.url, run_id=RUN, connect_timeout_s=10)
+    try:
+        async with connect(settings, "gone", [TOPIC]):
+            pass
+        async with connect(settings, "sender", []) as sender:
+            await sender.publish(TOPIC, _status(1))
+        if ended:
+            await end_session(settings, "gone")
+        async with connect(settings, "gone", [TOPIC]) as again:
+            assert await _received(again, 1, timeout=1.5) == ([] if ended else [1])
+    finally:
+        broker.stop()

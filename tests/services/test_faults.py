@@ -3,6 +3,7 @@ the in-process run's numbers, bit for bit (no accepted report lost, none counted
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 import secrets
 import time
@@ -227,15 +228,39 @@ class PrivateMosquitto:
         stop_process(self.proc)
 
 
+async def _sessions_left(url: str, run_id: str, names: list[str]) -> list[str]:
+    """The parties whose persistent session the broker still keeps: a message on the control topic,
+    which every party subscribes to, is queued for each such session and delivered when its client
+    id connects again. A party that finished must have ended its session (bus.end_session)."""
+    from privbandit.services import codec
+    from privbandit.services.bus import BusSettings, connect, topic
+
+    settings = BusSettings(broker_url=url, run_id=run_id, connect_timeout_s=10)
+    async with connect(settings, f"{run_id}-probe", []) as bus:
+        await bus.publish(topic(run_id, "control"), codec.ControlMsg(run=run_id, action="resync", task=0))
+
+    async def kept(name: str) -> bool:
+        async with connect(settings, f"{run_id}-{name}", []) as bus:
+            try:
+                async with asyncio.timeout(1.5):
+                    async for _ in bus.messages():
+                        return True
+            except TimeoutError:
+                return False
+
+    found = await asyncio.gather(*(kept(n) for n in names))
+    return [n for n, k in zip(names, found) if k]
+
+
 def test_killing_and_restarting_the_broker_mid_run(tmp_path, reference):
     """Mosquitto is SIGKILLed twice mid-run and started again from what it had saved. Every party
     loses messages it sent or was sent; the outboxes and the protocol's retries make the run
     complete with the in-process numbers."""
     path, inproc = reference
     config, _ = load_experiment(path)
-    out = tmp_path / "mqtt"
+    out, run_id = tmp_path / "mqtt", "b" + secrets.token_hex(4)
     broker = PrivateMosquitto(tmp_path / "broker")
-    parties = plan_parties(config, path, [], out, broker.url, "b" + secrets.token_hex(4), 2, None,
+    parties = plan_parties(config, path, [], out, broker.url, run_id, 2, None,
                            observer_log=tmp_path / "observer.log")
     try:
         for p in parties:
@@ -251,6 +276,7 @@ def test_killing_and_restarting_the_broker_mid_run(tmp_path, reference):
             broker.start()
             rounds = _progress(out, "analyzer")[1] + 6  # the next kill waits for the session to move again
         assert _wait(parties, timeout=120) == 0, (tmp_path / "observer.log").read_text()[-3000:]
+        assert asyncio.run(_sessions_left(broker.url, run_id, [p.name for p in parties])) == []
     finally:
         for p in parties:
             p.stop()
