@@ -78,7 +78,28 @@ def _run_distributed(config, experiment: Path, overrides: list[str], out: Path, 
     if code != 0:
         err.print(f"[bold red]error:[/] the distributed run failed (observer exit {code}); logs in {out / 'logs'}")
         raise typer.Exit(1)
-    _print_summary(json.loads((out / "summary.json").read_text()), out)
+    summary = json.loads((out / "summary.json").read_text())
+    _print_summary(summary, out)
+    if getattr(config, "traffic_adversaries", None):
+        _print_traffic_attacks(config.traffic_adversaries, summary, out)
+
+
+def _print_traffic_attacks(kinds: list[str], summary: dict, out: Path) -> None:
+    """What the experiment's hostile processes did (their reports) and what the parties refused."""
+    import json
+
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    for kind in kinds:
+        path = out / "adversaries" / f"{kind}.json"
+        if not path.exists():
+            console.print(f"traffic adversary {kind}: no report (see {out / 'logs' / f'hostile-{kind}.log'})")
+            continue
+        r = json.loads(path.read_text())
+        did = (f"{r['forbidden_received']} forbidden messages received, {r['forged_releases_sent']} forged releases sent"
+               if kind == "curious-analyzer" else f"{r['messages_sent']:,} messages sent against {r['plans_seen']:,} plans")
+        console.print(f"traffic adversary {kind}: {did}")
+    refused = ", ".join(f"{k} {v:,}" for k, v in sorted(summary.get("rejected", {}).items()))
+    console.print(f"refused by the parties: {refused or 'nothing'}; reports in {out / 'adversaries'}/")
 
 
 def _print_summary(summary: dict, out: Path) -> None:
@@ -138,6 +159,7 @@ def attack(
     username: Annotated[Optional[str], typer.Option(help="broker account [default: $PRIVBANDIT_USERNAME]")] = None,
     password: Annotated[Optional[str], typer.Option(help="[default: $PRIVBANDIT_PASSWORD]")] = None,
     duration: Annotated[float, typer.Option(help="over MQTT: seconds to attack, or until the session shuts down")] = 60.0,
+    report: Annotated[Optional[Path], typer.Option(help="over MQTT: also write the attack's report (JSON) here")] = None,
 ):
     from privbandit.protocol.adversaries import TRAFFIC_ADVERSARIES, USER_ADVERSARIES
 
@@ -146,7 +168,7 @@ def attack(
                   f"{', '.join([*USER_ADVERSARIES, *TRAFFIC_ADVERSARIES])} (see privbandit attack --help)")
         raise typer.Exit(2)
     if kind in TRAFFIC_ADVERSARIES:
-        return _attack_over_mqtt(kind, broker, run_id, username, password, duration)
+        return _attack_over_mqtt(kind, broker, run_id, username, password, duration, report)
     if experiment is None:
         err.print(f"[bold red]error:[/] {kind} runs in-process: give an experiment file "
                   f"(privbandit attack {kind} experiments/attacks.toml)")
@@ -191,7 +213,7 @@ def _print_attack(report: dict, out: Path) -> None:
 
 
 def _attack_over_mqtt(kind: str, broker: str | None, run_id: str | None, username: str | None,
-                      password: str | None, duration: float) -> None:
+                      password: str | None, duration: float, report_file: Path | None = None) -> None:
     import asyncio
     import json
 
@@ -208,7 +230,11 @@ def _attack_over_mqtt(kind: str, broker: str | None, run_id: str | None, usernam
     except ConnectionError as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(1)
-    print(json.dumps(report, indent=2))
+    text = json.dumps(report, indent=2)
+    if report_file is not None:
+        report_file.parent.mkdir(parents=True, exist_ok=True)
+        report_file.write_text(text + "\n")
+    print(text)
 
 
 @app.command("letor-arms")

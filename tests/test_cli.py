@@ -234,3 +234,22 @@ def test_privbandit_attack_lists_every_adversary_and_compares_honest_with_attack
     bad = subprocess.run([sys.executable, "-m", "privbandit", "attack", "max-shift", str(exp), "--fraction", "0.5"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "--fraction 0.5" in bad.stderr
+
+
+def test_traffic_adversaries_are_checked_by_name_and_refused_in_process(tmp_path):
+    from privbandit.experiment.config import TRAFFIC_ADVERSARY_KINDS
+    from privbandit.protocol.adversaries import TRAFFIC_ADVERSARIES
+
+    assert set(TRAFFIC_ADVERSARY_KINDS) == set(TRAFFIC_ADVERSARIES)  # the config accepts what exists
+    with pytest.raises(ConfigError) as e:
+        load_experiment(_write(tmp_path, 'traffic_adversaries = ["flood", "nope"]\n' + BASE))
+    assert "traffic_adversaries.1" in str(e.value) and "'curious-analyzer'" in str(e.value)
+    with pytest.raises(ConfigError, match="flood listed more than once"):
+        load_experiment(_write(tmp_path, 'traffic_adversaries = ["flood", "sybil", "flood"]\n' + BASE))
+    path = _write(tmp_path, 'traffic_adversaries = ["sybil"]\n' + BASE)
+    proc = subprocess.run([sys.executable, "-m", "privbandit", "run", str(path), "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 2 and "--transport mqtt" in proc.stderr and "traffic_adversaries" in proc.stderr
+    assert not (tmp_path / "o" / "summary.json").exists()
+    config, _ = load_experiment(path, ["traffic_adversaries=[]"])  # the honest reference, in-process
+    assert run_experiment(config, jobs=1)[0]["Dist-DP-SE"][0].reports > 0

@@ -82,6 +82,7 @@ class EnvironmentConfig(StrictModel):
 
 
 ADVERSARY_KINDS = ("max-shift", "out-of-range", "window-edge", "colluders")  # protocol/adversaries
+TRAFFIC_ADVERSARY_KINDS = ("replay", "impersonate", "sybil", "flood", "curious-analyzer")  # services/hostile.py
 
 
 class AdversaryConfig(StrictModel):
@@ -153,10 +154,20 @@ class ExperimentConfig(ExperimentFile):
     checkpoints: Annotated[int, Field(ge=4, le=100_000)] = 240
     environment: EnvironmentConfig = EnvironmentConfig()
     algorithms: dict[str, AlgorithmConfig]
+    # Hostile client processes a run over MQTT starts next to the parties, one per kind, to attack
+    # the session's traffic (services/hostile.py, docs/attacks.md). In-process runs refuse them.
+    traffic_adversaries: list[Literal[TRAFFIC_ADVERSARY_KINDS]] = []  # type: ignore[valid-type]
 
     @classmethod
     def label_kind(cls, label: str) -> str | None:
         return label.lower() if label.lower() in ALGORITHMS else None
+
+    @model_validator(mode="after")
+    def _each_traffic_adversary_once(self):
+        twice = sorted({k for k in self.traffic_adversaries if self.traffic_adversaries.count(k) > 1})
+        if twice:
+            raise ValueError(f"traffic_adversaries: {', '.join(twice)} listed more than once (one process per kind)")
+        return self
 
 
 # --- loading and overriding ------------------------------------------------------------------

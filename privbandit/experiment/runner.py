@@ -78,6 +78,11 @@ def resolved_algorithms(config: ExperimentConfig) -> dict[str, AlgorithmConfig]:
 def run_experiment(config: ExperimentConfig, jobs: int | None = None, progress=None):
     """All runs of all algorithms. Returns ``{label: [RunResult per run]}``, the resolved
     algorithms, total compute seconds per label, and the wall time."""
+    if config.traffic_adversaries:
+        raise ConfigError(
+            f"traffic_adversaries = {config.traffic_adversaries}: they attack a broker's traffic, so they run "
+            f"only over MQTT (privbandit run FILE --transport mqtt); in-process, remove the field or "
+            f"--set traffic_adversaries=[]")
     algos = resolved_algorithms(config)
     tasks = [Task(config, label, a, r) for r in range(config.runs) for label, a in algos.items()]
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))

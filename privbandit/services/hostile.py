@@ -14,12 +14,18 @@ result. What each kind sends (the message builders are sans-I/O: :class:`Traffic
   version, run, task, round, modulus, schema) and one oversized payload;
 - ``curious-analyzer``: subscribes to reports, metrics and everything, and publishes forged
   releases; it reports what the broker let through.
+
+Each kind leaves when the session shuts down (the observer's ``shutdown`` on the control topic) or
+after its duration. An experiment file can list them (``traffic_adversaries``): a run over MQTT then
+starts one hostile process per kind next to the parties (services/launcher.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import secrets
+import signal
 
 import aiomqtt
 import msgpack
@@ -58,7 +64,6 @@ class TrafficAttacker:
         self.kind, self.run_id = kind, run_id
         self.rng = np.random.default_rng(seed)
         self.seen: list[codec.PlanMsg] = []  # collected plans of earlier rounds and tasks
-        self.sent = 0
 
     def _reports(self, plan: codec.PlanMsg, ids: np.ndarray, **update) -> bytes:
         m = plan.params.m
@@ -91,12 +96,12 @@ class TrafficAttacker:
             out += malformed_variants(self.run_id, plan.params.m or 53) * 2
             out.append(b"\x00" * (codec.MAX_MESSAGE_BYTES + 1))
         self.seen.append(plan)
-        self.sent += len(out)
         return out
 
 
 async def attack_session(kind: str, settings: BusSettings, duration_s: float) -> dict:
-    """Attack a running session for ``duration_s`` or until it shuts down; what was done and seen."""
+    """Attack a running session until it shuts down, for at most ``duration_s``, or until SIGTERM
+    (the launcher's stop); what was done and seen, and which of the three ended it."""
     host, port = settings.endpoint()
     client = aiomqtt.Client(host, port, username=settings.username, password=settings.password,
                             identifier=f"hostile-{kind}-{secrets.token_hex(4)}", timeout=10)
@@ -104,11 +109,12 @@ async def attack_session(kind: str, settings: BusSettings, duration_s: float) ->
         await client.__aenter__()
     except aiomqtt.MqttError as exc:
         raise ConnectionError(f"cannot reach the broker at {settings.broker_url}: {exc}") from exc
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     try:
         run = settings.run_id
-        if kind == "curious-analyzer":
-            return await _curious(client, run, duration_s)
-        return await _report_attack(client, kind, run, duration_s)
+        attack = _curious if kind == "curious-analyzer" else functools.partial(_report_attack, kind=kind)
+        return await attack(client, run, lambda pump: _attack_until(pump, stop, duration_s))
     finally:
         try:
             await client.__aexit__(None, None, None)
@@ -116,38 +122,61 @@ async def attack_session(kind: str, settings: BusSettings, duration_s: float) ->
             pass
 
 
-async def _report_attack(client: aiomqtt.Client, kind: str, run: str, duration_s: float) -> dict:
+async def _attack_until(pump, stop: asyncio.Event, duration_s: float) -> str:
+    """Run ``pump`` (it returns at the session's shutdown) until it returns, ``stop`` is set or
+    ``duration_s`` passes; returns which."""
+    pumping, stopped = asyncio.ensure_future(pump), asyncio.ensure_future(stop.wait())
+    done, pending = await asyncio.wait({pumping, stopped}, timeout=duration_s, return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    if pumping in done:
+        pumping.result()  # a failure of the attack itself is loud
+        return "shutdown"
+    return "terminated" if stopped in done else "duration"
+
+
+def _is_shutdown(msg) -> bool:
+    """The session is over: the observer's shutdown on the control topic."""
+    return isinstance(msg, codec.ControlMsg) and msg.action == "shutdown"
+
+
+def _decoded(payload):
+    try:
+        return codec.decode(bytes(payload))
+    except codec.DecodeError:
+        return None
+
+
+async def _report_attack(client: aiomqtt.Client, run: str, until, kind: str) -> dict:
     attacker = TrafficAttacker(kind, run)
     await client.subscribe([(topic(run, "plan"), 1), (topic(run, "control"), 1)])
-    plans = 0
+    plans = sent = 0
 
     async def pump():
-        nonlocal plans
+        nonlocal plans, sent
         async for message in client.messages:
-            try:
-                msg = codec.decode(bytes(message.payload))
-            except codec.DecodeError:
-                continue
-            if isinstance(msg, codec.ControlMsg) and msg.action == "shutdown":
+            msg = _decoded(message.payload)
+            if _is_shutdown(msg):
                 return
             if isinstance(msg, codec.PlanMsg):
                 plans += 1
                 for payload in attacker.on_plan(msg):
                     await client.publish(topic(run, "report", "aggregator"), payload, qos=1)
+                    sent += 1
 
-    try:
-        await asyncio.wait_for(pump(), duration_s)
-    except asyncio.TimeoutError:
-        pass
-    return {"kind": kind, "run": run, "plans_seen": plans, "messages_sent": attacker.sent}
+    ended = await until(pump())
+    return {"kind": kind, "run": run, "plans_seen": plans, "messages_sent": sent, "ended_by": ended}
 
 
-async def _curious(client: aiomqtt.Client, run: str, duration_s: float) -> dict:
+async def _curious(client: aiomqtt.Client, run: str, until) -> dict:
     """With the analyzer's account: try to read what only intermediaries and the observer read,
-    and to publish what only intermediaries publish."""
+    and to publish what only intermediaries publish. (It also reads the control topic, which the
+    analyzer may, to leave at the session's shutdown.)"""
     filters = [topic(run, "report", "#"), topic(run, "metrics", "#"), topic(run, "#"), "#"]
     result = await client.subscribe([(f, 1) for f in filters])
     codes = [getattr(c, "value", c) for c in (result if isinstance(result, (list, tuple)) else [result])]
+    await client.subscribe(topic(run, "control"), qos=1)
     forged = codec.encode(codec.ReleaseMsg(run=run, task=0, round=0, n_reports=1, value=0))
     for intermediary in ("aggregator", "shuffler"):
         await client.publish(topic(run, "release", intermediary), forged, qos=1)
@@ -158,11 +187,10 @@ async def _curious(client: aiomqtt.Client, run: str, duration_s: float) -> dict:
             parts = message.topic.value.split("/")
             cls = parts[2] if len(parts) > 2 else "other"
             seen[cls] = seen.get(cls, 0) + 1
+            if cls == "control" and _is_shutdown(_decoded(message.payload)):
+                return
 
-    try:
-        await asyncio.wait_for(pump(), duration_s)
-    except asyncio.TimeoutError:
-        pass
+    ended = await until(pump())
     return {"kind": "curious-analyzer", "run": run, "subscribe_codes": dict(zip(filters, codes)),
             "received_by_topic_class": seen, "forbidden_received": seen.get("report", 0) + seen.get("metrics", 0),
-            "forged_releases_sent": 2}
+            "forged_releases_sent": 2, "ended_by": ended}

@@ -32,6 +32,7 @@ from privbandit.protocol.seeding import analyzer_master_key, report_auth_master,
 PARTY_EXIT_WAIT_S = 20.0
 USAGE_ERROR = 2  # a party's exit status for bad input: restarting cannot help
 CHECKPOINTED = ("observer", "analyzer", "aggregator", "shuffler")  # fleets hold no state to keep
+HOSTILE_MAX_S = 24 * 3600  # a traffic adversary of the experiment attacks until the session shuts down
 
 
 @dataclass
@@ -41,6 +42,7 @@ class Party:
     env: dict[str, str]
     log: Path | None  # None: inherit the terminal (the observer draws progress there)
     proc: subprocess.Popen | None = field(default=None, repr=False)
+    hostile: bool = False  # a traffic adversary of the experiment: stopped as soon as the session ends
 
     def start(self) -> None:
         out = None if self.log is None else open(self.log, "ab")
@@ -110,6 +112,13 @@ def plan_parties(config: ExperimentConfig, experiment: Path, overrides: list[str
             shuffler_master_key(config.seed)), PRIVBANDIT_REPORT_AUTH_KEY=report_key), logs / "shuffler.log"))
     for i, name in enumerate(users):
         parties.append(Party(name, ["users", "--shard", f"{i}/{shards}", *world], env("users"), logs / f"{name}.log"))
+    # The experiment's traffic adversaries: hostile clients with the account their attack needs;
+    # each leaves when the session shuts down and writes what it did to <out>/adversaries/<kind>.json.
+    for kind in getattr(config, "traffic_adversaries", []):
+        role = "analyzer" if kind == "curious-analyzer" else "users"
+        parties.append(Party(f"hostile-{kind}", ["attack", kind, "--duration", str(HOSTILE_MAX_S),
+                                                 "--report", str(out / "adversaries" / f"{kind}.json")],
+                             env(role), logs / f"hostile-{kind}.log", hostile=True))
     return parties
 
 
@@ -164,6 +173,9 @@ def launch(config: ExperimentConfig, experiment: Path, overrides: list[str], out
             if deadline and time.monotonic() > deadline:
                 raise TimeoutError(f"the distributed run did not finish in {timeout_s:.0f} s; logs in {out / 'logs'}")
             time.sleep(0.2)
+        for p in parties:
+            if p.hostile:  # SIGTERM: it writes its report and leaves, wherever its backlog stands
+                p.stop()
         end = time.monotonic() + PARTY_EXIT_WAIT_S
         for p in parties[1:]:
             try:

@@ -58,6 +58,35 @@ def test_replay_sybil_impersonation_and_flood_processes_leave_the_honest_result_
     assert rejected.get("round-closed", 0) + rejected.get("wrong-task", 0) > 0, rejected
 
 
+def test_an_experiment_files_traffic_adversaries_run_next_to_the_parties_and_change_nothing(tmp_path):
+    """``traffic_adversaries`` in the experiment file: `privbandit run --transport mqtt` starts one
+    hostile process per kind on the embedded broker with the generated ACLs. Every forgery is
+    refused and counted, the curious analyzer receives nothing it may not, every attacker writes
+    its report, and the numbers equal the honest in-process run's."""
+    from privbandit.experiment.config import TRAFFIC_ADVERSARY_KINDS, load_experiment
+    from privbandit.services.launcher import launch
+
+    kinds = list(TRAFFIC_ADVERSARY_KINDS)
+    path = _experiment(tmp_path, horizon=300_000, runs=1, extra="")
+    path.write_text(f"traffic_adversaries = {kinds}\n" + path.read_text())
+    config, _ = load_experiment(path)
+    tmp_honest = tmp_path / "honest.toml"
+    tmp_honest.write_text(path.read_text().split("\n", 1)[1])
+    _inproc(tmp_honest, tmp_path / "inproc")
+    out = tmp_path / "mqtt"
+    assert launch(config, path, [], out, broker_url=None, shards=2, timeout_s=240) == 0
+    assert_same_numbers(tmp_path / "inproc", out)
+    reports = {k: json.loads((out / "adversaries" / f"{k}.json").read_text()) for k in kinds}
+    for kind in ("replay", "sybil", "impersonate", "flood"):
+        assert reports[kind]["plans_seen"] > 0 and reports[kind]["messages_sent"] > 0, reports[kind]
+    curious = reports["curious-analyzer"]
+    assert curious["forbidden_received"] == 0 and curious["forged_releases_sent"] == 2, curious
+    assert all(r["ended_by"] in ("shutdown", "terminated") for r in reports.values()), reports
+    rejected = json.loads((out / "summary.json").read_text())["rejected"]
+    for reason in ("not-in-cohort", "missing-tag", "bad-tag", "not-msgpack", "schema", "too-large"):
+        assert rejected.get(reason, 0) > 0, (reason, rejected)
+
+
 def test_traffic_attacker_messages_are_what_each_kind_promises():
     plan = codec.PlanMsg(run="r", task=1, round=5, batch=2, arm=0, first_user=100, cohort=10, collect=True,
                          params=codec.Params(n=10, g=3, tau=9, m=49))
