@@ -109,6 +109,7 @@ class AnalyzerService(PartyService):
         plans = self.party.next_plans() if plans is None else plans
         if plans:
             self.announced = [plan_msg(self.run_id, self.task_index, p) for p in plans]
+            log.debug("opened batch %d: rounds %s", plans[0].batch, [p.round_id for p in plans])
             for msg in self.announced:
                 await self.bus.publish(self.t("plan"), msg)
         self.last_progress = time.monotonic()
@@ -168,7 +169,9 @@ class AnalyzerService(PartyService):
         # fleet sends a block's truth before its reports, so a released round lacks nothing, and
         # an intermediary answers a repeated plan of a round it released with that release again.
         if self.party is not None and time.monotonic() - self.last_progress > PLAN_RETRY_S:
-            for msg in self.announced:
-                if msg.round in self.party.open or not msg.collect:
-                    await self.bus.publish(self.t("plan"), msg)
+            again = [msg for msg in self.announced if msg.round in self.party.open or not msg.collect]
+            if again:
+                log.info("no release for %.0f s: announcing rounds %s again", PLAN_RETRY_S, [m.round for m in again])
+            for msg in again:
+                await self.bus.publish(self.t("plan"), msg)
             self.last_progress = time.monotonic()

@@ -199,13 +199,20 @@ class Bus:
             return None
 
     async def messages(self) -> AsyncIterator[tuple[str, object]]:
-        """Decoded messages until the connection is lost (MqttError). aiomqtt hands over what its
-        client had received, and so acknowledged, before it raises (tests/services/test_bus.py)."""
+        """Decoded messages until the connection is lost (MqttError). What the client had received,
+        and so acknowledged, before the loss is handed over first: the broker will not send it
+        again. aiomqtt does so when the connection drops (tests/services/test_bus.py); when a send
+        of ours failed first, the rest of its queue is drained here."""
         async for message in self.client.messages:
             if (decoded := self._decoded(message)) is not None:
                 yield decoded
-            if self.lost is not None:  # a send failed while the message was handled
-                raise self.lost
+            if self.lost is not None:
+                break
+        queue = self.client._queue  # noqa: SLF001 (aiomqtt has no public way to drain it)
+        while not queue.empty():
+            if (decoded := self._decoded(queue.get_nowait())) is not None:
+                yield decoded
+        raise self.lost
 
 
 def _no_delay(client: aiomqtt.Client) -> None:

@@ -149,6 +149,7 @@ class IntermediaryService(PartyService):
                         await self.ask_again(round_id)
 
     async def ask_again(self, round_id: int) -> None:
+        log.info("%s asks the fleets to send round %d again", self.name, round_id)
         await self.bus.publish(self.t("relay", self.role), codec.ResendMsg(
             run=self.run_id, task=self.task_index, round=round_id))
 
@@ -192,6 +193,7 @@ class IntermediaryService(PartyService):
             box = Intermediary(plan, self.mechanism, self.rejected, window)
         self.boxes[msg.round] = (box, time.monotonic())
         self.batch_of[msg.round] = msg.batch
+        log.debug("%s opened round %d (batch %d, %d users)", self.name, msg.round, msg.batch, msg.cohort)
         if self.recover_task == self.task_index and msg.batch <= self.recover_upto and box is not None:
             await self.ask_again(msg.round)
         for early in self.waiting.pop(msg.round, []):
@@ -258,6 +260,7 @@ class IntermediaryService(PartyService):
     async def publish_release(self, round_id: int, msg: codec.ReleaseMsg) -> None:
         """Release a round, close it, checkpoint: the round boundary."""
         await self.bus.publish(self.t("release", self.role), msg)
+        log.debug("%s released round %d (%d reports)", self.name, round_id, msg.n_reports)
         del self.boxes[round_id]
         self.blocks_in.pop(round_id, None)
         self.closed.add(round_id)

@@ -4,8 +4,11 @@ the reconnect loop that drives them (the aiomqtt docs' pattern: reconnect outsid
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import logging
+import signal
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -215,6 +218,8 @@ class PartyService:
                     self.bus = bus
                     delay = 0.1
                     self.connections += 1
+                    if self.connections > 1:
+                        log.info("%s reconnected (connection %d)", self.name, self.connections)
                     if self.finished:
                         return  # connecting sent the outbox
                     await self.on_connect()
@@ -230,8 +235,19 @@ class PartyService:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RECONNECT_MAX_S)
 
+    def dump_state(self) -> None:
+        """``kill -USR2 <pid>``: where every coroutine waits, and the bus state, to the party's log
+        (``kill -USR1`` dumps the threads, for a party stuck outside the event loop)."""
+        bus = "none" if self.bus is None else ("lost" if self.bus.lost is not None else "up")
+        log.warning("%s: task %s, bus %s, connection %d, %d message(s) in the outbox", self.name,
+                    self.task_index, bus, self.connections, len(self.outbox))
+        for task in asyncio.all_tasks():
+            task.print_stack(file=sys.stderr)
+
     async def serve(self) -> None:
         """Run until finished, whether a message or a timer (``tick``) finishes the party."""
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # no signals off the main thread
+            asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, self.dump_state)
         pump = asyncio.create_task(self._pump())
         ticker = asyncio.create_task(self._ticker())
         try:

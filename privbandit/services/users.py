@@ -12,10 +12,12 @@ relays keys and share ciphertexts and ends up with the sum only.
 
 from __future__ import annotations
 
-from privbandit.experiment.build import build_adversary, build_mechanism
-from privbandit.experiment.config import AlgorithmConfig, ExperimentConfig
+import logging
+
 import numpy as np
 
+from privbandit.experiment.build import build_adversary, build_mechanism
+from privbandit.experiment.config import AlgorithmConfig, ExperimentConfig
 from privbandit.experiment.runner import instance_for
 from privbandit.protocol.events import RoundPlan
 from privbandit.protocol.secagg.batch import UserIdentities
@@ -27,6 +29,9 @@ from privbandit.protocol.parties import UserPopulation
 from privbandit.services import codec
 from privbandit.services.party import PartyService
 from privbandit.services.secagg_rounds import FleetSecAgg
+
+
+log = logging.getLogger("privbandit.users")
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -97,6 +102,7 @@ class UserFleetService(PartyService):
             # A plan we began serving when the broker died counts too: its last reports may be lost.
             plan = self.served.get(msg.round) or self.begun.get(msg.round)
             if self.current(msg) and plan is not None and self.secagg is None:
+                log.info("%s sends round %d again, as asked", self.name, msg.round)
                 await self.serve_plan(plan)
             return
         if not isinstance(msg, codec.PlanMsg):
@@ -109,6 +115,7 @@ class UserFleetService(PartyService):
         plan = RoundPlan(round_id=msg.round, batch=msg.batch, arm=msg.arm, first_user=msg.first_user,
                          cohort=msg.cohort, params=RoundParams(**msg.params.model_dump()), collect=msg.collect)
         mine = [b for b in self.population.blocks(plan) if b % self.shards == self.shard]
+        log.debug("%s serves round %d: blocks %s", self.name, msg.round, mine)
         secure = self.secagg is not None and plan.collect
         values, dropouts = {}, []
         for block in mine:  # one block at a time: bounded memory, steady traffic

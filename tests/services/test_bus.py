@@ -68,10 +68,12 @@ async def test_a_publish_to_a_dead_broker_waits_in_the_outbox_and_goes_first_on_
 
 
 @pytest.mark.asyncio
-async def test_messages_paho_acknowledged_before_the_connection_dropped_are_still_delivered(tmp_path):
+@pytest.mark.parametrize("publish_fails_first", [False, True])
+async def test_messages_paho_acknowledged_before_the_connection_dropped_are_still_delivered(tmp_path, publish_fails_first):
     """The broker will not send them again (they were acknowledged), so the bus must hand over what
-    its client had queued when the connection dropped, then raise. aiomqtt does this; the bus
-    relies on it, and this test would catch an aiomqtt release that dropped them."""
+    its client had queued when the connection dropped, then raise: whether the party notices the
+    loss by reading (aiomqtt hands the queue over; this would catch a release that did not) or
+    because a publish of its own failed while it handled the first message."""
     broker = PrivateMosquitto(tmp_path / "broker")
     settings = BusSettings(broker_url=broker.url, run_id=RUN, connect_timeout_s=10)
     try:
@@ -88,6 +90,9 @@ async def test_messages_paho_acknowledged_before_the_connection_dropped_are_stil
             with pytest.raises(aiomqtt.MqttError):
                 async for _, msg in listener.messages():
                     got.append(msg.body["i"])
+                    if publish_fails_first and len(got) == 1:
+                        await listener.publish(TOPIC, _status(99))  # fails: the bus is lost, the message queued
+                        assert listener.lost is not None and len(listener.outbox) == 1
             assert got == [0, 1, 2, 3, 4]
     finally:
         broker.stop()
