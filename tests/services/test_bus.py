@@ -12,7 +12,7 @@ import pytest
 
 from privbandit.services import codec
 from privbandit.services.bus import BusSettings, Outbox, Traffic, connect
-from tests.services.test_faults import PrivateMosquitto
+from tests.services.test_faults import private_mosquitto
 
 RUN = "bus"
 TOPIC = f"pb/{RUN}/metrics/test"
@@ -37,7 +37,7 @@ async def _received(bus, n: int, timeout: float = 10) -> list[int]:
 
 @pytest.mark.asyncio
 async def test_a_publish_to_a_dead_broker_waits_in_the_outbox_and_goes_first_on_the_next_connection(tmp_path):
-    broker = PrivateMosquitto(tmp_path / "broker")
+    broker = private_mosquitto(tmp_path / "broker")
     settings = BusSettings(broker_url=broker.url, run_id=RUN, connect_timeout_s=10)
     outbox, traffic = Outbox(), Traffic()  # a party's: they outlive its connections
     try:
@@ -72,7 +72,7 @@ async def test_messages_paho_acknowledged_before_the_connection_dropped_are_stil
     """The broker will not send them again (they were acknowledged), so the bus must hand over what
     its client had queued when the connection dropped, then raise. aiomqtt does this; the bus
     relies on it, and this test would catch an aiomqtt release that dropped them."""
-    broker = PrivateMosquitto(tmp_path / "broker")
+    broker = private_mosquitto(tmp_path / "broker")
     settings = BusSettings(broker_url=broker.url, run_id=RUN, connect_timeout_s=10)
     try:
         async with connect(settings, "listener", [TOPIC]) as listener:
@@ -99,7 +99,7 @@ async def test_a_finished_party_reconnects_until_its_outbox_is_sent(tmp_path):
     with them unsent: serve() waits for the next connection, which sends them."""
     from privbandit.services.party import PartyService
 
-    broker = PrivateMosquitto(tmp_path / "broker")
+    broker = private_mosquitto(tmp_path / "broker")
     settings = BusSettings(broker_url=broker.url, run_id=RUN, connect_timeout_s=20)
     try:
         async with connect(settings, "listener", [TOPIC]):
