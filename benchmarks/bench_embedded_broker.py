@@ -14,9 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from privbandit.services import acl  # noqa: E402
 from privbandit.services.acl import Role  # noqa: E402
-from privbandit.services.embedded_broker import free_port, start_embedded_broker  # noqa: E402
+from privbandit.services.embedded_broker import start_embedded_broker  # noqa: E402
+from privbandit.services.mosquitto_process import start_with_broker_config  # noqa: E402
 
 RUN = "bench"
 
@@ -81,25 +79,10 @@ async def measure(port: int, passwords: dict, n: int, size: int, window: int) ->
 
 @contextlib.contextmanager
 def mosquitto_broker():
-    binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
     with tempfile.TemporaryDirectory() as tmp:
-        port = free_port()
-        files = acl.write_broker_config(Path(tmp), RUN, port)
-        proc = subprocess.Popen([binary, "-c", str(files.conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            deadline = time.monotonic() + 10
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline or proc.poll() is not None:
-                        raise RuntimeError("mosquitto did not start") from None
-                    time.sleep(0.02)
-            yield port, files.passwords
-        finally:
-            proc.terminate()
-            proc.wait(5)
+        mosquitto, files = start_with_broker_config(Path(tmp), RUN)
+        with mosquitto:
+            yield mosquitto.port, files.passwords
 
 
 def main() -> None:

@@ -1,12 +1,18 @@
 """What a crash costs: the same distributed session with no fault, then with one party SIGKILLed
-mid-run and restarted by the launcher (``restart_on_crash``); wall time, and whether every number
-of the results (summary.json's algorithms and privacy, rounds.csv, curves.csv) came out the same.
+mid-run and restarted by the launcher (``restart_on_crash``), or with the broker SIGKILLed and
+started again; wall time, seconds from the kill to the session's end, and whether every number of
+the results (summary.json's algorithms and privacy, rounds.csv, curves.csv) came out the same.
 
     python benchmarks/bench_faults.py [--broker mqtt://127.0.0.1:1883] [--horizon 1000000]
-        [--victims analyzer,aggregator,users-1,observer]
+        [--victims analyzer,aggregator,users-1,observer,broker]
 
-A victim is killed once its checkpoint shows three released rounds (fleets: once the analyzer's
-does), so the fault lands early in the session, in the middle of a batch.
+A victim is killed once its checkpoint shows three released rounds (fleets, the observer and the
+broker: once the analyzer's does), so the fault lands early in the session, in the middle of a batch.
+
+The ``broker`` victim's session runs on a private Mosquitto of its own (not ``--broker``) that
+persists its sessions and queues to disk; 0.5 s after the SIGKILL it is started again on the same
+port, from what it last saved (it saves every 2 s). Its no-fault baseline is a session on such a
+private Mosquitto too, printed next to the ``--broker`` one.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from pathlib import Path
 from privbandit.experiment.config import load_experiment
 from privbandit.services.checkpoint import decode_checkpoint
 from privbandit.services.launcher import launch
+from privbandit.services.mosquitto_process import MosquittoProcess, start_on_free_port, write_persistent_conf
 
 EXPERIMENT = """
 name = "bench-faults"
@@ -43,7 +50,10 @@ def rounds_done(out: Path, party: str) -> int:
     return len(state.get("releases", state.get("closed", [])))
 
 
-def session(config, path: Path, out: Path, broker: str, victim: str | None) -> float:
+def session(config, path: Path, out: Path, broker_url: str, victim: str | None,
+            broker: MosquittoProcess | None = None) -> tuple[float, float | None]:
+    """Wall seconds of one session, and seconds from the kill to its end (None with no victim).
+    Victim ``broker``: ``broker``, serving ``broker_url``, is SIGKILLed and started again 0.5 s later."""
     parties: dict = {}
     started = threading.Event()
 
@@ -54,17 +64,31 @@ def session(config, path: Path, out: Path, broker: str, victim: str | None) -> f
     result: dict = {}
     t0 = time.perf_counter()
     worker = threading.Thread(target=lambda: result.update(code=launch(
-        config, path, [], out, broker_url=broker, shards=2, restart_on_crash=1, started=on_start)))
+        config, path, [], out, broker_url=broker_url, shards=2, restart_on_crash=1, started=on_start)))
     worker.start()
+    killed = None
     if victim is not None:
         started.wait()
-        watched = victim if victim in ("analyzer", "aggregator", "observer") else "analyzer"
-        while rounds_done(out, "analyzer" if watched == "observer" else watched) < 3 and worker.is_alive():
+        watched = victim if victim in ("analyzer", "aggregator") else "analyzer"
+        while rounds_done(out, watched) < 3 and worker.is_alive():
             time.sleep(0.02)
-        parties[victim].proc.kill()
+        killed = time.perf_counter()
+        if victim == "broker":
+            broker.kill()
+            time.sleep(0.5)  # every party notices the loss and retries meanwhile
+            broker.start()
+        else:
+            parties[victim].proc.kill()
     worker.join()
     assert result.get("code") == 0, f"the session with {victim} killed failed"
-    return time.perf_counter() - t0
+    end = time.perf_counter()
+    return end - t0, None if killed is None else end - killed
+
+
+def private_session(config, path: Path, out: Path, victim: str | None) -> tuple[float, float | None]:
+    """:func:`session` on a private, persistent Mosquitto of its own."""
+    with start_on_free_port(lambda port: write_persistent_conf(out.with_name(out.name + "-broker"), port)) as broker:
+        return session(config, path, out, broker.url, victim, broker)
 
 
 def same_numbers(a: Path, b: Path) -> bool:
@@ -87,13 +111,22 @@ def main() -> None:
         path = Path(tmp) / "bench.toml"
         path.write_text(EXPERIMENT.format(horizon=args.horizon))
         config, _ = load_experiment(path)
-        base = session(config, path, Path(tmp) / "none", args.broker, None)
+        victims = args.victims.split(",")
+        base = session(config, path, Path(tmp) / "none", args.broker, None)[0]
         print(f"no fault                 {base:6.1f} s")
-        for victim in args.victims.split(","):
+        if "broker" in victims:
+            private_base = private_session(config, path, Path(tmp) / "none-private", None)[0]
+            print(f"no fault, private broker {private_base:6.1f} s")
+        for victim in victims:
             out = Path(tmp) / victim
-            wall = session(config, path, out, args.broker, victim)
-            print(f"{victim + ' SIGKILLed':<24} {wall:6.1f} s   ({wall - base:+5.1f} s)   "
-                  f"identical results: {same_numbers(Path(tmp) / 'none', out)}")
+            if victim == "broker":  # compared with the no-fault session on a private broker
+                wall, after = private_session(config, path, out, victim)
+                before, reference = private_base, "none-private"
+            else:
+                wall, after = session(config, path, out, args.broker, victim)
+                before, reference = base, "none"
+            print(f"{victim + ' SIGKILLed':<24} {wall:6.1f} s   ({wall - before:+5.1f} s)   "
+                  f"kill to end {after:6.1f} s   identical results: {same_numbers(Path(tmp) / reference, out)}")
 
 
 if __name__ == "__main__":

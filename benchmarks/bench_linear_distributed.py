@@ -18,21 +18,17 @@ TCP_NODELAY on its side); ``embedded`` is the amqtt broker ``privbandit run`` st
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
 import secrets
-import shutil
-import socket
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 from privbandit.experiment import linear_family as lf
-from privbandit.services import acl
 from privbandit.services.launcher import launch, plan_parties
+from privbandit.services.mosquitto_process import start_with_broker_config
 
 EXPERIMENT = """
 family = "shuffle-linear-bandits"
@@ -52,30 +48,6 @@ batch = 20
 LABEL = "LinUCB-SDP-Vec"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def private_mosquitto(directory: Path, run_id: str):
-    """Mosquitto with `privbandit broker-config`'s files: one account per role, the run's ACLs."""
-    binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
-    port = free_port()
-    files = acl.write_broker_config(directory, run_id, port)
-    proc = subprocess.Popen([binary, "-c", str(files.conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(100):
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-                break
-            time.sleep(0.05)
-        yield f"mqtt://127.0.0.1:{port}", {r.value: p for r, p in files.passwords.items()}
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
 def run_session(config, path: Path, out: Path, broker: str) -> float:
     """Wall seconds of one distributed session (process start to results written)."""
     t0 = time.perf_counter()
@@ -86,9 +58,12 @@ def run_session(config, path: Path, out: Path, broker: str) -> float:
         assert launch(config, path, [], out, broker_url="mqtt://127.0.0.1:1883", shards=2) == 0
         return time.perf_counter() - t0
     run_id = "b" + secrets.token_hex(4)
-    with private_mosquitto(out.parent / f"broker-{run_id}", run_id) as (url, passwords):
+    mosquitto, files = start_with_broker_config(out.parent / f"broker-{run_id}", run_id)
+    with mosquitto:
         t0 = time.perf_counter()
-        parties = plan_parties(config, path, [], out, url, run_id, 2, passwords, observer_log=out.parent / "obs.log")
+        passwords = {r.value: p for r, p in files.passwords.items()}
+        parties = plan_parties(config, path, [], out, mosquitto.url, run_id, 2, passwords,
+                               observer_log=out.parent / "obs.log")
         try:
             for p in parties:
                 p.start()

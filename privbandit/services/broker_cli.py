@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
 from privbandit.services import acl
+from privbandit.services.mosquitto_process import mosquitto_binary
 
 
 def broker_config_main(out_dir: Path, run_id: str, port: int, *, host: str = "127.0.0.1",
@@ -35,7 +35,7 @@ def broker_config_main(out_dir: Path, run_id: str, port: int, *, host: str = "12
     print()
     print("Start the broker with:")
     print(f"  mosquitto -c {files.conf}")
-    if shutil.which("mosquitto") is None and not Path("/usr/sbin/mosquitto").exists():
+    if mosquitto_binary() is None:
         print("  (mosquitto is not on this machine's PATH: install it, e.g. `apt install mosquitto`)")
     print()
     print("Then give each party its role's credentials, e.g.:")

@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import socket
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from privbandit.services.launcher import PARTY_EXIT_WAIT_S, USAGE_ERROR, log_tail, stop_process
+from privbandit.services.mosquitto_process import MosquittoError, mosquitto_binary, start_on_free_port
 
 BROKER_START_S = 10.0
 ONE_SHOT = "service_completed_successfully"
@@ -173,10 +173,6 @@ def start_order(services: dict[str, Service]) -> list[str]:
 
 # --- the broker ---------------------------------------------------------------------------------
 
-def mosquitto_binary() -> str | None:
-    return shutil.which("mosquitto") or next((p for p in ("/usr/sbin/mosquitto",) if os.path.exists(p)), None)
-
-
 def _conf(broker: Service) -> Path:
     conf = Path(broker.command[broker.command.index("-c") + 1]) if "-c" in broker.command else None
     if conf is None or not conf.is_file():
@@ -205,21 +201,14 @@ def start_broker(broker: Service, run_id: str, stack: ExitStack) -> str:
         creds = read_env_file(_conf(broker).with_name("credentials.env"))
         passwords = {k.removeprefix("PRIVBANDIT_").removesuffix("_PASSWORD").lower(): pw for k, pw in creds.items()}
         return stack.enter_context(start_embedded_broker(run_id, passwords)).url
-    for _attempt in range(3):  # another process may take the free port first: then another one
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        _popen(broker, [binary, "-c", str(host_conf(broker, port))])
-        stack.callback(_stop, broker)
-        deadline = time.monotonic() + BROKER_START_S
-        while time.monotonic() < deadline and broker.proc.poll() is None:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                return f"mqtt://127.0.0.1:{port}"
-            except OSError:
-                time.sleep(0.05)
-        _stop(broker)
-    raise _failed(broker, "did not start (mosquitto)")
+    try:
+        mosquitto = start_on_free_port(lambda port: host_conf(broker, port), log=broker.log, binary=binary,
+                                       timeout=BROKER_START_S)
+    except MosquittoError:
+        raise _failed(broker, "did not start (mosquitto)") from None
+    broker.proc = mosquitto.proc  # supervised, restarted and stopped like every service
+    stack.callback(_stop, broker)
+    return mosquitto.url
 
 
 def accepts_anonymous(url: str) -> bool:

@@ -57,6 +57,7 @@ __all__ = [
     "RoleTopicPlugin",
     "free_port",
     "start_embedded_broker",
+    "wait_listening",
 ]
 
 log = logging.getLogger("privbandit.embedded_broker")
@@ -288,8 +289,9 @@ def _terminate(process: subprocess.Popen, workdir: Path, timeout: float = 5.0) -
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _wait_ready(process: subprocess.Popen, port: int, deadline: float) -> bool:
-    """True once ``port`` accepts a TCP connection; False if the process exited first."""
+def wait_listening(process: subprocess.Popen, port: int, deadline: float) -> bool:
+    """True once ``HOST:port`` accepts a TCP connection; False if ``process`` (the broker meant to
+    listen there) exited first or ``deadline`` (time.monotonic()) passed."""
     while time.monotonic() < deadline:
         if process.poll() is not None:
             return False
@@ -347,7 +349,7 @@ def start_embedded_broker(
                                        stderr=stderr_file, env=env, close_fds=True)
         broker = EmbeddedBroker(process=process, port=port, run_id=run_id, open_mode=open_mode,
                                 files=files, workdir=workdir, stderr_path=stderr_path)
-        if _wait_ready(process, port, deadline):
+        if wait_listening(process, port, deadline):
             return broker
         text = broker.stderr()
         exited = process.poll()

@@ -22,11 +22,8 @@ import contextlib
 import itertools
 import os
 import re
-import shutil
-import socket
 import stat
 import subprocess
-import time
 import uuid
 from dataclasses import dataclass
 
@@ -36,7 +33,8 @@ import pytest
 from privbandit.services import acl
 from privbandit.services.acl import Role, allowed
 from privbandit.services.broker_cli import broker_config_main
-from privbandit.services.embedded_broker import free_port, start_embedded_broker
+from privbandit.services.embedded_broker import start_embedded_broker
+from privbandit.services.mosquitto_process import MosquittoError, PortInUse, mosquitto_binary, start_with_broker_config
 
 RUN = "t-run_1"
 OTHER = "other-run"
@@ -275,7 +273,7 @@ def test_write_broker_config_refuses_a_file_as_directory(tmp_path):
 
 
 def test_hash_is_mosquitto_passwd_compatible(tmp_path):
-    binary = _which("mosquitto_passwd")
+    binary = mosquitto_binary("mosquitto_passwd")
     if binary is None:
         _missing("mosquitto_passwd")
     path = tmp_path / "pw"
@@ -302,32 +300,10 @@ def test_broker_config_main(tmp_path, capsys):
 # brokers
 
 
-def _which(name: str) -> str | None:
-    found = shutil.which(name)
-    if found:
-        return found
-    for directory in ("/usr/sbin", "/usr/local/sbin", "/opt/homebrew/sbin"):
-        candidate = os.path.join(directory, name)
-        if os.access(candidate, os.X_OK):
-            return candidate
-    return None
-
-
 def _missing(what: str):
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"{what} is required when CI=true but was not found (install mosquitto)", pytrace=False)
     pytest.skip(f"{what} not installed")
-
-
-def _wait_port(proc: subprocess.Popen, port: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return True
-        except OSError:
-            time.sleep(0.02)
-    return False
 
 
 @dataclass
@@ -350,35 +326,18 @@ class BrokerUnderTest:
 
 @contextlib.contextmanager
 def _mosquitto(tmp_dir, backend: str):
-    binary = _which("mosquitto")
-    if binary is None:
+    if mosquitto_binary() is None:
         _missing("mosquitto")
     if backend == "dynsec" and acl.find_dynsec_plugin() is None:
         _missing("mosquitto's dynamic-security plugin")
-    for attempt in range(3):
-        port = free_port()
-        files = acl.write_broker_config(tmp_dir / f"{backend}-{attempt}", RUN, port, backend=backend)
-        log_path = files.directory / "mosquitto.log"
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen([binary, "-c", str(files.conf)], stdout=log, stderr=subprocess.STDOUT)
-        if _wait_port(proc, port, 10):
-            break
-        proc.terminate()
-        proc.wait(5)
-        text = log_path.read_text(errors="replace")
-        if "in use" not in text:
-            pytest.fail(f"mosquitto did not start:\n{text}", pytrace=False)
-    else:
-        pytest.fail("mosquitto could not bind a free port", pytrace=False)
     try:
-        yield port, files.passwords
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        mosquitto, files = start_with_broker_config(tmp_dir / backend, RUN, backend=backend)
+    except PortInUse:
+        pytest.fail("mosquitto could not bind a free port", pytrace=False)
+    except MosquittoError as exc:
+        pytest.fail(f"mosquitto did not start:\n{exc.log_text or exc}", pytrace=False)
+    with mosquitto:
+        yield mosquitto.port, files.passwords
 
 
 @pytest.fixture(scope="module", params=["mosquitto", "mosquitto-dynsec", "amqtt"])

@@ -12,7 +12,7 @@ import pytest
 
 from privbandit.services import codec
 from privbandit.services.bus import BusSettings, Outbox, Traffic, connect
-from tests.services.test_faults import PrivateMosquitto
+from tests.services.test_faults import private_mosquitto
 
 RUN = "bus"
 TOPIC = f"pb/{RUN}/metrics/test"
@@ -37,7 +37,7 @@ async def _received(bus, n: int, timeout: float = 10) -> list[int]:
 
 @pytest.mark.asyncio
 async def test_a_publish_to_a_dead_broker_waits_in_the_outbox_and_goes_first_on_the_next_connection(tmp_path):
-    broker = PrivateMosquitto(tmp_path / "broker")
+    broker = private_mosquitto(tmp_path / "broker")
     settings = BusSettings(broker_url=broker.url, run_id=RUN, connect_timeout_s=10)
     outbox, traffic = Outbox(), Traffic()  # a party's: they outlive its connections
     try:
@@ -74,7 +74,7 @@ async def test_messages_paho_acknowledged_before_the_connection_dropped_are_stil
     its client had queued when the connection dropped, then raise: whether the party notices the
     loss by reading (aiomqtt hands the queue over; this would catch a release that did not) or
     because a publish of its own failed while it handled the first message."""
-    broker = PrivateMosquitto(tmp_path / "broker")
+    broker = private_mosquitto(tmp_path / "broker")
     settings = BusSettings(broker_url=broker.url, run_id=RUN, connect_timeout_s=10)
     try:
         async with connect(settings, "listener", [TOPIC]) as listener:
@@ -104,7 +104,7 @@ async def test_a_finished_party_reconnects_until_its_outbox_is_sent(tmp_path):
     with them unsent: serve() waits for the next connection, which sends them."""
     from privbandit.services.party import PartyService
 
-    broker = PrivateMosquitto(tmp_path / "broker")
+    broker = private_mosquitto(tmp_path / "broker")
     settings = BusSettings(broker_url=broker.url, run_id=RUN, connect_timeout_s=20)
     try:
         async with connect(settings, "listener", [TOPIC]):
@@ -134,7 +134,7 @@ async def test_ending_a_session_makes_the_broker_drop_its_queue(tmp_path, ended)
     the queued message is still delivered."""
     from privbandit.services.bus import end_session
 
-    broker = PrivateMosquitto(tmp_path / "broker")
+    broker = private_mosquitto(tmp_path / "broker")
     settings = BusSettings(broker_url=broker.url, run_id=RUN, connect_timeout_s=10)
     try:
         async with connect(settings, "gone", [TOPIC]):

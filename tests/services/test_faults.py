@@ -4,7 +4,6 @@ the in-process run's numbers, bit for bit (no accepted report lost, none counted
 from __future__ import annotations
 
 import asyncio
-import getpass
 import secrets
 import time
 
@@ -13,6 +12,8 @@ import pytest
 from privbandit.experiment.config import load_experiment
 from privbandit.services.checkpoint import decode_checkpoint
 from privbandit.services.launcher import plan_parties
+from privbandit.services.mosquitto_process import (MosquittoProcess, mosquitto_binary, start_on_free_port,
+                                                   write_persistent_conf)
 from tests.services.test_distributed import _experiment, _inproc, _wait, assert_same_numbers
 
 SHUFFLED = """
@@ -166,66 +167,14 @@ def test_a_state_dir_of_another_run_stops_the_party_with_a_clear_error(tmp_path)
 
 # --- the broker itself ----------------------------------------------------------------------------
 
-class PrivateMosquitto:
-    """A Mosquitto of our own on a free port, persisting its sessions and queues to ``directory``
-    (``autosave_interval 1``; Mosquitto 2.0 in fact saves every 2 s), so that it can be SIGKILLed
-    and started again on the same port."""
+def private_mosquitto(directory) -> MosquittoProcess:
+    """A started Mosquitto of our own on a free port, persisting its sessions and queues to
+    ``directory``, so that it can be SIGKILLed and started again on the same port."""
+    from tests.services.test_acl import _missing
 
-    def __init__(self, directory):
-        from privbandit.services.embedded_broker import free_port
-        from tests.services.test_acl import _missing, _which
-
-        self.binary = _which("mosquitto") or _missing("mosquitto")
-        self.port = free_port()
-        self.directory = directory
-        directory.mkdir(parents=True, exist_ok=True)
-        self.conf = directory / "mosquitto.conf"
-        self.conf.write_text("\n".join([
-            f"listener {self.port} 127.0.0.1", "allow_anonymous true",
-            "persistence true", f"persistence_location {directory}/", "autosave_interval 1",
-            "max_queued_messages 100000", "log_dest stderr",
-            f"user {getpass.getuser()}",  # started as root, Mosquitto would drop to an account that cannot write here
-            ""]))
-        self.proc = None
-        self.start()
-
-    @property
-    def url(self) -> str:
-        return f"mqtt://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        import socket
-        import subprocess
-
-        with open(self.directory / "mosquitto.log", "ab") as log:
-            self.proc = subprocess.Popen([self.binary, "-c", str(self.conf)], stdout=log, stderr=subprocess.STDOUT)
-        end = time.monotonic() + 10
-        while time.monotonic() < end:
-            assert self.proc.poll() is None, (self.directory / "mosquitto.log").read_text()[-2000:]
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise AssertionError("mosquitto did not start")
-
-    def saved(self, timeout: float = 10) -> None:
-        """Wait for the broker's next save to disk: what it holds now survives a SIGKILL."""
-        log = self.directory / "mosquitto.log"
-        before = log.read_text().count("Saving in-memory database")
-        end = time.monotonic() + timeout
-        while log.read_text().count("Saving in-memory database") == before:
-            assert time.monotonic() < end, "mosquitto did not save its database"
-            time.sleep(0.05)
-
-    def kill(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
-
-    def stop(self) -> None:
-        from privbandit.services.launcher import stop_process
-
-        stop_process(self.proc)
+    if mosquitto_binary() is None:
+        _missing("mosquitto")
+    return start_on_free_port(lambda port: write_persistent_conf(directory, port))
 
 
 async def _sessions_left(url: str, run_id: str, names: list[str]) -> list[str]:
@@ -259,7 +208,7 @@ def test_killing_and_restarting_the_broker_mid_run(tmp_path, reference):
     path, inproc = reference
     config, _ = load_experiment(path)
     out, run_id = tmp_path / "mqtt", "b" + secrets.token_hex(4)
-    broker = PrivateMosquitto(tmp_path / "broker")
+    broker = private_mosquitto(tmp_path / "broker")
     parties = plan_parties(config, path, [], out, broker.url, run_id, 2, None,
                            observer_log=tmp_path / "observer.log")
     try:
