@@ -15,8 +15,8 @@ the closed and failed rounds of the running task and the releases of its last tw
 restarted intermediary resumes from it: a closed round is never opened twice (so never counted
 twice), a re-announced plan of a closed round gets its release again (the analyzer may have lost
 it), and a round it opens after the restart, whose reports it may have acknowledged and lost,
-is asked for again (:class:`~privbandit.services.codec.ResendMsg`); so it is after it regains a
-lost broker. A secure round is never re-run (not with the same key material, which would let a
+is asked for again (:class:`~privbandit.services.codec.ResendMsg`, every ``RESEND_S`` until it
+completes); so it is after it regains a lost broker. A secure round is never re-run (not with the same key material, which would let a
 server unmask inputs, nor with fresh keys, which would let it difference two sums over the same
 inputs): one in flight at a crash aborts at its step deadline, loudly, naming round and step.
 """
@@ -46,6 +46,9 @@ log = logging.getLogger("privbandit.intermediary")
 DEFAULT_DEADLINE_S = 120.0
 KEEP_BATCHES = 2  # releases kept for re-sending: the analyzer's open batch, and the one before
 DEFAULT_SECAGG_STEP_S = 30.0  # a secure-aggregation step waits this long for every fleet
+# A round asked for again and still incomplete is asked for again this often: a fleet whose broker
+# session was not saved before the broker died misses requests sent before it resubscribes.
+RESEND_S = 3.0
 
 
 class IntermediaryService(PartyService):
@@ -79,6 +82,7 @@ class IntermediaryService(PartyService):
         self.recover_next_task = self.checkpoint is not None
         self.recover_task: int | None = None
         self.recover_upto = 0
+        self.asked: dict[int, float] = {}  # round → when the fleets were last asked to send it again
 
     def subscriptions(self):
         return [self.t("control"), self.t("plan"), self.t("report", self.role)]
@@ -95,7 +99,7 @@ class IntermediaryService(PartyService):
         self.forget_waiting()
         self.boxes, self.closed, self.failed = {}, set(), set()
         self.blocks_in: dict[int, set[int]] = {}
-        self.released, self.batch_of = {}, {}
+        self.released, self.batch_of, self.asked = {}, {}, {}
         saved = self.resumable(spec)
         if saved is not None:
             self.restore(saved)
@@ -149,6 +153,7 @@ class IntermediaryService(PartyService):
                         await self.ask_again(round_id)
 
     async def ask_again(self, round_id: int) -> None:
+        self.asked[round_id] = time.monotonic()
         log.info("%s asks the fleets to send round %d again", self.name, round_id)
         await self.bus.publish(self.t("relay", self.role), codec.ResendMsg(
             run=self.run_id, task=self.task_index, round=round_id))
@@ -290,6 +295,11 @@ class IntermediaryService(PartyService):
         if self.secagg is not None:
             return await self.secagg.tick()  # a secure round's deadlines are per step
         now = time.monotonic()
+        for round_id, at in list(self.asked.items()):
+            if round_id not in self.boxes:
+                del self.asked[round_id]  # released, or failed
+            elif now - at > RESEND_S:
+                await self.ask_again(round_id)
         for round_id, (box, opened) in list(self.boxes.items()):
             if now - opened > self.deadline_s and round_id not in self.failed:
                 # Past the deadline the missing users count as dropouts: release over the reports

@@ -254,3 +254,37 @@ def test_killing_and_restarting_the_observer_mid_run(tmp_path, mosquitto_url):
         _finish(tmp_path, parties)
     assert_same_numbers(tmp_path / "inproc", out)
     assert "resumed the session at task 1" in (tmp_path / "observer.log").read_text()
+
+
+class _RecordingBus:
+    """Stands in for the bus in a unit test of one party's timers: records what it publishes."""
+
+    def __init__(self):
+        self.sent, self.lost, self.traffic = [], None, None
+
+    async def publish(self, topic_name, msg):
+        self.sent.append((topic_name, msg))
+
+
+@pytest.mark.asyncio
+async def test_an_intermediary_asks_for_a_round_again_until_it_completes():
+    """A fleet whose broker session was lost with the broker misses a resend request sent before
+    it resubscribed: the intermediary asks again every RESEND_S while the round stays open, and
+    stops once it is released."""
+    from privbandit.services import codec
+    from privbandit.services.bus import BusSettings
+    from privbandit.services.intermediary import RESEND_S, IntermediaryService
+
+    svc = IntermediaryService(BusSettings(run_id="r1"), report_key=1)
+    svc.bus, svc.task_spec = _RecordingBus(), {"index": 0}
+    svc.boxes = {20: (object(), time.monotonic()), 21: (object(), time.monotonic())}
+    await svc.ask_again(20)
+    await svc.tick()
+    assert [m.round for _, m in svc.bus.sent] == [20]  # not yet due
+    svc.asked[20] -= RESEND_S + 0.1
+    await svc.tick()
+    assert [m.round for _, m in svc.bus.sent] == [20, 20] and isinstance(svc.bus.sent[-1][1], codec.ResendMsg)
+    del svc.boxes[20]  # released
+    svc.asked[20] -= RESEND_S + 0.1
+    await svc.tick()
+    assert len(svc.bus.sent) == 2 and 20 not in svc.asked  # round 21 was never asked for: left alone
