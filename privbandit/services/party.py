@@ -252,8 +252,10 @@ class PartyService:
         ticker = asyncio.create_task(self._ticker())
         try:
             await asyncio.wait({pump, ticker}, return_when=asyncio.FIRST_COMPLETED)
-            if self.finished and self.outbox and not pump.done():
-                await asyncio.wait({pump})  # its last messages still wait for a connection: the pump sends them
+            # Finished with messages still unsent (the broker was lost, or another coroutine is
+            # sending them now): the pump reconnects and sends them, or the sender finishes.
+            while self.finished and self.outbox and not pump.done():
+                await asyncio.wait({pump}, timeout=0.05)
         finally:
             for task in (pump, ticker):
                 task.cancel()
