@@ -55,7 +55,6 @@ class UserFleetService(PartyService):
         self.population: UserPopulation | None = None
         self.intermediary = "aggregator"
         self.served: dict[int, codec.PlanMsg] = {}
-        self.begun: dict[int, codec.PlanMsg] = {}
         self.truths: dict[tuple[int, int], codec.TruthMsg] = {}  # what the observer got: sent again on resync
         self.secagg: FleetSecAgg | None = None
         self.identities = UserIdentities(users_identity_master(config.seed))
@@ -75,7 +74,6 @@ class UserFleetService(PartyService):
             algo.dropout_rate, build_adversary(algo, mechanism, self.config.seed, prefix, instance),
         )
         self.served = {}
-        self.begun = {}  # plans whose serving began: a lost broker may have cut it short
         self.truths = {}
         self.secagg = None
         if algo.intermediary == "secagg":
@@ -99,8 +97,7 @@ class UserFleetService(PartyService):
             return self.reject(reason, f"round {msg.round} {msg.step}") if reason else None
         if isinstance(msg, codec.ResendMsg):
             # An intermediary that may have lost our reports asks again; records are idempotent.
-            # A plan we began serving when the broker died counts too: its last reports may be lost.
-            plan = self.served.get(msg.round) or self.begun.get(msg.round)
+            plan = self.served.get(msg.round)
             if self.current(msg) and plan is not None and self.secagg is None:
                 log.info("%s sends round %d again, as asked", self.name, msg.round)
                 await self.serve_plan(plan)
@@ -111,7 +108,6 @@ class UserFleetService(PartyService):
             await self.serve_plan(msg)
 
     async def serve_plan(self, msg: codec.PlanMsg) -> None:
-        self.begun[msg.round] = msg
         plan = RoundPlan(round_id=msg.round, batch=msg.batch, arm=msg.arm, first_user=msg.first_user,
                          cohort=msg.cohort, params=RoundParams(**msg.params.model_dump()), collect=msg.collect)
         mine = [b for b in self.population.blocks(plan) if b % self.shards == self.shard]
