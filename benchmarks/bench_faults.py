@@ -4,7 +4,7 @@ started again; wall time, seconds from the kill to the session's end, and whethe
 the results (summary.json's algorithms and privacy, rounds.csv, curves.csv) came out the same.
 
     python benchmarks/bench_faults.py [--broker mqtt://127.0.0.1:1883] [--horizon 1000000]
-        [--victims analyzer,aggregator,users-1,observer,broker]
+        [--victims analyzer,aggregator,users-1,observer,broker] [--repeat N [--seed S]]
 
 A victim is killed once its checkpoint shows three released rounds (fleets, the observer and the
 broker: once the analyzer's does), so the fault lands early in the session, in the middle of a batch.
@@ -13,6 +13,12 @@ The ``broker`` victim's session runs on a private Mosquitto of its own (not ``--
 persists its sessions and queues to disk; 0.5 s after the SIGKILL it is started again on the same
 port, from what it last saved (it saves every 2 s). Its no-fault baseline is a session on such a
 private Mosquitto too, printed next to the ``--broker`` one.
+
+``--repeat N``: each victim's session is run N times, the kill landing after a random number of
+released rounds (1–25) plus a random 0–0.3 s, and a session that has not ended ``--stall-after``
+seconds after its start counts as stalled. It prints how many stalled, how many gave identical
+results, and the median and longest time from the kill to the end. Faults that depend on what was
+in flight at the kill show up here, not in one run.
 """
 
 from __future__ import annotations
@@ -20,6 +26,9 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import random
+import shutil
+import statistics
 import tempfile
 import threading
 import time
@@ -51,9 +60,12 @@ def rounds_done(out: Path, party: str) -> int:
 
 
 def session(config, path: Path, out: Path, broker_url: str, victim: str | None,
-            broker: MosquittoProcess | None = None) -> tuple[float, float | None]:
+            broker: MosquittoProcess | None = None, kill_at: tuple[int, float] = (3, 0.0),
+            timeout_s: float | None = None) -> tuple[float, float | None]:
     """Wall seconds of one session, and seconds from the kill to its end (None with no victim).
-    Victim ``broker``: ``broker``, serving ``broker_url``, is SIGKILLed and started again 0.5 s later."""
+    The victim dies once ``kill_at[0]`` rounds are released, ``kill_at[1]`` s later. Victim
+    ``broker``: ``broker``, serving ``broker_url``, is SIGKILLed and started again 0.5 s later.
+    Raises TimeoutError if the session does not end within ``timeout_s``."""
     parties: dict = {}
     started = threading.Event()
 
@@ -63,15 +75,22 @@ def session(config, path: Path, out: Path, broker_url: str, victim: str | None,
 
     result: dict = {}
     t0 = time.perf_counter()
-    worker = threading.Thread(target=lambda: result.update(code=launch(
-        config, path, [], out, broker_url=broker_url, shards=2, restart_on_crash=1, started=on_start)))
+    def run():
+        try:
+            result["code"] = launch(config, path, [], out, broker_url=broker_url, shards=2, restart_on_crash=1,
+                                    started=on_start, timeout_s=timeout_s)
+        except TimeoutError as exc:
+            result["stalled"] = exc
+
+    worker = threading.Thread(target=run)
     worker.start()
     killed = None
     if victim is not None:
         started.wait()
         watched = victim if victim in ("analyzer", "aggregator") else "analyzer"
-        while rounds_done(out, watched) < 3 and worker.is_alive():
+        while rounds_done(out, watched) < kill_at[0] and worker.is_alive():
             time.sleep(0.02)
+        time.sleep(kill_at[1])
         killed = time.perf_counter()
         if victim == "broker":
             broker.kill()
@@ -80,15 +99,41 @@ def session(config, path: Path, out: Path, broker_url: str, victim: str | None,
         else:
             parties[victim].proc.kill()
     worker.join()
+    if "stalled" in result:
+        raise result["stalled"]
     assert result.get("code") == 0, f"the session with {victim} killed failed"
     end = time.perf_counter()
     return end - t0, None if killed is None else end - killed
 
 
-def private_session(config, path: Path, out: Path, victim: str | None) -> tuple[float, float | None]:
+def private_session(config, path: Path, out: Path, victim: str | None, **kw) -> tuple[float, float | None]:
     """:func:`session` on a private, persistent Mosquitto of its own."""
     with start_on_free_port(lambda port: write_persistent_conf(out.with_name(out.name + "-broker"), port)) as broker:
-        return session(config, path, out, broker.url, victim, broker)
+        return session(config, path, out, broker.url, victim, broker, **kw)
+
+
+def repeated(config, path: Path, tmp: Path, broker_url: str, victim: str, reference: Path, n: int,
+             rng: random.Random, stall_after: float) -> None:
+    """``n`` sessions with ``victim`` killed at a random moment: stalls, identical results, times."""
+    stalled, identical, after = 0, 0, []
+    for i in range(n):
+        out = tmp / f"{victim}-{i}"
+        kw = {"kill_at": (rng.randint(1, 25), rng.uniform(0, 0.3)), "timeout_s": stall_after}
+        try:
+            if victim == "broker":
+                after.append(private_session(config, path, out, victim, **kw)[1])
+            else:
+                after.append(session(config, path, out, broker_url, victim, **kw)[1])
+        except TimeoutError:
+            stalled += 1
+            print(f"  run {i}: stalled (killed after {kw['kill_at'][0]} rounds + {kw['kill_at'][1]:.3f} s); "
+                  f"logs kept in {out / 'logs'}", flush=True)
+            continue
+        identical += same_numbers(reference, out)
+        shutil.rmtree(out, ignore_errors=True)
+    times = f"kill to end median {statistics.median(after):.1f} s, longest {max(after):.1f} s" if after else ""
+    print(f"{victim + ' SIGKILLed':<24} x{n}: {stalled} stalled, {identical} of {n - stalled} identical; {times}",
+          flush=True)
 
 
 def same_numbers(a: Path, b: Path) -> bool:
@@ -104,7 +149,14 @@ def main() -> None:
     ap.add_argument("--broker", default="mqtt://127.0.0.1:1883")
     ap.add_argument("--horizon", type=int, default=1_000_000)
     ap.add_argument("--victims", default="analyzer,aggregator,users-1,observer")
+    ap.add_argument("--repeat", type=int, default=0, help="N sessions per victim, killed at random moments")
+    ap.add_argument("--seed", type=int, default=0, help="for the random kill moments")
+    ap.add_argument("--stall-after", type=float, default=120.0, help="with --repeat: a session longer than this stalled")
     args = ap.parse_args()
+    known = {"analyzer", "aggregator", "observer", "broker"}
+    for victim in args.victims.split(","):
+        if victim not in known and not victim.startswith("users-"):
+            ap.error(f"--victims: {victim!r} is not one of analyzer, aggregator, users-<i>, observer, broker")
     print(f"machine: {platform.machine()}, python {platform.python_version()}, broker {args.broker}, "
           f"Dist-DP-SE T = {args.horizon:,}, 2 fleets")
     with tempfile.TemporaryDirectory() as tmp:
@@ -118,6 +170,11 @@ def main() -> None:
             private_base = private_session(config, path, Path(tmp) / "none-private", None)[0]
             print(f"no fault, private broker {private_base:6.1f} s")
         for victim in victims:
+            if args.repeat:
+                reference = Path(tmp) / ("none-private" if victim == "broker" else "none")
+                repeated(config, path, Path(tmp), args.broker, victim, reference, args.repeat,
+                         random.Random(args.seed), args.stall_after)
+                continue
             out = Path(tmp) / victim
             if victim == "broker":  # compared with the no-fault session on a private broker
                 wall, after = private_session(config, path, out, victim)

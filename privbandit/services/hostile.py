@@ -3,7 +3,9 @@
 It connects to a running session's broker with whatever account it was given (the users'
 account for report attacks, the analyzer's for ``curious-analyzer``), reads the plans any user may
 read, and answers each with messages the intermediaries must refuse without disturbing the honest
-result. What each kind sends (the message builders are sans-I/O: :class:`TrafficAttacker`):
+result. Report attacks go to the report topic of the intermediary the running task uses (the
+aggregator, or the shuffler when the task spec says so). What each kind sends (the message
+builders are sans-I/O: :class:`TrafficAttacker`):
 
 - ``replay``: reports for rounds and tasks that already closed (``round-closed``, ``wrong-task``);
 - ``sybil``: reports from ids outside the invited cohort (``not-in-cohort``);
@@ -152,17 +154,20 @@ async def _report_attack(client: aiomqtt.Client, run: str, until, kind: str) -> 
     attacker = TrafficAttacker(kind, run)
     await client.subscribe([(topic(run, "plan"), 1), (topic(run, "control"), 1)])
     plans = sent = 0
+    target = "aggregator"  # whichever intermediary collects the running task's reports
 
     async def pump():
-        nonlocal plans, sent
+        nonlocal plans, sent, target
         async for message in client.messages:
             msg = _decoded(message.payload)
             if _is_shutdown(msg):
                 return
+            if isinstance(msg, codec.ControlMsg) and msg.action == "task" and isinstance(msg.body.get("algorithm"), dict):
+                target = "shuffler" if msg.body["algorithm"].get("intermediary") == "shuffler" else "aggregator"
             if isinstance(msg, codec.PlanMsg):
                 plans += 1
                 for payload in attacker.on_plan(msg):
-                    await client.publish(topic(run, "report", "aggregator"), payload, qos=1)
+                    await client.publish(topic(run, "report", target), payload, qos=1)
                     sent += 1
 
     ended = await until(pump())
