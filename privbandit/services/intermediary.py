@@ -16,9 +16,10 @@ restarted intermediary resumes from it: a closed round is never opened twice (so
 twice), a re-announced plan of a closed round gets its release again (the analyzer may have lost
 it), and a round it opens after the restart, whose reports it may have acknowledged and lost,
 is asked for again (:class:`~privbandit.services.codec.ResendMsg`, every ``RESEND_S`` until it
-completes); so it is after it regains a lost broker. A secure round is never re-run (not with the same key material, which would let a
-server unmask inputs, nor with fresh keys, which would let it difference two sums over the same
-inputs): one in flight at a crash aborts at its step deadline, loudly, naming round and step.
+completes); so it is after it regains a lost broker. A secure round is never re-run (not with the
+same key material, which would let a server unmask inputs, nor with fresh keys, which would let
+it difference two sums over the same inputs): one in flight at a crash aborts at its step
+deadline, loudly, naming round and step.
 """
 
 from __future__ import annotations

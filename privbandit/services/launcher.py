@@ -11,6 +11,11 @@ The analyzer and the intermediaries each checkpoint to their own ``<out>/state/<
 times in all, and the restarted process resumes from its checkpoint (docs/distributed.md, "Faults
 and restarts"). A party that exits with status 2 (bad configuration, a foreign checkpoint) is not
 restarted: it would only fail again.
+
+An experiment's ``traffic_adversaries`` become hostile processes (``privbandit attack KIND``)
+started with the parties, each with the account its attack needs; they are not parties the
+observer waits for, and the launcher stops them (SIGTERM: they write their reports) as soon as the
+session ends.
 """
 
 from __future__ import annotations
@@ -134,6 +139,7 @@ def launch(config: ExperimentConfig, experiment: Path, overrides: list[str], out
     run_id = "r" + secrets.token_hex(4)
     out.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(out / "state", ignore_errors=True)  # a new session: earlier checkpoints are another run's
+    shutil.rmtree(out / "adversaries", ignore_errors=True)  # and earlier attack reports another session's
     with ExitStack() as stack:
         passwords = None
         if broker_url is None:
