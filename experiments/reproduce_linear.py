@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from pathlib import Path
 
@@ -68,8 +67,8 @@ def slope_experiment(jobs, runs: int, overrides: list[str]) -> dict:
         b = max(1, round(0.25 * T**0.6))
         configs.append(lf.load(HERE / "linear_fig1b_eps1.toml", overrides + [
             f"horizon={T}", f"runs={runs}", f"name=linear-slope-T{T}", "algorithms={}",
-            f"algorithms.LinUCB-SDP-Amp.algorithm='linucb-sdp-amp'", f"algorithms.LinUCB-SDP-Amp.batch={b}",
-            f"algorithms.LinUCB-SDP-Vec.algorithm='linucb-sdp-vec'", f"algorithms.LinUCB-SDP-Vec.batch={b}",
+            "algorithms.LinUCB-SDP-Amp.algorithm='linucb-sdp-amp'", f"algorithms.LinUCB-SDP-Amp.batch={b}",
+            "algorithms.LinUCB-SDP-Vec.algorithm='linucb-sdp-vec'", f"algorithms.LinUCB-SDP-Vec.batch={b}",
             "algorithms.LinUCB-LDP.algorithm='linucb-ldp'"]))
     outcomes = lf.run_suite(configs, jobs=jobs)
     finals = {label: [float(o[0][label]["pseudo"][:, -1].mean()) for o in outcomes]
