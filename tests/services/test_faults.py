@@ -179,14 +179,16 @@ def private_mosquitto(directory) -> MosquittoProcess:
 
 async def _sessions_left(url: str, run_id: str, names: list[str]) -> list[str]:
     """The parties whose persistent session the broker still keeps: a message on the control topic,
-    which every party subscribes to, is queued for each such session and delivered when its client
-    id connects again. A party that finished must have ended its session (bus.end_session)."""
+    which every party but the observer subscribes to, and one on the metrics topics, which the
+    observer subscribes to, are queued for each such session and delivered when its client id
+    connects again. A party that finished must have ended its session (bus.end_session)."""
     from privbandit.services import codec
     from privbandit.services.bus import BusSettings, connect, topic
 
     settings = BusSettings(broker_url=url, run_id=run_id, connect_timeout_s=10)
     async with connect(settings, f"{run_id}-probe", []) as bus:
         await bus.publish(topic(run_id, "control"), codec.ControlMsg(run=run_id, action="resync", task=0))
+        await bus.publish(topic(run_id, "metrics", "probe"), codec.StatusMsg(run=run_id, party="probe", state="ready"))
 
     async def kept(name: str) -> bool:
         async with connect(settings, f"{run_id}-{name}", []) as bus:
