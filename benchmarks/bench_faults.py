@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from privbandit.experiment.config import load_experiment
-from privbandit.services.checkpoint import decode_checkpoint
+from privbandit.services.checkpoint import progress
 from privbandit.services.launcher import launch
 from privbandit.services.mosquitto_process import MosquittoProcess, start_on_free_port, write_persistent_conf
 
@@ -49,14 +49,6 @@ runs = 1
 kind = "uniform"
 [algorithms.Dist-DP-SE]
 """
-
-
-def rounds_done(out: Path, party: str) -> int:
-    try:
-        state = decode_checkpoint((out / "state" / party / "checkpoint.bin").read_bytes())[2].state
-    except FileNotFoundError:
-        return 0
-    return len(state.get("releases", state.get("closed", [])))
 
 
 def session(config, path: Path, out: Path, broker_url: str, victim: str | None,
@@ -88,7 +80,7 @@ def session(config, path: Path, out: Path, broker_url: str, victim: str | None,
     if victim is not None:
         started.wait()
         watched = victim if victim in ("analyzer", "aggregator") else "analyzer"
-        while rounds_done(out, watched) < kill_at[0] and worker.is_alive():
+        while progress(out / "state" / watched)[1] < kill_at[0] and worker.is_alive():
             time.sleep(0.02)
         time.sleep(kill_at[1])
         killed = time.perf_counter()

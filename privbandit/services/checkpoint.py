@@ -155,6 +155,18 @@ class StateDir:
         return len(data)
 
 
+def progress(directory: Path) -> tuple[int, int]:
+    """(task, rounds done) that the checkpoint in a party's state ``directory`` records: an
+    intermediary's closed rounds, or the analyzer's journal of releases; (-1, 0) before the first
+    checkpoint. For watching a session from outside (the fault tests and benchmark)."""
+    try:
+        _, _, ckpt = decode_checkpoint((Path(directory) / FILE_NAME).read_bytes(), str(directory))
+    except FileNotFoundError:
+        return -1, 0
+    done = ckpt.state["closed"] if "closed" in ckpt.state else ckpt.state.get("releases", [])
+    return ckpt.task, len(done)
+
+
 def resume_state(ckpt: Checkpoint | None, task: int, spec: str, where: Path) -> dict | None:
     """The saved state for ``task``, None if the checkpoint is of an earlier task (start afresh);
     a checkpoint of the same task under another spec is another experiment: refused."""

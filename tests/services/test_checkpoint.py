@@ -240,3 +240,14 @@ def test_a_checkpoint_of_another_session_is_refused(tmp_path):
     StateDir(tmp_path, RUN, "analyzer").save(4, spec_fingerprint(old), {"releases": []})
     with pytest.raises(CheckpointError, match="another session"):
         AnalyzerService(BusSettings(run_id=RUN), 1, tmp_path).resumable(new)  # task 0 < 4
+
+
+def test_progress_counts_an_intermediarys_closed_rounds_and_the_analyzers_releases(tmp_path):
+    from privbandit.services.checkpoint import progress
+
+    assert progress(tmp_path / "nothing-yet") == (-1, 0)
+    StateDir(tmp_path / "a", "r", "analyzer").save(2, "0" * 64, {"releases": [[0, 4, 1], [1, 4, 2]]})
+    assert progress(tmp_path / "a") == (2, 2)
+    # An intermediary also keeps the last batches' releases: rounds done are its closed ones.
+    StateDir(tmp_path / "g", "r", "aggregator").save(1, "0" * 64, {"closed": [0, 1, 2], "releases": [[1, b""]]})
+    assert progress(tmp_path / "g") == (1, 3)

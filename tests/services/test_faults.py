@@ -10,7 +10,7 @@ import time
 import pytest
 
 from privbandit.experiment.config import load_experiment
-from privbandit.services.checkpoint import decode_checkpoint
+from privbandit.services.checkpoint import progress
 from privbandit.services.launcher import plan_parties
 from privbandit.services.mosquitto_process import (MosquittoProcess, mosquitto_binary, start_on_free_port,
                                                    write_persistent_conf)
@@ -33,12 +33,7 @@ POLL_S = 0.05
 
 def _progress(out, name: str) -> tuple[int, int]:
     """(task, rounds done) in a party's checkpoint; (-1, 0) before the first one."""
-    try:
-        _, _, ckpt = decode_checkpoint((out / "state" / name / "checkpoint.bin").read_bytes())
-    except FileNotFoundError:
-        return -1, 0
-    done = ckpt.state.get("releases") if name == "analyzer" else ckpt.state.get("closed", [])
-    return ckpt.task, len(done)
+    return progress(out / "state" / name)
 
 
 def _kill_and_restart(parties, out, name: str, task: int, rounds: int, timeout: float = 60) -> None:
