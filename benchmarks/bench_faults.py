@@ -104,6 +104,13 @@ def private_session(config, path: Path, out: Path, victim: str | None, **kw) -> 
         return session(config, path, out, broker.url, victim, broker, **kw)
 
 
+def faulty_session(config, path: Path, out: Path, broker_url: str, victim: str, **kw) -> tuple[float, float]:
+    """:func:`session` with ``victim`` killed; the broker victim on a private broker of its own."""
+    if victim == "broker":
+        return private_session(config, path, out, victim, **kw)
+    return session(config, path, out, broker_url, victim, **kw)
+
+
 def repeated(config, path: Path, tmp: Path, broker_url: str, victim: str, reference: Path, n: int,
              rng: random.Random, stall_after: float) -> None:
     """``n`` sessions with ``victim`` killed at a random moment: stalls, identical results, times."""
@@ -112,10 +119,7 @@ def repeated(config, path: Path, tmp: Path, broker_url: str, victim: str, refere
         out = tmp / f"{victim}-{i}"
         kw = {"kill_at": (rng.randint(1, 25), rng.uniform(0, 0.3)), "timeout_s": stall_after}
         try:
-            if victim == "broker":
-                after.append(private_session(config, path, out, victim, **kw)[1])
-            else:
-                after.append(session(config, path, out, broker_url, victim, **kw)[1])
+            after.append(faulty_session(config, path, out, broker_url, victim, **kw)[1])
         except TimeoutError:
             stalled += 1
             print(f"  run {i}: stalled (killed after {kw['kill_at'][0]} rounds + {kw['kill_at'][1]:.3f} s); "
@@ -168,12 +172,9 @@ def main() -> None:
                          random.Random(args.seed), args.stall_after)
                 continue
             out = Path(tmp) / victim
-            if victim == "broker":  # compared with the no-fault session on a private broker
-                wall, after = private_session(config, path, out, victim)
-                before, reference = private_base, "none-private"
-            else:
-                wall, after = session(config, path, out, args.broker, victim)
-                before, reference = base, "none"
+            wall, after = faulty_session(config, path, out, args.broker, victim)
+            # the broker victim is compared with the no-fault session on a private broker
+            before, reference = (private_base, "none-private") if victim == "broker" else (base, "none")
             print(f"{victim + ' SIGKILLed':<24} {wall:6.1f} s   ({wall - before:+5.1f} s)   "
                   f"kill to end {after:6.1f} s   identical results: {same_numbers(Path(tmp) / reference, out)}")
 
