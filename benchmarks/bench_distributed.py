@@ -30,7 +30,7 @@ import aiomqtt
 
 from privbandit.experiment.config import load_experiment
 from privbandit.experiment.runner import run_experiment
-from privbandit.protocol.seeding import USER_BLOCK
+from privbandit.protocol.primitives.seeding import USER_BLOCK
 from privbandit.services.launcher import launch
 
 EXPERIMENT = """

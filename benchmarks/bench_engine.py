@@ -12,8 +12,8 @@ import argparse
 import platform
 import time
 
-from privbandit.experiment.config import ExperimentConfig
-from privbandit.experiment.runner import Task, execute, resolved_algorithms
+from privbandit import registry
+from privbandit.runner.tasks import Task, execute
 
 AUTHORS_ROUNDS_PER_S = 4e4
 
@@ -27,11 +27,10 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="best of this many runs")
     args = ap.parse_args()
     labels = args.algorithms.split(",")
-    config = ExperimentConfig(
-        name="bench", horizon=args.horizon, seed=7, epsilon=args.epsilon, preset=args.preset,
-        algorithms={label: {"algorithm": label} for label in labels},
-    )
-    algos = resolved_algorithms(config)
+    fam = registry.family("distributed-dp-mab")
+    config = fam.load({"name": "bench", "horizon": args.horizon, "seed": 7, "epsilon": args.epsilon,
+                       "runs": args.repeat, "preset": args.preset,
+                       "algorithms": {label: {"algorithm": label} for label in labels}}, "<bench>")
     print(f"machine: {platform.processor() or platform.machine()}, python {platform.python_version()}")
     print(f"K=10 easy, T={args.horizon:,}, ε={args.epsilon}, preset={args.preset}, one core, best of {args.repeat}")
     print(f"{'algorithm':<13}{'s/run':>9}{'users/s':>14}{'× authors':>11}{'rounds':>8}")
@@ -39,7 +38,7 @@ def main() -> None:
         best = float("inf")
         for rep in range(args.repeat):
             t0 = time.perf_counter()
-            _, _, result, _ = execute(Task(config, label, algos[label], rep))
+            _, _, result, _ = execute(Task(fam.name, config, label, (rep,)))
             best = min(best, time.perf_counter() - t0)
         rate = args.horizon / best
         print(f"{label:<13}{best:>9.2f}{rate:>14,.0f}{rate / AUTHORS_ROUNDS_PER_S:>10.0f}×{len(result.rounds):>8}")

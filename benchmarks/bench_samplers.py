@@ -11,8 +11,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from privbandit.protocol.noise import sample_discrete_laplace, sample_polya_shares, sample_skellam
-from privbandit.protocol.noise.discrete_gaussian import sample_discrete_gaussian
+from privbandit.protocol.primitives.noise import sample_discrete_laplace, sample_polya_shares, sample_skellam
+from privbandit.protocol.primitives.noise.discrete_gaussian import sample_discrete_gaussian
 
 N = 1_000_000
 

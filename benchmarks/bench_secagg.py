@@ -39,14 +39,14 @@ import time
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from privbandit.protocol.secagg import (
+from privbandit.protocol.primitives.secagg import (
     MaskingGraph,
     RoundConfig,
     SecAggServer,
     SecAggUser,
 )
-from privbandit.protocol.secagg.protocol import LIMBS, SharesDelivery, UnmaskRequest
-from privbandit.protocol.secagg.shamir import random_field
+from privbandit.protocol.primitives.secagg.protocol import LIMBS, SharesDelivery, UnmaskRequest
+from privbandit.protocol.primitives.secagg.shamir import random_field
 
 M = 2**62 - 57
 ADVERT_BYTES = 8 + 32 + 32 + 64

@@ -21,9 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from privbandit.experiment.config import load_experiment
-from privbandit.experiment.results import summarize, write_results
-from privbandit.experiment.runner import run_experiment
+from privbandit.runner import run_file as run_experiment_file
 
 HERE = Path(__file__).resolve().parent
 FIGURES = {
@@ -39,13 +37,11 @@ def run_file(stem: str, out: Path, jobs: int | None, overrides: list[str]) -> di
     target = out / stem
     if (target / "summary.json").exists():  # shared between Fig. 1 and Figs 2–3
         return json.loads((target / "summary.json").read_text())
-    config, _ = load_experiment(HERE / f"{stem}.toml", overrides)
     t0 = time.perf_counter()
-    results, algos, compute, elapsed = run_experiment(config, jobs=jobs)
-    summary = summarize(config, results, algos, compute, elapsed)
-    write_results(target, config, summary, results, algos)
+    outcome = run_experiment_file(HERE / f"{stem}.toml", overrides, out=target, jobs=jobs)
+    summary, horizon = outcome.summary, outcome.config.horizon
     print(f"  {stem:<22} {time.perf_counter() - t0:7.1f} s  " + "  ".join(
-        f"{k}={v['regret_final_mean'] / config.horizon:.4f}" for k, v in summary["algorithms"].items()))
+        f"{k}={v['regret_final_mean'] / horizon:.4f}" for k, v in summary["algorithms"].items()))
     return summary
 
 

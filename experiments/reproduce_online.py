@@ -22,7 +22,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from privbandit.experiment import online_family
+from privbandit.runner import run_file
+from privbandit.runner.results import per_run
 
 ROOT = Path(__file__).resolve().parent.parent
 EPSILONS = (0.1, 0.25, 0.5, 1.0, 8.0, 64.0, 128.0)
@@ -46,15 +47,14 @@ def main() -> int:
         finals: dict[str, list[tuple[float, float, float]]] = {}
         curves = {}
         for eps in args.epsilons:
-            cfg = online_family.load(ROOT / "experiments" / f"pol_setting{s}.toml",
-                                     [f"horizon={args.horizon}", f"runs={args.runs}", f"epsilon={eps}"])
-            outcome = online_family.run(cfg, jobs=args.jobs)
-            summary = online_family.write(args.out / f"setting{s}" / f"eps{eps:g}", cfg, outcome)
-            results = outcome[0]
+            outcome = run_file(ROOT / "experiments" / f"pol_setting{s}.toml",
+                               [f"horizon={args.horizon}", f"runs={args.runs}", f"epsilon={eps}"],
+                               out=args.out / f"setting{s}" / f"eps{eps:g}", jobs=args.jobs)
+            summary = outcome.summary
             for label, a in summary["algorithms"].items():
                 finals.setdefault(label, []).append((eps, a["regret_final_mean"], a["regret_final_stderr"]))
-            curves[eps] = {label: (runs[0].checkpoints, np.mean([r.pseudo_regret for r in runs], axis=0))
-                           for label, runs in results.items()}
+            curves[eps] = {label: (tasks[0].checkpoints, per_run(tasks)[0].mean(axis=0))
+                           for label, tasks in outcome.results.items()}
             print(f"setting {s} ε={eps:g}: " + ", ".join(f"{k} {v['regret_final_mean']:.0f}"
                   for k, v in summary["algorithms"].items()) + f"  [{time.perf_counter() - start:.0f} s]",
                   flush=True)

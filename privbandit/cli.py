@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from privbandit.experiment.config import ConfigError
+from privbandit.runner.config import ConfigError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 err = Console(stderr=True)
@@ -33,7 +33,7 @@ def run(
              "the analyzer and the intermediaries resume from their checkpoints")] = 0,
 ):
     """Run an experiment file: many runs of each algorithm, then a results directory."""
-    from privbandit.experiment.families import DEFAULT_FAMILY, family_module, family_of
+    from privbandit.runner import config as experiment_files, results, tasks
 
     overrides = list(set_ or []) + ([f"runs={runs}"] if runs is not None else [])
     try:
@@ -45,35 +45,34 @@ def run(
             raise ConfigError(f"--shards {shards}: must be ≥ 1")
         if restart_on_crash < 0:
             raise ConfigError(f"--restart-on-crash {restart_on_crash}: must be ≥ 0")
-        family_name = family_of(experiment, overrides)
-        family = family_module(family_name)
-        config = family.load(experiment, overrides)
+        family, config = experiment_files.load(experiment, overrides)
         out = out or Path("results") / config.name
         if transport == "mqtt":
-            check = getattr(family, "check_distributed", None)  # a family that runs over MQTT says what it can run
-            if family_name != DEFAULT_FAMILY and check is None:
-                raise ConfigError(f"--transport mqtt: not yet available for family {family_name!r}")
-            if check is not None:
-                check(config)
-            return _run_distributed(config, experiment, overrides, out, broker, shards, restart_on_crash)
+            return _run_distributed(family, config, experiment, overrides, out, broker, shards, restart_on_crash)
+        if getattr(config, "traffic_adversaries", None):
+            raise ConfigError(
+                f"traffic_adversaries = {config.traffic_adversaries}: they attack a broker's traffic, so they run "
+                f"only over MQTT (privbandit run FILE --transport mqtt); in-process, remove the field or "
+                f"--set traffic_adversaries=[]")
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=err, transient=not err.is_terminal) as bar:
-            ids = {label: bar.add_task(label, total=config.runs) for label in config.algorithms}
-            outcome = family.run(config, jobs=jobs, progress=lambda label, run: bar.advance(ids[label]))
+            ids = {label: bar.add_task(label, total=config.runs) for label in family.labels(config)}
+            outcome = tasks.run_experiment(family, config, jobs=jobs, progress=lambda label, run: bar.advance(ids[label]))
     except ConfigError as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(2)
-    summary = family.write(out, config, outcome)
+    summary = results.summarize(family, config, *outcome)
+    results.write_results(out, family, config, summary, outcome[0])
     _print_summary(summary, out)
 
 
-def _run_distributed(config, experiment: Path, overrides: list[str], out: Path, broker: str | None, shards: int,
+def _run_distributed(family, config, experiment: Path, overrides: list[str], out: Path, broker: str | None, shards: int,
                      restart_on_crash: int = 0):
     import json
 
     from privbandit.services.launcher import launch
 
-    code = launch(config, experiment, overrides, out, broker_url=broker, shards=shards,
+    code = launch(family, config, experiment, overrides, out, broker_url=broker, shards=shards,
                   restart_on_crash=restart_on_crash)
     if code != 0:
         err.print(f"[bold red]error:[/] the distributed run failed (observer exit {code}); logs in {out / 'logs'}")
@@ -102,6 +101,19 @@ def _print_traffic_attacks(kinds: list[str], summary: dict, out: Path) -> None:
     console.print(f"refused by the parties: {refused or 'nothing'}; reports in {out / 'adversaries'}/")
 
 
+def privacy_cell(p: dict) -> str:
+    """The guarantee that holds for what the analyzer received: "none proven" and "non-private"
+    are not numbers; a δ that is not small against 1/N is flagged."""
+    if p.get("guarantee", "proven") != "proven":
+        return p["guarantee"]
+    if p["epsilon_pure"] is not None:
+        return f"{p['epsilon_pure']:g} (pure)"
+    if p["epsilon_at_delta"] is None:
+        return "∞"
+    flag = " δ≥1/N!" if p.get("delta_warning") else ""
+    return f"{p['epsilon_at_delta']:.3g} (δ={p['delta']:.2g}){flag}"
+
+
 def _print_summary(summary: dict, out: Path) -> None:
     console = Console(width=None if sys.stdout.isatty() else 120)
     table = Table(title=f"{summary['experiment']}: T = {summary['horizon']:,}, {summary['runs']} runs, "
@@ -112,9 +124,7 @@ def _print_summary(summary: dict, out: Path) -> None:
         table.add_column(col, justify="right", no_wrap=True)
     for label, a in summary["algorithms"].items():
         p = summary["privacy"][label]
-        eps = p["epsilon_pure"]
-        spent = f"{eps:g} (pure)" if eps is not None else (
-            f"{p['epsilon_at_delta']:.3g} (δ={p['delta']:g})" if p["epsilon_at_delta"] is not None else "∞")
+        spent = privacy_cell(p)
         ups = a["users_per_s"]
         table.add_row(
             label,
@@ -130,11 +140,21 @@ def _print_summary(summary: dict, out: Path) -> None:
     console.print(f"results in {out}/ ({files})")
 
 
-def _attack_help() -> str:
-    from privbandit.protocol.adversaries import USER_ADVERSARIES, catalogue
+def adversary_catalogue() -> dict[str, tuple[str, str]]:
+    """Every adversary: kind → (where it runs, one line). In-process adversaries come from each
+    registered family; traffic adversaries act on the wire against a running session."""
+    from privbandit import registry
+    from privbandit.services.hostile import TRAFFIC_ADVERSARIES
 
-    lines = [f"{kind}: {text}" + ("" if kind in USER_ADVERSARIES else " [over MQTT]")
-             for kind, text in catalogue().items()]
+    out = {}
+    for name in registry.family_names():
+        for kind, cls in getattr(registry.family(name), "adversaries", {}).items():
+            out.setdefault(kind, (name, cls.summary))
+    return out | {kind: ("over MQTT", text) for kind, text in TRAFFIC_ADVERSARIES.items()}
+
+
+def _attack_help() -> str:
+    lines = [f"{kind}: {text} [{where}]" for kind, (where, text) in adversary_catalogue().items()]
     return ("Run an adversary and measure the damage (docs/attacks.md).\n\n"
             "In-process, against an experiment file: privbandit attack KIND FILE [--fraction F] "
             "prints honest vs attacked regret, estimate error and ε side by side. Over MQTT, against "
@@ -161,19 +181,18 @@ def attack(
     duration: Annotated[float, typer.Option(help="over MQTT: seconds to attack, or until the session shuts down")] = 60.0,
     report: Annotated[Optional[Path], typer.Option(help="over MQTT: also write the attack's report (JSON) here")] = None,
 ):
-    from privbandit.protocol.adversaries import TRAFFIC_ADVERSARIES, USER_ADVERSARIES
-
-    if kind not in USER_ADVERSARIES and kind not in TRAFFIC_ADVERSARIES:
-        err.print(f"[bold red]error:[/] adversary {kind!r} is not one of "
-                  f"{', '.join([*USER_ADVERSARIES, *TRAFFIC_ADVERSARIES])} (see privbandit attack --help)")
+    known = adversary_catalogue()
+    if kind not in known:
+        err.print(f"[bold red]error:[/] adversary {kind!r} is not one of {', '.join(known)} "
+                  f"(see privbandit attack --help)")
         raise typer.Exit(2)
-    if kind in TRAFFIC_ADVERSARIES:
+    if known[kind][0] == "over MQTT":
         return _attack_over_mqtt(kind, broker, run_id, username, password, duration, report)
     if experiment is None:
         err.print(f"[bold red]error:[/] {kind} runs in-process: give an experiment file "
                   f"(privbandit attack {kind} experiments/attacks.toml)")
         raise typer.Exit(2)
-    from privbandit.experiment.attack import run_attack
+    from privbandit.families.distributed_dp_mab.attack import run_attack
 
     overrides = list(set_ or []) + ([f"runs={runs}"] if runs is not None else [])
     out = out or Path("results") / f"attack-{kind}"
@@ -198,7 +217,7 @@ def _print_attack(report: dict, out: Path) -> None:
     for col in ("algorithm", "regret honest", "regret attacked", "est. error honest", "est. error attacked",
                 "ε honest", "ε attacked", "ε vs coalition", "attackers"):
         table.add_column(col, justify="right", no_wrap=True)
-    fmt = lambda e: "∞" if e is None else f"{e:.3g}"  # noqa: E731
+    fmt = lambda e: "∞" if e is None else (e if isinstance(e, str) else f"{e:.3g}")  # noqa: E731
     for label, a in report["algorithms"].items():
         table.add_row(label, f"{a['regret_honest']:,.0f} ± {a['regret_honest_stderr']:,.0f}",
                       f"{a['regret_attacked']:,.0f} ± {a['regret_attacked_stderr']:,.0f}",
@@ -309,11 +328,11 @@ def _serve(make_service) -> None:
 
 
 def _world(experiment: Path, set_: list[str] | None):
-    from privbandit.experiment.families import family_module, family_of
+    """(family, config) of an experiment file, for the parties that may hold the world."""
+    from privbandit.runner import config as experiment_files
 
     try:
-        overrides = list(set_ or [])
-        return family_module(family_of(experiment, overrides)).load(experiment, overrides)
+        return experiment_files.load(experiment, list(set_ or []))
     except ConfigError as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(2)
@@ -445,8 +464,8 @@ def users(
     except ValueError as exc:
         err.print(f"[bold red]error:[/] {exc}")
         raise typer.Exit(2)
-    settings, world = _settings(broker, run_id), _world(experiment, set_)
-    _serve(lambda: UserFleetService(settings, world, i, n))
+    settings, (family, config) = _settings(broker, run_id), _world(experiment, set_)
+    _serve(lambda: UserFleetService(settings, family, config, i, n))
 
 
 @app.command()
@@ -463,12 +482,9 @@ def observer(
     """Collects metrics, paces the session and writes the results directory."""
     from privbandit.services.observer import ObserverService, SessionFailed
 
-    settings, world, built = _settings(broker, run_id), _world(experiment, set_), []
-    observer_class = ObserverService
-    if getattr(world, "family", None) == "shuffle-linear-bandits":
-        from privbandit.services.linear import LinearObserverService as observer_class
-    _serve(lambda: built.append(observer_class(settings, world, parties.split(","), out, ready_timeout,
-                                               state_dir)) or built[0])
+    settings, (family, config), built = _settings(broker, run_id), _world(experiment, set_), []
+    _serve(lambda: built.append(ObserverService(settings, family, config, parties.split(","), out, ready_timeout,
+                                                state_dir)) or built[0])
     service = built[0]
     try:
         service.write()
@@ -504,7 +520,7 @@ def keys(
 
     The analyzer gets analyzer.env, never the experiment; the shuffler's key (which would undo the
     shuffle) must never sit where the analyzer can read it."""
-    from privbandit.protocol.seeding import analyzer_master_key, report_auth_master, shuffler_master_key
+    from privbandit.protocol.primitives.seeding import analyzer_master_key, report_auth_master, shuffler_master_key
 
     derive = {"analyzer": ("PRIVBANDIT_ANALYZER_KEY", analyzer_master_key),
               "shuffler": ("PRIVBANDIT_SHUFFLE_KEY", shuffler_master_key),

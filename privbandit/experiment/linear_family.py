@@ -30,7 +30,7 @@ from privbandit.protocol.linear_environments import GENERATORS, LinearInstances,
 from privbandit.protocol.mechanisms import shuffle_linear_bandits as slb
 from privbandit.protocol.mechanisms import shuffle_linear_params as lp
 from privbandit.protocol.observer import checkpoint_grid
-from privbandit.protocol.seeding import stream
+from privbandit.protocol.primitives.seeding import stream
 
 FAMILY = "shuffle-linear-bandits"
 

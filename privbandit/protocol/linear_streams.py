@@ -13,7 +13,7 @@ a distributed run reproduces the in-process run exactly (tests/services/test_lin
   hosts whole blocks (:func:`fleet_of`), so sharding never changes what a user draws, and a
   restarted fleet draws the block again.
 - SDP-Amp's shuffler permutes with ``(shuffler key(r, label), "linear-shuffle", k)`` per block, the
-  same way: only the shuffler holds that key (:func:`privbandit.protocol.seeding.shuffler_master_key`).
+  same way: only the shuffler holds that key (:func:`privbandit.protocol.primitives.seeding.shuffler_master_key`).
 - The per-round baselines (LinUCB, JDP, LDP) keep one stream per party for all runs stacked,
   ``(seed, <party>, label)``: they cannot batch over users, and drawing per run would cost them a
   Python call per run per round. They run in-process only.
@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from privbandit.protocol.seeding import derive_key, shuffler_master_key, stream
+from privbandit.protocol.primitives.seeding import derive_key, shuffler_master_key, stream
 
 # A noise block is the batches of about this many users: one stream and one draw call per
 # (run, block) keeps the Python overhead negligible, the block's draws small (runs × 512 × D numbers

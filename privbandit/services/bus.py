@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -46,6 +47,26 @@ MAX_QUEUED_INCOMING = 10_000
 # never sends it); a dropped connection fails it at once. The message then waits in the outbox
 # for the next connection. A local broker acks an 8 MiB message in ms.
 PUBLISH_TIMEOUT_S = 5.0
+
+
+# A refused message is counted always, and logged at most once per reason in this many seconds
+# (with the count so far): a flood must not turn into gigabytes of log.
+REJECT_LOG_S = 10.0
+
+
+class RateLimitedLog:
+    """One warning per reason per :data:`REJECT_LOG_S`, carrying the count so far."""
+
+    def __init__(self, logger: logging.Logger):
+        self.logger = logger
+        self.last: dict[str, float] = {}
+
+    def __call__(self, what: str, reason: str, detail: str, count: int) -> None:
+        now = time.monotonic()
+        if now - self.last.get(reason, -REJECT_LOG_S) >= REJECT_LOG_S:
+            self.last[reason] = now
+            self.logger.warning("%s refused a message: %s %s (%d so far)", what, reason, detail[:200], count)
+
 
 
 class BusSettings(BaseSettings):
@@ -138,11 +159,13 @@ class Outbox:
 
 
 class Bus:
-    def __init__(self, client: aiomqtt.Client, traffic: Traffic, rejected: Counter, outbox: Outbox | None = None):
+    def __init__(self, client: aiomqtt.Client, traffic: Traffic, rejected: Counter, outbox: Outbox | None = None,
+                 log_rejection=None):
         self.client = client
         self.traffic = traffic
         self.rejected = rejected
         self.outbox = outbox if outbox is not None else Outbox()
+        self.log_rejection = log_rejection or RateLimitedLog(log)
         self.lost: aiomqtt.MqttError | None = None  # set when a send failed: this connection is done
 
     async def publish(self, topic_name: str, msg) -> None:
@@ -195,7 +218,7 @@ class Bus:
             return name, codec.decode(payload)
         except codec.DecodeError as exc:
             self.rejected[exc.reason] += 1
-            log.warning("rejected message on %s: %s", name, exc)
+            self.log_rejection(name, exc.reason, exc.detail, self.rejected[exc.reason])
             return None
 
     async def messages(self) -> AsyncIterator[tuple[str, object]]:
@@ -232,6 +255,7 @@ class SubscriptionDenied(RuntimeError):
 async def connect(
     settings: BusSettings, client_id: str, subscriptions: list[str],
     traffic: Traffic | None = None, rejected: Counter | None = None, outbox: Outbox | None = None,
+    log_rejection: RateLimitedLog | None = None,
 ) -> AsyncIterator[Bus]:
     """Connect (retrying with backoff until ``connect_timeout_s``), subscribe, yield a Bus.
 
@@ -264,7 +288,7 @@ async def connect(
             if any(getattr(c, "value", c) >= 0x80 for c in codes):
                 raise SubscriptionDenied(f"{client_id}: the broker refused the subscription to {name}")
         bus = Bus(client, traffic if traffic is not None else Traffic(),
-                  rejected if rejected is not None else Counter(), outbox)
+                  rejected if rejected is not None else Counter(), outbox, log_rejection)
         await bus.flush()  # what the last connection could not send goes first
         yield bus
     finally:

@@ -1,31 +1,51 @@
-"""The wire format: pydantic models encoded with msgpack.
+"""The wire format: pydantic models encoded with msgpack, the same messages for every family.
 
 Every message is a msgpack map carrying ``v`` (the format version), ``run`` (the run id: the topic
-namespace), ``kind`` and, where it has one, the task and round it belongs to. Numeric arrays travel
-as typed binary blocks ``{"dtype", "shape", "data"}`` rather than lists of Python ints, so a report
-of n users costs n·itemsize bytes plus a constant.
+namespace), ``kind`` and, where it has one, the task, plan and round it belongs to. Numeric arrays
+travel as typed binary blocks ``{"dtype", "shape", "data"}`` rather than lists of Python ints, so a
+report of n users costs n·itemsize bytes plus a constant.
+
+A family's public plan body, its truth extras and its record body are *wire values* (``None``,
+``bool``, ``int``, ``float``, ``str``, typed arrays, and lists and maps of those, at most
+:data:`MAX_BODY_DEPTH` deep); the family's own pydantic models then check their fields
+(:meth:`~privbandit.protocol.spine.family.Family.check`).
 
 Decoding never raises anything but :class:`DecodeError`, whose ``reason`` is a short key the
-services count (``rejected.<reason>`` in the results). Limits are named constants with their reason.
+services count (``rejected.<reason>`` in the results). Every cross-field invariant of a message
+(array lengths, shapes, dtypes, ranges) is checked here, so a party never indexes one array with
+a mask sized to another. Limits are named constants with their reason.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal, Union
 
 import msgpack
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, ValidationError, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, ValidationError,
+                      model_validator)
 
-WIRE_VERSION = 1
+from privbandit.protocol.spine.events import RULES, Join, Plan, Record, Release, Reports, Round, Truth
+
+WIRE_VERSION = 2
 
 # One message carries at most one block of users (seeding.USER_BLOCK = 65,536) of 8-byte ids and
 # 8-byte values, about 1 MiB; 8 MiB leaves room for any legitimate message and refuses floods.
 MAX_MESSAGE_BYTES = 8 * 2**20
 MAX_ARRAY_ELEMENTS = 2**20
+MAX_DIMS = 3  # (runs, users, width) is the widest array the protocol sends
 # Only fixed-width little-endian numeric types: no object arrays, nothing pickled.
 ALLOWED_DTYPES = frozenset({"|u1", "<u2", "<u4", "<u8", "|i1", "<i8", "<f8", "|b1"})
 RUN_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+NAME_PATTERN = r"^[a-z][a-z0-9]*(-[0-9]+)?$"  # a party: analyzer, aggregator, shuffler-3, users-0
+# A family's bodies are small maps of parameters and per-run arrays: a few levels and items.
+MAX_BODY_DEPTH = 8
+MAX_BODY_ITEMS = 4096
+MAX_KEY_CHARS = 64
+# The widest report: the linear bandits' d + d(d+1)/2 entries at d = 64.
+MAX_WIDTH = 2144
+MAX_ROUNDS_PER_PLAN = 1024
 
 
 class DecodeError(Exception):
@@ -43,95 +63,253 @@ def _array_from_wire(value: Any) -> np.ndarray:
     dtype, shape, data = value["dtype"], value["shape"], value["data"]
     if dtype not in ALLOWED_DTYPES:
         raise ValueError(f"array dtype {dtype!r} not allowed")
-    if not (isinstance(shape, list) and len(shape) == 1 and isinstance(shape[0], int) and shape[0] >= 0):
-        raise ValueError("array shape must be [length]")
-    if shape[0] > MAX_ARRAY_ELEMENTS:
-        raise ValueError(f"array of {shape[0]} elements exceeds {MAX_ARRAY_ELEMENTS}")
-    if not isinstance(data, bytes) or len(data) != shape[0] * np.dtype(dtype).itemsize:
+    if not (isinstance(shape, list) and len(shape) <= MAX_DIMS
+            and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)):
+        raise ValueError(f"array shape must be a list of at most {MAX_DIMS} non-negative ints")
+    size = math.prod(shape)
+    if size > MAX_ARRAY_ELEMENTS:
+        raise ValueError(f"array of {size} elements exceeds {MAX_ARRAY_ELEMENTS}")
+    if not isinstance(data, bytes) or len(data) != size * np.dtype(dtype).itemsize:
         raise ValueError("array data length does not match dtype and shape")
-    return np.frombuffer(data, dtype=dtype)
+    return np.frombuffer(data, dtype=dtype).reshape(shape)
 
 
 def _array_to_wire(a: np.ndarray) -> dict:
     a = np.ascontiguousarray(a)
     dtype = a.dtype.newbyteorder("<") if a.dtype.byteorder == ">" else a.dtype
-    return {"dtype": dtype.str, "shape": [int(a.size)], "data": a.astype(dtype, copy=False).tobytes()}
+    return {"dtype": dtype.str, "shape": list(a.shape), "data": a.astype(dtype, copy=False).tobytes()}
 
 
 Array = Annotated[np.ndarray, PlainValidator(_array_from_wire), PlainSerializer(_array_to_wire)]
 RunId = Annotated[str, Field(pattern=RUN_ID_PATTERN)]
 NonNeg = Annotated[int, Field(ge=0)]
+Positive = Annotated[int, Field(ge=1)]
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 
 
-def packed(values: np.ndarray, m: int | None) -> np.ndarray:
-    """The narrowest unsigned type holding residues of Z_m (raw rewards stay float64)."""
-    if m is None:
+# --- wire values: a family's bodies ------------------------------------------------------------
+
+ARRAY_KEY = "__array__"
+
+
+def body_to_wire(value: Any, depth: int = 0) -> Any:
+    """A family's body as msgpack-able data: numpy arrays become typed blocks."""
+    if depth > MAX_BODY_DEPTH:
+        raise ValueError(f"a body nests deeper than {MAX_BODY_DEPTH} levels")
+    if isinstance(value, np.ndarray):
+        return {ARRAY_KEY: _array_to_wire(value)}
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {str(k): body_to_wire(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [body_to_wire(v, depth + 1) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"a body cannot carry a {type(value).__name__}")
+
+
+def body_from_wire(value: Any, depth: int = 0) -> Any:
+    """The inverse of :func:`body_to_wire`, refusing anything but wire values (ValueError)."""
+    if depth > MAX_BODY_DEPTH:
+        raise ValueError(f"a body nests deeper than {MAX_BODY_DEPTH} levels")
+    if isinstance(value, np.ndarray):  # built in this process: checked as the wire would check it
+        return _array_from_wire(_array_to_wire(value))
+    if isinstance(value, dict):
+        if set(value) == {ARRAY_KEY}:
+            return _array_from_wire(value[ARRAY_KEY])
+        if len(value) > MAX_BODY_ITEMS:
+            raise ValueError(f"a body map of more than {MAX_BODY_ITEMS} items")
+        for k in value:
+            if not isinstance(k, str) or not 0 < len(k) <= MAX_KEY_CHARS:
+                raise ValueError(f"a body key must be a string of 1..{MAX_KEY_CHARS} characters")
+        return {k: body_from_wire(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        if len(value) > MAX_BODY_ITEMS:
+            raise ValueError(f"a body list of more than {MAX_BODY_ITEMS} items")
+        return [body_from_wire(v, depth + 1) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("a body number must be finite")
+    if value is None or isinstance(value, (bool, int, float, str)):
+        if isinstance(value, str) and len(value) > 4096:
+            raise ValueError("a body string longer than 4096 characters")
+        return value
+    raise ValueError(f"a body cannot carry a {type(value).__name__}")
+
+
+Body = Annotated[Any, PlainValidator(body_from_wire), PlainSerializer(body_to_wire)]
+
+
+def _require(ok: bool, what: str) -> None:
+    if not ok:
+        raise ValueError(what)
+
+
+def packed(values: np.ndarray, m: int | None, high: float | None = None, integer: bool = True) -> np.ndarray:
+    """The narrowest wire type for a round's reports: unsigned for residues of Z_m (or for counts
+    in [0, high]), little-endian int64 for other integers, float64 for the rest."""
+    bound = m if m is not None else (int(high) + 1 if integer and high is not None else None)
+    if not integer or values.dtype.kind == "f":
         return np.asarray(values, dtype="<f8")
-    for dt, bound in (("|u1", 2**8), ("<u2", 2**16), ("<u4", 2**32)):
-        if m <= bound:
+    if bound is None:
+        return np.asarray(values, dtype="<i8")
+    for dt, top in (("|u1", 2**8), ("<u2", 2**16), ("<u4", 2**32)):
+        if bound <= top:
             return np.asarray(values).astype(dt)
     return np.asarray(values).astype("<u8")
 
 
+def as_values(a: np.ndarray) -> np.ndarray:
+    """Wire integers back to int64 (residues and counts are compared and summed as int64)."""
+    return a.astype(np.int64) if a.dtype.kind in "iu" and a.dtype != np.int64 else a
+
+
 class _Msg(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
-    v: Literal[1] = WIRE_VERSION
+    v: Literal[2] = WIRE_VERSION
     run: RunId
 
 
-class Params(BaseModel):
+# --- the spine's events ------------------------------------------------------------------------
+
+class RoundSpec(BaseModel):
+    """A :class:`~privbandit.protocol.spine.events.Round` on the wire."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
-    n: Annotated[int, Field(ge=1)]
-    g: NonNeg | None = None
-    tau: NonNeg | None = None
+    id: NonNeg
+    intermediary: Annotated[str, Field(pattern=NAME_PATTERN, max_length=32)]
+    rule: Literal[RULES]  # type: ignore[valid-type]
+    expected: Positive
+    width: Annotated[int, Field(ge=1, le=MAX_WIDTH)] = 1
+    integer: bool = True
     m: Annotated[int, Field(ge=2, le=2**62)] | None = None
-    sigma: float = 0.0
-    h: float = 0.0
-    noise_n: Annotated[int, Field(ge=1)] | None = None
+    low: FiniteFloat | None = None
+    high: FiniteFloat | None = None
+    window: tuple[int, int] | None = None
+    threshold: Positive | None = None
+    groups: list[Positive] = []
+    secagg: Literal["complete", "sparse"] | None = None
+    decode: tuple[int, int] | None = None
+
+    def to_round(self) -> Round:
+        try:
+            return Round(self.id, self.intermediary, self.rule, self.expected, self.width, self.integer, self.m,
+                         self.low, self.high, self.window, self.threshold, tuple(self.groups), self.secagg,
+                         self.decode)
+        except ValueError as exc:
+            raise ValueError(str(exc)) from None
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        self.to_round()  # the Round's own checks: groups add up, a modulus needs integers, …
+        _require(self.threshold is None or self.threshold <= self.expected, "threshold must be ≤ expected")
+        _require(self.low is None or self.high is None or self.low <= self.high, "low must be ≤ high")
+        return self
 
 
-def params_of(q) -> Params:
-    """A RoundParams on the wire."""
-    return Params(n=q.n, g=q.g, tau=q.tau, m=q.m, sigma=q.sigma, h=q.h, noise_n=q.noise_n)
+def round_spec(r: Round) -> RoundSpec:
+    return RoundSpec(id=r.id, intermediary=r.intermediary, rule=r.rule, expected=r.expected, width=r.width,
+                     integer=r.integer, m=r.m, low=r.low, high=r.high, window=r.window, threshold=r.threshold,
+                     groups=list(r.groups), secagg=r.secagg, decode=r.decode)
+
+
+class JoinSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    round: NonNeg
+    first: NonNeg
+    count: Positive
+    reports: NonNeg
+
+    @model_validator(mode="after")
+    def _quota(self):
+        _require(self.reports <= self.count, "a join cannot promise more reports than users")
+        return self
 
 
 class PlanMsg(_Msg):
+    """Analyzer → users and intermediaries: a :class:`~privbandit.protocol.spine.events.Plan`."""
+
     kind: Literal["plan"] = "plan"
     task: NonNeg
-    round: NonNeg
-    batch: Annotated[int, Field(ge=1)]
-    arm: NonNeg
+    plan: NonNeg
     first_user: NonNeg
-    cohort: Annotated[int, Field(ge=1)]
-    collect: bool
-    params: Params
+    cohort: Positive
+    body: Body = {}
+    opens: Annotated[list[RoundSpec], Field(max_length=MAX_ROUNDS_PER_PLAN)] = []
+    joins: Annotated[list[JoinSpec], Field(max_length=MAX_ROUNDS_PER_PLAN)] = []
+
+    @model_validator(mode="after")
+    def _joins_inside(self):
+        end = self.first_user + self.cohort
+        for j in self.joins:
+            _require(self.first_user <= j.first and j.first + j.count <= end, "a join lies outside the cohort")
+        return self
+
+    def to_plan(self) -> Plan:
+        return Plan(self.plan, self.first_user, self.cohort, self.body, tuple(r.to_round() for r in self.opens),
+                    tuple(Join(j.round, j.first, j.count, j.reports) for j in self.joins))
+
+
+def plan_msg(run: str, task: int, plan: Plan) -> PlanMsg:
+    return PlanMsg(run=run, task=task, plan=plan.id, first_user=plan.first_user, cohort=plan.cohort,
+                   body=body_from_wire(body_to_wire(plan.body)), opens=[round_spec(r) for r in plan.opens],
+                   joins=[JoinSpec(round=j.round_id, first=j.first, count=j.count, reports=j.reports)
+                          for j in plan.joins])
 
 
 class ReportsMsg(_Msg):
+    """Users → intermediary: one record per user, ``values[r, i]`` user ``user_ids[i]``'s report in
+    run r. ``block``: the block of the plan's cohort this message closes (a fleet sends one message
+    per block and round; the intermediary learns who dropped out once every block is closed), proven
+    by ``block_tag``, the fleet's MAC over the message, which only holders of the users' keys can make."""
+
     kind: Literal["reports"] = "reports"
     task: NonNeg
     round: NonNeg
-    m: Annotated[int, Field(ge=2)] | None  # the modulus the users encoded with (None: raw rewards)
+    plan: NonNeg
     user_ids: Array
     values: Array
-    # Which block of the cohort this message closes (fleets send one message per block): once
-    # every block has reported, the missing users are dropouts, not late.
     block: NonNeg | None = None
-    # One per record: the user's one-time MAC over its report (protocol/report_auth.py), so a
-    # report under another user's id is rejected as ``bad-tag`` (``missing-tag`` when absent).
+    # One per record: the user's one-time MAC over its report (protocol/primitives/report_auth.py),
+    # so a report under another user's id is rejected as ``bad-tag`` (``missing-tag`` when absent).
     tags: Array | None = None
+    block_tag: bytes = b""
+
+    @model_validator(mode="after")
+    def _records(self):
+        ids, values = self.user_ids, self.values
+        _require(ids.ndim == 1 and ids.dtype.kind == "u", "user_ids must be a 1-D unsigned array")
+        _require(values.ndim == 3 and values.shape[1] == ids.size,
+                 "values must be (runs, users, width) with one row per user id")
+        _require(1 <= values.shape[0] and 1 <= values.shape[2] <= MAX_WIDTH, "values: bad runs or width")
+        _require(values.dtype.kind in "uif", "values must be numeric")
+        _require(self.tags is None or (self.tags.ndim == 1 and self.tags.size == ids.size
+                                       and self.tags.dtype == np.dtype("<u4")),
+                 "tags must be one <u4 per user id")
+        _require(len(self.block_tag) in (0, 16), "block_tag must be 16 bytes")
+        return self
 
 
 class ReleaseMsg(_Msg):
+    """Intermediary → analyzer: a :class:`~privbandit.protocol.spine.events.Release`."""
+
     kind: Literal["release"] = "release"
     task: NonNeg
     round: NonNeg
     n_reports: NonNeg
-    value: int | float | None = None  # the modular sum (or a raw sum)
-    reports: Array | None = None  # the local model's attributable reports
+    values: Array
+    user_ids: Array | None = None
 
-
-SECAGG_STEPS = ("advertise", "directory", "shares", "delivery", "masked", "survivors", "unmask")
+    @model_validator(mode="after")
+    def _shape(self):
+        v = self.values
+        _require(v.ndim in (2, 3), "values must be (runs, width) or (runs, reports, width)")
+        _require(v.ndim == 2 or v.shape[1] == self.n_reports, "a multiset must hold n_reports rows")
+        _require(self.user_ids is None or (v.ndim == 3 and self.user_ids.ndim == 1
+                                           and self.user_ids.size == self.n_reports
+                                           and self.user_ids.dtype.kind == "u"),
+                 "user_ids must name each of the n_reports rows")
+        return self
 
 
 class SecAggMsg(_Msg):
@@ -148,7 +326,7 @@ class SecAggMsg(_Msg):
     kind: Literal["secagg"] = "secagg"
     task: NonNeg
     round: NonNeg
-    step: Literal[SECAGG_STEPS]  # type: ignore[valid-type]
+    step: Literal["advertise", "directory", "shares", "delivery", "masked", "survivors", "unmask"]
     shard: NonNeg
     shards: Annotated[int, Field(ge=1, le=4096)]
     chunk: NonNeg
@@ -160,8 +338,27 @@ class SecAggMsg(_Msg):
     limbs: Array | None = None
     records: bytes = b""
     # Fleet → aggregator: the fleet's HMAC over this chunk encoded with an empty tag
-    # (protocol/report_auth.py); the aggregator refuses a missing or wrong one (``secagg-bad-tag``).
+    # (protocol/primitives/report_auth.py); the aggregator refuses a missing or wrong one.
     tag: bytes = b""
+
+    @model_validator(mode="after")
+    def _flat(self):
+        for name in ("ids", "peers", "values", "kinds", "limbs"):
+            a = getattr(self, name)
+            _require(a is None or a.ndim == 1, f"{name} must be 1-D")
+        return self
+
+
+SECAGG_STEPS = SecAggMsg.model_fields["step"].annotation.__args__
+
+
+class CloseMsg(_Msg):
+    """Analyzer → intermediaries (on the plan topic): the task is done, and these rounds it opened
+    will never be released (an Anytime-Lazy-UCB array the horizon cut short): forget them."""
+
+    kind: Literal["close"] = "close"
+    task: NonNeg
+    rounds: Annotated[list[NonNeg], Field(max_length=4096)]
 
 
 class ResendMsg(_Msg):
@@ -177,149 +374,91 @@ class ResendMsg(_Msg):
 
 
 class TruthMsg(_Msg):
-    """Users → observer: a BlockTruth."""
+    """Users → observer: a :class:`~privbandit.protocol.spine.events.Truth`."""
 
     kind: Literal["truth"] = "truth"
     task: NonNeg
-    round: NonNeg
+    plan: NonNeg
     block: NonNeg
     first_user: NonNeg
-    size: Annotated[int, Field(ge=1)]
-    gap: float
-    realized_regret: float
+    size: NonNeg
+    pseudo: Array
+    realized: Array
+    pseudo_at: Array
     realized_at: Array
-    reward_sum: float
-    noise_sum: int
-    attackers: NonNeg = 0  # the block's adversarial reporters (ground truth, observer only)
+    extras: Body = {}
+    # The fleet's MAC over this message (encoded with an empty tag): only a holder of the users'
+    # keys can tell the observer what the simulated world did.
+    tag: bytes = b""
+
+    @model_validator(mode="after")
+    def _shapes(self):
+        r = self.pseudo.shape[0] if self.pseudo.ndim == 1 else -1
+        _require(r >= 1 and self.realized.shape == (r,), "pseudo and realized must be one total per run")
+        _require(self.pseudo_at.ndim == 2 and self.pseudo_at.shape[0] == r
+                 and self.realized_at.shape == self.pseudo_at.shape, "the *_at arrays must be (runs, checkpoints)")
+        for name in ("pseudo", "realized", "pseudo_at", "realized_at"):
+            a = getattr(self, name)
+            _require(a.dtype == np.float64 and bool(np.isfinite(a).all()), f"{name} must be finite <f8")
+        return self
+
+
+def truth_msg(run: str, task: int, t: Truth) -> TruthMsg:
+    return TruthMsg(run=run, task=task, plan=t.plan_id, block=t.block, first_user=t.first_user, size=t.size,
+                    pseudo=np.asarray(t.pseudo, np.float64), realized=np.asarray(t.realized, np.float64),
+                    pseudo_at=np.asarray(t.pseudo_at, np.float64), realized_at=np.asarray(t.realized_at, np.float64),
+                    extras=body_from_wire(body_to_wire(t.extras)))
+
+
+def truth_of(msg: TruthMsg) -> Truth:
+    return Truth(msg.plan, msg.block, msg.first_user, msg.size, msg.pseudo, msg.realized, msg.pseudo_at,
+                 msg.realized_at, msg.extras)
 
 
 class RecordMsg(_Msg):
-    """Analyzer → observer: a RoundRecord."""
+    """Analyzer → observer: a :class:`~privbandit.protocol.spine.events.Record`."""
 
     kind: Literal["record"] = "record"
     task: NonNeg
     round: NonNeg
-    batch: Annotated[int, Field(ge=1)]
-    arm: NonNeg
-    params: Params
-    release: float
-    estimate: float
-    wrapped: bool
-    central_noise: float
-    reports: NonNeg
-    epsilon: float | None = None
+    n_reports: NonNeg
+    epsilon: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    body: Body = {}
 
 
-# --- the shuffle-model linear bandits (Chowdhury & Zhou 2022; services/linear.py) ---------------
-# A report has D = d + d(d+1)/2 labels; d ≤ 64 (the family's limit) gives D ≤ 2144.
-MAX_LINEAR_DIM = 64
-MAX_LINEAR_WIDTH = MAX_LINEAR_DIM + MAX_LINEAR_DIM * (MAX_LINEAR_DIM + 1) // 2
-FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+def record_msg(run: str, task: int, r: Record) -> RecordMsg:
+    return RecordMsg(run=run, task=task, round=r.round_id, n_reports=r.n_reports, epsilon=r.epsilon,
+                     body=body_from_wire(body_to_wire(r.body)))
 
 
-def _require(ok: bool, what: str) -> None:
-    if not ok:
-        raise ValueError(what)
+def record_of(msg: RecordMsg) -> Record:
+    return Record(msg.round, msg.n_reports, msg.epsilon, msg.body)
 
 
-class LinearPlanMsg(_Msg):
-    """Analyzer → users: batch ``round`` of Algorithm 1 (users first_user … first_user + cohort − 1)
-    acts on the broadcast model (θ̂, V⁻¹, β) (line 4). ``collect`` is False for a trailing partial
-    batch, which is served but never aggregated."""
-
-    kind: Literal["linear-plan"] = "linear-plan"
-    task: NonNeg
-    round: NonNeg
-    first_user: NonNeg
-    cohort: Annotated[int, Field(ge=1)]
-    collect: bool
-    theta: Array
-    v_inv: Array
-    beta: FiniteFloat
-
-    @model_validator(mode="after")
-    def _model(self):
-        d = self.theta.size
-        _require(self.theta.dtype == np.float64 and self.v_inv.dtype == np.float64, "theta and v_inv must be <f8")
-        _require(1 <= d <= MAX_LINEAR_DIM, f"theta must have 1..{MAX_LINEAR_DIM} entries")
-        _require(self.v_inv.size == d * d, "v_inv must have d² entries")
-        _require(bool(np.isfinite(self.theta).all() and np.isfinite(self.v_inv).all()), "theta and v_inv must be finite")
-        return self
+def reports_of(msg: ReportsMsg) -> Reports:
+    return Reports(msg.round, msg.plan, msg.user_ids.astype(np.int64), as_values(msg.values))
 
 
-class LinearReportsMsg(_Msg):
-    """Users → shuffler: one record per user, ``width`` labels each (row-major ``values``): P_Vec's
-    per-label counts of 1-bits (unsigned), or P_Amp's Gaussian-randomized entries (<f8)."""
-
-    kind: Literal["linear-reports"] = "linear-reports"
-    task: NonNeg
-    round: NonNeg
-    width: Annotated[int, Field(ge=1, le=MAX_LINEAR_WIDTH)]
-    user_ids: Array
-    values: Array
-
-    @model_validator(mode="after")
-    def _records(self):
-        _require(self.user_ids.dtype.kind == "u", "user_ids must be unsigned")
-        _require(self.values.size == self.user_ids.size * self.width, "values must hold width entries per user")
-        return self
+def release_msg(run: str, task: int, rel: Release, rnd: Round) -> ReleaseMsg:
+    values = rel.values if rel.values.ndim == 2 else packed(rel.values, rnd.m, rnd.high, rnd.integer)
+    ids = None if rel.user_ids is None else rel.user_ids.astype("<u8")
+    return ReleaseMsg(run=run, task=task, round=rel.round_id, n_reports=rel.n_reports, values=values, user_ids=ids)
 
 
-class LinearReleaseMsg(_Msg):
-    """Shuffler → analyzer: P_Vec's per-label totals (``width`` values), or P_Amp's uniformly permuted
-    list of ``n_reports`` reports (n_reports·width values). No sender ids, no arrival order."""
-
-    kind: Literal["linear-release"] = "linear-release"
-    task: NonNeg
-    round: NonNeg
-    n_reports: Annotated[int, Field(ge=1)]
-    width: Annotated[int, Field(ge=1, le=MAX_LINEAR_WIDTH)]
-    values: Array
-
-    @model_validator(mode="after")
-    def _shape(self):
-        _require(self.values.size in (self.width, self.n_reports * self.width),
-                 "values must be width totals or n_reports·width entries")
-        return self
-
-
-class LinearTruthMsg(_Msg):
-    """Users → observer: ground truth of one batch: the served arm's gap μ* − μ_a, every user's
-    realized regret 1{U < μ*} − 1{U < μ_a} (int8), and on diagnostic batches Σ entries."""
-
-    kind: Literal["linear-truth"] = "linear-truth"
-    task: NonNeg
-    round: NonNeg
-    first_user: NonNeg
-    gap: FiniteFloat
-    realized: Array
-    entries_sum: Array | None = None
-
-    @model_validator(mode="after")
-    def _sizes(self):
-        _require(self.realized.dtype == np.int8 and 1 <= self.realized.size, "realized must be int8, ≥ 1 user")
-        return self
-
-
-class LinearRecordMsg(_Msg):
-    """Analyzer → observer, on diagnostic batches: its estimate of the batch sum, θ̂ and λ_min(V_m)."""
-
-    kind: Literal["linear-record"] = "linear-record"
-    task: NonNeg
-    round: NonNeg
-    estimate: Array
-    theta: Array
-    lambda_min: float
+def release_of(msg: ReleaseMsg) -> Release:
+    ids = None if msg.user_ids is None else msg.user_ids.astype(np.int64)
+    return Release(msg.round, msg.n_reports, as_values(msg.values), ids)
 
 
 class StatusMsg(_Msg):
-    """Any party → observer: ready, task finished (with its counters), or a failure."""
+    """Any party → observer, on the party's own metrics topic (``metrics/<party>``, which only its
+    account may write): ready, task finished (with its counters), or a failure."""
 
     kind: Literal["status"] = "status"
-    party: Annotated[str, Field(pattern=r"^[a-z]+(-[0-9]+)?$")]
+    party: Annotated[str, Field(pattern=NAME_PATTERN, max_length=32)]
     state: Literal["ready", "task-done", "error", "stats"]
     task: NonNeg | None = None
-    body: dict = {}
+    body: Body = {}
 
 
 class TaskSpec(BaseModel):
@@ -327,16 +466,13 @@ class TaskSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     index: NonNeg
-    run: NonNeg
+    runs: Annotated[list[NonNeg], Field(min_length=1, max_length=1)]
     label: Annotated[str, Field(min_length=1, max_length=200)]
-    algorithm: dict
-    horizon: Annotated[int, Field(ge=2)]
-    arms: Annotated[int, Field(ge=2)]
-    delta: Annotated[float, Field(gt=0, lt=1)]
+    family: Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,63}$")]
+    public: dict
     # The observer's session nonce: a checkpoint taken in another session (same run id, same
     # experiment, a new start) does not match this spec's fingerprint and is refused.
     session: Annotated[str, Field(pattern=r"^[0-9a-f]{1,64}$")] | None = None
-    family: Literal["distributed-dp-mab", "shuffle-linear-bandits"] = "distributed-dp-mab"
 
 
 class ControlMsg(_Msg):
@@ -346,16 +482,15 @@ class ControlMsg(_Msg):
     kind: Literal["control"] = "control"
     action: Literal["task", "shutdown", "resync"]
     task: NonNeg | None = None
-    body: dict = {}
+    body: Body = {}
 
 
 Message = Annotated[
-    Union[PlanMsg, ReportsMsg, ReleaseMsg, SecAggMsg, ResendMsg, TruthMsg, RecordMsg, StatusMsg, ControlMsg,
-          LinearPlanMsg, LinearReportsMsg, LinearReleaseMsg, LinearTruthMsg, LinearRecordMsg],
+    Union[PlanMsg, ReportsMsg, ReleaseMsg, SecAggMsg, CloseMsg, ResendMsg, TruthMsg, RecordMsg, StatusMsg,
+          ControlMsg],
     Field(discriminator="kind"),
 ]
-KINDS = ("plan", "reports", "release", "secagg", "resend", "truth", "record", "status", "control",
-         "linear-plan", "linear-reports", "linear-release", "linear-truth", "linear-record")
+KINDS = ("plan", "reports", "release", "secagg", "close", "resend", "truth", "record", "status", "control")
 
 
 class _Wire(BaseModel):
@@ -386,4 +521,6 @@ def decode(data: bytes) -> _Msg:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"][2:])
-        raise DecodeError("schema", f"{obj['kind']}.{where}: {first['msg']}") from None
+        raise DecodeError("schema", f"{obj['kind']}.{where}: {first['msg']}"[:300]) from None
+    except RecursionError:
+        raise DecodeError("schema", f"{obj['kind']}: nested too deep") from None

@@ -11,7 +11,7 @@ builders are sans-I/O: :class:`TrafficAttacker`):
 - ``sybil``: reports from ids outside the invited cohort (``not-in-cohort``);
 - ``impersonate``: reports under invited ids, sent the moment the plan appears, racing the fleets,
   once without MACs and once with guessed ones (``missing-tag``, ``bad-tag``: the users' one-time
-  MACs of :mod:`privbandit.protocol.report_auth`, which the attacker has no key for);
+  MACs of :mod:`privbandit.protocol.primitives.report_auth`, which the attacker has no key for);
 - ``flood``: for every plan, many copies of duplicates, garbage, near-miss messages (wrong
   version, run, task, round, modulus, schema) and one oversized payload;
 - ``curious-analyzer``: subscribes to reports, metrics and everything, and publishes forged
@@ -33,32 +33,45 @@ import aiomqtt
 import msgpack
 import numpy as np
 
-from privbandit.protocol.report_auth import PRIME, TAG_DTYPE
+from privbandit.protocol.primitives.report_auth import PRIME, TAG_DTYPE
 from privbandit.services import codec
 from privbandit.services.bus import BusSettings, topic
 
+# Adversaries on the wire; they need a broker and a running session.
+TRAFFIC_ADVERSARIES: dict[str, str] = {
+    "replay": "re-sends reports for rounds that already closed, and for the running task's old rounds",
+    "impersonate": "sends reports under invited users' ids, racing the genuine fleets",
+    "sybil": "sends reports from ids outside the invited cohort",
+    "flood": "floods the report topic: duplicates, junk, malformed and oversized messages",
+    "curious-analyzer": "with the analyzer's credentials: subscribes to reports and metrics, forges releases",
+}
+
+WAVE_GAP_S = 0.2  # plans this far apart belong to different bursts (the analyzer waited for releases)
 SYBIL_IDS = 64  # ids per forged message: enough to count, small enough to flood with
 FLOOD_COPIES = 20
 
 
 def malformed_variants(run_id: str, m: int = 53) -> list[bytes]:
     """Garbage and near-miss reports: each one fails a different decoder or protocol check."""
-    good = codec.ReportsMsg(run=run_id, task=0, round=0, m=m, user_ids=np.array([0], "<u4"),
-                            values=np.array([1], "<u2"))
+    good = codec.ReportsMsg(run=run_id, task=0, round=0, plan=0, user_ids=np.array([0], "<u4"),
+                            values=np.array([[[1]]], "<u2"))
     raw = msgpack.unpackb(codec.encode(good))
     return [
         b"\xc1 not msgpack", msgpack.packb([1, 2]), msgpack.packb({**raw, "v": 9}),
         msgpack.packb({**raw, "kind": "nope"}), msgpack.packb({**raw, "round": "x"}),
         codec.encode(good.model_copy(update={"run": "someone-else"})),
-        codec.encode(good.model_copy(update={"m": 12345})),
+        codec.encode(good.model_copy(update={"values": np.array([[[m + 7]]], "<u2")})),  # not a residue
         codec.encode(good.model_copy(update={"user_ids": np.array([10**6], "<u4")})),
         codec.encode(good.model_copy(update={"round": 10**6})),  # a round that never exists
         codec.encode(good.model_copy(update={"task": 10**6})),  # a task that never comes
+        # Lengths that disagree: user_ids of 2 against values of 1 (the codec refuses the shape).
+        msgpack.packb({**raw, "user_ids": {"dtype": "<u4", "shape": [2], "data": bytes(8)}}),
     ]
 
 
 class TrafficAttacker:
-    """Turns each plan a user can read into the hostile messages of one kind (bytes, no I/O)."""
+    """Turns each plan a user can read into the hostile messages of one kind (bytes, no I/O).
+    ``where`` maps a round to the intermediary that collects it (from the plans seen)."""
 
     def __init__(self, kind: str, run_id: str, seed: int | None = None):
         if kind not in ("replay", "sybil", "impersonate", "flood"):
@@ -66,38 +79,54 @@ class TrafficAttacker:
         self.kind, self.run_id = kind, run_id
         self.rng = np.random.default_rng(seed)
         self.seen: list[codec.PlanMsg] = []  # collected plans of earlier rounds and tasks
+        self.waves: list[int] = []
+        self.rounds: dict[tuple[int, int], codec.RoundSpec] = {}  # (task, round) → its spec
 
-    def _reports(self, plan: codec.PlanMsg, ids: np.ndarray, **update) -> bytes:
-        m = plan.params.m
-        values = self.rng.integers(0, m, ids.size) if m is not None else self.rng.random(ids.size)
-        msg = codec.ReportsMsg(run=self.run_id, task=plan.task, round=plan.round, m=m,
-                               user_ids=ids.astype("<u8"), values=codec.packed(values, m))
-        return codec.encode(msg.model_copy(update=update) if update else msg)
+    def _reports(self, plan: codec.PlanMsg, join: codec.JoinSpec, ids: np.ndarray, **update) -> tuple[str, bytes]:
+        rnd = self.rounds[plan.task, join.round]
+        if rnd.m is not None:
+            values = self.rng.integers(0, rnd.m, (1, ids.size, rnd.width))
+        elif rnd.integer:
+            values = self.rng.integers(0, int(rnd.high or 1) + 1, (1, ids.size, rnd.width))
+        else:
+            values = self.rng.random((1, ids.size, rnd.width))
+        msg = codec.ReportsMsg(run=self.run_id, task=plan.task, round=join.round, plan=plan.plan,
+                               user_ids=ids.astype("<u8"), values=codec.packed(values, rnd.m, rnd.high, rnd.integer))
+        return rnd.intermediary, codec.encode(msg.model_copy(update=update) if update else msg)
 
-    def on_plan(self, plan: codec.PlanMsg) -> list[bytes]:
-        if not plan.collect or any(p.task == plan.task and p.round == plan.round for p in self.seen):
-            return []  # a re-announced plan
-        out: list[bytes] = []
-        cohort = np.arange(plan.first_user, plan.first_user + min(plan.cohort, SYBIL_IDS))
+    def on_plan(self, plan: codec.PlanMsg, wave: int = 0) -> list[tuple[str, bytes]]:
+        """(intermediary, payload) pairs answering one plan. ``wave`` numbers the bursts of plans
+        as they appear: the analyzer plans again only once the rounds it waits for are released, so
+        the rounds of plans two bursts back are closed."""
+        for rnd in plan.opens:
+            self.rounds.setdefault((plan.task, rnd.id), rnd)
+        if not plan.joins or any(p.task == plan.task and p.plan == plan.plan for p in self.seen):
+            return []  # a plan that collects nothing, or a re-announced one
+        out: list[tuple[str, bytes]] = []
+        join = plan.joins[0]
+        cohort = np.arange(join.first, join.first + min(join.count, SYBIL_IDS))
         outside = plan.first_user + plan.cohort + np.arange(SYBIL_IDS)
         if self.kind == "sybil":
-            out.append(self._reports(plan, outside))
+            out.append(self._reports(plan, join, outside))
         elif self.kind == "impersonate":
-            out.append(self._reports(plan, cohort))
-            out.append(self._reports(plan, cohort, tags=self.rng.integers(0, PRIME, cohort.size).astype(TAG_DTYPE)))
+            out.append(self._reports(plan, join, cohort))
+            out.append(self._reports(plan, join, cohort, tags=self.rng.integers(0, PRIME, cohort.size).astype(TAG_DTYPE)))
+            # A forged "block complete" marker: it would declare every missing user a dropout.
+            out.append(self._reports(plan, join, np.zeros(0, np.int64), block=0, block_tag=secrets.token_bytes(16)))
         elif self.kind == "replay":
-            # Rounds of earlier batches or tasks: the analyzer opens a batch only once every round
-            # of the previous one was released, so these are closed. (Re-sending a round of the
-            # *open* batch under invited ids would be impersonation.)
-            done = [p for p in self.seen if (p.task, p.batch) < (plan.task, plan.batch)]
+            # Plans of earlier tasks, or earlier plans whose rounds the analyzer has seen released
+            # (it plans again only once the rounds it waits for are released): closed rounds.
+            done = [p for p, w in zip(self.seen, self.waves) if p.task < plan.task or w < wave - 1]
             for old in done[-4:]:
-                ids = np.arange(old.first_user, old.first_user + min(old.cohort, SYBIL_IDS))
-                out.append(self._reports(old, ids))
+                j = old.joins[0]
+                out.append(self._reports(old, j, np.arange(j.first, j.first + min(j.count, SYBIL_IDS))))
         else:  # flood
-            out += [self._reports(plan, outside)] * FLOOD_COPIES
-            out += malformed_variants(self.run_id, plan.params.m or 53) * 2
-            out.append(b"\x00" * (codec.MAX_MESSAGE_BYTES + 1))
+            box = self.rounds[plan.task, join.round].intermediary
+            out += [self._reports(plan, join, outside)] * FLOOD_COPIES
+            out += [(box, m) for m in malformed_variants(self.run_id, self.rounds[plan.task, join.round].m or 53)] * 2
+            out.append((box, b"\x00" * (codec.MAX_MESSAGE_BYTES + 1)))
         self.seen.append(plan)
+        self.waves.append(wave)
         return out
 
 
@@ -153,20 +182,21 @@ def _decoded(payload):
 async def _report_attack(client: aiomqtt.Client, run: str, until, kind: str) -> dict:
     attacker = TrafficAttacker(kind, run)
     await client.subscribe([(topic(run, "plan"), 1), (topic(run, "control"), 1)])
-    plans = sent = 0
-    target = "aggregator"  # whichever intermediary collects the running task's reports
+    plans = sent = wave = 0
+    last = 0.0
 
     async def pump():
-        nonlocal plans, sent, target
+        nonlocal plans, sent, wave, last
         async for message in client.messages:
             msg = _decoded(message.payload)
             if _is_shutdown(msg):
                 return
-            if isinstance(msg, codec.ControlMsg) and msg.action == "task" and isinstance(msg.body.get("algorithm"), dict):
-                target = "shuffler" if msg.body["algorithm"].get("intermediary") == "shuffler" else "aggregator"
             if isinstance(msg, codec.PlanMsg):
                 plans += 1
-                for payload in attacker.on_plan(msg):
+                now = asyncio.get_running_loop().time()
+                wave += now - last > WAVE_GAP_S
+                last = now
+                for target, payload in attacker.on_plan(msg, wave):  # the round's own intermediary
                     await client.publish(topic(run, "report", target), payload, qos=1)
                     sent += 1
 
@@ -182,7 +212,7 @@ async def _curious(client: aiomqtt.Client, run: str, until) -> dict:
     result = await client.subscribe([(f, 1) for f in filters])
     codes = [getattr(c, "value", c) for c in (result if isinstance(result, (list, tuple)) else [result])]
     await client.subscribe(topic(run, "control"), qos=1)
-    forged = codec.encode(codec.ReleaseMsg(run=run, task=0, round=0, n_reports=1, value=0))
+    forged = codec.encode(codec.ReleaseMsg(run=run, task=0, round=0, n_reports=1, values=np.zeros((1, 1), np.int64)))
     for intermediary in ("aggregator", "shuffler"):
         await client.publish(topic(run, "release", intermediary), forged, qos=1)
     seen: dict[str, int] = {}

@@ -1,42 +1,44 @@
-"""``privbandit aggregator`` and ``privbandit shuffler``: collect a round's reports, release once.
+"""``privbandit aggregator`` and ``privbandit shuffler``: collect rounds' reports, release each once.
 
-The aggregator releases the modular sum and nothing else (or, for the local model, forwards the
-attributable reports); the shuffler releases a uniformly permuted multiset without ids. Reports are
-admitted only from the round's invited cohort, only with the round's modulus, and count once.
-A round that does not complete by its deadline is released over the reports that came if the
-release threshold allows, else not at all; the failure is reported loudly.
+One service for every intermediary party and every family. It holds no family code: the rounds the
+analyzer's plans open say what to admit and what to release (a modular sum and nothing else; the
+reports themselves, attributable; or their uniformly permuted multiset, without ids), and the
+sans-I/O :class:`~privbandit.protocol.spine.intermediary.Intermediary` enforces it. A record is
+admitted only from a user a plan joined into the round, with a valid MAC, once; a fleet declares a
+block of a plan's cohort answered with a MAC'd closing message, and once every block has answered
+the missing users count as dropouts. A round that does not complete by its deadline is released over
+the reports that came if its threshold allows, else not at all; the failure is reported loudly.
 
-With ``intermediary = "secagg"`` the aggregator never sees a residue: it runs the server side of
-Bonawitz et al.'s protocol (:mod:`privbandit.services.secagg_rounds`), relaying keys and
-encrypted shares between fleets, and releases the unmasked sum.
+A round with ``secagg`` set is computed by Bonawitz et al.'s protocol: the aggregator never sees a
+residue, relays keys and encrypted shares between fleets (:mod:`privbandit.services.secagg_rounds`),
+and releases the unmasked sum.
 
-With a state directory it checkpoints at every round boundary (a release, or a failed round):
-the closed and failed rounds of the running task and the releases of its last two batches. A
-restarted intermediary resumes from it: a closed round is never opened twice (so never counted
-twice), a re-announced plan of a closed round gets its release again (the analyzer may have lost
-it), and a round it opens after the restart, whose reports it may have acknowledged and lost,
-is asked for again (:class:`~privbandit.services.codec.ResendMsg`, every ``RESEND_S`` until it
-completes); so it is after it regains a lost broker. A secure round is never re-run (not with the
-same key material, which would let a server unmask inputs, nor with fresh keys, which would let
-it difference two sums over the same inputs): one in flight at a crash aborts at its step
-deadline, loudly, naming round and step.
+With a state directory it checkpoints at every round boundary (a release, or a failed round): the
+closed and failed rounds of the running task and its recent releases. A restarted intermediary
+resumes from it: a closed round is never opened twice (so never counted twice), a re-announced
+plan of a closed round gets its release again (the analyzer may have lost it), and the rounds it
+opens before its first release after the restart, whose reports it may have acknowledged and lost,
+are asked for again (:class:`~privbandit.services.codec.ResendMsg`, every ``RESEND_S`` until they
+complete); so it is after it regains a lost broker. A secure round is never re-run (not with the
+same key material, which would let a server unmask inputs, nor with fresh keys, which would let it
+difference two sums over the same inputs): one in flight at a crash aborts at its step deadline,
+loudly, naming round and step.
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
 import time
+from collections import OrderedDict
 
 import numpy as np
 
-from privbandit.experiment.build import build_mechanism
-from privbandit.experiment.config import AlgorithmConfig
-from privbandit.protocol.adversaries import report_slack
-from privbandit.protocol.events import Reports, RoundPlan
-from privbandit.protocol.mechanisms.base import RoundParams
-from privbandit.protocol.parties import Intermediary, ProtocolError, Shuffler, shuffle_rng
-from privbandit.protocol.report_auth import ReportAuthenticator
-from privbandit.protocol.seeding import USER_BLOCK, derive_key, stream
+from privbandit.protocol.primitives.report_auth import ReportAuthenticator
+from privbandit.protocol.primitives.seeding import USER_BLOCK, derive_key
+from privbandit.protocol.spine.errors import ProtocolError
+from privbandit.protocol.spine.events import Plan, Reports, Round
+from privbandit.protocol.spine.intermediary import Intermediary
 from privbandit.services import codec
 from privbandit.services.checkpoint import CheckpointError
 from privbandit.services.party import PartyService
@@ -45,113 +47,96 @@ from privbandit.services.secagg_rounds import AggregatorSecAgg
 log = logging.getLogger("privbandit.intermediary")
 
 DEFAULT_DEADLINE_S = 120.0
-KEEP_BATCHES = 2  # releases kept for re-sending: the analyzer's open batch, and the one before
 DEFAULT_SECAGG_STEP_S = 30.0  # a secure-aggregation step waits this long for every fleet
 # A round asked for again and still incomplete is asked for again this often: a fleet whose broker
 # session was not saved before the broker died misses requests sent before it resubscribes.
 RESEND_S = 3.0
+# Releases kept to answer a re-announced plan (the analyzer restarted and lost one): the most
+# recent ones, within this budget; the open plans' rounds are always among them.
+KEEP_RELEASES = 64
+KEEP_RELEASE_BYTES = 64 * 2**20
+
+
+def blocks_of(plan: Plan) -> int:
+    return (plan.cohort + USER_BLOCK - 1) // USER_BLOCK
 
 
 class IntermediaryService(PartyService):
-    family_handlers = {"shuffle-linear-bandits": "privbandit.services.linear:ShufflerHandler"}
+    """One intermediary party (``role``: its broker account, ``aggregator`` or ``shuffler``)."""
 
     def __init__(self, settings, report_key: int, role: str = "aggregator", deadline_s: float = DEFAULT_DEADLINE_S,
                  shuffle_key: int | None = None, secagg_step_s: float = DEFAULT_SECAGG_STEP_S,
                  state_dir=None):
-        if role not in ("aggregator", "shuffler"):
-            raise ValueError(f"role {role!r} must be 'aggregator' or 'shuffler'")
         self.role = role
         super().__init__(settings, state_dir=state_dir)
         self.auth = ReportAuthenticator(report_key)
         self.deadline_s = deadline_s
         self.shuffle_key = shuffle_key
-        self.mechanism = None
-        self.active = False  # does this task route through us?
-        self.boxes: dict[int, tuple[Intermediary, float]] = {}
-        self.closed: set[int] = set()
-        self.waiting: dict[int, list] = {}  # reports that arrived before their plan
-        self.failed: set[int] = set()
-        self.blocks_in: dict[int, set[int]] = {}
         self.secagg_step_s = secagg_step_s
+        self.box: Intermediary | None = None
+        self.plans: dict[int, Plan] = {}  # plans that joined rounds here, for MACs and blocks
+        self.closing: dict[tuple[int, int], set[int]] = {}  # (round, plan) → blocks answered
+        self.opened: dict[int, float] = {}  # open round → when
+        self.waiting: dict[tuple, list] = {}  # (round, plan) → reports that arrived before their plan
+        self.failed: set[int] = set()
+        self.released: OrderedDict[int, codec.ReleaseMsg] = OrderedDict()
         self.secagg: AggregatorSecAgg | None = None
-        self.released: dict[int, tuple[int, codec.ReleaseMsg]] = {}  # round → (batch, release)
-        self.batch_of: dict[int, int] = {}
-        # Reports acknowledged to the broker but not checkpointed die with the process: the first
-        # task run after a restart (or the one running when the broker came back) asks for them
-        # again, for the rounds that can have been open then: batches up to ``recover_upto`` (the
-        # analyzer plans batch b + 2 only once b + 1 is released, so later rounds lost nothing).
-        self.recover_next_task = self.checkpoint is not None
-        self.recover_task: int | None = None
-        self.recover_upto = 0
+        # Reports acknowledged to the broker but not checkpointed die with the process (or the
+        # broker): the rounds opened until the next release are asked for again.
+        self.recovering = self.checkpoint is not None
         self.asked: dict[int, float] = {}  # round → when the fleets were last asked to send it again
 
     def subscriptions(self):
         return [self.t("control"), self.t("plan"), self.t("report", self.role)]
 
     async def on_task(self, spec: dict) -> None:
-        algo = AlgorithmConfig.model_validate(spec["algorithm"])
-        self.mechanism = build_mechanism(algo)
-        self.range_check = algo.range_check
-        wanted = "shuffler" if algo.intermediary == "shuffler" else "aggregator"
-        self.active = wanted == self.role
+        runs = spec["runs"]
         # The permutation key never travels on the bus: the shuffler derives it from its own
         # master key (reproducible runs), or draws permutations from the OS CSPRNG.
-        self.task_key = None if self.shuffle_key is None else derive_key(self.shuffle_key, spec["run"], spec["label"])
+        keys = None if self.shuffle_key is None else [derive_key(self.shuffle_key, r, spec["label"]) for r in runs]
+        self.box = Intermediary(self.role, len(runs), keys, self.rejected)
         self.forget_waiting()
-        self.boxes, self.closed, self.failed = {}, set(), set()
-        self.blocks_in: dict[int, set[int]] = {}
-        self.released, self.batch_of, self.asked = {}, {}, {}
+        self.plans, self.closing, self.opened, self.failed, self.asked = {}, {}, {}, set(), {}
+        self.released = OrderedDict()
         saved = self.resumable(spec)
         if saved is not None:
             self.restore(saved)
-        if self.recover_next_task:
-            self.recover_task, self.recover_next_task = spec["index"], False
-            self.recover_upto = self.last_batch() + 1
-        self.secagg = None
-        if self.active and algo.intermediary == "secagg":
-            self.secagg = AggregatorSecAgg(self.run_id, spec["index"], algo.secagg_graph, self.secagg_step_s,
-                                           self.relay, self.release_secure, self.abort_secure,
-                                           self.rejected, self.auth)
+        self.secagg = AggregatorSecAgg(self.run_id, spec["index"], self.secagg_step_s, self.relay,
+                                       self.release_secure, self.abort_secure, self.rejected, self.auth)
         self.checkpoint_round()
 
     # --- checkpoints ---------------------------------------------------------------------------
-    def last_batch(self) -> int:
-        """The latest batch this intermediary has seen a plan of (0: none)."""
-        return max([b for b, _ in self.released.values()] + list(self.batch_of.values()), default=0)
-
     def checkpoint_round(self) -> None:
-        """At a round boundary: closed and failed rounds, and the last batches' releases."""
-        if self.released:
-            last = max(batch for batch, _ in self.released.values())
-            self.released = {r: (b, m) for r, (b, m) in self.released.items() if b > last - KEEP_BATCHES}
-        self.save_state({"closed": sorted(self.closed), "failed": sorted(self.failed),
-                         "releases": [[b, codec.encode(m)] for b, m in self.released.values()]})
+        """At a round boundary: closed and failed rounds, and the recent releases."""
+        kept, size = [], 0
+        for rid in reversed(self.released):
+            data = codec.encode(self.released[rid])
+            if len(kept) >= KEEP_RELEASES or (kept and size + len(data) > KEEP_RELEASE_BYTES):
+                break
+            kept.append(data)
+            size += len(data)
+        self.save_state({"closed": sorted(self.box.closed), "failed": sorted(self.failed), "releases": kept[::-1]})
 
     def restore(self, saved: dict) -> None:
-        """Closed and failed rounds and kept releases from a checkpoint of the running task."""
         try:
-            self.closed = {int(r) for r in saved["closed"]}
+            self.box.closed = {int(r) for r in saved["closed"]}
             self.failed = {int(r) for r in saved["failed"]}
-            for batch, data in saved["releases"]:
+            for data in saved["releases"]:
                 msg = codec.decode(data)
-                if not isinstance(msg, codec.ReleaseMsg) or msg.run != self.run_id or msg.round not in self.closed:
+                if not isinstance(msg, codec.ReleaseMsg) or msg.run != self.run_id or msg.round not in self.box.closed:
                     raise ValueError(f"a {msg.kind} for round {getattr(msg, 'round', '?')} is not a closed round's release")
-                self.released[msg.round] = (int(batch), msg)
+                self.released[msg.round] = msg
         except (KeyError, TypeError, ValueError, codec.DecodeError) as exc:
             raise CheckpointError("checkpoint-schema", f"{self.state.path}: {type(exc).__name__}: {exc}") from None
         log.info("resumed task %d from %s: %d closed rounds, %d releases kept", self.task_index,
-                 self.state.path, len(self.closed), len(self.released))
+                 self.state.path, len(self.box.closed), len(self.released))
 
     async def on_connect(self) -> None:
         await super().on_connect()
-        if self.connections > 1:  # the broker was lost: reports in flight may be gone with it
-            if self.task_spec is None:
-                self.recover_next_task = True
-            else:
-                self.recover_task, self.recover_upto = self.task_index, self.last_batch() + 1
-                for round_id, (box, _) in self.boxes.items():
-                    if box is not None:
-                        await self.ask_again(round_id)
+        if self.connections > 1 and self.box is not None:  # reports in flight may be gone with the broker
+            self.recovering = True
+            for round_id in list(self.box.rounds):
+                await self.ask_again(round_id)
 
     async def ask_again(self, round_id: int) -> None:
         self.asked[round_id] = time.monotonic()
@@ -170,89 +155,145 @@ class IntermediaryService(PartyService):
 
     async def on_message(self, name: str, msg) -> None:
         if isinstance(msg, codec.PlanMsg):
-            if self.current(msg) and self.active and msg.collect:
-                await self.open_round(msg)
+            if self.current(msg):
+                await self.open_plan(msg.to_plan())
+        elif isinstance(msg, codec.CloseMsg):
+            if self.current(msg):
+                for round_id in msg.rounds:  # never to be released: no failure, nothing to wait for
+                    if round_id in self.box.rounds:
+                        self.box.close(round_id)
+                        self.forget_round(round_id)
         elif isinstance(msg, (codec.ReportsMsg, codec.SecAggMsg)):
             if self.current(msg):
                 await self.collect(msg)
         else:
             self.reject("unexpected-kind", msg.kind)
 
-    async def open_round(self, msg: codec.PlanMsg) -> None:
-        if msg.round in self.closed and msg.round in self.released:
-            # A re-announced plan of a round we released: the analyzer may have lost the release
-            # (it restarted); it ignores a release it already decoded.
-            return await self.bus.publish(self.t("release", self.role), self.released[msg.round][1])
-        if msg.round in self.boxes or msg.round in self.closed or msg.round in self.failed:
-            return  # a re-announced plan
-        q = msg.params
-        plan = RoundPlan(round_id=msg.round, batch=msg.batch, arm=msg.arm, first_user=msg.first_user,
-                         cohort=msg.cohort, params=RoundParams(**q.model_dump()), collect=True)
-        window = report_slack(self.mechanism, plan.params) if self.range_check and q.m is not None else None
-        if self.secagg is not None:
-            self.secagg.open(plan)
-            box = None  # the protocol state lives in self.secagg
-        elif self.role == "shuffler":
-            rng = shuffle_rng() if self.task_key is None else stream(self.task_key, "shuffle", msg.round)
-            box = Shuffler(plan, self.mechanism, rng, self.rejected, window)
-        else:
-            box = Intermediary(plan, self.mechanism, self.rejected, window)
-        self.boxes[msg.round] = (box, time.monotonic())
-        self.batch_of[msg.round] = msg.batch
-        log.debug("%s opened round %d (batch %d, %d users)", self.name, msg.round, msg.batch, msg.cohort)
-        if self.recover_task == self.task_index and msg.batch <= self.recover_upto and box is not None:
-            await self.ask_again(msg.round)
-        for early in self.waiting.pop(msg.round, []):
-            await self.collect(early)
+    # --- plans -----------------------------------------------------------------------------------
+    async def open_plan(self, plan: Plan) -> None:
+        box = self.box
+        mine = [r for r in plan.opens if r.intermediary == self.role]
+        here = {r.id for r in mine} | set(box.rounds) | box.closed | self.failed
+        joins = [j for j in plan.joins if j.round_id in here]
+        if not joins:
+            return
+        for j in joins:  # a re-announced plan of a round released: the analyzer may have lost it
+            if j.round_id in self.released:
+                await self.bus.publish(self.t("release", self.role), self.released[j.round_id])
+        new = [r for r in mine if r.id not in box.rounds and r.id not in box.closed and r.id not in self.failed]
+        try:
+            for rnd in new:
+                if rnd.secagg is not None:
+                    join = next((j for j in plan.joins if j.round_id == rnd.id), None)
+                    if join is None or join.count != rnd.expected or len([j for j in plan.joins if j.round_id == rnd.id]) != 1:
+                        raise ProtocolError("bad-join", f"secure round {rnd.id} needs one join of its whole cohort")
+                box.open(rnd)
+            box.open_plan(plan)
+        except ProtocolError as exc:
+            return self.reject(exc.reason, exc.detail)
+        self.plans[plan.id] = plan
+        for rnd in new:
+            self.opened[rnd.id] = time.monotonic()
+            if rnd.secagg is not None:
+                self.secagg.open(rnd, next(j.first for j in plan.joins if j.round_id == rnd.id))
+            log.debug("%s opened round %d (%d reports)", self.name, rnd.id, rnd.expected)
+            if self.recovering:
+                await self.ask_again(rnd.id)
+        for j in joins:  # reports that overtook this plan (MQTT orders per topic only)
+            for early in self.waiting.pop((j.round_id, plan.id), []) + self.waiting.pop((j.round_id, None), []):
+                await self.collect(early)
 
+    # --- reports ---------------------------------------------------------------------------------
     async def collect(self, msg: codec.ReportsMsg | codec.SecAggMsg) -> None:
-        if msg.round in self.closed or msg.round in self.failed:
-            return self.reject("round-closed", f"round {msg.round}")
-        if msg.round not in self.boxes:
-            held = self.waiting.setdefault(msg.round, [])
+        box = self.box
+        if msg.round in box.closed or msg.round in self.failed:
+            records = msg.user_ids.size if isinstance(msg, codec.ReportsMsg) else 1
+            return self.reject("round-closed", f"round {msg.round}", max(1, records))
+        early = msg.round not in box.rounds or (
+            isinstance(msg, codec.ReportsMsg) and msg.plan not in self.plans and box.join_of(msg.round, msg.plan) is None)
+        if early:  # its plan has not reached us yet: hold it (bounded) until the plan comes
+            key = (msg.round, msg.plan if isinstance(msg, codec.ReportsMsg) else None)
             if sum(len(v) for v in self.waiting.values()) >= self.MAX_EARLY:
                 return self.reject("early-overflow", f"round {msg.round}")
-            held.append(msg)
+            self.waiting.setdefault(key, []).append(msg)
             return
-        box, _ = self.boxes[msg.round]
-        if (box is None) != isinstance(msg, codec.SecAggMsg):
+        secure = box.rounds[msg.round].round.secagg is not None
+        if secure != isinstance(msg, codec.SecAggMsg):
             return self.reject("wrong-protocol", f"{msg.kind} for round {msg.round}")
-        if box is None:
+        if secure:
             reason = await self.secagg.on_message(msg)
             return self.reject(reason, f"round {msg.round} {msg.step}") if reason else None
-        if msg.m != box.plan.params.m:
-            return self.reject("wrong-modulus", f"m={msg.m}, round {msg.round} uses {box.plan.params.m}")
-        values = msg.values.astype(np.int64) if msg.values.dtype.kind == "u" else msg.values
-        ids, values = self.authentic(msg, box.plan, msg.user_ids.astype(np.int64), values)
-        box.receive(Reports(msg.round, ids, values))  # counts its rejections
-        blocks = self.blocks_in.setdefault(msg.round, set())
-        if msg.block is not None and msg.block < -(-box.plan.cohort // USER_BLOCK):
-            blocks.add(msg.block)
-        if box.complete:
-            await self.release(msg.round, box)
-        elif len(blocks) * USER_BLOCK >= box.plan.cohort:
-            # Every block has reported: whoever is missing dropped out. Release over the reports
-            # that came if the threshold allows; else wait for stragglers until the deadline.
-            try:
-                await self.release(msg.round, box, partial=True)
-            except ProtocolError:
-                pass
+        join = box.join_of(msg.round, msg.plan)
+        if join is None:
+            return self.reject("not-joined", f"plan {msg.plan} does not report into round {msg.round}",
+                               max(1, msg.user_ids.size))
+        plan = self.plans[msg.plan]
+        ids, values = self.authentic(msg, plan, join)
+        box.receive(Reports(msg.round, msg.plan, ids, values))  # counts its refusals
+        if msg.block is not None:
+            self.close_block(msg, plan)
+        await self.release_ready()
 
-    def authentic(self, msg: codec.ReportsMsg, plan: RoundPlan, ids: np.ndarray, values: np.ndarray):
-        """Drop the invited users' records whose MAC is missing or wrong, so a report under another
-        user's id never takes the place of the user's own. Ids outside the cohort have no key; they
-        go on to the round, which rejects them as ``not-in-cohort``."""
-        invited = (ids >= plan.first_user) & (ids < plan.first_user + plan.cohort)
-        if msg.tags is None or msg.tags.shape != ids.shape:
-            reason, good = "missing-tag" if msg.tags is None else "bad-tag", ~invited
+    def authentic(self, msg: codec.ReportsMsg, plan: Plan, join) -> tuple[np.ndarray, np.ndarray]:
+        """Drop the joined users' records whose MAC is missing or wrong, so a report under another
+        user's id never takes the place of the user's own. Ids outside the join have no key; they
+        go on to the round, which refuses them as ``not-in-cohort``."""
+        ids = msg.user_ids.astype(np.int64)
+        values = codec.as_values(msg.values)
+        inside = (ids >= join.first) & (ids < join.first + join.count)
+        if msg.tags is None:
+            reason, good = "missing-tag", ~inside
         else:
-            reason, good = "bad-tag", ~invited
-            good[invited] = self.auth.verify(self.run_id, self.task_index, msg.round, plan.first_user,
-                                             ids[invited], values[invited], msg.tags[invited])
+            reason, good = "bad-tag", ~inside
+            good[inside] = self.auth.verify(self.run_id, self.task_index, msg.round, plan.id, plan.first_user,
+                                            ids[inside], values[:, inside], msg.tags[inside])
         if not good.all():
-            self.rejected[reason] += int((~good).sum())
-            log.warning("%s dropped %d records of round %d: %s", self.name, int((~good).sum()), msg.round, reason)
-        return ids[good], values[good]
+            self.reject(reason, f"{int((~good).sum())} records of round {msg.round}", int((~good).sum()))
+        return ids[good], values[:, good]
+
+    def close_block(self, msg: codec.ReportsMsg, plan: Plan) -> None:
+        """A fleet says every user of one block of the plan has answered for this round."""
+        expected = self.auth.mac("block", self.run_id, self.task_index, msg.round, plan.id, msg.block,
+                                 payload=codec.encode(msg.model_copy(update={"block_tag": b""})))
+        if msg.block >= blocks_of(plan) or not hmac.compare_digest(msg.block_tag, expected):
+            return self.reject("bad-block-tag", f"round {msg.round}, plan {plan.id}, block {msg.block}")
+        closed = self.closing.setdefault((msg.round, plan.id), set())
+        closed.add(msg.block)
+        if len(closed) == blocks_of(plan):
+            self.box.answered(plan.id, msg.round)
+
+    # --- releases --------------------------------------------------------------------------------
+    async def release_ready(self) -> None:
+        for round_id in self.box.starved():
+            await self.fail(round_id, f"every user answered but only {self.box.received(round_id)} reports "
+                                      f"came, below the threshold")
+        for round_id in self.box.ready():
+            rnd = self.box.rounds[round_id].round
+            await self.publish_release(round_id, codec.release_msg(
+                self.run_id, self.task_index, self.box.release(round_id, partial=True), rnd))
+
+    async def publish_release(self, round_id: int, msg: codec.ReleaseMsg) -> None:
+        """Release a round, close it, checkpoint: the round boundary."""
+        await self.bus.publish(self.t("release", self.role), msg)
+        log.debug("%s released round %d (%d reports)", self.name, round_id, msg.n_reports)
+        self.box.close(round_id)
+        self.forget_round(round_id)
+        self.released[round_id] = msg
+        self.recovering = False
+        self.checkpoint_round()
+
+    def forget_round(self, round_id: int) -> None:
+        self.opened.pop(round_id, None)
+        self.asked.pop(round_id, None)
+        for key in [k for k in self.closing if k[0] == round_id]:
+            del self.closing[key]
+
+    async def fail(self, round_id: int, reason: str) -> None:
+        self.failed.add(round_id)
+        self.box.close(round_id)
+        self.forget_round(round_id)
+        self.checkpoint_round()
+        await self.status("error", self.task_index, round=round_id, reason=f"round {round_id}: {reason}")
 
     async def relay(self, msg: codec.SecAggMsg) -> None:
         """Aggregator → fleets: deliveries to the fleet they are for, the rest to every fleet."""
@@ -261,56 +302,34 @@ class IntermediaryService(PartyService):
 
     async def release_secure(self, round_id: int, value: int, n_reports: int) -> None:
         await self.publish_release(round_id, codec.ReleaseMsg(
-            run=self.run_id, task=self.task_index, round=round_id, n_reports=n_reports, value=value))
-
-    async def publish_release(self, round_id: int, msg: codec.ReleaseMsg) -> None:
-        """Release a round, close it, checkpoint: the round boundary."""
-        await self.bus.publish(self.t("release", self.role), msg)
-        log.debug("%s released round %d (%d reports)", self.name, round_id, msg.n_reports)
-        del self.boxes[round_id]
-        self.blocks_in.pop(round_id, None)
-        self.closed.add(round_id)
-        self.released[round_id] = (self.batch_of.pop(round_id), msg)
-        self.checkpoint_round()
+            run=self.run_id, task=self.task_index, round=round_id, n_reports=n_reports,
+            values=np.array([[value]], dtype=np.int64)))
 
     async def abort_secure(self, round_id: int, reason: str) -> None:
-        if self.recover_task == self.task_index and self.batch_of.get(round_id, 0) <= self.recover_upto:
+        if self.recovering:
             reason += ("; the aggregator restarted (or lost the broker) while this round was in flight, "
                        "and a secure round is never re-run with the same inputs")
-        self.failed.add(round_id)
-        del self.boxes[round_id]
-        self.batch_of.pop(round_id, None)
-        self.checkpoint_round()
-        await self.status("error", self.task_index, round=round_id, reason=f"round {round_id}: {reason}")
-
-    async def release(self, round_id: int, box: Intermediary, partial: bool = False) -> None:
-        rel = box.release(partial)
-        reports = None
-        if rel.reports is not None:
-            reports = codec.packed(rel.reports, box.plan.params.m)
-        await self.publish_release(round_id, codec.ReleaseMsg(
-            run=self.run_id, task=self.task_index, round=round_id, n_reports=rel.n_reports,
-            value=rel.value, reports=reports))
+        await self.fail(round_id, reason)
 
     async def tick(self) -> None:
-        if self.secagg is not None:
-            return await self.secagg.tick()  # a secure round's deadlines are per step
+        if self.box is None:
+            return
+        await self.secagg.tick()  # a secure round's deadlines are per step
         now = time.monotonic()
         for round_id, at in list(self.asked.items()):
-            if round_id not in self.boxes:
-                del self.asked[round_id]  # released, or failed
-            elif now - at > RESEND_S:
+            if now - at > RESEND_S:
                 await self.ask_again(round_id)
-        for round_id, (box, opened) in list(self.boxes.items()):
-            if now - opened > self.deadline_s and round_id not in self.failed:
-                # Past the deadline the missing users count as dropouts: release over the reports
-                # that came if the threshold allows (the analyzer's ledger then records the ε the
-                # survivors' noise gives), else release nothing and say so.
-                try:
-                    await self.release(round_id, box, partial=True)
-                except ProtocolError as exc:
-                    self.failed.add(round_id)
-                    self.checkpoint_round()
-                    await self.status("error", self.task_index, round=round_id,
-                                      reason=f"round {round_id} missed its {self.deadline_s:.0f} s deadline: "
-                                             f"{exc.detail}")
+        for round_id, opened in list(self.opened.items()):
+            state = self.box.rounds.get(round_id)
+            if state is None or state.round.secagg is not None or now - opened <= self.deadline_s:
+                continue
+            # Past the deadline the missing users count as dropouts: release over the reports that
+            # came if the threshold allows (the analyzer's ledger then records the ε the survivors'
+            # noise gives), else release nothing and say so.
+            if state.received >= state.round.min_reports:
+                await self.publish_release(round_id, codec.release_msg(
+                    self.run_id, self.task_index, self.box.release(round_id, partial=True), state.round))
+            else:
+                await self.fail(round_id, f"missed its {self.deadline_s:.0f} s deadline: {state.received} of "
+                                          f"{state.round.expected} reports, threshold {state.round.min_reports}; "
+                                          f"nothing released")

@@ -31,8 +31,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from privbandit.experiment.config import ExperimentConfig, resolve_algorithm
-from privbandit.protocol.seeding import analyzer_master_key, report_auth_master, shuffler_master_key
+from privbandit.protocol.primitives.seeding import analyzer_master_key, report_auth_master, shuffler_master_key
 
 PARTY_EXIT_WAIT_S = 20.0
 USAGE_ERROR = 2  # a party's exit status for bad input: restarting cannot help
@@ -71,29 +70,16 @@ def stop_process(proc: subprocess.Popen | None, grace_s: float = 5.0) -> None:
             proc.wait()
 
 
-def intermediaries_of(config) -> list[str]:
-    """The intermediaries a session needs: the shuffle-model linear bandits use the shuffler only;
-    the MAB family always starts the aggregator, and the shuffler when an algorithm routes through it."""
-    if getattr(config, "family", None) == "shuffle-linear-bandits":
-        return ["shuffler"]
-    needs_shuffler = any(resolve_algorithm(config, label).intermediary == "shuffler" for label in config.algorithms)
-    return ["aggregator", *(["shuffler"] if needs_shuffler else [])]
-
-
-def plan_parties(config: ExperimentConfig, experiment: Path, overrides: list[str], out: Path,
+def plan_parties(family, config, experiment: Path, overrides: list[str], out: Path,
                  broker_url: str, run_id: str, shards: int, passwords: dict[str, str] | None,
                  observer_log: Path | None = None, checkpoint: bool = True) -> list[Party]:
     sets = [x for o in overrides for x in ("--set", o)]
     world = ["--experiment", str(experiment), *sets]
-    intermediaries = intermediaries_of(config)
+    intermediaries = family.intermediaries(config)
     users = [f"users-{i}" for i in range(shards)]
     names = ["analyzer", *intermediaries, *users]
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-
-    # Checkpoints cover the distributed-DP MAB family's parties; the linear family's handlers keep
-    # no checkpoint yet (docs/shuffle-linear-bandits.md), so its parties get no state directory.
-    checkpoint = checkpoint and getattr(config, "family", None) != "shuffle-linear-bandits"
 
     def state(name: str) -> list[str]:
         return ["--state-dir", str(out / "state" / name)] if checkpoint and name in CHECKPOINTED else []
@@ -127,7 +113,7 @@ def plan_parties(config: ExperimentConfig, experiment: Path, overrides: list[str
     return parties
 
 
-def launch(config: ExperimentConfig, experiment: Path, overrides: list[str], out: Path,
+def launch(family, config, experiment: Path, overrides: list[str], out: Path,
            broker_url: str | None = None, shards: int = 2, timeout_s: float | None = None,
            restart_on_crash: int = 0, started: Callable[[list[Party]], None] | None = None,
            checkpoint: bool = True) -> int:
@@ -150,7 +136,7 @@ def launch(config: ExperimentConfig, experiment: Path, overrides: list[str], out
             broker = start_embedded_broker(run_id, passwords)
             stack.callback(broker.stop)
             broker_url = broker.url
-        parties = plan_parties(config, experiment, overrides, out, broker_url, run_id, shards, passwords,
+        parties = plan_parties(family, config, experiment, overrides, out, broker_url, run_id, shards, passwords,
                                checkpoint=checkpoint)
         for p in parties:
             p.start()

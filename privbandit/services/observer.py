@@ -1,10 +1,17 @@
 """``privbandit observer``: collects metrics, coordinates the session, writes the results directory.
 
 The observer is the only party that sees ground truth and decodes side by side. It also paces the
-session: once every party is ready it announces task 0 (a run of one algorithm) on the control
+session: once every party is ready it announces task 0 (one run of one algorithm) on the control
 topic with the task's *public* spec, moves to the next task when the analyzer reports it finished
 and the fleets' truth covers all T users, and finally asks everyone to shut down and report their
-traffic counters. It writes the same results directory as ``privbandit run``.
+traffic counters. It writes the same results directory as ``privbandit run`` in-process, through
+the same :class:`~privbandit.protocol.spine.observer.Observer` and results writer, for any family.
+
+It believes only what a party may say: a message on ``metrics/<party>`` must come from that party
+(the broker lets only that party's account write there, and the message must name it); truths must
+carry the fleets' MAC and fit the session (users inside the horizon, checkpoints where they fall);
+records come from the analyzer only; every counter is checked. Anything else is refused and
+counted, and the session goes on.
 
 With a state directory it checkpoints at every task boundary (the session nonce, the task it is
 starting and the results of the tasks done). A restarted observer resumes the same session: it
@@ -14,24 +21,22 @@ announces the running task again and asks every party to send that task's metric
 
 from __future__ import annotations
 
+import hmac
 import logging
 import secrets
 import time
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
-
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from privbandit.experiment.config import ExperimentConfig
-from privbandit.experiment.results import summarize, write_results
-from privbandit.experiment.runner import instance_for, resolved_algorithms
-from privbandit.protocol.events import BlockTruth
-from privbandit.protocol.mechanisms.base import RoundParams
-from privbandit.experiment.build import build_adversary, build_ledger, build_mechanism
-from privbandit.protocol.observer import Observer, RunResult, checkpoint_grid, coalition_ledger
-from privbandit.protocol.parties import RoundRecord
+from privbandit.protocol.primitives.report_auth import ReportAuthenticator
+from privbandit.protocol.primitives.seeding import report_auth_master
+from privbandit.protocol.spine.observer import Observer, RunResult, checkpoint_grid, checkpoints_in
+from privbandit.runner.results import summarize, write_results
 from privbandit.services import codec
 from privbandit.services.checkpoint import CheckpointError, spec_fingerprint
 from privbandit.services.party import PartyService
@@ -44,45 +49,68 @@ CONTROL_RETRY_S = 3.0
 RESYNC_S = 6.0
 STATS_WAIT_S = 15.0  # for every party's final counters after the last task
 FAILED_STATS_WAIT_S = 3.0  # after a failure some parties may never answer
+MAX_COUNTER_KEYS = 256  # a party's refusal reasons and traffic classes: a few dozen in practice
 
 
 class SessionFailed(RuntimeError):
     pass
 
 
-def _plain(x):
-    """numpy scalars to Python ones (msgpack takes no numpy types)."""
-    return x.item() if isinstance(x, np.generic) else x
+Count = Annotated[StrictInt, Field(ge=0)]  # a counter is a non-negative int: not a float, not a string
+
+
+class _Traffic(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    payload: dict[str, Count] = {}
+    wire: dict[str, Count] = {}
+    messages: dict[str, Count] = {}
+
+
+class _Stats(BaseModel):
+    """A party's final counters, as the observer accepts them."""
+
+    model_config = ConfigDict(extra="forbid")
+    rejected: dict[str, Count] = Field(default_factory=dict, max_length=MAX_COUNTER_KEYS)
+    traffic: dict[str, _Traffic] = Field(default_factory=dict, max_length=MAX_COUNTER_KEYS)
+
+
+class _TaskDone(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    privacy: dict
+    learner: list[dict]
 
 
 def _result_state(r: RunResult) -> dict:
-    return {"checkpoints": r.checkpoints.tolist(), "pseudo_regret": r.pseudo_regret.tolist(),
-            "realized_regret": r.realized_regret.tolist(),
-            "rounds": [{k: _plain(v) for k, v in row.items()} for row in r.rounds],
-            "privacy": r.privacy, "reports": int(r.reports), "protocol_bits": int(r.protocol_bits),
-            "max_report_bits": int(r.max_report_bits), "eliminated_at": [int(a) for a in r.eliminated_at],
-            "best_arm": int(r.best_arm)}
+    return {"runs": r.runs, "pseudo": r.pseudo.tolist(), "realized": r.realized.tolist(),
+            "rounds": [codec.body_to_wire(row) for row in r.rounds], "privacy": r.privacy, "learner": r.learner,
+            "reports": int(r.reports), "protocol_bits": int(r.protocol_bits), "max_report_bits": int(r.max_report_bits)}
 
 
-def _result_from_state(s: dict) -> RunResult:
-    return RunResult(checkpoints=np.asarray(s["checkpoints"], dtype=np.int64),
-                     pseudo_regret=np.asarray(s["pseudo_regret"], dtype=np.float64),
-                     realized_regret=np.asarray(s["realized_regret"], dtype=np.float64),
-                     rounds=list(s["rounds"]), privacy=s["privacy"], reports=s["reports"],
-                     protocol_bits=s["protocol_bits"], max_report_bits=s["max_report_bits"],
-                     eliminated_at=list(s["eliminated_at"]), best_arm=s["best_arm"])
+def _result_from_state(s: dict, grid: np.ndarray) -> RunResult:
+    return RunResult(runs=list(s["runs"]), checkpoints=grid, pseudo=np.asarray(s["pseudo"], dtype=np.float64),
+                     realized=np.asarray(s["realized"], dtype=np.float64),
+                     rounds=[codec.body_from_wire(row) for row in s["rounds"]], privacy=s["privacy"],
+                     learner=list(s["learner"]), reports=s["reports"], protocol_bits=s["protocol_bits"],
+                     max_report_bits=s["max_report_bits"])
 
 
 class ObserverService(PartyService):
     role = "observer"
 
-    def __init__(self, settings, config: ExperimentConfig, parties: list[str], out: Path,
+    def __init__(self, settings, family, config, parties: list[str], out: Path,
                  ready_timeout_s: float = 60.0, state_dir: Path | None = None):
         super().__init__(settings, state_dir=state_dir)
+        self.family = family
+        self.config = config
         self.ready_deadline = time.monotonic() + ready_timeout_s
         self.ready_timeout_s = ready_timeout_s
-        self.config = config
-        self.setup()
+        self.labels = family.labels(config)
+        # Over MQTT every task is one run of one algorithm, in the in-process engine's order.
+        self.tasks = [(r, label) for r in range(config.runs) for label in self.labels]
+        self.results: dict[str, list] = {label: [None] * config.runs for label in self.labels}
+        self.compute = dict.fromkeys(self.labels, 0.0)
+        self.grid = checkpoint_grid(config.horizon, config.checkpoints)
+        self.auth = ReportAuthenticator(report_auth_master(config.seed))
         self.parties = parties
         self.out = out
         self.ready: set[str] = set()
@@ -105,8 +133,7 @@ class ObserverService(PartyService):
     def save_session(self) -> None:
         if self.state is None:
             return
-        results = {label: [None if r is None else _result_state(r) for r in runs]
-                   for label, runs in self.results.items()}
+        results = {label: [None if r is None else _result_state(r) for r in runs] for label, runs in self.results.items()}
         self.save_state({"session": self.session, "results": results, "compute": self.compute,
                          "elapsed": time.perf_counter() - self.started}, task=self.index, spec=self.experiment)
 
@@ -117,41 +144,22 @@ class ObserverService(PartyService):
         try:
             s = ckpt.state
             self.session = str(s["session"])
-            self.results = {label: [None if r is None else _result_from_state(r) for r in s["results"][label]]
-                            for label in self.algos}
-            self.compute = {label: float(s["compute"][label]) for label in self.algos}
+            self.results = {label: [None if r is None else _result_from_state(r, self.grid) for r in s["results"][label]]
+                            for label in self.labels}
+            self.compute = {label: float(s["compute"][label]) for label in self.labels}
             self.started -= float(s["elapsed"])
             self.index = ckpt.task - 1  # next_task() starts it again
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError("checkpoint-schema", f"{self.state.path}: {type(exc).__name__}: {exc}") from None
 
-    # --- what a paper family changes (services/linear.py: LinearObserverService) ------------
-    def setup(self) -> None:
-        """The session's tasks (run, label), in the in-process engine's order, and result slots."""
-        config = self.config
-        self.algos = resolved_algorithms(config)
-        self.tasks = [(r, label) for r in range(config.runs) for label in self.algos]
-        self.results = {label: [None] * config.runs for label in self.algos}
-        self.compute = dict.fromkeys(self.algos, 0.0)
-        self.grid = checkpoint_grid(config.horizon, config.checkpoints)
-
-    def records_complete(self) -> bool:
-        """Has every release the analyzer made reached us as a record? (A broker that died may
-        have lost one; the resync asks for it again.)"""
-        return len(self.observer.records) >= self.analyzer_done["privacy"]["releases"]
-
+    # --- tasks ---------------------------------------------------------------------------------
     def begin_task(self, run: int, label: str) -> dict:
         """Set up scoring of one task; returns its public spec (the control message's body)."""
-        # Built once per task: re-announcements must not rebuild the world (or re-read a means file).
-        self.instance = instance_for(self.config, run)
-        algo = self.algos[label]
-        mechanism = build_mechanism(algo)
-        adversary = build_adversary(algo, mechanism, self.config.seed, (run, label), self.instance)
-        ledger = build_ledger(algo, mechanism, self.config.delta)
-        self.observer = Observer(self.grid, algo.p, coalition_ledger(mechanism, ledger, adversary))
-        return {"index": self.index, "run": run, "label": label, "algorithm": algo.model_dump(),
-                "horizon": self.config.horizon, "arms": self.instance.n_arms, "delta": self.config.delta,
-                "session": self.session}
+        self.observer = Observer(self.grid, 1)
+        self.row = self.family.row_maker(self.config, label)
+        return codec.TaskSpec(index=self.index, runs=[run], label=label, family=self.family.name,
+                              public=self.family.public_task(self.config, label, [run]),
+                              session=self.session).model_dump()
 
     def subscriptions(self):
         return [self.t("metrics", "+")]
@@ -216,24 +224,54 @@ class ObserverService(PartyService):
     # --- metrics ----------------------------------------------------------------------------
     async def on_message(self, name: str, msg) -> None:
         self.last_metrics = time.monotonic()
+        sender = name.split("/")[3] if name.count("/") >= 3 else ""
+        if sender not in self.parties and not (sender == self.name and isinstance(msg, codec.StatusMsg)):
+            return self.reject("unknown-sender", f"{msg.kind} on {name}")
         if isinstance(msg, codec.StatusMsg):
-            await self.on_status(msg)
-        elif isinstance(msg, (codec.TruthMsg, codec.RecordMsg)):
+            if msg.party != sender:
+                return self.reject("impersonated-status", f"{msg.party} on {name}")
+            return await self.on_status(msg)
+        if isinstance(msg, codec.TruthMsg):
+            if not sender.startswith("users-"):
+                return self.reject("truth-not-from-users", name)
             if msg.task != self.index:
-                return self.reject("wrong-task", f"{msg.kind} for task {msg.task}")
-            if isinstance(msg, codec.TruthMsg):
-                self.observer.on_truth(BlockTruth(
-                    round_id=msg.round, block=msg.block, first_user=msg.first_user, size=msg.size, gap=msg.gap,
-                    realized_regret=msg.realized_regret, realized_at_checkpoints=msg.realized_at,
-                    reward_sum=msg.reward_sum, noise_sum=msg.noise_sum, attackers=msg.attackers))
-            else:
-                self.observer.on_record(RoundRecord(
-                    round_id=msg.round, batch=msg.batch, arm=msg.arm, params=RoundParams(**msg.params.model_dump()),
-                    release=msg.release, estimate=msg.estimate, wrapped=msg.wrapped, central_noise=msg.central_noise,
-                    reports=msg.reports, epsilon=msg.epsilon))
-            await self.maybe_finish_task()
+                return self.reject("wrong-task", f"truth for task {msg.task}")
+            if self.check_truth(msg):
+                self.observer.on_truth(codec.truth_of(msg))
+        elif isinstance(msg, codec.RecordMsg):
+            if sender != "analyzer":
+                return self.reject("record-not-from-analyzer", name)
+            if msg.task != self.index:
+                return self.reject("wrong-task", f"record for task {msg.task}")
+            record = codec.record_of(msg)
+            try:
+                self.family.check_record(record)
+            except ValueError as exc:
+                return self.reject("bad-record", f"round {msg.round}: {str(exc)[:120]}")
+            self.observer.on_record(record)
         else:
-            self.reject("unexpected-kind", msg.kind)
+            return self.reject("unexpected-kind", msg.kind)
+        await self.maybe_finish_task()
+
+    def check_truth(self, msg: codec.TruthMsg) -> bool:
+        """A truth must be the fleets' (its MAC), inside the horizon, with one value per checkpoint
+        that falls in its block, and extras of the family's shape."""
+        expected = self.auth.mac("truth", self.run_id, msg.task, msg.plan, msg.block,
+                                 payload=codec.encode(msg.model_copy(update={"tag": b""})))
+        if not hmac.compare_digest(msg.tag, expected):
+            self.reject("bad-truth-tag", f"plan {msg.plan}, block {msg.block}")
+            return False
+        inside = checkpoints_in(self.grid, msg.first_user, msg.size).size
+        if (msg.first_user + msg.size > self.config.horizon or msg.pseudo.shape != (1,)
+                or msg.pseudo_at.shape != (1, inside)):
+            self.reject("bad-truth", f"plan {msg.plan}, block {msg.block}")
+            return False
+        try:
+            self.family.check_truth(codec.truth_of(msg))
+        except ValueError as exc:
+            self.reject("bad-truth", f"plan {msg.plan}: {str(exc)[:120]}")
+            return False
+        return True
 
     async def on_status(self, msg: codec.StatusMsg) -> None:
         if msg.state == "ready":
@@ -242,29 +280,40 @@ class ObserverService(PartyService):
                 self.progress.start()
                 await self.next_task()
         elif msg.state == "error":
-            await self.fail(f"{msg.party}: {msg.body.get('reason', msg.body)}")
-        elif msg.state == "task-done" and msg.task == self.index:
-            self.analyzer_done = msg.body
+            await self.fail(f"{msg.party}: {str(msg.body.get('reason', msg.body))[:500]}")
+        elif msg.state == "task-done":
+            if msg.party != "analyzer" or msg.task != self.index:
+                return self.reject("bad-status", f"task-done from {msg.party} for task {msg.task}")
+            try:
+                self.analyzer_done = _TaskDone.model_validate(msg.body).model_dump()
+            except ValidationError:
+                return self.reject("bad-status", "task-done body")
             await self.maybe_finish_task()
         elif msg.state == "stats":
-            self.stats[msg.party] = msg.body
+            try:
+                self.stats[msg.party] = _Stats.model_validate(msg.body).model_dump()
+            except ValidationError:
+                return self.reject("bad-status", f"stats of {msg.party}")
             if self.shutting_down and set(self.stats) >= set(self.parties):
                 self.finished = True
 
-    def served(self) -> int:
-        return sum(b.size for b in self.observer.blocks.values())
-
-    def finish_task(self, run: int, label: str) -> None:
-        self.results[label][run] = self.observer.result(
-            self.analyzer_done["privacy"], self.analyzer_done["eliminated_at"], self.instance.best_arm)
+    def records_complete(self) -> bool:
+        """Has every release the analyzer made reached us as a record? (A broker that died may
+        have lost one; the resync asks for it again.)"""
+        return len(self.observer.records) >= self.analyzer_done["privacy"]["releases"]
 
     async def maybe_finish_task(self) -> None:
-        if self.shutting_down or self.analyzer_done is None or self.served() < self.config.horizon:
+        if self.shutting_down or self.analyzer_done is None or self.observer.served() < self.config.horizon:
             return
         if not self.records_complete():
             return  # a round's record is still on its way (or lost: resync)
         run, label = self.tasks[self.index]
-        self.finish_task(run, label)
+        try:
+            result = self.observer.result([run], self.analyzer_done["privacy"], self.analyzer_done["learner"], self.row)
+            self.family.finish(self.config, label, result)
+        except (RuntimeError, ValueError, KeyError, TypeError) as exc:  # truths that do not add up
+            return await self.fail(f"task {self.index} ({label}, run {run}) cannot be scored: {exc}")
+        self.results[label][run] = result
         self.compute[label] += time.perf_counter() - self.task_started
         self.progress.advance(self.bar)
         await self.next_task()
@@ -275,12 +324,10 @@ class ObserverService(PartyService):
         if self.failure:
             raise SessionFailed(self.failure)
         elapsed = time.perf_counter() - self.started
-        return self.write_results(elapsed)
-
-    def write_results(self, elapsed: float) -> dict:
-        summary = summarize(self.config, self.results, self.algos, self.compute, elapsed, transport="mqtt")
+        results = {label: runs for label, runs in self.results.items()}
+        summary = summarize(self.family, self.config, results, self.compute, elapsed, transport="mqtt")
         add_wire_accounting(summary, self)
-        write_results(self.out, self.config, summary, self.results, self.algos)
+        write_results(self.out, self.family, self.config, summary, results)
         return summary
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import logging
 import signal
 import sys
@@ -15,22 +14,17 @@ from pathlib import Path
 import aiomqtt
 
 from privbandit.services import codec
-from privbandit.services.bus import Bus, BusSettings, Outbox, Traffic, connect, end_session, topic
+from privbandit.services.bus import Bus, BusSettings, Outbox, RateLimitedLog, Traffic, connect, end_session, topic
 from privbandit.services.checkpoint import CheckpointError, StateDir, resume_state, spec_fingerprint
 
 log = logging.getLogger("privbandit.party")
 
 RECONNECT_MAX_S = 5.0
-
-
 class PartyService:
     """Base for the MQTT-facing wrapper of one sans-I/O party."""
 
     role: str = "party"
     tick_s: float = 1.0  # how often `tick` runs (retries, deadlines)
-    # A task of another paper family is handed to a small family-specific handler ("module:Class",
-    # imported on demand) that takes over on_task/on_message/tick for that task: see services/linear.py.
-    family_handlers: dict[str, str] = {}
 
     def __init__(self, settings: BusSettings, name: str | None = None, state_dir: Path | None = None):
         self.settings = settings
@@ -39,6 +33,7 @@ class PartyService:
         self.traffic = Traffic()
         self.traffic_by_task: dict[int, Traffic] = {}
         self.rejected: Counter[str] = Counter()
+        self.log_rejection = RateLimitedLog(log)
         self.finished = False
         self.bus: Bus | None = None
         self.outbox = Outbox()  # sent messages the broker has not acknowledged, across connections
@@ -51,7 +46,6 @@ class PartyService:
         self.checkpoint = None if self.state is None else self.state.load()
         if self.checkpoint is not None:
             self._restore_counters(self.checkpoint.state.get("counters", {}))
-        self.handler = None  # the family handler running the current task, if any
 
     @property
     def client_id(self) -> str:  # fixed across restarts: the broker keeps its session and queue
@@ -70,9 +64,9 @@ class PartyService:
         msg = codec.StatusMsg(run=self.run_id, party=self.name, state=state, task=task, body=body)
         await self.bus.publish(self.t("metrics", self.name), msg)
 
-    def reject(self, reason: str, detail: str = "") -> None:
-        self.rejected[reason] += 1
-        log.warning("%s rejected a message: %s %s", self.name, reason, detail)
+    def reject(self, reason: str, detail: str = "", count: int = 1) -> None:
+        self.rejected[reason] += count
+        self.log_rejection(self.name, reason, detail, self.rejected[reason])
 
     async def handle(self, name: str, msg) -> None:
         """Dispatch one decoded message. A message whose content the party cannot act on (a task
@@ -107,25 +101,17 @@ class PartyService:
         await self.deliver(name, msg)
 
     async def deliver(self, name: str, msg) -> None:
-        await (self.handler.on_message(name, msg) if self.handler is not None else self.on_message(name, msg))
-
-    def handler_for(self, spec: dict):
-        path = self.family_handlers.get(spec.get("family", "distributed-dp-mab"))
-        if path is None:
-            return None
-        module, cls = path.split(":")
-        return getattr(importlib.import_module(module), cls)(self)
+        await self.on_message(name, msg)
 
     async def start_task(self, spec: dict) -> None:
-        previous = self.task_spec, self.traffic, self.handler
+        previous = self.task_spec, self.traffic
         self.task_spec = spec
         # Count each task's bytes apart, so results can say what each algorithm cost.
         self.traffic = self.bus.traffic = self.traffic_by_task.setdefault(spec["index"], Traffic())
         try:
-            self.handler = self.handler_for(spec)
-            await (self.handler.on_task(spec) if self.handler is not None else self.on_task(spec))
+            await self.on_task(spec)
         except Exception:  # a spec we cannot act on must not leave us half-switched
-            self.task_spec, self.traffic, self.handler = previous
+            self.task_spec, self.traffic = previous
             self.bus.traffic = self.traffic
             raise
         await self.replay_early()
@@ -205,7 +191,7 @@ class PartyService:
                 continue  # retries wait for the next connection; their messages would only pile up
             if self.task_spec is None and self.role != "observer":
                 await self.status("ready")  # until the coordinator starts us: it may have come up later
-            await (self.handler.tick() if self.handler is not None else self.tick())
+            await self.tick()
 
     async def _pump(self) -> None:
         """Connect, and hand every message to ``handle`` until finished; reconnect on loss.
@@ -214,7 +200,7 @@ class PartyService:
         while not (self.finished and not self.outbox):
             try:
                 async with connect(self.settings, self.client_id, self.subscriptions(),
-                                   self.traffic, self.rejected, self.outbox) as bus:
+                                   self.traffic, self.rejected, self.outbox, self.log_rejection) as bus:
                     self.bus = bus
                     delay = 0.1
                     self.connections += 1

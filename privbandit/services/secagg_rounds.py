@@ -1,5 +1,5 @@
 """Secure-aggregation rounds over the bus: chunked SecAggMsg ⇄ the batches of
-:mod:`privbandit.protocol.secagg.batch`, and the two step machines that drive them.
+:mod:`privbandit.protocol.primitives.secagg.batch`, and the two step machines that drive them.
 
 Every fleet answers every step of every secure round, with at least one (maybe empty) chunk
 marked ``final``, so the aggregator knows when a step is complete without knowing which fleet
@@ -16,8 +16,8 @@ from collections.abc import Awaitable, Callable
 
 import numpy as np
 
-from privbandit.protocol.report_auth import ReportAuthenticator
-from privbandit.protocol.secagg.batch import (
+from privbandit.protocol.primitives.report_auth import ReportAuthenticator
+from privbandit.protocol.primitives.secagg.batch import (
     ADVERT_RECORD,
     BatchError,
     CIPHERTEXT_BYTES,
@@ -30,9 +30,9 @@ from privbandit.protocol.secagg.batch import (
     concat,
     round_setup,
 )
-from privbandit.protocol.secagg.errors import SecAggError
-from privbandit.protocol.secagg.protocol import LIMBS
-from privbandit.protocol.seeding import USER_BLOCK
+from privbandit.protocol.primitives.secagg.errors import SecAggError
+from privbandit.protocol.primitives.secagg.protocol import LIMBS
+from privbandit.protocol.primitives.seeding import USER_BLOCK
 from privbandit.services import codec
 
 CHUNK_BYTES = 4 * 2**20  # well under codec.MAX_MESSAGE_BYTES
@@ -138,9 +138,9 @@ class FleetSecAgg:
     """A fleet's secure rounds: its users' :class:`FleetRound` per round, advanced by the
     aggregator's directory, delivery and survivor messages."""
 
-    def __init__(self, run: str, task: int, shard: int, shards: int, mode: str, identities, send: Send,
+    def __init__(self, run: str, task: int, shard: int, shards: int, identities, send: Send,
                  auth: ReportAuthenticator):
-        self.run, self.task, self.shard, self.shards, self.mode = run, task, shard, shards, mode
+        self.run, self.task, self.shard, self.shards = run, task, shard, shards
         self.identities = identities
         self.auth = auth
         self.send = send
@@ -151,16 +151,16 @@ class FleetSecAgg:
     async def _publish(self, step: str, round_id: int, batch) -> None:
         for msg in to_messages(step, batch, run=self.run, task=self.task, round_id=round_id,
                                shard=self.shard, shards=self.shards):
-            await self.send(msg.model_copy(update={"tag": self.auth.chunk_tag(
-                self.run, self.task, self.shard, codec.encode(msg))}))
+            await self.send(msg.model_copy(update={"tag": self.auth.mac(
+                "secagg-chunk", self.run, self.task, self.shard, payload=codec.encode(msg))}))
 
-    async def start(self, plan, values: dict[int, int], dropouts: list[int]) -> None:
-        """Round 0 for this fleet's users of ``plan`` (possibly none: an empty final chunk)."""
-        config, graph = round_setup(self.run, self.task, plan.round_id, plan.first_user, plan.cohort,
-                                    plan.params.m, self.mode)
+    async def start(self, rnd, first_user: int, values: dict[int, int], dropouts: list[int]) -> None:
+        """Round 0 for this fleet's users of round ``rnd`` (the cohort ``first_user`` …
+        ``first_user + rnd.expected − 1``; possibly none of them here: an empty final chunk)."""
+        config, graph = round_setup(self.run, self.task, rnd.id, first_user, rnd.expected, rnd.m, rnd.secagg)
         fleet = FleetRound(config, graph, self.identities, values, dropouts)
-        self.rounds[plan.round_id] = fleet
-        await self._publish("advertise", plan.round_id, fleet.advertise())
+        self.rounds[rnd.id] = fleet
+        await self._publish("advertise", rnd.id, fleet.advertise())
 
     async def on_message(self, msg: codec.SecAggMsg) -> str | None:
         """Returns a rejection reason, or None."""
@@ -199,23 +199,23 @@ class AggregatorSecAgg:
     """The aggregator's secure rounds: collect a step from every fleet (or until its deadline),
     run the server's step, send the result on, and finally release ``(Σ y mod m, |U₃|)``."""
 
-    def __init__(self, run: str, task: int, mode: str, step_deadline_s: float, send: Send,
+    def __init__(self, run: str, task: int, step_deadline_s: float, send: Send,
                  release: Callable[[int, int, int], Awaitable[None]],
                  abort: Callable[[int, str], Awaitable[None]], rejected: Counter, auth: ReportAuthenticator):
         self.auth = auth
         self.rejected = rejected  # the service's counters: the server's refusals land there
-        self.run, self.task, self.mode = run, task, mode
+        self.run, self.task = run, task
         self.step_deadline_s = step_deadline_s
         self.send, self.release, self.abort = send, release, abort
         self.rounds: dict[int, tuple[AggregatorRound, str, _Inbox]] = {}
         self.first_user: dict[int, int] = {}
         self.shards: int | None = None
 
-    def open(self, plan) -> None:
-        config, graph = round_setup(self.run, self.task, plan.round_id, plan.first_user, plan.cohort,
-                                    plan.params.m, self.mode)
-        self.rounds[plan.round_id] = (AggregatorRound(config, graph), "advertise", _Inbox())
-        self.first_user[plan.round_id] = plan.first_user
+    def open(self, rnd, first_user: int) -> None:
+        """A secure round of ``rnd.expected`` users from ``first_user`` (its one join)."""
+        config, graph = round_setup(self.run, self.task, rnd.id, first_user, rnd.expected, rnd.m, rnd.secagg)
+        self.rounds[rnd.id] = (AggregatorRound(config, graph), "advertise", _Inbox())
+        self.first_user[rnd.id] = first_user
 
     async def on_message(self, msg: codec.SecAggMsg) -> str | None:
         state = self.rounds.get(msg.round)
@@ -224,8 +224,8 @@ class AggregatorSecAgg:
         server, step, box = state
         if msg.step not in FLEET_STEPS:
             return "secagg-wrong-direction"
-        if not hmac.compare_digest(msg.tag, self.auth.chunk_tag(
-                self.run, self.task, msg.shard, codec.encode(msg.model_copy(update={"tag": b""})))):
+        if not hmac.compare_digest(msg.tag, self.auth.mac(
+                "secagg-chunk", self.run, self.task, msg.shard, payload=codec.encode(msg.model_copy(update={"tag": b""})))):
             return "secagg-bad-tag"
         if msg.step != step:
             return "secagg-wrong-step"

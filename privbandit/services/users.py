@@ -1,13 +1,16 @@
 """``privbandit users --shard i/N``: a fleet hosting one shard of the simulated users.
 
-The fleet owns every user block b with b mod N = i (blocks of seeding.USER_BLOCK users), so any
-number of fleets draws exactly what the in-process engine draws. Each user randomizes locally; the
-fleet sends one record per user (id, message), many records to an MQTT message, one message per
-block. Ground truth goes only to the fleet's metrics topic.
+The fleet hosts the blocks of every plan's cohort that the family assigns to it (blocks of
+:data:`~privbandit.protocol.primitives.seeding.USER_BLOCK` users; by default block b lives on fleet
+b mod N), so any number of fleets draws exactly what the in-process engine draws. Each user acts on
+the plan and randomizes locally (the family's :class:`~privbandit.protocol.spine.family.UserLogic`,
+with the spine's dropouts and adversaries); the fleet sends one record per user, many records to a
+message, one message per (round, block), closing the block with its MAC so the intermediary learns
+who dropped out. Ground truth goes only to the fleet's metrics topic, MAC'd as well.
 
-Under ``intermediary = "secagg"`` the fleet's users do not send their residues: each one runs
-Bonawitz et al.'s user side (:mod:`privbandit.services.secagg_rounds`) with the aggregator, which
-relays keys and share ciphertexts and ends up with the sum only.
+A round computed by secure aggregation gets no residues: each user runs Bonawitz et al.'s user
+side (:mod:`privbandit.services.secagg_rounds`) with the aggregator, which relays keys and share
+ciphertexts and ends up with the sum only.
 """
 
 from __future__ import annotations
@@ -16,20 +19,15 @@ import logging
 
 import numpy as np
 
-from privbandit.experiment.build import build_adversary, build_mechanism
-from privbandit.experiment.config import AlgorithmConfig, ExperimentConfig
-from privbandit.experiment.runner import instance_for
-from privbandit.protocol.events import RoundPlan
-from privbandit.protocol.secagg.batch import UserIdentities
-from privbandit.protocol.report_auth import ReportAuthenticator
-from privbandit.protocol.seeding import USER_BLOCK, report_auth_master, users_identity_master
-from privbandit.protocol.mechanisms.base import RoundParams
-from privbandit.protocol.observer import checkpoint_grid
-from privbandit.protocol.parties import UserPopulation
+from privbandit import registry
+from privbandit.protocol.primitives.report_auth import ReportAuthenticator
+from privbandit.protocol.primitives.secagg.batch import UserIdentities
+from privbandit.protocol.primitives.seeding import USER_BLOCK, report_auth_master, users_identity_master
+from privbandit.protocol.spine.events import Plan, Reports, Round
+from privbandit.protocol.spine.parties import Users, blocks_of
 from privbandit.services import codec
 from privbandit.services.party import PartyService
 from privbandit.services.secagg_rounds import FleetSecAgg
-
 
 log = logging.getLogger("privbandit.users")
 
@@ -44,41 +42,41 @@ def parse_shard(text: str) -> tuple[int, int]:
     return i, n
 
 
+def ids_on_wire(ids: np.ndarray) -> np.ndarray:
+    return ids.astype("<u4" if ids.size == 0 or ids[-1] < 2**32 else "<u8")
+
+
 class UserFleetService(PartyService):
     role = "users"
-    family_handlers = {"shuffle-linear-bandits": "privbandit.services.linear:UsersHandler"}
 
-    def __init__(self, settings, config: ExperimentConfig, shard: int, shards: int):
+    def __init__(self, settings, family, config, shard: int, shards: int):
         super().__init__(settings, name=f"users-{shard}")
+        self.family = family
         self.config = config
         self.shard, self.shards = shard, shards
-        self.population: UserPopulation | None = None
-        self.intermediary = "aggregator"
-        self.served: dict[int, codec.PlanMsg] = {}
+        self.users: Users | None = None
+        self.rounds: dict[int, Round] = {}  # every round the running task's plans opened
+        self.served: dict[int, Plan] = {}
         self.truths: dict[tuple[int, int], codec.TruthMsg] = {}  # what the observer got: sent again on resync
         self.secagg: FleetSecAgg | None = None
         self.identities = UserIdentities(users_identity_master(config.seed))
         self.auth = ReportAuthenticator(report_auth_master(config.seed))
 
     def subscriptions(self):
-        return [self.t("control"), self.t("plan"), self.t("relay", "aggregator"),
-                self.t("relay", "aggregator", self.name), self.t("relay", "shuffler")]
+        relays = [self.t("relay", name) for name in self.family.intermediaries(self.config)]
+        return [self.t("control"), self.t("plan"), *relays, self.t("relay", "aggregator", self.name)]
 
     async def on_task(self, spec: dict) -> None:
-        algo = AlgorithmConfig.model_validate(spec["algorithm"])
-        self.intermediary = "shuffler" if algo.intermediary == "shuffler" else "aggregator"
-        instance, mechanism, prefix = instance_for(self.config, spec["run"]), build_mechanism(algo), (spec["run"], spec["label"])
-        self.population = UserPopulation(
-            instance, mechanism, self.config.seed,
-            checkpoint_grid(self.config.horizon, self.config.checkpoints), prefix,
-            algo.dropout_rate, build_adversary(algo, mechanism, self.config.seed, prefix, instance),
-        )
-        self.served = {}
-        self.truths = {}
-        self.secagg = None
-        if algo.intermediary == "secagg":
-            self.secagg = FleetSecAgg(self.run_id, spec["index"], self.shard, self.shards, algo.secagg_graph,
-                                      self.identities, self.publish_secagg, self.auth)
+        if spec["family"] != self.family.name:
+            raise ValueError(f"a {spec['family']} task reached a fleet started with a {self.family.name} file")
+        (run,) = spec["runs"]
+        label = spec["label"]
+        fam, config = self.family, self.config
+        self.users = Users(fam.users(config, label, [run]), config.seed, (run, label),
+                           fam.dropout_rate(config, label), fam.adversary(config, label, run))
+        self.rounds, self.served, self.truths = {}, {}, {}
+        self.secagg = FleetSecAgg(self.run_id, spec["index"], self.shard, self.shards, self.identities,
+                                  self.publish_secagg, self.auth)
 
     async def on_resync(self) -> None:
         for msg in list(self.truths.values()):
@@ -91,56 +89,75 @@ class UserFleetService(PartyService):
         if isinstance(msg, codec.SecAggMsg):
             if not self.current(msg):
                 return
-            if self.secagg is None:
-                return self.reject("secagg-not-running", f"round {msg.round}")
             reason = await self.secagg.on_message(msg)
             return self.reject(reason, f"round {msg.round} {msg.step}") if reason else None
         if isinstance(msg, codec.ResendMsg):
             # An intermediary that may have lost our reports asks again; records are idempotent.
-            plan = self.served.get(msg.round)
-            if self.current(msg) and plan is not None and self.secagg is None:
-                log.info("%s sends round %d again, as asked", self.name, msg.round)
-                await self.serve_plan(plan)
+            if self.current(msg):
+                for plan in [p for p in self.served.values() if any(j.round_id == msg.round for j in p.joins)]:
+                    if not any(self.rounds[j.round_id].secagg for j in plan.joins):
+                        log.info("%s serves plan %d again, as asked", self.name, plan.id)
+                        await self.serve_plan(plan)
             return
+        if isinstance(msg, codec.CloseMsg):
+            return  # for the intermediaries
         if not isinstance(msg, codec.PlanMsg):
             return self.reject("unexpected-kind", msg.kind)
-        if self.current(msg) and msg.round not in self.served:
-            await self.serve_plan(msg)
+        if not self.current(msg) or msg.plan in self.served:
+            return
+        plan = msg.to_plan()
+        try:
+            self.family.check_plan(plan)
+        except ValueError as exc:
+            return self.reject("bad-plan", f"plan {plan.id}: {exc}")
+        for rnd in plan.opens:
+            self.rounds.setdefault(rnd.id, rnd)
+        if any(j.round_id not in self.rounds for j in plan.joins):
+            return self.reject("unknown-round", f"plan {plan.id} joins a round no plan opened")
+        await self.serve_plan(plan)
 
-    async def serve_plan(self, msg: codec.PlanMsg) -> None:
-        plan = RoundPlan(round_id=msg.round, batch=msg.batch, arm=msg.arm, first_user=msg.first_user,
-                         cohort=msg.cohort, params=RoundParams(**msg.params.model_dump()), collect=msg.collect)
-        mine = [b for b in self.population.blocks(plan) if b % self.shards == self.shard]
-        log.debug("%s serves round %d: blocks %s", self.name, msg.round, mine)
-        secure = self.secagg is not None and plan.collect
-        values, dropouts = {}, []
+    async def serve_plan(self, plan: Plan) -> None:
+        fam = self.users.logic
+        mine = [b for b in blocks_of(plan) if fam.shard(plan, b, self.shards) == self.shard]
+        log.debug("%s serves plan %d: blocks %s", self.name, plan.id, mine)
+        secure = {j.round_id: j for j in plan.joins if self.rounds[j.round_id].secagg is not None}
+        values: dict[int, dict[int, int]] = {rid: {} for rid in secure}
+        dropouts: dict[int, list[int]] = {rid: [] for rid in secure}
         for block in mine:  # one block at a time: bounded memory, steady traffic
-            reports, truths = self.population.respond(plan, [block])
+            reports, truths = self.users.respond(plan, [block], self.rounds)
             # Truth first: once a round's reports are all in, it can be released and the analyzer
             # moves on, never re-announcing its plan; a fleet killed between the two would leave
             # the observer without that truth for good. The other way round, it re-serves both.
             for t in truths:
-                self.truths[t.round_id, t.block] = codec.TruthMsg(
-                    run=self.run_id, task=self.task_index, round=t.round_id, block=t.block,
-                    first_user=t.first_user, size=t.size, gap=t.gap, realized_regret=t.realized_regret,
-                    realized_at=t.realized_at_checkpoints, reward_sum=t.reward_sum,
-                    noise_sum=int(t.noise_sum), attackers=t.attackers)
-                await self.bus.publish(self.t("metrics", self.name), self.truths[t.round_id, t.block])
-            if secure:
-                start = plan.first_user + block * USER_BLOCK
-                ids = np.arange(start, min(start + USER_BLOCK, plan.first_user + plan.cohort))
-                sent = np.zeros(0, np.int64)
-                if reports is not None:
-                    sent = reports.user_ids
-                    values.update(zip(sent.tolist(), reports.values.tolist()))
-                dropouts += np.setdiff1d(ids, sent).tolist()  # they join rounds 0–1, then vanish
-            elif reports is not None:
-                await self.bus.publish(self.t("report", self.intermediary), codec.ReportsMsg(
-                    run=self.run_id, task=self.task_index, round=plan.round_id, m=plan.params.m,
-                    user_ids=reports.user_ids.astype("<u4" if reports.user_ids[-1] < 2**32 else "<u8"),
-                    values=codec.packed(reports.values, plan.params.m), block=block,
-                    tags=self.auth.tags(self.run_id, self.task_index, plan.round_id, plan.first_user,
-                                        reports.user_ids, reports.values)))
-        if secure:  # every fleet answers round 0, with no users if it hosts none of this cohort
-            await self.secagg.start(plan, values, dropouts)
-        self.served[msg.round] = msg
+                msg = codec.truth_msg(self.run_id, self.task_index, t)
+                msg = msg.model_copy(update={"tag": self.auth.mac("truth", self.run_id, self.task_index, t.plan_id,
+                                                                  t.block, payload=codec.encode(msg))})
+                self.truths[t.plan_id, t.block] = msg
+                await self.bus.publish(self.t("metrics", self.name), msg)
+            by_round = {r.round_id: r for r in reports}
+            start = plan.first_user + block * USER_BLOCK
+            block_ids = np.arange(start, min(start + USER_BLOCK, plan.first_user + plan.cohort))
+            for j in plan.joins:
+                rnd = self.rounds[j.round_id]
+                rep = by_round.get(j.round_id) or Reports(j.round_id, plan.id, np.zeros(0, np.int64),
+                                                          np.zeros((1, 0, rnd.width), np.int64 if rnd.integer else np.float64))
+                if j.round_id in secure:  # they join the key rounds, then vanish
+                    values[j.round_id].update(zip(rep.user_ids.tolist(), rep.values[0, :, 0].tolist()))
+                    inside = block_ids[(block_ids >= j.first) & (block_ids < j.first + j.count)]
+                    dropouts[j.round_id] += np.setdiff1d(inside, rep.user_ids).tolist()
+                    continue
+                await self.send_reports(plan, rnd, block, rep)
+        for rid, join in secure.items():  # every fleet answers round 0, with no users if it hosts none
+            await self.secagg.start(self.rounds[rid], join.first, values[rid], dropouts[rid])
+        self.served[plan.id] = plan
+
+    async def send_reports(self, plan: Plan, rnd: Round, block: int, rep: Reports) -> None:
+        """One (round, block)'s records, closing the block for that round."""
+        ids = rep.user_ids
+        msg = codec.ReportsMsg(
+            run=self.run_id, task=self.task_index, round=rnd.id, plan=plan.id, user_ids=ids_on_wire(ids),
+            values=codec.packed(rep.values, rnd.m, rnd.high, rnd.integer), block=block,
+            tags=self.auth.tags(self.run_id, self.task_index, rnd.id, plan.id, plan.first_user, ids, rep.values))
+        msg = msg.model_copy(update={"block_tag": self.auth.mac("block", self.run_id, self.task_index, rnd.id,
+                                                                plan.id, block, payload=codec.encode(msg))})
+        await self.bus.publish(self.t("report", rnd.intermediary), msg)

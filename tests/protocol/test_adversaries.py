@@ -15,7 +15,7 @@ import pytest
 from privbandit.experiment.config import ConfigError, load_experiment
 from privbandit.experiment.runner import run_experiment
 from privbandit.protocol.adversaries import MaxShift, OutOfRange, bounded_sum, in_window, report_slack
-from privbandit.protocol.encoding import modular_sum
+from privbandit.protocol.primitives.encoding import modular_sum
 from privbandit.protocol.environments import BanditInstance
 from privbandit.protocol.events import RoundPlan
 from privbandit.protocol.mechanisms.distributed_dp_mab import (
@@ -25,7 +25,7 @@ from privbandit.protocol.mechanisms.distributed_dp_mab import (
     PolyaSecAgg,
 )
 from privbandit.protocol.parties import Intermediary, UserPopulation
-from privbandit.protocol.seeding import USER_BLOCK
+from privbandit.protocol.primitives.seeding import USER_BLOCK
 
 BASE = """
 name = "adv"

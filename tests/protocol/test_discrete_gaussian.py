@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privbandit.protocol.noise import discrete_gaussian as dg
-from privbandit.protocol.noise.discrete_gaussian import (
+from privbandit.protocol.primitives.noise import discrete_gaussian as dg
+from privbandit.protocol.primitives.noise.discrete_gaussian import (
     discrete_gaussian_pmf,
     discrete_gaussian_variance,
     sample_discrete_gaussian,

@@ -17,7 +17,7 @@ from privbandit.protocol.mechanisms.distributed_dp_mab import (
     PolyaSecAgg,
     SkellamSecAgg,
 )
-from privbandit.protocol.noise.polya import discrete_laplace_pmf
+from privbandit.protocol.primitives.noise.polya import discrete_laplace_pmf
 from privbandit.protocol.parties import Intermediary, ProtocolError, SecureAggregator
 from privbandit.protocol.privacy import PrivacyLedger, polya_sum_epsilon
 from tests.stats import P_MIN, chi_square_pvalue

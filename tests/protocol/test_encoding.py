@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from privbandit.protocol.encoding import (
+from privbandit.protocol.primitives.encoding import (
     EncodingError,
     decode,
     modular_sum,

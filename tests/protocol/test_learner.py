@@ -25,7 +25,7 @@ from privbandit.protocol.mechanisms.distributed_dp_mab import (
 from privbandit.protocol.observer import checkpoint_grid
 from privbandit.protocol.parties import Analyzer, ProtocolError
 from privbandit.protocol.privacy import PrivacyLedger
-from privbandit.protocol.seeding import stream
+from privbandit.protocol.primitives.seeding import stream
 
 
 def test_geometric_schedule():
@@ -149,7 +149,7 @@ def test_sharded_users_draw_exactly_what_one_population_draws():
     from privbandit.protocol.events import RoundPlan
     from privbandit.protocol.observer import Observer
     from privbandit.protocol.parties import UserPopulation
-    from privbandit.protocol.seeding import USER_BLOCK
+    from privbandit.protocol.primitives.seeding import USER_BLOCK
 
     inst = BanditInstance(np.array([0.3, 0.6]))
     mech = PolyaSecAgg(0.5, 0.1)

@@ -10,7 +10,7 @@ import pytest
 
 from privbandit.experiment import linear_family as lf
 from privbandit.experiment.config import ConfigError
-from privbandit.protocol import amplification as amp
+from privbandit.protocol.privacy import amplification as amp
 from privbandit.protocol.learners.batched_linucb import BatchedLinUCB, ucb_actions
 from privbandit.protocol.mechanisms import shuffle_linear_params as lp
 

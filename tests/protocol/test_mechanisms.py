@@ -16,7 +16,7 @@ from privbandit.protocol.mechanisms.distributed_dp_mab import (
     PolyaSecAgg,
     SkellamSecAgg,
 )
-from privbandit.protocol.noise import discrete_laplace_pmf
+from privbandit.protocol.primitives.noise import discrete_laplace_pmf
 from tests.stats import P_MIN, chi_square_pvalue
 
 T = 10**6

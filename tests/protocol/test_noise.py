@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from privbandit.protocol.noise import (
+from privbandit.protocol.primitives.noise import (
     discrete_laplace_pmf,
     discrete_laplace_variance,
     sample_discrete_laplace,

@@ -1,6 +1,6 @@
 """The online family's distributed twins use an ideal secure sum (:class:`SecureBlockSum`). Here
 the same users' Pólya-shared encodings go through the real Bonawitz et al. round of
-:mod:`privbandit.protocol.secagg` (X25519 key agreement, HKDF, ChaCha20 masks and share
+:mod:`privbandit.protocol.primitives.secagg` (X25519 key agreement, HKDF, ChaCha20 masks and share
 encryption, Shamir recovery) and the release must equal the ideal one bit for bit: that is what
 licenses the substitution in the in-process engine."""
 

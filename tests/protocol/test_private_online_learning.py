@@ -10,31 +10,48 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from privbandit.protocol.environments import BanditInstance
-from privbandit.protocol.learners.anytime_lazy_ucb import AnytimeLazyUCB
-from privbandit.protocol.learners.ftnl import FTNL, epoch_of, epoch_rounds
-from privbandit.protocol.learners.hybrid_streaks import _Log2Rounds, leader_streak
-from privbandit.protocol.learners.hybrid_ucb import HybridUCB
-from privbandit.protocol.mechanisms.private_online_learning import (
+
+from privbandit.families.distributed_dp_mab.world import BanditInstance
+from privbandit.families.private_online_learning import FAMILY
+from privbandit.families.private_online_learning import parties as online_parties
+from privbandit.families.private_online_learning.anytime_lazy_ucb import AnytimeLazyUCB
+from privbandit.families.private_online_learning.ftnl import FTNL, epoch_of, epoch_rounds
+from privbandit.families.private_online_learning.hybrid_streaks import _Log2Rounds, leader_streak
+from privbandit.families.private_online_learning.hybrid_ucb import HybridUCB
+from privbandit.families.private_online_learning.mechanisms import (
     BinaryMechanism,
     DistributedArraySum,
     DistributedNoisyMax,
     ReportNoisyMax,
-    SessionError,
     array_of_pull,
     binary_nodes,
     binary_prefix_noise,
     hybrid_epsilon,
     refresh_count,
 )
-from privbandit.protocol.noise import discrete_laplace_pmf
-from privbandit.protocol.observer import checkpoint_grid
-from privbandit.protocol.online_engine import OnlineRun, run_anytime_lazy_ucb, run_dp_se, run_ftnl, run_hybrid_ucb
-from privbandit.protocol.privacy import PrivacyLedger
+from privbandit.protocol.primitives.encoding import modular_sum
+from privbandit.protocol.primitives.noise import discrete_laplace_pmf
+from privbandit.protocol.spine import engine
+from privbandit.protocol.spine.errors import ProtocolError
+from privbandit.protocol.spine.events import Join, Plan, Reports, Round
+from privbandit.protocol.spine.intermediary import Intermediary
+from privbandit.runner.tasks import parties
 from tests.stats import P_MIN, chi_square_pvalue
 
 SETTING1 = BanditInstance(np.array([0.75, 0.70, 0.70, 0.70, 0.70]), "bernoulli")
 
+
+def run_task(algorithm: str, horizon: int, epsilon: float = 1.0, means=(0.75, 0.70, 0.70, 0.70, 0.70),
+             seed: int = 0, run: int = 0, reward: str = "bernoulli", oracle: bool = True, **table):
+    """One run of one algorithm through the spine's engine, as privbandit run does it."""
+    config = FAMILY.load({"family": FAMILY.name, "horizon": horizon, "seed": seed, "epsilon": epsilon,
+                          "runs": run + 1, "environment": {"means": list(means), "reward": reward},
+                          "algorithms": {"x": {"algorithm": algorithm, **table}}}, "<test>")
+    _, analyzer, users, boxes, observer = parties(FAMILY, config, "x", [run], oracle=oracle)
+    engine.run(analyzer, users, boxes, observer)
+    result = observer.result([run], analyzer.ledger.summary(), analyzer.logic.summary(),
+                             FAMILY.row_maker(config, "x"))
+    return result, analyzer
 
 # --- Anytime-Lazy-UCB ----------------------------------------------------------------------------
 
@@ -251,25 +268,27 @@ def test_leader_streak_refuses_a_window_across_a_fill():
 
 
 @pytest.mark.parametrize(("setting", "eps", "seed", "horizon", "reward"), [
-    ((0.75, 0.70, 0.70, 0.70, 0.70), 0.1, 0, 140_000, "bernoulli"),  # short streaks; 3 chunks
-    ((0.75, 0.70, 0.70, 0.70, 0.70), 1.0, 1, 70_000, "bernoulli"),
-    ((0.75, 0.70, 0.70, 0.70, 0.70), 128.0, 2, 140_000, "bernoulli"),  # long streaks
-    ((0.75, 0.625, 0.5, 0.375, 0.25), 0.25, 3, 70_000, "bernoulli"),
-    ((0.75, 0.15, 0.15, 0.15, 0.15), 8.0, 4, 70_000, "bernoulli"),
-    ((0.6, 0.6, 0.5), 64.0, 5, 70_000, "bernoulli"),  # two equal best arms: ties matter
-    ((0.75, 0.70, 0.70, 0.70, 0.70), 2.0, 6, 70_000, "gaussian"),  # float sums: order matters
+    ((0.75, 0.70, 0.70, 0.70, 0.70), 0.1, 0, 9_000, "bernoulli"),  # short streaks; 5 noise blocks
+    ((0.75, 0.70, 0.70, 0.70, 0.70), 1.0, 1, 6_000, "bernoulli"),
+    ((0.75, 0.70, 0.70, 0.70, 0.70), 128.0, 2, 9_000, "bernoulli"),  # long streaks
+    ((0.75, 0.625, 0.5, 0.375, 0.25), 0.25, 3, 6_000, "bernoulli"),
+    ((0.75, 0.15, 0.15, 0.15, 0.15), 8.0, 4, 6_000, "bernoulli"),
+    ((0.6, 0.6, 0.5), 64.0, 5, 6_000, "bernoulli"),  # two equal best arms: ties matter
+    ((0.75, 0.70, 0.70, 0.70, 0.70), 2.0, 6, 6_000, "gaussian"),  # float sums: order matters
 ])
-def test_hybrid_streaks_equal_the_stepwise_reference(setting, eps, seed, horizon, reward):
-    """The fast driver and the reference loop: same pulls, same regret curves, bit for bit."""
-    inst = BanditInstance(np.array(setting), reward)
-    kw = dict(instance=inst, epsilon=eps, horizon=horizon, seed=seed, prefix=(seed, "hybrid"),
-              checkpoints=checkpoint_grid(horizon))
-    fast = run_hybrid_ucb(OnlineRun(**kw, ledger=PrivacyLedger("central", eps, 1e-6)))
-    ref = run_hybrid_ucb(OnlineRun(**kw, ledger=PrivacyLedger("central", eps, 1e-6)), stepwise=True)
-    np.testing.assert_array_equal(fast.pulls, ref.pulls)
-    np.testing.assert_array_equal(fast.pseudo_regret, ref.pseudo_regret)
-    np.testing.assert_array_equal(fast.realized_regret, ref.realized_regret)
-    assert fast.privacy == ref.privacy
+def test_hybrid_streaks_equal_one_user_per_plan(setting, eps, seed, horizon, reward, monkeypatch):
+    """The analyzer looking ahead (in-process) and the analyzer serving one user per plan (what it
+    does over MQTT): same pulls, same regret curves, same ledger, bit for bit. The analyzer's noise
+    blocks are shrunk to 2048 rounds so that streaks cross several block boundaries at a horizon the
+    one-user-per-plan reference (about 0.3 ms a user through the whole spine) covers in seconds."""
+    monkeypatch.setattr(online_parties, "NOISE_BLOCK", 2048)
+    fast, a = run_task("hybrid-ucb", horizon, eps, setting, seed, reward=reward)
+    ref, b = run_task("hybrid-ucb", horizon, eps, setting, seed, reward=reward, oracle=False)
+    assert a.logic.streaks.stats["streak_rounds"] > 0 and b.logic.streaks.stats["streak_rounds"] == 0
+    assert fast.learner[0]["pulls"] == ref.learner[0]["pulls"]
+    np.testing.assert_array_equal(fast.pseudo, ref.pseudo)
+    np.testing.assert_array_equal(fast.realized, ref.realized)
+    assert fast.privacy == ref.privacy and fast.privacy["releases"] == horizon
 
 
 def test_hybrid_ledger_paper_depth_spends_1_5_eps():
@@ -293,16 +312,14 @@ def test_ftnl_epoch_boundaries():
 
 
 def test_ftnl_run_plays_previous_epochs_noisy_leader():
-    inst = BanditInstance(np.array([0.2, 0.9, 0.5]), "bernoulli")
     T = 2**10 + 100  # a truncated last epoch
-    res = run_ftnl(OnlineRun(instance=inst, epsilon=1e6, trust="central", horizon=T, seed=3, prefix=(0,),
-                             checkpoints=np.array([T]), ledger=PrivacyLedger("central", 1e6, 1e-6)))
-    assert [r["epoch"] for r in res.releases] == list(range(10))  # epoch 10 is cut at T: no release
-    assert [r["played"] for r in res.releases][0] == 0
-    for prev, cur in zip(res.releases, res.releases[1:]):
+    res, _ = run_task("ftnl", T, 1e6, (0.2, 0.9, 0.5), seed=3)
+    assert [r["epoch"] for r in res.rounds] == list(range(10))  # epoch 10 is cut at T: no release
+    assert [r["played"] for r in res.rounds][0] == 0
+    for prev, cur in zip(res.rounds, res.rounds[1:]):
         assert cur["played"] == prev["next"]
-    assert res.releases[-1]["next"] == 1
-    assert res.pulls.sum() == T
+    assert res.rounds[-1]["next"] == 1
+    assert sum(r["n"] for r in res.rounds) == 2**10 - 1
 
 
 @pytest.mark.parametrize("c", [1.0, 2.0])
@@ -331,51 +348,51 @@ def test_distributed_array_sum_is_central_sum_plus_discrete_laplace():
     with power against the continuous mechanism's rounding-free scale being twice as large."""
     eps, n, trials = 0.5, 16, 6000
     rel = DistributedArraySum(eps, p=1e-6)
+    q = rel.params(n)
     rng = np.random.default_rng(5)
     errors = []
     for i in range(trials):
         x = (rng.random(n) < 0.6).astype(float)  # Bernoulli: randomized rounding is exact
-        session = rel.open((0, 4), n)
-        session.receive(np.arange(n), rel.randomize(x, session.params, rng))
-        noisy, _ = rel.decode(int(session.release()[0]), session.params, rng)
-        errors.append(round((noisy - x.sum()) * session.params.g))
-    g = rel.params(n).g
+        noisy, _ = rel.decode(modular_sum(rel.randomize(x, q, rng), q.m), q, rng)
+        errors.append(round((noisy - x.sum()) * q.g))
     errors = np.array(errors)
-    assert chi_square_pvalue(errors, lambda k: discrete_laplace_pmf(k, g / eps)) > P_MIN
-    assert chi_square_pvalue(errors, lambda k: discrete_laplace_pmf(k, 2 * g / eps)) < P_MIN
+    assert chi_square_pvalue(errors, lambda k: discrete_laplace_pmf(k, q.g / eps)) > P_MIN
+    assert chi_square_pvalue(errors, lambda k: discrete_laplace_pmf(k, 2 * q.g / eps)) < P_MIN
 
 
 @pytest.mark.parametrize("where", ["intermediary", "analyzer"])
 def test_distributed_noisy_max_coordinates_are_lap_z(where):
     eps, c, n, k, trials = 1.0, 2.0, 8, 3, 3000
     rnm = DistributedNoisyMax(eps, 1e-6, c, where)
+    q = rnm.params(n)
     rng = np.random.default_rng(9)
     errs = []
     for _ in range(trials):
         x = (rng.random((n, k)) < 0.5).astype(float)
-        s = rnm.open(("e",), n, k)
-        s.receive(np.arange(n), rnm.randomize(x, s.params, rng))
-        sums = rnm.decode(s.release(), s.params, rng)
-        errs.extend(np.round((sums - x.sum(0)) * s.params.g).astype(int))
-        j, leaked = rnm.select(s.release(), s.params, rng)
+        y = rnm.randomize(x, q, rng)
+        released = np.array([modular_sum(y[:, i], q.m) for i in range(k)])
+        sums = rnm.decode(released, q, rng)
+        errs.extend(np.round((sums - x.sum(0)) * q.g).astype(int))
+        j, leaked = rnm.select(released, q, rng)
         assert (leaked is None) == (where == "intermediary")
-    g = rnm.params(n).g
-    assert chi_square_pvalue(np.array(errs), lambda v: discrete_laplace_pmf(v, c * g / eps)) > P_MIN
+    assert chi_square_pvalue(np.array(errs), lambda v: discrete_laplace_pmf(v, c * q.g / eps)) > P_MIN
     want = 2 * eps / c if where == "intermediary" else k * eps / c
     assert rnm.privacy_event(k).pure_epsilon == pytest.approx(want)
 
 
-def test_secure_block_sum_refuses_bad_input():
-    rel = DistributedArraySum(1.0, 1e-3)
-    s = rel.open((1, 2), 4)
-    s.receive(np.array([1, 2]), np.array([0, 1]))
-    with pytest.raises(SessionError, match="of 4"):
-        s.release()
-    with pytest.raises(SessionError, match="Z_m"):
-        s.receive(np.array([3]), np.array([s.params.m]))
-    s.receive(np.array([2, 3]), np.array([0, 0]))
-    with pytest.raises(SessionError, match="twice"):
-        s.release()
+def test_an_argmax_round_releases_only_the_index_of_the_decoded_maximum():
+    """FTNL's secure report-noisy-max: the intermediary reads each sum in [−τ, n·g + τ] (the
+    decode's underflow correction) and releases the index alone."""
+    m, tau = 101, 5
+    rnd = Round(0, "aggregator", "argmax", expected=2, width=3, m=m, decode=(-tau, 2 * 10 + tau))
+    box = Intermediary("aggregator")
+    box.open(rnd)
+    plan = Plan(0, 0, 2, {}, (rnd,), (Join(0, 0, 2, 2),))
+    box.open_plan(plan)
+    # Sums per entry: −3 (≡ 98), 20, 7: the largest representative is entry 1, though 98 is largest mod m.
+    box.receive(Reports(0, 0, np.array([0, 1]), np.array([[[m - 4, 10, 3], [1, 10, 4]]])))
+    rel = box.release(0)
+    assert rel.values.tolist() == [[1]] and rel.n_reports == 2
 
 
 # --- end to end ----------------------------------------------------------------------------------
@@ -384,36 +401,29 @@ def test_secure_block_sum_refuses_bad_input():
 @pytest.mark.parametrize("trust", ["central", "distributed"])
 def test_lazy_ucb_run_is_reproducible_and_private_per_array(trust):
     T = 20_000
-    kw = dict(instance=SETTING1, epsilon=1.0, trust=trust, horizon=T, seed=4, prefix=(0, "x"),
-              checkpoints=checkpoint_grid(T))
-    a = run_anytime_lazy_ucb(OnlineRun(**kw, ledger=PrivacyLedger(trust, 1.0, 1e-6)))
-    b = run_anytime_lazy_ucb(OnlineRun(**kw, ledger=PrivacyLedger(trust, 1.0, 1e-6)))
-    np.testing.assert_array_equal(a.pseudo_regret, b.pseudo_regret)
-    assert a.pulls.sum() == T
-    assert a.privacy["epsilon_pure"] == 1.0
+    a, _ = run_task("anytime-lazy-ucb", T, 1.0, seed=4, trust=trust)
+    b, _ = run_task("anytime-lazy-ucb", T, 1.0, seed=4, trust=trust)
+    np.testing.assert_array_equal(a.pseudo, b.pseudo)
+    pulls = np.array(a.learner[0]["pulls"])
+    assert pulls.sum() == T
+    assert a.privacy["epsilon_pure"] == 1.0 and a.privacy["guarantee"] == "proven"
     # every reward enters exactly one release, except those of the arrays still filling
-    released = sum(r["n"] for r in a.releases)
-    assert released == sum(refresh_count(int(array_of_pull(int(o + 1))) - 1) for o in a.pulls)
-    assert np.all(np.diff(a.pseudo_regret) >= 0)
+    released = sum(r["n"] for r in a.rounds)
+    assert released == sum(refresh_count(int(array_of_pull(int(o + 1))) - 1) for o in pulls)
+    assert np.all(np.diff(a.pseudo[0]) >= 0)
 
 
 def test_large_epsilon_lazy_ucb_beats_uniform_play():
     T = 50_000
-    setting3 = BanditInstance(np.array([0.75, 0.15, 0.15, 0.15, 0.15]), "bernoulli")
-    res = run_anytime_lazy_ucb(OnlineRun(instance=setting3, epsilon=64.0, trust="central", horizon=T, seed=1,
-                                         prefix=(0,), checkpoints=np.array([T]),
-                                         ledger=PrivacyLedger("central", 64, 1e-6)))
-    assert res.pseudo_regret[-1] < 0.05 * 0.6 * T * 4 / 5  # uniform play: 0.6·T·4/5
+    res, _ = run_task("anytime-lazy-ucb", T, 64.0, (0.75, 0.15, 0.15, 0.15, 0.15), seed=1)
+    assert res.pseudo[0, -1] < 0.05 * 0.6 * T * 4 / 5  # uniform play: 0.6·T·4/5
 
 
 def test_hybrid_and_dp_se_runs():
     T = 5_000
-    kw = dict(instance=SETTING1, epsilon=8.0, horizon=T, seed=2, prefix=(1,), checkpoints=checkpoint_grid(T))
-    h = run_hybrid_ucb(OnlineRun(**kw, ledger=PrivacyLedger("central", 8.0, 1e-6)))
-    assert h.pulls.sum() == T and h.privacy["epsilon_pure"] == pytest.approx(12.0)
-    d = run_dp_se(OnlineRun(**kw, trust="distributed", ledger=PrivacyLedger("distributed", 8.0, 1e-6)))
-    assert d.privacy["epsilon_pure"] == 8.0 and d.pseudo_regret[-1] > 0
+    h, _ = run_task("hybrid-ucb", T, 8.0, seed=2)
+    assert sum(h.learner[0]["pulls"]) == T and h.privacy["epsilon_pure"] == pytest.approx(12.0)
+    d, _ = run_task("dp-se", T, 8.0, seed=2, trust="distributed")
+    assert d.privacy["epsilon_pure"] == 8.0 and d.pseudo[0, -1] > 0
     with pytest.raises(ValueError, match="central model only"):
-        run_hybrid_ucb(OnlineRun(**kw, trust="distributed", ledger=PrivacyLedger("distributed", 8.0, 1e-6)))
-    with pytest.raises(ValueError, match="trust='local' must be 'central' or 'distributed'"):
-        run_dp_se(OnlineRun(**kw, trust="local", ledger=PrivacyLedger("central", 8.0, 1e-6)))
+        run_task("hybrid-ucb", T, 8.0, seed=2, trust="distributed")

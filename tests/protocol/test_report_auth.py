@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from privbandit.protocol.report_auth import PRIME, ReportAuthenticator, report_words
-from privbandit.protocol.seeding import USER_BLOCK, report_auth_master
+from privbandit.protocol.primitives.report_auth import PRIME, ReportAuthenticator, report_words
+from privbandit.protocol.primitives.seeding import USER_BLOCK, report_auth_master
 
 AUTH = ReportAuthenticator(report_auth_master(7))
 

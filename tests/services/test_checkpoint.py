@@ -14,7 +14,7 @@ from privbandit.experiment.config import ExperimentConfig
 from privbandit.experiment.runner import instance_for, resolved_algorithms
 from privbandit.protocol.observer import checkpoint_grid
 from privbandit.protocol.parties import Intermediary, UserPopulation
-from privbandit.protocol.seeding import analyzer_master_key
+from privbandit.protocol.primitives.seeding import analyzer_master_key
 from privbandit.services.analyzer import build_analyzer, replay_releases
 from privbandit.services.checkpoint import (
     MAGIC,

@@ -20,7 +20,7 @@ import yaml
 
 from privbandit.cli import app
 from privbandit.experiment.config import load_experiment
-from privbandit.protocol.seeding import analyzer_master_key
+from privbandit.protocol.primitives.seeding import analyzer_master_key
 from privbandit.services import acl, compose
 
 REPO = Path(__file__).resolve().parents[2]

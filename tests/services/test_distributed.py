@@ -8,9 +8,7 @@ from pathlib import Path
 
 import aiomqtt
 
-from privbandit.experiment.config import load_experiment
-from privbandit.experiment.results import summarize, write_results
-from privbandit.experiment.runner import run_experiment
+from privbandit.runner import config as experiment_files, run_file
 from privbandit.services import codec
 from privbandit.services.hostile import malformed_variants
 from privbandit.services.launcher import launch, plan_parties
@@ -42,11 +40,7 @@ def _experiment(tmp_path, horizon=30_000, runs=2, extra=MORE) -> Path:
 
 
 def _inproc(path: Path, out: Path) -> dict:
-    config, _ = load_experiment(path)
-    results, algos, compute, elapsed = run_experiment(config, jobs=1)
-    summary = summarize(config, results, algos, compute, elapsed)
-    write_results(out, config, summary, results, algos)
-    return summary
+    return run_file(path, out=out).summary
 
 
 def assert_same_numbers(inproc_dir: Path, mqtt_dir: Path) -> None:
@@ -68,8 +62,8 @@ def assert_same_numbers(inproc_dir: Path, mqtt_dir: Path) -> None:
 def test_mqtt_run_reproduces_the_inproc_run_over_mosquitto(tmp_path, mosquitto_url):
     path = _experiment(tmp_path)
     _inproc(path, tmp_path / "inproc")
-    config, _ = load_experiment(path)
-    code = launch(config, path, [], tmp_path / "mqtt", broker_url=mosquitto_url, shards=2, timeout_s=240)
+    family, config = experiment_files.load(path)
+    code = launch(family, config, path, [], tmp_path / "mqtt", broker_url=mosquitto_url, shards=2, timeout_s=240)
     assert code == 0
     assert_same_numbers(tmp_path / "inproc", tmp_path / "mqtt")
     summary = json.loads((tmp_path / "mqtt" / "summary.json").read_text())
@@ -108,9 +102,9 @@ def _publish_junk(url: str, run_id: str, running) -> int:
 
 
 def _start(tmp_path, path, url, run_id):
-    config, _ = load_experiment(path)
+    family, config = experiment_files.load(path)
     out = tmp_path / "mqtt"
-    parties = plan_parties(config, path, [], out, url, run_id, 2, None, observer_log=tmp_path / "observer.log")
+    parties = plan_parties(family, config, path, [], out, url, run_id, 2, None, observer_log=tmp_path / "observer.log")
     for p in parties:
         p.start()
     return parties, out
@@ -143,8 +137,8 @@ def test_parties_survive_malformed_traffic_and_count_it(tmp_path, mosquitto_url)
     for reason in ("not-msgpack", "not-a-map", "bad-version", "unknown-kind", "schema", "wrong-run",
                    "wrong-round", "wrong-task", "unexpected-kind", "invalid-content"):
         assert rejected.get(reason, 0) > 0, (reason, rejected)
-    # Round 0 is open only briefly: a junk report for it meets the modulus check or a closed round.
-    assert rejected.get("wrong-modulus", 0) + rejected.get("round-closed", 0) > 0, rejected
+    # Round 0 is open only briefly: a junk report for it is refused as not joined, or the round closed.
+    assert rejected.get("not-joined", 0) + rejected.get("round-closed", 0) > 0, rejected
 
 
 def test_killing_and_restarting_a_user_fleet_mid_run(tmp_path, mosquitto_url):
@@ -178,16 +172,14 @@ def test_privbandit_demo_on_the_embedded_broker_with_acls_reproduces_inproc(tmp_
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "wire B/user" in proc.stdout and "Dist-DP-SE" in proc.stdout
-    config, _ = load_experiment(demo, ["horizon=40000", "runs=2"])
-    results, algos, compute, elapsed = run_experiment(config, jobs=1)
-    write_results(tmp_path / "inproc", config, summarize(config, results, algos, compute, elapsed), results, algos)
+    run_file(demo, ["horizon=40000", "runs=2"], out=tmp_path / "inproc")
     assert_same_numbers(tmp_path / "inproc", tmp_path / "mqtt")
 
 
 def _session_without_users_1(tmp_path, url, horizon, observer_waits_for_it, *observer_args, deadline="3"):
     path = _experiment(tmp_path, horizon=horizon, runs=1, extra="")
-    config, _ = load_experiment(path)
-    parties = plan_parties(config, path, [], tmp_path / "mqtt", url, "d" + secrets.token_hex(4), 2, None,
+    family, config = experiment_files.load(path)
+    parties = plan_parties(family, config, path, [], tmp_path / "mqtt", url, "d" + secrets.token_hex(4), 2, None,
                            observer_log=tmp_path / "observer.log")
     started = [p for p in parties if p.name != "users-1"]
     for p in started:
@@ -227,12 +219,10 @@ def test_secure_aggregation_over_mosquitto_matches_the_ideal_sum(tmp_path, mosqu
     extra = 'dropout_rate = 0.1\ndropout_tolerance = 0.1\nintermediary = "secagg"\nsecagg_graph = "complete"\n'
     path = _experiment(tmp_path, horizon=400, runs=1, extra=extra)
     overrides = ["environment.arms=3"]  # complete-graph rounds cost O(n²): keep cohorts ≤ 64
-    config, _ = load_experiment(path, overrides)
-    code = launch(config, path, overrides, tmp_path / "mqtt", broker_url=mosquitto_url, shards=2, timeout_s=240)
+    family, config = experiment_files.load(path, overrides)
+    code = launch(family, config, path, overrides, tmp_path / "mqtt", broker_url=mosquitto_url, shards=2, timeout_s=240)
     assert code == 0
-    ideal, _ = load_experiment(path, overrides + ["algorithms.Dist-DP-SE.intermediary=auto"])
-    results, algos, compute, elapsed = run_experiment(ideal, jobs=1)
-    write_results(tmp_path / "inproc", ideal, summarize(ideal, results, algos, compute, elapsed), results, algos)
+    run_file(path, overrides + ["algorithms.Dist-DP-SE.intermediary=auto"], out=tmp_path / "inproc")
     a = json.loads((tmp_path / "inproc" / "summary.json").read_text())
     b = json.loads((tmp_path / "mqtt" / "summary.json").read_text())
     assert b["algorithms"]["Dist-DP-SE"]["reports_dropped"] > 0
@@ -263,8 +253,8 @@ def test_adversaries_in_fleets_reproduce_the_inproc_attacked_run(tmp_path, mosqu
     the attacked in-process run, rejections by reason and the coalition ledger included."""
     path = _experiment(tmp_path, horizon=40_000, runs=1, extra=ATTACKED)
     inproc = _inproc(path, tmp_path / "inproc")
-    config, _ = load_experiment(path)
-    assert launch(config, path, [], tmp_path / "mqtt", broker_url=mosquitto_url, shards=2, timeout_s=240) == 0
+    family, config = experiment_files.load(path)
+    assert launch(family, config, path, [], tmp_path / "mqtt", broker_url=mosquitto_url, shards=2, timeout_s=240) == 0
     assert_same_numbers(tmp_path / "inproc", tmp_path / "mqtt")
     mqtt = json.loads((tmp_path / "mqtt" / "summary.json").read_text())
     assert mqtt["rejected"] == inproc["rejected"] and inproc["rejected"]["out-of-window"] > 0

@@ -19,8 +19,8 @@ from privbandit.cli import parse_key
 from privbandit.experiment.config import ConfigError, load_experiment
 from privbandit.protocol.events import RoundPlan
 from privbandit.protocol.mechanisms.base import RoundParams
-from privbandit.protocol.report_auth import ReportAuthenticator
-from privbandit.protocol.secagg.batch import BatchError, UserIdentities
+from privbandit.protocol.primitives.report_auth import ReportAuthenticator
+from privbandit.protocol.primitives.secagg.batch import BatchError, UserIdentities
 from privbandit.services import codec
 from privbandit.services.secagg_rounds import AggregatorSecAgg, FleetSecAgg, from_messages
 from tests.services.test_codec import LINEAR

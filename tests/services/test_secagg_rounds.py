@@ -14,9 +14,9 @@ import pytest
 
 from privbandit.protocol.events import RoundPlan
 from privbandit.protocol.mechanisms.base import RoundParams
-from privbandit.protocol.report_auth import ReportAuthenticator
-from privbandit.protocol.secagg.batch import Adverts, UserIdentities
-from privbandit.protocol.seeding import USER_BLOCK
+from privbandit.protocol.primitives.report_auth import ReportAuthenticator
+from privbandit.protocol.primitives.secagg.batch import Adverts, UserIdentities
+from privbandit.protocol.primitives.seeding import USER_BLOCK
 from privbandit.services import codec, secagg_rounds
 from privbandit.services.secagg_rounds import AggregatorSecAgg, FleetSecAgg, from_messages, to_messages
 
@@ -109,7 +109,7 @@ def test_fleets_route_mail_by_the_public_block_layout():
     s.agg.open(s.plan)
     s.agg.shards = 2
     s.agg.send = capture
-    from privbandit.protocol.secagg.batch import CIPHERTEXT_BYTES, Shares
+    from privbandit.protocol.primitives.secagg.batch import CIPHERTEXT_BYTES, Shares
 
     recipients = np.array([first, first + USER_BLOCK - 1, first + USER_BLOCK, first + 3 * USER_BLOCK])
     asyncio.run(s.agg._deliver(7, Shares(np.zeros(4, np.int64), recipients, b"c" * CIPHERTEXT_BYTES * 4)))

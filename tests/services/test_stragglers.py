@@ -24,12 +24,12 @@ import pytest
 from privbandit.experiment.config import ExperimentConfig
 from privbandit.experiment.runner import resolved_algorithms
 from privbandit.protocol.events import RoundPlan
-from privbandit.protocol.report_auth import ReportAuthenticator
-from privbandit.protocol.seeding import report_auth_master
+from privbandit.protocol.primitives.report_auth import ReportAuthenticator
+from privbandit.protocol.primitives.seeding import report_auth_master
 from privbandit.protocol.mechanisms.base import RoundParams
-from privbandit.protocol.secagg.batch import (ADVERT_RECORD, CIPHERTEXT_BYTES, Adverts, Masked, Shares,
+from privbandit.protocol.primitives.secagg.batch import (ADVERT_RECORD, CIPHERTEXT_BYTES, Adverts, Masked, Shares,
                                               UserIdentities, Unmasks)
-from privbandit.protocol.secagg.protocol import LIMBS
+from privbandit.protocol.primitives.secagg.protocol import LIMBS
 from privbandit.services import codec
 from privbandit.services.launcher import stop_process
 from privbandit.services.secagg_rounds import FleetSecAgg, from_messages, to_messages

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from privbandit.protocol import amplification as amp
+from privbandit.protocol.privacy import amplification as amp
 from privbandit.protocol.mechanisms.shuffle_linear_bandits import VecParams, n_entries, tree_levels
 
 ALGORITHMS = ("linucb", "linucb-jdp", "linucb-ldp", "linucb-sdp-amp", "linucb-sdp-vec")

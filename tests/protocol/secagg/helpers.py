@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from privbandit.protocol.secagg import (
+from privbandit.protocol.primitives.secagg import (
     MaskingGraph,
     RoundConfig,
     SecAggServer,

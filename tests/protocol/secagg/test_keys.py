@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from privbandit.protocol.secagg.errors import KeySubstitutionError
-from privbandit.protocol.secagg.keys import (
+from privbandit.protocol.primitives.secagg.errors import KeySubstitutionError
+from privbandit.protocol.primitives.secagg.keys import (
     PURPOSE_ENCRYPTION,
     PURPOSE_MASK,
     RoundKeys,

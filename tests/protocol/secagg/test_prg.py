@@ -7,7 +7,7 @@ import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from scipy import stats
 
-from privbandit.protocol.secagg.prg import acceptance_limit, prg_key, uniform_mod
+from privbandit.protocol.primitives.secagg.prg import acceptance_limit, prg_key, uniform_mod
 from tests.stats import P_MIN
 
 SEED = bytes(range(32))
@@ -96,7 +96,7 @@ def test_hkdf_matches_rfc5869_and_the_cryptography_implementation():
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-    from privbandit.protocol.secagg.prg import hkdf_sha256_32
+    from privbandit.protocol.primitives.secagg.prg import hkdf_sha256_32
 
     # RFC 5869 Appendix A.3 (SHA-256, empty salt and info): the first 32 bytes of the OKM.
     okm = hkdf_sha256_32(bytes([0x0B] * 22), b"")

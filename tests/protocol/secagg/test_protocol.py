@@ -9,9 +9,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from scipy import stats
 
-from privbandit.protocol.secagg import KeySubstitutionError, MaskingGraph, SecAggAbort
-from privbandit.protocol.secagg.keys import raw_public
-from privbandit.protocol.secagg.protocol import KeyDirectory, UnmaskRequest
+from privbandit.protocol.primitives.secagg import KeySubstitutionError, MaskingGraph, SecAggAbort
+from privbandit.protocol.primitives.secagg.keys import raw_public
+from privbandit.protocol.primitives.secagg.protocol import KeyDirectory, UnmaskRequest
 from tests.protocol.secagg.helpers import (
     Drops,
     expected_sum,

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from privbandit.protocol.secagg.errors import ShareError
-from privbandit.protocol.secagg.shamir import (
+from privbandit.protocol.primitives.secagg.errors import ShareError
+from privbandit.protocol.primitives.secagg.shamir import (
     PRIME,
     combine_field,
     combine_secret,

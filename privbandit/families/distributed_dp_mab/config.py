@@ -1,0 +1,161 @@
+"""The distributed-DP MAB family's experiment files: their tables, presets and validation.
+
+Algorithms are tables under ``[algorithms.<label>]``; a label that is itself an algorithm name
+(``dist-dp-se``, …) needs no ``algorithm`` field. A preset fills what a table leaves unset
+(:func:`resolve_algorithm`). ``delta`` defaults to 1/(10·T): each run protects T users.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from privbandit.runner.config import ConfigError, ExperimentFile, StrictModel
+
+ALGORITHMS = ("dist-dp-se", "dist-rdp-se", "dist-cdp-se", "cdp-se", "ldp-se", "dp-se", "se")
+PRESETS = ("paper", "paper-code")
+
+
+Probability = Annotated[float, Field(gt=0, le=1)]
+
+
+class EnvironmentConfig(StrictModel):
+    kind: Literal["uniform", "means", "means-file"] = "uniform"
+    arms: Annotated[int, Field(ge=2, le=100_000)] = 10
+    low: Annotated[float, Field(ge=0, le=1)] = 0.25
+    high: Annotated[float, Field(ge=0, le=1)] = 0.75
+    means: list[Annotated[float, Field(ge=0, le=1)]] | None = None
+    path: str | None = None
+    reward: Literal["gaussian", "bernoulli", "categorical"] = "gaussian"
+    sd: Annotated[float, Field(ge=0, le=10)] = 0.1
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.kind == "uniform" and not self.low < self.high:
+            raise ValueError(f"low={self.low} must be < high={self.high}")
+        if self.kind == "means" and (self.means is None or len(self.means) < 2):
+            raise ValueError("kind = 'means' needs `means`, a list of at least 2 values in [0, 1]")
+        if self.kind == "means-file" and not self.path:
+            raise ValueError("kind = 'means-file' needs `path` to a privbandit-arm-means JSON file")
+        if self.reward == "categorical" and self.kind != "means-file":
+            raise ValueError("reward = 'categorical' needs kind = 'means-file' (it carries the levels)")
+        return self
+
+
+ADVERSARY_KINDS = ("max-shift", "out-of-range", "window-edge", "colluders")  # protocol/adversaries
+TRAFFIC_ADVERSARY_KINDS = ("replay", "impersonate", "sybil", "flood", "curious-analyzer")  # services/hostile.py
+
+
+class AdversaryConfig(StrictModel):
+    """Some users of every cohort attack (privbandit/protocol/adversaries, docs/attacks.md)."""
+
+    kind: Literal[ADVERSARY_KINDS]  # type: ignore[valid-type]
+    # Exactly ⌊fraction·size⌋ users of every 65,536-user block. Below 1/3 with any dropouts, so a
+    # round whose attackers are all rejected still meets the ⌊2n/3⌋ + 1 release threshold.
+    fraction: Annotated[float, Field(ge=0, lt=1 / 3)] = 0.05
+    # out-of-range: how far beyond [0, 1] the attackers' encoded reward lies, in rewards.
+    magnitude: Annotated[float, Field(gt=0, le=1e6)] = 1.0
+
+
+class AlgorithmConfig(StrictModel):
+    algorithm: Literal[ALGORITHMS]  # type: ignore[valid-type]
+    epsilon: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    batch_growth: Annotated[float, Field(gt=1, le=64)] | None = None
+    p: Probability | None = None
+    width_multiplier: Annotated[float, Field(gt=0)] = 1.0
+    s: Annotated[float, Field(ge=1, le=1e6)] = 10.0
+    tau_rule: Literal["sqrt-log", "log"] | None = None
+    ldp_c: Annotated[float, Field(gt=0)] = 2.0
+    intermediary: Literal["auto", "shuffler", "secagg"] = "auto"  # auto: the mechanism's own (aggregator)
+    secagg_graph: Literal["complete", "sparse"] = "sparse"  # with intermediary = "secagg"
+    # Simulated dropouts: this fraction of every collected cohort never reports. Below 1/3, so the
+    # ⌊2n/3⌋ + 1 release threshold always holds for the ideal intermediary.
+    dropout_rate: Annotated[float, Field(ge=0, lt=1 / 3)] = 0.0
+    # ρ: distributed noise shares calibrated for ⌈(1−ρ)n⌉ survivors (dist-* algorithms only).
+    dropout_tolerance: Annotated[float, Field(ge=0, le=0.9)] = 0.0
+    adversary: AdversaryConfig | None = None
+    # The clear-text defences (adversaries/defences.py): reject reports outside [−B, g + B] and
+    # sum visible reports as bounded integers. Only where someone sees the reports.
+    range_check: bool = False
+
+    @model_validator(mode="after")
+    def _attackers_and_dropouts_leave_a_release(self):
+        if self.adversary is not None and self.dropout_rate + self.adversary.fraction >= 1 / 3:
+            raise ValueError(f"dropout_rate + adversary.fraction = {self.dropout_rate + self.adversary.fraction:g} "
+                             f"must stay below 1/3 (the ⌊2n/3⌋ + 1 release threshold)")
+        return self
+
+    @model_validator(mode="after")
+    def _range_check_needs_visible_reports(self):
+        hidden = self.algorithm.startswith("dist-") and self.intermediary != "shuffler"
+        if self.range_check and hidden:
+            raise ValueError(f"range_check: under secure aggregation ({self.algorithm}, intermediary = "
+                             f"{self.intermediary!r}) nobody sees a report to check; it applies to cdp-se, "
+                             f"ldp-se, dp-se, se, or intermediary = 'shuffler'")
+        return self
+
+    @model_validator(mode="after")
+    def _tolerance_needs_distributed_noise(self):
+        if self.dropout_tolerance and not self.algorithm.startswith("dist-"):
+            raise ValueError(f"dropout_tolerance applies to distributed noise (dist-dp-se, dist-rdp-se, "
+                             f"dist-cdp-se); {self.algorithm} adds none in the users' shares")
+        return self
+
+
+class ExperimentConfig(ExperimentFile):
+    family: Literal["distributed-dp-mab"] = "distributed-dp-mab"  # see experiment/families.py
+    name: str = "experiment"
+    description: str = ""
+    horizon: Annotated[int, Field(ge=2, le=10**10)]
+    seed: Annotated[int, Field(ge=0)] = 0
+    epsilon: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
+    runs: Annotated[int, Field(ge=1, le=10_000)] = 1
+    preset: Literal[PRESETS] = "paper"  # type: ignore[valid-type]
+    # None: 1/(10·T), small against 1/N for the N = T users a run protects (privacy.default_delta).
+    delta: Annotated[float, Field(gt=0, lt=1)] | None = None
+    checkpoints: Annotated[int, Field(ge=4, le=100_000)] = 240
+    environment: EnvironmentConfig = EnvironmentConfig()
+    algorithms: dict[str, AlgorithmConfig]
+    # Hostile client processes a run over MQTT starts next to the parties, one per kind, to attack
+    # the session's traffic (services/hostile.py, docs/attacks.md). In-process runs refuse them.
+    traffic_adversaries: list[Literal[TRAFFIC_ADVERSARY_KINDS]] = []  # type: ignore[valid-type]
+
+    @classmethod
+    def label_kind(cls, label: str) -> str | None:
+        return label.lower() if label.lower() in ALGORITHMS else None
+
+    @model_validator(mode="after")
+    def _each_traffic_adversary_once(self):
+        twice = sorted({k for k in self.traffic_adversaries if self.traffic_adversaries.count(k) > 1})
+        if twice:
+            raise ValueError(f"traffic_adversaries: {', '.join(twice)} listed more than once (one process per kind)")
+        return self
+
+
+# --- presets ---------------------------------------------------------------------------------
+
+
+def resolve_algorithm(config: ExperimentConfig, label: str) -> AlgorithmConfig:
+    """Fill an algorithm's unset fields from the experiment's preset.
+
+    - ``paper``: the theorems as stated: l(b) = 2^b, p = 1/T, Skellam τ with sqrt(log(2/p)).
+    - ``paper-code``: the constants of the authors' experiments (spec §5.6): l(b) = 4^b for
+      Algorithm 1's variants, p = 0.1, Skellam τ with log(2/p). Their sampler defects are *not*
+      reproduced: the Pólya scale is β/(1−β), and DP-SE draws one Laplace per arm.
+    """
+    algo = config.algorithms[label]
+    code = config.preset == "paper-code"
+    fill = {
+        "epsilon": config.epsilon,
+        "batch_growth": 4.0 if code else 2.0,
+        "p": 0.1 if code else 1.0 / config.horizon,
+        "tau_rule": "log" if code else "sqrt-log",
+    }
+    update = {k: v for k, v in fill.items() if getattr(algo, k) is None}
+    resolved = algo.model_copy(update=update)
+    if not math.isfinite(resolved.epsilon):
+        raise ConfigError(f"algorithms.{label}.epsilon must be finite")
+    return resolved

@@ -1,0 +1,221 @@
+"""The distributed-DP multi-armed bandit family (Chowdhury & Zhou, ICLR 2023) as a spine plug-in:
+how an experiment file becomes mechanisms, learners, worlds and party logic."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from privbandit.families.distributed_dp_mab import adversaries, config as cfg
+from privbandit.families.distributed_dp_mab.base import Mechanism, RoundParams
+from privbandit.families.distributed_dp_mab.learners import (
+    GeometricSchedule,
+    Lemma2Width,
+    SajedSheffetSchedule,
+    SuccessiveElimination,
+    sajed_sheffet_width,
+)
+from privbandit.families.distributed_dp_mab.mechanisms import (
+    CentralDiscreteLaplace,
+    CentralLaplace,
+    DiscreteGaussianSecAgg,
+    LocalDiscreteLaplace,
+    NonPrivate,
+    PolyaSecAgg,
+    SkellamSecAgg,
+)
+from privbandit.families.distributed_dp_mab.parties import BanditUsers, EliminationServer
+from privbandit.families.distributed_dp_mab.world import BanditInstance, uniform_means
+from privbandit.protocol.primitives.seeding import stream
+from privbandit.protocol.privacy import Ledger, NonPrivate as NonPrivateEvent, default_delta
+from privbandit.protocol.spine.events import Truth
+from privbandit.protocol.spine.family import Family
+from privbandit.protocol.spine.observer import checkpoint_grid
+from privbandit.runner.config import ConfigError
+
+ROUND_FIELDS = ["batch", "arm", "g", "tau", "m", "wrapped", "estimate_sum", "true_sum", "noise", "noise_bound",
+                "noise_encoded", "decode_failure", "attackers", "epsilon_coalition"]
+
+
+def build_mechanism(a: cfg.AlgorithmConfig) -> Mechanism:
+    match a.algorithm:
+        case "dist-dp-se":
+            return PolyaSecAgg(a.epsilon, a.p, a.dropout_tolerance)
+        case "dist-rdp-se":
+            return SkellamSecAgg(a.epsilon, a.p, s=a.s, tau_rule=a.tau_rule, dropout_tolerance=a.dropout_tolerance)
+        case "dist-cdp-se":
+            return DiscreteGaussianSecAgg(a.epsilon, a.p, s=a.s, dropout_tolerance=a.dropout_tolerance)
+        case "cdp-se":
+            return CentralDiscreteLaplace(a.epsilon, a.p)
+        case "ldp-se":
+            return LocalDiscreteLaplace(a.epsilon, a.p, c=a.ldp_c)
+        case "dp-se":
+            return CentralLaplace(a.epsilon)
+        case "se":
+            return NonPrivate()
+    raise ValueError(f"unknown algorithm {a.algorithm!r}")
+
+
+def build_learner(a: cfg.AlgorithmConfig, n_arms: int) -> SuccessiveElimination:
+    if a.algorithm == "dp-se":
+        return SuccessiveElimination(n_arms, SajedSheffetSchedule(a.epsilon, a.p), sajed_sheffet_width(a.p, a.width_multiplier))
+    return SuccessiveElimination(n_arms, GeometricSchedule(a.batch_growth), Lemma2Width(a.p, a.width_multiplier))
+
+
+def build_instance(env: cfg.EnvironmentConfig, rng: np.random.Generator) -> BanditInstance:
+    """One bandit instance; with kind = 'uniform' each run draws fresh means (20 instances, §7)."""
+    if env.kind == "uniform":
+        return BanditInstance(uniform_means(env.arms, env.low, env.high, rng), env.reward, env.sd)
+    if env.kind == "means":
+        return BanditInstance(np.array(env.means), env.reward, env.sd)
+    from privbandit.datasets.letor import ArmMeans
+
+    arms = ArmMeans.from_json(env.path)
+    return BanditInstance(np.asarray(arms.means), env.reward, env.sd, levels=np.asarray(arms.levels),
+                          probabilities=np.asarray(arms.probabilities))
+
+
+def instance_for(config: cfg.ExperimentConfig, run: int) -> BanditInstance:
+    """Run r of every algorithm faces the same instance, drawn from ``(seed, "instance", r)``."""
+    return build_instance(config.environment, stream(config.seed, "instance", run))
+
+
+def delta_of(config) -> float:
+    return config.delta if config.delta is not None else default_delta(config.horizon)
+
+
+class DistributedDpMab(Family):
+    name = "distributed-dp-mab"
+    title = "Chowdhury & Zhou (ICLR 2023), Distributed Differential Privacy in Multi-Armed Bandits"
+    experiment_model = cfg.ExperimentConfig
+    round_fields = ROUND_FIELDS
+    adversaries = adversaries.ADVERSARIES
+
+    def load(self, data: dict, path: str) -> cfg.ExperimentConfig:
+        config = cfg.ExperimentConfig.model_validate(data)
+        if config.environment.path and not Path(config.environment.path).is_absolute():
+            env = config.environment.model_copy(update={"path": str(Path(path).parent / config.environment.path)})
+            config = config.model_copy(update={"environment": env})
+        for label in config.algorithms:
+            a = self.algorithm(config, label)
+            try:  # fail before any work starts: bad parameters, a missing means file, ...
+                mechanism = build_mechanism(a)
+                mechanism.params(2)
+                if a.intermediary == "secagg" and mechanism.intermediary != "modular-sum":
+                    raise ValueError(f"intermediary = 'secagg' needs a modular-sum mechanism; {a.algorithm} "
+                                     f"uses {mechanism.intermediary}")
+                instance_for(config, 0)
+            except (ValueError, OSError) as exc:
+                raise ConfigError(f"algorithms.{label}: {exc}") from None
+        return config
+
+    def algorithm(self, config, label: str) -> cfg.AlgorithmConfig:
+        return cfg.resolve_algorithm(config, label)
+
+    def intermediaries(self, config) -> list[str]:
+        """The aggregator always; the shuffler when an algorithm routes through it."""
+        shuffled = any(self.algorithm(config, label).intermediary == "shuffler" for label in config.algorithms)
+        return ["aggregator", *(["shuffler"] if shuffled else [])]
+
+    def users_protected(self, config) -> int:
+        return config.horizon  # every user's reward enters one release (Alg. 1, footnote 4)
+
+    def public_task(self, config, label: str, runs: list[int]) -> dict:
+        return {"algorithm": self.algorithm(config, label).model_dump(), "horizon": config.horizon,
+                "arms": instance_for(config, runs[0]).n_arms, "delta": delta_of(config)}
+
+    def analyzer(self, public: dict, keys: list[int], oracle=None) -> EliminationServer:
+        a = cfg.AlgorithmConfig.model_validate(public["algorithm"])
+        box = "shuffler" if a.intermediary == "shuffler" else "aggregator"
+        return EliminationServer(build_learner(a, public["arms"]), build_mechanism(a), public["horizon"], keys[0],
+                                 intermediary=box, secagg=a.secagg_graph if a.intermediary == "secagg" else None,
+                                 bounded=a.range_check)
+
+    def ledger(self, public: dict) -> Ledger:
+        a = cfg.AlgorithmConfig.model_validate(public["algorithm"])
+        mechanism = build_mechanism(a)
+        return Ledger(mechanism.trust_model, None if a.algorithm == "se" else a.epsilon, public["delta"],
+                      users=public["horizon"])
+
+    def users(self, config, label: str, runs: list[int]) -> BanditUsers:
+        (run,) = runs
+        a = self.algorithm(config, label)
+        return BanditUsers(instance_for(config, run), build_mechanism(a), config.seed, (run, label),
+                           checkpoint_grid(config.horizon, config.checkpoints))
+
+    def dropout_rate(self, config, label: str) -> float:
+        return self.algorithm(config, label).dropout_rate
+
+    def adversary(self, config, label: str, run: int):
+        a = self.algorithm(config, label)
+        if a.adversary is None or a.adversary.fraction == 0:
+            return None
+        kind = adversaries.ADVERSARIES[a.adversary.kind]
+        extra = {"magnitude": a.adversary.magnitude} if a.adversary.kind == "out-of-range" else {}
+        return kind(a.adversary.fraction, build_mechanism(a), config.seed, (run, label),
+                    best_arm=instance_for(config, run).best_arm, **extra)
+
+    # --- the observer's extras ---------------------------------------------------------------
+    def row_maker(self, config, label: str):
+        """Per released round: g, τ, m, wrap-around, the noise realised against Assumption 1's
+        bound ``σ·sqrt(log(2/p)) + h·log(2/p)``, decode failure (|Σ η| > τ), attackers."""
+        log2p = math.log(2 / self.algorithm(config, label).p)
+
+        def row(record, truths: list[Truth]) -> dict:
+            b = record.body
+            q = RoundParams(**b["params"])
+            reward_sum = sum(t.extras["reward_sum"] for t in truths)
+            noise_sum = sum(t.extras["noise_sum"] for t in truths)
+            out = {"batch": b["batch"], "arm": b["arm"], "g": q.g, "tau": q.tau, "m": q.m, "wrapped": b["wrapped"],
+                   "estimate_sum": b["estimate"], "true_sum": reward_sum, "noise": b["estimate"] - reward_sum,
+                   "noise_bound": q.sigma * math.sqrt(log2p) + q.h * log2p,
+                   "attackers": sum(t.extras.get("attackers", 0) for t in truths),
+                   "_params": q}  # for finish(); not a rounds.csv column
+            if q.g is not None:
+                total_eta = noise_sum + round(b["central_noise"] * q.g)
+                out["noise_encoded"] = total_eta
+                out["decode_failure"] = abs(total_eta) > q.tau
+            return out
+
+        return row
+
+    def finish(self, config, label: str, result) -> None:
+        """With colluders, the ledger against the analyzer and the colluders (adversaries.Colluders):
+        each round's event for the ``reports − colluders`` honest shares."""
+        a = self.algorithm(config, label)
+        colluding = a.adversary is not None and adversaries.ADVERSARIES[a.adversary.kind].leaks_shares
+        mechanism = build_mechanism(a) if colluding else None
+        ledger = None
+        if colluding:
+            ledger = Ledger(mechanism.trust_model, a.epsilon, delta_of(config), users=config.horizon)
+        for row in result.rounds:
+            q = row.pop("_params")
+            if ledger is not None:
+                honest = row["reports"] - row["attackers"]
+                event = mechanism.privacy_event(q, honest) if honest >= 1 else NonPrivateEvent()
+                ledger.record(event)
+                row["epsilon_coalition"] = ledger.event_epsilon(event)
+        if ledger is not None:
+            result.privacy = {**result.privacy, "coalition": {
+                **ledger.summary(), "colluders": sum(row["attackers"] for row in result.rounds)}}
+
+    def label_summary(self, config, label: str, results: list) -> dict:
+        rows = [row for r in results for row in r.rounds]
+        return {
+            "best_arm_eliminated_runs": sum(
+                r.learner[0]["eliminated_at"][instance_for(config, r.runs[0]).best_arm] > 0 for r in results),
+            "rounds_per_run": float(np.mean([len(r.rounds) for r in results])),
+            "reports_dropped": sum(x["n"] - x["reports"] for x in rows),
+            "wrap_arounds": sum(bool(x["wrapped"]) for x in rows),
+            "decode_failures": sum(bool(x.get("decode_failure", False)) for x in rows),
+            "noise_bound_exceeded": sum(abs(x["noise"]) > x["noise_bound"] for x in rows if x["noise_bound"] > 0),
+            "attackers": sum(x.get("attackers", 0) for x in rows),  # adversarial reports sent, all runs
+        }
+
+    def experiment_summary(self, config) -> dict:
+        return {"preset": config.preset}
+
+
+FAMILY = DistributedDpMab()

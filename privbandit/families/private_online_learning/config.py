@@ -1,0 +1,85 @@
+"""The private-online-learning family's experiment files (Hu, Huang & Mehta).
+
+An experiment file says ``family = "private-online-learning"``, one ε (sweeps: ``--set epsilon=…``,
+see ``experiments/reproduce_online.py``), the arm means, and ``[algorithms.<label>]`` tables:
+
+- ``algorithm``: ``anytime-lazy-ucb`` (Alg. 1), ``hybrid-ucb`` (Alg. 4), ``dp-se`` (Sajed & Sheffet,
+  run by the distributed-DP family's engine), ``ftnl`` (Alg. 2–3, full information);
+- ``trust``: ``central`` (the paper) or ``distributed`` (one Pólya secure sum per block);
+  Hybrid-UCB is central only;
+- ``tree_depth`` (Hybrid: ``r`` as printed, or ``r+1``), ``rnm_multiplier`` and ``argmax_at`` (FTNL),
+  ``beta`` (DP-SE; default 1/T as in §6), ``p`` (distributed decode failure; default 1/T).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from privbandit.runner.config import ExperimentFile, StrictModel
+
+FAMILY = "private-online-learning"
+# Sajed & Sheffet's mean settings, reused by Hu et al. §6 and Appendix I.3 (K = 5).
+SETTINGS = {
+    1: [0.75, 0.70, 0.70, 0.70, 0.70],
+    2: [0.75, 0.625, 0.5, 0.375, 0.25],
+    3: [0.75, 0.15, 0.15, 0.15, 0.15],
+}
+
+
+class OnlineEnvironment(StrictModel):
+    means: Annotated[list[Annotated[float, Field(ge=0, le=1)]], Field(min_length=2, max_length=1000)]
+    reward: Literal["bernoulli", "gaussian"] = "bernoulli"  # the paper does not say; spec §4.1
+    sd: Annotated[float, Field(ge=0, le=10)] = 0.1
+
+
+class OnlineAlgorithm(StrictModel):
+    algorithm: Literal["anytime-lazy-ucb", "hybrid-ucb", "dp-se", "ftnl"]
+    trust: Literal["central", "distributed"] = "central"
+    epsilon: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    tree_depth: Literal["r", "r+1"] = "r"
+    rnm_multiplier: Annotated[float, Field(gt=0, le=100)] = 1.0
+    argmax_at: Literal["intermediary", "analyzer"] = "intermediary"
+    beta: Annotated[float, Field(gt=0, le=1)] | None = None
+    p: Annotated[float, Field(gt=0, le=1)] | None = None
+
+    @model_validator(mode="after")
+    def _supported(self):
+        if self.algorithm == "hybrid-ucb" and self.trust != "central":
+            raise ValueError("hybrid-ucb runs in the central model only (trust = 'central')")
+        return self
+
+
+class OnlineExperiment(ExperimentFile):
+    family: Literal["private-online-learning"] = FAMILY
+    name: str = "online"
+    description: str = ""
+    horizon: Annotated[int, Field(ge=2, le=10**9)]
+    seed: Annotated[int, Field(ge=0)] = 0
+    epsilon: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
+    runs: Annotated[int, Field(ge=1, le=10_000)] = 1
+    # None: 1/(10·T), small against 1/N for the N = T users a run protects (privacy.default_delta).
+    delta: Annotated[float, Field(gt=0, lt=1)] | None = None
+    checkpoints: Annotated[int, Field(ge=4, le=100_000)] = 240
+    environment: OnlineEnvironment
+    algorithms: dict[str, OnlineAlgorithm]
+    preset: str = "paper"  # read by the CLI's table; this family has no code preset
+
+    @model_validator(mode="before")
+    @classmethod
+    def _infer(cls, data: Any):
+        if isinstance(data, dict):
+            env = data.get("environment")
+            if isinstance(env, dict) and "setting" in env:  # setting = 1|2|3: the paper's means
+                env = dict(env)
+                s = env.pop("setting")
+                if s not in SETTINGS:
+                    raise ValueError(f"environment.setting must be one of 1, 2, 3 (got {s!r})")
+                env.setdefault("means", SETTINGS[s])
+                data["environment"] = env
+        return data
+
+    @classmethod
+    def label_kind(cls, label: str) -> str | None:
+        return label.split("@")[0]  # "anytime-lazy-ucb@distributed" is an anytime-lazy-ucb

@@ -1,0 +1,372 @@
+"""Hu, Huang & Mehta's learners as the spine's analyzer logic, and their users.
+
+Every algorithm runs the one loop: plans to cohorts of users, reports into rounds, releases.
+
+- :class:`LazyServer`, Anytime-Lazy-UCB (Algorithm 1): between two array completions the policy
+  is constant, so one plan serves the whole cohort up to the next completion; each user derives
+  its arm from the broadcast :class:`~.anytime_lazy_ucb.LazyPolicy` and its own arrival time. Every
+  arm's filling array is a round that stays open across cohorts until its 2^r reports are in:
+  raw rewards to the trusted analyzer, which adds Lap(1/ε) (central), or a modular sum of Pólya-
+  noised residues (distributed: Chowdhury & Zhou's Thm 1 mechanism, spec §5.4 [INFERRED]).
+- :class:`HybridServer`, Hybrid-UCB (Algorithm 4), central only: every pull refreshes the pulled
+  arm's private mean, so each user's arm depends on the last user's reward. Over MQTT a plan serves
+  one user. In-process the trusted analyzer may look ahead (the users' ``oracle``) and decide a
+  block of users at once with the leader-streak speculation of :mod:`.hybrid_streaks`; the arms are
+  those of one user per plan, bit for bit (the tests hold the two drivers equal), and the release
+  is checked against what was looked at.
+- :class:`FtnlServer`, FTNL (Algorithms 2–3, full information): epoch s's 2^s users play one
+  action and report their reward vectors; report-noisy-max picks the next. Central: the analyzer
+  adds Lap(c/ε) to the K sums. Distributed: K Pólya-noised residues per user; the intermediary
+  releases only the index (``argmax``) or the K sums (``argmax_at = "analyzer"``).
+
+Randomness: users draw from streams keyed by their own index (:class:`~.world.OnlineUsers`) and,
+to randomize, by (plan, block, arm); the analyzer's noise comes from its key, per round, so its
+decisions depend on neither the order releases arrive in nor on which process draws them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from privbandit.families.distributed_dp_mab.base import RoundParams
+from privbandit.families.private_online_learning.anytime_lazy_ucb import AnytimeLazyUCB, LazyPolicy
+from privbandit.families.private_online_learning.ftnl import FTNL
+from privbandit.families.private_online_learning.hybrid_streaks import HybridStreaks
+from privbandit.families.private_online_learning.hybrid_ucb import HybridUCB
+from privbandit.families.private_online_learning.mechanisms import (
+    ArraySumRelease,
+    DistributedArraySum,
+    DistributedNoisyMax,
+    ReportNoisyMax,
+)
+from privbandit.families.private_online_learning.world import OnlineUsers
+from privbandit.families.private_online_learning.world import rewards_from_uniforms
+from privbandit.protocol.primitives.seeding import stream
+from privbandit.protocol.privacy import PureDP
+from privbandit.protocol.spine.errors import ProtocolError
+from privbandit.protocol.spine.events import Join, Plan, Release, Round, Truth
+from privbandit.protocol.spine.family import BlockAnswer, Spend
+
+NOISE_BLOCK = 1 << 16  # the analyzer's per-round noise is drawn this many rounds at a time
+
+
+def raw_round(rid: int, n: int, width: int = 1) -> Round:
+    """Raw rewards in [0, 1] to the trusted analyzer (the central model): attributable reports."""
+    return Round(rid, "aggregator", "pass", expected=n, width=width, integer=False, low=0.0, high=1.0)
+
+
+def modular_round(rid: int, n: int, q: RoundParams, width: int = 1, rule: str = "sum") -> Round:
+    """Pólya-noised residues summed mod m by the aggregator (``argmax``: only the index leaves)."""
+    decode = (-q.tau, q.n * q.g + q.tau) if rule == "argmax" else None
+    return Round(rid, "aggregator", rule, expected=n, width=width, m=q.m, decode=decode)
+
+
+class LazyServer:
+    """Anytime-Lazy-UCB's analyzer (see the module docstring)."""
+
+    def __init__(self, n_arms: int, epsilon: float, horizon: int, key: int, trust: str, p: float):
+        self.learner = AnytimeLazyUCB(n_arms, epsilon)
+        self.horizon = horizon
+        self.key = key
+        self.release = ArraySumRelease(epsilon) if trust == "central" else DistributedArraySum(epsilon, p)
+        self.central = trust == "central"
+        self.t = 1  # the next user
+        self.next_round = 0
+        self.filling: dict[int, tuple[int, int]] = {}  # arm → (its open array's round, size)
+        self.arm_of: dict[int, int] = {}  # open round → arm
+        self.waiting: set[int] = set()  # rounds the last plan completed: released before we plan on
+
+    @property
+    def done(self) -> bool:
+        return self.t > self.horizon
+
+    def awaiting(self) -> set[int]:
+        """The arrays the last cohort filled; an array the horizon cut short is never released."""
+        return self.waiting
+
+    def round_for(self, arm: int) -> tuple[Round | None, int]:
+        """The round arm's filling array reports into, opening it (returned) on its first pull."""
+        if arm in self.filling:
+            return None, self.filling[arm][0]
+        _, n = self.learner.filling(arm)
+        rid, self.next_round = self.next_round, self.next_round + 1
+        rnd = raw_round(rid, n) if self.central else modular_round(rid, n, self.release.params(n))
+        self.filling[arm] = (rid, n)
+        self.arm_of[rid] = arm
+        return rnd, rid
+
+    def plans(self) -> list[Plan]:
+        if self.waiting or self.done:
+            return []
+        t0 = self.t
+        arms = self.learner.plan_cohort(t0, self.horizon)
+        counts = np.bincount(arms, minlength=self.learner.n_arms)
+        opens, joins = [], []
+        for j in np.flatnonzero(counts):
+            rnd, rid = self.round_for(int(j))
+            if rnd is not None:
+                opens.append(rnd)
+            joins.append(Join(rid, t0 - 1, arms.size, int(counts[j])))
+        rounds = np.full(self.learner.n_arms, -1, dtype=np.int64)
+        sizes = np.zeros(self.learner.n_arms, dtype=np.int64)
+        for j, (rid, n) in self.filling.items():
+            rounds[j], sizes[j] = rid, n
+        if self.learner.initialized:
+            policy = self.learner.policy()
+            body = {"kind": "lazy", "t0": t0, "means": policy.means[None], "sizes": policy.sizes[None],
+                    "epsilon": policy.epsilon, "round_of_arm": rounds, "array_size": sizes}
+        else:  # the initial pulls: user t pulls arm t − 1
+            body = {"kind": "arms", "t0": t0, "arms": arms[None], "round_of_arm": rounds, "array_size": sizes}
+        self.waiting = {self.filling[j][0] for j in self.learner.record_pulls(arms)}
+        self.t += arms.size
+        return [Plan(t0 - 1, t0 - 1, arms.size, body, tuple(opens), tuple(joins))]
+
+    def on_release(self, rnd: Round, release: Release) -> tuple[dict, Spend]:
+        arm = self.arm_of.get(rnd.id)
+        if arm is None or rnd.id not in self.waiting:
+            raise ProtocolError("unknown-round", f"round {rnd.id} is not an array this analyzer waits for")
+        r, n = self.learner.filling(arm)
+        rng = stream(self.key, "round", rnd.id)
+        if self.central:
+            noisy, wrapped = self.release.release(float(release.values[0, :, 0].sum()), n, rng), False
+            extra = {}
+        else:
+            q = self.release.params(n)
+            noisy, wrapped = self.release.decode(int(release.values[0, 0]), q, rng)
+            extra = {"g": q.g, "tau": q.tau, "m": q.m}
+        self.learner.on_release(arm, noisy, n)
+        del self.filling[arm], self.arm_of[rnd.id]
+        self.waiting.discard(rnd.id)
+        return ({"user": self.t - 1, "arm": arm, "array": r, "estimate_sum": noisy, "wrapped": wrapped, **extra},
+                Spend(self.release.privacy_event(n)))
+
+    def summary(self) -> list[dict]:
+        return [{"pulls": self.learner.pulls.tolist()}]
+
+
+class HybridServer:
+    """Hybrid-UCB's analyzer (see the module docstring). ``oracle(t0, n)``: the users' reward of
+    every arm, (n, K), for users t0 …; in-process only."""
+
+    def __init__(self, n_arms: int, epsilon: float, depth: str, horizon: int, key: int,
+                 oracle: Callable[[int, int], np.ndarray] | None = None):
+        self.learner = HybridUCB(n_arms, epsilon, depth)
+        self.streaks = HybridStreaks(self.learner)
+        self.horizon = horizon
+        self.key = key
+        self.oracle = oracle
+        self.t = 1
+        self.pending: dict[int, np.ndarray] = {}  # an open plan's arms (and, looked ahead, rewards)
+        self.expected: dict[int, np.ndarray] = {}
+        self._noise_block, self._noise = -1, None
+
+    @property
+    def done(self) -> bool:
+        return self.t > self.horizon
+
+    def noise(self, t0: int, n: int) -> np.ndarray:
+        """Standard-Laplace (node, array) draws of rounds t0 … t0 + n − 1, from the analyzer's key in
+        blocks of :data:`NOISE_BLOCK` rounds: a round's draws never depend on how rounds are grouped."""
+        out = np.empty((n, 2))
+        k = 0
+        while k < n:
+            b, off = divmod(t0 + k - 1, NOISE_BLOCK)
+            if b != self._noise_block:
+                self._noise_block = b
+                self._noise = stream(self.key, "noise", b).laplace(0.0, 1.0, size=(NOISE_BLOCK, 2))
+            take = min(n - k, NOISE_BLOCK - off)
+            out[k:k + take] = self._noise[off:off + take]
+            k += take
+        return out
+
+    def plans(self) -> list[Plan]:
+        if self.pending or self.done:
+            return []
+        t0 = self.t
+        if self.oracle is None:
+            arms = np.array([self.learner.choose(t0)])
+        else:  # look ahead: decide up to the end of the noise block, exactly as one user at a time
+            n = min(self.horizon - t0 + 1, NOISE_BLOCK - (t0 - 1) % NOISE_BLOCK)
+            xs = self.oracle(t0, n)
+            arms = self.streaks.decide(t0, xs, self.noise(t0, n))
+            self.expected[t0 - 1] = xs[np.arange(n), arms]
+        self.pending[t0 - 1] = arms
+        self.t += arms.size
+        rnd = raw_round(t0 - 1, arms.size)
+        return [Plan(t0 - 1, t0 - 1, arms.size, {"kind": "arms", "t0": t0, "arms": arms[None]}, (rnd,),
+                     (Join(rnd.id, t0 - 1, arms.size, arms.size),))]
+
+    def on_release(self, rnd: Round, release: Release) -> tuple[dict, Spend]:
+        arms = self.pending.get(rnd.id)
+        if arms is None:
+            raise ProtocolError("unknown-round", f"no open plan {rnd.id}")
+        x = release.values[0, :, 0]
+        if rnd.id in self.expected:
+            if not np.array_equal(x, self.expected[rnd.id]):
+                raise ProtocolError("speculation-mismatch", f"plan {rnd.id}: the users' rewards are not those "
+                                                            f"the analyzer looked ahead at")
+            del self.expected[rnd.id]
+        else:
+            node, array = self.noise(rnd.id + 1, 1)[0]
+            self.learner.observe(int(arms[0]), float(x[0]), float(node), float(array))
+        del self.pending[rnd.id]
+        # One release per user (each observation refreshes the private means, eq. 34): a block decided
+        # at once stands for as many, every one with the guarantee of the worst tree so far.
+        return {}, Spend(PureDP(self.learner.epsilon_spent()), releases=arms.size)
+
+    def summary(self) -> list[dict]:
+        return [{"pulls": list(self.learner.pulls), **self.streaks.stats}]
+
+
+class FtnlServer:
+    """FTNL's analyzer (see the module docstring)."""
+
+    def __init__(self, n_actions: int, epsilon: float, horizon: int, key: int, trust: str, p: float,
+                 multiplier: float, argmax_at: str):
+        self.learner = FTNL(n_actions)
+        self.horizon = horizon
+        self.key = key
+        self.central = trust == "central"
+        self.argmax_at = argmax_at
+        self.rnm = (ReportNoisyMax(epsilon, multiplier) if self.central
+                    else DistributedNoisyMax(epsilon, p, multiplier, argmax_at))
+        self.t = 1
+        self.open: dict[int, int] = {}  # round → epoch
+
+    @property
+    def done(self) -> bool:
+        return self.t > self.horizon
+
+    def plans(self) -> list[Plan]:
+        if self.open or self.done:
+            return []
+        k = self.learner.n_actions
+        s, n, action = self.learner.epoch, self.learner.epoch_length, self.learner.action
+        t0 = self.t
+        cohort = min(n, self.horizon - t0 + 1)
+        body = {"kind": "epoch", "t0": t0, "action": action, "epoch": s, "n": n}
+        self.t += cohort
+        if cohort < n:  # a truncated last epoch is never released: nothing follows it
+            self.learner.conclude_epoch(None)
+            return [Plan(t0 - 1, t0 - 1, cohort, body)]
+        if self.central:
+            rnd = raw_round(s, n, width=k)
+        else:
+            rnd = modular_round(s, n, self.rnm.params(n), width=k,
+                                rule="argmax" if self.argmax_at == "intermediary" else "sum")
+        self.open[s] = s
+        return [Plan(t0 - 1, t0 - 1, cohort, body, (rnd,), (Join(s, t0 - 1, n, n),))]
+
+    def on_release(self, rnd: Round, release: Release) -> tuple[dict, Spend]:
+        if rnd.id not in self.open or rnd.id != self.learner.epoch:
+            raise ProtocolError("unknown-round", f"epoch {rnd.id} is not the one this analyzer waits for")
+        s, n, played = self.learner.epoch, self.learner.epoch_length, self.learner.action
+        rng = stream(self.key, "round", rnd.id)
+        k = self.learner.n_actions
+        row = {"epoch": s, "played": played}
+        if self.central:
+            nxt = self.rnm.select(release.values[0].sum(axis=0), rng)
+        elif rnd.rule == "argmax":
+            nxt = int(release.values[0, 0])
+            q = self.rnm.params(n)
+            row.update(g=q.g, tau=q.tau, m=q.m, sums_released=False)
+        else:
+            q = self.rnm.params(n)
+            nxt, _ = self.rnm.select(release.values[0], q, rng)
+            row.update(g=q.g, tau=q.tau, m=q.m, sums_released=True)
+        self.learner.conclude_epoch(nxt)
+        del self.open[rnd.id]
+        row["next"] = nxt
+        return row, Spend(self.rnm.privacy_event(k))
+
+    def summary(self) -> list[dict]:
+        return [{"action": self.learner.action}]
+
+
+REGRET_GRID = 2.0**-24
+
+
+def on_regret_grid(x: np.ndarray) -> np.ndarray:
+    """Regret rounded to multiples of 2^-24 (at most 3·10⁻⁸ per user): sums of such values below
+    2^29 are exact in float64, so the regret curves do not depend on how users are grouped into
+    plans and blocks. Hybrid-UCB's in-process analyzer serves a streak of users in one plan, over
+    MQTT one user per plan; with exact sums both give the same bytes."""
+    return np.round(np.asarray(x, dtype=np.float64) / REGRET_GRID) * REGRET_GRID
+
+
+class OnlineBanditUsers:
+    """The users of one run of this family: rewards from :class:`~.world.OnlineUsers` (keyed by
+    user index), actions from the plan (the lazy policy and their arrival time, or given arms, or
+    FTNL's epoch action), randomized by the mechanism the plan's rounds need."""
+
+    def __init__(self, users: OnlineUsers, seed: int, prefix: tuple, checkpoints: np.ndarray,
+                 randomizer=None):
+        self.users = users
+        self.instance = users.instance
+        self.seed = seed
+        self.prefix = prefix
+        self.checkpoints = np.asarray(checkpoints, dtype=np.int64)
+        self.randomizer = randomizer  # DistributedArraySum / DistributedNoisyMax, or None (central)
+        self.gaps = on_regret_grid(self.instance.gaps)
+
+    def shard(self, plan: Plan, block: int, shards: int) -> int:
+        return block % shards
+
+    def oracle(self, t0: int, n: int) -> np.ndarray:
+        """Every arm's reward for users t0 … t0 + n − 1, (n, K): what the trusted analyzer of the
+        central model may look ahead at in-process (:class:`HybridServer`)."""
+        u = self.users.uniforms(t0, n)
+        return rewards_from_uniforms(self.instance, self.instance.means[None], u[:, :1])
+
+    def arms_of(self, plan: Plan, t: np.ndarray) -> np.ndarray:
+        b = plan.body
+        if b["kind"] == "lazy":
+            policy = LazyPolicy(np.asarray(b["means"])[0], np.asarray(b["sizes"])[0], float(b["epsilon"]))
+            return policy.arms(t)
+        if b["kind"] == "arms":
+            return np.asarray(b["arms"])[0][t - b["t0"]]
+        return np.full(t.size, b["action"], dtype=np.int64)
+
+    def act(self, plan: Plan, block: int, first: int, size: int, stay) -> BlockAnswer:
+        inst = self.instance
+        t = np.arange(first + 1, first + size + 1)  # users' arrival times (1-based)
+        arms = self.arms_of(plan, t)
+        offsets = np.arange(size)
+        if plan.body["kind"] == "epoch":  # full information: the whole reward vector
+            x = self.users.vectors(first + 1, size)
+            got = x[offsets, arms]
+            realized = x[:, inst.best_arm] - got
+        else:
+            got, realized = self.users.pull(first + 1, arms)
+        running = np.cumsum(on_regret_grid(realized))
+        pseudo_steps = np.cumsum(self.gaps[arms])
+        lo, hi = np.searchsorted(self.checkpoints, [first + 1, first + size + 1])
+        at = self.checkpoints[lo:hi] - first - 1
+        truth = Truth(plan.id, block, first, size, pseudo=pseudo_steps[-1:], realized=running[-1:],
+                      pseudo_at=pseudo_steps[at][None], realized_at=running[at][None])
+        if not plan.joins:
+            return BlockAnswer(truth)
+        reports = []
+        b = plan.body
+        if b["kind"] == "epoch":
+            values = x if self.randomizer is None else self.randomizer.randomize(
+                x, self.randomizer.params(b["n"]), stream(self.seed, *self.prefix, "randomizer", plan.id, block))
+            reports.append((plan.joins[0].round_id, offsets, values[None], None))
+            return BlockAnswer(truth, reports)
+        if "round_of_arm" not in b:  # Hybrid-UCB: every user's raw reward into the plan's one round
+            return BlockAnswer(truth, [(plan.joins[0].round_id, offsets, got.reshape(1, -1, 1), None)])
+        rounds = np.asarray(b["round_of_arm"])
+        for j in np.unique(arms):
+            sel = np.flatnonzero(arms == j)
+            rid = int(rounds[j])
+            if self.randomizer is None:
+                values = got[sel]
+            else:
+                q = self.randomizer.params(int(np.asarray(b["array_size"])[j]))
+                rng = stream(self.seed, *self.prefix, "randomizer", plan.id, block, int(j))
+                values = self.randomizer.randomize(got[sel], q, rng)
+            reports.append((rid, sel, values.reshape(1, -1, 1), None))
+        return BlockAnswer(truth, reports)
+

@@ -1,0 +1,24 @@
+"""Noise samplers: per-user shares and the laws their sums follow.
+
+Every sampler takes an explicit ``numpy.random.Generator`` and returns int64 (discrete) or float64
+(continuous Laplace) arrays, vectorized over users.
+"""
+
+from privbandit.protocol.primitives.noise.polya import (
+    discrete_laplace_pmf,
+    discrete_laplace_variance,
+    sample_discrete_laplace,
+    sample_polya,
+    sample_polya_shares,
+)
+from privbandit.protocol.primitives.noise.skellam import sample_skellam, skellam_pmf
+
+__all__ = [
+    "discrete_laplace_pmf",
+    "discrete_laplace_variance",
+    "sample_discrete_laplace",
+    "sample_polya",
+    "sample_polya_shares",
+    "sample_skellam",
+    "skellam_pmf",
+]

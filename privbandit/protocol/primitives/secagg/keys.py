@@ -1,0 +1,133 @@
+"""Authenticated key advertisement and pairwise key derivation.
+
+Bonawitz et al. 2017, Fig. 4 (round 0, "AdvertiseKeys"): each user u creates two key pairs,
+``(c_u^PK, c_u^SK)`` for encrypting the shares it sends through the server and
+``(s_u^PK, s_u^SK)`` for the pairwise masks, and signs ``c_u^PK ‖ s_u^PK`` with its long-term
+signing key (the active-adversary variant, §6/Fig. 4). Here:
+
+- key agreement is X25519 and signatures are Ed25519;
+- the "PKI" is a dict ``user_id → Ed25519 public key`` handed to every party at setup;
+- the signature also covers the run id, round id and user id, so an advertisement cannot be
+  replayed into another round or attributed to another user;
+- a shared secret is never used directly: ``HKDF-SHA256(secret, info = label ‖ purpose ‖ run ‖
+  round ‖ min(i, j) ‖ max(i, j))`` gives a 32-byte key that both sides derive identically.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
+from cryptography.hazmat.primitives.asymmetric.x25519 import (
+    X25519PrivateKey,
+    X25519PublicKey,
+)
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from privbandit.protocol.primitives.secagg.errors import KeySubstitutionError
+from privbandit.protocol.primitives.secagg.prg import hkdf_sha256_32
+
+_ADVERT_LABEL = b"privbandit/secagg/advertise/v1"
+_KDF_LABEL = b"privbandit/secagg/pairwise/v1"
+
+# Purposes of pairwise keys: the AEAD key for share transport (from c keys) and the mask seed
+# (from s keys). Distinct HKDF info keeps them independent even if the key pairs coincided.
+PURPOSE_ENCRYPTION = b"enc"
+PURPOSE_MASK = b"mask"
+
+
+def raw_public(key: X25519PublicKey | Ed25519PublicKey) -> bytes:
+    return key.public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+
+@dataclass(frozen=True)
+class KeyAdvertisement:
+    """Bonawitz round 0 message: ``(u, c_u^PK, s_u^PK, σ_u)``. Keys are raw 32-byte encodings."""
+
+    user_id: int
+    c_public: bytes
+    s_public: bytes
+    signature: bytes
+
+    def signed_bytes(self, run_id: bytes, round_id: int) -> bytes:
+        return advert_payload(run_id, round_id, self.user_id, self.c_public, self.s_public)
+
+
+def advert_payload(run_id: bytes, round_id: int, user_id: int, c_public: bytes, s_public: bytes) -> bytes:
+    return (
+        _ADVERT_LABEL
+        + struct.pack(">H", len(run_id))
+        + run_id
+        + struct.pack(">QQ", round_id, user_id)
+        + c_public
+        + s_public
+    )
+
+
+@dataclass
+class RoundKeys:
+    """A user's ephemeral key pairs for one round."""
+
+    c_private: X25519PrivateKey
+    s_private: X25519PrivateKey
+
+    @classmethod
+    def generate(cls) -> RoundKeys:
+        return cls(X25519PrivateKey.generate(), X25519PrivateKey.generate())
+
+    def advertise(self, identity: Ed25519PrivateKey, *, run_id: bytes, round_id: int, user_id: int) -> KeyAdvertisement:
+        c_pub = raw_public(self.c_private.public_key())
+        s_pub = raw_public(self.s_private.public_key())
+        sig = identity.sign(advert_payload(run_id, round_id, user_id, c_pub, s_pub))
+        return KeyAdvertisement(user_id, c_pub, s_pub, sig)
+
+
+def verify_advertisement(
+    advert: KeyAdvertisement, pki: Mapping[int, Ed25519PublicKey], *, run_id: bytes, round_id: int
+) -> None:
+    """Raise :class:`KeySubstitutionError` unless ``advert`` is signed by its user's identity key."""
+    identity = pki.get(advert.user_id)
+    if identity is None:
+        raise KeySubstitutionError(f"user {advert.user_id} has no identity key in the PKI")
+    try:
+        identity.verify(advert.signature, advert.signed_bytes(run_id, round_id))
+    except InvalidSignature:
+        raise KeySubstitutionError(
+            f"key advertisement of user {advert.user_id} (round {round_id}) fails signature "
+            "verification: keys substituted or replayed in transit"
+        ) from None
+
+
+def pairwise_key(
+    private: X25519PrivateKey,
+    peer_public: bytes,
+    *,
+    run_id: bytes,
+    round_id: int,
+    me: int,
+    peer: int,
+    purpose: bytes,
+) -> bytes:
+    """The 32-byte key shared by users ``me`` and ``peer``: X25519, then HKDF-SHA256.
+
+    The context orders the pair (min, max), so ``s_ij = s_ji``.
+    """
+    if me == peer:
+        raise ValueError("no pairwise key with oneself")
+    shared = private.exchange(X25519PublicKey.from_public_bytes(peer_public))
+    lo, hi = min(me, peer), max(me, peer)
+    info = (
+        _KDF_LABEL
+        + struct.pack(">H", len(purpose))
+        + purpose
+        + struct.pack(">H", len(run_id))
+        + run_id
+        + struct.pack(">QQQ", round_id, lo, hi)
+    )
+    return hkdf_sha256_32(shared, info)

@@ -1,0 +1,403 @@
+"""One secure-aggregation round as sans-I/O objects: Bonawitz et al. 2017, Fig. 4 (semi-honest
+rounds 0–2 and 4; the active-adversary ConsistencyCheck round 3 is not implemented), with the
+sparse graph of SecAgg+ (Bell et al. 2020) as an option.
+
+    user                                  server
+    advertise()          AdvertiseKeys →  key_directories()       round 0: U₁
+    share_keys(dir)      EncryptedShares → route_shares()         round 1: U₂
+    masked_input(dlv, y) MaskedInput   →  unmask_request()        round 2: U₃
+    unmask(req)          UnmaskResponse → finalize() → Σ y mod m  round 4: U₅
+
+A user's masked input is ``y_u + PRG(b_u) + Σ_{v∈N(u)∩U₂, v>u} PRG(s_uv) − Σ_{v<u} PRG(s_uv)
+mod m``. In round 4 every responding user reveals, for each neighbour v that shared with it,
+either its share of ``b_v`` (v survived) or of ``s_v^SK`` (v dropped after sharing) — never both,
+because it answers once, against a single announced survivor set. The server removes the self
+masks of survivors and the dangling pairwise masks of dropped users; every other pairwise mask
+cancels in the sum.
+
+Any check that fails raises :class:`SecAggAbort` and nothing is released: a holder set with fewer
+than t live members at any step, a secret with fewer than t shares, a sparse survivor graph that
+is disconnected (its components' partial sums would leak).
+
+Messages are plain frozen dataclasses; nothing here does I/O. Dropouts are simply messages that
+never reach the next call.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+)
+
+from privbandit.protocol.primitives.encoding import check_modulus, modular_sum
+from privbandit.protocol.primitives.secagg.errors import SecAggAbort, SecAggError
+from privbandit.protocol.primitives.secagg.graph import MaskingGraph
+from privbandit.protocol.primitives.secagg.keys import (
+    PURPOSE_ENCRYPTION,
+    PURPOSE_MASK,
+    KeyAdvertisement,
+    RoundKeys,
+    pairwise_key,
+    verify_advertisement,
+)
+from privbandit.protocol.primitives.secagg.prg import uniform_mod
+from privbandit.protocol.primitives.secagg.shamir import LIMB_BYTES, combine_secret, split_secrets
+
+AdvertiseKeys = KeyAdvertisement  # round 0 message (keys.py owns signing and verification)
+
+SECRET_BYTES = 32
+LIMBS = -(-SECRET_BYTES // LIMB_BYTES)
+_SHARE_PLAIN = struct.Struct(f">QQ{2 * LIMBS}I")  # sender, recipient, s^SK share, b share
+PURPOSE_SELF = b"self-mask"
+PURPOSE_PAIR = b"pair-mask"
+
+
+@dataclass(frozen=True)
+class RoundConfig:
+    """Public parameters of a round, known to every party."""
+
+    run_id: bytes
+    round_id: int
+    m: int  # modulus of this round; changes per round
+    length: int  # number of residues per user
+
+    def __post_init__(self):
+        check_modulus(self.m)
+        if self.length < 1:
+            raise ValueError("length must be ≥ 1")
+
+
+@dataclass(frozen=True)
+class KeyDirectory:
+    """Server → user after round 0: the (signed) advertisements of the user's live neighbours."""
+
+    adverts: Mapping[int, KeyAdvertisement]
+
+
+@dataclass(frozen=True)
+class EncryptedShares:
+    """User → server, round 1: AEAD ciphertexts of shares, keyed by recipient."""
+
+    sender: int
+    ciphertexts: Mapping[int, bytes]
+
+    def wire_bytes(self) -> int:
+        return 8 + sum(8 + len(c) for c in self.ciphertexts.values())
+
+
+@dataclass(frozen=True)
+class SharesDelivery:
+    """Server → user after round 1: ciphertexts addressed to it, keyed by sender (its U₂ view)."""
+
+    ciphertexts: Mapping[int, bytes]
+
+
+@dataclass(frozen=True)
+class MaskedInput:
+    """User → server, round 2."""
+
+    sender: int
+    y: np.ndarray
+
+    def wire_bytes(self) -> int:
+        return 8 + 8 * self.y.size
+
+
+@dataclass(frozen=True)
+class UnmaskRequest:
+    """Server → users after round 2: the survivor set U₃ (users whose masked input arrived)."""
+
+    survivors: frozenset[int]
+
+
+@dataclass(frozen=True)
+class UnmaskResponse:
+    """User → server, round 4: b-shares of surviving neighbours, s^SK-shares of dropped ones."""
+
+    sender: int
+    self_mask_shares: Mapping[int, np.ndarray]
+    mask_key_shares: Mapping[int, np.ndarray]
+
+    def wire_bytes(self) -> int:
+        k = len(self.self_mask_shares) + len(self.mask_key_shares)
+        return 8 + k * (8 + 4 * LIMBS)
+
+
+@dataclass(frozen=True)
+class SecAggResult:
+    value: np.ndarray  # Σ_{u∈U₃} y_u mod m
+    survivors: tuple[int, ...]  # U₃, whose inputs the sum covers
+
+
+def _aead_nonce(sender: int) -> bytes:
+    # One key per unordered pair and round, used once per direction: the sender id makes the nonce unique.
+    return struct.pack(">QI", sender, 0)
+
+
+def _aad(config: RoundConfig, sender: int, recipient: int) -> bytes:
+    return b"privbandit/secagg/shares/v1" + config.run_id + struct.pack(">QQQ", config.round_id, sender, recipient)
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise SecAggAbort(message)
+
+
+def _sign(u: int, v: int) -> int:
+    """u adds PRG(s_uv) for v > u and subtracts it for v < u, so each pair cancels."""
+    return 1 if v > u else -1
+
+
+def pair_mask(seed: bytes, config: RoundConfig) -> np.ndarray:
+    return uniform_mod(seed, config.length, config.m, round_id=config.round_id, purpose=PURPOSE_PAIR)
+
+
+def self_mask(seed: bytes, config: RoundConfig) -> np.ndarray:
+    return uniform_mod(seed, config.length, config.m, round_id=config.round_id, purpose=PURPOSE_SELF)
+
+
+class SecAggUser:
+    """One user's side of the round. Call the four methods in order; each one at most once."""
+
+    def __init__(
+        self,
+        user_id: int,
+        identity: Ed25519PrivateKey,
+        pki: Mapping[int, Ed25519PublicKey],
+        config: RoundConfig,
+        graph: MaskingGraph,
+    ):
+        self.id = int(user_id)
+        self.identity = identity
+        self.pki = pki
+        self.config = config
+        self.graph = graph
+        self.t = graph.threshold
+        self.neighbours = frozenset(graph.neighbours(self.id))
+        self.keys = RoundKeys.generate()
+        self._peers: dict[int, KeyAdvertisement] = {}  # live neighbours after round 0 (U₁ view)
+        self._shared_with: frozenset[int] = frozenset()  # neighbours in U₂ view
+        self._held: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # v → (s^SK share, b share)
+        # AEAD key per live neighbour, derived once in round 1 and reused to open that neighbour's
+        # shares in round 2 (the same X25519 + HKDF key both times; it was derived twice before).
+        self._share_keys: dict[int, bytes] = {}
+        self._stage = 0
+
+    def _advance(self, stage: int) -> None:
+        if self._stage != stage:
+            raise SecAggError(f"user {self.id}: step {stage} called at step {self._stage}")
+        self._stage = stage + 1
+
+    def advertise(self) -> KeyAdvertisement:
+        """Round 0: signed ``(c^PK, s^PK)``."""
+        self._advance(0)
+        return self.keys.advertise(self.identity, run_id=self.config.run_id, round_id=self.config.round_id, user_id=self.id)
+
+    def share_keys(self, directory: KeyDirectory) -> EncryptedShares:
+        """Round 1: verify neighbours' keys, share ``s^SK`` and a fresh ``b`` t-of-h, encrypt shares."""
+        self._advance(1)
+        cfg = self.config
+        peers = {v: a for v, a in directory.adverts.items() if v in self.neighbours}
+        for v, advert in peers.items():
+            if advert.user_id != v:
+                raise SecAggAbort(f"user {self.id}: directory entry {v} carries user {advert.user_id}'s keys")
+            verify_advertisement(advert, self.pki, run_id=cfg.run_id, round_id=cfg.round_id)
+        _require(len(peers) + 1 >= self.t, f"user {self.id}: {len(peers) + 1} live holders after round 0, threshold {self.t}")
+        self._peers = peers
+        self._b = os.urandom(SECRET_BYTES)
+        s_sk = self.keys.s_private.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+        holders = sorted((*peers, self.id))
+        xs = np.asarray(holders, dtype=np.int64) + 1
+        sk_shares, b_shares = split_secrets([s_sk, self._b], self.t, xs)
+        cts = {}
+        for row, v in enumerate(holders):
+            if v == self.id:
+                self._held[v] = (sk_shares[row], b_shares[row])  # own share stays local
+                continue
+            cts[v] = self._seal(peers[v], sk_shares[row], b_shares[row])
+        return EncryptedShares(self.id, cts)
+
+    def _seal(self, peer: KeyAdvertisement, sk_share: np.ndarray, b_share: np.ndarray) -> bytes:
+        """Encrypt this user's two shares for ``peer`` (AEAD, bound to sender, recipient, round).
+
+        Separate from :meth:`share_keys` so benchmarks/bench_secagg.py can have a user seal shares
+        for a few sampled recipients only, through this same code.
+        """
+        cfg, v = self.config, peer.user_id
+        key = pairwise_key(self.keys.c_private, peer.c_public, run_id=cfg.run_id, round_id=cfg.round_id, me=self.id, peer=v, purpose=PURPOSE_ENCRYPTION)
+        self._share_keys[v] = key
+        plain = _SHARE_PLAIN.pack(self.id, v, *sk_share.tolist(), *b_share.tolist())
+        return ChaCha20Poly1305(key).encrypt(_aead_nonce(self.id), plain, _aad(cfg, self.id, v))
+
+    def masked_input(self, delivery: SharesDelivery, y: np.ndarray) -> MaskedInput:
+        """Round 2: store the shares received, then mask ``y`` with every neighbour in U₂."""
+        self._advance(2)
+        cfg = self.config
+        y = np.asarray(y, dtype=np.int64).reshape(-1)
+        if y.size != cfg.length or (y.size and (y.min() < 0 or y.max() >= cfg.m)):
+            raise ValueError(f"input must be {cfg.length} residues in [0, {cfg.m})")
+        for v, ct in delivery.ciphertexts.items():
+            _require(v in self._peers, f"user {self.id}: shares from {v}, not a live neighbour")
+            key = self._share_keys[v]  # set in round 1 for every live neighbour
+            try:
+                plain = ChaCha20Poly1305(key).decrypt(_aead_nonce(v), ct, _aad(cfg, v, self.id))
+            except InvalidTag:
+                raise SecAggAbort(f"user {self.id}: shares from {v} fail authentication") from None
+            fields = _SHARE_PLAIN.unpack(plain)
+            _require(fields[:2] == (v, self.id), f"user {self.id}: misaddressed shares from {v}")
+            limbs = np.asarray(fields[2:], dtype=np.int64)
+            self._held[v] = (limbs[:LIMBS], limbs[LIMBS:])
+        self._share_keys.clear()  # transport keys have no further use this round
+        self._shared_with = frozenset(delivery.ciphertexts)
+        _require(len(self._shared_with) + 1 >= self.t, f"user {self.id}: {len(self._shared_with) + 1} live holders after round 1, threshold {self.t}")
+        acc = (y + self_mask(self._b, cfg)) % cfg.m
+        for v in sorted(self._shared_with):
+            seed = pairwise_key(self.keys.s_private, self._peers[v].s_public, run_id=cfg.run_id, round_id=cfg.round_id, me=self.id, peer=v, purpose=PURPOSE_MASK)
+            acc = (acc + _sign(self.id, v) * pair_mask(seed, cfg)) % cfg.m
+        return MaskedInput(self.id, acc)
+
+    def unmask(self, request: UnmaskRequest) -> UnmaskResponse:
+        """Round 4: for each neighbour that shared with us, reveal exactly one of its two shares."""
+        self._advance(3)
+        alive = request.survivors
+        _require(self.id in alive, f"user {self.id}: announced survivors omit this user")
+        live_holders = sum(1 for v in self._shared_with if v in alive) + 1
+        _require(live_holders >= self.t, f"user {self.id}: {live_holders} live holders after round 2, threshold {self.t}")
+        _require(self.graph.connected(alive), f"user {self.id}: survivor graph is disconnected; partial sums would leak")
+        b_shares, sk_shares = {}, {}
+        for v, (sk, b) in self._held.items():
+            if v in alive:
+                b_shares[v] = b
+            elif v in self._shared_with:
+                sk_shares[v] = sk
+        return UnmaskResponse(self.id, b_shares, sk_shares)
+
+
+@dataclass
+class SecAggServer:
+    """The aggregator's side. Each method takes the messages that arrived in time."""
+
+    config: RoundConfig
+    graph: MaskingGraph
+    rejected: int = 0  # messages ignored: unknown sender, duplicate, or wrong stage
+    _adverts: dict[int, KeyAdvertisement] = field(default_factory=dict)
+    _u2: frozenset[int] = frozenset()
+    _inputs: dict[int, np.ndarray] = field(default_factory=dict)
+    _shared_to: dict[int, frozenset[int]] = field(default_factory=dict)
+
+    def _check_holders(self, live: frozenset[int], step: str) -> None:
+        t = self.graph.threshold
+        _require(len(live) >= t, f"{step}: {len(live)} live users, threshold {t}; round aborted, nothing released")
+        if not self.graph.complete:
+            for u in live:
+                h = sum(1 for v in self.graph.holders(u) if v in live)
+                _require(h >= t, f"{step}: user {u} has {h} live holders, threshold {t}; round aborted, nothing released")
+
+    def _admit(self, senders: Iterable[int], allowed: Iterable[int]) -> list[int]:
+        allowed, seen, out = set(allowed), set(), []
+        for s in senders:
+            if s in allowed and s not in seen:
+                seen.add(s)
+                out.append(s)
+            else:
+                self.rejected += 1
+        return out
+
+    def key_directories(self, adverts: Iterable[KeyAdvertisement]) -> dict[int, KeyDirectory]:
+        """After round 0. Complete graph: one shared broadcast; sparse: each user's neighbours only."""
+        adverts = list(adverts)
+        keep = set(self._admit((a.user_id for a in adverts), self.graph.user_ids))
+        self._adverts = {a.user_id: a for a in adverts if a.user_id in keep}
+        u1 = frozenset(self._adverts)
+        self._check_holders(u1, "round 0")
+        if self.graph.complete:
+            shared = KeyDirectory(self._adverts)
+            return {u: shared for u in u1}
+        return {u: KeyDirectory({v: self._adverts[v] for v in self.graph.neighbours(u) if v in u1}) for u in u1}
+
+    def route_shares(self, messages: Iterable[EncryptedShares]) -> dict[int, SharesDelivery]:
+        """After round 1: forward each ciphertext to its recipient; U₂ = who sent shares."""
+        messages = list(messages)
+        ok = set(self._admit((msg.sender for msg in messages), self._adverts))
+        u2 = frozenset(ok)
+        self._check_holders(u2, "round 1")
+        inbox: dict[int, dict[int, bytes]] = {u: {} for u in u2}
+        for msg in messages:
+            if msg.sender not in ok:
+                continue
+            ok.discard(msg.sender)  # first message per sender only
+            self._shared_to[msg.sender] = frozenset(msg.ciphertexts)
+            for v, ct in msg.ciphertexts.items():
+                if v in inbox:
+                    inbox[v][msg.sender] = ct
+        self._u2 = u2
+        return {u: SharesDelivery(box) for u, box in inbox.items()}
+
+    def unmask_request(self, messages: Iterable[MaskedInput]) -> UnmaskRequest:
+        """After round 2: U₃ = users in U₂ whose masked input arrived."""
+        messages = list(messages)
+        ok = set(self._admit((msg.sender for msg in messages), self._u2))
+        for msg in messages:
+            if msg.sender in ok and msg.sender not in self._inputs:
+                y = np.asarray(msg.y, dtype=np.int64)
+                _require(y.shape == (self.config.length,) and bool(((y >= 0) & (y < self.config.m)).all()), f"malformed masked input from {msg.sender}")
+                self._inputs[msg.sender] = y
+        u3 = frozenset(self._inputs)
+        self._check_holders(u3, "round 2")
+        _require(self.graph.connected(u3), "round 2: survivor graph is disconnected; round aborted, nothing released")
+        return UnmaskRequest(u3)
+
+    def finalize(self, responses: Iterable[UnmaskResponse]) -> SecAggResult:
+        """After round 4: reconstruct the needed secrets and release Σ_{U₃} y mod m (and nothing else)."""
+        cfg, t = self.config, self.graph.threshold
+        u3 = frozenset(self._inputs)
+        responses = list(responses)
+        ok = set(self._admit((r.sender for r in responses), u3))
+        self._check_holders(frozenset(ok), "round 4")
+        b_shares: dict[int, dict[int, np.ndarray]] = {}
+        sk_shares: dict[int, dict[int, np.ndarray]] = {}
+        for r in responses:
+            if r.sender not in ok:
+                continue
+            ok.discard(r.sender)
+            for v, s in r.self_mask_shares.items():
+                b_shares.setdefault(v, {})[r.sender] = s
+            for v, s in r.mask_key_shares.items():
+                sk_shares.setdefault(v, {})[r.sender] = s
+
+        def reconstruct(owner: int, shares: dict[int, np.ndarray], what: str) -> bytes:
+            _require(len(shares) >= t, f"round 4: {len(shares)} shares of {what} of user {owner}, threshold {t}; nothing released")
+            holders = sorted(shares)
+            xs = np.asarray(holders, dtype=np.int64) + 1
+            issued = np.asarray(sorted(self._shared_to.get(owner, ())) + [owner], dtype=np.int64) + 1
+            return combine_secret(xs, np.stack([shares[h] for h in holders]), t, SECRET_BYTES, holders=issued.tolist())
+
+        total = np.asarray(
+            [modular_sum(col, cfg.m) for col in np.stack([self._inputs[u] for u in sorted(u3)]).T], dtype=np.int64
+        )
+        for v in sorted(u3):  # remove each survivor's self mask
+            total = (total - self_mask(reconstruct(v, b_shares.get(v, {}), "b"), cfg)) % cfg.m
+        for u in sorted(self._u2 - u3):  # dropped after sharing: cancel the masks survivors added for u
+            partners = [v for v in sorted(self._shared_to.get(u, ())) if v in u3]  # got u's shares, so masked with u
+            if not partners:
+                continue
+            s_sk = X25519PrivateKey.from_private_bytes(reconstruct(u, sk_shares.get(u, {}), "s^SK"))
+            for v in partners:
+                seed = pairwise_key(s_sk, self._adverts[v].s_public, run_id=cfg.run_id, round_id=cfg.round_id, me=u, peer=v, purpose=PURPOSE_MASK)
+                total = (total - _sign(v, u) * pair_mask(seed, cfg)) % cfg.m
+        return SecAggResult(total, tuple(sorted(u3)))

@@ -1,0 +1,331 @@
+"""An intermediary as a sans-I/O object: the rounds it collects, and what it releases of each.
+
+One :class:`Intermediary` per intermediary party (the aggregator, a shuffler, ``shuffler-3``, …),
+driven by the in-process engine or by its MQTT service. It holds no family code: a round says
+everything it needs (:class:`~privbandit.protocol.spine.events.Round`).
+
+- :meth:`Intermediary.open` a round, :meth:`Intermediary.join` plans into it (who may report);
+- :meth:`Intermediary.receive` reports: a record is admitted only from a user a plan joined into
+  the round, once per plan (a user reporting into two rounds of one plan at one intermediary is a
+  duplicate), within the join's quota, and only if every entry is a valid value for the round; the
+  rest are rejected with a reason, counted, and never disturb what was accepted;
+- :meth:`Intermediary.ready` says which rounds can be released: complete, or (``final``) every
+  joined user has answered and the reports that came meet the round's threshold (dropouts);
+- :meth:`Intermediary.release` makes the release the round's rule allows, and closes the round.
+
+Costs are proportional to the message, not to the cohort: a fleet's records arrive sorted, so a
+message's own duplicates are found in one pass (sorting only when they are not).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from privbandit.protocol.primitives.encoding import modular_sum
+from privbandit.protocol.primitives.seeding import stream
+from privbandit.protocol.spine.errors import ProtocolError
+from privbandit.protocol.spine.events import Join, Plan, Release, Reports, Round
+
+
+@dataclass
+class _Part:
+    """One join's slots in a round: who of the plan's range reported, and what, as the messages
+    brought it (slots and values per message: memory and time follow the reports, not the range)."""
+
+    join: Join
+    received: np.ndarray  # (count,) bool
+    slots: list[np.ndarray] = field(default_factory=list)
+    values: list[np.ndarray] = field(default_factory=list)  # (R, k, width) each
+    accepted: int = 0
+
+    def collected(self) -> tuple[np.ndarray, np.ndarray]:
+        """(slots, values) of every accepted record, in slot order."""
+        if not self.slots:
+            return np.zeros(0, np.int64), None
+        slots = np.concatenate(self.slots)
+        values = np.concatenate(self.values, axis=1)
+        if slots.size > 1 and not bool(np.all(slots[1:] > slots[:-1])):
+            order = np.argsort(slots, kind="stable")
+            slots, values = slots[order], values[:, order]
+        return slots, values
+
+
+@dataclass
+class _Collecting:
+    round: Round
+    parts: dict[int, _Part] = field(default_factory=dict)  # plan id → its part
+    received: int = 0
+    joined: int = 0  # reports promised by the joins so far
+
+    @property
+    def complete(self) -> bool:
+        return self.received >= self.round.expected
+
+
+def valid_entries(rnd: Round, values: np.ndarray) -> tuple[np.ndarray, str]:
+    """Per record (axis 1 of ``values`` (R, n, width)): are all its entries valid for the round?
+    Returns the mask and the reason for the invalid ones."""
+    n = values.shape[1]
+    if rnd.integer and values.dtype.kind not in "iu":
+        return np.zeros(n, dtype=bool), "bad-type"
+    if not rnd.integer and values.dtype.kind != "f":
+        return np.zeros(n, dtype=bool), "bad-type"
+    if rnd.m is not None:
+        ok = (values >= 0) & (values < rnd.m)
+    else:
+        ok = np.ones(values.shape, dtype=bool) if rnd.integer else np.isfinite(values)
+        if rnd.low is not None:
+            ok &= values >= rnd.low
+        if rnd.high is not None:
+            ok &= values <= rnd.high
+    return ok.all(axis=(0, 2)), "out-of-range"
+
+
+def in_window(rnd: Round, values: np.ndarray) -> np.ndarray:
+    """Residues whose representative in ``[lo, hi]`` mod m exists, per record."""
+    lo, hi = rnd.window
+    return (((values.astype(np.int64) - lo) % rnd.m) <= hi - lo).all(axis=(0, 2))
+
+
+def first_of_each(ids: np.ndarray) -> np.ndarray:
+    """Index of the first record of each id, in message order (a fleet sends ids increasing, so the
+    common case is one comparison pass)."""
+    if ids.size < 2 or bool(np.all(ids[1:] > ids[:-1])):
+        return np.arange(ids.size)
+    _, first = np.unique(ids, return_index=True)
+    first.sort()
+    return first
+
+
+class Intermediary:
+    """The rounds one intermediary party collects. ``runs``: R, the runs axis of every report.
+    ``shuffle_keys``: each run's permutation key (reproducible runs), or None: the OS CSPRNG."""
+
+    def __init__(self, name: str, runs: int = 1, shuffle_keys: list[int] | None = None,
+                 rejected: Counter | None = None):
+        self.name = name
+        self.runs = runs
+        self.shuffle_keys = shuffle_keys
+        self.rejected: Counter[str] = Counter() if rejected is None else rejected
+        self.rounds: dict[int, _Collecting] = {}
+        self.closed: set[int] = set()
+        self.plan_joins: dict[int, list[int]] = {}  # plan → the rounds it joined here
+        # A plan joining more than one round here: who of its cohort reported, into any of them.
+        self.plan_seen: dict[int, np.ndarray] = {}
+        self.plan_first: dict[int, int] = {}
+        self.answered_joins: set[tuple[int, int]] = set()  # (round, plan): every joined user answered
+
+    # --- rounds and joins ----------------------------------------------------------------------
+    def open(self, rnd: Round) -> None:
+        if rnd.intermediary != self.name:
+            raise ProtocolError("wrong-intermediary", f"round {rnd.id} is collected by {rnd.intermediary}")
+        if rnd.id in self.rounds or rnd.id in self.closed:
+            return  # a re-announced plan
+        self.rounds[rnd.id] = _Collecting(rnd)
+
+    def join(self, plan: Plan, join: Join) -> None:
+        state = self.rounds.get(join.round_id)
+        if state is None:
+            if join.round_id in self.closed:
+                return
+            raise ProtocolError("unknown-round", f"plan {plan.id} joins round {join.round_id}, never opened here")
+        if plan.id in state.parts:
+            return  # a re-announced plan
+        if not (plan.first_user <= join.first and join.first + join.count <= plan.first_user + plan.cohort
+                and 0 <= join.reports <= join.count):
+            raise ProtocolError("bad-join", f"plan {plan.id}: {join} lies outside its cohort")
+        if state.joined + join.reports > state.round.expected:
+            raise ProtocolError("bad-join", f"round {join.round_id}: joins promise more than {state.round.expected} reports")
+        state.parts[plan.id] = _Part(join, np.zeros(join.count, dtype=bool))
+        state.joined += join.reports
+        joined = self.plan_joins.setdefault(plan.id, [])
+        joined.append(join.round_id)
+        if len(joined) == 2:  # joins come with the plan, before any of its reports
+            self.plan_seen[plan.id] = np.zeros(plan.cohort, dtype=bool)
+            self.plan_first[plan.id] = plan.first_user
+
+    def open_plan(self, plan: Plan) -> None:
+        """Open the plan's rounds collected here and join its users into them."""
+        for rnd in plan.opens:
+            if rnd.intermediary == self.name:
+                self.open(rnd)
+        for j in plan.joins:
+            if j.round_id in self.rounds or j.round_id in self.closed:
+                self.join(plan, j)
+
+    def answered(self, plan_id: int, round_id: int | None = None) -> None:
+        """Every user the plan joined into the round (all its rounds here, by default) has answered
+        or never will: the missing ones dropped out."""
+        for rid in self.plan_joins.get(plan_id, ()) if round_id is None else (round_id,):
+            self.answered_joins.add((rid, plan_id))
+
+    def join_of(self, round_id: int, plan_id: int) -> Join | None:
+        state = self.rounds.get(round_id)
+        part = None if state is None else state.parts.get(plan_id)
+        return None if part is None else part.join
+
+    # --- reports -------------------------------------------------------------------------------
+    def receive(self, reports: Reports) -> int:
+        """Admit a message's records; returns how many were accepted. Never raises on bad input."""
+        ids = np.asarray(reports.user_ids)
+        n = ids.size
+        if reports.round_id in self.closed:
+            self.rejected["round-closed"] += n
+            return 0
+        state = self.rounds.get(reports.round_id)
+        part = None if state is None else state.parts.get(reports.plan_id)
+        if part is None:
+            self.rejected["not-joined" if state is not None else "unknown-round"] += n
+            return 0
+        rnd, join = state.round, part.join
+        values = np.asarray(reports.values)
+        if ids.ndim != 1 or ids.dtype.kind not in "iu" or values.shape != (self.runs, n, rnd.width):
+            self.rejected["wrong-shape"] += n
+            return 0
+        idx = ids.astype(np.int64) - join.first
+        ok = (idx >= 0) & (idx < join.count)
+        self.rejected["not-in-cohort"] += int((~ok).sum())
+        valid, reason = valid_entries(rnd, values)
+        self.rejected[reason] += int((ok & ~valid).sum())
+        ok &= valid
+        if rnd.window is not None and ok.any():
+            fits = np.zeros(n, dtype=bool)
+            fits[ok] = in_window(rnd, values[:, ok])
+            self.rejected["out-of-window"] += int((ok & ~fits).sum())
+            ok = fits
+        cand = np.flatnonzero(ok)
+        cand = cand[first_of_each(idx[cand])]
+        seen = self.plan_seen.get(reports.plan_id)
+        if seen is None:  # the plan's only round here: the part's own record of who reported
+            fresh = ~part.received[idx[cand]]
+        else:
+            fresh = ~seen[ids[cand].astype(np.int64) - self.plan_first[reports.plan_id]]
+        self.rejected["duplicate"] += int(ok.sum()) - int(fresh.sum())
+        cand = cand[fresh]
+        room = join.reports - part.accepted
+        if cand.size > room:
+            self.rejected["over-quota"] += cand.size - room
+            cand = cand[:room]
+        slots = idx[cand]
+        part.received[slots] = True
+        if cand.size:
+            part.slots.append(slots)
+            part.values.append(values[:, cand])
+        part.accepted += cand.size
+        state.received += cand.size
+        if seen is not None:
+            seen[ids[cand].astype(np.int64) - self.plan_first[reports.plan_id]] = True
+        return int(cand.size)
+
+    # --- releases ------------------------------------------------------------------------------
+    def fully_answered(self, state: _Collecting) -> bool:
+        rid = state.round.id
+        return state.joined == state.round.expected and all((rid, p) in self.answered_joins for p in state.parts)
+
+    def ready(self) -> list[int]:
+        """Rounds to release now: complete ones, and fully answered ones whose reports reach the
+        round's threshold (the missing users dropped out)."""
+        return sorted(rid for rid, state in self.rounds.items() if state.complete or (
+            self.fully_answered(state) and state.received >= state.round.min_reports))
+
+    def starved(self) -> list[int]:
+        """Fully answered rounds below their threshold: nothing can ever release them."""
+        return sorted(rid for rid, state in self.rounds.items()
+                      if not state.complete and self.fully_answered(state) and state.received < state.round.min_reports)
+
+    def received(self, round_id: int) -> int:
+        return self.rounds[round_id].received
+
+    def close(self, round_id: int) -> None:
+        """Close a round released elsewhere (a secure aggregation round's protocol) or failed."""
+        self.rounds.pop(round_id, None)
+        self.closed.add(round_id)
+
+    def release(self, round_id: int, partial: bool = False) -> Release:
+        """Release a round by its rule and close it. ``partial``: over the reports that came (at
+        least the threshold), else only a complete round."""
+        state = self.rounds.get(round_id)
+        if state is None:
+            raise ProtocolError("unknown-round", f"no open round {round_id}")
+        rnd = state.round
+        n = state.received
+        if n < rnd.expected and not partial:
+            raise ProtocolError("incomplete-round", f"round {round_id}: {n} of {rnd.expected}")
+        if n < rnd.min_reports:
+            raise ProtocolError("below-threshold", f"round {round_id}: {n} of {rnd.expected} reports, "
+                                f"threshold {rnd.min_reports}; nothing released")
+        parts = [state.parts[p] for p in sorted(state.parts)]
+        got = [p.collected() for p in parts]
+        dtype = np.int64 if rnd.integer else np.float64
+        values = np.concatenate([v for _, v in got if v is not None] or [np.zeros((self.runs, 0, rnd.width), dtype)],
+                                axis=1).astype(dtype, copy=False)
+        if rnd.rule == "sum":
+            out = Release(round_id, n, self._sum(rnd, state, parts, values))
+        elif rnd.rule == "argmax":
+            lo, _ = rnd.decode
+            signed = (self._sum(rnd, state, parts, values) - lo) % rnd.m + lo
+            out = Release(round_id, n, signed.argmax(axis=1)[:, None].astype(np.int64))
+        elif rnd.rule == "shuffle":
+            out = Release(round_id, n, self._shuffle(rnd, values))
+        else:
+            ids = np.concatenate([p.join.first + slots for p, (slots, _) in zip(parts, got)])
+            out = Release(round_id, n, values, user_ids=ids)
+        del self.rounds[round_id]
+        self.closed.add(round_id)
+        for pid in state.parts:  # a plan whose rounds here are all closed needs no bookkeeping
+            self.answered_joins.discard((round_id, pid))
+            if all(r in self.closed for r in self.plan_joins.get(pid, ())):
+                for book in (self.plan_joins, self.plan_seen, self.plan_first):
+                    book.pop(pid, None)
+        return out
+
+    def _sum(self, rnd: Round, state: _Collecting, parts: list[_Part], values: np.ndarray) -> np.ndarray:
+        """Entrywise sums over the reports, per run (mod m in chunks that cannot overflow)."""
+        if rnd.secagg is not None:
+            return self._secure_sum(rnd, parts)
+        if rnd.m is not None:
+            return np.array([[modular_sum(values[r, :, k], rnd.m) for k in range(rnd.width)]
+                             for r in range(self.runs)], dtype=np.int64)
+        return values.sum(axis=1)
+
+    def _secure_sum(self, rnd: Round, parts: list[_Part]) -> np.ndarray:
+        """The same modular sum by a real Bonawitz et al. round among the joined users; those whose
+        report never came take part in the key rounds and drop out (the recovery path)."""
+        from privbandit.protocol.primitives.secagg.driver import secure_sum
+        from privbandit.protocol.primitives.secagg.errors import SecAggAbort
+
+        if self.runs != 1 or rnd.width != 1:
+            raise ProtocolError("secagg-shape", f"round {rnd.id}: secure aggregation runs one run, one entry")
+        ids = np.concatenate([p.join.first + np.arange(p.join.count) for p in parts])
+        got = np.concatenate([p.received for p in parts])
+        vals = np.zeros(ids.size, dtype=np.int64)  # the dropouts' entries are never read
+        at = 0
+        for p in parts:
+            slots, v = p.collected()
+            if v is not None:
+                vals[at + slots] = v[0, :, 0]
+            at += p.join.count
+        try:
+            total = secure_sum(ids, vals, rnd.m, mode=rnd.secagg, round_id=rnd.id, dropped=ids[~got])
+        except SecAggAbort as exc:
+            raise ProtocolError("secagg-abort", f"round {rnd.id}: {exc}") from None
+        return np.array([[total]], dtype=np.int64)
+
+    def _shuffle(self, rnd: Round, values: np.ndarray) -> np.ndarray:
+        out = np.empty_like(values)
+        bounds = np.cumsum((0,) + (rnd.groups or (rnd.width,)))
+        for r in range(self.runs):
+            rng = self.rng(r, rnd.id)
+            for lo, hi in zip(bounds[:-1], bounds[1:]):
+                out[r, :, lo:hi] = values[r, rng.permutation(values.shape[1]), lo:hi]
+        return out
+
+    def rng(self, run: int, round_id: int) -> np.random.Generator:
+        """Run ``run``'s permutation stream for a round: from its key, or from the OS CSPRNG."""
+        if self.shuffle_keys is None:
+            return np.random.default_rng(int.from_bytes(os.urandom(32), "little"))
+        return stream(self.shuffle_keys[run], "shuffle", round_id)

@@ -1,0 +1,149 @@
+"""Experiment files, for every family: TOML, validated by the family's pydantic model,
+overridable with ``--set dotted.name=value``.
+
+Every experiment file names its ``family`` (files without one belong to the distributed-DP MAB
+family, the first one built) and shares the top-level fields ``horizon``, ``seed``, ``epsilon``, so
+``--set horizon=1000000`` works on all of them. Algorithms are tables under
+``[algorithms.<label>]``; the label is the name used in results, and ``algorithm`` (inferred from a
+label that is itself an algorithm name) says which one it is.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+DEFAULT_FAMILY = "distributed-dp-mab"
+
+
+class ConfigError(ValueError):
+    """A bad experiment file or override; the message names the field and the allowed values."""
+
+
+class StrictModel(BaseModel):
+    """Every experiment file's tables, in every family: unknown keys are errors, values frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ExperimentFile(StrictModel):
+    """What every family's experiment file shares: its ``[algorithms.<label>]`` tables, at least
+    one, where a table without ``algorithm`` takes the kind its label names (:meth:`label_kind`)."""
+
+    @classmethod
+    def label_kind(cls, label: str) -> str | None:
+        """The algorithm a label names on its own, or None."""
+        return None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _name_algorithms(cls, data: Any):
+        algos = data.get("algorithms") if isinstance(data, dict) else None
+        if isinstance(algos, dict):
+            for label, table in algos.items():
+                if isinstance(table, dict) and "algorithm" not in table and cls.label_kind(label) is not None:
+                    table["algorithm"] = cls.label_kind(label)
+        return data
+
+    @model_validator(mode="after")
+    def _nonempty(self):
+        if not self.algorithms:
+            raise ValueError("algorithms: at least one [algorithms.<label>] table is required")
+        return self
+
+
+# --- loading and overriding ------------------------------------------------------------------
+
+
+def parse_value(text: str) -> Any:
+    """A ``--set`` value: any TOML value (``10``, ``0.5``, ``true``, ``[0.1, 0.2]``, ``"x"``);
+    anything that is not valid TOML is taken as a bare string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_override(data: dict, assignment: str) -> None:
+    key, sep, text = assignment.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"--set {assignment!r}: expected key=value, e.g. --set horizon=1000000")
+    *parents, leaf = key.split(".")
+    node = data
+    for depth, part in enumerate(parents):
+        # A missing table is created (validation then names it if it is not a known field);
+        # a value that is not a table cannot hold a key.
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            where = ".".join(parents[: depth + 1])
+            raise ConfigError(f"--set {key}: {where!r} is a value, not a table")
+        node = child
+    node[leaf] = parse_value(text.strip())
+
+
+def _describe(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"] if not str(p).startswith("function-"))
+        got = e.get("input")
+        shown = "" if isinstance(got, dict) else f" (got {got!r})"
+        lines.append(f"  {loc or '<top level>'}: {e['msg']}{shown}")
+    return "\n".join(lines)
+
+
+def read_experiment_data(path: str | Path, overrides: list[str] = ()) -> dict:
+    """An experiment file's TOML with the ``--set`` overrides applied, before any validation."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such experiment file") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    for assignment in overrides:
+        apply_override(data, assignment)
+    return data
+
+
+def validate_experiment(model: type[BaseModel], path: str | Path, overrides: list[str] = ()):
+    """Read, override and validate an experiment file against ``model`` (any family's config).
+    Returns the config and its raw data; every failure is a :class:`ConfigError` naming the field."""
+    data = read_experiment_data(path, overrides)
+    try:
+        return model.model_validate(data), data
+    except ValidationError as exc:
+        raise ConfigError(f"{path}: invalid experiment\n{_describe(exc)}") from None
+    except ValueError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def family_of(data: dict, path: str | Path = "<experiment>") -> str:
+    """The family an experiment file's data belongs to (default: the distributed-DP MAB family)."""
+    from privbandit import registry
+
+    name = data.get("family", DEFAULT_FAMILY)
+    if not isinstance(name, str) or name not in registry.family_names():
+        raise ConfigError(f"{path}: family = {name!r} is not one of {', '.join(registry.family_names())}")
+    return name
+
+
+def load(path: str | Path, overrides: list[str] = ()):
+    """An experiment file, read, overridden and validated by its family: (family, config)."""
+    from privbandit import registry
+
+    data = read_experiment_data(path, overrides)
+    fam = registry.family(family_of(data, path))
+    try:
+        return fam, fam.load(data, str(path))
+    except ValidationError as exc:
+        raise ConfigError(f"{path}: invalid experiment\n{_describe(exc)}") from None
+    except ValueError as exc:
+        raise ConfigError(f"{path}: {exc}") from None

@@ -1,0 +1,71 @@
+"""Paired comparisons of two algorithms run on the same instances.
+
+Run r of every algorithm of an experiment shares its instance (and, within a family, its world
+seed), so a difference between two algorithms is measured run by run: the mean of the per-run
+differences, its standard error, t = mean / se, and how many runs each one won. Unpaired standard
+errors of the two means would add the instance-to-instance variance twice and hide real gaps.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Paired:
+    """``a − b`` over paired runs (positive: ``a`` has more regret)."""
+
+    runs: int
+    mean_difference: float
+    stderr: float
+    t: float  # mean / stderr (±inf when every difference is equal and nonzero; nan for all-zero)
+    a_won: int  # runs where a had strictly less regret
+    b_won: int
+    ties: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def verdict(self, threshold: float = 2.0) -> str:
+        if not np.isfinite(self.t) and self.mean_difference == 0:
+            return "equal in every run"
+        if abs(self.t) < threshold:
+            return f"no significant difference (|t| < {threshold:g})"
+        return "a worse" if self.t > 0 else "b worse"
+
+
+def paired(a: np.ndarray, b: np.ndarray) -> Paired:
+    """The paired comparison of two per-run samples (same runs, same order)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 1 or a.size < 2:
+        raise ValueError(f"paired samples need the same ≥ 2 runs (got shapes {a.shape} and {b.shape})")
+    d = a - b
+    mean = float(d.mean())
+    se = float(d.std(ddof=1) / np.sqrt(d.size))
+    t = mean / se if se > 0 else (np.inf * np.sign(mean) if mean else np.nan)
+    return Paired(int(d.size), mean, se, float(t), int((d < 0).sum()), int((d > 0).sum()), int((d == 0).sum()))
+
+
+def read_runs(results: Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """``runs.csv`` of a results directory: the checkpoints t and, per label, the (runs, C) pseudo-regret."""
+    with open(Path(results) / "runs.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    if not rows:
+        raise ValueError(f"{results}/runs.csv has no rows")
+    labels = list(dict.fromkeys(r["algorithm"] for r in rows))
+    t = np.array(sorted({int(r["t"]) for r in rows}))
+    col = {v: i for i, v in enumerate(t)}
+    out = {}
+    for label in labels:
+        mine = [r for r in rows if r["algorithm"] == label]
+        runs = sorted({int(r["run"]) for r in mine})
+        grid = np.full((len(runs), t.size), np.nan)
+        where = {v: i for i, v in enumerate(runs)}
+        for r in mine:
+            grid[where[int(r["run"])], col[int(r["t"])]] = float(r["pseudo"])
+        out[label] = grid
+    return t, out

@@ -1,0 +1,155 @@
+"""The results directory, the same for every family and both transports: the contract scripts read.
+
+- ``summary.json``: the machine-readable summary (keys in docs/results.md);
+- ``config.json``: the experiment as run (every default filled in);
+- ``curves.csv``: pseudo- and realized regret, mean ± stderr over runs, per checkpoint and algorithm;
+- ``rounds.csv``: one row per released round of every run: the spine's columns (round, n, reports,
+  the round's own ε, protocol bits) and the family's diagnostics;
+- ``regret.png``: regret against t, mean ± stderr.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+ROUND_COLUMNS = ["algorithm", "run", "round", "n", "reports", "epsilon", "bits"]
+
+
+def mean_stderr(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean over runs (axis 0) and its standard error; stderr is 0 for a single run."""
+    mean = x.mean(axis=0)
+    if x.shape[0] < 2:
+        return mean, np.zeros_like(mean)
+    return mean, x.std(axis=0, ddof=1) / math.sqrt(x.shape[0])
+
+
+def worst_privacy(ledgers: list[dict]) -> dict:
+    """The ledger across runs: each number is the worst (largest) any run spent."""
+    out = dict(ledgers[0])
+    for key in ("epsilon_pure", "cdp_epsilon", "epsilon_at_delta"):
+        vals = [l.get(key) for l in ledgers]
+        out[key] = None if any(v is None for v in vals) else max(vals)
+    out["rdp"] = {a: (None if any(l["rdp"][a] is None for l in ledgers) else max(l["rdp"][a] for l in ledgers))
+                  for a in ledgers[0]["rdp"]}
+    out["releases"] = float(np.mean([l["releases"] for l in ledgers]))  # per run, on average
+    order = ("non-private", "none proven", "proven")
+    out["guarantee"] = min((l["guarantee"] for l in ledgers), key=order.index)
+    return out
+
+
+def per_run(results: list) -> tuple[np.ndarray, np.ndarray]:
+    """(runs, C) pseudo- and realized regret over every task of an algorithm, in run order."""
+    return np.concatenate([r.pseudo for r in results]), np.concatenate([r.realized for r in results])
+
+
+def summarize(fam, config, results: dict[str, list], compute: dict[str, float], elapsed: float,
+              transport: str = "inproc") -> dict:
+    summary = {
+        "experiment": config.name, "family": fam.name, "horizon": config.horizon, "runs": config.runs,
+        "seed": config.seed, "epsilon": config.epsilon, **fam.experiment_summary(config),
+        "transport": transport, "elapsed_s": round(elapsed, 3),
+        "algorithms": {}, "privacy": {}, "communication": {},
+    }
+    rejected: dict[str, int] = {}
+    for label, tasks in results.items():
+        pseudo, realized = per_run(tasks)
+        pm, ps = mean_stderr(pseudo[:, -1:])
+        rm, rs = mean_stderr(realized[:, -1:])
+        algo = fam.algorithm(config, label)
+        summary["algorithms"][label] = {
+            "algorithm": algo.algorithm,
+            "runs": int(pseudo.shape[0]),
+            "regret_final_mean": float(pm[0]),
+            "regret_final_stderr": float(ps[0]),
+            "realized_regret_final_mean": float(rm[0]),
+            "realized_regret_final_stderr": float(rs[0]),
+            **fam.label_summary(config, label, tasks),
+            "users_per_s": config.horizon * pseudo.shape[0] / compute[label] if compute[label] else None,
+            "parameters": algo.model_dump(),
+        }
+        ledgers = [t.privacy for t in tasks for _ in t.runs]
+        summary["privacy"][label] = worst_privacy(ledgers)
+        if "coalition" in tasks[0].privacy:  # colluders: the same ledger against the coalition
+            summary["privacy"][label]["coalition"] = {
+                **worst_privacy([t.privacy["coalition"] for t in tasks]),
+                "colluders": sum(t.privacy["coalition"]["colluders"] for t in tasks)}
+        reports = sum(t.reports * len(t.runs) for t in tasks)
+        summary["communication"][label] = {
+            "bits_per_user_protocol": sum(t.protocol_bits * len(t.runs) for t in tasks) / reports if reports else 0.0,
+            "bits_per_user_protocol_max": max(t.max_report_bits for t in tasks),
+            "reports_per_run": reports / pseudo.shape[0],
+        }
+        for t in tasks:
+            for reason, n in t.rejected.items():
+                rejected[reason] = rejected.get(reason, 0) + n
+    # Reports the intermediaries refused, by reason (over MQTT the services' counters replace it).
+    summary["rejected"] = dict(sorted(rejected.items()))
+    return summary
+
+
+def write_results(out: Path, fam, config, summary: dict, results: dict[str, list]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    resolved = config.model_dump()
+    resolved["algorithms"] = {label: fam.algorithm(config, label).model_dump() for label in results}
+    (out / "config.json").write_text(json.dumps(resolved, indent=2) + "\n")
+
+    columns = {"t": next(iter(results.values()))[0].checkpoints}
+    for label, tasks in results.items():
+        for kind, values in zip(("pseudo", "realized"), per_run(tasks)):
+            mean, se = mean_stderr(values)
+            columns[f"{label}.{kind}_mean"] = mean
+            columns[f"{label}.{kind}_stderr"] = se
+    with open(out / "curves.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(columns)
+        w.writerows(zip(*columns.values()))
+
+    with open(out / "rounds.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=ROUND_COLUMNS + fam.round_fields, extrasaction="ignore")
+        w.writeheader()
+        for label, tasks in results.items():
+            for t in tasks:
+                for row in t.rounds:
+                    w.writerow({"algorithm": label, "run": t.runs[0], **row})
+    plot_regret(out / "regret.png", config, columns, list(results), **fam.plot_options(config))
+
+
+def plot_regret(path: Path, config, columns: dict, labels: list[str], title: str | None = None,
+                cumulative: bool = False, realized: str = "realized regret") -> None:
+    """Pseudo- and realized regret, mean ± stderr over runs, one panel each: time-averaged Reg(t)/t
+    on a log axis (the bandit families), or ``cumulative`` (the linear family). ``title`` defaults
+    to the experiment's name, ε, T and runs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = columns["t"].astype(float)
+    scale = 1.0 if cumulative else t
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for label in labels:
+        for ax, kind in zip(axes, ("pseudo", "realized")):
+            mean, se = columns[f"{label}.{kind}_mean"] / scale, columns[f"{label}.{kind}_stderr"] / scale
+            line, = ax.plot(t, mean, label=label)
+            ax.fill_between(t, mean - se, mean + se, color=line.get_color(), alpha=0.25)
+    for ax, kind in zip(axes, ("pseudo-regret", realized)):
+        if cumulative:
+            ax.set_xlabel("round t")
+            ax.set_ylabel(f"cumulative {kind}")
+        else:
+            ax.set_xscale("log")
+            ax.set_xlabel("users t")
+            ax.set_ylabel(f"time-average {kind}  Reg(t)/t")
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    fig.suptitle(title or f"{config.name}: ε = {config.epsilon}, T = {config.horizon:,}, {config.runs} runs, "
+                          f"mean ± stderr")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
