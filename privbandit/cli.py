@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
+import numpy as np
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -64,6 +65,45 @@ def run(
     summary = results.summarize(family, config, *outcome)
     results.write_results(out, family, config, summary, outcome[0])
     _print_summary(summary, out)
+
+
+@app.command()
+def compare(
+    results_dir: Annotated[Path, typer.Argument(help="a results directory (with runs.csv)")],
+    at: Annotated[Optional[int], typer.Option(help="compare at this checkpoint t [default: the horizon]")] = None,
+    baseline: Annotated[Optional[str], typer.Option(help="compare every algorithm with this one [default: every pair]")] = None,
+):
+    """Paired comparisons of the algorithms of one results directory: run r of every algorithm shares
+    its instance, so the difference is taken run by run (mean, standard error, t, runs won)."""
+    from itertools import combinations
+
+    from privbandit.runner.paired import paired, read_runs
+
+    try:
+        if not (results_dir / "runs.csv").is_file():
+            raise ConfigError(f"{results_dir}/runs.csv not found: give a results directory written by privbandit run")
+        t, curves = read_runs(results_dir)
+        at = int(t[-1]) if at is None else at
+        if at not in set(t.tolist()):
+            raise ConfigError(f"--at {at}: not a checkpoint; the nearest are "
+                              f"{', '.join(map(str, t[np.argsort(np.abs(t - at))[:3]]))}")
+        if baseline is not None and baseline not in curves:
+            raise ConfigError(f"--baseline {baseline!r}: not in {results_dir}; algorithms: {', '.join(curves)}")
+        column = int(np.searchsorted(t, at))
+        pairs = ([(baseline, b) for b in curves if b != baseline] if baseline else list(combinations(curves, 2)))
+        if not pairs:
+            raise ConfigError(f"{results_dir} holds one algorithm ({', '.join(curves)}): nothing to compare")
+        rows = [(a, b, paired(curves[a][:, column], curves[b][:, column])) for a, b in pairs]
+    except (ConfigError, ValueError) as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(2)
+    table = Table(title=f"{results_dir}: paired pseudo-regret at t = {at:,} (a − b)")
+    for col in ("a", "b", "runs", "mean a − b", "stderr", "t", "a won", "b won", "verdict"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for a, b, p in rows:
+        table.add_row(a, b, str(p.runs), f"{p.mean_difference:,.2f}", f"{p.stderr:,.2f}", f"{p.t:.2f}",
+                      str(p.a_won), str(p.b_won), p.verdict())
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
 
 
 def _run_distributed(family, config, experiment: Path, overrides: list[str], out: Path, broker: str | None, shards: int,

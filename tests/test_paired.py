@@ -39,3 +39,53 @@ def test_refuses_unpaired_samples():
     with pytest.raises(ValueError, match="same ≥ 2 runs"):
         paired(np.ones(1), np.ones(1))
     assert paired(np.ones(3), np.ones(3)).verdict() == "equal in every run"
+
+
+
+EXPERIMENT = """
+name = "pair"
+horizon = 3000
+seed = 3
+epsilon = 1.0
+runs = 5
+[environment]
+kind = "uniform"
+arms = 4
+[algorithms.SE]
+[algorithms.DP-SE]
+"""
+
+
+def test_runs_csv_holds_every_run_and_compare_reports_the_paired_difference(tmp_path):
+    """runs.csv averages to curves.csv, and `privbandit compare` prints the paired mean difference
+    of the two algorithms' per-run regrets; bad arguments get a clear error and exit 2."""
+    import csv
+
+    from typer.testing import CliRunner
+
+    from privbandit.cli import app
+    from privbandit.runner import run_file
+    from privbandit.runner.paired import read_runs
+
+    (tmp_path / "pair.toml").write_text(EXPERIMENT)
+    out = tmp_path / "r"
+    run_file(tmp_path / "pair.toml", out=out)
+    t, curves = read_runs(out)
+    with open(out / "curves.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [int(r["t"]) for r in rows] == t.tolist()
+    for label, grid in curves.items():
+        assert grid.shape == (5, t.size)
+        assert np.allclose(grid.mean(axis=0), [float(r[f"{label}.pseudo_mean"]) for r in rows])
+
+    expected = paired(curves["SE"][:, -1], curves["DP-SE"][:, -1])
+    shown = CliRunner().invoke(app, ["compare", str(out)], terminal_width=200)
+    assert shown.exit_code == 0, shown.output
+    assert f"{expected.mean_difference:,.2f}" in shown.output and f"{expected.t:.2f}" in shown.output
+
+    for args, message in [(["--at", "99999"], "not a checkpoint"), (["--baseline", "UCB"], "algorithms: SE, DP-SE"),
+                          ([], None)]:
+        where = str(out) if message else str(tmp_path)
+        bad = CliRunner().invoke(app, ["compare", where, *args], terminal_width=200)
+        assert bad.exit_code == 2
+        assert (message or "runs.csv not found") in " ".join(bad.output.split())  # rich wraps at 80

@@ -3,6 +3,8 @@
 - ``summary.json``: the machine-readable summary (keys in docs/results.md);
 - ``config.json``: the experiment as run (every default filled in);
 - ``curves.csv``: pseudo- and realized regret, mean ± stderr over runs, per checkpoint and algorithm;
+- ``runs.csv``: pseudo- and realized regret of every run at every checkpoint (long format), for
+  paired comparisons (:mod:`privbandit.runner.paired`, ``privbandit compare``);
 - ``rounds.csv``: one row per released round of every run: the spine's columns (round, n, reports,
   the round's own ε, protocol bits) and the family's diagnostics;
 - ``regret.png``: regret against t, mean ± stderr.
@@ -109,6 +111,15 @@ def write_results(out: Path, fam, config, summary: dict, results: dict[str, list
         w = csv.writer(fh)
         w.writerow(columns)
         w.writerows(zip(*columns.values()))
+
+    with open(out / "runs.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["algorithm", "run", "t", "pseudo", "realized"])
+        t = columns["t"]
+        for label, tasks in results.items():
+            for task in tasks:
+                for i, run in enumerate(task.runs):
+                    w.writerows(zip([label] * t.size, [run] * t.size, t, task.pseudo[i], task.realized[i]))
 
     with open(out / "rounds.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=ROUND_COLUMNS + fam.round_fields, extrasaction="ignore")
