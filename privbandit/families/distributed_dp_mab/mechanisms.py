@@ -33,6 +33,7 @@ from privbandit.families.distributed_dp_mab.base import (
     RoundParams,
 )
 from privbandit.protocol.primitives.noise import (
+    grid_laplace,
     sample_discrete_laplace,
     sample_polya_shares,
     sample_skellam,
@@ -233,7 +234,9 @@ class CentralLaplace(RealSumMechanism):
 
     Rewards lie in [0, 1], so an arm's batch sum has sensitivity 1. Each (batch, arm) sum gets its
     *own* draw; the authors' code added one scalar to all arms at once, which leaves arm
-    comparisons noise-free (spec §6 item 2). We do not reproduce that.
+    comparisons noise-free (spec §6 item 2). We do not reproduce that. The noise is the exact
+    Laplace on the grid 2⁻²⁰ (:mod:`~privbandit.protocol.primitives.noise.grid_laplace`), not
+    floating-point Laplace, which is not ε-DP (Mironov 2012).
     """
 
     key = "dp-se"
@@ -248,8 +251,8 @@ class CentralLaplace(RealSumMechanism):
         return RoundParams(n=n, sigma=0.0, h=1.0 / self.epsilon)
 
     def analyze(self, release: float, params: RoundParams, rng: np.random.Generator) -> Estimate:
-        noise = float(rng.laplace(0.0, 1.0 / self.epsilon))
-        return Estimate(reward_sum=float(release) + noise, central_noise=noise)
+        noisy, noise = grid_laplace(float(release), 1.0, self.epsilon, rng)
+        return Estimate(reward_sum=float(noisy), central_noise=float(noise))
 
     def privacy_event(self, params: RoundParams, shares: int | None = None) -> PureDP:
         return PureDP(self.epsilon)

@@ -32,6 +32,7 @@ import numpy as np
 
 from privbandit.families.distributed_dp_mab.base import RoundParams
 from privbandit.families.distributed_dp_mab.mechanisms import PolyaSecAgg
+from privbandit.protocol.primitives.noise import grid_laplace
 from privbandit.protocol.privacy import PureDP
 
 
@@ -76,7 +77,8 @@ class ArraySumRelease:
 
     One array is a disjoint block of rounds and one observation lies in [0, 1], so the sum has
     sensitivity 1 under replacement and each release is ε-DP; arrays partition the rounds, so the
-    run is ε-DP (parallel composition, Appendix B).
+    run is ε-DP (parallel composition, Appendix B). The noise is the exact Laplace on the grid 2⁻²⁰
+    (:func:`~privbandit.protocol.primitives.noise.grid_laplace`), never floating-point Laplace.
     """
 
     epsilon: float
@@ -86,7 +88,7 @@ class ArraySumRelease:
         _check_epsilon(self.epsilon)
 
     def release(self, reward_sum: float, n: int, rng: np.random.Generator) -> float:
-        return float(reward_sum) + float(rng.laplace(0.0, 1.0 / self.epsilon))
+        return float(grid_laplace(float(reward_sum), 1.0, self.epsilon, rng)[0])
 
     def privacy_event(self, n: int) -> PureDP:
         return PureDP(self.epsilon)
@@ -207,7 +209,7 @@ class ReportNoisyMax:
     ``multiplier`` is c (spec §1.3): c = 1 is the paper; under the paper's *replacement*
     neighbours one round can raise some G_j and lower others, the queries are not monotone, and
     Dwork–Roth's ε holds only for c = 2. The ledger therefore records 2ε/c.
-    Ties (probability 0 with continuous noise) go to the lowest index.
+    The noise is the exact Laplace on the grid 2⁻²⁰; ties go to the lowest index.
     """
 
     epsilon: float
@@ -224,7 +226,11 @@ class ReportNoisyMax:
         return self.multiplier / self.epsilon
 
     def select(self, sums: np.ndarray, rng: np.random.Generator) -> int:
-        noisy = np.asarray(sums, dtype=np.float64) + rng.laplace(0.0, self.scale, size=len(sums))
+        # Each rounded sum moves by at most 1 + γ between neighbours; grid Laplace at ε/c on
+        # sensitivity 1 has scale c(1 + γ)/ε, so every coordinate is (ε/c)-DP and report noisy max
+        # (Dwork & Roth Claim 3.9, whose threshold argument holds for integer noise with ties to
+        # the lowest index) spends 2ε/c.
+        noisy, _ = grid_laplace(np.asarray(sums, dtype=np.float64), 1.0, self.epsilon / self.multiplier, rng)
         return int(np.argmax(noisy))
 
     def privacy_event(self, n_actions: int) -> PureDP:

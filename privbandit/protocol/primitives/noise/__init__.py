@@ -1,9 +1,10 @@
 """Noise samplers: per-user shares and the laws their sums follow.
 
 Every sampler takes an explicit ``numpy.random.Generator`` and returns int64 (discrete) or float64
-(continuous Laplace) arrays, vectorized over users.
+(grid Laplace: multiples of a fixed grid step) arrays, vectorized over users.
 """
 
+from privbandit.protocol.primitives.noise.grid_laplace import LAPLACE_GRID, grid_laplace, grid_laplace_scale
 from privbandit.protocol.primitives.noise.polya import (
     discrete_laplace_pmf,
     discrete_laplace_variance,
@@ -14,6 +15,9 @@ from privbandit.protocol.primitives.noise.polya import (
 from privbandit.protocol.primitives.noise.skellam import sample_skellam, skellam_pmf
 
 __all__ = [
+    "LAPLACE_GRID",
+    "grid_laplace",
+    "grid_laplace_scale",
     "discrete_laplace_pmf",
     "discrete_laplace_variance",
     "sample_discrete_laplace",
