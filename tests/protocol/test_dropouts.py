@@ -8,18 +8,23 @@ import numpy as np
 import pytest
 from scipy.stats import nbinom
 
-from privbandit.protocol.environments import BanditInstance
-from privbandit.protocol.events import Reports, RoundPlan
-from privbandit.protocol.learners.successive_elimination import GeometricSchedule, Lemma2Width, SuccessiveElimination
-from privbandit.protocol.mechanisms.distributed_dp_mab import (
+from privbandit.families.distributed_dp_mab import FAMILY
+from privbandit.families.distributed_dp_mab.base import RoundParams
+from privbandit.families.distributed_dp_mab.learners import GeometricSchedule, Lemma2Width, SuccessiveElimination
+from privbandit.families.distributed_dp_mab.mechanisms import (
+    CentralDiscreteLaplace,
     CentralLaplace,
     DiscreteGaussianSecAgg,
     PolyaSecAgg,
     SkellamSecAgg,
 )
+from privbandit.families.distributed_dp_mab.parties import EliminationServer, release_threshold
 from privbandit.protocol.primitives.noise.polya import discrete_laplace_pmf
-from privbandit.protocol.parties import Intermediary, ProtocolError, SecureAggregator
-from privbandit.protocol.privacy import PrivacyLedger, polya_sum_epsilon
+from privbandit.protocol.privacy import polya_sum_epsilon
+from privbandit.protocol.spine.errors import ProtocolError
+from privbandit.protocol.spine.events import Join, Plan, Reports
+from privbandit.protocol.spine.intermediary import Intermediary
+from privbandit.runner import tasks
 from tests.stats import P_MIN, chi_square_pvalue
 
 
@@ -112,43 +117,52 @@ def test_tolerant_tau_still_bounds_the_noise_of_all_n_shares(make):
 
 def test_tolerance_is_refused_where_noise_is_not_distributed():
     with pytest.raises(ValueError, match="distributed noise only"):
-        from privbandit.protocol.mechanisms.distributed_dp_mab import CentralDiscreteLaplace
-
         CentralDiscreteLaplace(1.0, 0.1, dropout_tolerance=0.1)
     assert not hasattr(CentralLaplace(1.0), "dropout_tolerance")
 
 
-def _plan(cohort=9, m=2**20):
-    from privbandit.protocol.mechanisms.base import RoundParams
-
-    return RoundPlan(round_id=0, batch=1, arm=0, first_user=100, cohort=cohort,
-                     params=RoundParams(n=cohort, g=4, tau=10, m=m))
+def _plan(cohort=9, m=2**20, secagg=None) -> Plan:
+    """Round 0 of users 100 … 100 + cohort − 1, as the family's analyzer opens it (threshold
+    ⌊2n/3⌋ + 1; ``secagg``: summed by a real Bonawitz et al. round)."""
+    mech = PolyaSecAgg(1.0, 0.1)
+    server = EliminationServer(SuccessiveElimination(2, GeometricSchedule(2), Lemma2Width(0.1)), mech, 10**6,
+                               key=0, secagg=secagg)
+    q = RoundParams(n=cohort, g=4, tau=10, m=m)
+    rnd = server.round_of(0, cohort, q)
+    assert rnd.threshold == release_threshold(cohort) and rnd.secagg == secagg
+    return Plan(0, 100, cohort, {"batch": 1, "arm": 0, "params": {"n": cohort, "g": 4, "tau": 10, "m": m}},
+                (rnd,), (Join(0, 100, cohort, cohort),))
 
 
 @pytest.mark.parametrize("box", ["ideal", "secagg-complete", "secagg-sparse"])
 def test_partial_release_sums_the_survivors_and_refuses_below_threshold(box):
-    mech = PolyaSecAgg(1.0, 0.1)
-    plan = _plan(cohort=12)
+    plan = _plan(cohort=12, secagg=None if box == "ideal" else box.split("-")[1])
     values = np.arange(1, 13, dtype=np.int64) * 1000
-    make = (lambda: Intermediary(plan, mech)) if box == "ideal" else (
-        lambda: SecureAggregator(plan, mech, box.split("-")[1]))
-    ok = make()
-    ok.receive(Reports(0, np.arange(100, 111), values[:11]))  # t = ⌊24/3⌋ + 1 = 9 ≤ 11
+
+    def make(k):
+        inter = Intermediary("aggregator")
+        inter.open_plan(plan)
+        inter.receive(Reports(0, plan.id, np.arange(100, 100 + k), values[:k].reshape(1, k, 1)))
+        return inter
+
+    ok = make(11)  # t = ⌊24/3⌋ + 1 = 9 ≤ 11
+    assert ok.ready() == []  # user 111 may still come
     with pytest.raises(ProtocolError, match="incomplete-round"):
-        ok.release()
-    rel = ok.release(partial=True)
-    assert rel.n_reports == 11 and rel.value == int(values[:11].sum())
-    short = make()
-    short.receive(Reports(0, np.arange(100, 108), values[:8]))
+        ok.release(0)
+    ok.answered(plan.id)  # every joined user answered or never will: 111 dropped out
+    assert ok.ready() == [0] and ok.starved() == []
+    rel = ok.release(0, partial=True)
+    assert rel.n_reports == 11 and rel.values.tolist() == [[int(values[:11].sum())]]
+    short = make(8)
+    short.answered(plan.id)
+    assert short.ready() == [] and short.starved() == [0]
     with pytest.raises(ProtocolError) as e:
-        short.release(partial=True)
+        short.release(0, partial=True)
     assert e.value.reason == "below-threshold"
 
 
 def test_learner_uses_each_arms_report_count():
     se = SuccessiveElimination(2, GeometricSchedule(2), Lemma2Width(0.1))
-    from privbandit.protocol.mechanisms.base import RoundParams
-
     q = RoundParams(n=2)
     se.conclude_batch({0: 1.0, 1: 1.0}, q, counts={0: 2, 1: 1})
     assert se.estimates.tolist() == [0.5, 1.0]
@@ -156,43 +170,51 @@ def test_learner_uses_each_arms_report_count():
     assert r[1] > r[0] == pytest.approx(Lemma2Width(0.1).radius(1, 2, q))
 
 
+def _config(algorithm: dict, horizon: int, seed: int, means: list[float], checkpoints: int = 16):
+    """One algorithm (label "a": its users' streams are keyed by the label) on a fixed instance."""
+    data = {"family": "distributed-dp-mab", "name": "dropouts", "horizon": horizon, "seed": seed,
+            "checkpoints": checkpoints, "environment": {"kind": "means", "means": means},
+            "algorithms": {"a": {"batch_growth": 2.0, **algorithm}}}
+    return FAMILY.load(data, "dropouts.toml")
+
+
+def _run(config):
+    (result,) = tasks.run_experiment(FAMILY, config, jobs=1)[0]["a"]
+    return result
+
+
 def test_engine_ledger_reports_the_epsilon_dropouts_leave():
     """A 20 % dropout rate under ρ = 0 weakens every round of Dist-DP-SE; ρ = 0.2 restores ε."""
-    from privbandit.protocol.engine import run_once
-    from privbandit.protocol.observer import checkpoint_grid
-
-    inst = BanditInstance(np.array([0.4, 0.6]))
     out = {}
     for rho in (0.0, 0.2):
-        mech = PolyaSecAgg(1.0, 0.01, dropout_tolerance=rho)
-        res = run_once(instance=inst, mechanism=mech,
-                       learner=SuccessiveElimination(2, GeometricSchedule(2), Lemma2Width(0.01)),
-                       horizon=4000, seed=5, stream_prefix=(0, "d"), checkpoints=checkpoint_grid(4000, 16),
-                       p=0.01, ledger=PrivacyLedger("distributed", 1.0, 1e-6), dropout_rate=0.2)
+        res = _run(_config({"algorithm": "dist-dp-se", "epsilon": 1.0, "p": 0.01, "dropout_rate": 0.2,
+                            "dropout_tolerance": rho}, 4000, seed=5, means=[0.4, 0.6]))
         dropped = [row for row in res.rounds if row["reports"] < row["n"]]
         assert dropped and all(row["reports"] == row["n"] - int(0.2 * row["n"]) for row in res.rounds)
         out[rho] = res
     assert out[0.0].privacy["epsilon_pure"] > 1.2
     assert out[0.2].privacy["epsilon_pure"] == pytest.approx(1.0)
     assert max(r["epsilon"] for r in out[0.2].rounds) == pytest.approx(1.0)
+    # Each round's ε is the Pólya event of the shares that arrived (the ledger's worst round).
+    mech = PolyaSecAgg(1.0, 0.01)
+    for row in out[0.0].rounds:
+        want = mech.privacy_event(mech.params(row["n"]), row["reports"]).pure_epsilon
+        assert row["epsilon"] == pytest.approx(want)
+    assert out[0.0].privacy["epsilon_pure"] == pytest.approx(max(r["epsilon"] for r in out[0.0].rounds))
 
 
 def test_secagg_recovers_dropouts_exactly_as_the_ideal_sum():
     """Dropped users share their keys, then vanish before masking: Bonawitz et al.'s recovery must
     release exactly the ideal functionality's sum, so the two runs agree bit for bit."""
-    from privbandit.protocol.engine import run_once
-    from privbandit.protocol.observer import checkpoint_grid
-
-    inst = BanditInstance(np.array([0.3, 0.5, 0.7]))
     runs = {}
-    for graph in (None, "complete"):
-        mech = PolyaSecAgg(1.0, 0.05, dropout_tolerance=0.1)
-        runs[graph] = run_once(instance=inst, mechanism=mech,
-                               learner=SuccessiveElimination(3, GeometricSchedule(2), Lemma2Width(0.05)),
-                               horizon=200, seed=9, stream_prefix=(0, "s"), checkpoints=checkpoint_grid(200, 16),
-                               p=0.05, ledger=PrivacyLedger("distributed", 1.0, 1e-6),
-                               secagg_graph=graph, dropout_rate=0.1)
-    ideal, real = runs[None], runs["complete"]
+    for box in ("auto", "secagg"):
+        config = _config({"algorithm": "dist-dp-se", "epsilon": 1.0, "p": 0.05, "dropout_tolerance": 0.1,
+                          "dropout_rate": 0.1, "intermediary": box, "secagg_graph": "complete"},
+                         200, seed=9, means=[0.3, 0.5, 0.7])
+        server = FAMILY.analyzer(FAMILY.public_task(config, "a", [0]), [0])
+        assert server.secagg == (None if box == "auto" else "complete")  # the real protocol, or the ideal sum
+        runs[box] = _run(config)
+    ideal, real = runs["auto"], runs["secagg"]
     assert any(r["reports"] < r["n"] for r in real.rounds)
     assert [r["estimate_sum"] for r in real.rounds] == [r["estimate_sum"] for r in ideal.rounds]
-    np.testing.assert_array_equal(real.pseudo_regret, ideal.pseudo_regret)
+    np.testing.assert_array_equal(real.pseudo, ideal.pseudo)

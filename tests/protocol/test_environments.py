@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from privbandit.protocol.environments import BanditInstance, uniform_means
+from privbandit.families.distributed_dp_mab.world import BanditInstance, uniform_means
 
 
 def test_clipped_gaussian_expectation_is_exact():

@@ -1,31 +1,32 @@
 """Algorithm 1's schedule, widths and elimination, and the engine's bookkeeping of a run."""
 
 import math
+from dataclasses import asdict
 
 import numpy as np
 import pytest
 
-from privbandit.protocol.engine import run_once
-from privbandit.protocol.environments import BanditInstance, uniform_means
-from privbandit.protocol.events import Release
-from privbandit.protocol.learners.successive_elimination import (
+from privbandit.families.distributed_dp_mab import FAMILY
+from privbandit.families.distributed_dp_mab.base import RoundParams
+from privbandit.families.distributed_dp_mab.family import instance_for
+from privbandit.families.distributed_dp_mab.learners import (
     GeometricSchedule,
     Lemma2Width,
     SajedSheffetSchedule,
     SuccessiveElimination,
     sajed_sheffet_width,
 )
-from privbandit.protocol.mechanisms.base import RoundParams
-from privbandit.protocol.mechanisms.distributed_dp_mab import (
-    CentralLaplace,
-    NonPrivate,
-    PolyaSecAgg,
-    SkellamSecAgg,
-)
-from privbandit.protocol.observer import checkpoint_grid
-from privbandit.protocol.parties import Analyzer, ProtocolError
-from privbandit.protocol.privacy import PrivacyLedger
-from privbandit.protocol.primitives.seeding import stream
+from privbandit.families.distributed_dp_mab.mechanisms import CentralLaplace, PolyaSecAgg
+from privbandit.families.distributed_dp_mab.parties import BanditUsers, EliminationServer
+from privbandit.families.distributed_dp_mab.world import BanditInstance
+from privbandit.protocol.privacy import Ledger
+from privbandit.protocol.spine import engine
+from privbandit.protocol.spine.errors import ProtocolError
+from privbandit.protocol.spine.events import Join, Plan, Release
+from privbandit.protocol.spine.intermediary import Intermediary
+from privbandit.protocol.spine.observer import Observer, checkpoint_grid
+from privbandit.protocol.spine.parties import Analyzer, Users
+from privbandit.runner import tasks
 
 
 def test_geometric_schedule():
@@ -75,99 +76,167 @@ def test_elimination_rule_is_ucb_below_max_lcb():
         se.conclude_batch({0: 1.0}, RoundParams(n=4))
 
 
-def _run(mechanism, instance, horizon, seed, p=0.1, growth=2.0, learner=None):
-    learner = learner or SuccessiveElimination(instance.n_arms, GeometricSchedule(growth), Lemma2Width(p))
-    return run_once(
-        instance=instance, mechanism=mechanism, learner=learner, horizon=horizon, seed=seed,
-        stream_prefix=(0, "test"), checkpoints=checkpoint_grid(horizon), p=p,
-        ledger=PrivacyLedger(mechanism.trust_model, 1.0, 1e-6),
-    )
+def _config(algorithm: dict, horizon: int, seed: int, environment: dict, runs: int = 1):
+    """An experiment of one algorithm (label "a"), validated by the family as a file would be."""
+    data = {"family": "distributed-dp-mab", "name": "learner", "horizon": horizon, "seed": seed, "runs": runs,
+            "environment": environment, "algorithms": {"a": dict(algorithm)}}
+    return FAMILY.load(data, "learner.toml")
 
 
-@pytest.mark.parametrize("mechanism", [PolyaSecAgg(0.5, 1e-6), SkellamSecAgg(0.5, 1e-6), NonPrivate()],
-                         ids=lambda m: m.key)
-def test_best_arm_is_never_eliminated_on_easy_instances(mechanism):
+def _run(config) -> list:
+    """Every run of the experiment through the runner's tasks and the spine's engine."""
+    results, _, _ = tasks.run_experiment(FAMILY, config, jobs=1)
+    return results["a"]
+
+
+def _eliminated(config, result) -> np.ndarray:
+    return np.asarray(result.learner[0]["eliminated_at"])
+
+
+def _best_arm_eliminated(config, result) -> bool:
+    return bool(_eliminated(config, result)[instance_for(config, result.runs[0]).best_arm] > 0)
+
+
+FOUR_ARMS = {"kind": "means", "means": [0.3, 0.5, 0.55, 0.7]}
+
+
+@pytest.mark.parametrize("algorithm", [
+    {"algorithm": "dist-dp-se", "epsilon": 0.5, "p": 1e-6},
+    {"algorithm": "dist-rdp-se", "epsilon": 0.5, "p": 1e-6, "s": 10, "tau_rule": "sqrt-log"},
+    {"algorithm": "se", "p": 1e-6},
+], ids=lambda a: a["algorithm"])
+def test_best_arm_is_never_eliminated_on_easy_instances(algorithm):
     """On the good event (prob ≥ 1 − 3p) a* survives every batch (proof of Lemma 2); with p = 1e-6
     and 12 instances at fixed seeds, any elimination of a* would be a bug."""
-    for seed in range(12):
-        inst = BanditInstance(uniform_means(10, 0.25, 0.75, stream(seed, "instance")))
-        r = _run(mechanism, inst, 300_000, seed, p=1e-6)
-        assert not r.best_arm_eliminated, f"seed {seed}"
-        assert sum(e > 0 for e in r.eliminated_at) >= 5  # and it does learn
+    config = _config({**algorithm, "batch_growth": 2.0}, 300_000, seed=0,
+                     environment={"kind": "uniform", "arms": 10, "low": 0.25, "high": 0.75}, runs=12)
+    results = _run(config)
+    assert [r.runs for r in results] == [[r] for r in range(12)]
+    assert len({tuple(instance_for(config, r).means) for r in range(12)}) == 12  # 12 distinct instances
+    for r in results:
+        assert not _best_arm_eliminated(config, r), f"run {r.runs}"
+        assert (_eliminated(config, r) > 0).sum() >= 5  # and it does learn
 
 
 def test_run_bookkeeping_and_the_trailing_partial_batch():
-    inst = BanditInstance(np.array([0.3, 0.5, 0.55, 0.7]))
     horizon = 10_000
-    r = _run(PolyaSecAgg(1.0, 0.1), inst, horizon, seed=3)
-    assert r.checkpoints[-1] == horizon
+    config = _config({"algorithm": "dist-dp-se", "epsilon": 1.0, "p": 0.1, "batch_growth": 2.0}, horizon, seed=3,
+                     environment=FOUR_ARMS)
+    (r,) = _run(config)
+    assert r.checkpoints[-1] == horizon and r.pseudo.shape == r.realized.shape == (1, r.checkpoints.size)
     # Pseudo-regret at T is Σ Δ_a·N_a: rebuild N_a from the released rounds plus the unreleased tail.
     released = sum(row["n"] for row in r.rounds)
     assert released < horizon  # the trailing batch is served but never aggregated
     assert r.reports == released
-    assert all(row["n"] == 2 ** row["batch"] for row in r.rounds)
-    assert np.all(np.diff(r.pseudo_regret) >= 0)
+    assert all(row["n"] == row["reports"] == 2 ** row["batch"] for row in r.rounds)
+    assert all(row["epsilon"] == 1.0 for row in r.rounds) and r.privacy["epsilon_pure"] == 1.0
+    assert r.privacy["releases"] == len(r.rounds)
+    assert np.all(np.diff(r.pseudo[0]) >= 0)
     # Time-average realized regret tracks pseudo-regret (both estimate Σ Δ_a N_a).
-    assert r.realized_regret[-1] == pytest.approx(r.pseudo_regret[-1], rel=0.1)
+    assert r.realized[0, -1] == pytest.approx(r.pseudo[0, -1], rel=0.1)
 
 
 def test_pseudo_regret_equals_gaps_times_pulls():
-    inst = BanditInstance(np.array([0.2, 0.8]), reward="bernoulli")
-    r = _run(CentralLaplace(1.0), inst, 5_000, seed=1,
-             learner=SuccessiveElimination(2, SajedSheffetSchedule(1.0, 0.1), sajed_sheffet_width(0.1)))
+    horizon = 5_000
+    config = _config({"algorithm": "dp-se", "epsilon": 1.0, "p": 0.1}, horizon, seed=1,
+                     environment={"kind": "means", "means": [0.2, 0.8], "reward": "bernoulli"})
+    assert FAMILY.analyzer(FAMILY.public_task(config, "a", [0]), [0]).learner.schedule == SajedSheffetSchedule(1.0, 0.1)
+    (r,) = _run(config)
+    inst = instance_for(config, 0)
     pulls_arm0 = sum(row["n"] for row in r.rounds if row["arm"] == 0)
-    unreleased = 5_000 - sum(row["n"] for row in r.rounds)
+    unreleased = horizon - sum(row["n"] for row in r.rounds)
     gap = inst.gaps[0]
-    assert pulls_arm0 * gap <= r.pseudo_regret[-1] <= (pulls_arm0 + unreleased) * gap + 1e-9
+    assert pulls_arm0 * gap <= r.pseudo[0, -1] <= (pulls_arm0 + unreleased) * gap + 1e-9
 
 
 def test_same_seed_same_run_other_seed_other_run():
-    inst = BanditInstance(np.array([0.3, 0.5, 0.55, 0.7]))
-    a, b, c = (_run(PolyaSecAgg(0.5, 0.1), inst, 50_000, seed=s) for s in (5, 5, 6))
-    assert np.array_equal(a.realized_regret, b.realized_regret) and a.rounds == b.rounds
-    assert not np.array_equal(a.realized_regret, c.realized_regret)
+    a, b, c = (_run(_config({"algorithm": "dist-dp-se", "epsilon": 0.5, "p": 0.1, "batch_growth": 2.0}, 50_000,
+                            seed=s, environment=FOUR_ARMS))[0] for s in (5, 5, 6))
+    assert np.array_equal(a.realized, b.realized) and a.rounds == b.rounds
+    assert not np.array_equal(a.realized, c.realized)
 
 
-def test_analyzer_rejects_unknown_rounds_and_impossible_report_counts():
+def test_engine_drives_hand_built_parties_like_the_runner():
+    """The engine loop on parties built by hand (a 3-arm instance, Algorithm 1 with η = 2) gives
+    exactly the runner's task of the same experiment: same keys, same streams, same rows."""
+    horizon, seed = 20_000, 4
+    config = _config({"algorithm": "dist-dp-se", "epsilon": 1.0, "p": 0.1, "batch_growth": 2.0}, horizon, seed,
+                     environment={"kind": "means", "means": [0.3, 0.5, 0.7]})
+    (want,) = _run(config)
+    inst = BanditInstance(np.array([0.3, 0.5, 0.7]))
     mech = PolyaSecAgg(1.0, 0.1)
-    an = Analyzer(SuccessiveElimination(3, GeometricSchedule(2), Lemma2Width(0.1)), mech, 1000,
-                  PrivacyLedger("distributed", 1.0, 1e-6), key=0)
+    logic = EliminationServer(SuccessiveElimination(3, GeometricSchedule(2), Lemma2Width(0.1)), mech, horizon,
+                              tasks.analyzer_keys(seed, "a", [0])[0])
+    ledger = Ledger("distributed", 1.0, 1 / (10 * horizon), users=horizon)
+    analyzer = Analyzer(logic, ledger)
+    grid = checkpoint_grid(horizon)
+    users = Users(BanditUsers(inst, mech, seed, (0, "a"), grid), seed, (0, "a"))
+    observer = Observer(grid)
+    rejected = engine.run(analyzer, users, {"aggregator": Intermediary("aggregator")}, observer)
+    assert not +rejected and analyzer.done and not analyzer.open
+    got = observer.result([0], ledger.summary(), logic.summary(), FAMILY.row_maker(config, "a"), rejected)
+    FAMILY.finish(config, "a", got)
+    assert np.array_equal(got.pseudo, want.pseudo) and np.array_equal(got.realized, want.realized)
+    assert got.rounds == want.rounds and got.privacy == want.privacy and got.learner == want.learner
+
+
+def test_analyzer_rejects_unknown_rounds_and_impossible_releases():
+    mech = PolyaSecAgg(1.0, 0.1)
+    an = Analyzer(EliminationServer(SuccessiveElimination(3, GeometricSchedule(2), Lemma2Width(0.1)), mech, 1000,
+                                    key=0), Ledger("distributed", 1.0, 1e-6, users=1000))
     plans = an.next_plans()
-    assert [p.arm for p in plans] == [0, 1, 2] and an.next_plans() == []  # one batch at a time
+    assert [p.body["arm"] for p in plans] == [0, 1, 2] and an.next_plans() == []  # one batch at a time
+    cohort, m = plans[0].cohort, plans[0].opens[0].m
     with pytest.raises(ProtocolError) as e:
-        an.on_release(Release(round_id=99, n_reports=2, value=0))
+        an.on_release(Release(round_id=99, n_reports=2, values=np.array([[0]])))
     assert e.value.reason == "unknown-round"
-    for count in (0, plans[0].cohort + 1):
+    for count in (0, cohort - 1, cohort + 1):  # threshold ⌊2n/3⌋ + 1 = n for n = 2
         with pytest.raises(ProtocolError) as e:
-            an.on_release(Release(round_id=0, n_reports=count, value=0))
+            an.on_release(Release(round_id=0, n_reports=count, values=np.array([[0]])))
         assert e.value.reason == "bad-report-count"
+    with pytest.raises(ProtocolError) as e:
+        an.on_release(Release(round_id=0, n_reports=cohort, values=np.array([[m]])))  # not a residue
+    assert e.value.reason == "out-of-range"
+    with pytest.raises(ProtocolError) as e:
+        an.on_release(Release(round_id=0, n_reports=cohort, values=np.array([[0, 1]])))
+    assert e.value.reason == "wrong-shape"
+    # A refused release changed nothing: the round is still open and a good one is accepted.
+    assert an.ledger.releases == 0 and 0 in an.open
+    rec = an.on_release(Release(round_id=0, n_reports=cohort, values=np.array([[1]])))
+    assert rec.round_id == 0 and rec.epsilon == 1.0 and 0 not in an.open and an.ledger.releases == 1
 
 
 def test_sharded_users_draw_exactly_what_one_population_draws():
     """A fleet hosting any subset of blocks produces the same records and truths, so a sharded
     distributed run can reproduce the in-process run bit for bit."""
-    from privbandit.protocol.events import RoundPlan
-    from privbandit.protocol.observer import Observer
-    from privbandit.protocol.parties import UserPopulation
     from privbandit.protocol.primitives.seeding import USER_BLOCK
 
     inst = BanditInstance(np.array([0.3, 0.6]))
     mech = PolyaSecAgg(0.5, 0.1)
     cohort = 2 * USER_BLOCK + 1234
-    plan = RoundPlan(round_id=3, batch=5, arm=0, first_user=777, cohort=cohort, params=mech.params(cohort))
+    q = mech.params(cohort)
+    server = EliminationServer(SuccessiveElimination(2, GeometricSchedule(2), Lemma2Width(0.1)), mech, 10**7, key=0)
+    plan = Plan(3, 777, cohort, {"batch": 5, "arm": 0, "params": asdict(q)}, (server.round_of(3, cohort, q),),
+                (Join(3, 777, cohort, cohort),))
     grid = checkpoint_grid(777 + cohort)
-    whole = UserPopulation(inst, mech, 11, grid, (0, "x"))
-    rep, truths = whole.respond(plan)
-    a, b = UserPopulation(inst, mech, 11, grid, (0, "x")), UserPopulation(inst, mech, 11, grid, (0, "x"))
-    rep_a, tr_a = a.respond(plan, blocks=[0, 2])
-    rep_b, tr_b = b.respond(plan, blocks=[1])
+
+    def population():
+        return Users(BanditUsers(inst, mech, 11, (0, "x"), grid), 11, (0, "x"))
+
+    (rep,), truths = population().respond(plan)
+    assert rep.values.shape == (1, cohort, 1) and len(truths) == 3
+    (rep_a,), tr_a = population().respond(plan, blocks=[0, 2])
+    (rep_b,), tr_b = population().respond(plan, blocks=[1])
     ids = np.concatenate([rep_a.user_ids, rep_b.user_ids])
-    vals = np.concatenate([rep_a.values, rep_b.values])
+    vals = np.concatenate([rep_a.values, rep_b.values], axis=1)
     order = np.argsort(ids)
-    assert np.array_equal(ids[order], rep.user_ids) and np.array_equal(vals[order], rep.values)
-    one, two = Observer(grid, 0.1), Observer(grid, 0.1)
+    assert np.array_equal(ids[order], rep.user_ids) and np.array_equal(vals[:, order], rep.values)
+    one, two = Observer(grid), Observer(grid)
     for t in truths:
         one.on_truth(t)
     for t in tr_b + tr_a:  # arrival order does not matter
         two.on_truth(t)
-    assert one.round_truth(3) == two.round_truth(3)
+    for x, y in zip(one.truths_of(3), two.truths_of(3), strict=True):
+        assert (x.block, x.first_user, x.size, x.extras) == (y.block, y.first_user, y.size, y.extras)
+        for f in ("pseudo", "realized", "pseudo_at", "realized_at"):
+            assert np.array_equal(getattr(x, f), getattr(y, f))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privbandit.protocol.mechanisms.distributed_dp_mab import (
+from privbandit.families.distributed_dp_mab.mechanisms import (
     CentralDiscreteLaplace,
     CentralLaplace,
     DiscreteGaussianSecAgg,

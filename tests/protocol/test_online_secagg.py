@@ -1,15 +1,26 @@
-"""The online family's distributed twins use an ideal secure sum (:class:`SecureBlockSum`). Here
-the same users' Pólya-shared encodings go through the real Bonawitz et al. round of
+"""The online family's distributed twins (Anytime-Lazy-UCB's arrays, FTNL's epochs) are released in
+process by the spine's ideal intermediary: a ``sum`` round (the modular sum of the users' Pólya-
+shared residues) or an ``argmax`` round (only the index of the largest decoded sum leaves). Here the
+same users' residues go through the real Bonawitz et al. round of
 :mod:`privbandit.protocol.primitives.secagg` (X25519 key agreement, HKDF, ChaCha20 masks and share
-encryption, Shamir recovery) and the release must equal the ideal one bit for bit: that is what
-licenses the substitution in the in-process engine."""
+encryption, Shamir recovery): the masks cancel and the release equals the ideal one bit for bit,
+and the noisy max taken inside the intermediary is report-noisy-max on the users' own noise. That
+is what licenses the substitution in the in-process engine."""
 
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 import pytest
 
-from privbandit.protocol.mechanisms.private_online_learning import DistributedArraySum, DistributedNoisyMax
+from privbandit import registry
+from privbandit.families.private_online_learning.mechanisms import DistributedArraySum, DistributedNoisyMax
+from privbandit.families.private_online_learning.parties import modular_round
+from privbandit.protocol.spine import engine
+from privbandit.protocol.spine.events import Join, Plan, Reports
+from privbandit.protocol.spine.intermediary import Intermediary
+from privbandit.runner import tasks
 from tests.protocol.secagg.helpers import make_round, run_round
 
 
@@ -23,51 +34,154 @@ def real_secure_sum(user_ids: np.ndarray, residues: np.ndarray, m: int, mode: st
     return np.asarray(result.value, dtype=np.int64)
 
 
+def signed(values: np.ndarray, m: int) -> np.ndarray:
+    """Residues read as their representatives in (−m/2, m/2]: a share's η from (x̂ + η) mod m − x̂."""
+    return (np.asarray(values, dtype=np.int64) + (m - 1) // 2) % m - (m - 1) // 2
+
+
 @pytest.mark.parametrize(("n", "mode", "eps"), [(32, "complete", 0.5), (128, "sparse", 8.0)])
 def test_array_sum_through_real_secagg_equals_the_ideal_sum(n, mode, eps):
-    """Anytime-Lazy-UCB array r = log2 n: its users arrive in cohorts interleaved with other arms'
-    users (non-contiguous round numbers), the ideal session folds each cohort into a running sum
-    mod m; one real round over all n users gives the same residue, hence the same decoded sum."""
+    """Anytime-Lazy-UCB array r = log2 n: its users arrive in 5 cohorts interleaved with other arms'
+    users (non-contiguous arrival times); each cohort's plan joins the array's one round at the
+    ideal intermediary, which releases the sum mod m once the n-th report is in. One real round over
+    all n users gives the same residue, hence the same decoded sum."""
     rng = np.random.default_rng(n)
     release = DistributedArraySum(eps, p=2.0**-20)
-    rounds = np.sort(rng.choice(np.arange(1_000, 50_000), size=n, replace=False))  # arrival times
+    q = release.params(n)
+    arrivals = np.sort(rng.choice(np.arange(1_000, 50_000), size=n, replace=False))  # user ids
     x = (rng.random(n) < 0.7).astype(float)
-    ideal = release.open((2, int(np.log2(n))), n)
+    rnd = modular_round(7, n, q)  # the round LazyServer opens for the array
+    box = Intermediary("aggregator")
     residues = np.empty(n, dtype=np.int64)
-    for cohort in np.array_split(np.arange(n), 5):
-        residues[cohort] = release.randomize(x[cohort], ideal.params, rng)
-        ideal.receive(rounds[cohort], residues[cohort])
-    want = ideal.release()
-    m = ideal.params.m
+    encoded = noise = 0  # Σ x̂ and Σ η, read from the same draws (never seen by any party)
+    cohorts = np.array_split(np.arange(n), 5)
+    for c, cohort in enumerate(cohorts):
+        shadow = copy.deepcopy(rng)
+        residues[cohort] = release.randomize(x[cohort], q, rng)
+        out = release.mechanism.randomize(x[cohort], q, shadow)
+        assert np.array_equal(out.messages, residues[cohort])
+        encoded, noise = encoded + out.encoded_sum, noise + out.noise_sum
+        # The cohort's plan serves every user from the previous cohort's last arrival on; only the
+        # array's users among them report into round 7 (the others pull other arms).
+        first = int(arrivals[cohorts[c - 1][-1]]) + 1 if c else 0
+        last = int(arrivals[cohort[-1]])
+        plan = Plan(c, first, last - first + 1, {}, (rnd,) if c == 0 else (),
+                    (Join(7, first, last - first + 1, cohort.size),))
+        box.open_plan(plan)
+        assert box.receive(Reports(7, c, arrivals[cohort], residues[cohort].reshape(1, -1, 1))) == cohort.size
+        assert box.ready() == ([7] if c == len(cohorts) - 1 else [])
+    want = box.release(7)
+    assert want.n_reports == n and want.values.shape == (1, 1)
     assert np.unique(residues).size > 1  # a non-trivial instance
-    got = real_secure_sum(rounds, residues, m, mode, round_id=7)
-    np.testing.assert_array_equal(got, want)
-    assert want[0] == int(residues.sum()) % m
-    assert release.decode(int(got[0]), ideal.params, np.random.default_rng(1)) == \
-        release.decode(int(want[0]), ideal.params, np.random.default_rng(1))
+    got = real_secure_sum(arrivals, residues, q.m, mode, round_id=7)
+    np.testing.assert_array_equal(got, want.values[0])
+    assert want.values[0, 0] == int(residues.sum()) % q.m
+    # The masks cancel on the users' own inputs: the decoded sum is Σ x̂ plus the users' noise.
+    decoded, _ = release.decode(int(got[0]), q, np.random.default_rng(1))
+    assert decoded == release.decode(int(want.values[0, 0]), q, np.random.default_rng(1))[0]
+    assert abs(noise) <= q.tau and round(decoded * q.g) == encoded + noise
 
 
 @pytest.mark.parametrize(("n", "mode", "argmax_at"), [(32, "complete", "analyzer"), (128, "sparse", "intermediary")])
-def test_ftnl_epoch_through_real_secagg_equals_the_ideal_sum(n, mode, argmax_at):
-    """FTNL epoch s = log2 n: every user sends K residues (one per action), one session of width K.
-    The real round's K-vector equals the ideal one, so the noisy-max index (and, when the trust
-    model lets them out, the K decoded sums) are the same."""
-    k = 5
+def test_ftnl_epoch_through_real_secagg_equals_the_ideal_release(n, mode, argmax_at):
+    """FTNL epoch s = log2 n: every user sends K residues (one per action), one round of width K.
+    The real round's K-vector equals the ideal sum; the index the ideal ``argmax`` round releases is
+    the noisy max of those same sums (and, where the trust model lets them out, the K decoded sums
+    are the same); and that index is report-noisy-max on the users' own noise: the argmax of
+    ``Σ x̂_j + Σ η_j`` with ``Σ η_j ∼ Lap_Z(c·g/ε)``, as the central model's RNM on that noise."""
+    k, s = 5, int(np.log2(n))
     rng = np.random.default_rng(100 + n)
     rnm = DistributedNoisyMax(1.0, p=2.0**-20, multiplier=2.0, argmax_at=argmax_at)
-    first = n  # epoch s holds users 2^s … 2^{s+1} − 1
-    users = np.arange(first, first + n)
+    q = rnm.params(n)
+    users = np.arange(n, 2 * n)  # epoch s holds users 2^s … 2^{s+1} − 1
     x = (rng.random((n, k)) < np.array([0.75, 0.7, 0.5, 0.3, 0.2])).astype(float)
-    ideal = rnm.open(("epoch", int(np.log2(n))), n, k)
-    residues = rnm.randomize(x, ideal.params, rng)
-    ideal.receive(users, residues)
-    want = ideal.release()
-    got = real_secure_sum(users, residues, ideal.params.m, mode, round_id=int(np.log2(n)))
+    shadow = copy.deepcopy(rng)  # the same draws again, to read the users' encodings and shares
+    residues = rnm.randomize(x, q, rng)
+    out = rnm.mechanism.randomize(x.ravel(), q, shadow)
+    assert np.array_equal(out.messages.reshape(n, k), residues)
+    encoded = out.encoded.reshape(n, k).sum(axis=0)
+    noise = signed(residues - out.encoded.reshape(n, k), q.m).sum(axis=0)
+
+    def ideal(rule: str):
+        box = Intermediary("aggregator")
+        rnd = modular_round(s, n, q, width=k, rule=rule)  # the round FtnlServer opens
+        box.open_plan(Plan(s, n - 1, n, {}, (rnd,), (Join(s, n - 1, n, n),)))
+        assert box.receive(Reports(s, s, users - 1, residues[None])) == n  # 0-based user indices
+        return box.release(s)
+
+    want = ideal("sum").values[0]
+    got = real_secure_sum(users, residues, q.m, mode, round_id=s)
     np.testing.assert_array_equal(got, want)
     assert got.shape == (k,) and len(set(got.tolist())) > 1
-    a = rnm.select(got, ideal.params, np.random.default_rng(3))
-    b = rnm.select(want, ideal.params, np.random.default_rng(3))
+    a = rnm.select(got, q, np.random.default_rng(3))
+    b = rnm.select(want, q, np.random.default_rng(3))
     assert a[0] == b[0]
     assert (a[1] is None) == (argmax_at == "intermediary")
     if a[1] is not None:
         np.testing.assert_array_equal(a[1], b[1])
+    # Only the index leaves an argmax round: the same index the analyzer would pick from the sums.
+    index = ideal("argmax").values
+    assert index.shape == (1, 1) and int(index[0, 0]) == a[0]
+    # Report noisy max on the users' own noise (the decode is exact: |Σ η_j| ≤ τ here).
+    assert np.all(np.abs(noise) <= q.tau)
+    assert a[0] == int(np.argmax((encoded + noise) / q.g))
+    np.testing.assert_array_equal(np.round(rnm.decode(got, q, None) * q.g), encoded + noise)
+    assert rnm.privacy_event(k).pure_epsilon == pytest.approx(k * 0.5 if argmax_at == "analyzer" else 2 * 0.5)
+
+
+@pytest.mark.parametrize(("algorithm", "extra"), [
+    ("anytime-lazy-ucb", {}),
+    ("ftnl", {"argmax_at": "intermediary", "rnm_multiplier": 2.0}),
+    ("ftnl", {"argmax_at": "analyzer", "rnm_multiplier": 2.0}),
+], ids=["lazy", "ftnl-argmax-inside", "ftnl-sums-out"])
+def test_a_whole_distributed_task_releases_what_real_secagg_releases(algorithm, extra):
+    """Every round a distributed Anytime-Lazy-UCB or FTNL task opens, released by the ideal
+    intermediary in the engine, equals a real secure-aggregation round over the same reports; the
+    task's results are those of the runner's (ideal) task."""
+    fam = registry.family("private-online-learning")
+    horizon = 100 if algorithm == "anytime-lazy-ucb" else 63
+    config = fam.load({"family": fam.name, "horizon": horizon, "seed": 3, "epsilon": 1.0, "checkpoints": 8,
+                       "environment": {"means": [0.8, 0.5, 0.3]},
+                       "algorithms": {"a": {"algorithm": algorithm, "trust": "distributed", **extra}}}, "x.toml")
+    checked = []
+
+    class Checked(Intermediary):
+        sent: dict
+
+        def receive(self, reports: Reports) -> int:
+            accepted = super().receive(reports)
+            assert accepted == reports.user_ids.size  # honest users: every report admitted
+            self.sent.setdefault(reports.round_id, []).append(reports)
+            return accepted
+
+        def release(self, round_id: int, partial: bool = False):
+            rnd = self.rounds[round_id].round
+            out = super().release(round_id, partial)
+            parts = self.sent.pop(round_id)
+            ids = np.concatenate([r.user_ids for r in parts])
+            values = np.concatenate([r.values[0] for r in parts])
+            assert out.n_reports == ids.size == rnd.expected
+            if ids.size < 2:  # a one-user array (r = 0) or epoch (s = 0): no masks to cancel
+                return out
+            real = real_secure_sum(ids + 1, values, rnd.m, "sparse", round_id=rnd.id)
+            np.testing.assert_array_equal(real, values.astype(object).sum(axis=0) % rnd.m)  # the masks cancel
+            if rnd.rule == "sum":
+                np.testing.assert_array_equal(real, out.values[0])
+            else:
+                lo, _ = rnd.decode
+                assert int(np.argmax((real - lo) % rnd.m + lo)) == int(out.values[0, 0])
+            checked.append((rnd.rule, ids.size))
+            return out
+
+    public, analyzer, users, _, observer = tasks.parties(fam, config, "a", [0])
+    box = Checked("aggregator")
+    box.sent = {}
+    rejected = engine.run(analyzer, users, {"aggregator": box}, observer)
+    got = observer.result([0], analyzer.ledger.summary(), analyzer.logic.summary(), fam.row_maker(config, "a"),
+                          rejected)
+    _, _, want, _ = tasks.execute(tasks.Task(fam.name, config, "a", (0,)))
+    rules = {"anytime-lazy-ucb": "sum", "ftnl": "argmax" if extra.get("argmax_at") == "intermediary" else "sum"}
+    assert len(checked) >= 4 and {r for r, _ in checked} == {rules[algorithm]} and max(n for _, n in checked) >= 16
+    assert got.rounds == want.rounds and got.privacy == want.privacy
+    np.testing.assert_array_equal(got.pseudo, want.pseudo)
+    np.testing.assert_array_equal(got.realized, want.realized)

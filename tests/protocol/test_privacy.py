@@ -5,12 +5,12 @@ import math
 import numpy as np
 import pytest
 
-from privbandit.protocol.mechanisms.distributed_dp_mab import DiscreteGaussianSecAgg, SkellamSecAgg
+from privbandit.families.distributed_dp_mab.mechanisms import DiscreteGaussianSecAgg, SkellamSecAgg
 from privbandit.protocol.privacy import (
     ORDERS,
     DiscreteGaussianSumCDP,
-    NoPrivacy,
-    PrivacyLedger,
+    Ledger,
+    NonPrivate,
     PureDP,
     SkellamRDP,
     rdp_to_dp,
@@ -72,7 +72,7 @@ def test_rdp_to_dp_is_lemma_10_minimised_over_integer_orders():
 
 
 def test_ledger_takes_the_worst_round_and_reports_every_view():
-    ledger = PrivacyLedger("distributed", epsilon_target=0.5, delta=1e-6)
+    ledger = Ledger("distributed", epsilon_target=0.5, delta=1e-6, users=1000)
     ledger.record(PureDP(0.5))
     ledger.record(PureDP(0.3))
     s = ledger.summary()
@@ -85,9 +85,10 @@ def test_ledger_takes_the_worst_round_and_reports_every_view():
 
 
 def test_non_private_ledger_is_infinite():
-    ledger = PrivacyLedger("none", epsilon_target=None, delta=1e-6)
-    ledger.record(NoPrivacy())
+    ledger = Ledger("none", epsilon_target=None, delta=1e-6, users=1000)
+    ledger.record(NonPrivate())
     s = ledger.summary()
+    assert s["guarantee"] == "non-private"
     assert s["epsilon_pure"] is None and s["epsilon_at_delta"] is None and s["rdp"]["2"] is None
 
 
@@ -97,3 +98,16 @@ def test_xi_for_huge_cohorts_is_an_upper_bound():
     k = np.arange(1, 2**20 + 5000, dtype=np.float64)
     exact = 10 * np.exp(-2 * math.pi**2 * 0.3 * k / (k + 1)).sum()
     assert exact <= big.xi <= exact * (1 + 1e-6) and small.xi < big.xi
+
+
+def test_ledger_groups_compose_sequentially_and_lanes_add():
+    """Releases of one group reach the same users (ε adds); groups of a lane are disjoint users
+    (the worst group); lanes add. The default group (None) is a release of its own users."""
+    ledger = Ledger("central", epsilon_target=1.0, delta=1e-6, users=1000)
+    ledger.record(PureDP(0.2), group="a")
+    ledger.record(PureDP(0.3), group="a")
+    ledger.record(PureDP(0.4), group="b")
+    assert ledger.summary()["epsilon_pure"] == pytest.approx(0.5)
+    ledger.record(PureDP(0.1), lane="other")
+    s = ledger.summary()
+    assert s["epsilon_pure"] == pytest.approx(0.6) and s["releases"] == 4
