@@ -60,7 +60,7 @@ def malformed_variants(run_id: str, m: int = 53) -> list[bytes]:
         b"\xc1 not msgpack", msgpack.packb([1, 2]), msgpack.packb({**raw, "v": 9}),
         msgpack.packb({**raw, "kind": "nope"}), msgpack.packb({**raw, "round": "x"}),
         codec.encode(good.model_copy(update={"run": "someone-else"})),
-        codec.encode(good.model_copy(update={"values": np.array([[[m + 7]]], "<u2")})),  # not a residue
+        codec.encode(good.model_copy(update={"values": codec.packed(np.array([[[m + 7]]]), m)})),  # not a residue
         codec.encode(good.model_copy(update={"user_ids": np.array([10**6], "<u4")})),
         codec.encode(good.model_copy(update={"round": 10**6})),  # a round that never exists
         codec.encode(good.model_copy(update={"task": 10**6})),  # a task that never comes

@@ -41,7 +41,9 @@ def test_replay_sybil_impersonation_and_flood_processes_leave_the_honest_result_
         finally:
             for p in parties:
                 p.stop()
-        reports = [json.loads(h.communicate(timeout=30)[0]) for h in hostile]
+        outputs = [h.communicate(timeout=30) for h in hostile]
+        assert all(o for o, _ in outputs), [e[-2000:] for _, e in outputs]  # an attacker that crashed is loud
+        reports = [json.loads(o) for o, _ in outputs]
     finally:
         for h in hostile:
             if h.poll() is None:
@@ -63,18 +65,19 @@ def test_an_experiment_files_traffic_adversaries_run_next_to_the_parties_and_cha
     hostile process per kind on the embedded broker with the generated ACLs. Every forgery is
     refused and counted, the curious analyzer receives nothing it may not, every attacker writes
     its report, and the numbers equal the honest in-process run's."""
-    from privbandit.experiment.config import TRAFFIC_ADVERSARY_KINDS, load_experiment
+    from privbandit.families.distributed_dp_mab.config import TRAFFIC_ADVERSARY_KINDS
+    from privbandit.runner.config import load
     from privbandit.services.launcher import launch
 
     kinds = list(TRAFFIC_ADVERSARY_KINDS)
     path = _experiment(tmp_path, horizon=300_000, runs=1, extra="")
     path.write_text(f"traffic_adversaries = {kinds}\n" + path.read_text())
-    config, _ = load_experiment(path)
+    family, config = load(path)
     tmp_honest = tmp_path / "honest.toml"
     tmp_honest.write_text(path.read_text().split("\n", 1)[1])
     _inproc(tmp_honest, tmp_path / "inproc")
     out = tmp_path / "mqtt"
-    assert launch(config, path, [], out, broker_url=None, shards=2, timeout_s=240) == 0
+    assert launch(family, config, path, [], out, broker_url=None, shards=2, timeout_s=240) == 0
     assert_same_numbers(tmp_path / "inproc", out)
     reports = {k: json.loads((out / "adversaries" / f"{k}.json").read_text()) for k in kinds}
     for kind in ("replay", "sybil", "impersonate", "flood"):
@@ -87,25 +90,40 @@ def test_an_experiment_files_traffic_adversaries_run_next_to_the_parties_and_cha
         assert rejected.get(reason, 0) > 0, (reason, rejected)
 
 
+def _plan(plan_id: int, first: int, round_id: int, task: int = 1) -> codec.PlanMsg:
+    """A plan of 10 users that opens one modular round at the aggregator and joins all 10 to it."""
+    rnd = codec.RoundSpec(id=round_id, intermediary="aggregator", rule="sum", expected=10, m=49)
+    return codec.PlanMsg(run="r", task=task, plan=plan_id, first_user=first, cohort=10, opens=[rnd],
+                         joins=[codec.JoinSpec(round=round_id, first=first, count=10, reports=10)])
+
+
 def test_traffic_attacker_messages_are_what_each_kind_promises():
-    plan = codec.PlanMsg(run="r", task=1, round=5, batch=2, arm=0, first_user=100, cohort=10, collect=True,
-                         params=codec.Params(n=10, g=3, tau=9, m=49))
-    same_batch = plan.model_copy(update={"round": 6, "arm": 1, "first_user": 110})
-    later = plan.model_copy(update={"round": 7, "batch": 3, "first_user": 120})
+    plan = _plan(5, 100, 5)
+    same_wave = _plan(6, 110, 6)
+    later = _plan(7, 120, 7)
     sybil = TrafficAttacker("sybil", "r", seed=0)
-    ids = codec.decode(sybil.on_plan(plan)[0]).user_ids
-    assert ids.min() >= 110  # every id outside the invited cohort 100..109
+    (box, payload), = sybil.on_plan(plan)
+    ids = codec.decode(payload).user_ids
+    assert box == "aggregator" and ids.min() >= 110  # every id outside the invited cohort 100..109
     assert sybil.on_plan(plan) == []  # a re-announced plan gets nothing new
     replay = TrafficAttacker("replay", "r", seed=0)
-    assert replay.on_plan(plan) == []  # nothing earlier to replay yet
-    assert replay.on_plan(same_batch) == []  # round 5 is still open: that would be impersonation
-    old = codec.decode(replay.on_plan(later)[0])
-    assert old.round == 5 and np.array_equal(old.user_ids, np.arange(100, 110))
-    forged = [codec.decode(b) for b in TrafficAttacker("impersonate", "r", seed=0).on_plan(plan)]
-    assert [f.tags is None for f in forged] == [True, False]
-    assert all(np.array_equal(f.user_ids, np.arange(100, 110)) for f in forged)  # invited ids
+    assert replay.on_plan(plan, wave=0) == []  # nothing earlier to replay yet
+    assert replay.on_plan(same_wave, wave=0) == []  # round 5 may still be open: that would be impersonation
+    old = codec.decode(replay.on_plan(later, wave=2)[0][1])
+    assert old.round == 5 and old.plan == 5 and np.array_equal(old.user_ids, np.arange(100, 110))
+    forged = [codec.decode(b) for _, b in TrafficAttacker("impersonate", "r", seed=0).on_plan(plan)]
+    assert [f.tags is None for f in forged[:2]] == [True, False]
+    assert all(np.array_equal(f.user_ids, np.arange(100, 110)) for f in forged[:2])  # invited ids
+    assert forged[2].user_ids.size == 0 and forged[2].block_tag is not None  # a forged "block complete"
     flood = TrafficAttacker("flood", "r", seed=0).on_plan(plan)
-    assert len(flood) > 30 and max(map(len, flood)) > codec.MAX_MESSAGE_BYTES
+    assert len(flood) > 30 and max(len(b) for _, b in flood) > codec.MAX_MESSAGE_BYTES
+    rejected = 0
+    for _, b in flood:
+        try:
+            codec.decode(b)
+        except codec.DecodeError:
+            rejected += 1
+    assert rejected >= 6  # the garbage and the oversized payload fail the decoder itself
     with pytest.raises(ValueError, match="replay, sybil"):
         TrafficAttacker("nope", "r")
 

@@ -185,7 +185,8 @@ class DistributedDpMab(Family):
         """With colluders, the ledger against the analyzer and the colluders (adversaries.Colluders):
         each round's event for the ``reports − colluders`` honest shares."""
         a = self.algorithm(config, label)
-        colluding = a.adversary is not None and adversaries.ADVERSARIES[a.adversary.kind].leaks_shares
+        colluding = (a.adversary is not None and a.adversary.fraction > 0
+                     and adversaries.ADVERSARIES[a.adversary.kind].leaks_shares)
         mechanism = build_mechanism(a) if colluding else None
         ledger = None
         if colluding:
