@@ -303,14 +303,21 @@ def letor_arms(
     seed: Annotated[int, typer.Option(help="K-means seed")] = 0,
     out: Annotated[Path, typer.Option(help="arm-means JSON to write")] = Path("arm_means.json"),
     max_rows: Annotated[Optional[int], typer.Option(help="read at most this many rows")] = None,
+    source: Annotated[Optional[str], typer.Option(help="text for the JSON's 'source' field [default: describe the input]")] = None,
 ):
     """Cluster a LETOR data set into arms and write the arm-means file experiments point to."""
     from privbandit.datasets import letor
 
-    argv = [str(letor_file), "--arms", str(arms), "--seed", str(seed), "--out", str(out)]
-    if max_rows is not None:
-        argv += ["--max-rows", str(max_rows)]
-    raise typer.Exit(letor.main(argv))
+    if arms < 1:
+        err.print(f"[bold red]error:[/] --arms {arms}: must be ≥ 1")
+        raise typer.Exit(2)
+    try:
+        lines = letor.write_arm_file(letor_file, out, arms, seed, max_rows, source)
+    except (ValueError, OSError) as exc:  # LetorFormatError names the file and line
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(2)
+    for line in lines:
+        print(line)
 
 
 # --- the parties, each its own process ---------------------------------------------------------

@@ -319,18 +319,31 @@ def test_from_json_rejects_tampered_files(arms, tmp_path, tamper, field):
 def test_main_writes_json_and_summarises(sparse_file, tmp_path, capsys):
     path, (labels, _, _) = sparse_file
     out = tmp_path / "means.json"
-    assert letor.main([str(path), "--arms", "4", "--seed", "1", "--out", str(out), "--max-rows", "200"]) == 0
+    from typer.testing import CliRunner
+
+    from privbandit.cli import app
+
+    result = CliRunner().invoke(app, ["letor-arms", str(path), "--arms", "4", "--seed", "1", "--out", str(out),
+                                      "--max-rows", "200"])
+    assert result.exit_code == 0, result.output
     arms = ArmMeans.from_json(out)
     assert arms.k == 4 and arms.seed == 1 and sum(arms.counts) == 200
-    text = capsys.readouterr().out
+    text = result.output
     assert "200 rows" in text and "rows/s" in text and "min" in text and "max" in text
 
 
 def test_main_reports_bad_input(tmp_path, capsys):
     bad = tmp_path / "bad.txt"
     bad.write_text(GOOD + "\n2 qid:5 0:1\n")
-    assert letor.main([str(bad), "--out", str(tmp_path / "x.json")]) == 2
-    assert "line 2" in capsys.readouterr().err
+    from typer.testing import CliRunner
+
+    from privbandit.cli import app
+
+    result = CliRunner().invoke(app, ["letor-arms", str(bad), "--out", str(tmp_path / "x.json")])
+    assert result.exit_code == 2
+    assert "line 2" in " ".join(result.output.split())
+    with pytest.raises(LetorFormatError, match="line 2"):
+        letor.write_arm_file(bad, tmp_path / "x.json")
     assert not (tmp_path / "x.json").exists()
 
 

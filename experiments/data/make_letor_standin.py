@@ -17,7 +17,7 @@ Generative model (all from one seed):
     floats, booleans, heavy-tailed popularity, mostly-zero click counts). Which columns carry r
     and how strongly is fixed by the seed.
 
-Then it runs ``privbandit.datasets.letor.main`` (read_letor + cluster_arms, k = 50, seed = 0) on the
+Then it runs ``privbandit.datasets.letor.write_arm_file`` (what ``privbandit letor-arms`` runs) (read_letor + cluster_arms, k = 50, seed = 0) on the
 file, exactly as for the real data, and writes experiments/data/mslr_standin_k50.json.
 
     python experiments/data/make_letor_standin.py            # rows=200000, seed=0
@@ -200,8 +200,9 @@ def main(argv=None) -> int:
         source = (f"SYNTHETIC stand-in for MSLR-WEB10K (not the real data): "
                   f"experiments/data/make_letor_standin.py --rows {args.rows} --seed {args.seed}; "
                   f"z-scored features, scipy kmeans2 minit='++' iter=10")
-        return letor.main([str(letor_path), "--arms", str(args.arms), "--seed", str(args.kmeans_seed),
-                           "--out", args.out, "--source", source])
+        for line in letor.write_arm_file(letor_path, args.out, args.arms, args.kmeans_seed, source=source):
+            print(line)
+        return 0
     finally:
         if tmpdir is not None:
             shutil.rmtree(tmpdir, ignore_errors=True)

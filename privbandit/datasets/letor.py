@@ -32,17 +32,14 @@ Files ending in ``.gz`` are read through gzip.
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import inspect
 import json
 import math
 import os
-import sys
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 from scipy.cluster.vq import kmeans2
@@ -535,53 +532,32 @@ def cluster_arms(
     return (arms, assign) if return_assignment else arms
 
 
-# -------------------------------------------------------------------------------------------- CLI
+# ------------------------------------------------------------------------------- the arm-means file
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m privbandit.datasets.letor",
-        description="Cluster a LETOR file (e.g. MSLR-WEB10K) into K-means arms and write their means as JSON.",
-    )
-    ap.add_argument("letor_file", help="LETOR text file (optionally .gz), e.g. MSLR-WEB10K/Fold1/train.txt")
-    ap.add_argument("--arms", type=int, default=50, help="number of clusters = arms (paper: 50)")
-    ap.add_argument("--seed", type=int, default=0, help="K-means seed")
-    ap.add_argument("--out", required=True, help="output JSON path")
-    ap.add_argument("--max-rows", type=int, default=None, help="read at most this many data rows")
-    ap.add_argument("--source", default=None, help="text for the JSON 'source' field (default: describe the input)")
-    args = ap.parse_args(argv)
-
+def write_arm_file(letor_file: str | os.PathLike, out: str | os.PathLike, k: int = 50, seed: int = 0,
+                   max_rows: int | None = None, source: str | None = None) -> list[str]:
+    """Read a LETOR file, cluster it into ``k`` arms, write their means as JSON to ``out``; the
+    lines of a summary (rows read and their rate, the clusters, the means). ``privbandit
+    letor-arms`` is its command line. Raises :class:`LetorFormatError` (a ``ValueError``, naming the
+    line) or ``OSError``; nothing is written then."""
     t0 = time.perf_counter()
-    try:
-        labels, _qids, features = read_letor(args.letor_file, max_rows=args.max_rows)
-    except (ValueError, OSError) as e:  # LetorFormatError is a ValueError
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    labels, _qids, features = read_letor(letor_file, max_rows=max_rows)
     t_read = time.perf_counter() - t0
     rows = labels.size
-    source = args.source
     if source is None:
-        source = (
-            f"{os.path.basename(args.letor_file)}: {rows} rows"
-            + (f" (--max-rows {args.max_rows})" if args.max_rows else "")
-            + "; z-scored features, scipy kmeans2 minit='++' iter=10"
-        )
+        source = (f"{os.path.basename(letor_file)}: {rows} rows"
+                  + (f" (--max-rows {max_rows})" if max_rows else "")
+                  + "; z-scored features, scipy kmeans2 minit='++' iter=10")
     t1 = time.perf_counter()
-    try:
-        arms = cluster_arms(labels, features, args.arms, args.seed, source=source)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    arms = cluster_arms(labels, features, k, seed, source=source)
     t_cluster = time.perf_counter() - t1
-    arms.to_json(args.out)
+    arms.to_json(out)
     means = np.array(arms.means)
-    print(f"read {rows:,} rows from {args.letor_file} in {t_read:.1f} s ({rows / max(t_read, 1e-9):,.0f} rows/s)")
-    print(f"k-means: {arms.k} arms, seed {arms.seed}, {t_cluster:.1f} s; rows per arm {min(arms.counts):,}..{max(arms.counts):,}")
-    print(f"arm means: min {means.min():.4f}  max {means.max():.4f}  mean {means.mean():.4f}  "
-          f"(row-weighted {np.dot(means, arms.counts) / rows:.4f})")
-    print(f"wrote {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return [
+        f"read {rows:,} rows from {letor_file} in {t_read:.1f} s ({rows / max(t_read, 1e-9):,.0f} rows/s)",
+        f"k-means: {arms.k} arms, seed {arms.seed}, {t_cluster:.1f} s; rows per arm {min(arms.counts):,}..{max(arms.counts):,}",
+        f"arm means: min {means.min():.4f}  max {means.max():.4f}  mean {means.mean():.4f}  "
+        f"(row-weighted {np.dot(means, arms.counts) / rows:.4f})",
+        f"wrote {out}",
+    ]
