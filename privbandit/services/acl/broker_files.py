@@ -1,0 +1,267 @@
+"""The broker files of a run: Mosquitto's acl and password files, its dynamic-security config, and
+the credentials each role reads; the only I/O of the package."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Mapping
+
+from privbandit.services.acl.passwords import PASSWORD_RE, _b64, _parse_hash, hash_password
+from privbandit.services.acl.rules import acl_rules
+from privbandit.services.acl.topics import Role, _role, validate_run_id
+
+# Mosquitto's default (1000) silently drops QoS 1 messages queued for a slow or reconnecting
+# persistent session beyond that count; a round of reports must not be lost that way.
+MAX_QUEUED_MESSAGES = 100_000
+
+
+# ---------------------------------------------------------------------------------------------
+# rendering and writing the broker files
+
+
+def render_acl_file(run_id: str) -> str:
+    lines = [
+        f"# privbandit ACL for run {run_id} (generated; Mosquitto acl_file syntax).",
+        "# Default deny: a user may do only what its lines grant. Mosquitto 2.0 checks 'read' when it",
+        "# delivers each message (not at SUBSCRIBE) and 'write' when it accepts a PUBLISH; 'deny'",
+        "# lines win over both.",
+    ]
+    for role, rules in acl_rules(run_id).items():
+        lines += ["", f"user {role.value}"]
+        lines += [f"topic deny {p}" for p in rules.deny]
+        lines += [f"topic read {p}" for p in rules.read if p not in rules.write]
+        lines += [f"topic write {p}" for p in rules.write if p not in rules.read]
+        lines += [f"topic readwrite {p}" for p in rules.read if p in rules.write]
+    return "\n".join(lines) + "\n"
+
+
+def render_password_file(hashes: Mapping[Role, str]) -> str:
+    return "".join(f"{role.value}:{h}\n" for role, h in hashes.items())
+
+
+def render_dynsec_config(run_id: str, hashes: Mapping[Role, str]) -> dict:
+    """The same users and rules for Mosquitto's dynamic-security plugin (JSON document)."""
+    roles, clients = [], []
+    for role, rules in acl_rules(run_id).items():
+        acls = []
+        for pattern in rules.deny:  # higher priority is checked first
+            for acltype in ("publishClientSend", "publishClientReceive", "subscribePattern"):
+                acls.append({"acltype": acltype, "topic": pattern, "priority": 10, "allow": False})
+        for pattern in rules.read:
+            acls.append({"acltype": "subscribePattern", "topic": pattern, "priority": 0, "allow": True})
+            acls.append({"acltype": "publishClientReceive", "topic": pattern, "priority": 0, "allow": True})
+        for pattern in rules.write:
+            acls.append({"acltype": "publishClientSend", "topic": pattern, "priority": 0, "allow": True})
+        roles.append({"rolename": role.value, "acls": acls})
+        iterations, salt, digest = _parse_hash(hashes[role])
+        clients.append({
+            "username": role.value,
+            "textname": f"privbandit {role.value}",
+            "password": _b64(digest),
+            "salt": _b64(salt),
+            "iterations": iterations,
+            "roles": [{"rolename": role.value}],
+        })
+    return {
+        "defaultACLAccess": {
+            "publishClientSend": False,
+            "publishClientReceive": False,
+            "subscribe": False,
+            "unsubscribe": True,
+        },
+        "clients": clients,
+        "groups": [],
+        "roles": roles,
+    }
+
+
+_DYNSEC_CANDIDATES = (
+    "/usr/lib/x86_64-linux-gnu/mosquitto_dynamic_security.so",
+    "/usr/lib/aarch64-linux-gnu/mosquitto_dynamic_security.so",
+    "/usr/lib/mosquitto_dynamic_security.so",  # eclipse-mosquitto docker image, Alpine
+    "/usr/local/lib/mosquitto_dynamic_security.so",
+    "/opt/homebrew/lib/mosquitto_dynamic_security.so",
+)
+
+
+def find_dynsec_plugin() -> Path | None:
+    """Where Mosquitto's dynamic-security plugin lives on this host, if anywhere known."""
+    for candidate in _DYNSEC_CANDIDATES:
+        if Path(candidate).is_file():
+            return Path(candidate)
+    return None
+
+
+@dataclass(frozen=True)
+class BrokerFiles:
+    """What :func:`write_broker_config` wrote (all paths absolute)."""
+
+    directory: Path
+    conf: Path
+    passwd: Path
+    acl: Path
+    credentials: Path
+    dynsec: Path | None
+    run_id: str
+    port: int
+    host: str
+    backend: str
+    passwords: dict[Role, str] = field(repr=False)
+
+    def password(self, role: Role | str) -> str:
+        return self.passwords[_role(role)]
+
+
+def _check_passwords(passwords: object) -> dict[Role, str]:
+    if passwords is None:
+        passwords = {}
+    if not isinstance(passwords, Mapping):
+        raise ValueError(f"passwords must be a mapping role -> password or None, got {type(passwords).__name__}")
+    out: dict[Role, str] = {}
+    for key, value in passwords.items():
+        role = _role(key, name="passwords key")
+        if not isinstance(value, str) or not PASSWORD_RE.fullmatch(value):
+            raise ValueError(
+                f"passwords[{role.value!r}] must be 1-1024 characters from [A-Za-z0-9_.~+/=@%:,-] "
+                "(it is written unquoted to credentials.env)"
+            )
+        out[role] = value
+    # roles without a given password get a random one
+    return {role: out.get(role) or secrets.token_urlsafe(24) for role in Role}
+
+
+def _owner_name() -> str | None:
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except (ImportError, KeyError, AttributeError):  # pragma: no cover - non-POSIX
+        return None
+
+
+def _write(path: Path, text: str, mode: int) -> None:
+    # create with the final mode, so secrets are never world-readable even briefly
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    os.fchmod(fd, mode)  # an existing file keeps its old mode through O_CREAT: fix it before writing
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def write_broker_config(
+    directory: Path | str,
+    run_id: str,
+    port: int,
+    passwords: Mapping[Role | str, str] | None = None,
+    *,
+    host: str = "127.0.0.1",
+    log_file: Path | str | None = None,
+    backend: Literal["acl_file", "dynsec"] = "acl_file",
+    dynsec_plugin: Path | str | None = None,
+) -> BrokerFiles:
+    """Write a Mosquitto configuration enforcing the trust model for run ``run_id``.
+
+    Files in ``directory`` (created if missing): ``mosquitto.conf``, ``passwd`` (``$7$`` hashes,
+    mode 0600), ``acl`` (Mosquitto ``acl_file`` syntax), ``credentials.env``
+    (``PRIVBANDIT_<ROLE>_PASSWORD=…``, mode 0600) and, for ``backend="dynsec"``,
+    ``dynamic-security.json`` (0600). Roles missing from ``passwords`` get a random password.
+
+    ``backend="acl_file"`` (default) uses ``password_file`` + ``acl_file``: portable, but Mosquitto
+    grants every SUBSCRIBE and filters at delivery. ``backend="dynsec"`` loads Mosquitto's
+    dynamic-security plugin (``dynsec_plugin`` or auto-detected) so forbidden SUBSCRIBEs are
+    refused too; ``passwd`` and ``acl`` are still written (the embedded broker reads ``passwd``).
+
+    Mosquitto started as root drops to the user named by ``user``; the conf names the owner of the
+    files, so the 0600 files stay readable to the broker.
+    """
+    if not isinstance(directory, (str, Path)) or str(directory) == "":
+        raise ValueError(f"directory must be a path, got {directory!r}")
+    directory = Path(directory).expanduser().resolve()
+    if directory.exists() and not directory.is_dir():
+        raise ValueError(f"directory {str(directory)!r} exists and is not a directory")
+    validate_run_id(run_id)
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise ValueError(f"port must be an integer in 1..65535, got {port!r}")
+    if not isinstance(host, str) or not host or any(c.isspace() for c in host):
+        raise ValueError(f"host must be a non-empty address without spaces, got {host!r}")
+    if backend not in ("acl_file", "dynsec"):
+        raise ValueError(f"backend must be 'acl_file' or 'dynsec', got {backend!r}")
+    plugin: Path | None = None
+    if backend == "dynsec":
+        plugin = Path(dynsec_plugin) if dynsec_plugin is not None else find_dynsec_plugin()
+        if plugin is None or not plugin.is_file():
+            raise ValueError(
+                f"dynsec_plugin: Mosquitto's mosquitto_dynamic_security.so not found "
+                f"({dynsec_plugin or 'searched ' + ', '.join(_DYNSEC_CANDIDATES)})"
+            )
+        plugin = plugin.resolve()
+    elif dynsec_plugin is not None:
+        raise ValueError("dynsec_plugin is only meaningful with backend='dynsec'")
+    if log_file is not None:
+        if not isinstance(log_file, (str, Path)) or str(log_file) == "" or any(c in str(log_file) for c in "\n\r"):
+            raise ValueError(f"log_file must be a path, got {log_file!r}")
+        log_file = Path(log_file).expanduser().resolve()
+    for path_ in (directory, log_file, plugin):
+        if path_ is not None and any(c in str(path_) for c in "\n\r"):
+            raise ValueError(f"path {str(path_)!r} contains a line break")
+    secrets_by_role = _check_passwords(passwords)
+
+    directory.mkdir(parents=True, exist_ok=True)
+    conf, passwd, acl = directory / "mosquitto.conf", directory / "passwd", directory / "acl"
+    credentials = directory / "credentials.env"
+    dynsec = directory / "dynamic-security.json" if backend == "dynsec" else None
+
+    hashes = {role: hash_password(pw) for role, pw in secrets_by_role.items()}
+    _write(passwd, render_password_file(hashes), 0o600)
+    _write(acl, render_acl_file(run_id), 0o644)
+    _write(
+        credentials,
+        f"# privbandit broker credentials for run {run_id}: keep secret\n"
+        + "".join(f"PRIVBANDIT_{role.name}_PASSWORD={pw}\n" for role, pw in secrets_by_role.items()),
+        0o600,
+    )
+    if dynsec is not None:
+        _write(dynsec, json.dumps(render_dynsec_config(run_id, hashes), indent=2) + "\n", 0o600)
+
+    lines = [
+        f"# privbandit broker for run {run_id} (generated). Start with: mosquitto -c {conf}",
+        "per_listener_settings false",
+        f"listener {port} {host}",
+        "allow_anonymous false",
+    ]
+    if backend == "acl_file":
+        lines += [f"password_file {passwd}", f"acl_file {acl}"]
+    else:
+        lines += [f"plugin {plugin}", f"plugin_opt_config_file {dynsec}"]
+    lines += [
+        "persistence false",
+        f"max_queued_messages {MAX_QUEUED_MESSAGES}",
+        "# without it, Nagle + delayed ACKs add ~40 ms to every small PUBACK/PUBLISH exchange",
+        "set_tcp_nodelay true",
+    ]
+    if log_file is None:
+        lines.append("log_dest stderr")
+    else:
+        lines.append(f"log_dest file {log_file}")
+    lines += [f"log_type {kind}" for kind in ("error", "warning", "notice", "information")]
+    owner = _owner_name()
+    if owner:
+        lines += ["# only used when started as root: keep the 0600 files readable", f"user {owner}"]
+    _write(conf, "\n".join(lines) + "\n", 0o644)
+
+    return BrokerFiles(
+        directory=directory,
+        conf=conf,
+        passwd=passwd,
+        acl=acl,
+        credentials=credentials,
+        dynsec=dynsec,
+        run_id=run_id,
+        port=port,
+        host=host,
+        backend=backend,
+        passwords=secrets_by_role,
+    )
