@@ -5,9 +5,8 @@ connection, and what paho already acknowledged is still delivered."""
 from __future__ import annotations
 
 import asyncio
-import time
-
 import os
+import time
 
 import aiomqtt
 import pytest
