@@ -24,13 +24,14 @@ ROUND = codec.RoundSpec(id=3, intermediary="shuffler-1", rule="shuffle", expecte
 PLAN = codec.PlanMsg(run="r1", task=1, plan=2, first_user=10, cohort=8,
                      body={"arm": 4, "theta": np.array([[0.1, -0.2]]), "params": {"n": 8, "sigma": 1.5, "tags": ["a"]},
                            "collect": True, "h": None},
-                     opens=[ROUND, codec.RoundSpec(id=4, intermediary="aggregator", rule="sum", expected=8, m=2**40 + 15,
-                                                   secagg="complete")],
+                     opens=[ROUND, codec.RoundSpec(id=4, intermediary="aggregator", rule="sum", expected=8,
+                                                   m=2**40 + 15, secagg="complete")],
                      joins=[codec.JoinSpec(round=3, first=10, count=8, reports=8),
                             codec.JoinSpec(round=4, first=10, count=8, reports=8)])
 TRUTH = codec.TruthMsg(run="r1", task=0, plan=1, block=0, first_user=0, size=4, pseudo=np.array([0.1]),
                        realized=np.array([0.3]), pseudo_at=np.array([[0.05, 0.1]]), realized_at=np.array([[0.1, 0.2]]),
-                       extras={"reward_sum": 2.0, "noise_sum": -3, "true": np.array([[1, 2]], dtype="<i8")}, tag=b"x" * 16)
+                       extras={"reward_sum": 2.0, "noise_sum": -3, "true": np.array([[1, 2]], dtype="<i8")},
+                       tag=b"x" * 16)
 
 SAMPLES = [
     _reports(),
