@@ -16,14 +16,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from privbandit.cli import parse_key
-from privbandit.experiment.config import ConfigError, load_experiment
-from privbandit.protocol.events import RoundPlan
-from privbandit.protocol.mechanisms.base import RoundParams
 from privbandit.protocol.primitives.report_auth import ReportAuthenticator
 from privbandit.protocol.primitives.secagg.batch import BatchError, UserIdentities
+from privbandit.protocol.spine.events import Round
+from privbandit.runner.config import ConfigError, load
 from privbandit.services import codec
 from privbandit.services.secagg_rounds import AggregatorSecAgg, FleetSecAgg, from_messages
-from tests.services.test_codec import LINEAR
+from tests.services.test_codec import SAMPLES
 
 M = 2**31 - 1
 AUTH = ReportAuthenticator(12345)
@@ -69,8 +68,7 @@ class _Round:
     message it sends. ``rejected`` collects reasons the machines return."""
 
     def __init__(self, cohort: int = 6):
-        self.plan = RoundPlan(round_id=3, batch=1, arm=0, first_user=0, cohort=cohort,
-                              params=RoundParams(n=cohort, g=1, tau=0, m=M))
+        self.round = Round(3, "aggregator", "sum", cohort, m=M, secagg="complete")
         self.values = {u: (u * 7919) % M for u in range(cohort)}
         self.sent: list[tuple[str, bytes]] = []
         self.queue: list[tuple[str, codec.SecAggMsg]] = []
@@ -90,14 +88,14 @@ class _Round:
         async def abort(round_id, reason):
             self.aborted.append(reason)
 
-        self.agg = AggregatorSecAgg("r1", 0, "complete", 30.0, down, release, abort, Counter(), AUTH)
+        self.agg = AggregatorSecAgg("r1", 0, 30.0, down, release, abort, Counter(), AUTH)
         ident = UserIdentities(b"f" * 32)
-        self.fleets = [FleetSecAgg("r1", 0, i, 2, "complete", ident, up, AUTH) for i in range(2)]
+        self.fleets = [FleetSecAgg("r1", 0, i, 2, ident, up, AUTH) for i in range(2)]
 
     async def start(self):
-        self.agg.open(self.plan)
-        await self.fleets[0].start(self.plan, self.values, [])  # every user in block 0: fleet 0
-        await self.fleets[1].start(self.plan, {}, [])
+        self.agg.open(self.round, 0)
+        await self.fleets[0].start(self.round, 0, self.values, [])  # every user in block 0: fleet 0
+        await self.fleets[1].start(self.round, 0, {}, [])
 
     async def deliver(self, where: str, msg) -> None:
         targets = [self.agg] if where == "agg" else self.fleets
@@ -127,23 +125,12 @@ def _captured() -> list[tuple[str, bytes]]:
 CAPTURED = _captured()
 SECAGG = [blob for _, blob in CAPTURED]
 assert {codec.decode(b).step for b in SECAGG} == set(codec.SECAGG_STEPS)
-OTHERS = [codec.encode(m) for m in (
-    codec.PlanMsg(run="r1", task=1, round=2, batch=3, arm=4, first_user=10, cohort=8, collect=True,
-                  params=codec.Params(n=8, g=3, tau=40, m=105, sigma=1.5, h=2.0, noise_n=7)),
-    codec.ReportsMsg(run="r1", task=0, round=3, m=5000, user_ids=np.arange(4, dtype="<u4"),
-                     values=np.arange(4, dtype="<u2"), block=0),
-    codec.ReleaseMsg(run="r1", task=0, round=3, n_reports=8, value=77),
-    codec.ReleaseMsg(run="r1", task=0, round=3, n_reports=3, reports=np.array([0.5, 1.0, 0.0])),
-    codec.ResendMsg(run="r1", task=0, round=9),
-    codec.TruthMsg(run="r1", task=0, round=1, block=0, first_user=0, size=4, gap=0.1, realized_regret=0.3,
-                   realized_at=np.array([0.1, 0.2]), reward_sum=2.0, noise_sum=-3),
-    codec.RecordMsg(run="r1", task=0, round=1, batch=1, arm=0, params=codec.Params(n=2), release=1.0,
-                    estimate=1.2, wrapped=False, central_noise=0.2, reports=2, epsilon=1.0),
-    codec.StatusMsg(run="r1", party="users-1", state="task-done", task=0, body={"privacy": {}}),
+# every other kind, as test_codec builds them (plans with rounds and joins, reports with MACs, …)
+OTHERS = [codec.encode(m) for m in SAMPLES] + [codec.encode(m) for m in (
+    codec.StatusMsg(run="r1", party="analyzer", state="task-done", task=0, body={"privacy": {}, "learner": [{}]}),
     codec.ControlMsg(run="r1", action="resync", task=0),
-    codec.ControlMsg(run="r1", action="task", task=0, body={"index": 0}),
 )]
-VALID = OTHERS + SECAGG + [codec.encode(m) for m in LINEAR.values()]  # the linear family's kinds
+VALID = OTHERS + SECAGG
 
 
 def _check_decode(data: bytes):
@@ -190,10 +177,10 @@ def test_fuzz_the_secagg_step_machines(injections, when):
     """Mutated or replayed chunks (from another real round) injected into a fresh round at a random
     point, to the aggregator and to the fleets: every call returns None or a reason, nothing raises.
     While the aggregator refuses every injected chunk, the round releases the exact sum or aborts
-    with a reason naming its step. A chunk it *accepts* impersonates a fleet (fleets share one
-    broker account and their SecAgg chunks are not signed): that is a known hole, documented in
-    docs/distributed.md, and then only robustness is asserted; so too for chunks toward the fleets,
-    which only the aggregator's account may publish (test_acl_relay.py)."""
+    with a reason naming its step. Chunks toward the aggregator carry their fleet's MAC, so one it
+    *accepts* is a genuine chunk replayed (the captured round has this round's context): then only
+    robustness is asserted; so too for chunks toward the fleets, which only the aggregator's
+    account may publish (test_acl_relay.py)."""
     r = _Round()
     toward_fleets = False
     accepted = 0
@@ -244,7 +231,8 @@ arms = 3
 
 def test_the_experiment_sample_is_valid(tmp_path):
     (tmp_path / "e.toml").write_bytes(EXPERIMENT)
-    assert load_experiment(tmp_path / "e.toml")[0].horizon == 1000
+    family, config = load(tmp_path / "e.toml")
+    assert family.name == "distributed-dp-mab" and config.horizon == 1000
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -255,7 +243,7 @@ def test_fuzz_experiment_files(tmp_path, data):
     path = tmp_path / "fuzz.toml"
     path.write_bytes(data)
     try:
-        load_experiment(path)
+        load(path)
     except ConfigError as exc:
         assert str(path) in str(exc)
 
