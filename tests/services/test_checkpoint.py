@@ -227,6 +227,7 @@ TASKS = {
     "Dist-RDP-SE-shuffled": lambda: _mab("Dist-RDP-SE-shuffled", {"algorithm": "dist-rdp-se",
                                                                   "intermediary": "shuffler"}),
     "LDP-SE": lambda: _mab("LDP-SE", {}),
+    "Dist-CDP-SE": lambda: _mab("Dist-CDP-SE", {}),
     "DP-SE": lambda: _mab("DP-SE", {}),
     # Cohorts of several blocks of users (2 fleets): a round's reports come in several messages, so
     # an intermediary killed between two of them loses reports it had accepted.
@@ -347,7 +348,8 @@ def test_the_services_without_faults_give_the_engines_numbers(tmp_path, referenc
 
 @pytest.mark.parametrize(("key", "victim", "after", "mid_round"), [
     ("Dist-DP-SE", "analyzer", 3, False), ("Dist-DP-SE", "analyzer", 9, False), ("Dist-DP-SE", "analyzer", 20, False),
-    ("LDP-SE", "analyzer", 7, False), ("DP-SE", "analyzer", 5, False),
+    ("Dist-DP-SE", "analyzer", 70, False),  # one release before the end
+    ("LDP-SE", "analyzer", 7, False), ("DP-SE", "analyzer", 5, False), ("Dist-CDP-SE", "analyzer", 11, False),
     ("anytime-lazy-ucb@distributed", "analyzer", 10, False),
     ("Dist-DP-SE", "aggregator", 6, False), ("Dist-DP-SE", "aggregator", 25, False),
     ("Dist-RDP-SE-shuffled", "shuffler", 9, False),
@@ -369,6 +371,16 @@ def test_a_killed_party_restarted_from_its_checkpoint_gives_the_same_numbers(tmp
     # the restart resumed (not a fresh start): no refusal but the idempotent repeats a restart causes
     allowed = {"duplicate", "round-closed", "wrong-task"}
     assert all(set(r) <= allowed for r in rejected.values()), rejected
+
+
+@pytest.mark.parametrize(("victim", "after"), [("analyzer", 1), ("aggregator", 0)])
+def test_a_party_killed_before_its_first_checkpoint_starts_afresh_with_the_same_numbers(tmp_path, references, victim,
+                                                                                      after):
+    """The analyzer checkpoints at its first release, an intermediary when its task starts."""
+    fam, config, label, records, final = _reference(references, "Dist-DP-SE")
+    got, got_final, restarted, rejected, _ = asyncio.run(_session(fam, config, label, tmp_path, victim, after))
+    assert restarted is not None and restarted.checkpoint is None
+    assert got == records and got_final == final
 
 
 def test_a_journal_of_another_task_does_not_replay():
