@@ -10,7 +10,6 @@ import os
 from collections import Counter
 
 import msgpack
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
