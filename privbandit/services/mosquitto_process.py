@@ -121,16 +121,29 @@ class MosquittoProcess:
         stop_process(self.proc)
 
     def saved(self, timeout: float = SAVE_TIMEOUT_S) -> None:
-        """Wait for its next save to disk (persistence on): what it holds now survives a SIGKILL."""
-        before = self._saves()
+        """Wait for its next save to disk (persistence on): what it holds now survives a SIGKILL.
+
+        Mosquitto logs a save *before* it writes ``<db>.new`` and renames it over ``<db>``: the
+        line alone does not mean the file is there. So, once a save started after this call is
+        logged, wait for ``<db>`` to be replaced (if that save was already done when we looked,
+        the next one replaces it: later, still correct)."""
+        before, _ = self._saves()
         end = time.monotonic() + timeout
-        while self._saves() == before:
+        while (found := self._saves())[0] == before:
             if time.monotonic() > end:
                 raise MosquittoError(f"mosquitto did not save its database within {timeout:g} s ({self.log})")
             time.sleep(0.05)
+        db = Path(found[1])
+        seen = _identity(db)
+        while _identity(db) in (seen, None):
+            if time.monotonic() > end:
+                raise MosquittoError(f"mosquitto did not finish saving {db} within {timeout:g} s ({self.log})")
+            time.sleep(0.01)
 
-    def _saves(self) -> int:
-        return self.log.read_text(errors="replace").count(SAVED_LINE)
+    def _saves(self) -> tuple[int, str]:
+        """How many saves it has logged, and the file the last one writes."""
+        lines = [ln for ln in self.log.read_text(errors="replace").splitlines() if SAVED_LINE in ln]
+        return len(lines), lines[-1].split(f"{SAVED_LINE} to ", 1)[-1].strip().rstrip(".") if lines else ""
 
     def __enter__(self) -> MosquittoProcess:
         if self.proc is None:
@@ -139,6 +152,15 @@ class MosquittoProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(inode, mtime) of a file, None if it is not there: a rename over it changes the inode."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns
 
 
 def _accepts(port: int) -> bool:

@@ -74,7 +74,9 @@ class PartyService:
         A checkpoint of another experiment does end it (CheckpointError): resuming it would be wrong."""
         try:
             await self._dispatch(name, msg)
-        except (ValueError, KeyError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
+        except (ValueError, LookupError, TypeError, ArithmeticError, AttributeError) as exc:
+            # what a family's logic raises on a body it cannot use (pydantic's ValidationError is a
+            # ValueError; an arm out of range an IndexError; a count of 0 a ZeroDivisionError)
             log.exception("%s could not act on a %s message", self.name, msg.kind)
             self.reject("invalid-content", f"{msg.kind}: {type(exc).__name__}")
 

@@ -3,19 +3,22 @@ analyzer's journal rebuilding the sans-I/O party to an identical continuation.""
 
 from __future__ import annotations
 
+import asyncio
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from privbandit.experiment.config import ExperimentConfig
-from privbandit.experiment.runner import instance_for, resolved_algorithms
-from privbandit.protocol.observer import checkpoint_grid
-from privbandit.protocol.parties import Intermediary, UserPopulation
+from privbandit import registry
 from privbandit.protocol.primitives.seeding import analyzer_master_key
-from privbandit.services.analyzer import build_analyzer, replay_releases
+from privbandit.protocol.spine.errors import ProtocolError
+from privbandit.runner import tasks
+from privbandit.services import codec
+from privbandit.services.analyzer import AnalyzerService, build_analyzer, replay_releases
+from privbandit.services.bus import BusSettings, Traffic
 from privbandit.services.checkpoint import (
     MAGIC,
     CheckpointError,
@@ -133,121 +136,303 @@ def test_atomic_write_replaces_a_file(tmp_path):
     assert path.read_bytes() == b"two" and sorted(os.listdir(tmp_path)) == ["f"]
 
 
-# --- the analyzer's journal: an identical continuation --------------------------------------------
+# --- killed and restarted parties: the same numbers ----------------------------------------------
+#
+# A broker-less session: the real analyzer, intermediary and user-fleet services, their messages
+# crossing the codec as bytes through an in-memory broker that keeps each client's session (its
+# subscriptions and queued messages) across a restart, as Mosquitto does for the fixed client ids
+# the parties use. The test plays the observer: it announces the task and collects records and the
+# analyzer's final status. A party is killed after it has handled some messages (what it did since
+# its last checkpoint is lost with it) and started again from its state directory; the session must
+# end with the in-process engine's records, ledger and learner, bit for bit.
 
-def _task(label: str, algorithm: dict) -> tuple[ExperimentConfig, dict]:
-    config = ExperimentConfig.model_validate({
-        "name": "ck", "horizon": 200_000, "seed": 11, "epsilon": 0.5, "runs": 1,
-        "environment": {"kind": "uniform", "arms": 6}, "algorithms": {label: algorithm}})
-    algo = resolved_algorithms(config)[label]
-    return config, {"index": 0, "run": 0, "label": label, "algorithm": algo.model_dump(),
-                    "horizon": config.horizon, "arms": 6, "delta": config.delta}
-
-
-def _drive(party, users, mechanism, stop_after=None):
-    """Serve plans and feed releases until the horizon (or ``stop_after`` releases); returns the
-    journal ([round, n, value]) and the records."""
-    journal, records = [], []
-    plans = party.next_plans()
-    while plans:
-        for plan in plans:
-            if stop_after is not None and len(journal) == stop_after:
-                return journal, records
-            sent, _ = users.respond(plan)
-            if sent is None:
-                continue
-            box = Intermediary(plan, mechanism)
-            box.receive(sent)
-            rel = box.release()
-            value = rel.value if rel.reports is None else mechanism.aggregate(rel.reports, plan.params)
-            records.append(party.on_release(rel))
-            journal.append([plan.round_id, rel.n_reports, value.item() if hasattr(value, "item") else value])
-        plans = party.next_plans()
-    return journal, records
+RUN_ID = "ckpt"
 
 
-@pytest.mark.parametrize(("label", "algorithm"), [
-    ("Dist-DP-SE", {}), ("DP-SE", {}), ("LDP-SE", {}), ("Dist-CDP-SE", {}),
+def _matches(pattern: str, topic: str) -> bool:
+    p, t = pattern.split("/"), topic.split("/")
+    for i, part in enumerate(p):
+        if part == "#":
+            return True
+        if i >= len(t) or (part != "+" and part != t[i]):
+            return False
+    return len(p) == len(t)
+
+
+class _Bus:
+    def __init__(self, net: "_Net"):
+        self.net = net
+        self.traffic = Traffic()
+        self.lost = None
+
+    async def publish(self, topic: str, msg) -> None:
+        self.net.publish(topic, codec.encode(msg))
+
+
+class _Net:
+    """An in-memory broker with persistent sessions: a client's queue outlives its process."""
+
+    def __init__(self):
+        self.subs: dict[str, list[str]] = {}
+        self.queues: dict[str, list[tuple[str, bytes]]] = {}
+        self.live: dict[str, object] = {}
+        self.handled: dict[str, int] = {}
+        self.seen: list[tuple[str, object]] = []  # what the observer's topics carried
+
+    def attach(self, name: str, service) -> None:
+        service.bus = _Bus(self)
+        self.subs[name] = service.subscriptions()
+        self.queues.setdefault(name, [])
+        self.live[name] = service
+        self.handled.setdefault(name, 0)
+
+    def kill(self, name: str) -> None:
+        del self.live[name]  # its queue stays with the broker
+
+    def publish(self, topic: str, data: bytes) -> None:
+        if "/metrics/" in topic:
+            self.seen.append((topic, codec.decode(data)))
+        for name, patterns in self.subs.items():
+            if any(_matches(p, topic) for p in patterns):
+                self.queues[name].append((topic, data))
+
+    async def step(self) -> bool:
+        """Deliver one message to each live client with one queued; False if none had any."""
+        moved = False
+        for name, service in list(self.live.items()):
+            if self.queues[name] and self.live.get(name) is service:
+                topic, data = self.queues[name].pop(0)
+                await service.handle(topic, codec.decode(data))
+                self.handled[name] += 1
+                moved = True
+        return moved
+
+
+def _mab(label: str, algorithm: dict, horizon: int = 200_000, arms: int = 6):
+    fam = registry.family("distributed-dp-mab")
+    config = fam.load({"name": "ck", "horizon": horizon, "seed": 11, "epsilon": 0.5, "runs": 1,
+                       "environment": {"kind": "uniform", "arms": arms}, "algorithms": {label: algorithm}}, "ck.toml")
+    return fam, config, label
+
+
+def _pol(label: str, algorithm: dict, horizon: int = 60_000):
+    fam = registry.family("private-online-learning")
+    config = fam.load({"family": fam.name, "name": "ck", "horizon": horizon, "seed": 5, "epsilon": 1.0, "runs": 1,
+                       "environment": {"means": [0.9, 0.8, 0.5, 0.4]}, "algorithms": {label: algorithm}}, "ck.toml")
+    return fam, config, label
+
+
+TASKS = {
+    "Dist-DP-SE": lambda: _mab("Dist-DP-SE", {}),
+    "Dist-RDP-SE-shuffled": lambda: _mab("Dist-RDP-SE-shuffled", {"algorithm": "dist-rdp-se",
+                                                                  "intermediary": "shuffler"}),
+    "LDP-SE": lambda: _mab("LDP-SE", {}),
+    "Dist-CDP-SE": lambda: _mab("Dist-CDP-SE", {}),
+    "DP-SE": lambda: _mab("DP-SE", {}),
+    # Cohorts of several blocks of users (2 fleets): a round's reports come in several messages, so
+    # an intermediary killed between two of them loses reports it had accepted.
+    "Dist-DP-SE-blocks": lambda: _mab("Dist-DP-SE", {}, horizon=1_000_000, arms=2),
+    "Dist-RDP-SE-shuffled-blocks": lambda: _mab("Dist-RDP-SE-shuffled", {"algorithm": "dist-rdp-se",
+                                                                         "intermediary": "shuffler"},
+                                                horizon=1_000_000, arms=2),
+    "anytime-lazy-ucb@distributed": lambda: _pol("anytime-lazy-ucb@distributed",
+                                                 {"algorithm": "anytime-lazy-ucb", "trust": "distributed"}),
+}
+
+
+def _wire(value):
+    """A value as it reaches the observer (tuples become lists, numpy scalars Python numbers)."""
+    return codec.body_from_wire(codec.body_to_wire(value))
+
+
+def _engine(fam, config, label) -> tuple[dict, dict]:
+    """The in-process run: records by round, and the analyzer's final (privacy, learner)."""
+    from privbandit.protocol.spine import engine
+
+    _, analyzer, users, boxes, observer = tasks.parties(fam, config, label, [0], oracle=False)
+    engine.run(analyzer, users, boxes, observer)
+    return ({rid: _wire(r.__dict__) for rid, r in observer.records.items()},
+            _wire({"privacy": analyzer.ledger.summary(), "learner": analyzer.logic.summary()}))
+
+
+def _services(fam, config, name: str, state: Path):
+    from privbandit.protocol.primitives.seeding import report_auth_master, shuffler_master_key
+    from privbandit.services.intermediary import IntermediaryService
+    from privbandit.services.users import UserFleetService
+
+    settings = BusSettings(run_id=RUN_ID)
+    if name == "analyzer":
+        return AnalyzerService(settings, analyzer_master_key(config.seed), state / name)
+    if name.startswith("users-"):
+        return UserFleetService(settings, fam, config, int(name.split("-")[1]), 2)
+    shuffle = shuffler_master_key(config.seed) if name == "shuffler" else None
+    return IntermediaryService(settings, report_auth_master(config.seed), name, shuffle_key=shuffle,
+                               state_dir=state / name)
+
+
+async def _session(fam, config, label, state: Path, victim: str | None = None, after: int = 0):
+    """Run one task through the services; kill ``victim`` once it has handled ``after`` messages
+    and start it again from its state directory. Returns (records by round, final status body,
+    the restarted party or None, every party's refusals, the reports an intermediary had accepted
+    into rounds not yet released when it died)."""
+    import privbandit.services.analyzer as analyzer_mod
+    import privbandit.services.intermediary as intermediary_mod
+
+    net = _Net()
+    names = ["analyzer", *fam.intermediaries(config), "users-0", "users-1"]
+    for name in names:
+        net.attach(name, _services(fam, config, name, state))
+    net.subs["observer"] = [f"pb/{RUN_ID}/metrics/+"]
+    net.queues["observer"] = []
+    spec = codec.TaskSpec(index=0, runs=[0], label=label, family=fam.name, public=fam.public_task(config, label, [0]),
+                          session="5e55").model_dump()
+    net.publish(f"pb/{RUN_ID}/control", codec.encode(codec.ControlMsg(run=RUN_ID, action="task", task=0, body=spec)))
+    restarted, rejected, lost = None, {}, 0
+    retries = 0
+    while not any(isinstance(m, codec.StatusMsg) and m.state == "task-done" for _, m in net.seen):
+        if victim is not None and restarted is None and net.handled[victim] >= after:
+            dead = net.live[victim]
+            rejected[f"{victim} (killed)"] = {k: v for k, v in dead.rejected.items() if v}
+            if hasattr(dead, "box") and dead.box is not None:
+                lost = sum(state.received for state in dead.box.rounds.values())
+            net.kill(victim)
+            restarted = _services(fam, config, victim, state)
+            net.attach(victim, restarted)
+            if victim != "analyzer" or restarted.checkpoint is None:
+                # The observer re-announces the running task to a party that restarted; the analyzer
+                # resumes from its checkpoint, announcing its open plans again.
+                net.queues[victim].append((f"pb/{RUN_ID}/control", codec.encode(
+                    codec.ControlMsg(run=RUN_ID, action="task", task=0, body=spec))))
+            else:
+                await restarted.start_task(spec)
+        if await net.step():
+            continue
+        # Quiet, and not done: what was lost with the victim is asked for again, as the parties'
+        # timers do (the analyzer re-announces open plans, an intermediary asks for resends).
+        retries += 1
+        assert retries < 50, f"the session stalled: {net.handled}"
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(analyzer_mod, "PLAN_RETRY_S", -1.0)
+            mp.setattr(intermediary_mod, "RESEND_S", -1.0)
+            for service in list(net.live.values()):
+                await service.tick()
+    for name, service in net.live.items():
+        rejected[name] = {k: v for k, v in service.rejected.items() if v}
+    records = {m.round: _wire(codec.record_of(m).__dict__) for _, m in net.seen if isinstance(m, codec.RecordMsg)}
+    done = [m for _, m in net.seen if isinstance(m, codec.StatusMsg) and m.state == "task-done"][-1]
+    final = _wire({"privacy": done.body["privacy"], "learner": done.body["learner"]})
+    return records, final, restarted, rejected, lost
+
+
+@pytest.fixture(scope="module")
+def references():
+    return {}
+
+
+def _reference(references, key):
+    if key not in references:
+        fam, config, label = TASKS[key]()
+        references[key] = (fam, config, label, *_engine(fam, config, label))
+    return references[key]
+
+
+@pytest.mark.parametrize("key", list(TASKS))
+def test_the_services_without_faults_give_the_engines_numbers(tmp_path, references, key):
+    """The harness itself: the services, through the codec, make exactly the in-process records."""
+    fam, config, label, records, final = _reference(references, key)
+    got, got_final, _, rejected, _ = asyncio.run(_session(fam, config, label, tmp_path))
+    assert len(records) >= 4
+    assert got == records and got_final == final
+    assert not any(rejected.values()), rejected
+
+
+@pytest.mark.parametrize(("key", "victim", "after", "mid_round"), [
+    ("Dist-DP-SE", "analyzer", 3, False), ("Dist-DP-SE", "analyzer", 9, False), ("Dist-DP-SE", "analyzer", 20, False),
+    ("Dist-DP-SE", "analyzer", 70, False),  # one release before the end
+    ("LDP-SE", "analyzer", 7, False), ("DP-SE", "analyzer", 5, False), ("Dist-CDP-SE", "analyzer", 11, False),
+    ("anytime-lazy-ucb@distributed", "analyzer", 10, False),
+    ("Dist-DP-SE", "aggregator", 6, False), ("Dist-DP-SE", "aggregator", 25, False),
+    ("Dist-RDP-SE-shuffled", "shuffler", 9, False),
+    ("anytime-lazy-ucb@distributed", "aggregator", 15, False),
+    ("Dist-DP-SE-blocks", "aggregator", 65, True), ("Dist-DP-SE-blocks", "aggregator", 70, True),
+    ("Dist-RDP-SE-shuffled-blocks", "shuffler", 69, True),
 ])
-def test_a_checkpoint_rebuilds_the_analyzer_to_an_identical_continuation(label, algorithm):
-    """Run a task to the end (A); run it again to mid-way (B), checkpoint B's journal through the
-    file format, rebuild C from it, and finish C: C's records and final state equal A's, bit for bit."""
-    config, spec = _task(label, algorithm)
-    key = analyzer_master_key(config.seed)
-
-    def fresh():
-        party = build_analyzer(spec, key)
-        users = UserPopulation(instance_for(config, 0), party.mechanism, config.seed,
-                               checkpoint_grid(config.horizon, config.checkpoints), (0, label))
-        return party, users
-
-    a, users = fresh()
-    full, records_a = _drive(a, users, a.mechanism)
-    assert len(full) >= 6
-    for cut in (0, 1, len(full) // 2, len(full) - 1):
-        b, _ = fresh()
-        journal, _ = _drive(b, users, b.mechanism, stop_after=cut)
-        assert journal == full[:cut]
-        data = encode_checkpoint(RUN, "analyzer", 0, spec_fingerprint(spec), {"releases": journal})
-        c, _ = fresh()
-        open_batch, replayed = replay_releases(c, decode_checkpoint(data)[2].state["releases"])
-        assert replayed == records_a[:cut]
-        assert sorted(c.open) == sorted(b.open) and {p.round_id for p in open_batch} >= set(b.open)
-        rest, records_c = _drive_open(c, users, open_batch)
-        assert records_c == records_a[cut:]
-        assert np.array_equal(c.learner.eliminated_at, a.learner.eliminated_at)
-        assert np.array_equal(c.learner.estimates, a.learner.estimates)
-        assert c.ledger.summary() == a.ledger.summary() and c.users_planned == a.users_planned
+def test_a_killed_party_restarted_from_its_checkpoint_gives_the_same_numbers(tmp_path, references, key, victim, after,
+                                                                             mid_round):
+    """Kill a party mid-task (between two messages: reports it accepted since its last round
+    boundary die with it) and restart it from its state directory: the task ends with the in-process
+    engine's records, ledger and learner state, no release counted twice, none lost."""
+    fam, config, label, records, final = _reference(references, key)
+    got, got_final, restarted, rejected, lost = asyncio.run(_session(fam, config, label, tmp_path, victim, after))
+    assert restarted is not None, "the session ended before the fault"
+    assert restarted.checkpoint is not None, "the victim had not checkpointed yet: a weak fault"
+    assert (lost > 0) == mid_round, lost  # mid-round: accepted reports were lost and had to be sent again
+    assert got == records and got_final == final
+    # the restart resumed (not a fresh start): no refusal but the idempotent repeats a restart causes
+    allowed = {"duplicate", "round-closed", "wrong-task"}
+    assert all(set(r) <= allowed for r in rejected.values()), rejected
 
 
-def _drive_open(party, users, plans):
-    """Continue a rebuilt party: first release its open rounds (in plan order), then go on."""
-    records = []
-    while plans:
-        for plan in plans:
-            if plan.round_id not in party.open:
-                continue
-            sent, _ = users.respond(plan)
-            box = Intermediary(plan, party.mechanism)
-            box.receive(sent)
-            records.append(party.on_release(box.release()))
-        plans = party.next_plans()
-    return None, records
+@pytest.mark.parametrize(("victim", "after"), [("analyzer", 1), ("aggregator", 0)])
+def test_a_party_killed_before_its_first_checkpoint_starts_afresh_with_the_same_numbers(tmp_path, references, victim,
+                                                                                      after):
+    """The analyzer checkpoints at its first release, an intermediary when its task starts."""
+    fam, config, label, records, final = _reference(references, "Dist-DP-SE")
+    got, got_final, restarted, rejected, _ = asyncio.run(_session(fam, config, label, tmp_path, victim, after))
+    assert restarted is not None and restarted.checkpoint is None
+    assert got == records and got_final == final
 
 
 def test_a_journal_of_another_task_does_not_replay():
-    from privbandit.protocol.parties import ProtocolError
-
-    config, spec = _task("Dist-DP-SE", {})
+    fam, config, label = TASKS["Dist-DP-SE"]()
+    spec = codec.TaskSpec(index=0, runs=[0], label=label, family=fam.name,
+                          public=fam.public_task(config, label, [0])).model_dump()
     party = build_analyzer(spec, analyzer_master_key(config.seed))
+    foreign = codec.ReleaseMsg(run=RUN, task=0, round=999, n_reports=5, values=np.array([[3]], dtype="<i8"))
     with pytest.raises(ProtocolError, match="unknown-round"):
-        replay_releases(party, [[999, 5, 3]])
+        replay_releases(party, [foreign])
+
+
+def test_a_checkpoint_whose_releases_do_not_replay_stops_the_analyzer(tmp_path):
+    """A checkpoint of this task (right spec) whose journal the learner refuses is not resumed."""
+    fam, config, label = TASKS["Dist-DP-SE"]()
+    spec = codec.TaskSpec(index=0, runs=[0], label=label, family=fam.name,
+                          public=fam.public_task(config, label, [0])).model_dump()
+    foreign = codec.ReleaseMsg(run=RUN, task=0, round=999, n_reports=5, values=np.array([[3]], dtype="<i8"))
+    for journal in ([codec.encode(foreign)], [b"\x00garbage"],
+                    [codec.encode(codec.ResendMsg(run=RUN, task=0, round=0))]):
+        StateDir(tmp_path, RUN, "analyzer").save(0, spec_fingerprint(spec), {"releases": journal})
+        service = AnalyzerService(BusSettings(run_id=RUN), analyzer_master_key(config.seed), tmp_path)
+        service.bus = _Bus(_Net())
+        with pytest.raises(CheckpointError) as info:
+            asyncio.run(service.start_task(spec))
+        assert info.value.reason == "checkpoint-inconsistent" and str(tmp_path) in str(info.value)
 
 
 def test_a_checkpoint_of_another_session_is_refused(tmp_path):
     """Same run id, same experiment, a new session (the observer's nonce differs): refused."""
-    from privbandit.services.analyzer import AnalyzerService
-    from privbandit.services.bus import BusSettings
-
-    config, spec = _task("Dist-DP-SE", {})
+    fam, config, label = TASKS["Dist-DP-SE"]()
+    spec = codec.TaskSpec(index=0, runs=[0], label=label, family=fam.name,
+                          public=fam.public_task(config, label, [0])).model_dump()
     old, new = {**spec, "session": "aa"}, {**spec, "session": "bb"}
     StateDir(tmp_path, RUN, "analyzer").save(0, spec_fingerprint(old), {"releases": []})
     service = AnalyzerService(BusSettings(run_id=RUN), 1, tmp_path)
     assert service.resumable(old) == {"releases": []}
-    with pytest.raises(CheckpointError, match="another session") as info:
+    with pytest.raises(CheckpointError, match="another task spec") as info:
         service.resumable(new)
     assert info.value.reason == "checkpoint-wrong-experiment"
     StateDir(tmp_path, RUN, "analyzer").save(4, spec_fingerprint(old), {"releases": []})
-    with pytest.raises(CheckpointError, match="another session"):
+    with pytest.raises(CheckpointError, match="another session") as info:
         AnalyzerService(BusSettings(run_id=RUN), 1, tmp_path).resumable(new)  # task 0 < 4
+    assert info.value.reason == "checkpoint-ahead"
 
 
 def test_progress_counts_an_intermediarys_closed_rounds_and_the_analyzers_releases(tmp_path):
     from privbandit.services.checkpoint import progress
 
     assert progress(tmp_path / "nothing-yet") == (-1, 0)
-    StateDir(tmp_path / "a", "r", "analyzer").save(2, "0" * 64, {"releases": [[0, 4, 1], [1, 4, 2]]})
+    StateDir(tmp_path / "a", "r", "analyzer").save(2, "0" * 64, {"releases": [b"x", b"y"]})
     assert progress(tmp_path / "a") == (2, 2)
-    # An intermediary also keeps the last batches' releases: rounds done are its closed ones.
-    StateDir(tmp_path / "g", "r", "aggregator").save(1, "0" * 64, {"closed": [0, 1, 2], "releases": [[1, b""]]})
+    # An intermediary also keeps its recent releases: rounds done are its closed ones.
+    StateDir(tmp_path / "g", "r", "aggregator").save(1, "0" * 64, {"closed": [0, 1, 2], "releases": [b""]})
     assert progress(tmp_path / "g") == (1, 3)

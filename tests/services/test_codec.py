@@ -1,4 +1,6 @@
-"""The wire codec: round trips, and every malformed input rejected with a countable reason."""
+"""The wire codec: round trips of every kind (and of the spine's events through them), the narrowest
+wire types, and every malformed input rejected with a countable reason, a cross-field error naming
+the kind and the invariant it breaks."""
 
 import msgpack
 import numpy as np
@@ -6,40 +8,68 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from privbandit.protocol.spine.events import Join, Plan, Record, Release, Round, Truth
 from privbandit.services import codec
 from privbandit.services.codec import DecodeError, decode, encode, packed
 
 
-def _reports(n=5, m=5000):
-    return codec.ReportsMsg(run="r1", task=0, round=3, m=m, user_ids=np.arange(n, dtype="<u4"),
-                            values=packed(np.arange(n) % m, m))
+def _reports(n=5, m=5000, runs=1):
+    values = packed(np.arange(runs * n).reshape(runs, n, 1) % m, m)
+    return codec.ReportsMsg(run="r1", task=0, round=3, plan=2, user_ids=np.arange(n, dtype="<u4"), values=values,
+                            block=0, tags=np.arange(n, dtype="<u4"), block_tag=b"t" * 16)
 
+
+ROUND = codec.RoundSpec(id=3, intermediary="shuffler-1", rule="shuffle", expected=8, width=5, m=105, threshold=6,
+                        groups=[2, 3], window=(0, 40))
+PLAN = codec.PlanMsg(run="r1", task=1, plan=2, first_user=10, cohort=8,
+                     body={"arm": 4, "theta": np.array([[0.1, -0.2]]), "params": {"n": 8, "sigma": 1.5, "tags": ["a"]},
+                           "collect": True, "h": None},
+                     opens=[ROUND, codec.RoundSpec(id=4, intermediary="aggregator", rule="sum", expected=8,
+                                                   m=2**40 + 15, secagg="complete")],
+                     joins=[codec.JoinSpec(round=3, first=10, count=8, reports=8),
+                            codec.JoinSpec(round=4, first=10, count=8, reports=8)])
+TRUTH = codec.TruthMsg(run="r1", task=0, plan=1, block=0, first_user=0, size=4, pseudo=np.array([0.1]),
+                       realized=np.array([0.3]), pseudo_at=np.array([[0.05, 0.1]]), realized_at=np.array([[0.1, 0.2]]),
+                       extras={"reward_sum": 2.0, "noise_sum": -3, "true": np.array([[1, 2]], dtype="<i8")},
+                       tag=b"x" * 16)
 
 SAMPLES = [
     _reports(),
-    codec.PlanMsg(run="r1", task=1, round=2, batch=3, arm=4, first_user=10, cohort=8, collect=True,
-                  params=codec.Params(n=8, g=3, tau=40, m=105, sigma=1.5, h=2.0)),
-    codec.ReleaseMsg(run="r1", task=0, round=3, n_reports=8, value=77),
-    codec.ReleaseMsg(run="r1", task=0, round=3, n_reports=3, reports=np.array([0.5, 1.0, 0.0])),
-    codec.TruthMsg(run="r1", task=0, round=1, block=0, first_user=0, size=4, gap=0.1, realized_regret=0.3,
-                   realized_at=np.array([0.1, 0.2]), reward_sum=2.0, noise_sum=-3),
-    codec.RecordMsg(run="r1", task=0, round=1, batch=1, arm=0, params=codec.Params(n=2), release=1.0,
-                    estimate=1.2, wrapped=False, central_noise=0.2, reports=2, epsilon=1.0),
+    PLAN,
+    codec.ReleaseMsg(run="r1", task=0, round=3, n_reports=8, values=np.array([[77]], dtype="<i8")),
+    codec.ReleaseMsg(run="r1", task=0, round=3, n_reports=3, values=np.array([[[0.5], [1.0], [0.0]]])),
+    codec.ReleaseMsg(run="r1", task=0, round=3, n_reports=2, values=np.array([[[1, 2], [3, 4]]], dtype="|u1"),
+                     user_ids=np.array([5, 9], dtype="<u8")),
+    TRUTH,
+    codec.RecordMsg(run="r1", task=0, round=1, n_reports=2, epsilon=1.0,
+                    body={"batch": 1, "arm": 0, "estimate": 1.2, "wrapped": False}),
     codec.SecAggMsg(run="r1", task=0, round=3, step="shares", shard=1, shards=2, chunk=0, final=True,
-                    ids=np.array([5, 6], dtype="<u8"), peers=np.array([6, 5], dtype="<u8"), records=b"x" * 240),
+                    ids=np.array([5, 6], dtype="<u8"), peers=np.array([6, 5], dtype="<u8"), records=b"x" * 240,
+                    tag=b"s" * 16),
+    codec.CloseMsg(run="r1", task=0, rounds=[7, 9]),
+    codec.ResendMsg(run="r1", task=0, round=9),
     codec.StatusMsg(run="r1", party="users-1", state="ready"),
-    codec.ControlMsg(run="r1", action="task", task=0, body={"index": 0}),
-    # the shuffle-model linear bandits (d = 2, D = 5 labels)
-    codec.LinearPlanMsg(run="r1", task=0, round=7, first_user=140, cohort=20, collect=True,
-                        theta=np.array([0.1, -0.2]), v_inv=np.eye(2).reshape(-1), beta=1.5),
-    codec.LinearReportsMsg(run="r1", task=0, round=7, width=5, user_ids=np.arange(140, 143, dtype="<u4"),
-                           values=np.arange(15, dtype="|u1")),
-    codec.LinearReleaseMsg(run="r1", task=0, round=7, n_reports=20, width=5, values=np.arange(5, dtype="<i8")),
-    codec.LinearTruthMsg(run="r1", task=0, round=7, first_user=140, gap=0.05,
-                         realized=np.array([1, 0, -1], dtype="|i1"), entries_sum=np.ones(5)),
-    codec.LinearRecordMsg(run="r1", task=0, round=7, estimate=np.ones(5), theta=np.zeros(2), lambda_min=0.5),
+    codec.ControlMsg(run="r1", action="task", task=0,
+                     body=codec.TaskSpec(index=0, runs=[0], label="A", family="distributed-dp-mab",
+                                         public={"horizon": 10}, session="ab12").model_dump()),
 ]
-LINEAR = {m.kind: m for m in SAMPLES if m.kind.startswith("linear-")}
+BY_KIND = {m.kind: m for m in SAMPLES}
+
+
+def same(a, b) -> bool:
+    """Deep equality of wire values: arrays by dtype and contents."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype
+                and a.shape == b.shape and np.array_equal(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+def test_the_samples_cover_every_kind():
+    assert set(BY_KIND) == set(codec.KINDS)
 
 
 @pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: m.kind)
@@ -47,34 +77,76 @@ def test_round_trip(msg):
     back = decode(encode(msg))
     assert type(back) is type(msg)
     for name in type(msg).model_fields:
-        a, b = getattr(msg, name), getattr(back, name)
-        if isinstance(a, np.ndarray):
-            assert a.dtype == b.dtype and np.array_equal(a, b)
-        else:
-            assert a == b
+        assert same(getattr(msg, name), getattr(back, name)), name
+    assert encode(back) == encode(msg)
 
 
-@pytest.mark.parametrize("m, dtype", [(256, "uint8"), (257, "uint16"), (2**16 + 1, "uint32"), (2**33, "uint64"),
-                                      (None, "float64")])
-def test_residues_travel_in_the_narrowest_type(m, dtype):
-    assert packed(np.array([0, 1]), m).dtype == np.dtype(dtype)
+def test_the_spine_events_cross_the_wire_unchanged():
+    plan = Plan(2, 10, 8, {"arm": 1, "theta": np.array([[0.5, -1.0]])},
+                (Round(3, "aggregator", "sum", 8, m=2**31 - 1, threshold=5),
+                 Round(4, "shuffler", "shuffle", 4, width=3, groups=(1, 2), integer=False, low=0.0, high=1.0)),
+                (Join(3, 10, 8, 8), Join(4, 12, 4, 4)))
+    back = decode(encode(codec.plan_msg("r1", 1, plan))).to_plan()
+    assert back.opens == plan.opens and back.joins == plan.joins
+    assert (back.id, back.first_user, back.cohort) == (2, 10, 8) and same(back.body, plan.body)
+
+    truth = Truth(2, 1, 65536, 7, np.array([0.5]), np.array([1.0]), np.array([[0.25]]), np.array([[0.5]]),
+                  {"attackers": 2, "noise": np.array([[3]], dtype=np.int64)})
+    t = codec.truth_of(decode(encode(codec.truth_msg("r1", 0, truth))))
+    assert all(same(getattr(t, f), getattr(truth, f)) for f in truth.__dataclass_fields__)
+
+    record = Record(3, 8, 0.25, {"expected": 8, "bits": 31, "arm": 1})
+    assert codec.record_of(decode(encode(codec.record_msg("r1", 0, record)))) == record
+
+    rnd = Round(5, "shuffler", "shuffle", 3, m=300)
+    release = Release(5, 3, np.array([[[299], [0], [17]]], dtype=np.int64))
+    msg = decode(encode(codec.release_msg("r1", 0, release, rnd)))
+    assert msg.values.dtype == np.dtype("<u2")  # residues of Z_300 travel in two bytes
+    back = codec.release_of(msg)
+    assert back.values.dtype == np.int64 and np.array_equal(back.values, release.values) and back.user_ids is None
+
+    rep = codec.reports_of(decode(encode(_reports(4, m=7, runs=2))))
+    assert rep.user_ids.dtype == np.int64 and rep.values.dtype == np.int64 and rep.values.shape == (2, 4, 1)
+    assert (rep.round_id, rep.plan_id) == (3, 2)
+
+
+@pytest.mark.parametrize("kwargs, dtype", [
+    ({"m": 256}, "uint8"), ({"m": 257}, "uint16"), ({"m": 2**16 + 1}, "uint32"), ({"m": 2**33}, "uint64"),
+    ({"m": None, "high": 255}, "uint8"), ({"m": None, "high": 256}, "uint16"),
+    ({"m": None}, "int64"), ({"m": None, "integer": False}, "float64"),
+])
+def test_reports_travel_in_the_narrowest_type(kwargs, dtype):
+    assert packed(np.array([0, 1]), **kwargs).dtype == np.dtype(dtype)
+    assert codec.as_values(packed(np.array([0, 1]), **kwargs)).dtype in (np.int64, np.float64)
 
 
 def test_report_bytes_per_user_are_the_ids_and_values_plus_a_constant():
-    small, big = len(encode(_reports(10))), len(encode(_reports(10_010)))
+    def size(n):  # a message's records without the per-user tags (measured apart below)
+        return len(encode(_reports(n).model_copy(update={"tags": None})))
+
+    small, big = size(10), size(10_010)
     # u4 ids and u2 residues (m = 5000); msgpack's bin headers grow by a few bytes with the length.
     assert 10_000 * (4 + 2) <= big - small <= 10_000 * (4 + 2) + 16
+    # a user's MAC tag is 4 more bytes
+    assert 10_000 * (4 + 2 + 4) <= len(encode(_reports(10_010))) - len(encode(_reports(10))) <= 10_000 * 10 + 24
 
 
-def _mutate(msg, **changes):
+def _mutate(msg, changes: dict) -> bytes:
+    """The encoded message with fields replaced; a key is a path (tuple) into the msgpack map."""
     obj = msgpack.unpackb(encode(msg), raw=False)
     for path, value in changes.items():
         node = obj
-        *parents, leaf = path.split("__")
+        *parents, leaf = path if isinstance(path, tuple) else (path,)
         for p in parents:
             node = node[p]
-        node[leaf] = value
+        if value is _DELETE:
+            del node[leaf]
+        else:
+            node[leaf] = value
     return msgpack.packb(obj, use_bin_type=True)
+
+
+_DELETE = object()
 
 
 @pytest.mark.parametrize(
@@ -82,15 +154,20 @@ def _mutate(msg, **changes):
     [
         (b"\xc1garbage", "not-msgpack"),
         (msgpack.packb([1, 2, 3]), "not-a-map"),
-        (_mutate(_reports(), v=2), "bad-version"),
-        (_mutate(_reports(), kind="telnet"), "unknown-kind"),
-        (_mutate(_reports(), round=-1), "schema"),
-        (_mutate(_reports(), run="../etc"), "schema"),
-        (_mutate(_reports(), extra=1), "schema"),
-        (_mutate(_reports(), values__dtype="|O"), "schema"),
-        (_mutate(_reports(), values__shape=[6]), "schema"),
-        (_mutate(_reports(), values__shape=[2, 3]), "schema"),
-        (_mutate(_reports(), values__data=b"\x00"), "schema"),
+        (_mutate(_reports(), {"v": 1}), "bad-version"),
+        (_mutate(_reports(), {"v": _DELETE}), "bad-version"),
+        (_mutate(_reports(), {"kind": "telnet"}), "unknown-kind"),
+        (_mutate(_reports(), {"round": -1}), "schema"),
+        (_mutate(_reports(), {"plan": _DELETE}), "schema"),
+        (_mutate(_reports(), {"run": "../etc"}), "schema"),
+        (_mutate(_reports(), {"extra": 1}), "schema"),
+        (_mutate(_reports(), {("values", "dtype"): "|O"}), "schema"),
+        (_mutate(_reports(), {("values", "dtype"): ">u2"}), "schema"),  # big-endian: not a wire type
+        (_mutate(_reports(), {("values", "shape"): [1, 6, 1]}), "schema"),
+        (_mutate(_reports(), {("values", "shape"): [1, 5, 1, 1]}), "schema"),
+        (_mutate(_reports(), {("values", "shape"): [1, -5, -1]}), "schema"),
+        (_mutate(_reports(), {("values", "data"): b"\x00"}), "schema"),
+        (_mutate(_reports(), {("values", "extra"): 1}), "schema"),
         (b"\x00" * (codec.MAX_MESSAGE_BYTES + 1), "too-large"),
     ],
 )
@@ -100,34 +177,93 @@ def test_malformed_messages_are_rejected_with_a_reason(data, reason):
     assert exc.value.reason == reason
 
 
+NAN = np.array([np.nan]).tobytes()
+
+
 @pytest.mark.parametrize(
     "kind, changes, where",
     [
-        ("linear-plan", {"theta__dtype": "<i8"}, "theta and v_inv must be <f8"),
-        ("linear-plan", {"v_inv__shape": [3], "v_inv__data": b"\x00" * 24}, "d² entries"),
-        ("linear-plan", {"theta__data": np.array([np.nan, 0.0]).tobytes()}, "finite"),
-        ("linear-plan", {"beta": float("inf")}, "beta"),
-        ("linear-plan", {"cohort": 0}, "cohort"),
-        ("linear-reports", {"width": 4}, "width entries per user"),
-        ("linear-reports", {"width": codec.MAX_LINEAR_WIDTH + 1}, "width"),
-        ("linear-reports", {"user_ids__dtype": "<i8", "user_ids__data": b"\x00" * 24}, "unsigned"),
-        ("linear-release", {"n_reports": 0}, "n_reports"),
-        ("linear-release", {"values__shape": [4], "values__data": b"\x00" * 32}, "width totals"),
-        ("linear-truth", {"realized__dtype": "|u1"}, "int8"),
-        ("linear-truth", {"gap": float("nan")}, "gap"),
-        ("linear-record", {"lambda_min": "small"}, "lambda_min"),
+        # reports: one row per user id, unsigned ids, a tag per record, a 16-byte block MAC
+        ("reports", {("values", "shape"): [1, 4, 1], ("values", "data"): b"\x00" * 8}, "one row per user id"),
+        ("reports", {("values", "shape"): [5, 1], ("values", "data"): b"\x00" * 10}, "one row per user id"),
+        ("reports", {("user_ids", "dtype"): "<i8", ("user_ids", "data"): b"\x00" * 40}, "unsigned"),
+        ("reports", {("values", "shape"): [1, 5, 0], ("values", "data"): b""}, "bad runs or width"),
+        ("reports", {("values", "dtype"): "|b1", ("values", "shape"): [1, 5, 1], ("values", "data"): b"\x00" * 5},
+         "numeric"),
+        ("reports", {("tags", "shape"): [4], ("tags", "data"): b"\x00" * 16}, "one <u4 per user id"),
+        ("reports", {"block_tag": b"short"}, "16 bytes"),
+        # plans: rounds consistent, joins inside the cohort, bodies of wire values only
+        ("plan", {("joins", 0, "first"): 9}, "outside the cohort"),
+        ("plan", {("joins", 0, "reports"): 9}, "more reports than users"),
+        ("plan", {("opens", 0, "threshold"): 9}, "threshold must be"),
+        ("plan", {("opens", 0, "groups"): [2, 2]}, "do not add up"),
+        ("plan", {("opens", 0, "integer"): False}, "modulus needs integer"),
+        ("plan", {("opens", 0, "rule"): "median"}, "opens.0.rule"),
+        ("plan", {("opens", 0, "intermediary"): "Evil/#"}, "opens.0.intermediary"),
+        ("plan", {("opens", 1, "rule"): "shuffle"}, "secure aggregation computes a modular sum"),
+        ("plan", {("opens", 0, "width"): codec.MAX_WIDTH + 1}, "opens.0.width"),
+        ("plan", {("body", "h"): float("nan")}, "finite"),
+        ("plan", {("body", "h"): {"a": {"b": {"c": {"d": {"e": {"f": {"g": {"h": {"i": 1}}}}}}}}}}, "deeper than"),
+        ("plan", {("body", "h"): "x" * 5000}, "4096 characters"),
+        ("plan", {("body", "theta", "__array__", "dtype"): "|O"}, "not allowed"),
+        ("plan", {"cohort": 0}, "plan.cohort"),
+        ("plan", {"opens": [msgpack.unpackb(msgpack.packb(ROUND.model_dump()))] * (codec.MAX_ROUNDS_PER_PLAN + 1)},
+         "plan.opens"),
+        # releases: a multiset holds n_reports rows, each named when attributable
+        ("release", {"n_reports": 4}, "n_reports rows"),
+        ("release", {("values", "shape"): [2], ("values", "data"): b"\x00" * 2}, "(runs, width)"),
+        ("release", {("user_ids", "shape"): [1], ("user_ids", "data"): b"\x00" * 8}, "name each of the n_reports"),
+        # truths: one finite total per run, one value per checkpoint
+        ("truth", {("pseudo", "data"): NAN}, "pseudo must be finite"),
+        ("truth", {("pseudo_at", "shape"): [2, 1]}, "(runs, checkpoints)"),
+        ("truth", {("realized", "dtype"): "<i8"}, "realized must be finite <f8"),
+        ("truth", {("pseudo", "shape"): [], ("pseudo", "data"): NAN}, "one total per run"),
+        # the rest
+        ("record", {"epsilon": -1.0}, "record.epsilon"),
+        ("record", {"epsilon": float("inf")}, "record.epsilon"),
+        ("secagg", {("ids", "shape"): [1, 2]}, "ids must be 1-D"),
+        ("secagg", {"step": "steal"}, "secagg.step"),
+        ("secagg", {"shards": 0}, "secagg.shards"),
+        ("close", {"rounds": list(range(4097))}, "close.rounds"),
+        ("close", {"rounds": [-1]}, "close.rounds"),
+        ("status", {"party": "Observer; rm"}, "status.party"),
+        ("control", {"action": "reboot"}, "control.action"),
     ],
 )
-def test_malformed_linear_messages_are_schema_errors_naming_the_field(kind, changes, where):
+def test_malformed_messages_are_schema_errors_naming_kind_and_invariant(kind, changes, where):
     with pytest.raises(DecodeError) as exc:
-        decode(_mutate(LINEAR[kind], **changes))
-    assert exc.value.reason == "schema" and kind in str(exc.value) and where in str(exc.value)
+        decode(_mutate(BY_KIND[kind], changes))
+    assert exc.value.reason == "schema" and exc.value.detail.startswith(f"{kind}.") and where in str(exc.value)
+
+
+@pytest.mark.parametrize("change", [{"runs": []}, {"runs": [0, 1]}, {"runs": [-1]}, {"family": "Bad Family"},
+                                    {"label": ""}, {"session": "not-hex"}, {"extra": 1}, {"public": [1]}])
+def test_a_task_spec_is_one_run_of_one_labelled_algorithm_of_a_named_family(change):
+    good = dict(index=0, runs=[0], label="A", family="distributed-dp-mab", public={}, session="ab")
+    codec.TaskSpec.model_validate(good)
+    with pytest.raises(ValueError):
+        codec.TaskSpec.model_validate({**good, **change})
 
 
 def test_oversized_arrays_are_refused_before_allocation():
-    data = _mutate(_reports(), user_ids__shape=[codec.MAX_ARRAY_ELEMENTS + 1])
+    data = _mutate(_reports(), {("user_ids", "shape"): [codec.MAX_ARRAY_ELEMENTS + 1]})
     with pytest.raises(DecodeError, match="exceeds"):
         decode(data)
+    data = _mutate(_reports(), {("values", "shape"): [2**21, 2**21, 2**21]})  # 2**63 elements, 0 bytes sent
+    with pytest.raises(DecodeError, match="exceeds"):
+        decode(data)
+
+
+def test_bodies_refuse_what_is_not_a_wire_value():
+    for bad in ({"f": object()}, {"s": {1, 2}}, {"a": np.array(["x"])}):
+        with pytest.raises((TypeError, ValueError)):
+            codec.body_from_wire(codec.body_to_wire(bad))
+    with pytest.raises(ValueError, match="key"):
+        codec.body_from_wire({"": 1})
+    assert same(codec.body_from_wire(codec.body_to_wire({"x": (1, np.float64(2.5))})), {"x": [1, 2.5]})
+
+
+REASONS = {"not-msgpack", "not-a-map", "bad-version", "unknown-kind", "schema", "too-large"}
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -136,7 +272,7 @@ def test_fuzz_random_bytes_only_ever_raise_decode_error(data):
     try:
         decode(data)
     except DecodeError as exc:
-        assert exc.reason in {"not-msgpack", "not-a-map", "bad-version", "unknown-kind", "schema", "too-large"}
+        assert exc.reason in REASONS
 
 
 @settings(max_examples=400, deadline=None)
@@ -156,15 +292,17 @@ def test_fuzz_mutated_valid_messages(blob, data):
     try:
         decode(bytes(b))
     except DecodeError as exc:
-        assert exc.reason
+        assert exc.reason in REASONS
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.dictionaries(st.sampled_from(["v", "run", "kind", "task", "round", "m", "user_ids", "values", "x"]),
+@given(st.dictionaries(st.sampled_from(["v", "run", "kind", "task", "round", "plan", "block", "user_ids", "values",
+                                        "tags", "block_tag", "body", "x"]),
                        st.one_of(st.integers(-2**63, 2**64 - 1), st.text(max_size=5), st.none(), st.binary(max_size=8),
-                                 st.lists(st.integers(-2**63, 2**64 - 1), max_size=3), st.booleans(), st.floats())))
+                                 st.lists(st.integers(-2**63, 2**64 - 1), max_size=3), st.booleans(), st.floats(),
+                                 st.sampled_from(["reports", "plan", "truth", "release"]))))
 def test_fuzz_structured_maps(obj):
     try:
         decode(msgpack.packb(obj, use_bin_type=True))
     except DecodeError as exc:
-        assert exc.reason
+        assert exc.reason in REASONS

@@ -12,17 +12,20 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from privbandit.protocol.events import RoundPlan
-from privbandit.protocol.mechanisms.base import RoundParams
 from privbandit.protocol.primitives.report_auth import ReportAuthenticator
 from privbandit.protocol.primitives.secagg.batch import Adverts, UserIdentities
 from privbandit.protocol.primitives.seeding import USER_BLOCK
+from privbandit.protocol.spine.events import Round
 from privbandit.services import codec, secagg_rounds
 from privbandit.services.secagg_rounds import AggregatorSecAgg, FleetSecAgg, from_messages, to_messages
 
 M = 2**40 + 15
 IDENTITY = UserIdentities(b"k" * 32)
 AUTH = ReportAuthenticator(12345)
+
+
+def _secure_round(round_id: int, cohort: int, mode: str = "complete", m: int = M) -> Round:
+    return Round(round_id, "aggregator", "sum", cohort, m=m, secagg=mode)
 
 
 def _wire(msg):
@@ -33,8 +36,8 @@ class _Session:
     """Two fleets and an aggregator, wired by in-memory queues through the codec."""
 
     def __init__(self, cohort: int, mode: str, values: dict, dropouts=(), tamper=None, fleets=2, first_user=0):
-        self.plan = RoundPlan(round_id=7, batch=1, arm=0, first_user=first_user, cohort=cohort,
-                              params=RoundParams(n=cohort, g=1, tau=0, m=M))
+        self.round = _secure_round(7, cohort, mode)
+        self.first_user = first_user
         self.queue: list = []
         self.released, self.aborted = [], []
         self.rejected = Counter()
@@ -55,15 +58,15 @@ class _Session:
         async def abort(round_id, reason):
             self.aborted.append(reason)
 
-        self.agg = AggregatorSecAgg("r1", 0, mode, 30.0, down, release, abort, self.rejected, AUTH)
-        self.fleets = [FleetSecAgg("r1", 0, i, fleets, mode, IDENTITY, up, AUTH) for i in range(fleets)]
+        self.agg = AggregatorSecAgg("r1", 0, 30.0, down, release, abort, self.rejected, AUTH)
+        self.fleets = [FleetSecAgg("r1", 0, i, fleets, IDENTITY, up, AUTH) for i in range(fleets)]
         self.values, self.dropouts = values, set(dropouts)
 
     async def run(self):
-        self.agg.open(self.plan)
+        self.agg.open(self.round, self.first_user)
         for i, fleet in enumerate(self.fleets):
-            mine = lambda u: ((u - self.plan.first_user) // USER_BLOCK) % len(self.fleets) == i  # noqa: E731
-            await fleet.start(self.plan, {u: v for u, v in self.values.items() if mine(u)},
+            mine = lambda u: ((u - self.first_user) // USER_BLOCK) % len(self.fleets) == i  # noqa: E731
+            await fleet.start(self.round, self.first_user, {u: v for u, v in self.values.items() if mine(u)},
                               [u for u in self.dropouts if mine(u)])
         while self.queue:
             where, msg = self.queue.pop(0)
@@ -106,7 +109,7 @@ def test_fleets_route_mail_by_the_public_block_layout():
     async def capture(msg):
         shares.append(_wire(msg))
 
-    s.agg.open(s.plan)
+    s.agg.open(s.round, first)
     s.agg.shards = 2
     s.agg.send = capture
     from privbandit.protocol.primitives.secagg.batch import CIPHERTEXT_BYTES, Shares
@@ -153,14 +156,14 @@ def test_an_empty_step_is_one_final_chunk():
 
 def test_malformed_and_misdirected_chunks_are_refused_by_reason():
     s = _Session(6, "complete", {u: 1 for u in range(6)})
-    s.agg.open(s.plan)
+    s.agg.open(s.round, 0)
 
     def msg(signer=None, **kw):
         base = dict(run="r1", task=0, round=7, step="advertise", shard=0, shards=1, chunk=0, final=True,
                     ids=np.array([1, 2], dtype="<u8"), records=b"short")
         m = codec.SecAggMsg(**(base | kw))  # signed as its fleet (or ``signer``) signs it
-        return m.model_copy(update={"tag": AUTH.chunk_tag("r1", 0, m.shard if signer is None else signer,
-                                                          codec.encode(m))})
+        return m.model_copy(update={"tag": AUTH.mac("secagg-chunk", "r1", 0, m.shard if signer is None else signer,
+                                                    payload=codec.encode(m))})
 
     # A chunk without its fleet's MAC, or with another fleet's, is refused before anything else.
     unsigned = msg(records=b"\0" * 256).model_copy(update={"tag": b""})

@@ -21,15 +21,13 @@ import aiomqtt
 import numpy as np
 import pytest
 
-from privbandit.experiment.config import ExperimentConfig
-from privbandit.experiment.runner import resolved_algorithms
-from privbandit.protocol.events import RoundPlan
+from privbandit import registry
 from privbandit.protocol.primitives.report_auth import ReportAuthenticator
-from privbandit.protocol.primitives.seeding import report_auth_master
-from privbandit.protocol.mechanisms.base import RoundParams
 from privbandit.protocol.primitives.secagg.batch import (ADVERT_RECORD, CIPHERTEXT_BYTES, Adverts, Masked, Shares,
-                                              UserIdentities, Unmasks)
+                                                         UserIdentities, Unmasks)
 from privbandit.protocol.primitives.secagg.protocol import LIMBS
+from privbandit.protocol.primitives.seeding import report_auth_master
+from privbandit.protocol.spine.events import Join, Plan, Round
 from privbandit.services import codec
 from privbandit.services.launcher import stop_process
 from privbandit.services.secagg_rounds import FleetSecAgg, from_messages, to_messages
@@ -60,12 +58,22 @@ def _without(step: str, batch, gone: set[int]):
 
 
 def _spec() -> dict:
-    config = ExperimentConfig.model_validate({
+    """Task 0's public spec, as the observer announces it: Dist-DP-SE with intermediary = secagg."""
+    family = registry.family("distributed-dp-mab")
+    config = family.load({
         "name": "st", "horizon": 1000, "seed": 1, "epsilon": 0.5, "runs": 1,
         "environment": {"kind": "uniform", "arms": 2},
-        "algorithms": {"A": {"algorithm": "dist-dp-se", "intermediary": "secagg", "secagg_graph": "complete"}}})
-    return {"index": 0, "run": 0, "label": "A", "algorithm": resolved_algorithms(config)["A"].model_dump(),
-            "horizon": 1000, "arms": 2, "delta": config.delta}
+        "algorithms": {"A": {"algorithm": "dist-dp-se", "intermediary": "secagg", "secagg_graph": "complete"}}},
+        "st.toml")
+    return codec.TaskSpec(index=0, runs=[0], label="A", family=family.name,
+                          public=family.public_task(config, "A", [0])).model_dump()
+
+
+def _plan(round_id: int) -> Plan:
+    """A plan opening one secure round of the whole cohort at the aggregator (as the family's
+    analyzer opens them: one join of every user)."""
+    rnd = Round(round_id, "aggregator", "sum", COHORT, m=M, secagg="complete")
+    return Plan(round_id, 0, COHORT, {}, (rnd,), (Join(round_id, 0, COHORT, COHORT),))
 
 
 FLEET_AUTH_MASTER = report_auth_master(0)
@@ -113,18 +121,19 @@ async def _wait_ready(url, run_id):
 _round_ids = iter(range(1, 10_000))
 
 
-async def _session(url, run_id, spec, step: str | None, gone: set[int], slow: float = 0.0, batch: int = 1,
-                   on_relay=None):
+async def _session(url, run_id, spec, step: str | None, gone: set[int], slow: float = 0.0, on_relay=None,
+                   resends: list | None = None):
     """One secure round through the aggregator process. Users ``gone`` vanish before sending
     ``step``; with ``slow``, fleet 1 (it hosts none of the cohort) sends ``step`` that late;
     ``on_relay(announce)`` runs once, when the aggregator's first relay of the round arrives
-    (``announce()`` publishes the task and the plan again, as the observer and analyzer would).
+    (``announce()`` publishes the task and the plan again, as the observer and analyzer would);
+    ``resends`` collects the rounds the aggregator asks the fleets to send again.
     Returns (release or None, error reason or None, elapsed seconds)."""
     host, port = url.removeprefix("mqtt://").split(":")
     t = lambda *p: "/".join(("pb", run_id, *p))  # noqa: E731
     round_id = next(_round_ids)
-    plan = RoundPlan(round_id=round_id, batch=batch, arm=0, first_user=0, cohort=COHORT,
-                     params=RoundParams(n=COHORT, g=1, tau=0, m=M))
+    plan = _plan(round_id)
+    (rnd,) = plan.opens
     async with aiomqtt.Client(host, int(port), identifier=f"{run_id}-t{round_id}") as c:
         await c.subscribe([(t("relay", "aggregator", "#"), 1), (t("relay", "aggregator"), 1),
                            (t("release", "aggregator"), 1), (t("metrics", "aggregator"), 1)])
@@ -135,7 +144,8 @@ async def _session(url, run_id, spec, step: str | None, gone: set[int], slow: fl
                 if shard == 0 and msg.step == step and gone:
                     batch = _without(step, from_messages(step, [msg]), gone)
                     msg = to_messages(step, batch, run=run_id, task=0, round_id=round_id, shard=0, shards=2)[0]
-                    msg = msg.model_copy(update={"tag": FLEET_AUTH.chunk_tag(run_id, 0, 0, codec.encode(msg))})
+                    msg = msg.model_copy(update={"tag": FLEET_AUTH.mac("secagg-chunk", run_id, 0, 0,
+                                                                       payload=codec.encode(msg))})
                 if delay:
                     asyncio.get_running_loop().call_later(delay, lambda: asyncio.ensure_future(
                         c.publish(t("report", "aggregator"), codec.encode(msg), qos=1)))
@@ -144,28 +154,32 @@ async def _session(url, run_id, spec, step: str | None, gone: set[int], slow: fl
             return send
 
         ident = UserIdentities(b"s" * 32)
-        fleets = [FleetSecAgg(run_id, 0, i, 2, "complete", ident, sender(i), FLEET_AUTH) for i in range(2)]
+        fleets = [FleetSecAgg(run_id, 0, i, 2, ident, sender(i), FLEET_AUTH) for i in range(2)]
+
         async def announce():
             await c.publish(t("control"), codec.encode(codec.ControlMsg(run=run_id, action="task", task=0,
                                                                         body=spec)), qos=1)
-            await c.publish(t("plan"), codec.encode(codec.PlanMsg(
-                run=run_id, task=0, round=round_id, batch=batch, arm=0, first_user=0, cohort=COHORT, collect=True,
-                params=codec.params_of(plan.params))), qos=1)
+            await c.publish(t("plan"), codec.encode(codec.plan_msg(run_id, 0, plan)), qos=1)
 
         await announce()
         start = time.monotonic()
-        await fleets[0].start(plan, VALUES, [])
-        await fleets[1].start(plan, {}, [])
+        await fleets[0].start(rnd, 0, VALUES, [])
+        await fleets[1].start(rnd, 0, {}, [])
         async with asyncio.timeout(30):
             async for message in c.messages:
                 msg = codec.decode(message.payload)
                 if getattr(msg, "round", round_id) != round_id:
                     continue
                 if isinstance(msg, codec.ReleaseMsg):
-                    return (msg.value, msg.n_reports), None, time.monotonic() - start
+                    assert msg.values.shape == (1, 1)  # the sum and nothing else
+                    return (int(msg.values[0, 0]), msg.n_reports), None, time.monotonic() - start
                 if isinstance(msg, codec.StatusMsg):
                     if msg.state == "error" and msg.body.get("round") == round_id:
                         return None, msg.body["reason"], time.monotonic() - start
+                    continue
+                if isinstance(msg, codec.ResendMsg):
+                    if resends is not None:  # a restarted aggregator asks; no fleet re-runs a secure round
+                        resends.append(msg.round)
                     continue
                 if on_relay is not None:
                     hook, on_relay = on_relay, None
@@ -213,7 +227,7 @@ def test_killing_the_secure_aggregator_mid_round(mosquitto_url, tmp_path):
     """SIGKILL the secure aggregator after it relayed a round's key directory, restart it from its
     state directory: that round is never re-run (a server that could ask twice could difference
     two sums over the same inputs), so it aborts at its next step deadline, naming round and step
-    and saying why; a round of a later batch then completes with the exact sum."""
+    and saying why; a later round then completes with the exact sum."""
     run_id = "k" + secrets.token_hex(4)
     log, state = tmp_path / "aggregator.log", tmp_path / "state"
     proc = _start_aggregator(mosquitto_url, run_id, log, "--state-dir", str(state))
@@ -227,10 +241,13 @@ def test_killing_the_secure_aggregator_mid_round(mosquitto_url, tmp_path):
         await announce()
 
     try:
-        release, error, _ = asyncio.run(_session(mosquitto_url, run_id, spec, None, set(), on_relay=crash))
+        resends = []
+        release, error, _ = asyncio.run(_session(mosquitto_url, run_id, spec, None, set(), on_relay=crash,
+                                                 resends=resends))
         assert release is None and error is not None
+        assert resends  # the restarted aggregator knew it may have lost what it had acknowledged
         assert error.startswith("round ") and "step 'advertise'" in error and "restarted" in error, error
-        release, error, _ = asyncio.run(_session(mosquitto_url, run_id, spec, None, set(), batch=3))
+        release, error, _ = asyncio.run(_session(mosquitto_url, run_id, spec, None, set()))
         assert error is None and release == (sum(VALUES.values()) % M, COHORT)
     finally:
         stop_process(proc)
