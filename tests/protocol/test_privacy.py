@@ -111,3 +111,18 @@ def test_ledger_groups_compose_sequentially_and_lanes_add():
     ledger.record(PureDP(0.1), lane="other")
     s = ledger.summary()
     assert s["epsilon_pure"] == pytest.approx(0.6) and s["releases"] == 4
+
+
+def test_a_ledger_with_no_release_states_zero_not_infinity():
+    """A run whose analyzer released nothing (a horizon shorter than the first batch) learned
+    nothing about any user: ε = 0, where the table used to print ∞."""
+    from privbandit.protocol.privacy import Ledger, NoneProven, PureDP
+
+    empty = Ledger("central", 1.0, 1e-6, users=100).summary()
+    assert empty["guarantee"] == "proven" and empty["epsilon_pure"] == 0.0 and empty["epsilon_at_delta"] == 0.0
+    one = Ledger("central", 1.0, 1e-6, users=100)
+    one.record(PureDP(1.0))
+    assert one.summary()["epsilon_pure"] == 1.0
+    unproven = Ledger("distributed", 1.0, 1e-6, users=100)
+    unproven.record(NoneProven("a shuffled multiset of residues"))
+    assert unproven.summary()["guarantee"] == "none proven" and unproven.summary()["epsilon_pure"] is None

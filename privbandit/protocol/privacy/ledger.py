@@ -169,10 +169,12 @@ class Ledger:
     def summary(self) -> dict:
         status = self.guarantee
         total = self._per_user()
-        proven = status == "proven" and self.releases > 0
+        proven = status == "proven"
         pure = total.pure if proven else math.inf
         eps_delta = math.inf
-        if proven:
+        if proven and self.releases == 0:  # the analyzer received nothing: 0-DP, not "∞"
+            pure = eps_delta = 0.0
+        elif proven:
             # The releases with curves and those with only (ε, δ) statements compose by basic
             # composition: the curve part gets what δ the statements leave.
             rest = self.delta - total.approx_delta
