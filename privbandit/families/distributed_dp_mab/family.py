@@ -4,6 +4,7 @@ how an experiment file becomes mechanisms, learners, worlds and party logic."""
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +65,53 @@ def build_learner(a: cfg.AlgorithmConfig, n_arms: int) -> SuccessiveElimination:
     return SuccessiveElimination(n_arms, GeometricSchedule(a.batch_growth), Lemma2Width(a.p, a.width_multiplier))
 
 
+def release_sizes(a: cfg.AlgorithmConfig, horizon: int) -> list[int]:
+    """Every round size n a run of ``a`` can release: l(b) per active arm, while it fits in T."""
+    if a.algorithm == "dp-se":  # DP-SE's releases are pure ε whatever their size
+        return [2]
+    sizes, b = [], 1
+    while (n := math.ceil(a.batch_growth ** b)) <= horizon:
+        sizes.append(n)
+        b += 1
+    return sizes or [horizon]
+
+
+@lru_cache(maxsize=256)
+def calibrated_epsilon(a: cfg.AlgorithmConfig, target: float, delta: float, horizon: int) -> float:
+    """The largest nominal ε at which every release ``a`` can make is (target, δ)-DP for its users.
+
+    Each user is in one release (one arm of one batch), so a user's guarantee is that release's; the
+    worst over the possible round sizes is what must meet the target. The release's ε at δ is the
+    ledger's own reading of its privacy event (pure ε, or the RDP/zCDP curve converted at δ), and it
+    grows with the nominal ε, so bisection on log ε finds the answer to 10⁻⁹ relative. Dropouts are
+    not planned for: a round released by fewer users spends more, as the ledger then records."""
+    sizes = release_sizes(a, horizon)
+    if a.intermediary == "shuffler" and build_mechanism(a).trust_model == "distributed":
+        raise ConfigError(f"calibrate: {a.algorithm} behind a shuffler releases every user's residue, which no proof "
+                          f"covers (the ledger says none proven): there is no ε to calibrate; set its epsilon")
+
+    def worst(eps: float) -> float:
+        mech = build_mechanism(a.model_copy(update={"epsilon": eps}))
+        ledger = Ledger(mech.trust_model, eps, delta, users=horizon)
+        spent = [ledger.event_epsilon(mech.privacy_event(mech.params(n))) for n in sizes]
+        if any(e is None for e in spent):
+            raise ConfigError(f"calibrate: {a.algorithm} has a release with no proven guarantee to calibrate")
+        return max(spent)
+
+    if worst(target) <= target:  # pure ε-DP releases: the nominal ε is the guarantee
+        return target
+    lo, hi = 1e-6, target
+    if worst(lo) > target:
+        raise ConfigError(f"calibrate: {a.algorithm} cannot reach ε = {target} at δ = {delta} (ε = {lo} spends "
+                          f"{worst(lo):.3g})")
+    for _ in range(80):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if worst(mid) <= target else (lo, mid)
+        if hi / lo - 1 < 1e-9:
+            break
+    return lo
+
+
 def build_instance(env: cfg.EnvironmentConfig, rng: np.random.Generator) -> BanditInstance:
     """One bandit instance; with kind = 'uniform' each run draws fresh means (20 instances, §7)."""
     if env.kind == "uniform":
@@ -112,7 +160,10 @@ class DistributedDpMab(Family):
         return config
 
     def algorithm(self, config, label: str) -> cfg.AlgorithmConfig:
-        return cfg.resolve_algorithm(config, label)
+        a = cfg.resolve_algorithm(config, label)
+        if config.calibrate and config.algorithms[label].epsilon is None and a.algorithm != "se":
+            a = a.model_copy(update={"epsilon": calibrated_epsilon(a, config.epsilon, delta_of(config), config.horizon)})
+        return a
 
     def intermediaries(self, config) -> list[str]:
         """The aggregator always; the shuffler when an algorithm routes through it."""
@@ -216,7 +267,10 @@ class DistributedDpMab(Family):
         }
 
     def experiment_summary(self, config) -> dict:
-        return {"preset": config.preset}
+        out = {"preset": config.preset}
+        if config.calibrate:  # each algorithm's solved ε is in algorithms.<label>.parameters.epsilon
+            out["calibrated_to"] = {"epsilon": config.epsilon, "delta": delta_of(config)}
+        return out
 
 
 FAMILY = DistributedDpMab()

@@ -1,0 +1,60 @@
+"""#13 item 4: comparisons at equal guarantees. With ``calibrate = true`` every algorithm's own ε
+is solved so that each user's guarantee, as the ledger reads it from what the analyzer receives,
+is (ε, δ)-DP at the experiment's ε and δ, not more and not much less."""
+
+from __future__ import annotations
+
+import pytest
+
+from privbandit.runner import run_file
+from privbandit.runner.config import ConfigError
+
+EXPERIMENT = """
+name = "calibrated"
+horizon = 20000
+seed = 4
+epsilon = {epsilon}
+runs = 1
+calibrate = true
+[environment]
+kind = "uniform"
+arms = 3
+[algorithms.DP-SE]
+[algorithms.Dist-DP-SE]
+[algorithms.Dist-RDP-SE]
+[algorithms.Dist-CDP-SE]
+[algorithms.LDP-SE]
+[algorithms.nominal]
+algorithm = "dist-rdp-se"
+epsilon = {epsilon}
+"""
+
+
+@pytest.mark.parametrize("epsilon", [0.1, 0.5, 1.0])
+def test_every_algorithm_spends_the_target_and_no_more(tmp_path, epsilon):
+    path = tmp_path / "c.toml"
+    path.write_text(EXPERIMENT.format(epsilon=epsilon))
+    summary = run_file(path).summary
+    delta = summary["calibrated_to"]["delta"]
+    assert summary["calibrated_to"]["epsilon"] == epsilon and delta == pytest.approx(1 / (10 * 20000))
+    for label in ("DP-SE", "Dist-DP-SE", "Dist-RDP-SE", "Dist-CDP-SE", "LDP-SE"):
+        p = summary["privacy"][label]
+        spent = p["epsilon_pure"] if p["epsilon_pure"] is not None else p["epsilon_at_delta"]
+        assert p["guarantee"] == "proven" and p["delta"] == delta
+        assert epsilon * (1 - 1e-6) <= spent <= epsilon * (1 + 1e-9), (label, spent)
+    # Pure-DP mechanisms keep the nominal ε; the approximate-DP ones need much less noise budget.
+    params = {label: a["parameters"]["epsilon"] for label, a in summary["algorithms"].items()}
+    assert params["Dist-DP-SE"] == params["DP-SE"] == epsilon
+    assert params["Dist-RDP-SE"] < epsilon / 2 and params["Dist-CDP-SE"] < epsilon / 2
+    # A table that names its own ε is not calibrated, and spends what it spends.
+    assert params["nominal"] == epsilon and summary["privacy"]["nominal"]["epsilon_at_delta"] > 2 * epsilon
+
+
+def test_an_unprovable_release_is_refused_by_name(tmp_path):
+    """Behind a shuffler the analyzer gets every user's residue: no proof covers it, so there is no
+    ε to solve for, and the experiment is refused before any work, naming the algorithm."""
+    path = tmp_path / "c.toml"
+    path.write_text(EXPERIMENT.format(epsilon=0.5).split("[algorithms.DP-SE]")[0]
+                    + '[algorithms.shuffled]\nalgorithm = "dist-dp-se"\nintermediary = "shuffler"\n')
+    with pytest.raises(ConfigError, match="dist-dp-se behind a shuffler.*none proven"):
+        run_file(path)
