@@ -326,3 +326,27 @@ def test_traffic_adversaries_are_checked_by_name_and_refused_in_process(tmp_path
     assert not (tmp_path / "o" / "summary.json").exists()
     config, _ = load_experiment(path, ["traffic_adversaries=[]"])  # the honest reference, in-process
     assert run(config)[0]["Dist-DP-SE"][0].reports > 0
+
+
+@pytest.mark.parametrize("party, var, master", [
+    ("analyzer", "PRIVBANDIT_ANALYZER_KEY", "analyzer_master_key"),
+    ("shuffler", "PRIVBANDIT_SHUFFLE_KEY", "shuffler_master_key"),
+    ("intermediary", "PRIVBANDIT_REPORT_AUTH_KEY", "report_auth_master"),
+])
+def test_privbandit_keys_writes_the_key_the_launcher_gives(tmp_path, party, var, master):
+    """Compose deployments get their keys from `privbandit keys`: the same keys `privbandit run
+    --transport mqtt` derives from the experiment's seed, in a file only its owner can read."""
+    import stat
+
+    from typer.testing import CliRunner
+
+    from privbandit.cli import app
+    from privbandit.protocol.primitives import seeding
+
+    exp = ROOT / "experiments" / "demo.toml"
+    result = CliRunner().invoke(app, ["keys", "--experiment", str(exp), "--out", str(tmp_path), "--party", party,
+                                      "--set", "seed=4242"])
+    assert result.exit_code == 0, (result.stderr, result.exception)
+    path = tmp_path / f"{party}.env"
+    assert path.read_text() == f"{var}={hex(getattr(seeding, master)(4242))}\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
