@@ -576,7 +576,7 @@ def keys(
         err.print(f"[bold red]error:[/] --party {party!r}: choose analyzer, shuffler or intermediary")
         raise typer.Exit(2)
     var, master = derive[party]
-    config = _world(experiment, set_)
+    _, config = _world(experiment, set_)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{party}.env"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # never readable by others

@@ -9,12 +9,44 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from privbandit.experiment.config import ConfigError, load_experiment, resolve_algorithm
-from privbandit.experiment.results import summarize
-from privbandit.experiment.runner import run_experiment
+from privbandit import registry
+from privbandit.runner import config as experiment_files
+from privbandit.runner.config import ConfigError
+from privbandit.runner.results import summarize
+from privbandit.runner.tasks import run_experiment
 
 ROOT = Path(__file__).resolve().parent.parent
-EXPERIMENTS = sorted((ROOT / "experiments").glob("*.toml"))
+# Families with committed experiment files that may not be plug-ins of the spine yet (the port is
+# under way): while one is unregistered its files cannot load, and say so (a strict xfail on the
+# ConfigError naming the family); once registered, its files are checked like every other.
+NOT_YET_PLUGGED_IN = {"shuffle-linear-bandits"}
+
+
+def _experiment_cases():
+    cases = []
+    for path in sorted((ROOT / "experiments").glob("*.toml")):
+        family = experiment_files.read_experiment_data(path).get("family", experiment_files.DEFAULT_FAMILY)
+        missing = family in NOT_YET_PLUGGED_IN and family not in registry.family_names()
+        marks = ([pytest.mark.xfail(raises=ConfigError, strict=True, reason=f"{family} is not a registered family")]
+                 if missing else [])
+        cases.append(pytest.param(path, id=path.name, marks=marks))
+    return cases
+
+
+def load_experiment(path, overrides=()):
+    """An experiment file as ``privbandit run`` loads it: (config, family)."""
+    family, config = experiment_files.load(path, list(overrides))
+    return config, family
+
+
+def resolve_algorithm(config, label):
+    """An algorithm's table with every default filled in (the preset's, the experiment's ε)."""
+    return registry.family(config.family).algorithm(config, label)
+
+
+def run(config, jobs=1):
+    """(results by label, compute seconds, wall time) of every run, in-process."""
+    return run_experiment(registry.family(config.family), config, jobs=jobs)
 
 
 def _write(tmp_path, text):
@@ -32,46 +64,77 @@ epsilon = 0.5
 """
 
 
-@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", _experiment_cases())
 def test_every_experiment_file_loads_and_takes_the_common_overrides(path):
-    from privbandit.experiment.families import DEFAULT_FAMILY, family_module, family_of
-
-    family = family_of(path)
-    if family != DEFAULT_FAMILY:  # other families validate with their own config model
-        config = family_module(family).load(path, ["horizon=1000000", "seed=9", "epsilon=0.25"])
-        assert (config.horizon, config.seed, config.epsilon) == (1_000_000, 9, 0.25)
-        return
-    config, _ = load_experiment(path, ["horizon=1000000", "seed=9", "epsilon=0.25"])
+    config, family = load_experiment(path, ["horizon=1000000", "seed=9", "epsilon=0.25"])
+    assert family.name == config.family
     assert (config.horizon, config.seed, config.epsilon) == (1_000_000, 9, 0.25)
-    for label in config.algorithms:
-        assert resolve_algorithm(config, label).epsilon == 0.25
+    for label in family.labels(config):  # the top-level ε reaches every algorithm (none sets its own)
+        assert family.algorithm(config, label).epsilon == 0.25, label
 
 
 @pytest.mark.parametrize(
-    "text, overrides, field",
+    "text, overrides, field, allowed",
     [
-        (BASE.replace("horizon = 2000", "horizon = 1"), [], "horizon"),
-        (BASE, ["epsilon=-1"], "epsilon"),
-        (BASE, ["epsilon=nan"], "epsilon"),
-        (BASE, ["runs=0"], "runs"),
-        (BASE, ["algorithms.Dist-DP-SE.s=0.5"], "algorithms.Dist-DP-SE.s"),
-        (BASE, ["algorithms.Dist-DP-SE.batch_growth=1"], "algorithms.Dist-DP-SE.batch_growth"),
-        (BASE, ["algorithms.Dist-DP-SE.p=2"], "algorithms.Dist-DP-SE.p"),
-        (BASE, ["algorithms.Dist-DP-SE.colour=3"], "algorithms.Dist-DP-SE.colour"),
-        (BASE, ["horizn=5"], "horizn"),
-        (BASE, ["environment.low=0.9", "environment.high=0.1"], "environment"),
-        (BASE, ["environment.reward=poisson"], "environment.reward"),
-        (BASE, ["nosuch.table.x=1"], "nosuch"),
-        (BASE, ["horizon"], "key=value"),
-        (BASE + "[algorithms.Mine]\n", [], "algorithms.Mine.algorithm"),
-        (BASE.replace("[algorithms.Dist-DP-SE]", 'environment = "x"'), [], "environment"),
-        ("horizon = [", [], "not valid TOML"),
+        (BASE.replace("horizon = 2000", "horizon = 1"), [], "horizon", "greater than or equal to 2 (got 1)"),
+        (BASE, ["epsilon=-1"], "epsilon", "greater than 0 (got -1)"),
+        (BASE, ["epsilon=nan"], "epsilon", "finite number"),
+        (BASE, ["runs=0"], "runs", "greater than or equal to 1 (got 0)"),
+        (BASE, ["algorithms.Dist-DP-SE.s=0.5"], "algorithms.Dist-DP-SE.s", "greater than or equal to 1 (got 0.5)"),
+        (BASE, ["algorithms.Dist-DP-SE.batch_growth=1"], "algorithms.Dist-DP-SE.batch_growth", "greater than 1"),
+        (BASE, ["algorithms.Dist-DP-SE.p=2"], "algorithms.Dist-DP-SE.p", "less than or equal to 1 (got 2)"),
+        (BASE, ["algorithms.Dist-DP-SE.colour=3"], "algorithms.Dist-DP-SE.colour", "Extra inputs are not permitted"),
+        (BASE, ["horizn=5"], "horizn", "Extra inputs are not permitted"),
+        (BASE, ["environment.low=0.9", "environment.high=0.1"], "environment", "low=0.9 must be < high=0.1"),
+        (BASE, ["environment.reward=poisson"], "environment.reward", "'gaussian', 'bernoulli' or 'categorical'"),
+        (BASE, ["nosuch.table.x=1"], "nosuch", "Extra inputs are not permitted"),
+        (BASE, ["horizon"], "key=value", "--set horizon=1000000"),
+        (BASE, ["horizon.x=1"], "horizon", "is a value, not a table"),
+        (BASE + "[algorithms.Mine]\n", [], "algorithms.Mine.algorithm", "Field required"),
+        (BASE.replace("[algorithms.Dist-DP-SE]", 'environment = "x"'), [], "environment", "valid dictionary"),
+        ("horizon = [", [], "not valid TOML", "not valid TOML"),
+        ('family = "private-online-learning"\nhorizon = 100\n[environment]\nmeans = [0.2, 0.8]\n'
+         '[algorithms.x]\nalgorithm = "ucb"\n', [], "algorithms.x.algorithm",
+         "'anytime-lazy-ucb', 'hybrid-ucb', 'dp-se' or 'ftnl' (got 'ucb')"),
     ],
 )
-def test_bad_files_and_overrides_name_the_field(tmp_path, text, overrides, field):
+def test_bad_files_and_overrides_name_the_field_and_what_it_allows(tmp_path, text, overrides, field, allowed):
     with pytest.raises(ConfigError) as exc:
         load_experiment(_write(tmp_path, text), overrides)
-    assert field in str(exc.value)
+    lines = [line for line in str(exc.value).splitlines() if field in line]
+    assert lines, str(exc.value)
+    assert any(allowed in line for line in lines), str(exc.value)  # on the same line as the field
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["run", "experiments/quickstart.toml", "--jobs", "0"], "--jobs 0: must be ≥ 1"),
+    (["run", "experiments/quickstart.toml", "--transport", "tcp"], "--transport 'tcp': choose inproc or mqtt"),
+    (["run", "experiments/quickstart.toml", "--transport", "mqtt", "--shards", "0"], "--shards 0: must be ≥ 1"),
+    (["run", "experiments/quickstart.toml", "--transport", "mqtt", "--restart-on-crash", "-1"],
+     "--restart-on-crash -1: must be ≥ 0"),
+    (["run", "experiments/quickstart.toml", "--runs", "0"], "runs: Input should be greater than or equal to 1 (got 0)"),
+    (["run", "experiments/quickstart.toml", "--set", "algorithms.DP-SE.p=0"],
+     "algorithms.DP-SE.p: Input should be greater than 0 (got 0)"),
+    (["run", "experiments/no-such.toml"], "no such experiment file"),
+    (["demo", "--shards", "0"], "--shards 0: must be ≥ 1"),
+    (["attack", "colluders", "experiments/attacks.toml", "--jobs", "0"], "--jobs 0: must be ≥ 1"),
+    (["attack", "nope"], "adversary 'nope' is not one of max-shift"),
+    (["attack", "flood", "--broker", "mqtt://127.0.0.1:1883", "--duration", "0"], "--duration 0.0: must be > 0"),
+    (["users", "--shard", "x", "--experiment", "experiments/demo.toml"], "--shard 'x': expected i/N"),
+])
+def test_bad_command_line_options_are_refused_by_name_with_exit_2(tmp_path, monkeypatch, argv, words):
+    from typer.testing import CliRunner
+
+    from privbandit.cli import app
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr("privbandit.runner.tasks.execute", lambda task: pytest.fail("a task ran"))
+    monkeypatch.setattr("privbandit.services.launcher.launch", lambda *a, **k: pytest.fail("a session started"))
+    out = ["--out", str(tmp_path / "o")] if argv[0] in ("run", "demo") else []
+    result = CliRunner().invoke(app, [*argv, *out])
+    assert result.exit_code == 2, (result.stdout, result.stderr, result.exception)
+    assert words in " ".join(result.stderr.split()), result.stderr
+    assert not (tmp_path / "o").exists()  # refused before any work
 
 
 def test_override_values_parse_as_toml(tmp_path):
@@ -91,15 +154,16 @@ def test_presets_fill_only_unset_fields(tmp_path):
 
 
 def test_missing_means_file_fails_before_any_run(tmp_path):
-    config, _ = load_experiment(_write(tmp_path, BASE), ["environment.kind=means-file", 'environment.path="nope.json"'])
-    with pytest.raises(ConfigError, match="nope.json"):
-        run_experiment(config, jobs=1)
+    # Loading the file already builds run 0's world, so `privbandit run` stops before any task.
+    with pytest.raises(ConfigError, match="algorithms.Dist-DP-SE: .*nope.json"):
+        load_experiment(_write(tmp_path, BASE), ["environment.kind=means-file", 'environment.path="nope.json"'])
 
 
 def test_results_do_not_depend_on_worker_count(tmp_path):
     config, _ = load_experiment(_write(tmp_path, BASE + "[algorithms.DP-SE]\n"), ["runs=3", "horizon=30000"])
-    one = summarize(config, *run_experiment(config, jobs=1))
-    two = summarize(config, *run_experiment(config, jobs=2))
+    family = registry.family(config.family)
+    one = summarize(family, config, *run(config, jobs=1))
+    two = summarize(family, config, *run(config, jobs=2))
     for label in one["algorithms"]:
         for key in ("regret_final_mean", "regret_final_stderr", "realized_regret_final_mean", "wrap_arounds"):
             assert one["algorithms"][label][key] == two["algorithms"][label][key]
@@ -157,39 +221,49 @@ def test_privbandit_run_reports_bad_input_and_exits_2(tmp_path):
         (["keys", "--experiment", "experiments/demo.toml", "--out", "/tmp/x", "--party", "me"], {}, 2, "--party"),
     ],
 )
-def test_party_commands_fail_clearly(argv, env, code, words):
-    import os
+def test_party_commands_fail_clearly(monkeypatch, argv, env, code, words):
+    from typer.testing import CliRunner
 
-    proc = subprocess.run([sys.executable, "-m", "privbandit", *argv], capture_output=True, text=True,
-                          timeout=60, cwd=ROOT, env={**os.environ, **env})
-    assert proc.returncode == code, proc.stderr
-    assert words in " ".join((proc.stderr + proc.stdout).split()), proc.stderr
+    from privbandit.cli import app
+
+    monkeypatch.chdir(ROOT)
+    for name in [k for k in os.environ if k.startswith("PRIVBANDIT_")]:  # only what the case gives
+        monkeypatch.delenv(name)
+    if code == 1:  # a party that starts serving: its own process (it registers signal handlers)
+        proc = subprocess.run([sys.executable, "-m", "privbandit", *argv], capture_output=True, text=True,
+                              timeout=60, env={**os.environ, **env})
+        result_code, stderr, stdout = proc.returncode, proc.stderr, proc.stdout
+    else:
+        result = CliRunner().invoke(app, argv, env=env)
+        result_code, stderr, stdout = result.exit_code, result.stderr, result.stdout
+    assert result_code == code, stderr
+    assert words in " ".join((stderr + stdout).split()), stderr
 
 
 def test_secure_aggregation_releases_what_the_ideal_sum_releases(tmp_path, monkeypatch):
     """intermediary = "secagg" runs a real Bonawitz-style round per (batch, arm): users mask, the
     server unmasks. Every decoded sum, and so every number of the run, equals the ideal mode's."""
-    from privbandit.protocol.parties import secure_aggregator
+    from privbandit.protocol.primitives.secagg import driver
 
     calls = []
-    real = secure_aggregator.secure_sum
-    monkeypatch.setattr(secure_aggregator, "secure_sum", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = driver.secure_sum
+    monkeypatch.setattr(driver, "secure_sum", lambda *a, **k: calls.append(1) or real(*a, **k))
     path = _write(tmp_path, BASE.replace("horizon = 2000", "horizon = 700") + "[environment]\narms = 3\n")
     runs = {}
     for mode in ("auto", "secagg"):
         config, _ = load_experiment(path, ["runs=1", f"algorithms.Dist-DP-SE.intermediary={mode}"])
-        runs[mode] = run_experiment(config, jobs=1)[0]["Dist-DP-SE"][0]
+        runs[mode] = run(config)[0]["Dist-DP-SE"][0]
     secagg, ideal = runs["secagg"], runs["auto"]
     assert [r["estimate_sum"] for r in secagg.rounds] == [r["estimate_sum"] for r in ideal.rounds]
-    assert np.array_equal(secagg.pseudo_regret, ideal.pseudo_regret) and secagg.privacy == ideal.privacy
+    assert np.array_equal(secagg.pseudo, ideal.pseudo) and np.array_equal(secagg.realized, ideal.realized)
+    assert secagg.privacy == ideal.privacy
     assert len(secagg.rounds) > 10 and len(calls) == len(secagg.rounds)  # every release went through SecAgg
 
 
 def test_secure_aggregation_needs_a_modular_mechanism(tmp_path):
     path = _write(tmp_path, BASE + '[algorithms.DP-SE]\nintermediary = "secagg"\n')
-    config, _ = load_experiment(path)
-    with pytest.raises(ConfigError, match="modular-sum"):
-        run_experiment(config, jobs=1)
+    with pytest.raises(ConfigError, match="algorithms.DP-SE: intermediary = 'secagg' needs a modular-sum"):
+        load_experiment(path)  # refused with the file, before any run
 
 
 @pytest.mark.parametrize("override, expected", [
@@ -213,7 +287,7 @@ def test_unknown_family_is_refused_by_name(tmp_path):
 
 
 def test_privbandit_attack_lists_every_adversary_and_compares_honest_with_attacked(tmp_path):
-    from privbandit.protocol.adversaries import catalogue
+    from privbandit.cli import adversary_catalogue as catalogue
 
     helptext = subprocess.run([sys.executable, "-m", "privbandit", "attack", "--help"], capture_output=True,
                               text=True, env={**os.environ, "COLUMNS": "200"}).stdout
@@ -237,8 +311,8 @@ def test_privbandit_attack_lists_every_adversary_and_compares_honest_with_attack
 
 
 def test_traffic_adversaries_are_checked_by_name_and_refused_in_process(tmp_path):
-    from privbandit.experiment.config import TRAFFIC_ADVERSARY_KINDS
-    from privbandit.protocol.adversaries import TRAFFIC_ADVERSARIES
+    from privbandit.families.distributed_dp_mab.config import TRAFFIC_ADVERSARY_KINDS
+    from privbandit.services.hostile import TRAFFIC_ADVERSARIES
 
     assert set(TRAFFIC_ADVERSARY_KINDS) == set(TRAFFIC_ADVERSARIES)  # the config accepts what exists
     with pytest.raises(ConfigError) as e:
@@ -252,4 +326,28 @@ def test_traffic_adversaries_are_checked_by_name_and_refused_in_process(tmp_path
     assert proc.returncode == 2 and "--transport mqtt" in proc.stderr and "traffic_adversaries" in proc.stderr
     assert not (tmp_path / "o" / "summary.json").exists()
     config, _ = load_experiment(path, ["traffic_adversaries=[]"])  # the honest reference, in-process
-    assert run_experiment(config, jobs=1)[0]["Dist-DP-SE"][0].reports > 0
+    assert run(config)[0]["Dist-DP-SE"][0].reports > 0
+
+
+@pytest.mark.parametrize("party, var, master", [
+    ("analyzer", "PRIVBANDIT_ANALYZER_KEY", "analyzer_master_key"),
+    ("shuffler", "PRIVBANDIT_SHUFFLE_KEY", "shuffler_master_key"),
+    ("intermediary", "PRIVBANDIT_REPORT_AUTH_KEY", "report_auth_master"),
+])
+def test_privbandit_keys_writes_the_key_the_launcher_gives(tmp_path, party, var, master):
+    """Compose deployments get their keys from `privbandit keys`: the same keys `privbandit run
+    --transport mqtt` derives from the experiment's seed, in a file only its owner can read."""
+    import stat
+
+    from typer.testing import CliRunner
+
+    from privbandit.cli import app
+    from privbandit.protocol.primitives import seeding
+
+    exp = ROOT / "experiments" / "demo.toml"
+    result = CliRunner().invoke(app, ["keys", "--experiment", str(exp), "--out", str(tmp_path), "--party", party,
+                                      "--set", "seed=4242"])
+    assert result.exit_code == 0, (result.stderr, result.exception)
+    path = tmp_path / f"{party}.env"
+    assert path.read_text() == f"{var}={hex(getattr(seeding, master)(4242))}\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600

@@ -180,6 +180,12 @@ class IntermediaryService(PartyService):
         for j in joins:  # a re-announced plan of a round released: the analyzer may have lost it
             if j.round_id in self.released:
                 await self.bus.publish(self.t("release", self.role), self.released[j.round_id])
+            elif (plan.id in self.plans and j.round_id in box.rounds and j.round_id not in self.asked
+                  and box.rounds[j.round_id].round.secagg is None):
+                # A plan announced again while its round is open here: the analyzer has waited
+                # for a release in vain, so reports may be lost (sent to this party before it
+                # restarted, or with a lost broker, in a round opened after its first release).
+                await self.ask_again(j.round_id)
         new = [r for r in mine if r.id not in box.rounds and r.id not in box.closed and r.id not in self.failed]
         try:
             for rnd in new:

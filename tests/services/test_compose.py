@@ -17,9 +17,10 @@ import aiomqtt
 import pytest
 import typer
 import yaml
+from typer.testing import CliRunner
 
 from privbandit.cli import app
-from privbandit.experiment.config import load_experiment
+from privbandit.runner import config as experiment_files
 from privbandit.protocol.primitives.seeding import analyzer_master_key
 from privbandit.services import acl, compose
 
@@ -88,9 +89,10 @@ def test_every_command_matches_the_cli():
                 assert not arg.startswith("-") or arg in options, f"service {name}: `privbandit {cmd}` has no {arg}"
             used[cmd] = name
     assert set(used) >= {"broker-config", "keys", "observer", "analyzer", "aggregator", "users"}
+    runner = CliRunner()
     for cmd, name in used.items():
-        result = subprocess.run([sys.executable, "-m", "privbandit", cmd, "--help"], capture_output=True, text=True)
-        assert result.returncode == 0, f"service {name}: privbandit {cmd} --help: {result.stderr}"
+        result = runner.invoke(app, [cmd, "--help"])
+        assert result.exit_code == 0, f"service {name}: privbandit {cmd} --help: {result.stderr}"
 
 
 def test_the_parties_agree_on_broker_run_and_roles():
@@ -181,7 +183,7 @@ def test_up_runs_the_compose_topology_as_local_processes(tmp_path):
     assert summary["transport"] == "mqtt" and summary["experiment"] == "demo"
     assert summary["parties_missing_stats"] == [] and summary["rejected"] == {}
     # The analyzer got the key `privbandit run` would give it, so the numbers are the same.
-    seed = load_experiment(work / "experiments" / "demo.toml")[0].seed
+    seed = experiment_files.load(work / "experiments" / "demo.toml")[1].seed
     key = (work / "deploy" / "analyzer-key" / "analyzer.env").read_text()
     assert f"PRIVBANDIT_ANALYZER_KEY={hex(analyzer_master_key(seed))}" in key
     # Every party logged in to Mosquitto with its own role's generated password.

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
-from dp_accounting.rdp import compute_epsilon
 
 from privbandit.protocol.privacy.events import ORDERS, REPORTED_ORDERS, PrivacyEvent
 
@@ -46,6 +45,10 @@ def rdp_to_dp(rdp: np.ndarray, delta: float, orders: np.ndarray = ORDERS) -> flo
     finite = np.isfinite(rdp)
     if not finite.any():
         return math.inf
+    # Imported here: dp_accounting pulls in scipy.signal and friends (~1.5 s), which every party
+    # process would otherwise pay at start, though only the ledger's summary converts.
+    from dp_accounting.rdp import compute_epsilon
+
     eps, _ = compute_epsilon(orders[finite].tolist(), rdp[finite].tolist(), delta)
     return float(eps)
 

@@ -7,7 +7,6 @@ n shares of ``Sk(0, σ²/n)`` sum to ``Sk(0, σ²)``.
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 
 
 def sample_skellam(variance: float, size: int, rng: np.random.Generator) -> np.ndarray:
@@ -19,4 +18,6 @@ def sample_skellam(variance: float, size: int, rng: np.random.Generator) -> np.n
 
 
 def skellam_pmf(x: np.ndarray, variance: float) -> np.ndarray:
+    from scipy import stats  # here: scipy.stats takes ~1 s to import, and only tests need the pmf
+
     return stats.skellam.pmf(np.asarray(x), variance / 2.0, variance / 2.0)
