@@ -28,9 +28,8 @@ from pathlib import Path
 
 import aiomqtt
 
-from privbandit.experiment.config import load_experiment
-from privbandit.experiment.runner import run_experiment
 from privbandit.protocol.primitives.seeding import USER_BLOCK
+from privbandit.runner import config as experiment_files, tasks
 from privbandit.services.launcher import launch
 
 EXPERIMENT = """
@@ -46,13 +45,13 @@ kind = "uniform"
 SHUFFLED = 'algorithm = "dist-rdp-se"\nintermediary = "shuffler"\n'
 
 
-def _session(config, path: Path, out: Path, broker: str, shards: int, checkpoint: bool) -> tuple[float, dict]:
+def _session(family, config, path: Path, out: Path, broker: str, shards: int, checkpoint: bool) -> tuple[float, dict]:
     t0 = time.perf_counter()
-    assert launch(config, path, [], out, broker_url=broker, shards=shards, checkpoint=checkpoint) == 0
+    assert launch(family, config, path, [], out, broker_url=broker, shards=shards, checkpoint=checkpoint) == 0
     return time.perf_counter() - t0, json.loads((out / "summary.json").read_text())
 
 
-def checkpoint_cost(args, config, path: Path, tmp: Path, label: str) -> None:
+def checkpoint_cost(args, family, config, path: Path, tmp: Path, label: str) -> None:
     from statistics import median
 
     from privbandit.services.checkpoint import StateDir, decode_checkpoint
@@ -60,7 +59,8 @@ def checkpoint_cost(args, config, path: Path, tmp: Path, label: str) -> None:
     walls = {True: [], False: []}
     for i in range(args.repeat):
         for checkpoint in (True, False):
-            _, summary = _session(config, path, tmp / f"out-{checkpoint}-{i}", args.broker, args.shards, checkpoint)
+            _, summary = _session(family, config, path, tmp / f"out-{checkpoint}-{i}", args.broker, args.shards,
+                                  checkpoint)
             # the observer's time for the task (first plan to last truth), without process start-up
             walls[checkpoint].append(args.horizon / summary["algorithms"][label]["users_per_s"])
     rounds = summary["algorithms"][label]["rounds_per_run"]
@@ -120,13 +120,14 @@ def main() -> None:
         path = Path(tmp) / "bench.toml"
         path.write_text(EXPERIMENT.format(horizon=args.horizon, label=label,
                                           extra=SHUFFLED if args.intermediary == "shuffler" else ""))
-        config, _ = load_experiment(path)
+        family, config = experiment_files.load(path)
         if args.checkpoint_cost:
-            return checkpoint_cost(args, config, path, Path(tmp), label)
-        results, _, compute, _ = run_experiment(config, jobs=1)
+            return checkpoint_cost(args, family, config, path, Path(tmp), label)
+        tasks.run_experiment(family, config, jobs=1)  # warm: the first task pays lazy imports (dp-accounting, scipy)
+        _, compute, _ = tasks.run_experiment(family, config, jobs=1)
         inproc = args.horizon / compute["Dist-DP-SE"]
         t0 = time.perf_counter()
-        assert launch(config, path, [], Path(tmp) / "out", broker_url=args.broker, shards=args.shards) == 0
+        assert launch(family, config, path, [], Path(tmp) / "out", broker_url=args.broker, shards=args.shards) == 0
         wall = time.perf_counter() - t0
         summary = json.loads((Path(tmp) / "out" / "summary.json").read_text())
     a = summary["algorithms"]["Dist-DP-SE"]
