@@ -1,219 +1,291 @@
-"""The parties of the shuffle-model linear bandits (Chowdhury & Zhou 2022, Algorithm 1) as sans-I/O
-objects for one run: the MQTT services (privbandit/services/linear.py) move their events. They run
-the same mechanism objects, learner and random streams (protocol/linear_streams.py) as the in-process
-engine (protocol/linear_engine.py), which steps all runs stacked, so both give the same numbers.
+"""Algorithm 1 of Chowdhury & Zhou (ICML 2022) as the spine's analyzer and user logic.
 
-- :class:`LinearAnalyzer`: BatchedLinUCB; opens one batch at a time (:class:`LinearPlan`, the
-  broadcast (θ̂, V⁻¹, β)), decodes the shuffler's :class:`LinearRelease` and updates (lines 13–16).
-  It never sees a report or ground truth.
-- :class:`LinearUsers`: the users of one run. From a plan and their own context each user picks her
-  arm (line 4), observes her reward, randomizes [φy, upper(φφᵀ)] locally (line 7) and reports;
-  ground truth goes to :class:`LinearTruth`, for the observer only. With fixed arms (the paper's
-  experiments) every user of a batch has the same context, so the batch's choice is one computation.
-- :class:`LinearShuffleBox`: one batch at the shuffler: admits each invited user once, then releases
-  P_Vec's per-label totals or P_Amp's uniformly permuted list (line 11): no ids, no order.
+- :class:`LinearServer` (the analyzer's logic): batched LinUCB. It opens one batch at a time: a plan
+  to the batch's B users with the broadcast (θ̂, V⁻¹, β) (line 16) and, for a full batch, one round
+  at the intermediary its trust path names; it decodes the release into (ũ, Ṽ) and updates
+  (lines 13–15). A trailing partial batch is served from the last model and never aggregated
+  (Algorithm 1 only updates at t = mB; spec §11 item 15). It never sees a report (only releases),
+  ground truth, or the run seed (only its own key per run).
+- :class:`LinearUsers` (the users' logic): from the plan and their own context each user picks her
+  arm (line 4), observes her reward, and reports [φy, upper(φφᵀ)] randomized by her trust path's
+  randomizer (line 7), or raw (φ, y) to a trusted analyzer. With fixed arms (the paper's
+  experiments) every user of a batch has the same context, so a batch's choice is one computation.
+
+The round a plan opens says what leaves the intermediary (line 11):
+
+=================  ==========  ========  ===========================================================
+algorithm          at          rule      report (width)
+=================  ==========  ========  ===========================================================
+LinUCB             aggregator  pass      raw (φ, y) (d + 1) to the trusted analyzer
+LinUCB-JDP         aggregator  pass      raw (φ, y); the analyzer releases prefix sums by the tree
+LinUCB-LDP         aggregator  pass      Gaussian-noised entries (D = d + d(d+1)/2), attributable
+LinUCB-SDP-Amp     shuffler    shuffle   Gaussian-noised entries, S1 and S2 permuted independently
+LinUCB-SDP-Vec     shuffler    sum       per-label bit counts; only the totals leave the shuffler
+=================  ==========  ========  ===========================================================
+
+Everything carries the runs axis first: the in-process engine steps all runs of an algorithm at
+once (their batches line up), over MQTT one task is one run, and a run's numbers never depend on
+the runs stacked with it (per-run streams; :class:`~.learners.BatchedLinUCB` decides per run).
 """
 
 from __future__ import annotations
 
-from collections import Counter
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from privbandit.protocol.learners.batched_linucb import BatchedLinUCB, arm_outer, ucb_actions
-from privbandit.protocol.linear_streams import BlockStreams, user_noise, user_uniforms
-from privbandit.protocol.mechanisms import shuffle_linear_bandits as slb
-from privbandit.protocol.parties.intermediary import Intermediary, ProtocolError
+from privbandit.families.shuffle_linear_bandits import mechanisms as slb
+from privbandit.families.shuffle_linear_bandits import params as lp
+from privbandit.families.shuffle_linear_bandits.learners import BatchedLinUCB, arm_outer, ucb_actions
+from privbandit.families.shuffle_linear_bandits.world import LinearInstances, UserUniforms, bounds
+from privbandit.protocol.privacy import PrivacyEvent
+from privbandit.protocol.spine.errors import ProtocolError
+from privbandit.protocol.spine.events import Join, Plan, Release, Round, Truth
+from privbandit.protocol.spine.family import BlockAnswer, Spend
+from privbandit.protocol.spine.observer import checkpoints_in
+
+RAW = ("linucb", "linucb-jdp")  # raw (φ, y) to a trusted analyzer
 
 
 @dataclass(frozen=True)
-class LinearPlan:
-    """Analyzer → users: batch ``round_id`` (users first_user … first_user + cohort − 1) acts on
-    (θ̂ (d,), V⁻¹ (d, d), β). ``collect`` is False for the trailing partial batch."""
+class Setup:
+    """Everything public about one algorithm of an experiment: its trust path, noise, widths."""
 
-    round_id: int
-    first_user: int
-    cohort: int
-    collect: bool
-    theta: np.ndarray
-    v_inv: np.ndarray
-    beta: float
+    kind: str
+    preset: str
+    batch: int
+    horizon: int
+    d: int
+    epsilon: float
+    delta: float
+    budget: lp.Budget
+    feature_norm: float
+    entry_bound: float
+    sigma: float | None
+    vec: slb.VecParams | None
+    vec_scale: float | None
+    independent: bool
+    conf: lp.Confidence
+    diagnostic: frozenset
+
+    @property
+    def width(self) -> int:
+        """Entries of one report: raw (φ, y), or [φy, upper(φφᵀ)]."""
+        return self.d + 1 if self.kind in RAW else slb.n_entries(self.d)
+
+    @property
+    def intermediary(self) -> str:
+        return "shuffler" if self.kind.startswith("linucb-sdp") else "aggregator"
+
+    @property
+    def randomizer(self):
+        if self.kind in ("linucb-sdp-amp", "linucb-ldp"):
+            return slb.GaussianRandomizer(self.sigma)
+        if self.kind == "linucb-sdp-vec":
+            return slb.BitSumRandomizer(self.vec)
+        return None
+
+    def round(self, rid: int) -> Round:
+        """Batch ``rid``'s round: B reports, released complete or not at all."""
+        B, D = self.batch, self.width
+        if self.kind == "linucb-sdp-vec":
+            return Round(rid, "shuffler", "sum", expected=B, width=D, integer=True, low=0, high=self.vec.max_count)
+        if self.kind == "linucb-sdp-amp":
+            groups = (self.d, D - self.d) if self.independent else ()
+            return Round(rid, "shuffler", "shuffle", expected=B, width=D, integer=False, groups=groups)
+        if self.kind == "linucb-ldp":
+            return Round(rid, "aggregator", "pass", expected=B, width=D, integer=False)
+        bound = max(self.feature_norm, 1.0)  # |φ_k| ≤ ‖φ‖, y ∈ {0, 1}
+        return Round(rid, "aggregator", "pass", expected=B, width=D, integer=False, low=-bound, high=bound)
+
+    def event(self) -> PrivacyEvent:
+        return lp.batch_event(self.kind, self.preset, self.budget, self.batch, self.feature_norm, self.sigma,
+                              self.vec, self.vec_scale)
+
+    def describe(self) -> dict:
+        out = lp.describe(self.kind, self.preset, self.epsilon, self.delta, self.budget, self.batch,
+                          self.feature_norm, self.sigma, self.vec, self.vec_scale, self.horizon)
+        return {**out, "lambda": self.conf.lam, "eigenvalue_floor": self.conf.floor}
 
 
-@dataclass(frozen=True)
-class LinearReports:
-    """Users → shuffler: ``values[i]`` (D labels) is user ``user_ids[i]``'s randomized report."""
-
-    round_id: int
-    user_ids: np.ndarray
-    values: np.ndarray
-
-
-@dataclass(frozen=True)
-class LinearRelease:
-    """Shuffler → analyzer: per-label totals (D,) for P_Vec, the permuted reports (n, D) for P_Amp."""
-
-    round_id: int
-    n_reports: int
-    values: np.ndarray
-
-
-@dataclass(frozen=True)
-class LinearTruth:
-    """Users → observer only: the served arm's gap, each user's realized regret, Σ entries."""
-
-    round_id: int
-    first_user: int
-    gap: float
-    realized: np.ndarray  # (n,) int8 in {−1, 0, 1}
-    entries_sum: np.ndarray | None  # (D,) on diagnostic batches
+def setup(public: dict) -> Setup:
+    """A task's :class:`Setup` from its public spec (``family.public_task``)."""
+    a = public["algorithm"]
+    kind, preset, T, d = a["algorithm"], public["preset"], public["horizon"], public["dim"]
+    B, eps, delta = a["batch"], a["epsilon"], public["delta"]
+    norm, entry = bounds(public["generator"])
+    budget = lp.batch_budget(eps, delta, public["participations"])
+    sigma, vec = None, None
+    if kind == "linucb-sdp-amp":
+        sigma = lp.amp_sigma(preset, budget, B, norm)
+    elif kind == "linucb-ldp":
+        sigma = lp.ldp_sigma(preset, budget, norm)
+    elif kind == "linucb-jdp":
+        sigma = lp.jdp_sigma(preset, budget, math.ceil(T / B), norm)
+    elif kind == "linucb-sdp-vec":
+        vec = lp.vec_params(preset, budget, B, d, entry, norm, a["vec_scale"], a["vec_span"])
+    sigma_total = lp.noise_scale_total(kind, sigma or 0.0, T, B, vec)
+    conf = lp.confidence(preset, kind, sigma_total, T, B, d, norm,
+                         lp.paper_code_noise(kind, budget.epsilon, budget.delta, B, T, d), a["alpha"])
+    return Setup(kind, preset, B, T, d, eps, delta, budget, norm, entry, sigma, vec, a["vec_scale"],
+                 a["independent_permutations"], conf, frozenset(int(m) for m in public["diagnostic"]))
 
 
-@dataclass(frozen=True)
-class LinearRecord:
-    """Analyzer → observer, on diagnostic batches."""
+class LinearServer:
+    """The analyzer's logic of one task (R runs; see the module docstring). ``keys``: the analyzer's
+    own key per run (JDP's tree noise)."""
 
-    round_id: int
-    estimate: np.ndarray  # (D,) the decoded batch sum
-    theta: np.ndarray  # (d,) θ̂ after the update
-    lambda_min: float  # λ_min(V_m) as released
-
-
-class LinearAnalyzer:
-    def __init__(self, protocol, conf, batch: int, horizon: int, d: int, diagnostic: set[int]):
-        self.protocol = protocol
-        self.batch, self.horizon, self.d = batch, horizon, d
-        self.width = slb.n_entries(d)
-        self.learner = BatchedLinUCB(1, d, conf.lam, conf.floor, lambda t: conf.beta(t, d))
-        self.diagnostic = diagnostic
+    def __init__(self, s: Setup, keys: list[int]):
+        self.s = s
+        self.runs = len(keys)
+        d = s.d
+        self.learner = BatchedLinUCB(self.runs, d, s.conf.lam, s.conf.floor, lambda t: s.conf.beta(t, d))
+        self.event = s.event()
+        self.group = "returning" if s.budget.participations > 1 else None
+        self.tree = None
+        if s.kind == "linucb-jdp":
+            width = slb.n_entries(d)
+            self.tree = slb.TreeAggregator(s.sigma, (self.runs, width))
+            self.tree_noise = slb.StackedStreams([slb.tree_noise(k, s.sigma, width) for k in keys])
+        if s.kind == "linucb-sdp-vec":
+            self.vec_analyzer = slb.BitSumAnalyzer(s.vec)
         self.next_batch = 0
-        self.users_planned = 0
-        self.open: LinearPlan | None = None
+        self.planned = 0
+        self.open: int | None = None
 
     @property
     def done(self) -> bool:
-        return self.open is None and self.users_planned >= self.horizon
+        return self.planned >= self.s.horizon
 
-    def next_plan(self) -> LinearPlan | None:
-        """The next batch, or None while one is open or once the horizon is served."""
-        if self.open is not None or self.users_planned >= self.horizon:
-            return None
+    def plans(self) -> list[Plan]:
+        """The next batch, or [] while one is open or once the horizon is served."""
+        if self.open is not None or self.done:
+            return []
+        B = self.s.batch
         theta, v_inv, beta = self.learner.broadcast()
-        cohort = min(self.batch, self.horizon - self.users_planned)
-        plan = LinearPlan(self.next_batch, self.users_planned, cohort, cohort == self.batch,
-                          theta[0].copy(), v_inv[0].copy(), float(beta))
+        m, first = self.next_batch, self.planned
+        cohort = min(B, self.s.horizon - first)
+        body = {"batch": m, "theta": theta.copy(), "v_inv": v_inv.copy(), "beta": float(beta)}
+        if cohort == B:
+            rnd = self.s.round(m)
+            plan = Plan(m, first, cohort, body, (rnd,), (Join(m, first, B, B),))
+            self.open = m
+        else:
+            plan = Plan(m, first, cohort, body)
         self.next_batch += 1
-        self.users_planned += cohort
-        if plan.collect:
-            self.open = plan
-        return plan
+        self.planned += cohort
+        return [plan]
 
-    def on_release(self, release: LinearRelease) -> LinearRecord | None:
-        plan = self.open
-        if plan is None or release.round_id != plan.round_id:
-            raise ProtocolError("unknown-round", f"no open batch {release.round_id}")
-        if release.n_reports != plan.cohort:
-            raise ProtocolError("bad-report-count", f"batch {plan.round_id}: {release.n_reports} reports, "
-                                                    f"cohort {plan.cohort}")
-        values = self._checked(release.values, plan.cohort)
-        self.open = None  # only now: a malformed release must not close the batch
-        estimate = self.protocol.analyze(values[None], plan.cohort)
-        u_inc, v_inc = slb.split_entries(estimate, self.d)
-        self.learner.update(u_inc, v_inc, plan.cohort)
-        if plan.round_id not in self.diagnostic:
-            return None
-        return LinearRecord(plan.round_id, estimate[0], self.learner.theta[0].copy(),
-                            float(self.learner.smallest_eigenvalues()[0]))
+    def on_release(self, rnd: Round, release: Release) -> tuple[dict, Spend]:
+        if rnd.id != self.open:
+            raise ProtocolError("unknown-round", f"batch {rnd.id} is not the open batch {self.open}")
+        s, d, n = self.s, self.s.d, release.n_reports
+        values = release.values
+        rank_one = s.kind == "linucb" and s.batch == 1
+        # Decode (nothing changes before here; the spine has checked shape, type and range).
+        if s.kind == "linucb-sdp-vec":
+            estimate = self.vec_analyzer.analyze(values.astype(np.int64), n)
+        elif s.kind == "linucb-sdp-amp":
+            # The shuffled list is a multiset: summed in sorted order, the estimate does not depend on
+            # the permutation (nor on whether the shuffler's was reproducible or the OS CSPRNG's).
+            estimate = np.sort(values, axis=1).sum(axis=1)
+        elif s.kind == "linucb-ldp":
+            estimate = values.sum(axis=1)
+        elif not rank_one:
+            estimate = slb.user_entries(values[..., :d], values[..., d]).sum(axis=1)
+        body = {"batch": rnd.id}
+        lane = "round"
+        if rank_one:  # non-private, one user: Sherman–Morrison keeps V⁻¹ exactly (no diagnostics)
+            self.learner.update_rank_one(values[:, 0, :d], values[:, 0, d])
+        else:
+            if self.tree is not None:  # central: the trusted analyzer adds tree noise to prefix sums
+                lane = f"level-{self.tree.level()}"
+                estimate = self.tree.step(estimate, self.tree_noise.for_batch(rnd.id)[:, 0])
+            u_inc, v_inc = slb.split_entries(estimate, d)
+            self.learner.update(u_inc, v_inc, n)
+            if rnd.id in s.diagnostic:
+                lam = self.learner.smallest_eigenvalues()
+                body.update(estimate=np.array(estimate, dtype=np.float64),
+                            theta=self.learner.theta.copy(), lambda_min=lam.copy(),
+                            clipped=(lam < s.conf.floor).astype(np.int64))
+        self.open = None
+        return body, Spend(self.event, lane, self.group)
 
-    def _checked(self, values: np.ndarray, n: int) -> np.ndarray:
-        """P_Vec: D integer totals in [0, n·max_count]; P_Amp: n × D finite reports."""
-        if isinstance(self.protocol.analyzer, slb.BitSumAnalyzer):
-            if values.dtype.kind not in "iu" or values.size != self.width:
-                raise ProtocolError("bad-type", f"P_Vec releases {self.width} integer totals")
-            top = n * self.protocol.analyzer.params.max_count
-            if values.min() < 0 or values.max() > top:
-                raise ProtocolError("out-of-range", f"a total lies outside [0, {top}]")
-            return values.astype(np.int64)
-        if values.dtype != np.float64 or values.size != n * self.width:
-            raise ProtocolError("bad-type", f"P_Amp releases {n}×{self.width} float reports")
-        if not np.isfinite(values).all():
-            raise ProtocolError("out-of-range", "a report is not finite")
-        return values.reshape(n, self.width)
+    def summary(self) -> list[dict]:
+        return [{"batches_clipped": int(self.learner.clipped[r]), "batches_not_pd": int(self.learner.not_pd[r])}
+                for r in range(self.runs)]
 
 
 class LinearUsers:
-    """The users of one run: their world (arms, θ*, U_t) and their randomizer streams."""
+    """The users of R runs stacked: their worlds (arms, θ*, U_t) and their randomizers' streams."""
 
-    def __init__(self, instance, randomizer, seed: int, run: int, label: str, batch: int,
-                 diagnostic: set[int]):
-        self.arms = instance.arms  # (1, K, d): this run's instance, as the engine stacks it
+    def __init__(self, s: Setup, instances: LinearInstances, seed: int, runs: list[int], label: str,
+                 checkpoints: np.ndarray):
+        self.s = s
+        self.arms = instances.arms  # (R, K, d)
         self.outer = arm_outer(self.arms)
-        self.means = instance.means
+        self.means = instances.means
         self.best = self.means.max(axis=1)
-        self.randomizer = randomizer
-        self.seed, self.run = seed, run
-        self.width = slb.n_entries(self.arms.shape[-1])
-        self.noise = user_noise(seed, label, run, batch, randomizer, self.width)
-        self.diagnostic = diagnostic
+        self.theta_star = instances.theta
+        self.ridx = np.arange(len(runs))
+        self.uniforms = [UserUniforms(seed, r) for r in runs]
+        self.randomizer = s.randomizer
+        self.noise = None if self.randomizer is None else slb.StackedStreams(
+            [slb.user_noise(seed, label, r, s.batch, self.randomizer, s.width) for r in runs])
+        self.checkpoints = np.asarray(checkpoints, dtype=np.int64)
 
-    def respond(self, plan: LinearPlan) -> tuple[LinearReports | None, LinearTruth]:
-        a = ucb_actions(self.arms, plan.theta[None], plan.v_inv[None], plan.beta, self.outer)  # line 4
-        mu_a = self.means[0, a]
-        u = user_uniforms(self.seed, self.run, plan.first_user, plan.cohort)[None]
+    def shard(self, plan: Plan, block: int, shards: int) -> int:
+        """A fleet hosts whole noise blocks (block k of batches on fleet k mod N)."""
+        return (slb.block_of(plan.id, self.s.batch) + block) % shards
+
+    def act(self, plan: Plan, block: int, first: int, size: int, stay: np.ndarray | None) -> BlockAnswer:
+        b = plan.body
+        theta, v_inv = np.asarray(b["theta"]), np.asarray(b["v_inv"])
+        a = ucb_actions(self.arms, theta, v_inv, float(b["beta"]), self.outer)  # line 4
+        mu_a = self.means[self.ridx, a]
+        u = np.stack([uu.get(first, size) for uu in self.uniforms])
         y = (u < mu_a[:, None]).astype(np.float64)
-        realized = ((u < self.best[:, None]) - y)[0].astype(np.int8)
-        gap = float((self.best - mu_a)[0])
-        if not plan.collect:
-            return None, LinearTruth(plan.round_id, plan.first_user, gap, realized, None)
-        x = np.broadcast_to(self.arms[0, a[0]], (plan.cohort, self.arms.shape[-1]))
-        entries = slb.user_entries(x, y[0])
-        reports = self.randomizer.apply(entries, self.noise.for_batch(plan.round_id))  # line 7
-        ids = np.arange(plan.first_user, plan.first_user + plan.cohort, dtype=np.int64)
-        total = entries.sum(axis=0) if plan.round_id in self.diagnostic else None
-        return (LinearReports(plan.round_id, ids, reports),
-                LinearTruth(plan.round_id, plan.first_user, gap, realized, total))
+        gap = self.best - mu_a
+        pseudo = np.cumsum(np.broadcast_to(gap[:, None], u.shape), axis=1)
+        realized = np.cumsum((u < self.best[:, None]) - y, axis=1)
+        at = checkpoints_in(self.checkpoints, first, size) - first - 1
+        extras = {}
+        reports = []
+        if plan.joins:
+            x = np.broadcast_to(self.arms[self.ridx, a][:, None, :], u.shape + (self.s.d,))
+            offsets = np.arange(size) if stay is None else np.flatnonzero(stay)
+            if self.s.kind in RAW:
+                values = np.concatenate([x, y[..., None]], axis=-1)
+                entries = None
+            else:
+                entries = slb.user_entries(x, y)
+                lo = first - plan.first_user
+                noise = users_part(self.noise.for_batch(plan.id), lo, lo + size)
+                values = self.randomizer.apply(entries, noise)  # line 7
+            reports.append((plan.joins[0].round_id, offsets, np.ascontiguousarray(values[:, offsets]), None))
+            if plan.id in self.s.diagnostic and not (self.s.kind == "linucb" and self.s.batch == 1):
+                if entries is None:
+                    entries = slb.user_entries(x, y)
+                extras = {"entries_sum": entries[:, offsets].sum(axis=1), "theta_star": self.theta_star.copy()}
+        truth = Truth(plan.id, block, first, size, pseudo=pseudo[:, -1].copy(), realized=realized[:, -1].copy(),
+                      pseudo_at=pseudo[:, at], realized_at=realized[:, at], extras=extras)
+        return BlockAnswer(truth, reports)
 
 
-class LinearShuffleBox(Intermediary):
-    """One batch at the shuffler. Admission (invited ids only, each once) is :class:`Intermediary`'s;
-    a report is a row of D labels: P_Vec counts in [0, max_count], or P_Amp's finite floats."""
+def users_part(noise, lo: int, hi: int):
+    """Users lo … hi − 1 of a batch's draws (R, B, D): an array or a tuple of arrays."""
+    if isinstance(noise, tuple):
+        return tuple(part[:, lo:hi] for part in noise)
+    return noise[:, lo:hi]
 
-    def __init__(self, plan: LinearPlan, shuffler, width: int, max_count: int | None,
-                 streams: BlockStreams | None, rejected: Counter | None = None):
-        if not plan.collect:
-            raise ProtocolError("not-collected", f"batch {plan.round_id} is never aggregated")
-        self.plan = plan
-        self.shuffler, self.width, self.max_count, self.streams = shuffler, width, max_count, streams
-        self.received = np.zeros(plan.cohort, dtype=bool)
-        self.values = np.zeros((plan.cohort, width), dtype=np.float64 if max_count is None else np.int64)
-        self.rejected = Counter() if rejected is None else rejected
 
-    def receive(self, reports: LinearReports) -> int:
-        values = np.asarray(reports.values)
-        if values.ndim != 2 or values.shape != (len(reports.user_ids), self.width):
-            self.rejected["wrong-shape"] += len(reports.user_ids)
-            return 0
-        return super().receive(reports)
-
-    def _valid_values(self, values: np.ndarray, admitted: np.ndarray) -> np.ndarray:
-        if self.max_count is not None and values.dtype.kind not in "iu":
-            self.rejected["bad-type"] += int(admitted.sum())
-            return np.zeros(len(values), dtype=bool)
-        if self.max_count is None:
-            ok = np.isfinite(values).all(axis=1)
-        else:
-            ok = ((values >= 0) & (values <= self.max_count)).all(axis=1)
-        self.rejected["out-of-range"] += int((admitted & ~ok).sum())
-        return ok
-
-    def release(self, partial: bool = False) -> LinearRelease:
-        """Every invited user's report, shuffled (Alg. 3 or 6); never a partial batch: Algorithm 1
-        aggregates exactly B reports, and the ledger has no dropout accounting for this family."""
-        if not self.complete:
-            raise ProtocolError("incomplete-round", f"batch {self.plan.round_id}: "
-                                                    f"{int(self.received.sum())} of {self.plan.cohort}")
-        noise = self.shuffler.draw(self.values.shape, None) if self.streams is None else \
-            self.streams.for_batch(self.plan.round_id)
-        out = self.shuffler.apply(self.values, noise)
-        return LinearRelease(self.plan.round_id, self.plan.cohort, out)
+def diagnostics(lam_min: np.ndarray, clipped: np.ndarray, theta: np.ndarray, theta_star: np.ndarray,
+                err: np.ndarray, d: int) -> list[dict]:
+    """Per run: λ_min(V_m) as released, whether it was clipped, ‖θ̂ − θ*‖ and the analyzer's error
+    on the batch sum (mean and variance over the vector and the matrix entries)."""
+    return [{"lambda_min": float(lam_min[r]), "clipped": int(clipped[r]),
+             "theta_error": float(np.linalg.norm(theta[r] - theta_star[r])),
+             "u_error_mean": float(err[r, :d].mean()), "u_error_var": float(err[r, :d].var()),
+             "V_error_mean": float(err[r, d:].mean()), "V_error_var": float(err[r, d:].var())}
+            for r in range(lam_min.shape[0])]
