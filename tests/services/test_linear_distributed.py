@@ -79,3 +79,104 @@ def test_every_algorithm_over_mosquitto_equals_the_inproc_run(tmp_path, mosquitt
     assert b["rejected"] == {} and b["parties_missing_stats"] == []
     rows = (tmp_path / "mqtt" / "rounds.csv").read_text().splitlines()
     assert len(rows) > 2 * 5  # diagnostic batches of every algorithm and run
+
+
+def _attack(url: str, run_id: str, running, done: dict) -> None:
+    """A hostile anonymous client (the system broker has no ACLs): for every plan it reads, reports
+    under the invited users' ids with forged MACs and with none, at the round's intermediary; and
+    garbage on every topic the parties read, over and over while ``running()`` holds."""
+    import numpy as np
+
+    from privbandit.services import codec
+
+    async def go():
+        host, port = url.removeprefix("mqtt://").split(":")
+        t = f"pb/{run_id}"
+        junk = malformed_variants(run_id)
+        done.update(plans=0, junk=0)
+        rng = np.random.default_rng(0)
+        async with aiomqtt.Client(host, int(port)) as c:
+            await c.subscribe(f"{t}/plan", qos=1)
+
+            async def spray():
+                while running():
+                    for topic in (f"{t}/report/shuffler", f"{t}/report/aggregator", f"{t}/plan",
+                                  f"{t}/release/shuffler", f"{t}/metrics/users-0"):
+                        for v in junk:
+                            await c.publish(topic, v, qos=1)
+                    done["junk"] += 1
+                    await asyncio.sleep(0.3)
+
+            async def forge():
+                async for message in c.messages:
+                    try:
+                        plan = codec.decode(message.payload)
+                    except codec.DecodeError:
+                        continue
+                    if not isinstance(plan, codec.PlanMsg) or not plan.opens:
+                        continue
+                    rnd, join = plan.opens[0], plan.joins[0]
+                    ids = np.arange(join.first, join.first + join.count, dtype="<u4")
+                    values = codec.packed(np.zeros((1, ids.size, rnd.width), np.int64 if rnd.integer else np.float64),
+                                          rnd.m, rnd.high, rnd.integer)
+                    base = codec.ReportsMsg(run=run_id, task=plan.task, round=rnd.id, plan=plan.plan, user_ids=ids,
+                                            values=values)
+                    forged = base.model_copy(update={"tags": rng.integers(0, 2**32, ids.size, dtype=np.uint64).astype("<u4")})
+                    for msg in (forged, base):
+                        await c.publish(f"{t}/report/{rnd.intermediary}", codec.encode(msg), qos=1)
+                    done["plans"] += 1
+
+            forger = asyncio.create_task(forge())
+            await spray()
+            forger.cancel()
+
+    asyncio.run(go())
+
+
+def test_forged_reports_junk_and_a_killed_fleet_change_nothing(tmp_path, mosquitto_url):
+    """What the generic services give this family: report MACs (forged and untagged reports under
+    invited users' ids are refused, the users' own counted), hardened decoders, and a fleet that is
+    SIGKILLed mid-run and restarted serves again what it missed, drawing the same noise blocks."""
+    import threading
+
+    path = _experiment(tmp_path, horizon=500, runs=1, extra="[algorithms.LinUCB-LDP]\nbatch = 10\n")
+    run_file(path, out=tmp_path / "inproc")
+    family, config = experiment_files.load(path)
+    out = tmp_path / "mqtt"
+    run_id = "l" + secrets.token_hex(4)
+    parties = plan_parties(family, config, path, [], out, mosquitto_url, run_id, 2, None,
+                           observer_log=tmp_path / "observer.log")
+    assert [p.name for p in parties] == ["observer", "analyzer", "aggregator", "shuffler", "users-0", "users-1"]
+    running = lambda: parties[0].proc.poll() is None  # noqa: E731
+    attacked = {}
+    try:
+        for p in parties:
+            p.start()
+        attacker = threading.Thread(target=_attack, args=(mosquitto_url, run_id, running, attacked), daemon=True)
+        attacker.start()
+        fleet = next(p for p in parties if p.name == "users-0")  # hosts noise block 0: every batch here (B = 10)
+        end = time.monotonic() + 90
+        while attacked.get("plans", 0) == 0 and not (out / "state" / "analyzer").exists():
+            assert time.monotonic() < end and running(), "the session never got under way"
+            time.sleep(0.1)
+        time.sleep(3.0)
+        assert running(), "the run must still be going: make it longer"
+        fleet.proc.kill()  # SIGKILL: no goodbye, work in flight is lost
+        fleet.proc.wait()
+        time.sleep(1.0)
+        fleet.start()  # same client id: the broker kept its session and the plans it missed
+        end = time.monotonic() + 240
+        while running():
+            assert time.monotonic() < end, "the distributed run did not finish"
+            time.sleep(0.2)
+        attacker.join(60)
+        assert parties[0].proc.returncode == 0, (tmp_path / "observer.log").read_text()[-3000:]
+    finally:
+        for p in parties:
+            p.stop()
+    b = assert_same_bytes(tmp_path / "inproc", out)
+    assert attacked["plans"] > 10 and attacked["junk"] >= 3, attacked
+    rejected = b["rejected"]
+    assert rejected.get("bad-tag", 0) > 0 and rejected.get("missing-tag", 0) > 0, str(rejected)
+    for reason in ("not-msgpack", "not-a-map", "bad-version", "unknown-kind", "schema", "wrong-run"):
+        assert rejected.get(reason, 0) > 0, (reason, rejected)
