@@ -91,9 +91,11 @@ def test_fleets_host_whole_noise_blocks(tmp_path):
 def test_user_uniforms_jump_to_any_user():
     whole = world.user_uniforms(7, 2, 0, 70_000)
     assert np.array_equal(world.user_uniforms(7, 2, 1234, 100), whole[1234:1334])
-    chunks = world.UserUniforms(7, 2)
+    other = world.user_uniforms(7, 5, 0, 70_000)
+    chunks = world.UserUniforms(7, [2, 5])
     for first, n in ((65_530, 10), (5, 3), (65_536, 4), (0, 1), (69_990, 10)):  # across a chunk boundary too
-        assert np.array_equal(chunks.get(first, n), whole[first:first + n]), (first, n)
+        got = chunks.get(first, n)
+        assert np.array_equal(got[0], whole[first:first + n]) and np.array_equal(got[1], other[first:first + n])
 
 
 def _vec_round(tmp_path):

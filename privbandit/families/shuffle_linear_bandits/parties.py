@@ -229,7 +229,7 @@ class LinearUsers:
         self.best = self.means.max(axis=1)
         self.theta_star = instances.theta
         self.ridx = np.arange(len(runs))
-        self.uniforms = [UserUniforms(seed, r) for r in runs]
+        self.uniforms = UserUniforms(seed, runs)
         self.randomizer = s.randomizer
         self.noise = None if self.randomizer is None else slb.StackedStreams(
             [slb.user_noise(seed, label, r, s.batch, self.randomizer, s.width) for r in runs])
@@ -244,7 +244,7 @@ class LinearUsers:
         theta, v_inv = np.asarray(b["theta"]), np.asarray(b["v_inv"])
         a = ucb_actions(self.arms, theta, v_inv, float(b["beta"]), self.outer)  # line 4
         mu_a = self.means[self.ridx, a]
-        u = np.stack([uu.get(first, size) for uu in self.uniforms])
+        u = self.uniforms.get(first, size)
         y = (u < mu_a[:, None]).astype(np.float64)
         gap = self.best - mu_a
         pseudo = np.cumsum(np.broadcast_to(gap[:, None], u.shape), axis=1)

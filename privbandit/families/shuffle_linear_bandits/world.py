@@ -96,23 +96,25 @@ def user_uniforms(seed: int, run: int, first: int, n: int) -> np.ndarray:
 
 
 class UserUniforms:
-    """Run ``run``'s U_t, drawn :data:`CHUNK` users at a time (any user's U_t is the same number
-    whichever chunk, block or process asks for it: draw t of the run's stream)."""
+    """The U_t of the given runs, stacked (R, n), drawn :data:`CHUNK` users at a time per run (any
+    user's U_t is the same number whichever chunk, block or process asks for it: draw t of its run's
+    stream)."""
 
     CHUNK = 1 << 16
 
-    def __init__(self, seed: int, run: int):
-        self.seed, self.run = seed, run
+    def __init__(self, seed: int, runs: list[int]):
+        self.seed, self.runs = seed, list(runs)
         self.chunk, self.values = -1, None
 
     def _chunk(self, c: int) -> np.ndarray:
         if c != self.chunk:
-            self.chunk, self.values = c, user_uniforms(self.seed, self.run, c * self.CHUNK, self.CHUNK)
+            self.chunk = c
+            self.values = np.stack([user_uniforms(self.seed, r, c * self.CHUNK, self.CHUNK) for r in self.runs])
         return self.values
 
     def get(self, first: int, n: int) -> np.ndarray:
         c0, c1 = first // self.CHUNK, (first + n - 1) // self.CHUNK
         if c0 == c1:
             off = first - c0 * self.CHUNK
-            return self._chunk(c0)[off:off + n]
-        return user_uniforms(self.seed, self.run, first, n)
+            return self._chunk(c0)[:, off:off + n]
+        return np.stack([user_uniforms(self.seed, r, first, n) for r in self.runs])
