@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -14,7 +16,7 @@ import aiomqtt
 
 from privbandit.runner import config as experiment_files, run_file
 from privbandit.services.hostile import malformed_variants
-from privbandit.services.launcher import launch, plan_parties
+from privbandit.services.launcher import plan_parties
 
 # Every algorithm of the family. K = 10, d = 3; T = 36 leaves SDP a trailing partial batch of 6
 # users (served, never aggregated); LinUCB, JDP and LDP plan one user at a time.
@@ -61,13 +63,16 @@ def assert_same_bytes(inproc: Path, mqtt: Path) -> dict:
     return b
 
 
-def test_every_algorithm_over_mosquitto_equals_the_inproc_run(tmp_path, mosquitto_url):
+def test_every_algorithm_over_mqtt_equals_the_inproc_run(tmp_path):
+    """``privbandit run FILE --transport mqtt``, as a user runs it (the embedded broker, every role on
+    its own account under the generated ACLs), against ``privbandit run FILE``: the same bytes."""
     path = _experiment(tmp_path)
-    run_file(path, out=tmp_path / "inproc")
     family, config = experiment_files.load(path)
     assert family.intermediaries(config) == ["aggregator", "shuffler"]
-    code = launch(family, config, path, [], tmp_path / "mqtt", broker_url=mosquitto_url, shards=2, timeout_s=240)
-    assert code == 0
+    for out, extra in ((tmp_path / "inproc", ()), (tmp_path / "mqtt", ("--transport", "mqtt"))):
+        done = subprocess.run([sys.executable, "-m", "privbandit", "run", str(path), "--out", str(out), *extra],
+                              capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stderr[-3000:]
     b = assert_same_bytes(tmp_path / "inproc", tmp_path / "mqtt")
     guarantees = {label: p["guarantee"] for label, p in b["privacy"].items()}
     assert guarantees == {"LinUCB-SDP-Vec": "none proven", "LinUCB-SDP-Amp": "proven", "LinUCB": "non-private",
@@ -79,7 +84,6 @@ def test_every_algorithm_over_mosquitto_equals_the_inproc_run(tmp_path, mosquitt
     assert b["rejected"] == {} and b["parties_missing_stats"] == []
     rows = (tmp_path / "mqtt" / "rounds.csv").read_text().splitlines()
     assert len(rows) > 2 * 5  # diagnostic batches of every algorithm and run
-
 
 def _attack(url: str, run_id: str, running, done: dict) -> None:
     """A hostile anonymous client (the system broker has no ACLs): for every plan it reads, reports
