@@ -165,3 +165,24 @@ def test_analyzer_refuses_a_bad_release_without_changing_state(tmp_path):
     assert record.round_id == 0 and analyzer.ledger.releases == 1 and not analyzer.open
     (nxt,) = analyzer.next_plans()
     assert nxt.first_user == n and not np.array_equal(np.asarray(nxt.body["theta"]), theta)
+
+
+def test_fleets_check_a_plan_before_acting_on_it(tmp_path):
+    family, config = _load(tmp_path)
+    public = family.public_task(config, "LinUCB-SDP-Vec", [0])
+    (plan,) = family.analyzer(public, [1]).plans()
+    family.check_plan(plan)  # what the analyzer makes passes
+    users = family.users(config, "LinUCB-SDP-Vec", [0])
+    assert users.act(plan, 0, 0, plan.cohort, None).reports
+    b = plan.body
+    bad = [{**b, "theta": b["theta"][:, :3]}, {**b, "v_inv": b["v_inv"][:, :2]}, {**b, "beta": float("nan")},
+           {**b, "theta": b["theta"].astype(np.float32)}, {**b, "batch": 7}, {k: v for k, v in b.items() if k != "beta"},
+           {**b, "theta": np.full_like(b["theta"], np.inf)}]
+    for body in bad:
+        with pytest.raises(ValueError):
+            family.check_plan(Plan(plan.id, plan.first_user, plan.cohort, body, plan.opens, plan.joins))
+    # A well-formed plan for another dimension is refused by the users themselves.
+    other = {**b, "theta": np.zeros((1, 3)), "v_inv": np.zeros((1, 3, 3))}
+    family.check_plan(Plan(plan.id, plan.first_user, plan.cohort, other, plan.opens, plan.joins))
+    with pytest.raises(ValueError, match="do not fit"):
+        users.act(Plan(plan.id, plan.first_user, plan.cohort, other, plan.opens, plan.joins), 0, 0, plan.cohort, None)

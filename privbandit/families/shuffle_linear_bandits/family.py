@@ -72,6 +72,23 @@ class ShuffleLinearBandits(Family):
                            instances(config.generator, env.arms, env.dim, config.seed, runs), config.seed, runs, label,
                            checkpoint_grid(config.horizon, config.checkpoints))
 
+    # --- what arrives from the wire ------------------------------------------------------------
+    def check_plan(self, plan) -> None:
+        """A plan the analyzer makes: ``batch`` = its id, finite θ̂ (R, d), V⁻¹ (R, d, d), β."""
+        b = plan.body
+        if set(b) != {"batch", "theta", "v_inv", "beta"}:
+            raise ValueError(f"plan {plan.id}: body fields {sorted(b)} are not batch, theta, v_inv, beta")
+        theta, v_inv, beta = b["theta"], b["v_inv"], b["beta"]
+        if b["batch"] != plan.id or isinstance(b["batch"], bool):
+            raise ValueError(f"plan {plan.id}: batch {b['batch']!r} is not its id")
+        if not (isinstance(theta, np.ndarray) and theta.ndim == 2 and theta.dtype == np.float64):
+            raise ValueError(f"plan {plan.id}: theta must be a float64 (runs, d) array")
+        if not (isinstance(v_inv, np.ndarray) and v_inv.dtype == np.float64
+                and v_inv.shape == theta.shape + theta.shape[-1:]):
+            raise ValueError(f"plan {plan.id}: v_inv must be a float64 (runs, d, d) array")
+        if not (isinstance(beta, float) and np.isfinite(beta) and np.isfinite(theta).all() and np.isfinite(v_inv).all()):
+            raise ValueError(f"plan {plan.id}: θ̂, V⁻¹ and β must be finite")
+
     # --- the observer's extras ---------------------------------------------------------------
     def row_maker(self, config, label: str):
         """Diagnostic batches only (those ending nearest the checkpoints), per run: λ_min(V_m), ‖θ̂ − θ*‖

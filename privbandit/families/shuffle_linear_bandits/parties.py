@@ -242,6 +242,9 @@ class LinearUsers:
     def act(self, plan: Plan, block: int, first: int, size: int, stay: np.ndarray | None) -> BlockAnswer:
         b = plan.body
         theta, v_inv = np.asarray(b["theta"]), np.asarray(b["v_inv"])
+        if theta.shape != (self.ridx.size, self.s.d) or v_inv.shape != theta.shape + (self.s.d,):
+            raise ValueError(f"plan {plan.id}: θ̂ {theta.shape} and V⁻¹ {v_inv.shape} do not fit "
+                             f"{self.ridx.size} runs in d = {self.s.d}")
         a = ucb_actions(self.arms, theta, v_inv, float(b["beta"]), self.outer)  # line 4
         mu_a = self.means[self.ridx, a]
         u = self.uniforms.get(first, size)
