@@ -138,13 +138,14 @@ def _attack(url: str, run_id: str, running, done: dict) -> None:
     asyncio.run(go())
 
 
-def test_forged_reports_junk_and_a_killed_fleet_change_nothing(tmp_path, mosquitto_url):
+def test_forged_reports_junk_and_killed_parties_change_nothing(tmp_path, mosquitto_url):
     """What the generic services give this family: report MACs (forged and untagged reports under
-    invited users' ids are refused, the users' own counted), hardened decoders, and a fleet that is
-    SIGKILLed mid-run and restarted serves again what it missed, drawing the same noise blocks."""
+    invited users' ids are refused, the users' own counted), hardened decoders, a fleet that is
+    SIGKILLed mid-run and restarted serves again what it missed, drawing the same noise blocks, and an
+    analyzer SIGKILLed mid-run resumes from its checkpoint (its logic replays the releases)."""
     import threading
 
-    path = _experiment(tmp_path, horizon=500, runs=1, extra="[algorithms.LinUCB-LDP]\nbatch = 10\n")
+    path = _experiment(tmp_path, horizon=700, runs=1, extra="[algorithms.LinUCB-LDP]\nbatch = 10\n")
     run_file(path, out=tmp_path / "inproc")
     family, config = experiment_files.load(path)
     out = tmp_path / "mqtt"
@@ -170,6 +171,13 @@ def test_forged_reports_junk_and_a_killed_fleet_change_nothing(tmp_path, mosquit
         fleet.proc.wait()
         time.sleep(1.0)
         fleet.start()  # same client id: the broker kept its session and the plans it missed
+        time.sleep(2.0)
+        assert running(), "the run must still be going: make it longer"
+        analyzer = next(p for p in parties if p.name == "analyzer")
+        analyzer.proc.kill()  # it rebuilds itself from its checkpoint: the releases it consumed, replayed
+        analyzer.proc.wait()
+        time.sleep(0.5)
+        analyzer.start()
         end = time.monotonic() + 240
         while running():
             assert time.monotonic() < end, "the distributed run did not finish"
