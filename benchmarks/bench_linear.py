@@ -33,7 +33,8 @@ def main() -> None:
     ap.add_argument("--horizon", type=int, default=20_000)
     args = ap.parse_args()
     here = Path(__file__).resolve().parents[1] / "experiments"
-    loaded = [experiment_files.load(here / f"{f}.toml", [f"runs={args.runs}", f"horizon={args.horizon}"]) for f in FILES]
+    overrides = [f"runs={args.runs}", f"horizon={args.horizon}"]
+    loaded = [experiment_files.load(here / f"{f}.toml", overrides) for f in FILES]
     work = [(i, t) for i, (fam, config) in enumerate(loaded) for t in tasks.tasks_of(fam, config)]
     work.sort(key=lambda it: loaded[it[0]][0].algorithm(loaded[it[0]][1], it[1].label).batch)
     compute = [{} for _ in loaded]

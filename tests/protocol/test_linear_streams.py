@@ -176,7 +176,8 @@ def test_fleets_check_a_plan_before_acting_on_it(tmp_path):
     assert users.act(plan, 0, 0, plan.cohort, None).reports
     b = plan.body
     bad = [{**b, "theta": b["theta"][:, :3]}, {**b, "v_inv": b["v_inv"][:, :2]}, {**b, "beta": float("nan")},
-           {**b, "theta": b["theta"].astype(np.float32)}, {**b, "batch": 7}, {k: v for k, v in b.items() if k != "beta"},
+           {**b, "theta": b["theta"].astype(np.float32)}, {**b, "batch": 7},
+           {k: v for k, v in b.items() if k != "beta"},
            {**b, "theta": np.full_like(b["theta"], np.inf)}]
     for body in bad:
         with pytest.raises(ValueError):

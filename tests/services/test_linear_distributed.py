@@ -126,7 +126,8 @@ def _attack(url: str, run_id: str, running, done: dict) -> None:
                                           rnd.m, rnd.high, rnd.integer)
                     base = codec.ReportsMsg(run=run_id, task=plan.task, round=rnd.id, plan=plan.plan, user_ids=ids,
                                             values=values)
-                    forged = base.model_copy(update={"tags": rng.integers(0, 2**32, ids.size, dtype=np.uint64).astype("<u4")})
+                    tags = rng.integers(0, 2**32, ids.size, dtype=np.uint64).astype("<u4")
+                    forged = base.model_copy(update={"tags": tags})
                     for msg in (forged, base):
                         await c.publish(f"{t}/report/{rnd.intermediary}", codec.encode(msg), qos=1)
                     done["plans"] += 1

@@ -43,7 +43,8 @@ class ShuffleLinearBandits(Family):
         return setup(self.public_task(config, label, [0]))
 
     def intermediaries(self, config) -> list[str]:
-        needed = {"shuffler" if a.algorithm.startswith("linucb-sdp") else "aggregator" for a in config.algorithms.values()}
+        needed = {"shuffler" if a.algorithm.startswith("linucb-sdp") else "aggregator"
+                  for a in config.algorithms.values()}
         return [name for name in ("aggregator", "shuffler") if name in needed]
 
     def users_protected(self, config) -> int:
@@ -86,7 +87,8 @@ class ShuffleLinearBandits(Family):
         if not (isinstance(v_inv, np.ndarray) and v_inv.dtype == np.float64
                 and v_inv.shape == theta.shape + theta.shape[-1:]):
             raise ValueError(f"plan {plan.id}: v_inv must be a float64 (runs, d, d) array")
-        if not (isinstance(beta, float) and np.isfinite(beta) and np.isfinite(theta).all() and np.isfinite(v_inv).all()):
+        finite = np.isfinite(theta).all() and np.isfinite(v_inv).all()
+        if not (isinstance(beta, float) and np.isfinite(beta) and finite):
             raise ValueError(f"plan {plan.id}: θ̂, V⁻¹ and β must be finite")
 
     # --- the observer's extras ---------------------------------------------------------------
