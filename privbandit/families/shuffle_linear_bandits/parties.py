@@ -106,7 +106,10 @@ class Setup:
     def describe(self) -> dict:
         out = lp.describe(self.kind, self.preset, self.epsilon, self.delta, self.budget, self.batch,
                           self.feature_norm, self.sigma, self.vec, self.vec_scale, self.horizon)
-        return {**out, "lambda": self.conf.lam, "eigenvalue_floor": self.conf.floor}
+        out = {**out, "lambda": self.conf.lam, "eigenvalue_floor": self.conf.floor}
+        if self.vec is not None:  # Alg. 5/6's one-bit messages against the count encoding
+            out["communication"] = lp.vec_bits(self.vec, self.d)
+        return out
 
 
 def setup(public: dict) -> Setup:
