@@ -2,6 +2,9 @@
 × T = 20000), plus compute seconds and users/s per task.
 
     python benchmarks/bench_linear.py [--jobs 2] [--runs 50] [--horizon 20000]
+
+Every file's tasks (one per algorithm, its runs stacked) go to one process pool, the per-round
+algorithms (B = 1) first; each task's numbers are those ``privbandit run`` gives for its file.
 """
 
 from __future__ import annotations
@@ -12,9 +15,15 @@ import platform
 import time
 from pathlib import Path
 
-from privbandit.experiment import linear_family as lf
+from privbandit.runner import config as experiment_files
+from privbandit.runner import tasks
 
 FILES = ["linear_fig1a_eps0.2", "linear_fig1b_eps1", "linear_fig1c_eps10"]
+
+
+def _execute(i: int, task: tasks.Task):
+    label, _runs, _result, secs = tasks.execute(task)
+    return i, label, secs
 
 
 def main() -> None:
@@ -24,15 +33,21 @@ def main() -> None:
     ap.add_argument("--horizon", type=int, default=20_000)
     args = ap.parse_args()
     here = Path(__file__).resolve().parents[1] / "experiments"
-    configs = [lf.load(here / f"{f}.toml", [f"runs={args.runs}", f"horizon={args.horizon}"]) for f in FILES]
+    overrides = [f"runs={args.runs}", f"horizon={args.horizon}"]
+    loaded = [experiment_files.load(here / f"{f}.toml", overrides) for f in FILES]
+    work = [(i, t) for i, (fam, config) in enumerate(loaded) for t in tasks.tasks_of(fam, config)]
+    work.sort(key=lambda it: loaded[it[0]][0].algorithm(loaded[it[0]][1], it[1].label).batch)
+    compute = [{} for _ in loaded]
     t0 = time.perf_counter()
-    outcomes = lf.run_suite(configs, jobs=args.jobs)
+    for i, label, secs in tasks.completed(_execute, work, max(1, args.jobs)):
+        compute[i][label] = compute[i].get(label, 0.0) + secs
     wall = time.perf_counter() - t0
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, jobs={args.jobs}")
-    print(f"Fig. 1 suite: {len(configs)} ε × {len(configs[0].algorithms)} algorithms × {args.runs} runs × "
+    print(f"Fig. 1 suite: {len(loaded)} ε × {len(loaded[0][1].algorithms)} algorithms × {args.runs} runs × "
           f"T = {args.horizon}: {wall:.1f} s wall")
-    for config, (_, compute, _) in zip(configs, outcomes):
-        for label, secs in compute.items():
+    for (fam, config), secs_of in zip(loaded, compute):
+        for label in fam.labels(config):
+            secs = secs_of[label]
             print(f"  ε = {config.epsilon:<4g} {label:<15} {secs:6.2f} s   "
                   f"{config.horizon * config.runs / secs:12,.0f} users/s")
 

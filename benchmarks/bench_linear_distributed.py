@@ -26,7 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from privbandit.experiment import linear_family as lf
+from privbandit.families.shuffle_linear_bandits.params import vec_bits
+from privbandit.runner import config as experiment_files
+from privbandit.runner.tasks import Task, execute
 from privbandit.services.launcher import launch, plan_parties
 from privbandit.services.mosquitto_process import start_with_broker_config
 
@@ -48,21 +50,21 @@ batch = 20
 LABEL = "LinUCB-SDP-Vec"
 
 
-def run_session(config, path: Path, out: Path, broker: str) -> float:
+def run_session(family, config, path: Path, out: Path, broker: str) -> float:
     """Wall seconds of one distributed session (process start to results written)."""
     t0 = time.perf_counter()
     if broker == "embedded":
-        assert launch(config, path, [], out, broker_url=None, shards=2) == 0
+        assert launch(family, config, path, [], out, broker_url=None, shards=2) == 0
         return time.perf_counter() - t0
     if broker == "system":
-        assert launch(config, path, [], out, broker_url="mqtt://127.0.0.1:1883", shards=2) == 0
+        assert launch(family, config, path, [], out, broker_url="mqtt://127.0.0.1:1883", shards=2) == 0
         return time.perf_counter() - t0
     run_id = "b" + secrets.token_hex(4)
     mosquitto, files = start_with_broker_config(out.parent / f"broker-{run_id}", run_id)
     with mosquitto:
         t0 = time.perf_counter()
         passwords = {r.value: p for r, p in files.passwords.items()}
-        parties = plan_parties(config, path, [], out, mosquitto.url, run_id, 2, passwords,
+        parties = plan_parties(family, config, path, [], out, mosquitto.url, run_id, 2, passwords,
                                observer_log=out.parent / "obs.log")
         try:
             for p in parties:
@@ -85,16 +87,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.toml"
         path.write_text(EXPERIMENT.format(horizon=args.horizon))
-        config = lf.load(path)
-        _, out, secs = lf.execute(config, LABEL)
-        comm = out["communication"]
-        T, B = config.horizon, out["batch"]
+        family, config = experiment_files.load(path)
+        _, _, _, secs = execute(Task(family.name, config, LABEL, (0,)))
+        vec = family.setup(config, LABEL).vec
+        comm = vec_bits(vec, config.environment.dim)
+        T, B = config.horizon, family.algorithm(config, LABEL).batch
         print(f"{LABEL}: K = 100, d = 5, B = {B}, ε = 1, T = {T:,} ({T // B:,} batches), 1 run, 2 fleets")
         print(f"  in-process engine          {T / secs:>12,.0f} users/s")
         brokers = ["private", "system", "embedded"] if args.broker == "all" else [args.broker]
         for broker in brokers:
             session = Path(tmp) / broker / "out"
-            wall = run_session(config, path, session, broker)
+            wall = run_session(family, config, path, session, broker)
             summary = json.loads((session / "summary.json").read_text())
             ups = summary["algorithms"][LABEL]["users_per_s"]
             mq = summary["communication"][LABEL]
@@ -104,7 +107,7 @@ def main() -> None:
                   f"{mq['bytes_per_user_payload']:.2f}; analyzer received report bytes: "
                   f"{mq['roles']['analyzer'].get('payload.received.report', 0)})")
         print(f"  P_Vec bits per user        {comm['bits_per_user_theory']:>12,}   theoretical (d + d²)(g + b), "
-              f"g = {out['ledger']['g']}, b = {out['ledger']['b']}; upper triangle only "
+              f"g = {vec.g}, b = {vec.b}; upper triangle only "
               f"{comm['bits_per_user_upper']:,}; count-encoded {comm['bytes_per_user_wire']} B")
 
 

@@ -2,7 +2,8 @@
 and the regret-vs-T slope of LinUCB-SDP with B ∝ T^{3/5}.
 
     python experiments/reproduce_linear.py [--jobs N] [--runs 50] [--out results/reproduce-linear]
-                                           [--slope-runs 10] [--set key=value ...]
+                                           [--slope-runs 10] [--slope-horizons T ...] [--set key=value ...]
+                                           [--figures DIR]
 
 Writes one results directory per experiment file under --out, docs/figures/linear_fig1.png,
 linear_fig2.png and linear_slope.png, and prints the regret ordering per setting and the fitted slopes.
@@ -12,12 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
 import numpy as np
 
-from privbandit.experiment import linear_family as lf
+from privbandit.runner import config as experiment_files
+from privbandit.runner import results, tasks
 
 HERE = Path(__file__).resolve().parent
 DOCS = HERE.parent / "docs" / "figures"
@@ -27,6 +30,36 @@ ORDER = ["LinUCB", "LinUCB-JDP", "LinUCB-SDP-Amp", "LinUCB-SDP-Vec", "LinUCB-LDP
 COLOURS = {"LinUCB": "black", "LinUCB-JDP": "blue", "LinUCB-SDP-Amp": "red", "LinUCB-SDP-Vec": "green",
            "LinUCB-LDP": "c"}
 SLOPE_T = [2500, 5000, 10000, 20000, 40000]
+
+
+def run_suite(files: list[tuple[Path, list[str]]], jobs: int | None) -> list[tuple[dict, dict]]:
+    """Several experiment files in one process pool (every file's tasks at once, the longest first):
+    per file, its summary and its results by label, exactly what ``privbandit run`` gives for it
+    (tasks are independent)."""
+    loaded = [experiment_files.load(path, overrides) for path, overrides in files]
+    work = [(i, t) for i, (fam, config) in enumerate(loaded) for t in tasks.tasks_of(fam, config)]
+    # Per-round algorithms (B = 1) cost most: start them first.
+    work.sort(key=lambda it: loaded[it[0]][0].algorithm(loaded[it[0]][1], it[1].label).batch)
+    found = [{label: [] for label in fam.labels(config)} for fam, config in loaded]
+    compute = [dict.fromkeys(f, 0.0) for f in found]
+    start = time.perf_counter()
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(work)))
+    for i, label, res, secs in tasks.completed(_execute, work, jobs):
+        found[i][label].append(res)
+        compute[i][label] += secs
+    elapsed = time.perf_counter() - start
+    out = []
+    for (fam, config), f, c in zip(loaded, found, compute):
+        for label in f:
+            f[label].sort(key=lambda r: r.runs[0])
+        out.append((results.summarize(fam, config, f, c, elapsed), f))
+    return out
+
+
+def _execute(i: int, task: tasks.Task):
+    """One task of file i (a module-level function: the pool pickles it)."""
+    label, _runs, res, secs = tasks.execute(task)
+    return i, label, res, secs
 
 
 def ordering(summary: dict) -> tuple[bool, str]:
@@ -61,21 +94,21 @@ def draw(stems: list[str], out: Path, dest: Path, title) -> None:
     plt.close(fig)
 
 
-def slope_experiment(jobs, runs: int, overrides: list[str]) -> dict:
-    configs = []
-    for T in SLOPE_T:
+def slope_experiment(jobs, runs: int, overrides: list[str], slope_t: list[int]) -> dict:
+    files, batches = [], []
+    for T in slope_t:
         b = max(1, round(0.25 * T**0.6))
-        configs.append(lf.load(HERE / "linear_fig1b_eps1.toml", overrides + [
+        batches.append(b)
+        files.append((HERE / "linear_fig1b_eps1.toml", overrides + [
             f"horizon={T}", f"runs={runs}", f"name=linear-slope-T{T}", "algorithms={}",
             "algorithms.LinUCB-SDP-Amp.algorithm='linucb-sdp-amp'", f"algorithms.LinUCB-SDP-Amp.batch={b}",
             "algorithms.LinUCB-SDP-Vec.algorithm='linucb-sdp-vec'", f"algorithms.LinUCB-SDP-Vec.batch={b}",
             "algorithms.LinUCB-LDP.algorithm='linucb-ldp'"]))
-    outcomes = lf.run_suite(configs, jobs=jobs)
-    finals = {label: [float(o[0][label]["pseudo"][:, -1].mean()) for o in outcomes]
+    outcomes = run_suite(files, jobs)
+    finals = {label: [summary["algorithms"][label]["regret_final_mean"] for summary, _ in outcomes]
               for label in ("LinUCB-SDP-Amp", "LinUCB-SDP-Vec", "LinUCB-LDP")}
-    slopes = {label: float(np.polyfit(np.log(SLOPE_T), np.log(v), 1)[0]) for label, v in finals.items()}
-    return {"T": SLOPE_T, "B": [c.algorithms["LinUCB-SDP-Amp"].batch for c in configs], "final": finals,
-            "slope": slopes}
+    slopes = {label: float(np.polyfit(np.log(slope_t), np.log(v), 1)[0]) for label, v in finals.items()}
+    return {"T": slope_t, "B": batches, "final": finals, "slope": slopes}
 
 
 def main() -> None:
@@ -83,24 +116,28 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--runs", type=int, default=None)
     ap.add_argument("--slope-runs", type=int, default=10)
+    ap.add_argument("--slope-horizons", type=int, nargs="+", default=SLOPE_T, help="the T of the slope fit")
     ap.add_argument("--out", type=Path, default=Path("results/reproduce-linear"))
     ap.add_argument("--set", dest="overrides", action="append", default=[])
+    ap.add_argument("--figures", type=Path, default=DOCS, help="where the PNGs go [default: docs/figures]")
     args = ap.parse_args()
     overrides = args.overrides + ([f"runs={args.runs}"] if args.runs else [])
     stems = list(dict.fromkeys(FIG1 + FIG2))
-    configs = [lf.load(HERE / f"{s}.toml", overrides) for s in stems]
     t0 = time.perf_counter()
-    outcomes = lf.run_suite(configs, jobs=args.jobs)
+    outcomes = run_suite([(HERE / f"{s}.toml", overrides) for s in stems], args.jobs)
     print(f"Figs 1–2: {time.perf_counter() - t0:.1f} s wall")
-    for stem, config, outcome in zip(stems, configs, outcomes):
-        summary = lf.write(args.out / stem, config, outcome)
+    for stem, (summary, found) in zip(stems, outcomes):
+        fam, config = experiment_files.load(HERE / f"{stem}.toml", overrides)
+        results.write_results(args.out / stem, fam, config, summary, found)
         ok, text = ordering(summary)
         print(f"  {stem:<24} ordering {'holds' if ok else 'FAILS'}: {text}")
-    DOCS.mkdir(parents=True, exist_ok=True)
-    draw(FIG1, args.out, DOCS / "linear_fig1.png", lambda s: f"Fig. 1: d = {s['dim']}, ε = {s['epsilon']:g}")
-    draw(FIG2, args.out, DOCS / "linear_fig2.png", lambda s: f"Fig. 2: d = {s['dim']}, ε = {s['epsilon']:g}")
+    figures = args.figures
+    figures.mkdir(parents=True, exist_ok=True)
+    draw(FIG1, args.out, figures / "linear_fig1.png", lambda s: f"Fig. 1: d = {s['dim']}, ε = {s['epsilon']:g}")
+    draw(FIG2, args.out, figures / "linear_fig2.png", lambda s: f"Fig. 2: d = {s['dim']}, ε = {s['epsilon']:g}")
     t0 = time.perf_counter()
-    slope = slope_experiment(args.jobs, args.slope_runs, args.overrides)
+    slope_t = args.slope_horizons
+    slope = slope_experiment(args.jobs, args.slope_runs, args.overrides, slope_t)
     (args.out / "slope.json").write_text(json.dumps(slope, indent=2) + "\n")
     print(f"slope (B = round(0.25·T^0.6) = {slope['B']}, {args.slope_runs} runs, "
           f"{time.perf_counter() - t0:.1f} s): " + "  ".join(f"{k}={v:.3f}" for k, v in slope["slope"].items()))
@@ -111,8 +148,8 @@ def main() -> None:
 
     fig, ax = plt.subplots(figsize=(5, 3.8))
     for label, vals in slope["final"].items():
-        ax.loglog(SLOPE_T, vals, "o-", color=COLOURS[label], label=f"{label} (slope {slope['slope'][label]:.2f})")
-    ax.loglog(SLOPE_T, [slope["final"]["LinUCB-SDP-Vec"][0] * (t / SLOPE_T[0]) ** 0.6 for t in SLOPE_T], "k:",
+        ax.loglog(slope_t, vals, "o-", color=COLOURS[label], label=f"{label} (slope {slope['slope'][label]:.2f})")
+    ax.loglog(slope_t, [slope["final"]["LinUCB-SDP-Vec"][0] * (t / slope_t[0]) ** 0.6 for t in slope_t], "k:",
               label="T^0.6")
     ax.set_xlabel("T")
     ax.set_ylabel("Reg(T)")
@@ -120,7 +157,7 @@ def main() -> None:
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
-    fig.savefig(DOCS / "linear_slope.png", dpi=110)
+    fig.savefig(figures / "linear_slope.png", dpi=110)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from rich.table import Table
 from privbandit.runner.config import ConfigError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # errors unwrapped: one line to read, grep or paste
 
 
 @app.command()

@@ -1,4 +1,5 @@
-"""Batched LinUCB (Algorithm 1), its non-PD safeguard, the accountant and the linear family's config."""
+"""Batched LinUCB (Algorithm 1), its non-PD safeguard, the accountant, the privacy events each release
+declares, and the linear family's experiment files and runs."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import math
 import numpy as np
 import pytest
 
-from privbandit.experiment import linear_family as lf
-from privbandit.experiment.config import ConfigError
+from privbandit import registry
+from privbandit.families.shuffle_linear_bandits import params as lp
+from privbandit.families.shuffle_linear_bandits.learners import BatchedLinUCB, ucb_actions
+from privbandit.protocol.privacy import ApproxDP, Ledger, NoneProven, ZCDP
 from privbandit.protocol.privacy import amplification as amp
-from privbandit.protocol.learners.batched_linucb import BatchedLinUCB, ucb_actions
-from privbandit.protocol.mechanisms import shuffle_linear_params as lp
+from privbandit.runner import config as experiment_files, run_file
+from privbandit.runner.config import ConfigError
 
 
 def test_learner_matches_direct_solution():
@@ -86,16 +89,27 @@ def test_composition_and_zcdp():
     assert amp.zcdp_epsilon(rho, 1e-5) == pytest.approx(1.0)
 
 
-def test_amp_ledger_warns_outside_theorem_range():
+def _ledger(events, delta=0.1, group=None) -> dict:
+    ledger = Ledger("shuffle", 1.0, delta, users=10**6)
+    for e in events:
+        ledger.record(e, group=group)
+    return ledger.summary()
+
+
+def test_amp_event_and_warning_outside_theorem_range():
     budget = lp.batch_budget(1.0, 0.1, 1)
     sigma = lp.amp_sigma("theory", budget, 20, 1.0)
-    led = lp.ledger("linucb-sdp-amp", "theory", 1.0, 0.1, budget, 20, 1.0, sigma, None, None, 20000)
-    assert led["warnings"] and "Thm 3.2" in led["warnings"][0]
-    assert led["epsilon_at_delta"] < 1.0 and led["delta"] <= 0.1
+    notes = lp.describe("linucb-sdp-amp", "theory", 1.0, 0.1, budget, 20, 1.0, sigma, None, None, 20000)
+    assert notes["warnings"] and "Thm 3.2" in notes["warnings"][0]
+    event = lp.batch_event("linucb-sdp-amp", "theory", budget, 20, 1.0, sigma, None, None)
+    assert isinstance(event, ApproxDP) and event.epsilon < 1.0 and event.delta <= 0.1
+    # Unique users: every batch reaches its own users; the run's guarantee is one batch's.
+    summary = _ledger([event] * 50)
+    assert summary["guarantee"] == "proven" and summary["epsilon_at_delta"] == pytest.approx(event.epsilon)
     small = lp.batch_budget(0.2, 0.1, 1)
-    led = lp.ledger("linucb-sdp-amp", "theory", 0.2, 0.1, small, 20, 1.0, lp.amp_sigma("theory", small, 20, 1.0),
-                    None, None, 20000)
-    assert not led["warnings"] and led["epsilon_at_delta"] <= 0.2
+    sigma = lp.amp_sigma("theory", small, 20, 1.0)
+    assert not lp.describe("linucb-sdp-amp", "theory", 0.2, 0.1, small, 20, 1.0, sigma, None, None, 20000)["warnings"]
+    assert lp.batch_event("linucb-sdp-amp", "theory", small, 20, 1.0, sigma, None, None).epsilon <= 0.2
 
 
 def test_returning_users_budget_and_composition():
@@ -103,8 +117,45 @@ def test_returning_users_budget_and_composition():
     assert budget.epsilon == pytest.approx(0.5 / (2 * math.sqrt(2000 * math.log(20))))
     assert budget.delta == pytest.approx(0.1 / 2000)
     vec = lp.vec_params("theory", budget, 20, 5, 1.0, 1.0, None, "2delta")
-    led = lp.ledger("linucb-sdp-vec", "theory", 0.5, 0.1, budget, 20, 1.0, None, vec, None, 20000)
-    assert led["epsilon_at_delta"] <= 0.5 and led["delta"] <= 0.1
+    event = lp.batch_event("linucb-sdp-vec", "theory", budget, 20, 1.0, None, vec, None)
+    assert isinstance(event, ApproxDP) and (event.epsilon, event.delta) == (budget.epsilon, budget.delta)
+    # A returning user joins every batch: the ledger composes the M batches' (ε, δ) statements by
+    # basic composition (M·ε_m, M·δ_m), weaker than the advanced composition ε_m was calibrated for.
+    summary = _ledger([event] * 1000, group="returning")
+    assert summary["epsilon_at_delta"] == pytest.approx(1000 * budget.epsilon) and summary["delta_from_theorems"] <= 0.1
+    # More batches than the δ budget covers: no guarantee is stated.
+    assert _ledger([event] * 2001, group="returning")["epsilon_at_delta"] is None
+
+
+def test_vec_without_theorem_coverage_declares_none_proven():
+    budget = lp.batch_budget(1.0, 0.1, 1)
+    for preset, span, why in (("paper-code", "2delta", "24·10⁴"), ("theory", "delta", "span = Δ")):
+        vec = lp.vec_params(preset, budget, 20, 5, 1.0, 1.0, None, span)
+        event = lp.batch_event("linucb-sdp-vec", preset, budget, 20, 1.0, None, vec, None)
+        assert isinstance(event, NoneProven) and why in event.reason
+        assert _ledger([event])["guarantee"] == "none proven" and _ledger([event])["epsilon_at_delta"] is None
+
+
+def test_jdp_tree_nodes_compose_across_levels_only():
+    """Level j's nodes cover disjoint batches (parallel), levels compose: a user pays ⌊log₂ n⌋ + 1
+    nodes, what the tree's zCDP bound charges."""
+    budget = lp.batch_budget(1.0, 0.1, 1)
+    sigma = lp.jdp_sigma("theory", budget, 1000, 1.0)
+    node = lp.batch_event("linucb-jdp", "theory", budget, 1, 1.0, sigma, None, None)
+    assert isinstance(node, ZCDP)
+    from privbandit.families.shuffle_linear_bandits.mechanisms import TreeAggregator, tree_levels
+
+    tree, ledger = TreeAggregator(sigma, (1, 2)), Ledger("central", 1.0, 0.1, users=1000)
+    for _ in range(1000):
+        ledger.record(node, f"level-{tree.level()}")
+        tree.step(np.zeros((1, 2)), np.zeros((1, 2)))
+    assert len(ledger.lanes) == tree_levels(1000) == 10
+    rho = tree_levels(1000) * node.rho
+    assert ledger.summary()["cdp_epsilon"] == pytest.approx(math.sqrt(2 * rho))
+    # σ was calibrated so that the composed ρ gives ε = 1 by the classic conversion; the ledger's
+    # RDP conversion is at least as tight.
+    assert amp.zcdp_epsilon(rho, 0.1) == pytest.approx(1.0)
+    assert ledger.summary()["epsilon_at_delta"] <= 1.0
 
 
 def test_vec_theory_constants_and_bits():
@@ -123,37 +174,54 @@ def _write_toml(tmp_path, body: str):
     return path
 
 
+def test_family_is_registered_under_its_files_name():
+    assert registry.family("shuffle-linear-bandits").name == "shuffle-linear-bandits"
+
+
 def test_config_errors_name_the_field(tmp_path):
     base = "horizon = 100\n[algorithms.LinUCB]\n"
     with pytest.raises(ConfigError, match="preset"):
-        lf.load(_write_toml(tmp_path, 'preset = "paper"\n' + base))
+        experiment_files.load(_write_toml(tmp_path, 'preset = "paper"\n' + base))
     with pytest.raises(ConfigError, match="algorithms.A.batch"):
-        lf.load(_write_toml(tmp_path, "horizon = 100\n[algorithms.A]\nalgorithm = 'linucb-sdp-amp'\nbatch = 200\n"))
+        experiment_files.load(_write_toml(tmp_path, "horizon = 100\n[algorithms.A]\nalgorithm = 'linucb-sdp-amp'\n"
+                                                    "batch = 200\n"))
     with pytest.raises(ConfigError, match="environment.dim"):
-        lf.load(_write_toml(tmp_path, base + "[environment]\ndim = 1\n"))
+        experiment_files.load(_write_toml(tmp_path, base + "[environment]\ndim = 1\n"))
     with pytest.raises(ConfigError, match="algorithms.X.algorithm"):
-        lf.load(_write_toml(tmp_path, "horizon = 100\n[algorithms.X]\nalgorithm = 'ucb'\n"))
+        experiment_files.load(_write_toml(tmp_path, "horizon = 100\n[algorithms.X]\nalgorithm = 'ucb'\n"))
     with pytest.raises(ConfigError, match="delta"):
-        lf.load(_write_toml(tmp_path, "delta = 1.5\n" + base))
+        experiment_files.load(_write_toml(tmp_path, "delta = 1.5\n" + base))
 
 
 def test_family_run_is_reproducible_and_independent_of_jobs(tmp_path):
     body = ("horizon = 400\nruns = 3\nseed = 5\nepsilon = 1.0\n[environment]\narms = 10\ndim = 3\n"
             "[algorithms.LinUCB]\n[algorithms.LinUCB-JDP]\n[algorithms.LinUCB-LDP]\n"
             "[algorithms.LinUCB-SDP-Amp]\nbatch = 20\n[algorithms.LinUCB-SDP-Vec]\nbatch = 20\n")
-    config = lf.load(_write_toml(tmp_path, body))
-    a = lf.run(config, jobs=1)
-    b = lf.run(config, jobs=2)
-    for label in config.algorithms:
-        np.testing.assert_array_equal(a[0][label]["pseudo"], b[0][label]["pseudo"])
-    summary = lf.write(tmp_path / "out", config, a)
-    for key in ("experiment", "horizon", "runs", "elapsed_s", "transport"):
+    path = _write_toml(tmp_path, body)
+    a = run_file(path, out=tmp_path / "a", jobs=1)
+    run_file(path, out=tmp_path / "b", jobs=2)
+    for name in ("curves.csv", "rounds.csv"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    summary = a.summary
+    for key in ("experiment", "horizon", "runs", "elapsed_s", "transport", "preset", "dim"):
         assert key in summary
-    for label in config.algorithms:
-        assert {"regret_final_mean", "regret_final_stderr", "users_per_s"} <= set(summary["algorithms"][label])
-        assert {"epsilon_pure", "epsilon_at_delta", "delta"} <= set(summary["privacy"][label])
-        assert "bits_per_user_protocol" in summary["communication"][label]
-    assert summary["communication"]["LinUCB-SDP-Vec"]["bytes_per_user_wire"] > 0
+    for label in ("LinUCB", "LinUCB-JDP", "LinUCB-LDP", "LinUCB-SDP-Amp", "LinUCB-SDP-Vec"):
+        alg = summary["algorithms"][label]
+        assert {"regret_final_mean", "regret_final_stderr", "users_per_s", "batches_clipped", "mechanism"} <= set(alg)
+        assert {"epsilon_pure", "epsilon_at_delta", "delta", "guarantee"} <= set(summary["privacy"][label])
+        assert summary["communication"][label]["bits_per_user_protocol"] > 0
+    assert summary["algorithms"]["LinUCB-SDP-Amp"]["batch"] == 20 and summary["algorithms"]["LinUCB"]["batch"] == 1
+    assert summary["privacy"]["LinUCB"]["guarantee"] == "non-private"
+    assert summary["privacy"]["LinUCB-SDP-Vec"]["guarantee"] == "none proven"  # paper-code b
+    for label in ("LinUCB-JDP", "LinUCB-LDP", "LinUCB-SDP-Amp"):
+        assert summary["privacy"][label]["guarantee"] == "proven" and summary["privacy"][label]["epsilon_at_delta"]
+    # LDP: every user's one report is (ε, δ)-DP by the analytic Gaussian curve, σ calibrated to ε.
+    assert summary["privacy"]["LinUCB-LDP"]["epsilon_at_delta"] == pytest.approx(
+        amp.gaussian_epsilon(lp.report_sensitivity(2**0.5), lp.ldp_sigma("paper-code", lp.batch_budget(1.0, 0.1, 1),
+                                                                         2**0.5), 0.1))
     for name in ("summary.json", "config.json", "curves.csv", "rounds.csv", "regret.png"):
-        assert (tmp_path / "out" / name).exists()
-    json.loads((tmp_path / "out" / "summary.json").read_text())
+        assert (tmp_path / "a" / name).exists()
+    json.loads((tmp_path / "a" / "summary.json").read_text())
+    rows = (tmp_path / "a" / "rounds.csv").read_text().splitlines()
+    assert rows[0].split(",")[:7] == ["algorithm", "run", "round", "n", "reports", "epsilon", "bits"]
+    assert {r.split(",")[1] for r in rows[1:]} == {"0", "1", "2"}  # one row per run and diagnostic batch

@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privbandit.protocol.mechanisms import shuffle_linear_bandits as slb
-from privbandit.protocol.mechanisms.shuffle_linear_bandits import VecParams
+from privbandit.families.shuffle_linear_bandits import mechanisms as slb
+from privbandit.families.shuffle_linear_bandits.mechanisms import VecParams
+from privbandit.protocol.spine.events import Join, Plan, Reports, Round
+from privbandit.protocol.spine.intermediary import Intermediary
 from tests.stats import P_MIN
 
 D = 3
@@ -130,6 +132,30 @@ def test_shuffler_permutation_is_uniform(independent):
         assert linked == 1.0
     # the release is the multiset of reports, nothing more: same shape, same sorted values
     np.testing.assert_array_equal(np.sort(out[..., 0], axis=1), np.sort(ids[..., 0], axis=1))
+
+
+def test_spine_shuffle_of_p_amp_permutes_s1_and_s2_independently_and_uniformly():
+    """What LinUCB-SDP-Amp's users report into: the spine's shuffler round with the column groups
+    (d, D − d). Each user's vector lands in each position w.p. 1/n, her matrix independently of it."""
+    n, trials, d, width = 5, 3000, 1, 2
+    rnd = Round(0, "shuffler", "shuffle", expected=n, width=width, integer=False, groups=(d, width - d))
+    table = np.zeros((2, n, n))
+    linked = 0
+    values = np.broadcast_to(np.arange(n, dtype=float)[None, :, None], (1, n, width)).copy()
+    for t in range(trials):
+        box = Intermediary("shuffler", 1, [t])
+        plan = Plan(0, 0, n, {}, (rnd,), (Join(0, 0, n, n),))
+        box.open_plan(plan)
+        assert box.receive(Reports(0, 0, np.arange(n), values)) == n
+        out = box.release(0).values[0]
+        assert out.shape == (n, width) and sorted(out[:, 0]) == list(range(n)) == sorted(out[:, 1])
+        for col in (0, 1):
+            table[col, out[:, col].astype(int), np.arange(n)] += 1
+        linked += int((out[:, 0] == out[:, 1]).sum())
+    for col in (0, 1):
+        assert stats.chisquare(table[col].ravel(), np.full(n * n, trials / n)).pvalue > P_MIN
+    rate = linked / (trials * n)
+    assert abs(rate - 1 / n) < 4 * math.sqrt((1 / n) * (1 - 1 / n) / (trials * n)), rate
 
 
 def test_label_count_shuffler_releases_only_totals():

@@ -77,12 +77,15 @@ class _Group:
 
     def add(self, event: PrivacyEvent) -> None:
         self.pure += event.pure_epsilon
-        self.rdp = self.rdp + _curve(event)
         cdp = event.cdp_epsilon
         self.rho = None if self.rho is None or cdp is None else self.rho + 0.5 * cdp**2
-        if event.approx is not None:
+        if event.approx is not None and event.status == "proven":
+            # An (ε, δ) statement without a curve composes by basic composition in approx_*; it
+            # adds nothing to the Rényi curve (an infinite curve would void the statement).
             self.approx_eps += event.approx[0]
             self.approx_delta += event.approx[1]
+        else:
+            self.rdp = self.rdp + _curve(event)
         self.releases += 1
 
     def worst(self, other: _Group) -> None:
@@ -183,9 +186,10 @@ class Ledger:
             rest = self.delta - total.approx_delta
             if total.approx_delta == 0:
                 eps_delta = rdp_to_dp(total.rdp, self.delta)
+            elif not np.any(total.rdp) and rest >= 0:  # (ε, δ) statements only, within δ
+                eps_delta = total.approx_eps
             elif rest > 0:
-                curve = 0.0 if not np.any(total.rdp) else rdp_to_dp(total.rdp, rest)
-                eps_delta = total.approx_eps + curve
+                eps_delta = total.approx_eps + rdp_to_dp(total.rdp, rest)
             eps_delta = min(eps_delta, pure)
         cdp = None if total.rho is None or not proven else math.sqrt(2 * total.rho)
         out = {
@@ -194,8 +198,8 @@ class Ledger:
             "epsilon_target": self.epsilon_target,
             "releases": self.releases,
             "epsilon_pure": _finite_or_none(pure),
-            "rdp": {str(a): _finite_or_none(float(total.rdp[np.searchsorted(ORDERS, a)])) if proven else None
-                    for a in REPORTED_ORDERS},
+            "rdp": {str(a): _finite_or_none(float(total.rdp[np.searchsorted(ORDERS, a)]))
+                    if proven and not total.approx_delta else None for a in REPORTED_ORDERS},
             "cdp_epsilon": _finite_or_none(cdp),
             "delta": self.delta,
             "epsilon_at_delta": _finite_or_none(eps_delta),

@@ -1,4 +1,4 @@
-"""Parameter rules and privacy ledgers of the shuffle-model linear bandits, per preset.
+"""Parameter rules and privacy events of the shuffle-model linear bandits, per preset.
 
 Presets:
 
@@ -9,6 +9,10 @@ Presets:
   noise per node, P_Vec's encoding does not overflow (see :class:`VecParams`), and every ledger shows
   the privacy those constants actually give (often none proven).
 
+Privacy is declared per release (:func:`batch_event`): the spine's ledger composes the events
+(each batch's users are disjoint, so a run's guarantee is its worst batch; returning users put
+every batch in one group, sequential composition).
+
 All sensitivities scale with ``feature_norm`` L (max ‖φ‖₂) and ``entry_bound`` (max |φ_k|); rewards
 lie in [0, 1]. Theorems assume L = 1 (Assumption 3.1, spec §1); for larger L we scale σ by max(L, L²).
 """
@@ -18,11 +22,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from privbandit.families.shuffle_linear_bandits.mechanisms import VecParams, n_entries, tree_levels
+from privbandit.protocol.privacy import ZCDP, ApproxDP, NonPrivate, NoneProven, PrivacyEvent
 from privbandit.protocol.privacy import amplification as amp
-from privbandit.protocol.mechanisms.shuffle_linear_bandits import VecParams, n_entries, tree_levels
 
 ALGORITHMS = ("linucb", "linucb-jdp", "linucb-ldp", "linucb-sdp-amp", "linucb-sdp-vec")
 PRESETS = ("theory", "paper-code")
+# The ledger's trust model, and in words.
+TRUST_MODEL = {"linucb": "none", "linucb-jdp": "central", "linucb-ldp": "local", "linucb-sdp-amp": "shuffle",
+               "linucb-sdp-vec": "shuffle"}
 TRUST = {"linucb": "none (raw data to the server)", "linucb-jdp": "central (trusted server, JDP)",
          "linucb-ldp": "local (pass-through, attributable reports)",
          "linucb-sdp-amp": "shuffle (trusted shuffler, permuted list)",
@@ -193,72 +201,84 @@ def paper_code_noise(algorithm: str, epsilon: float, delta: float, batch: int, h
     return 0.0
 
 
-# --- ledgers ------------------------------------------------------------------------------------
+# --- privacy events ------------------------------------------------------------------------------
 
-def ledger(algorithm: str, preset: str, epsilon: float, delta: float, budget: Budget, batch: int,
-           feature_norm: float, sigma: float | None, vec: VecParams | None, vec_scale: float | None,
-           horizon: int) -> dict:
-    """What one run spends per user, in its trust model. ``epsilon_at_delta`` is the guarantee the
-    noise actually used gives (None when no theorem covers it); ``warnings`` say why."""
-    out = {"algorithm": algorithm, "trust_model": TRUST[algorithm], "preset": preset,
-           "epsilon_target": epsilon, "delta_target": delta, "participations": budget.participations,
-           "epsilon_batch_target": budget.epsilon, "delta_batch_target": budget.delta,
-           "epsilon_pure": None, "epsilon_at_delta": None, "delta": delta, "warnings": []}
-    sens = report_sensitivity(feature_norm)
-    k = budget.participations
+AMP_BASIS = ("Feldman-McMillan-Talwar 2021, Thm 3.2 numeric + Thm 3.8 (amplification by shuffling of the "
+             "Gaussian randomizer, its (ε₀, δ₀) by the analytic Gaussian curve)")
+LDP_BASIS = "analytic Gaussian mechanism (Balle & Wang 2018), one attributable report per user and batch"
+VEC_BASIS = "Chowdhury & Zhou 2022, Thm 3.5 / C.1 (Cheu et al. 2021 adapted)"
 
-    def compose(eps_b: float, delta_b: float) -> tuple[float, float]:
-        if k == 1:
-            return eps_b, delta_b
-        return amp.advanced_composition(eps_b, delta_b, k, delta / 2)
 
-    if algorithm == "linucb":
-        out["guarantee"] = "none"
-        out["delta"] = None
-        return out
-    if algorithm == "linucb-sdp-amp":
-        a = amp.amplified_gaussian(batch, sens, sigma, budget.delta)
-        eps_total, delta_total = compose(a["epsilon"], a["delta"])
-        out.update(guarantee="SDP", accountant="Feldman-McMillan-Talwar 2021, Thm 3.2 numeric + Thm 3.8",
-                   epsilon_local=a["epsilon_local"], delta_local=a["delta_local"],
-                   epsilon_batch=a["epsilon"], delta_batch=a["delta"],
-                   epsilon_batch_closed_form=a["closed_form_epsilon"],
-                   epsilon_at_delta=eps_total, delta=delta_total, sigma=sigma)
-        if not amp_admissible(budget, batch):
-            out["warnings"].append(
-                f"per-batch ε = {budget.epsilon:.4g} is outside Thm 3.2's range ε ≤ √(log(2/δ)/B) = "
-                f"{math.sqrt(math.log(2 / budget.delta) / batch):.4g}: the paper's O(ε, δ) claim does not apply; "
-                "the numeric accountant's ε̃ above still holds")
-        return out
-    if algorithm == "linucb-ldp":
-        eps_b = amp.gaussian_epsilon(sens, sigma, budget.delta)
-        eps_total, delta_total = compose(eps_b, budget.delta)
-        out.update(guarantee="LDP", accountant="analytic Gaussian (Balle & Wang 2018)", sigma=sigma,
-                   epsilon_batch=eps_b, delta_batch=budget.delta, epsilon_at_delta=eps_total, delta=delta_total)
-        return out
-    if algorithm == "linucb-jdp":
-        levels = tree_levels(math.ceil(horizon / batch))
-        rho = levels * (sens * k) ** 2 / (2 * sigma**2)
-        out.update(guarantee="JDP (billboard: actions depend on the released prefix sums only)",
-                   accountant="Gaussian tree, zCDP (Bun & Steinke 2016)", sigma=sigma, tree_levels=levels,
-                   rho=rho, epsilon_at_delta=amp.zcdp_epsilon(rho, delta), delta=delta)
-        return out
-    # linucb-sdp-vec: Theorem C.1 is the only accountant; it covers b ≥ its constant, x̂ ≤ g.
-    out.update(guarantee="SDP", accountant="Thm 3.5 / C.1 (Cheu et al. 2021 adapted)", g=vec.g, b=vec.b, p=vec.p,
-               shift=vec.shift, span=vec.span)
+def vec_warnings(preset: str, budget: Budget, vec: VecParams, vec_scale: float | None) -> tuple[bool, list[str]]:
+    """Does Thm C.1 cover these P_Vec parameters? And, if not, why."""
+    warnings = []
     covered = preset == "theory" and (vec_scale is None or vec_scale >= VEC_THEORY_CONSTANT)
     if vec.span < 2 * vec.shift:
         covered = False
-        out["warnings"].append("span = Δ (Algorithm 5 as printed): counts reach 2g + b, twice the sensitivity "
-                               "Thm C.1 assumes; no guarantee is claimed")
+        warnings.append("span = Δ (Algorithm 5 as printed): counts reach 2g + b, twice the sensitivity "
+                        "Thm C.1 assumes; no guarantee is claimed")
     if budget.epsilon > VEC_MAX_EPSILON or budget.delta >= 0.5:
         covered = False
-        out["warnings"].append(f"per-batch (ε, δ) = ({budget.epsilon:.4g}, {budget.delta:.4g}) outside Thm 3.5's "
-                               "range ε ≤ 15, δ < 1/2")
+        warnings.append(f"per-batch (ε, δ) = ({budget.epsilon:.4g}, {budget.delta:.4g}) outside Thm 3.5's "
+                        "range ε ≤ 15, δ < 1/2")
     if preset == "paper-code" or (vec_scale is not None and vec_scale < VEC_THEORY_CONSTANT):
-        out["warnings"].append("b below Thm C.1's constant 24·10⁴ (paper-code constants): no proven guarantee")
-    if covered:
-        eps_total, delta_total = compose(budget.epsilon, budget.delta)
-        out.update(epsilon_batch=budget.epsilon, delta_batch=budget.delta, epsilon_at_delta=eps_total,
-                   delta=delta_total, epsilon_local_claimed=budget.epsilon * math.sqrt(batch))
+        warnings.append("b below Thm C.1's constant 24·10⁴ (paper-code constants): no proven guarantee")
+    return covered, warnings
+
+
+def batch_event(algorithm: str, preset: str, budget: Budget, batch: int, feature_norm: float,
+                sigma: float | None, vec: VecParams | None, vec_scale: float | None) -> PrivacyEvent:
+    """What one batch's release guarantees its users (JDP: one tree node, see :func:`node_event`)."""
+    sens = report_sensitivity(feature_norm)
+    if algorithm == "linucb":
+        return NonPrivate()
+    if algorithm == "linucb-sdp-amp":
+        a = amp.amplified_gaussian(batch, sens, sigma, budget.delta)
+        return ApproxDP(a["epsilon"], a["delta"], AMP_BASIS)
+    if algorithm == "linucb-ldp":
+        return ApproxDP(amp.gaussian_epsilon(sens, sigma, budget.delta), budget.delta, LDP_BASIS)
+    if algorithm == "linucb-jdp":
+        return node_event(budget, feature_norm, sigma)
+    covered, warnings = vec_warnings(preset, budget, vec, vec_scale)
+    if not covered:
+        return NoneProven("P_Vec: " + "; ".join(warnings))
+    return ApproxDP(budget.epsilon, budget.delta, VEC_BASIS)
+
+
+def node_event(budget: Budget, feature_norm: float, sigma: float) -> ZCDP:
+    """One node of JDP's Gaussian tree: Δ²/(2σ²)-zCDP (Bun & Steinke 2016) for the users whose
+    reports it sums, Δ the ℓ2 distance of two users' reports (times M₀ for returning users, Prop.
+    4.3). The analyzer records level j's nodes in lane ``level-j``: a level's nodes cover disjoint
+    batches, levels compose sequentially, so a user pays ≤ ⌊log₂ n⌋ + 1 nodes, the tree's bound."""
+    sens = report_sensitivity(feature_norm) * budget.participations
+    return ZCDP(sens**2 / (2 * sigma**2))
+
+
+def describe(algorithm: str, preset: str, epsilon: float, delta: float, budget: Budget, batch: int,
+             feature_norm: float, sigma: float | None, vec: VecParams | None, vec_scale: float | None,
+             horizon: int) -> dict:
+    """The mechanism's parameters and the caveats of its guarantee, for ``summary.json`` (the
+    guarantee itself is the ledger's, composed from :func:`batch_event`)."""
+    out = {"trust": TRUST[algorithm], "preset": preset, "epsilon_target": epsilon, "delta_target": delta,
+           "participations": budget.participations, "epsilon_batch_target": budget.epsilon,
+           "delta_batch_target": budget.delta, "warnings": []}
+    if algorithm == "linucb":
+        return out
+    if algorithm in ("linucb-sdp-amp", "linucb-ldp"):
+        out["sigma"] = sigma
+        out["accountant"] = AMP_BASIS if algorithm == "linucb-sdp-amp" else LDP_BASIS
+        if algorithm == "linucb-sdp-amp" and not amp_admissible(budget, batch):
+            out["warnings"].append(
+                f"per-batch ε = {budget.epsilon:.4g} is outside Thm 3.2's range ε ≤ √(log(2/δ)/B) = "
+                f"{math.sqrt(math.log(2 / budget.delta) / batch):.4g}: the paper's O(ε, δ) claim does not apply; "
+                "the numeric accountant's ε̃ still holds")
+        return out
+    if algorithm == "linucb-jdp":
+        out.update(sigma=sigma, tree_levels=tree_levels(math.ceil(horizon / batch)),
+                   accountant="Gaussian tree, zCDP (Bun & Steinke 2016), one lane per tree level",
+                   guarantee_kind="JDP (billboard: actions depend on the released prefix sums only)")
+        return out
+    covered, warnings = vec_warnings(preset, budget, vec, vec_scale)
+    out.update(accountant=VEC_BASIS, g=vec.g, b=vec.b, p=vec.p, shift=vec.shift, span=vec.span, covered=covered)
+    out["warnings"] += warnings
     return out

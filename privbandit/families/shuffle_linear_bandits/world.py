@@ -1,4 +1,5 @@
-"""Linear bandit instances of Chowdhury & Zhou (ICML 2022), §5: K fixed arms in R^d, Bernoulli rewards.
+"""The simulated world of the shuffle-model linear bandits (Chowdhury & Zhou, ICML 2022), §5: K fixed
+arms in R^d, Bernoulli rewards, and the users' common random numbers.
 
 Two generators (spec §8.1, §9, §11 item 13):
 
@@ -20,6 +21,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from privbandit.protocol.primitives.seeding import stream
 
 GENERATORS = ("paper", "paper-code")
 
@@ -73,3 +76,45 @@ def stack(instances: list[tuple[np.ndarray, np.ndarray]], generator: str) -> Lin
     norm, entry = bounds(generator)
     return LinearInstances(arms=np.stack([x for x, _ in instances]), theta=np.stack([t for _, t in instances]),
                            feature_norm=norm, entry_bound=entry)
+
+
+def instances(generator: str, arms: int, d: int, seed: int, runs: list[int]) -> LinearInstances:
+    """The instances of the given runs, stacked: run r's is drawn from ``(seed, "linear-instance", r)``,
+    so run r of every algorithm faces the same arms and θ*. Ground truth: the users' and the
+    observer's, never the analyzer's."""
+    return stack([generate(generator, arms, d, stream(seed, "linear-instance", r)) for r in runs], generator)
+
+
+# --- the users' common random numbers ------------------------------------------------------------
+
+def user_uniforms(seed: int, run: int, first: int, n: int) -> np.ndarray:
+    """U_t for users first … first + n − 1 of run ``run``: draw t of ``(seed, "linear-users", run)``
+    (one 64-bit draw each, so PCG64 jumps to any user)."""
+    rng = stream(seed, "linear-users", run)
+    rng.bit_generator.advance(first)
+    return rng.random(n)
+
+
+class UserUniforms:
+    """The U_t of the given runs, stacked (R, n), drawn :data:`CHUNK` users at a time per run (any
+    user's U_t is the same number whichever chunk, block or process asks for it: draw t of its run's
+    stream)."""
+
+    CHUNK = 1 << 16
+
+    def __init__(self, seed: int, runs: list[int]):
+        self.seed, self.runs = seed, list(runs)
+        self.chunk, self.values = -1, None
+
+    def _chunk(self, c: int) -> np.ndarray:
+        if c != self.chunk:
+            self.chunk = c
+            self.values = np.stack([user_uniforms(self.seed, r, c * self.CHUNK, self.CHUNK) for r in self.runs])
+        return self.values
+
+    def get(self, first: int, n: int) -> np.ndarray:
+        c0, c1 = first // self.CHUNK, (first + n - 1) // self.CHUNK
+        if c0 == c1:
+            off = first - c0 * self.CHUNK
+            return self._chunk(c0)[:, off:off + n]
+        return np.stack([user_uniforms(self.seed, r, first, n) for r in self.runs])

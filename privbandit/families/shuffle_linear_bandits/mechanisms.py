@@ -17,15 +17,28 @@ Parties, all sans-I/O, all vectorized over any leading axes (runs, users):
   (attributable reports).
 - LinUCB-JDP (Shariff & Sheffet 2018): raw reports to a trusted analyzer that releases prefix sums
   through the binary-tree mechanism, :class:`TreeAggregator`.
+
+On the spine, the intermediaries are the spine's (:mod:`privbandit.protocol.spine.intermediary`): P_Amp's
+round is a ``shuffle`` with the column groups (d, D − d) (S1 and S2 permute independently), P_Vec's a
+``sum`` of the counts at the shuffler (the per-label totals of :class:`LabelCountShuffler`), LDP's a
+``pass`` (attributable). :class:`PermutationShuffler`, :class:`LabelCountShuffler` and
+:class:`PassThrough` remain as the reference the tests check those releases' laws against.
+
+Where the randomness comes from (the end of this module) is one layout for both transports: each
+run's users draw per *noise block* of consecutive batches, so a stacked in-process task and one
+MQTT task per run draw the same numbers.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from functools import lru_cache
 
 import numpy as np
+
+from privbandit.protocol.primitives.seeding import stream
 
 
 # --- the entries layout ------------------------------------------------------------------------
@@ -80,8 +93,8 @@ class GaussianRandomizer:
     def randomize(self, entries: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         return self.apply(entries, self.draw(entries.shape, rng))
 
-    # randomize = apply ∘ draw: drivers that give each run its own stream draw run by run and
-    # apply once to all runs stacked (privbandit.protocol.linear_engine.per_run).
+    # randomize = apply ∘ draw: each run draws from its own stream (a noise block at a time,
+    # :class:`BlockStreams`) and the draws of all runs stacked are applied at once.
     def draw(self, shape: tuple, rng: np.random.Generator) -> np.ndarray:
         return rng.normal(0.0, self.sigma, size=shape)
 
@@ -255,9 +268,18 @@ class TreeAggregator:
     nodes: list = field(default_factory=list)  # nodes[i]: noise of the open level-i node, or None
     count: int = 0
 
-    def step(self, raw_sum: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Absorb one observation (a batch sum); return the change of the released prefix sum."""
-        fresh = rng.normal(0.0, self.sigma, size=self.shape)
+    def level(self) -> int:
+        """The level of the node the next step opens: the number of trailing ones of the count."""
+        c, j = self.count, 0
+        while c & 1:
+            c >>= 1
+            j += 1
+        return j
+
+    def step(self, raw_sum: np.ndarray, source) -> np.ndarray:
+        """Absorb one observation (a batch sum); return the change of the released prefix sum.
+        ``source``: a generator, or the new node's N(0, σ²) noise already drawn (``shape``)."""
+        fresh = source if isinstance(source, np.ndarray) else source.normal(0.0, self.sigma, size=self.shape)
         change = fresh.copy()
         c, j = self.count, 0
         while c & 1:  # the nodes of c's trailing ones merge into the new level-j node
@@ -280,3 +302,114 @@ class TreeAggregator:
 def tree_levels(n: int) -> int:
     """Nodes in the binary decomposition of any count ≤ n: ⌊log₂ n⌋ + 1."""
     return max(1, n.bit_length())
+
+
+# --- where the randomness comes from -----------------------------------------------------------
+#
+# - User t of run r gets the common random number U_t (world.user_uniforms).
+# - Every randomizer (LDP, SDP-Amp, SDP-Vec) draws per run and per *noise block* of
+#   ``batches_per_block(B)`` consecutive batches (about NOISE_BLOCK_USERS users): block k of run r
+#   draws from ``(seed, "linear-user-noise", label, r, k)``, the randomizer's draws for the whole
+#   block at once, shape (batches, B, D), batch m taking its row (:class:`BlockStreams`). A fleet hosts
+#   whole blocks (:func:`fleet_of`), so sharding never changes what a user draws, and a restarted
+#   fleet draws the block again.
+# - JDP's trusted analyzer draws the tree's node noise from its own key per run, the same way
+#   (``(key_r, "linear-tree", k)``, one node per batch).
+# - Permutations are the shuffler's (the spine's intermediary, from its own key per run and round).
+#
+# Drawing per (run, block) instead of for all runs at once costs the in-process engine one draw call
+# per run per block and one stack per block (benchmarks/bench_linear.py).
+
+# A noise block is the batches of about this many users: one stream and one draw call per
+# (run, block) keeps the Python overhead negligible, the block's draws small (runs × 512 × D numbers
+# in-process), and a block is what a fleet hosts.
+NOISE_BLOCK_USERS = 512
+
+
+def batches_per_block(batch: int) -> int:
+    return max(1, NOISE_BLOCK_USERS // batch)
+
+
+def block_of(batch_index: int, batch: int) -> int:
+    return batch_index // batches_per_block(batch)
+
+
+def fleet_of(batch_index: int, batch: int, shards: int) -> int:
+    """The fleet hosting the users of batch ``batch_index``: block k lives on fleet k mod N."""
+    return block_of(batch_index, batch) % shards
+
+
+class BlockStreams:
+    """A party's draws for one run, a noise block at a time.
+
+    ``draw(rng, shape)`` is the party's ``draw`` (a randomizer's or a shuffler's): what it draws
+    depends only on the shape, so drawing the whole block, (batches_per_block, B, D), in one call is
+    both cheap (one call per block instead of one per batch) and the definition of what batch m gets:
+    row m − k·batches_per_block of block k. Any party asking for any batch, in any order (a restarted
+    fleet), gets the same numbers.
+    """
+
+    def __init__(self, root: Callable[[int], np.random.Generator], batch: int, width: int,
+                 draw: Callable[[np.random.Generator, tuple], object]):
+        self.root = root
+        self.per_block = batches_per_block(batch)
+        self.shape = (self.per_block, batch, width)
+        self.draw = draw
+        self.block = -1
+        self.noise = None
+
+    def for_block(self, k: int):
+        if k != self.block:
+            self.block, self.noise = k, self.draw(self.root(k), self.shape)
+        return self.noise
+
+    def for_batch(self, m: int):
+        k = m // self.per_block
+        return _row(self.for_block(k), m - k * self.per_block, axis=0)
+
+
+class StackedStreams:
+    """Every run's :class:`BlockStreams`, as the in-process engine uses them: block k's draws of all
+    runs stacked once, (R, batches_per_block, B, D), and batch m's (R, B, D) a view into them."""
+
+    def __init__(self, runs: list[BlockStreams]):
+        self.runs = runs
+        self.per_block = runs[0].per_block
+        self.block = -1
+        self.noise = None
+
+    def for_batch(self, m: int):
+        k = m // self.per_block
+        if k != self.block:
+            draws = [s.for_block(k) for s in self.runs]
+            self.block, self.noise = k, _stack(draws)
+        return _row(self.noise, m - k * self.per_block, axis=1)
+
+
+def _stack(draws: list):
+    if draws[0] is None:
+        return None
+    if isinstance(draws[0], tuple):
+        return tuple(np.stack(parts) for parts in zip(*draws))
+    return np.stack(draws)
+
+
+def _row(noise, i: int, axis: int):
+    """Batch i's part of a block's draws (an array, a tuple of arrays, or None)."""
+    if noise is None:
+        return None
+    if isinstance(noise, tuple):
+        return tuple(np.take(part, i, axis=axis) for part in noise)
+    return np.take(noise, i, axis=axis)
+
+
+def user_noise(seed: int, label: str, run: int, batch: int, randomizer, width: int) -> BlockStreams:
+    """Run ``run``'s users' randomizer draws (see the module docstring)."""
+    return BlockStreams(lambda k: stream(seed, "linear-user-noise", label, run, k), batch, width,
+                        lambda rng, shape: randomizer.draw(shape, rng))
+
+
+def tree_noise(key: int, sigma: float, width: int) -> BlockStreams:
+    """The trusted analyzer's tree-node noise for one run (one node per batch), from its own key."""
+    return BlockStreams(lambda k: stream(key, "linear-tree", k), 1, width,
+                        lambda rng, shape: rng.normal(0.0, sigma, size=shape))

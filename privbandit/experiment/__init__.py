@@ -1,1 +1,0 @@
-"""Experiments: TOML files → validated configs → many runs → a results directory."""

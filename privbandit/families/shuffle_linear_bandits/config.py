@@ -1,0 +1,89 @@
+"""The shuffle-model linear bandits' experiment files (Chowdhury & Zhou, ICML 2022).
+
+An experiment file says ``family = "shuffle-linear-bandits"`` (see experiments/linear_fig1a_eps0.2.toml
+and docs/shuffle-linear-bandits.md): the horizon T, (ε, δ), the preset of constants (``paper-code``
+or ``theory``), the environment (K arms in R^d, the instance generator) and ``[algorithms.<label>]``
+tables, whose ``algorithm`` a label that is itself an algorithm name implies (``LinUCB-SDP-Amp``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from privbandit.families.shuffle_linear_bandits.params import ALGORITHMS, PRESETS
+from privbandit.families.shuffle_linear_bandits.world import GENERATORS
+from privbandit.runner.config import ExperimentFile, StrictModel
+
+FAMILY = "shuffle-linear-bandits"
+
+
+class LinearEnvironment(StrictModel):
+    arms: Annotated[int, Field(ge=2, le=100_000)] = 100
+    dim: Annotated[int, Field(ge=2, le=64)] = 5
+    generator: Literal[GENERATORS] | None = None  # type: ignore[valid-type]  # default: the preset's
+
+
+class LinearAlgorithm(StrictModel):
+    algorithm: Literal[ALGORITHMS]  # type: ignore[valid-type]
+    batch: Annotated[int, Field(ge=1, le=10**7)] | None = None  # default: 20 for SDP, 1 otherwise
+    epsilon: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    alpha: Annotated[float, Field(gt=0, lt=1)] | None = None  # confidence level; default 1/T
+    vec_scale: Annotated[float, Field(gt=0, le=1e12)] | None = None  # P_Vec's constant C in b
+    vec_span: Literal["2delta", "delta"] = "2delta"  # spec §11 item 8; "delta" = Alg. 5 as printed
+    independent_permutations: bool = True  # P_Amp: S1 and S2 draw their own permutations
+
+
+class LinearExperiment(ExperimentFile):
+    family: Literal["shuffle-linear-bandits"]
+    name: str = "linear"
+    description: str = ""
+    horizon: Annotated[int, Field(ge=2, le=10**8)]
+    seed: Annotated[int, Field(ge=0)] = 0
+    epsilon: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
+    delta: Annotated[float, Field(gt=0, lt=1)] = 0.1
+    runs: Annotated[int, Field(ge=1, le=10_000)] = 1
+    preset: Literal[PRESETS] = "paper-code"  # type: ignore[valid-type]
+    returning_users: bool = False  # Assumption 4.1: a user may join every batch (once per batch)
+    max_participations: Annotated[int, Field(ge=1)] | None = None  # default with returning users: T/B
+    checkpoints: Annotated[int, Field(ge=4, le=100_000)] = 240
+    environment: LinearEnvironment = LinearEnvironment()
+    algorithms: dict[str, LinearAlgorithm]
+
+    @classmethod
+    def label_kind(cls, label: str) -> str | None:
+        return label.lower() if label.lower() in ALGORITHMS else None
+
+    @property
+    def generator(self) -> str:
+        return self.environment.generator or ("paper" if self.preset == "theory" else "paper-code")
+
+    @model_validator(mode="after")
+    def _batches_fit(self):
+        for label, algo in self.algorithms.items():
+            b = batch_of(algo)
+            if b > self.horizon:
+                raise ValueError(f"algorithms.{label}.batch = {b} must be ≤ horizon = {self.horizon}")
+        return self
+
+
+def batch_of(algo: LinearAlgorithm) -> int:
+    if algo.batch is not None:
+        return algo.batch
+    return 20 if algo.algorithm.startswith("linucb-sdp") else 1
+
+
+def participations(config: LinearExperiment, algo: LinearAlgorithm) -> int:
+    """How many batches one user may join: 1 for unique users; M (default T/B) for returning users."""
+    if not config.returning_users or algo.algorithm == "linucb":
+        return 1
+    return config.max_participations or max(1, config.horizon // batch_of(algo))
+
+
+def diagnostic_batches(horizon: int, checkpoints: np.ndarray, batch: int) -> np.ndarray:
+    """The batches rounds.csv records (those ending nearest the checkpoints): public, so the analyzer
+    and the users report exactly these."""
+    n_batches = horizon // batch
+    return np.unique(np.clip(np.round(checkpoints / batch).astype(np.int64) - 1, 0, max(0, n_batches - 1)))

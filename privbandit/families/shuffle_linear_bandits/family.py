@@ -1,0 +1,139 @@
+"""The shuffle-model linear contextual bandits (Chowdhury & Zhou, ICML 2022) as a spine plug-in:
+how an experiment file becomes the public setup of each algorithm, its worlds and party logic.
+
+Run r of every algorithm faces the instance drawn from ``(seed, "linear-instance", r)`` and the same
+users ``(seed, "linear-users", r)``; an algorithm's users randomize from ``(seed,
+"linear-user-noise", label, r, k)``, its analyzer (JDP's tree) from its own key. The in-process
+engine steps all runs of an algorithm at once (their batches line up); over MQTT one task is one
+run, with the same numbers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from privbandit.families.shuffle_linear_bandits import config as cfg
+from privbandit.families.shuffle_linear_bandits import params as lp
+from privbandit.families.shuffle_linear_bandits.parties import LinearServer, LinearUsers, Setup, diagnostics, setup
+from privbandit.families.shuffle_linear_bandits.world import instances
+from privbandit.protocol.privacy import Ledger
+from privbandit.protocol.spine.family import Family
+from privbandit.protocol.spine.observer import checkpoint_grid
+
+ROUND_FIELDS = ["batch", "t", "lambda_min", "clipped", "theta_error", "u_error_mean", "u_error_var",
+                "V_error_mean", "V_error_var"]
+
+
+class ShuffleLinearBandits(Family):
+    name = cfg.FAMILY
+    title = "Chowdhury & Zhou (ICML 2022), Shuffle Private Linear Contextual Bandits"
+    experiment_model = cfg.LinearExperiment
+    round_fields = ROUND_FIELDS
+
+    def algorithm(self, config, label: str) -> cfg.LinearAlgorithm:
+        """The algorithm with its batch and ε filled in."""
+        a = config.algorithms[label]
+        return a.model_copy(update={"batch": cfg.batch_of(a),
+                                    "epsilon": a.epsilon if a.epsilon is not None else config.epsilon})
+
+    def stackable(self, config, label: str) -> bool:
+        return True  # fixed batches: every run's plan m serves users mB … mB + B − 1
+
+    def setup(self, config, label: str) -> Setup:
+        return setup(self.public_task(config, label, [0]))
+
+    def intermediaries(self, config) -> list[str]:
+        needed = {"shuffler" if a.algorithm.startswith("linucb-sdp") else "aggregator"
+                  for a in config.algorithms.values()}
+        return [name for name in ("aggregator", "shuffler") if name in needed]
+
+    def users_protected(self, config) -> int:
+        return config.horizon
+
+    def public_task(self, config, label: str, runs: list[int]) -> dict:
+        """Everything but the seed (from which the world, θ*, the users' contexts and rewards follow)."""
+        a = self.algorithm(config, label)
+        grid = checkpoint_grid(config.horizon, config.checkpoints)
+        return {"algorithm": a.model_dump(), "horizon": config.horizon, "dim": config.environment.dim,
+                "delta": config.delta, "preset": config.preset, "generator": config.generator,
+                "participations": cfg.participations(config, a),
+                "diagnostic": [int(m) for m in cfg.diagnostic_batches(config.horizon, grid, a.batch)]}
+
+    def analyzer(self, public: dict, keys: list[int], oracle=None) -> LinearServer:
+        return LinearServer(setup(public), keys)
+
+    def ledger(self, public: dict) -> Ledger:
+        kind = public["algorithm"]["algorithm"]
+        return Ledger(lp.TRUST_MODEL[kind], None if kind == "linucb" else public["algorithm"]["epsilon"],
+                      public["delta"], users=public["horizon"])
+
+    def users(self, config, label: str, runs: list[int]) -> LinearUsers:
+        env = config.environment
+        return LinearUsers(setup(self.public_task(config, label, runs)),
+                           instances(config.generator, env.arms, env.dim, config.seed, runs), config.seed, runs, label,
+                           checkpoint_grid(config.horizon, config.checkpoints))
+
+    # --- what arrives from the wire ------------------------------------------------------------
+    def check_plan(self, plan) -> None:
+        """A plan the analyzer makes: ``batch`` = its id, finite θ̂ (R, d), V⁻¹ (R, d, d), β."""
+        b = plan.body
+        if set(b) != {"batch", "theta", "v_inv", "beta"}:
+            raise ValueError(f"plan {plan.id}: body fields {sorted(b)} are not batch, theta, v_inv, beta")
+        theta, v_inv, beta = b["theta"], b["v_inv"], b["beta"]
+        if b["batch"] != plan.id or isinstance(b["batch"], bool):
+            raise ValueError(f"plan {plan.id}: batch {b['batch']!r} is not its id")
+        if not (isinstance(theta, np.ndarray) and theta.ndim == 2 and theta.dtype == np.float64):
+            raise ValueError(f"plan {plan.id}: theta must be a float64 (runs, d) array")
+        if not (isinstance(v_inv, np.ndarray) and v_inv.dtype == np.float64
+                and v_inv.shape == theta.shape + theta.shape[-1:]):
+            raise ValueError(f"plan {plan.id}: v_inv must be a float64 (runs, d, d) array")
+        finite = np.isfinite(theta).all() and np.isfinite(v_inv).all()
+        if not (isinstance(beta, float) and np.isfinite(beta) and finite):
+            raise ValueError(f"plan {plan.id}: θ̂, V⁻¹ and β must be finite")
+
+    # --- the observer's extras ---------------------------------------------------------------
+    def row_maker(self, config, label: str):
+        """Diagnostic batches only (those ending nearest the checkpoints), per run: λ_min(V_m), ‖θ̂ − θ*‖
+        and the analyzer's error on the batch sum (its estimate against the users' true sum)."""
+        B, d = self.algorithm(config, label).batch, config.environment.dim
+
+        def row(record, truths) -> dict | None:
+            b = record.body
+            if "theta" not in b or not truths or "entries_sum" not in truths[0].extras:
+                return None
+            true_sum = sum(np.asarray(t.extras["entries_sum"]) for t in truths)
+            err = np.asarray(b["estimate"]) - true_sum
+            per_run = diagnostics(np.asarray(b["lambda_min"]), np.asarray(b["clipped"]), np.asarray(b["theta"]),
+                                  np.asarray(truths[0].extras["theta_star"]), err, d)
+            return {"batch": b["batch"] + 1, "t": (b["batch"] + 1) * B, "_per_run": per_run}
+
+        return row
+
+    def finish(self, config, label: str, result) -> None:
+        """One rounds.csv row per run and diagnostic batch, run by run: a stacked task writes the rows
+        one task per run writes over MQTT, in the same order."""
+        rows = []
+        for i, run in enumerate(result.runs):
+            for row in result.rounds:
+                rows.append({**{k: v for k, v in row.items() if k != "_per_run"}, "run": run, **row["_per_run"][i]})
+        result.rounds = rows
+
+    def label_summary(self, config, label: str, results: list) -> dict:
+        per_run = [x for r in results for x in r.learner]
+        return {"batch": self.algorithm(config, label).batch,
+                "batches_clipped": sum(x["batches_clipped"] for x in per_run),
+                "batches_not_pd": sum(x["batches_not_pd"] for x in per_run),
+                "mechanism": self.setup(config, label).describe()}
+
+    def experiment_summary(self, config) -> dict:
+        env = config.environment
+        return {"delta": config.delta, "preset": config.preset, "generator": config.generator, "dim": env.dim,
+                "arms": env.arms, "returning_users": config.returning_users}
+
+    def plot_options(self, config) -> dict:
+        return {"cumulative": True, "realized": "realized regret (authors' metric)",
+                "title": f"{config.name}: ε = {config.epsilon}, δ = {config.delta}, d = {config.environment.dim}, "
+                         f"preset {config.preset}, {config.runs} runs, mean ± stderr"}
+
+
+FAMILY = ShuffleLinearBandits()

@@ -1,0 +1,298 @@
+"""Algorithm 1 of Chowdhury & Zhou (ICML 2022) as the spine's analyzer and user logic.
+
+- :class:`LinearServer` (the analyzer's logic): batched LinUCB. It opens one batch at a time: a plan
+  to the batch's B users with the broadcast (θ̂, V⁻¹, β) (line 16) and, for a full batch, one round
+  at the intermediary its trust path names; it decodes the release into (ũ, Ṽ) and updates
+  (lines 13–15). A trailing partial batch is served from the last model and never aggregated
+  (Algorithm 1 only updates at t = mB; spec §11 item 15). It never sees a report (only releases),
+  ground truth, or the run seed (only its own key per run).
+- :class:`LinearUsers` (the users' logic): from the plan and their own context each user picks her
+  arm (line 4), observes her reward, and reports [φy, upper(φφᵀ)] randomized by her trust path's
+  randomizer (line 7), or raw (φ, y) to a trusted analyzer. With fixed arms (the paper's
+  experiments) every user of a batch has the same context, so a batch's choice is one computation.
+
+The round a plan opens says what leaves the intermediary (line 11):
+
+=================  ==========  ========  ===========================================================
+algorithm          at          rule      report (width)
+=================  ==========  ========  ===========================================================
+LinUCB             aggregator  pass      raw (φ, y) (d + 1) to the trusted analyzer
+LinUCB-JDP         aggregator  pass      raw (φ, y); the analyzer releases prefix sums by the tree
+LinUCB-LDP         aggregator  pass      Gaussian-noised entries (D = d + d(d+1)/2), attributable
+LinUCB-SDP-Amp     shuffler    shuffle   Gaussian-noised entries, S1 and S2 permuted independently
+LinUCB-SDP-Vec     shuffler    sum       per-label bit counts; only the totals leave the shuffler
+=================  ==========  ========  ===========================================================
+
+Everything carries the runs axis first: the in-process engine steps all runs of an algorithm at
+once (their batches line up), over MQTT one task is one run, and a run's numbers never depend on
+the runs stacked with it (per-run streams; :class:`~.learners.BatchedLinUCB` decides per run).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from privbandit.families.shuffle_linear_bandits import mechanisms as slb
+from privbandit.families.shuffle_linear_bandits import params as lp
+from privbandit.families.shuffle_linear_bandits.learners import BatchedLinUCB, arm_outer, ucb_actions
+from privbandit.families.shuffle_linear_bandits.world import LinearInstances, UserUniforms, bounds
+from privbandit.protocol.privacy import PrivacyEvent
+from privbandit.protocol.spine.errors import ProtocolError
+from privbandit.protocol.spine.events import Join, Plan, Release, Round, Truth
+from privbandit.protocol.spine.family import BlockAnswer, Spend
+from privbandit.protocol.spine.observer import checkpoints_in
+
+RAW = ("linucb", "linucb-jdp")  # raw (φ, y) to a trusted analyzer
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Everything public about one algorithm of an experiment: its trust path, noise, widths."""
+
+    kind: str
+    preset: str
+    batch: int
+    horizon: int
+    d: int
+    epsilon: float
+    delta: float
+    budget: lp.Budget
+    feature_norm: float
+    entry_bound: float
+    sigma: float | None
+    vec: slb.VecParams | None
+    vec_scale: float | None
+    independent: bool
+    conf: lp.Confidence
+    diagnostic: frozenset
+
+    @property
+    def width(self) -> int:
+        """Entries of one report: raw (φ, y), or [φy, upper(φφᵀ)]."""
+        return self.d + 1 if self.kind in RAW else slb.n_entries(self.d)
+
+    @property
+    def intermediary(self) -> str:
+        return "shuffler" if self.kind.startswith("linucb-sdp") else "aggregator"
+
+    @property
+    def randomizer(self):
+        if self.kind in ("linucb-sdp-amp", "linucb-ldp"):
+            return slb.GaussianRandomizer(self.sigma)
+        if self.kind == "linucb-sdp-vec":
+            return slb.BitSumRandomizer(self.vec)
+        return None
+
+    def round(self, rid: int) -> Round:
+        """Batch ``rid``'s round: B reports, released complete or not at all."""
+        B, D = self.batch, self.width
+        if self.kind == "linucb-sdp-vec":
+            return Round(rid, "shuffler", "sum", expected=B, width=D, integer=True, low=0, high=self.vec.max_count)
+        if self.kind == "linucb-sdp-amp":
+            groups = (self.d, D - self.d) if self.independent else ()
+            return Round(rid, "shuffler", "shuffle", expected=B, width=D, integer=False, groups=groups)
+        if self.kind == "linucb-ldp":
+            return Round(rid, "aggregator", "pass", expected=B, width=D, integer=False)
+        bound = max(self.feature_norm, 1.0)  # |φ_k| ≤ ‖φ‖, y ∈ {0, 1}
+        return Round(rid, "aggregator", "pass", expected=B, width=D, integer=False, low=-bound, high=bound)
+
+    def event(self) -> PrivacyEvent:
+        return lp.batch_event(self.kind, self.preset, self.budget, self.batch, self.feature_norm, self.sigma,
+                              self.vec, self.vec_scale)
+
+    def describe(self) -> dict:
+        out = lp.describe(self.kind, self.preset, self.epsilon, self.delta, self.budget, self.batch,
+                          self.feature_norm, self.sigma, self.vec, self.vec_scale, self.horizon)
+        out = {**out, "lambda": self.conf.lam, "eigenvalue_floor": self.conf.floor}
+        if self.vec is not None:  # Alg. 5/6's one-bit messages against the count encoding
+            out["communication"] = lp.vec_bits(self.vec, self.d)
+        return out
+
+
+def setup(public: dict) -> Setup:
+    """A task's :class:`Setup` from its public spec (``family.public_task``)."""
+    a = public["algorithm"]
+    kind, preset, T, d = a["algorithm"], public["preset"], public["horizon"], public["dim"]
+    B, eps, delta = a["batch"], a["epsilon"], public["delta"]
+    norm, entry = bounds(public["generator"])
+    budget = lp.batch_budget(eps, delta, public["participations"])
+    sigma, vec = None, None
+    if kind == "linucb-sdp-amp":
+        sigma = lp.amp_sigma(preset, budget, B, norm)
+    elif kind == "linucb-ldp":
+        sigma = lp.ldp_sigma(preset, budget, norm)
+    elif kind == "linucb-jdp":
+        sigma = lp.jdp_sigma(preset, budget, math.ceil(T / B), norm)
+    elif kind == "linucb-sdp-vec":
+        vec = lp.vec_params(preset, budget, B, d, entry, norm, a["vec_scale"], a["vec_span"])
+    sigma_total = lp.noise_scale_total(kind, sigma or 0.0, T, B, vec)
+    conf = lp.confidence(preset, kind, sigma_total, T, B, d, norm,
+                         lp.paper_code_noise(kind, budget.epsilon, budget.delta, B, T, d), a["alpha"])
+    return Setup(kind, preset, B, T, d, eps, delta, budget, norm, entry, sigma, vec, a["vec_scale"],
+                 a["independent_permutations"], conf, frozenset(int(m) for m in public["diagnostic"]))
+
+
+class LinearServer:
+    """The analyzer's logic of one task (R runs; see the module docstring). ``keys``: the analyzer's
+    own key per run (JDP's tree noise)."""
+
+    def __init__(self, s: Setup, keys: list[int]):
+        self.s = s
+        self.runs = len(keys)
+        d = s.d
+        self.learner = BatchedLinUCB(self.runs, d, s.conf.lam, s.conf.floor, lambda t: s.conf.beta(t, d))
+        self.event = s.event()
+        self.group = "returning" if s.budget.participations > 1 else None
+        self.tree = None
+        if s.kind == "linucb-jdp":
+            width = slb.n_entries(d)
+            self.tree = slb.TreeAggregator(s.sigma, (self.runs, width))
+            self.tree_noise = slb.StackedStreams([slb.tree_noise(k, s.sigma, width) for k in keys])
+        if s.kind == "linucb-sdp-vec":
+            self.vec_analyzer = slb.BitSumAnalyzer(s.vec)
+        self.next_batch = 0
+        self.planned = 0
+        self.open: int | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.planned >= self.s.horizon
+
+    def plans(self) -> list[Plan]:
+        """The next batch, or [] while one is open or once the horizon is served."""
+        if self.open is not None or self.done:
+            return []
+        B = self.s.batch
+        theta, v_inv, beta = self.learner.broadcast()
+        m, first = self.next_batch, self.planned
+        cohort = min(B, self.s.horizon - first)
+        body = {"batch": m, "theta": theta.copy(), "v_inv": v_inv.copy(), "beta": float(beta)}
+        if cohort == B:
+            rnd = self.s.round(m)
+            plan = Plan(m, first, cohort, body, (rnd,), (Join(m, first, B, B),))
+            self.open = m
+        else:
+            plan = Plan(m, first, cohort, body)
+        self.next_batch += 1
+        self.planned += cohort
+        return [plan]
+
+    def on_release(self, rnd: Round, release: Release) -> tuple[dict, Spend]:
+        if rnd.id != self.open:
+            raise ProtocolError("unknown-round", f"batch {rnd.id} is not the open batch {self.open}")
+        s, d, n = self.s, self.s.d, release.n_reports
+        values = release.values
+        rank_one = s.kind == "linucb" and s.batch == 1
+        # Decode (nothing changes before here; the spine has checked shape, type and range).
+        if s.kind == "linucb-sdp-vec":
+            estimate = self.vec_analyzer.analyze(values.astype(np.int64), n)
+        elif s.kind == "linucb-sdp-amp":
+            # The shuffled list is a multiset: summed in sorted order, the estimate does not depend on
+            # the permutation (nor on whether the shuffler's was reproducible or the OS CSPRNG's).
+            estimate = np.sort(values, axis=1).sum(axis=1)
+        elif s.kind == "linucb-ldp":
+            estimate = values.sum(axis=1)
+        elif not rank_one:
+            estimate = slb.user_entries(values[..., :d], values[..., d]).sum(axis=1)
+        body = {"batch": rnd.id}
+        lane = "round"
+        if rank_one:  # non-private, one user: Sherman–Morrison keeps V⁻¹ exactly (no diagnostics)
+            self.learner.update_rank_one(values[:, 0, :d], values[:, 0, d])
+        else:
+            if self.tree is not None:  # central: the trusted analyzer adds tree noise to prefix sums
+                lane = f"level-{self.tree.level()}"
+                estimate = self.tree.step(estimate, self.tree_noise.for_batch(rnd.id)[:, 0])
+            u_inc, v_inc = slb.split_entries(estimate, d)
+            self.learner.update(u_inc, v_inc, n)
+            if rnd.id in s.diagnostic:
+                lam = self.learner.smallest_eigenvalues()
+                body.update(estimate=np.array(estimate, dtype=np.float64),
+                            theta=self.learner.theta.copy(), lambda_min=lam.copy(),
+                            clipped=(lam < s.conf.floor).astype(np.int64))
+        self.open = None
+        return body, Spend(self.event, lane, self.group)
+
+    def summary(self) -> list[dict]:
+        return [{"batches_clipped": int(self.learner.clipped[r]), "batches_not_pd": int(self.learner.not_pd[r])}
+                for r in range(self.runs)]
+
+
+class LinearUsers:
+    """The users of R runs stacked: their worlds (arms, θ*, U_t) and their randomizers' streams."""
+
+    def __init__(self, s: Setup, instances: LinearInstances, seed: int, runs: list[int], label: str,
+                 checkpoints: np.ndarray):
+        self.s = s
+        self.arms = instances.arms  # (R, K, d)
+        self.outer = arm_outer(self.arms)
+        self.means = instances.means
+        self.best = self.means.max(axis=1)
+        self.theta_star = instances.theta
+        self.ridx = np.arange(len(runs))
+        self.uniforms = UserUniforms(seed, runs)
+        self.randomizer = s.randomizer
+        self.noise = None if self.randomizer is None else slb.StackedStreams(
+            [slb.user_noise(seed, label, r, s.batch, self.randomizer, s.width) for r in runs])
+        self.checkpoints = np.asarray(checkpoints, dtype=np.int64)
+
+    def shard(self, plan: Plan, block: int, shards: int) -> int:
+        """A fleet hosts whole noise blocks (block k of batches on fleet k mod N)."""
+        return (slb.block_of(plan.id, self.s.batch) + block) % shards
+
+    def act(self, plan: Plan, block: int, first: int, size: int, stay: np.ndarray | None) -> BlockAnswer:
+        b = plan.body
+        theta, v_inv = np.asarray(b["theta"]), np.asarray(b["v_inv"])
+        if theta.shape != (self.ridx.size, self.s.d) or v_inv.shape != theta.shape + (self.s.d,):
+            raise ValueError(f"plan {plan.id}: θ̂ {theta.shape} and V⁻¹ {v_inv.shape} do not fit "
+                             f"{self.ridx.size} runs in d = {self.s.d}")
+        a = ucb_actions(self.arms, theta, v_inv, float(b["beta"]), self.outer)  # line 4
+        mu_a = self.means[self.ridx, a]
+        u = self.uniforms.get(first, size)
+        y = (u < mu_a[:, None]).astype(np.float64)
+        gap = self.best - mu_a
+        pseudo = np.cumsum(np.broadcast_to(gap[:, None], u.shape), axis=1)
+        realized = np.cumsum((u < self.best[:, None]) - y, axis=1)
+        at = checkpoints_in(self.checkpoints, first, size) - first - 1
+        extras = {}
+        reports = []
+        if plan.joins:
+            x = np.broadcast_to(self.arms[self.ridx, a][:, None, :], u.shape + (self.s.d,))
+            offsets = np.arange(size) if stay is None else np.flatnonzero(stay)
+            if self.s.kind in RAW:
+                values = np.concatenate([x, y[..., None]], axis=-1)
+                entries = None
+            else:
+                entries = slb.user_entries(x, y)
+                lo = first - plan.first_user
+                noise = users_part(self.noise.for_batch(plan.id), lo, lo + size)
+                values = self.randomizer.apply(entries, noise)  # line 7
+            reports.append((plan.joins[0].round_id, offsets, np.ascontiguousarray(values[:, offsets]), None))
+            if plan.id in self.s.diagnostic and not (self.s.kind == "linucb" and self.s.batch == 1):
+                if entries is None:
+                    entries = slb.user_entries(x, y)
+                extras = {"entries_sum": entries[:, offsets].sum(axis=1), "theta_star": self.theta_star.copy()}
+        truth = Truth(plan.id, block, first, size, pseudo=pseudo[:, -1].copy(), realized=realized[:, -1].copy(),
+                      pseudo_at=pseudo[:, at], realized_at=realized[:, at], extras=extras)
+        return BlockAnswer(truth, reports)
+
+
+def users_part(noise, lo: int, hi: int):
+    """Users lo … hi − 1 of a batch's draws (R, B, D): an array or a tuple of arrays."""
+    if isinstance(noise, tuple):
+        return tuple(part[:, lo:hi] for part in noise)
+    return noise[:, lo:hi]
+
+
+def diagnostics(lam_min: np.ndarray, clipped: np.ndarray, theta: np.ndarray, theta_star: np.ndarray,
+                err: np.ndarray, d: int) -> list[dict]:
+    """Per run: λ_min(V_m) as released, whether it was clipped, ‖θ̂ − θ*‖ and the analyzer's error
+    on the batch sum (mean and variance over the vector and the matrix entries). Each run's numbers
+    are computed alone (row by row), whatever runs are stacked with it."""
+    u, v = np.ascontiguousarray(err[:, :d]), np.ascontiguousarray(err[:, d:])
+    cols = {"lambda_min": lam_min, "clipped": clipped, "theta_error": np.linalg.norm(theta - theta_star, axis=1),
+            "u_error_mean": u.mean(axis=1), "u_error_var": u.var(axis=1),
+            "V_error_mean": v.mean(axis=1), "V_error_var": v.var(axis=1)}
+    return [dict(zip(cols, values)) for values in zip(*(c.tolist() for c in cols.values()))]

@@ -1,1 +1,0 @@
-"""Bandit learners: the analyzer's decision logic, fed only by decoded releases."""
