@@ -37,7 +37,7 @@ import numpy as np
 from privbandit.protocol.primitives.report_auth import ReportAuthenticator
 from privbandit.protocol.primitives.seeding import USER_BLOCK, derive_key
 from privbandit.protocol.spine.errors import ProtocolError
-from privbandit.protocol.spine.events import Plan, Reports, Round
+from privbandit.protocol.spine.events import Plan, Reports
 from privbandit.protocol.spine.intermediary import Intermediary
 from privbandit.services import codec
 from privbandit.services.checkpoint import CheckpointError

@@ -19,7 +19,6 @@ import logging
 
 import numpy as np
 
-from privbandit import registry
 from privbandit.protocol.primitives.report_auth import ReportAuthenticator
 from privbandit.protocol.primitives.secagg.batch import UserIdentities
 from privbandit.protocol.primitives.seeding import USER_BLOCK, report_auth_master, users_identity_master

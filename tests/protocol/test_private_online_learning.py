@@ -32,7 +32,6 @@ from privbandit.families.private_online_learning.mechanisms import (
 from privbandit.protocol.primitives.encoding import modular_sum
 from privbandit.protocol.primitives.noise import discrete_laplace_pmf
 from privbandit.protocol.spine import engine
-from privbandit.protocol.spine.errors import ProtocolError
 from privbandit.protocol.spine.events import Join, Plan, Reports, Round
 from privbandit.protocol.spine.intermediary import Intermediary
 from privbandit.runner.tasks import parties

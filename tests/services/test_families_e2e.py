@@ -71,6 +71,26 @@ algorithm = "ftnl"
 trust = "distributed"
 argmax_at = "analyzer"
 """,
+    "shuffle-linear-bandits": """
+family = "shuffle-linear-bandits"
+name = "every-linear"
+horizon = 60
+seed = 23
+epsilon = 1
+delta = 0.1
+runs = 1
+checkpoints = 8
+[environment]
+arms = 10
+dim = 3
+[algorithms.LinUCB]
+[algorithms.LinUCB-JDP]
+[algorithms.LinUCB-LDP]
+[algorithms.LinUCB-SDP-Vec]
+batch = 10
+[algorithms.LinUCB-SDP-Amp]
+batch = 10
+""",
     "private-online-learning@hybrid": """
 family = "private-online-learning"
 name = "hybrid"
@@ -89,6 +109,7 @@ reward = "bernoulli"
 KILLED = {
     "distributed-dp-mab": ("Dist-DP-SE", 1_000_000, "aggregator"),
     "private-online-learning": ("anytime-lazy-ucb@distributed", 400_000, "aggregator"),
+    "shuffle-linear-bandits": ("LinUCB-SDP-Vec", 6_000, "shuffler"),
 }
 
 

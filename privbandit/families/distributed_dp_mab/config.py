@@ -8,7 +8,6 @@ Algorithms are tables under ``[algorithms.<label>]``; a label that is itself an 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
