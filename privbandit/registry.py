@@ -1,7 +1,7 @@
 """The one place families and their plug-ins are named: Python entry points.
 
 - ``privbandit.families``: ``<name> = "package.module:FAMILY"``, a
-  :class:`~privbandit.protocol.spine.family.Family` object. privbandit's own five families are
+  :class:`~privbandit.protocol.spine.family.Family` object. privbandit's own families are
   declared in its ``pyproject.toml`` the same way, so a package outside privbandit adds a family by
   declaring one entry point, with no line of privbandit changed (``examples/coin-family``).
 - ``privbandit.plugins``: ``<family>.<kind>.<name> = "module:object"``, where ``kind`` is
