@@ -27,6 +27,7 @@ runs = 4
 arms = 100
 dim = 5
 [algorithms.LinUCB-SDP-Vec]
+vec_span = "2delta"  # the provable encoding: its doubled noise makes some batches clip V_m (below)
 [algorithms.LinUCB-SDP-Amp]
 [algorithms.LinUCB-LDP]
 [algorithms.LinUCB-JDP]

@@ -32,7 +32,11 @@ class LinearAlgorithm(StrictModel):
     epsilon: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     alpha: Annotated[float, Field(gt=0, lt=1)] | None = None  # confidence level; default 1/T
     vec_scale: Annotated[float, Field(gt=0, le=1e12)] | None = None  # P_Vec's constant C in b
-    vec_span: Literal["2delta", "delta"] = "2delta"  # spec §11 item 8; "delta" = Alg. 5 as printed
+    # P_Vec's encoding range (spec §11 item 8). None: the preset's. "delta" is Alg. 5 as printed and
+    # the authors' code (paper-code): a shifted entry spans [0, 2Δ] but is encoded as if it spanned
+    # [0, Δ], so a count can reach 2g + b and no proof covers the release (the ledger says so).
+    # "2delta" (theory) encodes [0, 2Δ]: the proof holds, the rounding and noise error double.
+    vec_span: Literal["2delta", "delta"] | None = None
     independent_permutations: bool = True  # P_Amp: S1 and S2 draw their own permutations
 
 

@@ -31,9 +31,11 @@ class ShuffleLinearBandits(Family):
     round_fields = ROUND_FIELDS
 
     def algorithm(self, config, label: str) -> cfg.LinearAlgorithm:
-        """The algorithm with its batch and ε filled in."""
+        """The algorithm with its batch, ε and P_Vec span filled in (the span from the preset:
+        ``paper-code`` the authors' ``delta``, ``theory`` the provable ``2delta``)."""
         a = config.algorithms[label]
-        return a.model_copy(update={"batch": cfg.batch_of(a),
+        span = a.vec_span or ("delta" if config.preset == "paper-code" else "2delta")
+        return a.model_copy(update={"batch": cfg.batch_of(a), "vec_span": span,
                                     "epsilon": a.epsilon if a.epsilon is not None else config.epsilon})
 
     def stackable(self, config, label: str) -> bool:
