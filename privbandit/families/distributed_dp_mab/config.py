@@ -105,7 +105,7 @@ class AlgorithmConfig(StrictModel):
 
 
 class ExperimentConfig(ExperimentFile):
-    family: Literal["distributed-dp-mab"] = "distributed-dp-mab"  # see experiment/families.py
+    family: Literal["distributed-dp-mab"] = "distributed-dp-mab"  # the default family (runner/config.py)
     name: str = "experiment"
     description: str = ""
     horizon: Annotated[int, Field(ge=2, le=10**10)]
