@@ -109,7 +109,7 @@ reward = "bernoulli"
 KILLED = {
     "distributed-dp-mab": ("Dist-DP-SE", 1_000_000, "aggregator"),
     "private-online-learning": ("anytime-lazy-ucb@distributed", 400_000, "aggregator"),
-    "shuffle-linear-bandits": ("LinUCB-SDP-Vec", 6_000, "shuffler"),
+    "shuffle-linear-bandits": ("LinUCB-SDP-Vec", 4_500, "shuffler"),
 }
 
 
