@@ -58,3 +58,50 @@ def test_an_unprovable_release_is_refused_by_name(tmp_path):
                     + '[algorithms.shuffled]\nalgorithm = "dist-dp-se"\nintermediary = "shuffler"\n')
     with pytest.raises(ConfigError, match="dist-dp-se behind a shuffler.*none proven"):
         run_file(path)
+
+
+ONLINE = """
+family = "private-online-learning"
+name = "calibrated-online"
+horizon = 3000
+seed = 2
+epsilon = 0.5
+runs = 1
+calibrate = true
+[environment]
+setting = 2
+[algorithms.anytime-lazy-ucb]
+[algorithms.hybrid-ucb]
+[algorithms."hybrid@r+1"]
+algorithm = "hybrid-ucb"
+tree_depth = "r+1"
+[algorithms.ftnl]
+[algorithms."ftnl@c=2"]
+algorithm = "ftnl"
+rnm_multiplier = 2.0
+[algorithms."ftnl@analyzer"]
+algorithm = "ftnl"
+trust = "distributed"
+argmax_at = "analyzer"
+[algorithms.dp-se]
+[algorithms.nominal]
+algorithm = "hybrid-ucb"
+epsilon = 0.5
+"""
+
+
+def test_the_online_family_calibrates_every_algorithm_to_the_target(tmp_path):
+    """Each user's ε, as the ledger records it from the releases, equals the target: Hybrid-UCB's
+    own ε is the target / 1.5 at the paper's depth, FTNL's the target / 2 (c = 1), the target
+    (c = 2), and the target / K when the K sums reach the analyzer."""
+    path = tmp_path / "o.toml"
+    path.write_text(ONLINE)
+    summary = run_file(path).summary
+    assert summary["calibrated_to"] == {"epsilon": 0.5}
+    params = {label: a["parameters"]["epsilon"] for label, a in summary["algorithms"].items()}
+    expected = {"anytime-lazy-ucb": 0.5, "hybrid-ucb": 0.5 / 1.5, "hybrid@r+1": 0.5, "ftnl": 0.25,
+                "ftnl@c=2": 0.5, "ftnl@analyzer": 0.1, "dp-se": 0.5}
+    for label, eps in expected.items():
+        assert params[label] == pytest.approx(eps, rel=1e-12), label
+        assert summary["privacy"][label]["epsilon_pure"] == pytest.approx(0.5, rel=1e-12), label
+    assert summary["privacy"]["nominal"]["epsilon_pure"] == pytest.approx(0.75)  # 1.5ε, not calibrated

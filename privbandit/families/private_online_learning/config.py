@@ -64,6 +64,10 @@ class OnlineExperiment(ExperimentFile):
     checkpoints: Annotated[int, Field(ge=4, le=100_000)] = 240
     environment: OnlineEnvironment
     algorithms: dict[str, OnlineAlgorithm]
+    # Equal guarantees: solve each algorithm's own ε so that every user is exactly ``epsilon``-DP as
+    # the ledger reads it (Hybrid-UCB as printed spends 1.5ε, FTNL's report noisy max 2ε/c, its
+    # analyzer-side argmax Kε/c). A table that sets its own epsilon is left as it is.
+    calibrate: bool = False
     preset: str = "paper"  # read by the CLI's table; this family has no code preset
 
     @model_validator(mode="before")
