@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 DEFAULT_FAMILY = "distributed-dp-mab"
 
@@ -30,8 +30,16 @@ class StrictModel(BaseModel):
 
 
 class ExperimentFile(StrictModel):
-    """What every family's experiment file shares: its ``[algorithms.<label>]`` tables, at least
-    one, where a table without ``algorithm`` takes the kind its label names (:meth:`label_kind`)."""
+    """What every family's experiment file shares: the fields below (a family declares its own
+    ``family``, ``name``, ``horizon`` with its bounds, ``delta`` and world), and its
+    ``[algorithms.<label>]`` tables, at least one, where a table without ``algorithm`` takes the
+    kind its label names (:meth:`label_kind`)."""
+
+    description: str = ""
+    seed: Annotated[int, Field(ge=0)] = 0
+    epsilon: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
+    runs: Annotated[int, Field(ge=1, le=10_000)] = 1
+    checkpoints: Annotated[int, Field(ge=4, le=100_000)] = 240
 
     @classmethod
     def label_kind(cls, label: str) -> str | None:

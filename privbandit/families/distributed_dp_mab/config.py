@@ -107,15 +107,10 @@ class AlgorithmConfig(StrictModel):
 class ExperimentConfig(ExperimentFile):
     family: Literal["distributed-dp-mab"] = "distributed-dp-mab"  # the default family (runner/config.py)
     name: str = "experiment"
-    description: str = ""
     horizon: Annotated[int, Field(ge=2, le=10**10)]
-    seed: Annotated[int, Field(ge=0)] = 0
-    epsilon: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
-    runs: Annotated[int, Field(ge=1, le=10_000)] = 1
     preset: Literal[PRESETS] = "paper"  # type: ignore[valid-type]
     # None: 1/(10·T), small against 1/N for the N = T users a run protects (privacy.default_delta).
     delta: Annotated[float, Field(gt=0, lt=1)] | None = None
-    checkpoints: Annotated[int, Field(ge=4, le=100_000)] = 240
     environment: EnvironmentConfig = EnvironmentConfig()
     algorithms: dict[str, AlgorithmConfig]
     # Equal guarantees: solve every algorithm's own ε (its noise parameter) so that each user's

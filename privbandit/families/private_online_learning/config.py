@@ -54,14 +54,9 @@ class OnlineAlgorithm(StrictModel):
 class OnlineExperiment(ExperimentFile):
     family: Literal["private-online-learning"] = FAMILY
     name: str = "online"
-    description: str = ""
     horizon: Annotated[int, Field(ge=2, le=10**9)]
-    seed: Annotated[int, Field(ge=0)] = 0
-    epsilon: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
-    runs: Annotated[int, Field(ge=1, le=10_000)] = 1
     # None: 1/(10·T), small against 1/N for the N = T users a run protects (privacy.default_delta).
     delta: Annotated[float, Field(gt=0, lt=1)] | None = None
-    checkpoints: Annotated[int, Field(ge=4, le=100_000)] = 240
     environment: OnlineEnvironment
     algorithms: dict[str, OnlineAlgorithm]
     # Equal guarantees: solve each algorithm's own ε so that every user is exactly ``epsilon``-DP as

@@ -43,16 +43,11 @@ class LinearAlgorithm(StrictModel):
 class LinearExperiment(ExperimentFile):
     family: Literal["shuffle-linear-bandits"]
     name: str = "linear"
-    description: str = ""
     horizon: Annotated[int, Field(ge=2, le=10**8)]
-    seed: Annotated[int, Field(ge=0)] = 0
-    epsilon: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
     delta: Annotated[float, Field(gt=0, lt=1)] = 0.1
-    runs: Annotated[int, Field(ge=1, le=10_000)] = 1
     preset: Literal[PRESETS] = "paper-code"  # type: ignore[valid-type]
     returning_users: bool = False  # Assumption 4.1: a user may join every batch (once per batch)
     max_participations: Annotated[int, Field(ge=1)] | None = None  # default with returning users: T/B
-    checkpoints: Annotated[int, Field(ge=4, le=100_000)] = 240
     environment: LinearEnvironment = LinearEnvironment()
     algorithms: dict[str, LinearAlgorithm]
 
