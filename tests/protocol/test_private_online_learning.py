@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,7 +31,8 @@ from privbandit.families.private_online_learning.mechanisms import (
     refresh_count,
 )
 from privbandit.protocol.primitives.encoding import modular_sum
-from privbandit.protocol.primitives.noise import discrete_laplace_pmf
+from privbandit.protocol.primitives.noise import LAPLACE_GRID, discrete_laplace_pmf
+from privbandit.protocol.primitives.noise.grid_laplace import grid_step, sample_grid_steps
 from privbandit.protocol.spine import engine
 from privbandit.protocol.spine.events import Join, Plan, Reports, Round
 from privbandit.protocol.spine.intermediary import Intermediary
@@ -144,29 +146,95 @@ def test_binary_nodes_cover_the_prefix_exactly():
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 200))
 def test_hybrid_tree_sums_are_true_sums_plus_cached_node_noise(seed, n):
     """After each pull, μ̃·O = Σ arrays + their cached Z + tree prefix + the noise of exactly the
-    dyadic nodes of the prefix (each node's draw made once, when the node completed)."""
+    dyadic nodes of the prefix (each node's draw made once, when the node completed), up to the
+    rounding of each released sum to its grid (at most half a step each)."""
     rng = np.random.default_rng(seed)
     eps = 0.7
     h = HybridUCB(1, eps)
-    x0, z0 = rng.random(), rng.laplace()
+    ga = grid_step(2 / eps)
+    x0, z0 = rng.random(), float(sample_grid_steps(1, rng)[0])
     h.observe(0, x0, 0.0, z0)
-    logged_sum, logged_noise = x0, 2 / eps * z0
+    logged_sum, logged_noise, roundings = x0, ga * z0, ga / 2
     tree_x, node_y = [], [0.0]
     for _ in range(n):
-        x, y, z = rng.random(), rng.laplace(), rng.laplace()
+        x, (y, z) = rng.random(), sample_grid_steps(2, rng)
         r = h.r[0]
+        g = grid_step(BinaryMechanism(eps / 2).scale(r))
         tree_x.append(x)
-        node_y.append(y * BinaryMechanism(eps / 2).scale(r))
+        node_y.append(y * g)
         filled = h.observe(0, x, y, z)
         c = len(tree_x)
         expect = logged_sum + logged_noise + sum(tree_x) + binary_prefix_noise(np.array(c), np.array(node_y))
-        assert h.means[0] * h.pulls[0] == pytest.approx(expect, abs=1e-9)
+        assert h.means[0] * h.pulls[0] == pytest.approx(expect, abs=roundings + g * c.bit_length() / 2 + 1e-9)
         if filled:
             assert c == 2 ** r
             logged_sum += sum(tree_x)
-            logged_noise += 2 / eps * z
+            logged_noise += ga * z
+            roundings += ga / 2
             tree_x, node_y = [], [0.0]
             assert h.r[0] == r + 1
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), k=st.integers(1, 4), eps=st.sampled_from([0.05, 0.5, 8.0]),
+       n=st.integers(1, 300))
+def test_hybrid_releases_lie_on_their_grids(seed, k, eps, n):
+    """Every noisy node sum Hybrid-UCB keeps, and each arm's first array release, is an integer
+    times its grid step (exact discrete Laplace, #13 item 2): a function of an integer only, where
+    floating-point Laplace leaves values off any grid. (Sums of several releases are
+    post-processing and need not be.)"""
+    rng = np.random.default_rng(seed)
+    h = HybridUCB(k, eps)
+    ga = grid_step(2 / eps)
+    for t in range(1, n + 1):
+        j = h.choose(t)
+        node, array = sample_grid_steps(2, rng)
+        first = h.pulls[j] == 0
+        h.observe(j, float(rng.random()), node, array)
+        if first:
+            assert h.arrays_noisy[j] == np.rint(h.arrays_noisy[j] / ga) * ga
+        g = h.node_grid[j]
+        assert g == grid_step(h.tree.scale(h.r[j]))
+        v = np.array(h.alpha_noisy[j])
+        assert np.array_equal(v, np.rint(v / g) * g)
+
+
+def test_hybrid_server_draws_integer_grid_steps():
+    """The analyzer's noise blocks are integers with the law Lap_Z(2²⁰), by chi-square over 16 bins
+    (the continuous law's sixteenths) of 2·65536 draws at key 7, α = 10⁻³."""
+    server = online_parties.HybridServer(3, 0.5, "r", 100, key=7)
+    steps = server.noise(1, 65536).ravel()
+    assert np.array_equal(steps, np.rint(steps))
+    b = 1 / LAPLACE_GRID
+    p = np.arange(1, 16) / 16
+    inner = np.where(p < 0.5, b * np.log(2 * p), -b * np.log(2 * (1 - p)))
+    counts = np.histogram(steps, bins=np.concatenate([[-np.inf], inner, [np.inf]]))[0]
+    beta = np.exp(-1 / b)
+
+    def at_most(k):  # P[L ≤ k], k integer
+        return np.where(k < 0, beta ** (-k) / (1 + beta), 1 - beta ** (k + 1) / (1 + beta))
+
+    # np.histogram's bins are [e_i, e_{i+1}): P[e_i ≤ L < e_{i+1}] = P[L ≤ ⌈e_{i+1}⌉ − 1] − P[L ≤ ⌈e_i⌉ − 1]
+    cum = np.concatenate([[0.0], at_most(np.ceil(inner) - 1), [1.0]])
+    assert stats.chisquare(counts, np.diff(cum) * steps.size).pvalue > 1e-3
+    assert np.abs(steps).mean() > 1000  # not the unit-scale float Laplace drawn before
+
+
+@settings(max_examples=200, deadline=None)
+@given(v=st.floats(0, 1e6), d=st.floats(-1, 1), scale=st.floats(0.01, 5e5))
+def test_grid_step_release_loses_at_most_one_over_scale(v, d, scale):
+    """Neighbouring sums (|v − v′| ≤ 1) round at most 1/g + 1 steps apart, and unit steps
+    Lap_Z(1/γ) lose γ per step: at most 1/b, the continuous Laplace's ε."""
+    g = grid_step(scale)
+    shift = abs(np.rint(v / g) - np.rint((v + d) / g))
+    assert shift * LAPLACE_GRID <= 1 / scale * (1 + 1e-12)
+
+
+def test_grid_step_refuses_a_scale_beyond_its_grid():
+    with pytest.raises(ValueError, match="epsilon is too small"):
+        grid_step(2.0 ** 20)
+    with pytest.raises(ValueError, match="epsilon is too small"):
+        HybridUCB(2, 1e-6)
 
 
 def test_hybrid_index_is_eq35():
@@ -200,7 +268,7 @@ def test_leader_streak_equals_stepping_observe(seed, k, eps, warm, want, gaussia
     t = 1
     for _ in range(warm):  # any history: arms by choose(), but perturbed so no arm is starved
         j = h.choose(t) if rng.random() < 0.7 or t <= k else int(rng.integers(k))
-        h.observe(j, float(rng.random()), float(rng.laplace()), float(rng.laplace()))
+        h.observe(j, float(rng.random()), *sample_grid_steps(2, rng))
         t += 1
     j = h.choose(t)
     room = refresh_count(h.r[j]) - h.pulls[j] - 1
@@ -208,7 +276,7 @@ def test_leader_streak_equals_stepping_observe(seed, k, eps, warm, want, gaussia
         return
     w = min(want, room)
     x = rng.random(w) if gaussian else (rng.random(w) < 0.6).astype(float)
-    y = rng.laplace(size=w)
+    y = sample_grid_steps(w, rng)
     lt = np.array([math.log2(t + i) for i in range(w)])
     ref = HybridUCB(k, eps)
     ref.__dict__.update(copy.deepcopy(_hybrid_state(h)))

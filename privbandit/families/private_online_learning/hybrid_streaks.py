@@ -104,7 +104,7 @@ def leader_streak(h: HybridUCB, j: int, x: np.ndarray, node_noise: np.ndarray, l
     """Pull arm j at W = len(x) consecutive rounds for as long as it keeps winning; commit those.
 
     j has already won the window's first round. ``x``: j's rewards in the window's rounds;
-    ``node_noise``: those rounds' standard-Laplace node draws; ``lt``, ``slt``: log2 t and its
+    ``node_noise``: those rounds' unit grid steps of the node draws; ``lt``, ``slt``: log2 t and its
     square root. The window must end before j's array fills. Returns the pulls committed (≥ 1).
     """
     w = len(x)
@@ -113,7 +113,8 @@ def leader_streak(h: HybridUCB, j: int, x: np.ndarray, node_noise: np.ndarray, l
         raise ValueError(f"arm {j}: a streak window of {w} from pull {o0} would cross its array fill")
     s = x.copy()  # true p-sum of the node each insert completes
     _add_merged_nodes(s, s, h.alpha[j], c0)
-    noisy = s + h.node_scale[j] * node_noise
+    g = h.node_grid[j]
+    noisy = (np.rint(s / g) + node_noise) * g  # HybridUCB.observe's release, to the bit
     dropped = np.zeros(w)
     _add_merged_nodes(dropped, noisy, h.alpha_noisy[j], c0)
     tree = noisy - dropped
@@ -162,7 +163,7 @@ class HybridStreaks:
     """Decide Hybrid-UCB's arms for a block of rounds at once, exactly as one round at a time.
 
     ``decide(t0, xs, noise)`` takes the block's rewards of every arm ``xs`` (n, K) (what the trusted
-    analyzer of the central model looks ahead at) and its (n, 2) standard-Laplace draws, runs the
+    analyzer of the central model looks ahead at) and its (n, 2) unit grid steps (node, array), runs the
     leader's streaks through :func:`leader_streak` and everything else through the learner's own
     :meth:`~HybridUCB.choose`/:meth:`~HybridUCB.observe`, and returns the n arms. ``stats``: what
     bounds the run's time: ``windows`` (numpy windows), ``speculated`` (rounds computed in them),

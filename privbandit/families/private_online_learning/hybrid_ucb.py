@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 
 from privbandit.families.private_online_learning.mechanisms import BinaryMechanism, refresh_count
+from privbandit.protocol.primitives.noise.grid_laplace import grid_step
 
 BONUS = 6.0 * math.sqrt(8.0)  # eq. (35)'s 6√8
 LEVELS = 64
@@ -29,8 +30,13 @@ LEVELS = 64
 
 class HybridUCB:
     """Algorithm 4's state for one run. Sans-I/O: :meth:`choose` gives round t's arm,
-    :meth:`observe` takes the reward and the standard-Laplace draws the mechanisms need (so the
-    learner holds no randomness of its own and tests can feed it anything)."""
+    :meth:`observe` takes the reward and the unit grid steps the mechanisms need (so the learner
+    holds no randomness of its own and tests can feed it anything).
+
+    Every release is exact: a node or array sum v of Laplace scale b is released as
+    ``(round(v / g) + L) * g`` with ``g = grid_step(b)`` and ``L ~ Lap_Z(2²⁰)``
+    (:mod:`~privbandit.protocol.primitives.noise.grid_laplace`), which is exactly (1/b)-DP; the
+    eqs. (32)–(33) scales and so the ledger's ε are the paper's."""
 
     def __init__(self, n_arms: int, epsilon: float, depth: str = "r"):
         if not (math.isfinite(epsilon) and epsilon > 0):
@@ -40,7 +46,7 @@ class HybridUCB:
         self.n_arms = n_arms
         self.epsilon = float(epsilon)
         self.tree = BinaryMechanism(epsilon / 2, depth)  # type: ignore[arg-type]
-        self.array_scale = 2.0 / epsilon  # Lap(1/(0.5ε))
+        self.array_grid = grid_step(2.0 / epsilon)  # Lap(1/(0.5ε)), on its grid
         k = range(n_arms)
         self.pulls = [0] * n_arms  # O_j
         self.r = [0] * n_arms  # index of the tree (and array) being filled
@@ -48,7 +54,7 @@ class HybridUCB:
         self.arrays_noisy = [0.0] * n_arms  # F̃_{j,0:r−1}, eq. (32)
         self.array_sum = [0.0] * n_arms  # ΣF⁽ʳ⁾ = ΣB⁽ʳ⁾ so far (true; never released as is)
         self.tree_noisy = [0.0] * n_arms  # B̃_{j,r}, eq. (33)
-        self.node_scale = [0.0] * n_arms
+        self.node_grid = [0.0] * n_arms  # the open tree's grid step: Lap(r/(0.5ε)), eq. (33)
         self.alpha = [[0.0] * LEVELS for _ in k]  # true p-sums of the nodes in S, per level
         self.alpha_noisy = [[0.0] * LEVELS for _ in k]
         self.means = [0.0] * n_arms  # μ̃_{j,O_j}, eq. (34)
@@ -70,12 +76,13 @@ class HybridUCB:
         return best
 
     def observe(self, arm: int, x: float, node_noise: float, array_noise: float) -> bool:
-        """Insert arm's new observation. ``node_noise`` is the standard Laplace of the node this
+        """Insert arm's new observation. ``node_noise`` is the unit grid step of the node this
         insert completes; ``array_noise`` is used only if it fills the array (returns True then),
-        and at the initial pull (array 0)."""
+        and at the initial pull (array 0). (``round`` is numpy's ``rint``: half to even.)"""
         j = arm
+        ga = self.array_grid
         if self.pulls[j] == 0:  # initialization: F⁽⁰⁾ of size 1, μ̃ = x + Z⁽⁰⁾
-            self.arrays_noisy[j] = x + self.array_scale * array_noise
+            self.arrays_noisy[j] = (round(x / ga) + array_noise) * ga
             self.pulls[j] = 1
             self.means[j] = self.arrays_noisy[j]
             self._open_tree(j, 1)
@@ -89,7 +96,8 @@ class HybridUCB:
             s += a[lv]
             dropped += ah[lv]
             a[lv] = ah[lv] = 0.0
-        noisy = s + self.node_scale[j] * node_noise
+        g = self.node_grid[j]
+        noisy = (round(s / g) + node_noise) * g
         a[level], ah[level] = s, noisy
         self.tree_noisy[j] += noisy - dropped
         self.array_sum[j] += x
@@ -98,7 +106,7 @@ class HybridUCB:
         self.means[j] = (self.arrays_noisy[j] + self.tree_noisy[j]) / o
         filled = o == refresh_count(self.r[j])
         if filled:  # F⁽ʳ⁾ joins the logarithmic part with its own cached Z⁽ʳ⁾; a new tree opens
-            self.arrays_noisy[j] += self.array_sum[j] + self.array_scale * array_noise
+            self.arrays_noisy[j] += (round(self.array_sum[j] / ga) + array_noise) * ga
             a[level] = ah[level] = 0.0
             self._open_tree(j, self.r[j] + 1)
         else:
@@ -110,7 +118,7 @@ class HybridUCB:
         self.leaves[j] = 0
         self.array_sum[j] = 0.0
         self.tree_noisy[j] = 0.0
-        self.node_scale[j] = self.tree.scale(r)
+        self.node_grid[j] = grid_step(self.tree.scale(r))
         self.trees_opened.append(r)
         self._bonus(j)
 

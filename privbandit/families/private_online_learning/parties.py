@@ -43,6 +43,7 @@ from privbandit.families.private_online_learning.mechanisms import (
 )
 from privbandit.families.private_online_learning.world import OnlineUsers
 from privbandit.families.private_online_learning.world import rewards_from_uniforms
+from privbandit.protocol.primitives.noise.grid_laplace import sample_grid_steps
 from privbandit.protocol.primitives.seeding import stream
 from privbandit.protocol.privacy import PureDP
 from privbandit.protocol.spine.errors import ProtocolError
@@ -167,7 +168,7 @@ class HybridServer:
         return self.t > self.horizon
 
     def noise(self, t0: int, n: int) -> np.ndarray:
-        """Standard-Laplace (node, array) draws of rounds t0 … t0 + n − 1, from the analyzer's key in
+        """Unit grid steps ``Lap_Z(2²⁰)`` (node, array) of rounds t0 … t0 + n − 1, from the analyzer's key in
         blocks of :data:`NOISE_BLOCK` rounds: a round's draws never depend on how rounds are grouped."""
         out = np.empty((n, 2))
         k = 0
@@ -175,7 +176,7 @@ class HybridServer:
             b, off = divmod(t0 + k - 1, NOISE_BLOCK)
             if b != self._noise_block:
                 self._noise_block = b
-                self._noise = stream(self.key, "noise", b).laplace(0.0, 1.0, size=(NOISE_BLOCK, 2))
+                self._noise = sample_grid_steps((NOISE_BLOCK, 2), stream(self.key, "noise", b))
             take = min(n - k, NOISE_BLOCK - off)
             out[k:k + take] = self._noise[off:off + take]
             k += take

@@ -49,3 +49,32 @@ def grid_laplace(values, sensitivity: float, epsilon: float, rng: np.random.Gene
     steps = sample_discrete_laplace(grid_laplace_scale(sensitivity, epsilon, grid), v.size, rng).reshape(v.shape)
     noise = steps * grid
     return np.rint(v / grid) * grid + noise, noise
+
+
+# --- Laplace releases whose noise is drawn before its scale is known ----------------------------
+#
+# Hybrid-UCB draws its noise per round, in blocks, before it knows which tree (hence which scale)
+# a draw will serve. It draws unit steps L ~ Lap_Z(1/γ) and releases value v at scale b as
+#
+#     (⌊v/g⌉ + L) · g,   g = b′γ,   b′ = b / (1 − bγ).
+#
+# Between neighbours (|v − v′| ≤ Δ = 1) the rounded integers differ by at most 1/g + 1, and L's
+# ratio at points k apart is e^{kγ}: the loss is (1/g + 1)γ = 1/b′ + γ = 1/b, exactly the ε of the
+# continuous Laplace of scale b. The release is a function of the integer ⌊v/g⌉ + L only, so the
+# floating-point product adds nothing. The noise is larger by the factor 1/(1 − bγ) (1 + 10⁻³ at
+# b = 1,000), and b must stay below 1/γ = 2²⁰.
+
+
+def sample_grid_steps(shape, rng: np.random.Generator) -> np.ndarray:
+    """Unit steps ``L ~ Lap_Z(1/γ)`` as float64 integers, for :func:`grid_step`-scaled releases."""
+    size = int(np.prod(shape))
+    return sample_discrete_laplace(1.0 / LAPLACE_GRID, size, rng).reshape(shape).astype(np.float64)
+
+
+def grid_step(scale: float, grid: float = LAPLACE_GRID) -> float:
+    """g = b′γ for the Laplace scale b (sensitivity 1): ``(round(v / g) + L) * g`` with unit steps
+    L from :func:`sample_grid_steps` is exactly (1/b)-DP (see above)."""
+    if not (math.isfinite(scale) and 0 < scale < 1.0 / grid):
+        raise ValueError(f"Laplace scale {scale} must lie in (0, {1.0 / grid:g}) for the grid {grid}: "
+                         f"epsilon is too small for an exact grid release")
+    return scale / (1.0 - scale * grid) * grid
