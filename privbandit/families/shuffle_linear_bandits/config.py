@@ -46,6 +46,9 @@ class LinearExperiment(ExperimentFile):
     horizon: Annotated[int, Field(ge=2, le=10**8)]
     delta: Annotated[float, Field(gt=0, lt=1)] = 0.1
     preset: Literal[PRESETS] = "paper-code"  # type: ignore[valid-type]
+    # Solve each algorithm's nominal ε so that its ledger reads exactly (epsilon, delta) (#13 item 4);
+    # a table that sets its own epsilon keeps it.
+    calibrate: bool = False
     returning_users: bool = False  # Assumption 4.1: a user may join every batch (once per batch)
     max_participations: Annotated[int, Field(ge=1)] | None = None  # default with returning users: T/B
     environment: LinearEnvironment = LinearEnvironment()

@@ -10,8 +10,11 @@ run, with the same numbers.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
+from privbandit.families.shuffle_linear_bandits import calibration
 from privbandit.families.shuffle_linear_bandits import config as cfg
 from privbandit.families.shuffle_linear_bandits import params as lp
 from privbandit.families.shuffle_linear_bandits.parties import LinearServer, LinearUsers, Setup, diagnostics, setup
@@ -30,13 +33,32 @@ class ShuffleLinearBandits(Family):
     experiment_model = cfg.LinearExperiment
     round_fields = ROUND_FIELDS
 
+    def __init__(self):
+        self._solved: dict[str, float] = {}
+
     def algorithm(self, config, label: str) -> cfg.LinearAlgorithm:
         """The algorithm with its batch, ε and P_Vec span filled in (the span from the preset:
-        ``paper-code`` the authors' ``delta``, ``theory`` the provable ``2delta``)."""
+        ``paper-code`` the authors' ``delta``, ``theory`` the provable ``2delta``). With
+        ``calibrate``, an ε the table does not set is solved so that the ledger reads the
+        experiment's (ε, δ) (:mod:`.calibration`)."""
         a = config.algorithms[label]
         span = a.vec_span or ("delta" if config.preset == "paper-code" else "2delta")
-        return a.model_copy(update={"batch": cfg.batch_of(a), "vec_span": span,
-                                    "epsilon": a.epsilon if a.epsilon is not None else config.epsilon})
+        a = a.model_copy(update={"batch": cfg.batch_of(a), "vec_span": span,
+                                 "epsilon": a.epsilon if a.epsilon is not None else config.epsilon})
+        if config.calibrate and config.algorithms[label].epsilon is None and a.algorithm != "linucb":
+            a = a.model_copy(update={"epsilon": self._calibrated(config, label, a)})
+        return a
+
+    def _calibrated(self, config, label: str, a: cfg.LinearAlgorithm) -> float:
+        key = json.dumps([self._public(config, a), config.epsilon, config.delta], sort_keys=True)
+        if key not in self._solved:  # algorithm() is asked often; the bisection costs ~50 ledgers
+
+            def spent(eps: float) -> float | None:
+                public = self._public(config, a.model_copy(update={"epsilon": eps}))
+                return calibration.run_epsilon(setup(public), self.ledger(public))
+
+            self._solved[key] = calibration.calibrated_epsilon(spent, label, a.algorithm, config.epsilon, config.delta)
+        return self._solved[key]
 
     def stackable(self, config, label: str) -> bool:
         return True  # fixed batches: every run's plan m serves users mB … mB + B − 1
@@ -54,7 +76,9 @@ class ShuffleLinearBandits(Family):
 
     def public_task(self, config, label: str, runs: list[int]) -> dict:
         """Everything but the seed (from which the world, θ*, the users' contexts and rewards follow)."""
-        a = self.algorithm(config, label)
+        return self._public(config, self.algorithm(config, label))
+
+    def _public(self, config, a: cfg.LinearAlgorithm) -> dict:
         grid = checkpoint_grid(config.horizon, config.checkpoints)
         return {"algorithm": a.model_dump(), "horizon": config.horizon, "dim": config.environment.dim,
                 "delta": config.delta, "preset": config.preset, "generator": config.generator,
@@ -129,8 +153,11 @@ class ShuffleLinearBandits(Family):
 
     def experiment_summary(self, config) -> dict:
         env = config.environment
-        return {"delta": config.delta, "preset": config.preset, "generator": config.generator, "dim": env.dim,
-                "arms": env.arms, "returning_users": config.returning_users}
+        out = {"delta": config.delta, "preset": config.preset, "generator": config.generator, "dim": env.dim,
+               "arms": env.arms, "returning_users": config.returning_users}
+        if config.calibrate:  # each algorithm's solved ε is in algorithms.<label>.parameters.epsilon
+            out["calibrated_to"] = {"epsilon": config.epsilon, "delta": config.delta}
+        return out
 
     def plot_options(self, config) -> dict:
         return {"cumulative": True, "realized": "realized regret (authors' metric)",
