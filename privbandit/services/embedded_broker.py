@@ -14,6 +14,10 @@ port accepts connections. The child loads two amqtt plugins (amqtt 0.12 ``plugin
   does) and ``Action.RECEIVE`` before delivering each message to each subscriber. All three are
   answered by :func:`acl.allowed` (read for SUBSCRIBE/RECEIVE, write for PUBLISH).
 
+amqtt publishes last wills without asking the topic plugin and stores retained messages for later
+subscribers; no party uses either, so a CONNECT with a will is refused and nothing is retained
+(as Mosquitto's generated config does with ``retain_available false``).
+
 amqtt speaks MQTT 3.1.1 only (aiomqtt's default). ``open_mode=True`` starts it without
 authentication or ACL, for local quick runs.
 
@@ -101,6 +105,11 @@ class PasswordFileAuthPlugin(BaseAuthPlugin):  # type: ignore[misc,valid-type]
         if not username or password is None:
             log.info("refused anonymous connection")
             return False
+        if getattr(session, "will_flag", False):
+            # amqtt publishes a will without the write ACL (issue #20 item 4). No party leaves a
+            # will, so a CONNECT that carries one is refused outright.
+            log.info("refused %r: a connection with a last will", username)
+            return False
         password_hash = self._hashes.get(username)
         if password_hash is None:
             log.info("refused unknown user %r", username)
@@ -149,6 +158,21 @@ class RoleTopicPlugin(BaseTopicPlugin):  # type: ignore[misc,valid-type]
         return verdict
 
 
+def _refuse_retained(broker_class) -> None:
+    """Never store a retained message (issue #20 item 4): it would reach every later subscriber of
+    the topic (a report replayed into each restarted aggregator). No party retains anything, and
+    amqtt has no setting for it (Mosquitto's is ``retain_available false``), so the broker's one
+    storing method is replaced; the message itself is still routed live, under the ACL."""
+    if not callable(getattr(broker_class, "retain_message", None)):  # a newer amqtt: fail, do not run open
+        raise RuntimeError("amqtt's Broker.retain_message is gone: cannot refuse retained messages")
+
+    async def refuse(self, source_session, topic_name, data, qos=None) -> None:
+        who = getattr(source_session, "username", None) or "the broker"
+        log.info("refused a retained message from %s on %r", who, topic_name)
+
+    broker_class.retain_message = refuse
+
+
 def _broker_config(port: int, *, run_id: str, password_file: str | None, open_mode: bool) -> dict:
     if open_mode:
         plugins: dict = {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}}
@@ -180,6 +204,8 @@ async def _serve(port: int, *, run_id: str, password_file: str | None, open_mode
 
     threading.Thread(target=watch_stdin, name="stdin-watch", daemon=True).start()
 
+    if not open_mode:
+        _refuse_retained(Broker)
     broker = Broker(_broker_config(port, run_id=run_id, password_file=password_file, open_mode=open_mode))
     await broker.start()
     print(f"READY {port}", flush=True)

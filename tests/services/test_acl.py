@@ -24,6 +24,7 @@ import os
 import re
 import stat
 import subprocess
+import sys
 import uuid
 from dataclasses import dataclass
 
@@ -599,3 +600,80 @@ def test_embedded_broker_start_failure_reports_stderr(monkeypatch):
         start_embedded_broker(RUN, timeout=10)
     with pytest.raises(ValueError, match="run_id"):
         start_embedded_broker("bad run")
+
+
+# --- last wills, retained messages and client ids (issue #20 items 4 and 8) ------------------------
+
+_WILL_CLIENT = """
+import asyncio, sys
+import aiomqtt
+host, port, user, password, topic, payload, protocol = sys.argv[1:8]
+async def main():
+    will = aiomqtt.Will(topic, payload.encode(), qos=1)
+    try:
+        async with aiomqtt.Client(host, int(port), username=user, password=password, will=will,
+                                  identifier="will-" + payload[-8:], protocol=aiomqtt.ProtocolVersion(int(protocol))):
+            print("connected", flush=True)
+            await asyncio.sleep(60)
+    except aiomqtt.MqttError:
+        print("refused", flush=True)
+asyncio.run(main())
+"""
+
+# (the role that leaves a will, the topic it names, a legitimate publisher, a legitimate reader)
+WILLS = [
+    (Role.USERS, "release/aggregator", Role.AGGREGATOR, Role.ANALYZER),
+    (Role.USERS, "plan", Role.ANALYZER, Role.USERS),
+    (Role.USERS, "control", Role.LAUNCHER, Role.AGGREGATOR),
+    (Role.USERS, "metrics/analyzer", Role.ANALYZER, Role.OBSERVER),
+    (Role.ANALYZER, "report/aggregator", Role.USERS, Role.AGGREGATOR),
+]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("forger", "topic", "publisher", "reader"), WILLS,
+                         ids=[f"{f.value}-will-on-{t}" for f, t, *_ in WILLS])
+async def test_a_last_will_cannot_publish_where_its_role_may_not(broker, forger, topic, publisher, reader):
+    """A client that dies (SIGKILL of its process) has the broker publish its will: the will must
+    pass the same write ACL as a PUBLISH (amqtt skipped it: a users client reached release, plan,
+    control and metrics/analyzer). Mosquitto applies the ACL; the embedded broker refuses any
+    CONNECT with a will (no party leaves one)."""
+    topic = _full(topic)
+    forged, genuine = f"will-{uuid.uuid4().hex}", f"genuine-{uuid.uuid4().hex}".encode()
+    protocol = 4 if broker.protocol == aiomqtt.ProtocolVersion.V311 else 5
+    async with connected(broker, reader, publisher) as (legitimate, good):
+        assert await _subscribe(legitimate, topic) == [1]
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", _WILL_CLIENT, "127.0.0.1", str(broker.port), forger.value,
+            broker.passwords[forger], topic, forged, str(protocol), stdout=asyncio.subprocess.PIPE)
+        try:
+            said = (await asyncio.wait_for(proc.stdout.readline(), WAIT_S)).strip()
+            assert said == (b"refused" if broker.name == "amqtt" else b"connected"), said
+        finally:
+            proc.kill()
+            await proc.wait()
+        await asyncio.sleep(0.5)  # the broker notices the dead socket and would publish the will now
+        await good.client.publish(topic, genuine, qos=1)
+        await legitimate.wait_for((topic, genuine))
+        await asyncio.sleep(SETTLE_S)
+        assert forged.encode() not in legitimate.payloads(), f"{forger.value}'s will on {topic} was delivered"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("role", "topic", "reader"), [(Role.USERS, "report/aggregator", Role.AGGREGATOR),
+                                                       (Role.USERS, "metrics/users", Role.OBSERVER),
+                                                       (Role.ANALYZER, "plan", Role.USERS)])
+async def test_retained_messages_are_never_stored(broker, role, topic, reader):
+    """A retained message would be delivered to every later subscriber of the topic, e.g. a report
+    replayed into each restarted aggregator. No party retains anything, so no role may: a later
+    subscriber receives nothing."""
+    topic = _full(topic)
+    payload = f"retained-{uuid.uuid4().hex}".encode()
+    async with connected(broker, role) as (sender,):
+        with contextlib.suppress(aiomqtt.MqttError):  # a broker may also drop the connection
+            await sender.client.publish(topic, payload, qos=1, retain=True)
+            await asyncio.sleep(SETTLE_S)
+    async with connected(broker, reader) as (late,):
+        assert await _subscribe(late, topic) == [1]
+        await asyncio.sleep(4 * SETTLE_S)
+        assert payload not in late.payloads(), f"a retained message on {topic} reached a later subscriber"

@@ -239,6 +239,8 @@ def write_broker_config(
     lines += [
         "persistence false",
         f"max_queued_messages {MAX_QUEUED_MESSAGES}",
+        "# no party retains a message; a retained one would reach every later subscriber (#20)",
+        "retain_available false",
         "# without it, Nagle + delayed ACKs add ~40 ms to every small PUBACK/PUBLISH exchange",
         "set_tcp_nodelay true",
     ]
