@@ -7,7 +7,8 @@ port accepts connections. The child loads two amqtt plugins (amqtt 0.12 ``plugin
 
 - :class:`PasswordFileAuthPlugin` (``BaseAuthPlugin.authenticate``): the username must be a role
   and the password must match the role's ``$7$`` hash in ``passwd``; anonymous clients are refused
-  (CONNACK 5, not authorized);
+  (CONNACK 5, not authorized), and so is a client id of another role's party
+  (:func:`acl.client_id_allowed`: no account takes over another role's session);
 - :class:`RoleTopicPlugin` (``BaseTopicPlugin.topic_filtering``): amqtt calls it with
   ``Action.SUBSCRIBE`` for each topic filter of a SUBSCRIBE (refused → SUBACK 0x80),
   ``Action.PUBLISH`` for each incoming PUBLISH (refused → acknowledged but dropped, as Mosquitto
@@ -86,40 +87,84 @@ def free_port(host: str = HOST) -> int:
 # amqtt plugins (run inside the broker process)
 
 
+def refusal(session, hashes: Mapping[str, str], run_id: str) -> str | None:
+    """Why a CONNECT is refused, or None: the username must be a role and the password match its
+    ``$7$`` hash; no will (amqtt publishes a will without the write ACL, issue #20 item 4, and no
+    party leaves one); a client id of the run's parties must name the account's own role
+    (:func:`acl.client_id_allowed`, item 8)."""
+    username = getattr(session, "username", None)
+    password = getattr(session, "password", None)
+    if not username or password is None:
+        return "anonymous connection"
+    password_hash = hashes.get(username)
+    if password_hash is None:
+        return f"unknown user {username!r}"
+    if isinstance(password, bytes):
+        password = password.decode("utf-8", "replace")
+    if not acl.verify_password(password, password_hash):
+        return f"{username!r}: wrong password"
+    if getattr(session, "will_flag", False):
+        return f"{username!r}: a connection with a last will"
+    client_id = getattr(session, "client_id", None)
+    if not acl.client_id_allowed(username, client_id, run_id):
+        return f"{username!r}: client id {client_id!r} belongs to another role's party"
+    return None
+
+
+def role_hashes(password_file: str) -> dict[str, str]:
+    hashes = acl.read_password_file(password_file)
+    return {user: h for user, h in hashes.items() if user in {r.value for r in acl.Role}}
+
+
 class PasswordFileAuthPlugin(BaseAuthPlugin):  # type: ignore[misc,valid-type]
-    """Accept a CONNECT only with a role's username and the password matching its ``$7$`` hash."""
+    """Accept a CONNECT only if :func:`refusal` finds nothing against it."""
 
     @dataclass
     class Config:
         password_file: str
+        run_id: str
 
     def __init__(self, context) -> None:
         super().__init__(context)
-        hashes = acl.read_password_file(self.config.password_file)
-        self._hashes = {user: h for user, h in hashes.items() if user in {r.value for r in acl.Role}}
-        self._cache: dict[tuple[str, str], bool] = {}
+        self._run_id = acl.validate_run_id(self.config.run_id)
+        self._hashes = role_hashes(self.config.password_file)
 
     async def authenticate(self, *, session) -> bool:
-        username = getattr(session, "username", None)
-        password = getattr(session, "password", None)
-        if not username or password is None:
-            log.info("refused anonymous connection")
-            return False
-        if getattr(session, "will_flag", False):
-            # amqtt publishes a will without the write ACL (issue #20 item 4). No party leaves a
-            # will, so a CONNECT that carries one is refused outright.
-            log.info("refused %r: a connection with a last will", username)
-            return False
-        password_hash = self._hashes.get(username)
-        if password_hash is None:
-            log.info("refused unknown user %r", username)
-            return False
-        if isinstance(password, bytes):
-            password = password.decode("utf-8", "replace")
-        ok = acl.verify_password(password, password_hash)
-        if not ok:
-            log.info("refused %r: wrong password", username)
-        return ok
+        why = refusal(session, self._hashes, self._run_id)
+        if why is not None:
+            log.info("refused %s", why)
+        return why is None
+
+
+def _authenticate_first(broker_module, hashes: Mapping[str, str], run_id: str) -> None:
+    """Refuse a bad CONNECT before amqtt touches any session (issue #20 item 8).
+
+    amqtt 0.12 handles a CONNECT's client id (deleting a clean session's namesake, taking over a
+    connected one, updating a persistent one's credentials) before its auth plugins run, so any
+    client, even with a wrong password, could disconnect a party by reusing its client id. The
+    broker module's protocol handler is replaced by one whose ``init_from_connect`` (the step that
+    reads the CONNECT, before any session handling) answers CONNACK 5 and closes the connection
+    when :func:`refusal` finds a reason."""
+    from amqtt.errors import MQTTError
+    from amqtt.mqtt.connack import NOT_AUTHORIZED, ConnackPacket
+
+    base = broker_module.BrokerProtocolHandler
+    if not hasattr(base, "init_from_connect"):  # a newer amqtt: fail, do not run unguarded
+        raise RuntimeError("amqtt's BrokerProtocolHandler.init_from_connect is gone: cannot authenticate first")
+
+    class AuthenticatedFirst(base):
+        @classmethod
+        async def init_from_connect(cls, reader, writer, plugins_manager, loop=None):
+            handler, session = await super().init_from_connect(reader, writer, plugins_manager, loop)
+            why = refusal(session, hashes, run_id)
+            if why is not None:
+                log.info("refused %s (before any session handling)", why)
+                await ConnackPacket.build(0, NOT_AUTHORIZED).to_stream(writer)
+                await writer.close()
+                raise MQTTError(f"refused: {why}")
+            return handler, session
+
+    broker_module.BrokerProtocolHandler = AuthenticatedFirst
 
 
 class RoleTopicPlugin(BaseTopicPlugin):  # type: ignore[misc,valid-type]
@@ -178,7 +223,7 @@ def _broker_config(port: int, *, run_id: str, password_file: str | None, open_mo
         plugins: dict = {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}}
     else:
         plugins = {
-            f"{_MODULE}.PasswordFileAuthPlugin": {"password_file": password_file},
+            f"{_MODULE}.PasswordFileAuthPlugin": {"password_file": password_file, "run_id": run_id},
             f"{_MODULE}.RoleTopicPlugin": {"run_id": run_id},
         }
     return {
@@ -205,7 +250,10 @@ async def _serve(port: int, *, run_id: str, password_file: str | None, open_mode
     threading.Thread(target=watch_stdin, name="stdin-watch", daemon=True).start()
 
     if not open_mode:
+        import amqtt.broker
+
         _refuse_retained(Broker)
+        _authenticate_first(amqtt.broker, role_hashes(password_file), acl.validate_run_id(run_id))
     broker = Broker(_broker_config(port, run_id=run_id, password_file=password_file, open_mode=open_mode))
     await broker.start()
     print(f"READY {port}", flush=True)

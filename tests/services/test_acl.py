@@ -677,3 +677,43 @@ async def test_retained_messages_are_never_stored(broker, role, topic, reader):
         assert await _subscribe(late, topic) == [1]
         await asyncio.sleep(4 * SETTLE_S)
         assert payload not in late.payloads(), f"a retained message on {topic} reached a later subscriber"
+
+
+@pytest.mark.parametrize(("role", "client_id", "ok"), [
+    (Role.ANALYZER, f"{RUN}-analyzer", True), (Role.USERS, f"{RUN}-users-3", True),
+    (Role.USERS, f"{RUN}-users", True), (Role.SHUFFLER, f"{RUN}-shuffler-2", True),
+    (Role.USERS, f"{RUN}-analyzer", False), (Role.USERS, f"{RUN}-aggregator", False),
+    (Role.ANALYZER, f"{RUN}-observer", False), (Role.USERS, f"{RUN}-usersx", False),
+    (Role.USERS, f"{RUN}-", False), (Role.USERS, "t-users-1234", True), (Role.USERS, f"{OTHER}-analyzer", True),
+])
+def test_a_party_client_id_belongs_to_its_role(role, client_id, ok):
+    assert acl.client_id_allowed(role, client_id, RUN) is ok
+
+
+@pytest.mark.asyncio
+async def test_another_account_cannot_take_over_a_partys_client_id_on_the_embedded_broker():
+    """Issue #20 item 8: with the users account and the analyzer's client id, a client would
+    disconnect the analyzer and inherit its session (amqtt did so even for a wrong password). The
+    embedded broker refuses each such CONNECT before any session handling, and the analyzer stays
+    connected (it still receives what is published to it). Mosquitto's acl_file
+    and dynsec cannot bind client ids to shared role accounts (docs/attacks.md)."""
+    with start_embedded_broker(RUN) as embedded:
+        def client(role: Role | None, identifier: str, password: str | None = None) -> aiomqtt.Client:
+            return aiomqtt.Client("127.0.0.1", embedded.port, username=role and role.value,
+                                  password=password or (role and embedded.passwords[role]), identifier=identifier,
+                                  timeout=5)
+
+        topic = f"pb/{RUN}/release/aggregator"
+        async with client(Role.ANALYZER, f"{RUN}-analyzer") as analyzer:
+            inbox = Inbox(analyzer)
+            assert [_code(c) for c in await analyzer.subscribe(topic, qos=1)] == [1]
+            # another role's account; the analyzer's name with a wrong password; anonymous (amqtt
+            # resolved the takeover before it checked any of them)
+            for role, password in ((Role.USERS, None), (Role.ANALYZER, "wrong"), (None, None)):
+                with pytest.raises(aiomqtt.MqttError):
+                    async with client(role, f"{RUN}-analyzer", password):
+                        pass
+            async with client(Role.AGGREGATOR, f"{RUN}-aggregator") as aggregator:
+                await aggregator.publish(topic, b"still-connected", qos=1)
+            await inbox.wait_for((topic, b"still-connected"))
+            await inbox.close()

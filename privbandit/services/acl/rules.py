@@ -170,3 +170,20 @@ def allowed(role: Role | str, action: Literal["read", "write"], topic: str, run_
     if action == "write":
         return any(topic_matches(pattern, topic) for pattern in rules.write)
     return any(filter_covered_by(topic, pattern) for pattern in rules.read)
+
+
+def client_id_allowed(role: Role | str, client_id: str, run_id: str) -> bool:
+    """May ``role``'s account connect with ``client_id``?
+
+    A party's client id is ``<run>-<name>`` (fixed across restarts, so the broker keeps its session)
+    and ``<name>`` begins with its role (``analyzer``, ``users-3``). An id of that form must name the
+    account's own role: otherwise one account could take over another role's party, cutting its
+    connection and inheriting its session (issue #20 item 8). Ids outside the run's form name no
+    party. Fleets share the ``users`` account, so one fleet's id is not protected from another's.
+    """
+    role = _role(role)
+    prefix = f"{validate_run_id(run_id)}-"
+    if not isinstance(client_id, str) or not client_id.startswith(prefix):
+        return True
+    name = client_id[len(prefix):]
+    return name == role.value or name.startswith(role.value + "-")
