@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import types
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -32,10 +33,13 @@ def run(
     restart_on_crash: Annotated[int, typer.Option(
         help="with --transport mqtt: restart a party that crashes, up to N times in all; the observer, "
              "the analyzer and the intermediaries resume from their checkpoints")] = 0,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an earlier run's results in --out")] = False,
 ):
     """Run an experiment file: many runs of each algorithm, then a results directory."""
     from privbandit.runner import config as experiment_files, results, tasks
+    from privbandit.runner.provenance import COMMAND_ENV, command_line
 
+    os.environ.setdefault(COMMAND_ENV, command_line())  # the parties of an MQTT run inherit it
     overrides = list(set_ or []) + ([f"runs={runs}"] if runs is not None else [])
     try:
         if transport not in ("inproc", "mqtt"):
@@ -48,6 +52,7 @@ def run(
             raise ConfigError(f"--restart-on-crash {restart_on_crash}: must be ≥ 0")
         family, config = experiment_files.load(experiment, overrides)
         out = out or Path("results") / config.name
+        results.prepare_out(out, overwrite)  # before any work: nothing computed is lost to a bad --out
         if transport == "mqtt":
             return _run_distributed(family, config, experiment, overrides, out, broker, shards, restart_on_crash)
         if getattr(config, "traffic_adversaries", None):
@@ -592,6 +597,7 @@ def demo(
     shards: Annotated[int, typer.Option(help="user fleets")] = 2,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a field of experiments/demo.toml")] = None,
     restart_on_crash: Annotated[int, typer.Option(help="restart a crashed party, up to N times in all")] = 0,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an earlier demo's results in --out")] = False,
 ):
     """Dist-DP-SE end to end: broker, analyzer, aggregator, user fleets and observer as separate
     processes; prints regret, ε spent and bits per user measured on the wire."""
@@ -599,7 +605,7 @@ def demo(
     if not experiment.exists():  # an installed wheel without the repository's experiments/
         experiment = Path("experiments/demo.toml")
     run(experiment, set_=set_, runs=None, out=out, jobs=None, transport="mqtt", broker=broker, shards=shards,
-        restart_on_crash=restart_on_crash)
+        restart_on_crash=restart_on_crash, overwrite=overwrite)
 
 
 @app.command()
@@ -616,6 +622,58 @@ def up(
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(1)
     raise typer.Exit(code)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from privbandit import __version__
+
+        print(f"privbandit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                                   help="print the version and exit")] = False) -> None:
+    """A distributed protocol simulator for private bandit learning."""
+
+
+def _choices(model, *path: str) -> list[str]:
+    """The Literal values a field of an experiment model allows (``algorithms`` → ``algorithm``)."""
+    import typing
+
+    ann = model
+    for name in path:
+        field = getattr(ann, "model_fields", {}).get(name)
+        if field is None:
+            return []
+        ann = field.annotation
+        while typing.get_origin(ann) in (dict, typing.Union, types.UnionType):
+            ann = next(a for a in reversed(typing.get_args(ann)) if a is not type(None))
+    return [str(v) for v in typing.get_args(ann)] if typing.get_origin(ann) is typing.Literal else []
+
+
+@app.command("list")
+def list_() -> None:
+    """Every registered family with its algorithms and presets, and every adversary, one line each."""
+    from privbandit import registry
+
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    table = Table(title="families (family = \"…\" in an experiment file)")
+    for col in ("family", "paper", "algorithms", "presets"):
+        table.add_column(col)
+    for name in registry.family_names():
+        fam = registry.family(name)
+        model = fam.experiment_model
+        table.add_row(name, fam.title, ", ".join(_choices(model, "algorithms", "algorithm")) or "-",
+                      ", ".join(_choices(model, "preset")) or "-")
+    console.print(table)
+    adversaries = Table(title="adversaries (privbandit attack KIND …)")
+    for col in ("kind", "where", "what"):
+        adversaries.add_column(col)
+    for kind, (where, text) in adversary_catalogue().items():
+        adversaries.add_row(kind, where, text)
+    console.print(adversaries)
 
 
 def main() -> None:  # pragma: no cover

@@ -145,9 +145,14 @@ def family_of(data: dict, path: str | Path = "<experiment>") -> str:
 
 def load(path: str | Path, overrides: list[str] = ()):
     """An experiment file, read, overridden and validated by its family: (family, config)."""
+    return load_data(read_experiment_data(path, overrides), path)
+
+
+def load_data(data: dict, path: str | Path = "<experiment>"):
+    """An experiment's data (a parsed file, overrides applied), validated by its family; relative
+    paths in it are relative to ``path``'s directory."""
     from privbandit import registry
 
-    data = read_experiment_data(path, overrides)
     fam = registry.family(family_of(data, path))
     try:
         return fam, fam.load(data, str(path))

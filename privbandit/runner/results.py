@@ -1,7 +1,9 @@
 """The results directory, the same for every family and both transports: the contract scripts read.
 
-- ``summary.json``: the machine-readable summary (keys in docs/results.md);
-- ``config.json``: the experiment as run (every default filled in);
+- ``summary.json``: the machine-readable summary (keys in the README, "The results directory"),
+  with its ``provenance`` (:mod:`.provenance`);
+- ``config.json``: the experiment as run, every default and preset value filled in (to read);
+- ``config.toml``: the experiment as a file ``privbandit run`` accepts as it stands (to run again);
 - ``curves.csv``: pseudo- and realized regret, mean ± stderr over runs, per checkpoint and algorithm;
 - ``runs.csv``: pseudo- and realized regret of every run at every checkpoint (long format), for
   paired comparisons (:mod:`privbandit.runner.paired`, ``privbandit compare``);
@@ -15,9 +17,13 @@ from __future__ import annotations
 import csv
 import json
 import math
+import time
 from pathlib import Path
 
 import numpy as np
+import tomli_w
+
+from privbandit.runner.provenance import provenance
 
 ROUND_COLUMNS = ["algorithm", "run", "round", "n", "reports", "epsilon", "bits"]
 
@@ -91,7 +97,44 @@ def summarize(fam, config, results: dict[str, list], compute: dict[str, float], 
                 rejected[reason] = rejected.get(reason, 0) + n
     # Reports the intermediaries refused, by reason (over MQTT the services' counters replace it).
     summary["rejected"] = dict(sorted(rejected.items()))
+    now = time.time()
+    summary["provenance"] = provenance(now - elapsed, now)
     return summary
+
+
+def experiment_toml(config) -> str:
+    """The experiment as a file ``privbandit run`` accepts as it stands, every default filled in
+    (so a later change of a default does not change what it runs)."""
+    return tomli_w.dumps(config.model_dump(mode="json", exclude_none=True))
+
+
+RESULT_FILES = ("summary.json", "config.json", "config.toml", "curves.csv", "runs.csv", "rounds.csv", "regret.png")
+
+
+def prepare_out(out: Path, overwrite: bool = False) -> None:
+    """Before any work: ``out`` is, or can be made, a writable directory, and holds no earlier
+    results unless ``overwrite`` (their files are then removed, so none is left stale beside the
+    new ones). Raises :class:`~privbandit.runner.config.ConfigError` naming what is wrong."""
+    from privbandit.runner.config import ConfigError
+
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out}: exists and is not a directory")
+    if out.is_dir():
+        held = sorted(p.name for p in out.iterdir())
+        if held and not overwrite:
+            shown = ", ".join(held[:6]) + (", …" if len(held) > 6 else "")
+            raise ConfigError(f"--out {out}: not empty ({shown}); pass --overwrite to replace an earlier run's "
+                              f"results, or choose another --out")
+        for name in RESULT_FILES:
+            (out / name).unlink(missing_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".privbandit-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
 
 
 def write_results(out: Path, fam, config, summary: dict, results: dict[str, list]) -> None:
@@ -100,6 +143,7 @@ def write_results(out: Path, fam, config, summary: dict, results: dict[str, list
     resolved = config.model_dump()
     resolved["algorithms"] = {label: fam.algorithm(config, label).model_dump() for label in results}
     (out / "config.json").write_text(json.dumps(resolved, indent=2) + "\n")
+    (out / "config.toml").write_text(experiment_toml(config))
 
     columns = {"t": next(iter(results.values()))[0].checkpoints}
     for label, tasks in results.items():

@@ -144,7 +144,9 @@ class DistributedDpMab(Family):
     def load(self, data: dict, path: str) -> cfg.ExperimentConfig:
         config = cfg.ExperimentConfig.model_validate(data)
         if config.environment.path and not Path(config.environment.path).is_absolute():
-            env = config.environment.model_copy(update={"path": str(Path(path).parent / config.environment.path)})
+            # absolute: the config.toml a results directory holds must find it from anywhere
+            env = config.environment.model_copy(
+                update={"path": str((Path(path).parent / config.environment.path).resolve())})
             config = config.model_copy(update={"environment": env})
         for label in config.algorithms:
             a = self.algorithm(config, label)

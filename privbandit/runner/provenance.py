@@ -1,0 +1,67 @@
+"""Where a result came from (``summary.json`` → ``provenance``): the package and its git commit,
+the command, Python and the libraries the numbers depend on, and when the work ran.
+
+The command is the one the user typed: a party started by ``privbandit run --transport mqtt``
+inherits it through ``PRIVBANDIT_COMMAND`` (the observer writes the summary there).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+LIBRARIES = ("numpy", "scipy", "pydantic", "dp-accounting", "cryptography", "msgpack", "aiomqtt", "amqtt")
+COMMAND_ENV = "PRIVBANDIT_COMMAND"
+
+
+def command_line() -> str:
+    name = Path(sys.argv[0]).name
+    if name == "__main__.py" and Path(sys.argv[0]).parent.name == "privbandit":
+        name = "privbandit"  # python -m privbandit
+    return os.environ.get(COMMAND_ENV) or shlex.join([name, *sys.argv[1:]])
+
+
+def git_commit() -> dict | None:
+    """The checkout the package runs from: its commit and whether files differ from it; None when
+    the package is not in a git checkout (an installed wheel) or git is missing."""
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": head, "modified": bool(dirty)}
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def provenance(started: float, ended: float) -> dict:
+    """``started``/``ended``: POSIX times of the work the summary describes."""
+    from privbandit import __version__
+
+    def iso(t: float) -> str:
+        return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds")
+
+    return {
+        "privbandit": __version__,
+        "git": git_commit(),
+        "command": command_line(),
+        "python": platform.python_version(),
+        "platform": platform.platform(terse=True),
+        "libraries": {name: _version(name) for name in LIBRARIES},
+        "started": iso(started),
+        "ended": iso(ended),
+    }

@@ -1,0 +1,105 @@
+"""Issue #18's no-lost-work and provenance parts: results say where they came from, rerun as they
+stand, and a bad or occupied --out stops before any work; the Python API the README shows."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import privbandit
+from privbandit.runner import config as experiment_files
+from privbandit.runner.results import experiment_toml
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL = ["--set", "horizon=4000", "--runs", "2", "--jobs", "1"]
+
+
+def cli(*args, cwd=ROOT, check=True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "privbandit", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300)
+    if check and proc.returncode:
+        raise AssertionError(f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "experiments").glob("*.toml")), ids=lambda p: p.name)
+def test_every_experiment_round_trips_through_its_config_toml(path, tmp_path):
+    """What a results directory's config.toml holds loads back, from another directory, to the
+    very config that ran (relative data paths included)."""
+    family, config = experiment_files.load(path)
+    copy = tmp_path / "elsewhere" / "config.toml"
+    copy.parent.mkdir()
+    copy.write_text(experiment_toml(config))
+    again_family, again = experiment_files.load(copy)
+    assert again_family is family and again == config
+
+
+def test_a_run_records_its_provenance_and_its_config_toml_reruns_to_the_same_numbers(tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    cli("run", "experiments/quickstart.toml", *SMALL, "--out", str(first))
+    summary = json.loads((first / "summary.json").read_text())
+    p = summary["provenance"]
+    assert p["privbandit"] == privbandit.__version__ and p["python"] == sys.version.split()[0]
+    assert p["command"].startswith("privbandit run experiments/quickstart.toml --set horizon=4000")
+    assert p["started"] <= p["ended"] and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", p["started"])
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    if head.returncode == 0:  # a checkout (CI's is one): the commit the numbers came from
+        assert p["git"]["commit"] == head.stdout.strip()
+    assert p["libraries"]["numpy"] and p["libraries"]["dp-accounting"]
+    cli("run", str(first / "config.toml"), "--out", str(second), cwd=tmp_path)
+    for name in ("runs.csv", "curves.csv", "rounds.csv"):
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+    again = json.loads((second / "summary.json").read_text())
+    assert again["privacy"] == summary["privacy"] and again["communication"] == summary["communication"]
+
+
+def test_an_occupied_out_is_refused_before_any_work_and_overwrite_replaces_the_old_results(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "summary.json").write_text("an earlier run's")
+    (out / "rounds.csv").write_text("stale")
+    (out / "notes.txt").write_text("mine")
+    proc = cli("run", "experiments/quickstart.toml", *SMALL, "--out", str(out), check=False)
+    assert proc.returncode == 2 and "not empty" in proc.stderr and "--overwrite" in proc.stderr
+    assert (out / "summary.json").read_text() == "an earlier run's"  # nothing touched
+    cli("run", "experiments/quickstart.toml", *SMALL, "--out", str(out), "--overwrite")
+    assert json.loads((out / "summary.json").read_text())["experiment"] == "quickstart"
+    assert (out / "rounds.csv").read_text().startswith("algorithm,run,round")
+    assert (out / "notes.txt").read_text() == "mine"  # only privbandit's own files are replaced
+
+
+@pytest.mark.parametrize("where", ["under-a-file", "a-file"])
+def test_an_unwritable_out_is_refused_before_any_work(tmp_path, where):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("x")
+    out = blocker / "sub" if where == "under-a-file" else blocker
+    proc = cli("run", "experiments/quickstart.toml", "--set", "horizon=10000000", "--out", str(out), check=False)
+    assert proc.returncode == 2 and f"--out {out}" in proc.stderr  # at T = 10⁷ the work would take minutes
+
+
+def test_version_and_list():
+    assert cli("--version").stdout.strip() == f"privbandit {privbandit.__version__}"
+    text = cli("list").stdout
+    for name in ("distributed-dp-mab", "private-online-learning", "shuffle-linear-bandits", "dist-rdp-se",
+                 "hybrid-ucb", "linucb-sdp-vec", "paper-code", "curious-analyzer"):
+        assert name in text, name
+
+
+def test_the_readme_python_example_runs(tmp_path, monkeypatch):
+    readme = (ROOT / "README.md").read_text()
+    code = readme.split("### From Python", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    assert len(code.strip().splitlines()) <= 10
+    monkeypatch.chdir(ROOT)
+    code = code.replace('out="results/api"', f'out="{tmp_path / "api"}"')
+    exec(compile(code, "README.md", "exec"), {})
+    assert (tmp_path / "api" / "config.toml").exists()
+
+
+def test_the_api_refuses_what_is_not_an_experiment():
+    with pytest.raises(TypeError, match="experiment must be a path, a dict or a family's config"):
+        privbandit.run(42)
