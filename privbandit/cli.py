@@ -16,7 +16,7 @@ from rich.table import Table
 
 from privbandit.runner.config import ConfigError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, rich_markup_mode=None)
 err = Console(stderr=True, soft_wrap=True)  # errors unwrapped: one line to read, grep or paste
 
 
@@ -29,7 +29,7 @@ def run(
     jobs: Annotated[Optional[int], typer.Option(help="worker processes [default: all cores]")] = None,
     transport: Annotated[str, typer.Option(help="inproc: one process, vectorized; mqtt: every party its own process")] = "inproc",
     broker: Annotated[Optional[str], typer.Option(help="mqtt://host:port [default: an embedded broker]")] = None,
-    shards: Annotated[int, typer.Option(help="user fleets, with --transport mqtt")] = 2,
+    shards: Annotated[Optional[int], typer.Option(help="user fleets, with --transport mqtt [default: 2]")] = None,
     restart_on_crash: Annotated[int, typer.Option(
         help="with --transport mqtt: restart a party that crashes, up to N times in all; the observer, "
              "the analyzer and the intermediaries resume from their checkpoints")] = 0,
@@ -46,6 +46,12 @@ def run(
             raise ConfigError(f"--transport {transport!r}: choose inproc or mqtt")
         if jobs is not None and jobs < 1:
             raise ConfigError(f"--jobs {jobs}: must be ≥ 1")
+        if transport == "inproc":  # silently ignoring them would mislead: nothing here uses a broker
+            given = [flag for flag, value in (("--broker", broker), ("--shards", shards),
+                                              ("--restart-on-crash", restart_on_crash or None)) if value is not None]
+            if given:
+                raise ConfigError(f"{', '.join(given)}: only with --transport mqtt (this run is in-process)")
+        shards = 2 if shards is None else shards
         if shards < 1:
             raise ConfigError(f"--shards {shards}: must be ≥ 1")
         if restart_on_crash < 0:

@@ -103,3 +103,43 @@ def test_the_readme_python_example_runs(tmp_path, monkeypatch):
 def test_the_api_refuses_what_is_not_an_experiment():
     with pytest.raises(TypeError, match="experiment must be a path, a dict or a family's config"):
         privbandit.run(42)
+
+
+BAD = """
+name = "b"
+horizon = 1000
+epsilon = 0.5
+horizn = 3
+[environment]
+kind = "uniform"
+lwo = 0.2
+[algorithms.Foo]
+[algorithms.DP-SE]
+widht_multiplier = 2
+"""
+
+
+def test_misspelt_fields_get_a_did_you_mean_and_an_unknown_label_the_algorithms(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text(BAD)
+    proc = cli("run", str(path), "--out", str(tmp_path / "o"), check=False)
+    assert proc.returncode == 2
+    for line in ("horizn: Extra inputs are not permitted (got 3); did you mean 'horizon'?",
+                 "environment.lwo: Extra inputs are not permitted (got 0.2); did you mean 'low'?",
+                 "algorithms.DP-SE.widht_multiplier: Extra inputs are not permitted (got 2); did you mean 'width_multiplier'?",
+                 "algorithms.Foo.algorithm: Field required; the label 'Foo' names no algorithm, so set algorithm = one of "
+                 "dist-dp-se, dist-rdp-se, dist-cdp-se, cdp-se, ldp-se, dp-se, se"):
+        assert line in proc.stderr, (line, proc.stderr)
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("flag", [["--broker", "mqtt://127.0.0.1:1883"], ["--shards", "3"], ["--restart-on-crash", "2"]])
+def test_mqtt_only_flags_are_refused_in_process(tmp_path, flag):
+    proc = cli("run", "experiments/quickstart.toml", *flag, "--out", str(tmp_path / "o"), check=False)
+    assert proc.returncode == 2 and f"{flag[0]}: only with --transport mqtt" in proc.stderr
+
+
+def test_help_shows_the_defaults_written_in_the_code_and_flags_as_flags():
+    text = cli("run", "--help").stdout
+    assert "[default: results/<name>]" in text and "[default: all cores]" in text and "[default: 2]" in text
+    assert "--overwrite " in text and "<bool>" not in text

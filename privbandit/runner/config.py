@@ -10,7 +10,10 @@ label that is itself an algorithm name) says which one it is.
 
 from __future__ import annotations
 
+import difflib
 import tomllib
+import types
+import typing
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -93,13 +96,61 @@ def apply_override(data: dict, assignment: str) -> None:
     node[leaf] = parse_value(text.strip())
 
 
-def _describe(err: ValidationError) -> str:
+def _unwrap(annotation) -> Any:
+    """Through Optional and Annotated to the type itself."""
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin in (typing.Union, types.UnionType):
+            annotation = next((a for a in typing.get_args(annotation) if a is not type(None)), annotation)
+        elif origin is typing.Annotated:
+            annotation = typing.get_args(annotation)[0]
+        else:
+            return annotation
+
+
+def _model_at(model, loc: tuple) -> Any:
+    """The pydantic model at ``loc`` inside ``model``: fields by name, a dict's key (an algorithm
+    label) skipped; None where the path leaves the models."""
+    parts = list(loc)
+    while parts:
+        fields = getattr(model, "model_fields", None)
+        if fields is None or parts[0] not in fields:
+            return None
+        model = _unwrap(fields[parts.pop(0)].annotation)
+        if typing.get_origin(model) is dict:
+            model = _unwrap(typing.get_args(model)[1])
+            if parts:
+                parts.pop(0)
+    return model
+
+
+def _hint(e: dict, model) -> str:
+    """Did-you-mean for a misspelt field; the choices for an algorithm a label does not imply."""
+    loc = tuple(p for p in e["loc"] if not str(p).startswith("function-"))
+    if model is None or not loc:
+        return ""
+    if e["type"] == "extra_forbidden":
+        owner = _model_at(model, loc[:-1])
+        names = list(getattr(owner, "model_fields", {}))
+        close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.6)
+        return f"; did you mean {close[0]!r}?" if close else (f"; known: {', '.join(names)}" if names else "")
+    if e["type"] == "missing" and loc[-1] == "algorithm" and len(loc) == 3 and loc[0] == "algorithms":
+        owner = _model_at(model, loc[:-1])
+        field = getattr(owner, "model_fields", {}).get("algorithm")
+        choices = typing.get_args(_unwrap(field.annotation)) if field is not None else ()
+        if choices:
+            return (f"; the label {loc[1]!r} names no algorithm, so set algorithm = one of "
+                    f"{', '.join(map(str, choices))} (or name the table after one)")
+    return ""
+
+
+def _describe(err: ValidationError, model=None) -> str:
     lines = []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"] if not str(p).startswith("function-"))
         got = e.get("input")
         shown = "" if isinstance(got, dict) else f" (got {got!r})"
-        lines.append(f"  {loc or '<top level>'}: {e['msg']}{shown}")
+        lines.append(f"  {loc or '<top level>'}: {e['msg']}{shown}{_hint(e, model)}")
     return "\n".join(lines)
 
 
@@ -128,7 +179,7 @@ def validate_experiment(model: type[BaseModel], path: str | Path, overrides: lis
     try:
         return model.model_validate(data), data
     except ValidationError as exc:
-        raise ConfigError(f"{path}: invalid experiment\n{_describe(exc)}") from None
+        raise ConfigError(f"{path}: invalid experiment\n{_describe(exc, model)}") from None
     except ValueError as exc:
         raise ConfigError(f"{path}: {exc}") from None
 
@@ -157,6 +208,6 @@ def load_data(data: dict, path: str | Path = "<experiment>"):
     try:
         return fam, fam.load(data, str(path))
     except ValidationError as exc:
-        raise ConfigError(f"{path}: invalid experiment\n{_describe(exc)}") from None
+        raise ConfigError(f"{path}: invalid experiment\n{_describe(exc, fam.experiment_model)}") from None
     except ValueError as exc:
         raise ConfigError(f"{path}: {exc}") from None
