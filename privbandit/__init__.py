@@ -3,9 +3,9 @@
 __version__ = "0.1.0"
 
 
-def run(experiment, overrides=(), out=None, jobs=1, overwrite=False, progress=None):
+def run(experiment, overrides=(), out=None, jobs=1, overwrite=False, progress=None, resume=False):
     """Run an experiment in-process: ``privbandit.run("experiments/quickstart.toml")`` returns the
     summary, every run's results and ``.table()`` (see :func:`privbandit.runner.run`)."""
     from privbandit.runner import run as run_experiment
 
-    return run_experiment(experiment, overrides, out, jobs, overwrite, progress)
+    return run_experiment(experiment, overrides, out, jobs, overwrite, progress, resume)

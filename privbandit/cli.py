@@ -34,13 +34,18 @@ def run(
         help="with --transport mqtt: restart a party that crashes, up to N times in all; the observer, "
              "the analyzer and the intermediaries resume from their checkpoints")] = 0,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an earlier run's results in --out")] = False,
+    resume: Annotated[bool, typer.Option("--resume", help="reuse the tasks an interrupted run of the same "
+                                                          "experiment finished in --out; compute the rest")] = False,
 ):
-    """Run an experiment file: many runs of each algorithm, then a results directory."""
+    """Run an experiment file: many runs of each algorithm, then a results directory. Each task is
+    kept in --out as it finishes: Ctrl-C stops at once and prints the command that resumes."""
     from privbandit.runner import config as experiment_files, results, tasks
     from privbandit.runner.provenance import COMMAND_ENV, command_line
+    from privbandit.runner.store import TaskStore
 
     os.environ.setdefault(COMMAND_ENV, command_line())  # the parties of an MQTT run inherit it
     overrides = list(set_ or []) + ([f"runs={runs}"] if runs is not None else [])
+    kept = None
     try:
         if transport not in ("inproc", "mqtt"):
             raise ConfigError(f"--transport {transport!r}: choose inproc or mqtt")
@@ -58,7 +63,9 @@ def run(
             raise ConfigError(f"--restart-on-crash {restart_on_crash}: must be ≥ 0")
         family, config = experiment_files.load(experiment, overrides)
         out = out or Path("results") / config.name
-        results.prepare_out(out, overwrite)  # before any work: nothing computed is lost to a bad --out
+        if resume and transport == "mqtt":
+            raise ConfigError("--resume: only in-process (an MQTT session resumes from its checkpoints)")
+        results.prepare_out(out, overwrite, resume)  # before any work: nothing computed is lost to a bad --out
         if transport == "mqtt":
             return _run_distributed(family, config, experiment, overrides, out, broker, shards, restart_on_crash)
         if getattr(config, "traffic_adversaries", None):
@@ -66,13 +73,23 @@ def run(
                 f"traffic_adversaries = {config.traffic_adversaries}: they attack a broker's traffic, so they run "
                 f"only over MQTT (privbandit run FILE --transport mqtt); in-process, remove the field or "
                 f"--set traffic_adversaries=[]")
+        kept = TaskStore(out, config)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=err, transient=not err.is_terminal) as bar:
             ids = {label: bar.add_task(label, total=config.runs) for label in family.labels(config)}
-            outcome = tasks.run_experiment(family, config, jobs=jobs, progress=lambda label, run: bar.advance(ids[label]))
+            outcome = tasks.run_experiment(family, config, jobs=jobs, store=kept,
+                                           progress=lambda label, run: bar.advance(ids[label]))
     except ConfigError as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(2)
+    except KeyboardInterrupt:
+        if kept is None:
+            raise typer.Exit(130)
+        finished = len(list(kept.dir.glob("*.pkl")))
+        again = command_line() if "--resume" in command_line() else f"{command_line()} --resume"
+        err.print(f"interrupted: {finished} finished task(s) kept in {kept.dir}; to resume:\n  {again}",
+                  highlight=False, markup=False)
+        raise typer.Exit(130)
     summary = results.summarize(family, config, *outcome)
     results.write_results(out, family, config, summary, outcome[0])
     _print_summary(summary, out)

@@ -143,3 +143,49 @@ def test_help_shows_the_defaults_written_in_the_code_and_flags_as_flags():
     text = cli("run", "--help").stdout
     assert "[default: results/<name>]" in text and "[default: all cores]" in text and "[default: 2]" in text
     assert "--overwrite " in text and "<bool>" not in text
+
+
+def test_ctrl_c_stops_at_once_keeps_finished_tasks_and_resume_finishes_with_the_same_numbers(tmp_path):
+    """A real SIGINT to a real `privbandit run` (2 worker processes, 14 tasks): it exits within a
+    few seconds with status 130, prints the command that resumes, and keeps every finished task;
+    that command computes only the rest and writes what an uninterrupted run writes."""
+    import signal
+    import time
+
+    args = ["experiments/quickstart.toml", "--set", "horizon=100000", "--set", "preset=paper-code", "--runs", "2",
+            "--jobs", "2"]
+    out = tmp_path / "interrupted"
+    proc = subprocess.Popen([sys.executable, "-m", "privbandit", "run", *args, "--out", str(out)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list((out / ".tasks").glob("*.pkl")) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run finished before it could be interrupted: make it longer"
+    proc.send_signal(signal.SIGINT)
+    t0 = time.monotonic()
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and time.monotonic() - t0 < 10, stderr
+    kept = len(list((out / ".tasks").glob("*.pkl")))
+    assert 1 <= kept < 14 and "--resume" in stderr and f"{kept} finished task(s)" in stderr
+    resume = stderr.strip().splitlines()[-1].strip()
+    assert resume.startswith("privbandit run experiments/quickstart.toml") and resume.endswith("--resume")
+    cli(*resume.split()[1:])
+    full = tmp_path / "full"
+    cli("run", *args, "--out", str(full))
+    for name in ("runs.csv", "curves.csv", "rounds.csv"):
+        assert (out / name).read_bytes() == (full / name).read_bytes(), name
+
+
+def test_resume_never_reuses_a_task_of_another_config_and_recomputes_a_damaged_one(tmp_path):
+    out = tmp_path / "o"
+    first = privbandit.run("experiments/quickstart.toml", ["horizon=4000", "runs=2"], out=out)
+    files = sorted((out / ".tasks").glob("*.pkl"))
+    assert len(files) == 2 * len(first.summary["algorithms"])  # one task per run and label
+    files[0].write_bytes(b"not a pickle")
+    again = privbandit.run("experiments/quickstart.toml", ["horizon=4000", "runs=2"], out=out, resume=True)
+    assert again.summary["algorithms"] == {k: {**v, "users_per_s": again.summary["algorithms"][k]["users_per_s"]}
+                                           for k, v in first.summary["algorithms"].items()}
+    assert len(list((out / ".tasks").glob("*.damaged"))) == 1
+    changed = privbandit.run("experiments/quickstart.toml", ["horizon=4000", "runs=2", "seed=7"], out=out, resume=True)
+    assert len(list((out / ".tasks").glob("*.pkl"))) == 2 * len(files)  # nothing of seed 1 reused
+    assert changed.summary["algorithms"]["SE"]["regret_final_mean"] != first.summary["algorithms"]["SE"]["regret_final_mean"]

@@ -37,15 +37,18 @@ Results = Outcome
 
 
 def run(experiment, overrides: list[str] = (), out: str | Path | None = None, jobs: int | None = 1,
-        overwrite: bool = False, progress=None) -> Outcome:
+        overwrite: bool = False, progress=None, resume: bool = False) -> Outcome:
     """Run an experiment in-process and return its :class:`Outcome`; with ``out``, also write the
-    results directory (checked before any work; an earlier run's results only with ``overwrite``).
+    results directory (checked before any work; an earlier run's results only with ``overwrite``),
+    keeping each task there as it finishes (``resume``: reuse those of an earlier, interrupted run
+    of the same config, :mod:`.store`).
 
     ``experiment`` is an experiment file's path, its data as a dict (relative paths are relative to
     the working directory), or a family's validated config; ``overrides`` are ``--set`` assignments.
     """
     from privbandit import registry
     from privbandit.runner import config as experiment_files, results, tasks
+    from privbandit.runner.store import TaskStore
 
     if isinstance(experiment, (str, Path)):
         family, config = experiment_files.load(experiment, list(overrides))
@@ -60,9 +63,11 @@ def run(experiment, overrides: list[str] = (), out: str | Path | None = None, jo
         for assignment in overrides:
             experiment_files.apply_override(data, assignment)
         family, config = experiment_files.load_data(data)
+    kept = None
     if out is not None:
-        results.prepare_out(Path(out), overwrite)
-    found, compute, elapsed = tasks.run_experiment(family, config, jobs=jobs, progress=progress)
+        results.prepare_out(Path(out), overwrite, resume)
+        kept = TaskStore(Path(out), config)
+    found, compute, elapsed = tasks.run_experiment(family, config, jobs=jobs, progress=progress, store=kept)
     summary = results.summarize(family, config, found, compute, elapsed)
     if out is not None:
         results.write_results(Path(out), family, config, summary, found)
@@ -72,5 +77,5 @@ def run(experiment, overrides: list[str] = (), out: str | Path | None = None, jo
 def run_file(path: str | Path, overrides: list[str] = (), out: Path | None = None, jobs: int | None = 1,
              progress=None) -> Outcome:
     """Load, run and (with ``out``) write an experiment file, in-process (``out`` may hold an
-    earlier run's results: scripts rewrite their own)."""
-    return run(path, overrides, out, jobs, overwrite=True, progress=progress)
+    earlier run's results: scripts rewrite their own, reusing the tasks of the same config)."""
+    return run(path, overrides, out, jobs, overwrite=True, progress=progress, resume=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shutil
 import time
 from pathlib import Path
 
@@ -111,23 +112,29 @@ def experiment_toml(config) -> str:
 RESULT_FILES = ("summary.json", "config.json", "config.toml", "curves.csv", "runs.csv", "rounds.csv", "regret.png")
 
 
-def prepare_out(out: Path, overwrite: bool = False) -> None:
+def prepare_out(out: Path, overwrite: bool = False, resume: bool = False) -> None:
     """Before any work: ``out`` is, or can be made, a writable directory, and holds no earlier
-    results unless ``overwrite`` (their files are then removed, so none is left stale beside the
-    new ones). Raises :class:`~privbandit.runner.config.ConfigError` naming what is wrong."""
+    results unless ``overwrite`` (their files, and the finished tasks kept in ``.tasks/``, are then
+    removed, so nothing is left stale beside the new ones) or ``resume`` (the result files are
+    removed, the finished tasks kept for reuse, :mod:`.store`). Raises
+    :class:`~privbandit.runner.config.ConfigError` naming what is wrong."""
     from privbandit.runner.config import ConfigError
+    from privbandit.runner.store import DIRNAME
 
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out}: exists and is not a directory")
     if out.is_dir():
         held = sorted(p.name for p in out.iterdir())
-        if held and not overwrite:
+        if held and not (overwrite or resume):
             shown = ", ".join(held[:6]) + (", …" if len(held) > 6 else "")
+            more = " (--resume reuses its finished tasks)" if DIRNAME in held else ""
             raise ConfigError(f"--out {out}: not empty ({shown}); pass --overwrite to replace an earlier run's "
-                              f"results, or choose another --out")
+                              f"results{more}, or choose another --out")
         for name in RESULT_FILES:
             (out / name).unlink(missing_ok=True)
+        if overwrite and not resume and (out / DIRNAME).is_dir():
+            shutil.rmtree(out / DIRNAME)
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".privbandit-write-test"

@@ -81,20 +81,36 @@ def tasks_of(fam, config) -> list[Task]:
     return out
 
 
-def run_experiment(fam, config, jobs: int | None = None, progress: Callable[[str, int], None] | None = None):
+def run_experiment(fam, config, jobs: int | None = None, progress: Callable[[str, int], None] | None = None,
+                   store=None):
     """All runs of all algorithms. Returns ``{label: [RunResult per task, in run order]}``, total
-    compute seconds per label, and the wall time."""
+    compute seconds per label, and the wall time. With a :class:`~privbandit.runner.store.TaskStore`,
+    tasks it holds are loaded, not computed, and each computed task is saved as it finishes (so an
+    interrupted run keeps them)."""
     tasks = tasks_of(fam, config)
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
     results: dict[str, list] = {label: [] for label in fam.labels(config)}
     compute = dict.fromkeys(results, 0.0)
     start = time.perf_counter()
-    for label, runs, res, secs in completed(execute, [(t,) for t in tasks], jobs):
+
+    def done(label, runs, res, secs):
         results[label].append(res)
         compute[label] += secs
         if progress is not None:
             for r in runs:
                 progress(label, r)
+
+    todo = []
+    for t in tasks:
+        kept = store.load(t.label, t.runs) if store is not None else None
+        if kept is None:
+            todo.append(t)
+        else:
+            done(t.label, t.runs, *kept)
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo) or 1))
+    for label, runs, res, secs in completed(execute, [(t,) for t in todo], jobs):
+        if store is not None:
+            store.save(label, runs, res, secs)
+        done(label, runs, res, secs)
     for label in results:
         results[label].sort(key=lambda r: r.runs[0])
     return results, compute, time.perf_counter() - start
@@ -102,11 +118,20 @@ def run_experiment(fam, config, jobs: int | None = None, progress: Callable[[str
 
 def completed(fn, tasks: list[tuple], jobs: int):
     """``fn(*task)`` for every task, one after another when ``jobs`` ≤ 1, else in a pool of that many
-    processes; yields the results as they complete."""
+    processes; yields the results as they complete. Interrupted (Ctrl-C), it cancels the queued
+    tasks and stops the running ones at once rather than waiting for them."""
     if jobs <= 1:
         for task in tasks:
             yield fn(*task)
         return
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    pool = ProcessPoolExecutor(max_workers=jobs)
+    try:
         for fut in as_completed([pool.submit(fn, *task) for task in tasks]):
             yield fut.result()
+    except BaseException:
+        workers = list((pool._processes or {}).values())  # noqa: SLF001 - no public way to stop them
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in workers:
+            proc.terminate()
+        raise
+    pool.shutdown()

@@ -1,0 +1,67 @@
+"""Finished tasks kept on disk as they finish, so no finished work is lost (issue #18).
+
+``out/.tasks/`` holds one file per finished task, named by a hash of everything that determines
+its numbers: the experiment's full config, the algorithm label, the runs and the privbandit
+version. A run with ``--resume`` (and ``privbandit.run(..., resume=True)``) loads what is there and
+computes only what is missing; a changed config, another label or another version never matches
+a stale file. A file that cannot be read is reported, set aside and computed again.
+
+The files are Python pickles of :class:`~privbandit.protocol.spine.observer.RunResult`: resume
+only from results directories you made (unpickling runs code a hostile file could carry).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import pickle
+from pathlib import Path
+
+from privbandit.protocol.spine.observer import RunResult
+
+log = logging.getLogger(__name__)
+DIRNAME = ".tasks"
+
+
+class TaskStore:
+    def __init__(self, out: Path, config):
+        from privbandit import __version__
+
+        self.dir = Path(out) / DIRNAME
+        self.dir.mkdir(parents=True, exist_ok=True)
+        text = json.dumps([__version__, config.model_dump(mode="json")], sort_keys=True)
+        self._config_key = hashlib.sha256(text.encode()).hexdigest()
+        self.unreadable = 0
+
+    def path(self, label: str, runs: tuple[int, ...]) -> Path:
+        key = hashlib.sha256(json.dumps([self._config_key, label, list(runs)]).encode()).hexdigest()[:32]
+        return self.dir / f"{key}.pkl"
+
+    def load(self, label: str, runs: tuple[int, ...]) -> tuple[RunResult, float] | None:
+        path = self.path(label, runs)
+        if not path.exists():
+            return None
+        try:
+            with open(path, "rb") as fh:
+                got = pickle.load(fh)
+            ok = (isinstance(got, dict) and got.get("label") == label and tuple(got.get("runs", ())) == runs
+                  and isinstance(got.get("result"), RunResult))
+            if not ok:
+                raise ValueError("not a task of this experiment")
+        except Exception as exc:  # any damage: recompute rather than trust it
+            self.unreadable += 1
+            log.warning("%s: unreadable task file (%s: %s); computing the task again", path, type(exc).__name__, exc)
+            path.replace(path.with_suffix(".damaged"))
+            return None
+        return got["result"], float(got.get("seconds", 0.0))
+
+    def save(self, label: str, runs: tuple[int, ...], result: RunResult, seconds: float) -> None:
+        path = self.path(label, runs)
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "wb") as fh:
+            pickle.dump({"label": label, "runs": list(runs), "result": result, "seconds": seconds}, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        tmp.replace(path)  # atomic: an interrupted save leaves no half file under the real name
