@@ -96,6 +96,68 @@ def run(
 
 
 @app.command()
+def sweep(
+    experiment: Annotated[Path, typer.Argument(help="experiment file (TOML)")],
+    grid: Annotated[list[str], typer.Option("--grid", help="key=v1,v2,…: one axis of the grid (TOML values); "
+                                                         "repeat for more axes")],
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a field at every point")] = None,
+    runs: Annotated[Optional[int], typer.Option(help="number of runs (overrides the file)")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="sweep directory [default: results/<name>-sweep]")] = None,
+    executor: Annotated[str, typer.Option(help="local: a process pool here; ray: a Ray cluster")] = "local",
+    address: Annotated[Optional[str], typer.Option(help="the Ray cluster's HOST:PORT [default: a local Ray]")] = None,
+    jobs: Annotated[Optional[int], typer.Option(help="worker processes, local executor [default: all cores]")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an earlier sweep's results in --out")] = False,
+    resume: Annotated[bool, typer.Option("--resume", help="reuse the tasks kept in --out; compute the rest")] = False,
+):
+    """Run an experiment file over a grid of overrides: every (point, task) a hermetic task, kept in
+    --out as it finishes and reused by a later sweep of the same config. Writes a results directory
+    per point and sweep.csv."""
+    from privbandit.runner import config as experiment_files
+    from privbandit.runner.provenance import COMMAND_ENV, command_line
+    from privbandit.runner.sweep import run_sweep
+
+    os.environ.setdefault(COMMAND_ENV, command_line())
+    overrides = list(set_ or []) + ([f"runs={runs}"] if runs is not None else [])
+    try:
+        if jobs is not None and jobs < 1:
+            raise ConfigError(f"--jobs {jobs}: must be ≥ 1")
+        if out is None:
+            out = Path("results") / f"{experiment_files.load(experiment, overrides)[1].name}-sweep"
+        columns = (TextColumn("tasks"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=err, transient=not err.is_terminal) as bar:
+            ids = []
+
+            def advance(done: int, total: int) -> None:
+                if not ids:
+                    ids.append(bar.add_task("tasks", total=total))
+                bar.update(ids[0], completed=done)
+
+            report = run_sweep(experiment, grid, out, overrides, executor, address,
+                               jobs if executor == "ray" else (jobs or os.cpu_count()), overwrite, resume, advance)
+    except ConfigError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(2)
+    except KeyboardInterrupt:
+        again = command_line() if "--resume" in command_line() else f"{command_line()} --resume"
+        err.print(f"interrupted: finished tasks kept in {out}/.tasks; to resume:\n  {again}",
+                  highlight=False, markup=False)
+        raise typer.Exit(130)
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    table = Table(title=f"sweep of {experiment.name}: {len(report['points'])} points, {report['computed']} tasks "
+                        f"computed, {report['reused']} reused, {report['elapsed_s']:.1f} s")
+    table.add_column("point")
+    table.add_column("algorithm")
+    table.add_column("regret (mean ± se)", justify="right")
+    table.add_column("ε spent", justify="right")
+    for name, summary in report["points"].items():
+        for label, a in summary["algorithms"].items():
+            table.add_row(name, label, f"{a['regret_final_mean']:,.1f} ± {a['regret_final_stderr']:,.1f}",
+                          privacy_cell(summary["privacy"][label]))
+    console.print(table)
+    console.print(f"results in {out}/ (sweep.csv and one directory per point)")
+
+
+@app.command()
 def compare(
     results_dir: Annotated[Path, typer.Argument(help="a results directory (with runs.csv)")],
     at: Annotated[Optional[int], typer.Option(help="compare at this checkpoint t [default: the horizon]")] = None,

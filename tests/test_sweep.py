@@ -1,0 +1,133 @@
+"""``privbandit sweep``: grid points are experiments of their own, tasks are hermetic and kept, and a
+real Ray cluster (head and worker nodes started here, on loopback) gives the local pool's numbers."""
+
+from __future__ import annotations
+
+import csv
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+import privbandit
+from privbandit.runner.config import ConfigError
+from privbandit.runner.sweep import run_sweep, split_values
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICK = ROOT / "experiments" / "quickstart.toml"
+BASE = ["horizon=3000", "runs=1"]
+GRID = ["epsilon=0.5,1", "algorithms.Dist-RDP-SE.s=10,100"]
+
+
+def test_values_split_at_top_level_commas():
+    assert split_values('0.1, 0.5,[1, 2],"a,b"') == ["0.1", "0.5", "[1, 2]", '"a,b"']
+
+
+def test_every_point_is_its_own_experiment_and_kept_tasks_are_reused_only_for_the_same_config(tmp_path):
+    out = tmp_path / "sweep"
+    report = run_sweep(QUICK, GRID, out, BASE, jobs=2)
+    assert len(report["points"]) == 4 and report["reused"] == 0 and report["computed"] == 4 * 7
+    alone = privbandit.run(QUICK, [*BASE, "epsilon=1", "algorithms.Dist-RDP-SE.s=10"], out=tmp_path / "alone")
+    point = out / "epsilon=1,algorithms.Dist-RDP-SE.s=10"
+    for name in ("runs.csv", "curves.csv", "rounds.csv"):
+        assert (point / name).read_bytes() == (tmp_path / "alone" / name).read_bytes(), name
+    rows = list(csv.DictReader(open(out / "sweep.csv")))
+    assert len(rows) == 4 * 7 and {r["epsilon"] for r in rows} == {"0.5", "1"}
+    row = next(r for r in rows if r["point"] == point.name and r["algorithm"] == "Dist-RDP-SE")
+    assert float(row["regret_final_mean"]) == alone.summary["algorithms"]["Dist-RDP-SE"]["regret_final_mean"]
+    assert float(row["epsilon_at_delta"]) == alone.summary["privacy"]["Dist-RDP-SE"]["epsilon_at_delta"]
+
+    again = run_sweep(QUICK, GRID, out, BASE, jobs=2, resume=True)
+    assert again["computed"] == 0 and again["reused"] == 28
+    assert (point / "runs.csv").read_bytes() == (tmp_path / "alone" / "runs.csv").read_bytes()
+    changed = run_sweep(QUICK, GRID, out, [*BASE, "seed=9"], jobs=2, resume=True)
+    assert changed["computed"] == 28 and changed["reused"] == 0  # a changed config reuses nothing
+
+
+@pytest.mark.parametrize(("grid", "match"), [
+    (["epsilon"], "expected key=v1,v2"), (["epsilon=0.5,"], "expected key=v1,v2"),
+    (["epsilon=1", "epsilon=2"], "given twice"), ([], "at least one --grid"),
+    (["algorithms.DP-SE.s=0,1"], "algorithms.DP-SE.s: Input should be greater than or equal to 1"),
+])
+def test_a_bad_grid_is_refused_before_any_work(tmp_path, grid, match):
+    with pytest.raises(ConfigError, match=match):
+        run_sweep(QUICK, grid, tmp_path / "o", BASE)
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_local_executor_refuses_a_ray_address(tmp_path):
+    with pytest.raises(ConfigError, match="--address: only with --executor ray"):
+        run_sweep(QUICK, ["epsilon=1"], tmp_path / "o", BASE, address="127.0.0.1:1")
+
+
+def _free_port() -> int:
+    """A free port below the ephemeral range: a Ray head on a port the kernel hands out for
+    outgoing connections (bind to port 0) never became available here."""
+    for port in random.Random().sample(range(20000, 30000), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000–29999")
+
+
+@pytest.fixture
+def ray_cluster():
+    """A head node and one worker node, each `ray start --block` in its own process group (so the
+    test stops exactly these), on 127.0.0.1, one CPU each, in a private temp dir."""
+    ray = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
+    if ray is None:
+        pytest.fail("ray is not installed (pip install -e '.[test]' installs it)", pytrace=False)
+    temp = tempfile.mkdtemp(prefix="pbray-", dir="/tmp")  # Ray's socket paths must stay short
+    port = _free_port()
+    common = ["--num-cpus", "1", "--disable-usage-stats", "--block", "--node-ip-address", "127.0.0.1"]
+    env = dict(os.environ)
+    nodes = [subprocess.Popen([ray, "start", "--head", "--port", str(port), "--include-dashboard", "false",
+                               "--temp-dir", temp, *common], start_new_session=True, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    address = f"127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while subprocess.run([ray, "status", "--address", address], capture_output=True).returncode != 0:
+            assert time.monotonic() < deadline and nodes[0].poll() is None, "the Ray head did not start"
+            time.sleep(0.5)
+        nodes.append(subprocess.Popen([ray, "start", "--address", address, *common], start_new_session=True,
+                                      env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        while "2.0 CPU" not in subprocess.run([ray, "status", "--address", address], capture_output=True,
+                                              text=True).stdout:
+            assert time.monotonic() < deadline and nodes[1].poll() is None, "the Ray worker did not join"
+            time.sleep(0.5)
+        yield address
+    finally:
+        for node in reversed(nodes):
+            with __import__("contextlib").suppress(ProcessLookupError):
+                os.killpg(node.pid, signal.SIGTERM)
+        for node in nodes:
+            try:
+                node.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            with __import__("contextlib").suppress(ProcessLookupError):
+                os.killpg(node.pid, signal.SIGKILL)  # Ray's own processes too: they share the group
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_a_real_ray_cluster_gives_the_local_pools_numbers(tmp_path, ray_cluster):
+    grid = ["epsilon=0.5,1"]
+    local = run_sweep(QUICK, grid, tmp_path / "local", BASE, jobs=2)
+    remote = run_sweep(QUICK, grid, tmp_path / "ray", BASE, executor="ray", address=ray_cluster)
+    assert remote["computed"] == local["computed"] == 2 * 7
+    for name in local["points"]:
+        for f in ("runs.csv", "curves.csv", "rounds.csv"):
+            assert (tmp_path / "ray" / name / f).read_bytes() == (tmp_path / "local" / name / f).read_bytes(), (name, f)
+        assert remote["points"][name]["sweep"]["executor"] == "ray"
