@@ -385,6 +385,19 @@ class StackedStreams:
             self.block, self.noise = k, _stack(draws)
         return _row(self.noise, m - k * self.per_block, axis=1)
 
+    def rows(self, m: int, n: int) -> np.ndarray:
+        """Batches m … m + n − 1's draws, (R, n, B, D): the rows :meth:`for_batch` gives them, one
+        block at a time (a plain array of draws only: the Gaussian randomizer's, the tree's)."""
+        parts = []
+        while n > 0:
+            k, off = divmod(m, self.per_block)
+            take = min(n, self.per_block - off)
+            if k != self.block:
+                self.block, self.noise = k, _stack([s.for_block(k) for s in self.runs])
+            parts.append(self.noise[:, off:off + take])
+            m, n = m + take, n - take
+        return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
+
 
 def _stack(draws: list):
     if draws[0] is None:

@@ -31,7 +31,8 @@ the runs stacked with it (per-run streams; :class:`~.learners.BatchedLinUCB` dec
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -46,6 +47,8 @@ from privbandit.protocol.spine.family import BlockAnswer, Spend
 from privbandit.protocol.spine.observer import checkpoints_in
 
 RAW = ("linucb", "linucb-jdp")  # raw (φ, y) to a trusted analyzer
+LOOK_AHEAD = ("linucb", "linucb-jdp", "linucb-ldp")  # one user per batch: decided a block at a time in-process
+LOOK_AHEAD_USERS = 4096  # users one look-ahead block decides at most
 
 
 @dataclass(frozen=True)
@@ -139,13 +142,19 @@ class LinearServer:
     """The analyzer's logic of one task (R runs; see the module docstring). ``keys``: the analyzer's
     own key per run (JDP's tree noise)."""
 
-    def __init__(self, s: Setup, keys: list[int]):
+    def __init__(self, s: Setup, keys: list[int], oracle: Callable | None = None):
         self.s = s
         self.runs = len(keys)
         d = s.d
         self.learner = BatchedLinUCB(self.runs, d, s.conf.lam, s.conf.floor, lambda t: s.conf.beta(t, d))
         self.event = s.event()
         self.group = "returning" if s.budget.participations > 1 else None
+        # In-process look-ahead (see :meth:`_block`): one-user batches of a learner that composes
+        # each release on its own (group None), so a block's releases are one ledger record.
+        self.oracle = oracle if (oracle is not None and s.batch == 1 and s.kind in LOOK_AHEAD
+                                 and self.group is None) else None
+        self.expected: dict[int, np.ndarray] = {}  # a block plan's round → the reports looked at
+        self._lanes: dict[int, str] = {}
         self.tree = None
         if s.kind == "linucb-jdp":
             width = slb.n_entries(d)
@@ -165,6 +174,8 @@ class LinearServer:
         """The next batch, or [] while one is open or once the horizon is served."""
         if self.open is not None or self.done:
             return []
+        if self.oracle is not None and not self._diagnosed(self.next_batch):
+            return [self._block()]
         B = self.s.batch
         theta, v_inv, beta = self.learner.broadcast()
         m, first = self.next_batch, self.planned
@@ -180,11 +191,88 @@ class LinearServer:
         self.planned += cohort
         return [plan]
 
+    # --- the in-process look-ahead ---------------------------------------------------------------
+    def _diagnosed(self, m: int) -> bool:
+        """Batch m has a rounds.csv row: it goes as a plan of its own (its body has the model)."""
+        return m in self.s.diagnostic and self.s.kind != "linucb"
+
+    def _block_end(self, m: int) -> int:
+        """One past the last batch a block starting at m may decide: up to the next diagnostic
+        batch, and (JDP) before the next count that opens a new tree level, 2^j − 1: the block's
+        releases are recorded once, under its first lane, which must leave the ledger as they would
+        one by one (each lane keeps the worst of identical events, in order of first use)."""
+        end = min(self.s.horizon, m + LOOK_AHEAD_USERS)
+        if self.s.kind != "linucb":
+            i = np.searchsorted(self._diag_sorted, m, side="right")
+            if i < self._diag_sorted.size:
+                end = min(end, int(self._diag_sorted[i]))
+        if self.tree is not None:
+            nxt = (1 << (m + 1).bit_length()) - 1  # the smallest 2^j − 1 above m
+            end = min(end, nxt)
+        return end
+
+    @property
+    def _diag_sorted(self) -> np.ndarray:
+        if not hasattr(self, "_diag_cache"):
+            self._diag_cache = np.array(sorted(self.s.diagnostic), dtype=np.int64)
+        return self._diag_cache
+
+    def _block(self) -> Plan:
+        """Decide users m … end − 1 (one-user batches) at once, exactly as one plan per user would:
+        the same learner calls, in the same order, on what the users would report, which the users'
+        ``oracle`` shows ahead (their reward from every arm, their randomizer's draws; the trusted
+        analyzer of LinUCB/JDP receives the raw data anyway, LDP's the noised reports, attributably).
+        One plan gives the users their arms; its one pass-through round collects their reports,
+        which :meth:`on_release` checks against those looked at."""
+        s, learner, d = self.s, self.learner, self.s.d
+        m = self.next_batch
+        n = self._block_end(m) - m
+        arms, rewards, noise = self.oracle(m, n)
+        outer = self._outer if hasattr(self, "_outer") else arm_outer(arms)
+        self._outer = outer
+        runs = np.arange(self.runs)
+        chosen = np.empty((self.runs, n), dtype=np.int64)
+        values = np.empty((self.runs, n, s.width))
+        lanes = []
+        for i in range(n):
+            theta, v_inv, beta = learner.broadcast()
+            a = ucb_actions(arms, theta, v_inv, beta, outer)  # line 4, as each user would
+            chosen[:, i] = a
+            x = np.broadcast_to(arms[runs, a][:, None, :], (self.runs, 1, d))
+            y = rewards[runs, i, a][:, None]
+            if s.kind in RAW:
+                v = np.concatenate([x, y[..., None]], axis=-1)
+            else:
+                v = slb.user_entries(x, y) + noise[:, i:i + 1]
+            values[:, i] = v[:, 0]
+            lanes.append(self._learn(m + i, v))
+        self.expected[m] = values
+        self._lanes[m] = lanes[0]
+        self.next_batch += n
+        self.planned += n
+        self.open = m
+        rnd = replace(s.round(m), expected=n)
+        return Plan(m, m, n, {"batch": m, "arms": chosen}, (rnd,), (Join(m, m, n, n),))
+
     def on_release(self, rnd: Round, release: Release) -> tuple[dict, Spend]:
+        if rnd.id in self.expected:
+            if rnd.id != self.open or not np.array_equal(release.values, self.expected[rnd.id]):
+                raise ProtocolError("look-ahead-mismatch", f"block {rnd.id}: the users' reports are not those "
+                                                           f"the analyzer looked ahead at")
+            del self.expected[rnd.id]
+            self.open = None
+            return {"batch": rnd.id}, Spend(self.event, self._lanes.pop(rnd.id), self.group, releases=rnd.expected)
         if rnd.id != self.open:
             raise ProtocolError("unknown-round", f"batch {rnd.id} is not the open batch {self.open}")
-        s, d, n = self.s, self.s.d, release.n_reports
-        values = release.values
+        body = {"batch": rnd.id}
+        lane = self._learn(rnd.id, release.values, release.n_reports, body)
+        self.open = None
+        return body, Spend(self.event, lane, self.group)
+
+    def _learn(self, m: int, values: np.ndarray, n: int = 1, body: dict | None = None) -> str:
+        """Decode batch m's release (``n`` reports, ``values``) and learn from it (lines 11–16);
+        its diagnostics go into ``body``. Returns the release's ledger lane."""
+        s, d = self.s, self.s.d
         rank_one = s.kind == "linucb" and s.batch == 1
         # Decode (nothing changes before here; the spine has checked shape, type and range).
         if s.kind == "linucb-sdp-vec":
@@ -197,23 +285,21 @@ class LinearServer:
             estimate = values.sum(axis=1)
         elif not rank_one:
             estimate = slb.user_entries(values[..., :d], values[..., d]).sum(axis=1)
-        body = {"batch": rnd.id}
         lane = "round"
         if rank_one:  # non-private, one user: Sherman–Morrison keeps V⁻¹ exactly (no diagnostics)
             self.learner.update_rank_one(values[:, 0, :d], values[:, 0, d])
         else:
             if self.tree is not None:  # central: the trusted analyzer adds tree noise to prefix sums
                 lane = f"level-{self.tree.level()}"
-                estimate = self.tree.step(estimate, self.tree_noise.for_batch(rnd.id)[:, 0])
+                estimate = self.tree.step(estimate, self.tree_noise.for_batch(m)[:, 0])
             u_inc, v_inc = slb.split_entries(estimate, d)
             self.learner.update(u_inc, v_inc, n)
-            if rnd.id in s.diagnostic:
+            if body is not None and m in s.diagnostic:
                 lam = self.learner.smallest_eigenvalues()
                 body.update(estimate=np.array(estimate, dtype=np.float64),
                             theta=self.learner.theta.copy(), lambda_min=lam.copy(),
                             clipped=(lam < s.conf.floor).astype(np.int64))
-        self.open = None
-        return body, Spend(self.event, lane, self.group)
+        return lane
 
     def summary(self) -> list[dict]:
         return [{"batches_clipped": int(self.learner.clipped[r]), "batches_not_pd": int(self.learner.not_pd[r])}
@@ -237,12 +323,57 @@ class LinearUsers:
         self.noise = None if self.randomizer is None else slb.StackedStreams(
             [slb.user_noise(seed, label, r, s.batch, self.randomizer, s.width) for r in runs])
         self.checkpoints = np.asarray(checkpoints, dtype=np.int64)
+        # The observer's running regret sums (it adds each block's total in serving order): a block
+        # plan's truth is set so that those sums are the one-user-per-plan ones, bit for bit.
+        self.sums = np.zeros((2, len(runs)))
+
+    def oracle(self, first: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """What the analyzer's in-process look-ahead may see of users first … first + n − 1 (one-user
+        batches): their contexts (the fixed arms, (R, K, d)), the reward each would get from every
+        arm (R, n, K), and their randomizer's draws (R, n, D) or None."""
+        u = self.uniforms.get(first, n)
+        rewards = (u[:, :, None] < self.means[:, None, :]).astype(np.float64)
+        noise = None if self.noise is None else self.noise.rows(first, n)[:, :, 0]
+        return self.arms, rewards, noise
 
     def shard(self, plan: Plan, block: int, shards: int) -> int:
         """A fleet hosts whole noise blocks (block k of batches on fleet k mod N)."""
         return (slb.block_of(plan.id, self.s.batch) + block) % shards
 
     def act(self, plan: Plan, block: int, first: int, size: int, stay: np.ndarray | None) -> BlockAnswer:
+        answer = self._act_block(plan, block, first, size, stay) if "arms" in plan.body else \
+            self._act(plan, block, first, size, stay)
+        t = answer.truth
+        self.sums += np.stack([t.pseudo, t.realized])
+        return answer
+
+    def _act_block(self, plan: Plan, block: int, first: int, size: int, stay: np.ndarray | None) -> BlockAnswer:
+        """A look-ahead block (one-user batches, in-process): each user plays the arm the plan gives
+        her, as she would have chosen it from her own one-user plan."""
+        lo = first - plan.first_user
+        a = np.asarray(plan.body["arms"])[:, lo:lo + size]
+        rows = self.ridx[:, None]
+        mu_a = self.means[rows, a]
+        u = self.uniforms.get(first, size)
+        y = (u < mu_a).astype(np.float64)
+        x = self.arms[rows, a]
+        if self.s.kind in RAW:
+            values = np.concatenate([x, y[..., None]], axis=-1)
+        else:
+            values = self.randomizer.apply(slb.user_entries(x, y), self.noise.rows(first, size)[:, :, 0])
+        offsets = np.arange(size) if stay is None else np.flatnonzero(stay)
+        at = checkpoints_in(self.checkpoints, first, size) - first - 1
+        # One user per plan, the observer would add the users' regrets one at a time: these running
+        # sums, and a block total and checkpoint values that reproduce them exactly from its own.
+        gaps = np.stack([self.best[:, None] - mu_a, (u < self.best[:, None]) - y])
+        running = np.cumsum(np.concatenate([self.sums[:, :, None], gaps], axis=2), axis=2)[:, :, 1:]
+        total = exact_step(self.sums, running[:, :, -1])
+        marks = exact_step(self.sums[:, :, None], running[:, :, at])
+        truth = Truth(plan.id, block, first, size, pseudo=total[0], realized=total[1],
+                      pseudo_at=marks[0], realized_at=marks[1])
+        return BlockAnswer(truth, [(plan.joins[0].round_id, offsets, np.ascontiguousarray(values[:, offsets]), None)])
+
+    def _act(self, plan: Plan, block: int, first: int, size: int, stay: np.ndarray | None) -> BlockAnswer:
         b = plan.body
         theta, v_inv = np.asarray(b["theta"]), np.asarray(b["v_inv"])
         if theta.shape != (self.ridx.size, self.s.d) or v_inv.shape != theta.shape + (self.s.d,):
@@ -277,6 +408,20 @@ class LinearUsers:
         truth = Truth(plan.id, block, first, size, pseudo=pseudo[:, -1].copy(), realized=realized[:, -1].copy(),
                       pseudo_at=pseudo[:, at], realized_at=realized[:, at], extras=extras)
         return BlockAnswer(truth, reports)
+
+
+def exact_step(before: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """x with ``before + x == target`` exactly, elementwise (for 0 ≤ before ≤ target, as running
+    regret sums are): target − before, nudged by an ulp where rounding lost it (at most twice:
+    below 2·before the difference is exact, Sterbenz; above, its ulp is at least half the target's)."""
+    x = target - before
+    for _ in range(8):
+        got = before + x
+        off = got != target
+        if not off.any():
+            return x
+        x = np.where(off, np.nextafter(x, np.where(got < target, np.inf, -np.inf)), x)
+    raise ArithmeticError("no exact step between running regret sums")
 
 
 def users_part(noise, lo: int, hi: int):
