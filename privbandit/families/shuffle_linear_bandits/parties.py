@@ -38,6 +38,7 @@ import numpy as np
 
 from privbandit.families.shuffle_linear_bandits import mechanisms as slb
 from privbandit.families.shuffle_linear_bandits import params as lp
+from privbandit.families.shuffle_linear_bandits.lookahead import LookAhead
 from privbandit.families.shuffle_linear_bandits.learners import BatchedLinUCB, arm_outer, ucb_actions
 from privbandit.families.shuffle_linear_bandits.world import LinearInstances, UserUniforms, bounds
 from privbandit.protocol.privacy import PrivacyEvent
@@ -155,6 +156,7 @@ class LinearServer:
                                  and self.group is None) else None
         self.expected: dict[int, np.ndarray] = {}  # a block plan's round → the reports looked at
         self._lanes: dict[int, str] = {}
+        self.look: LookAhead | None = None
         self.tree = None
         if s.kind == "linucb-jdp":
             width = slb.n_entries(d)
@@ -228,26 +230,12 @@ class LinearServer:
         m = self.next_batch
         n = self._block_end(m) - m
         arms, rewards, noise = self.oracle(m, n)
-        outer = self._outer if hasattr(self, "_outer") else arm_outer(arms)
-        self._outer = outer
-        runs = np.arange(self.runs)
-        chosen = np.empty((self.runs, n), dtype=np.int64)
-        values = np.empty((self.runs, n, s.width))
-        lanes = []
-        for i in range(n):
-            theta, v_inv, beta = learner.broadcast()
-            a = ucb_actions(arms, theta, v_inv, beta, outer)  # line 4, as each user would
-            chosen[:, i] = a
-            x = np.broadcast_to(arms[runs, a][:, None, :], (self.runs, 1, d))
-            y = rewards[runs, i, a][:, None]
-            if s.kind in RAW:
-                v = np.concatenate([x, y[..., None]], axis=-1)
-            else:
-                v = slb.user_entries(x, y) + noise[:, i:i + 1]
-            values[:, i] = v[:, 0]
-            lanes.append(self._learn(m + i, v))
+        if self.look is None:
+            self.look = LookAhead(s.kind, arms, arm_outer(arms))
+        tree_noise = None if self.tree is None else self.tree_noise.rows(m, n)[:, :, 0]
+        chosen, values, lane = self.look.decide(self.learner, rewards, noise, self.tree, tree_noise)
         self.expected[m] = values
-        self._lanes[m] = lanes[0]
+        self._lanes[m] = lane or "round"
         self.next_batch += n
         self.planned += n
         self.open = m

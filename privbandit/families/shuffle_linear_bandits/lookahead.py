@@ -1,0 +1,147 @@
+"""The in-process look-ahead of the one-user-batch learners (LinUCB, LinUCB-JDP, LinUCB-LDP; B = 1):
+Algorithm 1's loop, lines 4–16, for a block of users in one tight loop, exactly as one plan per user.
+
+With B = 1 every user's arm depends on the previous user's report, so no two users can be decided
+together; what a plan per user costs (the plan, its round, the intermediary's admission, the
+release and its checks, the users' block, the observer's truth) is the cost of a round. In-process
+the analyzer may instead look ahead into what the users would report (the users' ``oracle``: their
+reward from every arm and their randomizer's draws) and step the learner itself.
+
+"Exactly" is bit for bit: every number is computed by the same floating-point operations, on the
+same operands, in the same order as :class:`~.learners.BatchedLinUCB` and
+:class:`~.parties.LinearServer` do for a one-user release (the tests and the reference runs hold the
+two drivers equal). What changes is only the way there:
+
+- a user's report and its entries are looked up in tables built once per arm and reward (x·y,
+  xxᵀ, [φy, upper(φφᵀ)] are elementwise products: the same bits whenever they are computed);
+- a sum over one report is x + 0.0 (numpy's reduction starts from its identity, 0.0: −0.0 becomes
+  0.0, as there), and the mirror of the upper triangle is a gather;
+- numpy's linear-algebra kernels are called without their Python wrappers (the same gufuncs,
+  :mod:`numpy.linalg`'s own), the Cholesky test reading the kernel's NaN instead of an exception;
+- the widths use preallocated outputs (the same matmul kernels, the same elementwise operations).
+
+A V_m that fails the Cholesky test (the non-PD safeguard, rare) goes through
+:meth:`~.learners.BatchedLinUCB.update` itself.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from privbandit.families.shuffle_linear_bandits import mechanisms as slb
+
+try:  # the kernels behind np.einsum(optimize=False) and np.linalg.inv / cholesky
+    from numpy._core.multiarray import c_einsum as _einsum
+    from numpy.linalg import _umath_linalg
+
+    def _inv(a: np.ndarray) -> np.ndarray:
+        return _umath_linalg.inv(a, signature="d->d")
+
+    def _pd(a: np.ndarray) -> bool:
+        """Does every matrix of the stack have a Cholesky factor? (np.linalg.cholesky raises iff not)"""
+        with np.errstate(invalid="ignore"):
+            return not np.isnan(_umath_linalg.cholesky_lo(a, signature="d->d")[:, 0, 0]).any()
+except ImportError:  # pragma: no cover - another numpy layout: the public functions, same kernels
+    _einsum = np.einsum
+    _inv = np.linalg.inv
+
+    def _pd(a: np.ndarray) -> bool:
+        try:
+            np.linalg.cholesky(a)
+            return True
+        except np.linalg.LinAlgError:
+            return False
+
+
+class LookAhead:
+    """One task's look-ahead: the per-arm tables of its runs' fixed arms (R, K, d)."""
+
+    def __init__(self, kind: str, arms: np.ndarray, outer: np.ndarray):
+        self.kind = kind
+        self.arms = arms
+        self.outer = outer
+        r, k, d = arms.shape
+        self.runs = r
+        self.d = d
+        y = np.array([0.0, 1.0])[None, None, :, None]
+        x = np.broadcast_to(arms[:, :, None, :], (r, k, 2, d))
+        ys = np.broadcast_to(y[..., 0], (r, k, 2))
+        # [run, arm, reward]: what a user reports and what the analyzer decodes from it
+        self.raw = np.concatenate([x, ys[..., None]], axis=-1)  # (φ, y), as the users concatenate it
+        self.xy = arms[:, :, None, :] * y  # φ·y, as update_rank_one multiplies it
+        self.xx = arms[..., :, None] * arms[..., None, :]  # φφᵀ
+        self.entries = slb.user_entries(x, ys)  # [φy, upper(φφᵀ)]
+        self.decoded = self.entries + 0.0  # JDP: the analyzer's sum over the one report
+        iu, ju = slb.upper_indices(d)
+        mirror = np.empty((d, d), dtype=np.intp)
+        mirror[iu, ju] = np.arange(iu.size)
+        mirror[ju, iu] = np.arange(iu.size)
+        self.mirror = mirror + d  # entries index of V[i, j]
+        self.quad = np.empty((r, k, 1))
+        self.mean = np.empty((r, k, 1))
+
+    def _arms(self, theta: np.ndarray, v_inv: np.ndarray, beta: float):
+        """Line 4 (:func:`~.learners.ucb_actions`): argmax ⟨φ, θ̂⟩ + β‖φ‖_{V⁻¹} per run."""
+        q, mu = self.quad, self.mean
+        d = self.d
+        np.matmul(self.outer, v_inv.reshape(self.runs, d * d, 1), out=q)
+        np.matmul(self.arms, theta[:, :, None], out=mu)
+        np.maximum(q, 0.0, out=q)
+        np.sqrt(q, out=q)
+        np.multiply(q, beta, out=q)
+        np.add(mu, q, out=mu)
+        if self.runs == 1:
+            return int(mu[0, :, 0].argmax())
+        return mu[:, :, 0].argmax(axis=1)
+
+    def decide(self, learner, rewards: np.ndarray, noise: np.ndarray | None, tree=None,
+               tree_noise: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, str | None]:
+        """Serve the block's n users in order: (their arms (R, n), their reports (R, n, width), the
+        first release's tree lane or None). ``rewards`` (R, n, K) and ``noise`` (R, n, D) the users'
+        (oracle), ``tree_noise`` (R, n, D) the JDP analyzer's node draws for these batches."""
+        r, n = rewards.shape[:2]
+        d, kind = self.d, self.kind
+        single = r == 1
+        sel = slice(None) if single else np.arange(r)
+        width = self.raw.shape[-1] if kind in ("linucb", "linucb-jdp") else self.entries.shape[-1]
+        chosen = np.empty((r, n), dtype=np.int64)
+        values = np.empty((r, n, width))
+        lane = None
+        floor_eye = learner.floor * np.eye(d)
+        L = learner
+        for i in range(n):
+            a = self._arms(L.theta, L.v_inv, L.beta)
+            y = int(rewards[0, i, a]) if single else rewards[sel, i, a].astype(np.intp)
+            chosen[:, i] = a
+            if kind == "linucb":  # update_rank_one (Sherman–Morrison), operation for operation
+                values[:, i] = self.raw[sel, a, y]
+                x = self.arms[sel, a]
+                L.u += self.xy[sel, a, y]
+                L.V += self.xx[sel, a]
+                vx = _einsum("rde,re->rd", L.v_inv, x)
+                L.v_inv -= vx[:, :, None] * vx[:, None, :] / (1.0 + (vx * x).sum(-1))[:, None, None]
+                L.theta = _einsum("rde,re->rd", L.v_inv, L.u)
+                L.t += 1
+                L.beta = L.beta_fn(L.t)
+                continue
+            if kind == "linucb-jdp":
+                values[:, i] = self.raw[sel, a, y]
+                if lane is None:
+                    lane = f"level-{tree.level()}"
+                estimate = tree.step(self.decoded[sel, a, y], tree_noise[:, i])
+            else:  # LDP: the noised entries, summed over the one report
+                v = np.add(self.entries[sel, a, y], noise[:, i], out=values[:, i])
+                estimate = v + 0.0
+            u_inc, v_inc = estimate[:, :d], estimate[:, self.mirror]
+            V = L.V + v_inc
+            if not _pd(V - floor_eye):  # the safeguard's branch: BatchedLinUCB.update itself
+                L.update(u_inc, v_inc, 1)
+                continue
+            L.u += u_inc
+            L.V = V
+            L.t += 1
+            L.lambda_min = None
+            L.v_inv = _inv(V)
+            L.theta = np.matmul(L.v_inv, L.u[:, :, None])[:, :, 0]
+            L.beta = L.beta_fn(L.t)
+        return chosen, values, lane
