@@ -38,9 +38,10 @@ try:  # the kernels behind np.einsum(optimize=False) and np.linalg.inv / cholesk
         return _umath_linalg.inv(a, signature="d->d")
 
     def _pd(a: np.ndarray) -> bool:
-        """Does every matrix of the stack have a Cholesky factor? (np.linalg.cholesky raises iff not)"""
-        with np.errstate(invalid="ignore"):
-            return not np.isnan(_umath_linalg.cholesky_lo(a, signature="d->d")[:, 0, 0]).any()
+        """Does every matrix of the stack have a Cholesky factor? (np.linalg.cholesky raises iff not;
+        the kernel fills a failed factor with NaN: call under np.errstate(invalid="ignore"))"""
+        c = _umath_linalg.cholesky_lo(a, signature="d->d")[:, 0, 0]
+        return c.size == 1 and c[0] == c[0] or not np.isnan(c).any()
 except ImportError:  # pragma: no cover - another numpy layout: the public functions, same kernels
     _einsum = np.einsum
     _inv = np.linalg.inv
@@ -109,39 +110,45 @@ class LookAhead:
         lane = None
         floor_eye = learner.floor * np.eye(d)
         L = learner
-        for i in range(n):
-            a = self._arms(L.theta, L.v_inv, L.beta)
-            y = int(rewards[0, i, a]) if single else rewards[sel, i, a].astype(np.intp)
-            chosen[:, i] = a
-            if kind == "linucb":  # update_rank_one (Sherman–Morrison), operation for operation
-                values[:, i] = self.raw[sel, a, y]
-                x = self.arms[sel, a]
-                L.u += self.xy[sel, a, y]
-                L.V += self.xx[sel, a]
-                vx = _einsum("rde,re->rd", L.v_inv, x)
-                L.v_inv -= vx[:, :, None] * vx[:, None, :] / (1.0 + (vx * x).sum(-1))[:, None, None]
-                L.theta = _einsum("rde,re->rd", L.v_inv, L.u)
+        beta_fn, decide_arm = L.beta_fn, self._arms
+        raw, xy, xx, arms, entries, decoded, mirror = (self.raw, self.xy, self.xx, self.arms, self.entries,
+                                                       self.decoded, self.mirror)
+        add, matmul = np.add, np.matmul
+        with np.errstate(invalid="ignore"):  # the Cholesky test reads NaN, not a warning
+            for i in range(n):
+                a = decide_arm(L.theta, L.v_inv, L.beta)
+                y = int(rewards[0, i, a]) if single else rewards[sel, i, a].astype(np.intp)
+                chosen[:, i] = a
+                if kind == "linucb":  # update_rank_one (Sherman–Morrison), operation for operation
+                    values[:, i] = raw[sel, a, y]
+                    x = arms[sel, a]
+                    L.u += xy[sel, a, y]
+                    L.V += xx[sel, a]
+                    v_inv = L.v_inv
+                    vx = _einsum("rde,re->rd", v_inv, x)
+                    v_inv -= vx[:, :, None] * vx[:, None, :] / (1.0 + (vx * x).sum(-1))[:, None, None]
+                    L.theta = _einsum("rde,re->rd", v_inv, L.u)
+                    L.t += 1
+                    L.beta = beta_fn(L.t)
+                    continue
+                if kind == "linucb-jdp":
+                    values[:, i] = raw[sel, a, y]
+                    if lane is None:
+                        lane = f"level-{tree.level()}"
+                    estimate = tree.step(decoded[sel, a, y], tree_noise[:, i])
+                else:  # LDP: the noised entries, summed over the one report
+                    estimate = add(entries[sel, a, y], noise[:, i], out=values[:, i]) + 0.0
+                u_inc = estimate[:, :d]
+                v_inc = estimate[:, mirror]
+                V = L.V + v_inc
+                if not _pd(V - floor_eye):  # the safeguard's branch: BatchedLinUCB.update itself
+                    L.update(u_inc, v_inc, 1)
+                    continue
+                L.u += u_inc
+                L.V = V
                 L.t += 1
-                L.beta = L.beta_fn(L.t)
-                continue
-            if kind == "linucb-jdp":
-                values[:, i] = self.raw[sel, a, y]
-                if lane is None:
-                    lane = f"level-{tree.level()}"
-                estimate = tree.step(self.decoded[sel, a, y], tree_noise[:, i])
-            else:  # LDP: the noised entries, summed over the one report
-                v = np.add(self.entries[sel, a, y], noise[:, i], out=values[:, i])
-                estimate = v + 0.0
-            u_inc, v_inc = estimate[:, :d], estimate[:, self.mirror]
-            V = L.V + v_inc
-            if not _pd(V - floor_eye):  # the safeguard's branch: BatchedLinUCB.update itself
-                L.update(u_inc, v_inc, 1)
-                continue
-            L.u += u_inc
-            L.V = V
-            L.t += 1
-            L.lambda_min = None
-            L.v_inv = _inv(V)
-            L.theta = np.matmul(L.v_inv, L.u[:, :, None])[:, :, 0]
-            L.beta = L.beta_fn(L.t)
+                L.lambda_min = None
+                v_inv = L.v_inv = _inv(V)
+                L.theta = matmul(v_inv, L.u[:, :, None])[:, :, 0]
+                L.beta = beta_fn(L.t)
         return chosen, values, lane
