@@ -229,11 +229,19 @@ class LinearServer:
         s, learner, d = self.s, self.learner, self.s.d
         m = self.next_batch
         n = self._block_end(m) - m
-        arms, rewards, noise = self.oracle(m, n)
+        arms, rewards, noise, fits = self.oracle(m, n)
         if self.look is None:
             self.look = LookAhead(s.kind, arms, arm_outer(arms))
         tree_noise = None if self.tree is None else self.tree_noise.rows(m, n)[:, :, 0]
+        saved = self._state()
         chosen, values, lane = self.look.decide(self.learner, rewards, noise, self.tree, tree_noise)
+        k = fits(chosen)
+        if k < n:  # rare: the observer could not add this block's regret as one user at a time would
+            self._restore(saved)
+            n = k
+            chosen, values, lane = self.look.decide(self.learner, rewards[:, :n], None if noise is None else
+                                                    noise[:, :n], self.tree,
+                                                    None if tree_noise is None else tree_noise[:, :n])
         self.expected[m] = values
         self._lanes[m] = lane or "round"
         self.next_batch += n
@@ -241,6 +249,20 @@ class LinearServer:
         self.open = m
         rnd = replace(s.round(m), expected=n)
         return Plan(m, m, n, {"batch": m, "arms": chosen}, (rnd,), (Join(m, m, n, n),))
+
+    def _state(self) -> tuple:
+        L, t = self.learner, self.tree
+        copy = lambda v: v.copy() if isinstance(v, np.ndarray) else v  # noqa: E731
+        return ({k: copy(getattr(L, k)) for k in ("u", "V", "v_inv", "theta", "beta", "t", "lambda_min")},
+                L.clipped.copy(), L.not_pd.copy(), None if t is None else (list(t.nodes), t.count))
+
+    def _restore(self, saved: tuple) -> None:
+        arrays, clipped, not_pd, tree = saved
+        for k, v in arrays.items():
+            setattr(self.learner, k, v.copy() if isinstance(v, np.ndarray) else v)
+        self.learner.clipped, self.learner.not_pd = clipped, not_pd
+        if tree is not None:
+            self.tree.nodes, self.tree.count = list(tree[0]), tree[1]
 
     def on_release(self, rnd: Round, release: Release) -> tuple[dict, Spend]:
         if rnd.id in self.expected:
@@ -322,7 +344,26 @@ class LinearUsers:
         u = self.uniforms.get(first, n)
         rewards = (u[:, :, None] < self.means[:, None, :]).astype(np.float64)
         noise = None if self.noise is None else self.noise.rows(first, n)[:, :, 0]
-        return self.arms, rewards, noise
+        return self.arms, rewards, noise, lambda arms: self.fits(first, arms)
+
+    def fits(self, first: int, arms: np.ndarray) -> int:
+        """How many of the users first … playing ``arms`` (R, n) one block plan may serve: the most
+        whose running regret sums, at the checkpoints and at the end, the observer reproduces from
+        its own sum by one addition (:func:`exact_steps`; one user always fits)."""
+        n = arms.shape[1]
+        gaps = self.best[:, None] - self.means[self.ridx[:, None], arms]
+        running = np.cumsum(np.concatenate([self.sums[0][:, None], gaps], axis=1), axis=1)[:, 1:]
+        _, ends = exact_steps(self.sums[0][:, None], running)
+        ok = ends.all(axis=0)
+        ok[0] = True
+        at = checkpoints_in(self.checkpoints, first, n) - first - 1
+        stop = n
+        if at.size:
+            _, marks = exact_steps(self.sums[0][:, None], running[:, at])
+            bad = np.flatnonzero(~marks.all(axis=0))
+            if bad.size:
+                stop = max(1, int(at[bad[0]]))  # users before the first unreachable checkpoint
+        return int(np.flatnonzero(ok[:stop])[-1]) + 1
 
     def shard(self, plan: Plan, block: int, shards: int) -> int:
         """A fleet hosts whole noise blocks (block k of batches on fleet k mod N)."""
@@ -398,18 +439,31 @@ class LinearUsers:
         return BlockAnswer(truth, reports)
 
 
+def exact_steps(before: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(x, found): x with ``before + x == target`` exactly, elementwise, where one exists (found).
+
+    For 0 ≤ before ≤ target (running regret sums): below 2·before, target − before is exact
+    (Sterbenz); beyond, it may be an ulp off, and a step may not exist at all: when ``before`` lies
+    exactly halfway between two multiples of the target's ulp, every sum is a tie and rounds to even,
+    missing an odd target. Candidates: target − before and its neighbours within two ulps."""
+    x0 = target - before
+    x = x0.copy()
+    found = before + x0 == target
+    for k in (1, -1, 2, -2):
+        if found.all():
+            break
+        cand = x0 + k * np.spacing(x0)
+        hit = ~found & (before + cand == target)
+        x = np.where(hit, cand, x)
+        found |= hit
+    return x, found
+
+
 def exact_step(before: np.ndarray, target: np.ndarray) -> np.ndarray:
-    """x with ``before + x == target`` exactly, elementwise (for 0 ≤ before ≤ target, as running
-    regret sums are): target − before, nudged by an ulp where rounding lost it (at most twice:
-    below 2·before the difference is exact, Sterbenz; above, its ulp is at least half the target's)."""
-    x = target - before
-    for _ in range(8):
-        got = before + x
-        off = got != target
-        if not off.any():
-            return x
-        x = np.where(off, np.nextafter(x, np.where(got < target, np.inf, -np.inf)), x)
-    raise ArithmeticError("no exact step between running regret sums")
+    x, found = exact_steps(before, target)
+    if not found.all():
+        raise ArithmeticError("no exact step between running regret sums")
+    return x
 
 
 def users_part(noise, lo: int, hi: int):
