@@ -18,6 +18,29 @@ from __future__ import annotations
 
 import numpy as np
 
+try:  # the kernels behind np.einsum(optimize=False) and np.linalg.inv / cholesky
+    from numpy._core.multiarray import c_einsum as _einsum
+    from numpy.linalg import _umath_linalg
+
+    def _inv(a: np.ndarray) -> np.ndarray:
+        return _umath_linalg.inv(a, signature="d->d")
+
+    def _pd(a: np.ndarray) -> bool:
+        """Does every matrix of the stack have a Cholesky factor? (np.linalg.cholesky raises iff not;
+        the kernel fills a failed factor with NaN: call under np.errstate(invalid="ignore"))"""
+        c = _umath_linalg.cholesky_lo(a, signature="d->d")[:, 0, 0]
+        return c.size == 1 and c[0] == c[0] or not np.isnan(c).any()
+except ImportError:  # pragma: no cover - another numpy layout: the public functions, same kernels
+    _einsum = np.einsum
+    _inv = np.linalg.inv
+
+    def _pd(a: np.ndarray) -> bool:
+        try:
+            np.linalg.cholesky(a)
+            return True
+        except np.linalg.LinAlgError:
+            return False
+
 
 def arm_outer(arms: np.ndarray) -> np.ndarray:
     """vec(φφᵀ) per arm, (R, K, d²): makes every width one matrix product (see :func:`ucb_actions`)."""
@@ -79,10 +102,11 @@ class BatchedLinUCB:
         self.t += users
         self.lambda_min = None  # computed on demand (diagnostics only)
         shifted = self.V - self.floor * np.eye(self.d)
-        try:  # the common case, cheaply: every V_m ⪰ floor·I ⇔ V_m − floor·I has a Cholesky factor
-            np.linalg.cholesky(shifted)
-            self.v_inv = np.linalg.inv(self.V)
-        except np.linalg.LinAlgError:
+        with np.errstate(invalid="ignore"):
+            pd = _pd(shifted)
+        if pd:  # the common case, cheaply: every V_m ⪰ floor·I ⇔ V_m − floor·I has a Cholesky factor
+            self.v_inv = _inv(self.V)
+        else:
             # Decide run by run, with the same test: a run's model must not depend on the other runs
             # stacked with it (one task of a distributed run is one run; it must match this one).
             low = np.array([not _has_cholesky(s) for s in shifted])
@@ -101,8 +125,8 @@ class BatchedLinUCB:
         """Non-private fast path: Ṽ = xxᵀ exactly, so Sherman–Morrison keeps V⁻¹ (V stays ⪰ λI)."""
         self.u += x * y[:, None]
         self.V += x[:, :, None] * x[:, None, :]
-        vx = np.einsum("rde,re->rd", self.v_inv, x)
+        vx = _einsum("rde,re->rd", self.v_inv, x)
         self.v_inv -= vx[:, :, None] * vx[:, None, :] / (1.0 + (vx * x).sum(-1))[:, None, None]
-        self.theta = np.einsum("rde,re->rd", self.v_inv, self.u)
+        self.theta = _einsum("rde,re->rd", self.v_inv, self.u)
         self.t += 1
         self.beta = self.beta_fn(self.t)

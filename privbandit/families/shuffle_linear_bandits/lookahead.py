@@ -29,30 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from privbandit.families.shuffle_linear_bandits import mechanisms as slb
-
-try:  # the kernels behind np.einsum(optimize=False) and np.linalg.inv / cholesky
-    from numpy._core.multiarray import c_einsum as _einsum
-    from numpy.linalg import _umath_linalg
-
-    def _inv(a: np.ndarray) -> np.ndarray:
-        return _umath_linalg.inv(a, signature="d->d")
-
-    def _pd(a: np.ndarray) -> bool:
-        """Does every matrix of the stack have a Cholesky factor? (np.linalg.cholesky raises iff not;
-        the kernel fills a failed factor with NaN: call under np.errstate(invalid="ignore"))"""
-        c = _umath_linalg.cholesky_lo(a, signature="d->d")[:, 0, 0]
-        return c.size == 1 and c[0] == c[0] or not np.isnan(c).any()
-except ImportError:  # pragma: no cover - another numpy layout: the public functions, same kernels
-    _einsum = np.einsum
-    _inv = np.linalg.inv
-
-    def _pd(a: np.ndarray) -> bool:
-        try:
-            np.linalg.cholesky(a)
-            return True
-        except np.linalg.LinAlgError:
-            return False
-
+from privbandit.families.shuffle_linear_bandits.learners import _einsum, _inv, _pd
 
 class LookAhead:
     """One task's look-ahead: the per-arm tables of its runs' fixed arms (R, K, d)."""
