@@ -373,7 +373,8 @@ class LinearUsers:
         answer = self._act_block(plan, block, first, size, stay) if "arms" in plan.body else \
             self._act(plan, block, first, size, stay)
         t = answer.truth
-        self.sums += np.stack([t.pseudo, t.realized])
+        self.sums[0] += t.pseudo
+        self.sums[1] += t.realized
         return answer
 
     def _act_block(self, plan: Plan, block: int, first: int, size: int, stay: np.ndarray | None) -> BlockAnswer:
@@ -413,13 +414,13 @@ class LinearUsers:
         u = self.uniforms.get(first, size)
         y = (u < mu_a[:, None]).astype(np.float64)
         gap = self.best - mu_a
-        pseudo = np.cumsum(np.broadcast_to(gap[:, None], u.shape), axis=1)
-        realized = np.cumsum((u < self.best[:, None]) - y, axis=1)
+        pseudo = np.repeat(gap[:, None], size, axis=1).cumsum(axis=1)
+        realized = ((u < self.best[:, None]) - y).cumsum(axis=1)
         at = checkpoints_in(self.checkpoints, first, size) - first - 1
         extras = {}
         reports = []
         if plan.joins:
-            x = np.broadcast_to(self.arms[self.ridx, a][:, None, :], u.shape + (self.s.d,))
+            x = np.repeat(self.arms[self.ridx, a][:, None, :], size, axis=1)
             offsets = np.arange(size) if stay is None else np.flatnonzero(stay)
             if self.s.kind in RAW:
                 values = np.concatenate([x, y[..., None]], axis=-1)
@@ -429,7 +430,8 @@ class LinearUsers:
                 lo = first - plan.first_user
                 noise = users_part(self.noise.for_batch(plan.id), lo, lo + size)
                 values = self.randomizer.apply(entries, noise)  # line 7
-            reports.append((plan.joins[0].round_id, offsets, np.ascontiguousarray(values[:, offsets]), None))
+            sent = values if stay is None else np.ascontiguousarray(values[:, offsets])  # fresh, contiguous
+            reports.append((plan.joins[0].round_id, offsets, sent, None))
             if plan.id in self.s.diagnostic and not (self.s.kind == "linucb" and self.s.batch == 1):
                 if entries is None:
                     entries = slb.user_entries(x, y)
