@@ -103,7 +103,7 @@ class LookAhead:
                     L.V += xx[sel, a]
                     v_inv = L.v_inv
                     vx = _einsum("rde,re->rd", v_inv, x)
-                    v_inv -= vx[:, :, None] * vx[:, None, :] / (1.0 + (vx * x).sum(-1))[:, None, None]
+                    v_inv -= vx[:, :, None] * vx[:, None, :] / (1.0 + np.add.reduce(vx * x, axis=-1))[:, None, None]
                     L.theta = _einsum("rde,re->rd", v_inv, L.u)
                     L.t += 1
                     L.beta = beta_fn(L.t)
