@@ -139,3 +139,25 @@ def test_a_block_stops_where_the_observer_could_not_follow(monkeypatch):
     assert any(c > 37 for c in calls) and max(p.cohort for p in plans) <= 37
     np.testing.assert_array_equal(fast.pseudo, ref.pseudo)
     assert _rows(fast) == _rows(ref) and fast.privacy == ref.privacy and fast.learner == ref.learner
+
+
+@pytest.mark.parametrize("start,n", [(0, 1), (0, 64), (5, 1), (7, 9), (13, 50), (255, 3), (1000, 300)])
+def test_tree_changes_are_the_steps_changes(start, n):
+    """The JDP tree's changes for n counts at once equal n calls of TreeAggregator.step, bit for
+    bit, and leave the same tree (its live nodes, by identity of their draws, and its count)."""
+    from privbandit.families.shuffle_linear_bandits import mechanisms as slb
+    from privbandit.families.shuffle_linear_bandits.lookahead import tree_changes
+
+    rng = np.random.default_rng(start + n)
+    one, many = slb.TreeAggregator(1.0, (2, 4)), slb.TreeAggregator(1.0, (2, 4))
+    for _ in range(start):
+        draw = rng.normal(size=(2, 4))
+        one.step(np.zeros((2, 4)), draw)
+        many.step(np.zeros((2, 4)), draw)
+    fresh = rng.normal(size=(2, n, 4))
+    raw = rng.normal(size=(2, n, 4))
+    stepped = np.stack([one.step(raw[:, i], fresh[:, i]) for i in range(n)], axis=1)
+    np.testing.assert_array_equal(raw + tree_changes(many, fresh), stepped)
+    assert many.count == one.count and len(many.nodes) == len(one.nodes)
+    for a, b in zip(many.nodes, one.nodes):
+        assert (a is None) == (b is None) and (a is None or np.array_equal(a, b))

@@ -55,6 +55,7 @@ class LookAhead:
         mirror[iu, ju] = np.arange(iu.size)
         mirror[ju, iu] = np.arange(iu.size)
         self.mirror = mirror + d  # entries index of V[i, j]
+        self.decoded_v = self.decoded[..., self.mirror]  # its matrix part, mirrored (a gather: same bits)
         self.quad = np.empty((r, k, 1))
         self.mean = np.empty((r, k, 1))
 
@@ -91,13 +92,19 @@ class LookAhead:
         raw, xy, xx, arms, entries, decoded, mirror = (self.raw, self.xy, self.xx, self.arms, self.entries,
                                                        self.decoded, self.mirror)
         add, matmul = np.add, np.matmul
+        ys = np.empty((r, n), dtype=np.intp)
+        if kind == "linucb-jdp":  # the tree's releases do not depend on the arms: all n at once
+            lane = f"level-{tree.level()}"
+            change = tree_changes(tree, tree_noise)
+            change_v = change[..., mirror]
+            decoded_v = self.decoded_v
         with np.errstate(invalid="ignore"):  # the Cholesky test reads NaN, not a warning
             for i in range(n):
                 a = decide_arm(L.theta, L.v_inv, L.beta)
                 y = int(rewards[0, i, a]) if single else rewards[sel, i, a].astype(np.intp)
                 chosen[:, i] = a
+                ys[:, i] = y
                 if kind == "linucb":  # update_rank_one (Sherman–Morrison), operation for operation
-                    values[:, i] = raw[sel, a, y]
                     x = arms[sel, a]
                     L.u += xy[sel, a, y]
                     L.V += xx[sel, a]
@@ -108,15 +115,13 @@ class LookAhead:
                     L.t += 1
                     L.beta = beta_fn(L.t)
                     continue
-                if kind == "linucb-jdp":
-                    values[:, i] = raw[sel, a, y]
-                    if lane is None:
-                        lane = f"level-{tree.level()}"
-                    estimate = tree.step(decoded[sel, a, y], tree_noise[:, i])
+                if kind == "linucb-jdp":  # TreeAggregator.step: raw sum + change, then split
+                    u_inc = add(decoded[sel, a, y], change[:, i])[:, :d]
+                    v_inc = add(decoded_v[sel, a, y], change_v[:, i])
                 else:  # LDP: the noised entries, summed over the one report
                     estimate = add(entries[sel, a, y], noise[:, i], out=values[:, i]) + 0.0
-                u_inc = estimate[:, :d]
-                v_inc = estimate[:, mirror]
+                    u_inc = estimate[:, :d]
+                    v_inc = estimate[:, mirror]
                 V = L.V + v_inc
                 if not _pd(V - floor_eye):  # the safeguard's branch: BatchedLinUCB.update itself
                     L.update(u_inc, v_inc, 1)
@@ -128,4 +133,45 @@ class LookAhead:
                 v_inv = L.v_inv = _inv(V)
                 L.theta = matmul(v_inv, L.u[:, :, None])[:, :, 0]
                 L.beta = beta_fn(L.t)
+        if kind != "linucb-ldp":
+            values[:] = raw[np.arange(r)[:, None], chosen, ys]
         return chosen, values, lane
+
+
+def tree_changes(tree, fresh: np.ndarray) -> np.ndarray:
+    """:meth:`~.mechanisms.TreeAggregator.step`'s changes of the next n counts at once, ``fresh``
+    (R, n, D) their new nodes' noise; leaves the tree as n steps would.
+
+    Count c merges the nodes of its t trailing ones, opened at counts c − 1, c − 2, c − 4, …,
+    c − 2^(t−1) (nodes opened before the first of these counts are the tree's live ones): its change
+    is fresh_c − node_0 − node_1 − …, subtracted in that order, as the step does, here for every
+    count with at least j + 1 trailing ones at the j-th subtraction."""
+    r, n, width = fresh.shape
+    c0 = tree.count
+    counts = c0 + np.arange(n)
+    ones = np.zeros(n, dtype=np.int64)  # trailing ones of each count
+    c = counts.copy()
+    while (odd := (c & 1) == 1).any():
+        ones += odd
+        c = np.where(odd, c >> 1, 0)
+    change = fresh.copy()
+    for j in range(int(ones.max()) if n else 0):
+        at = np.flatnonzero(ones > j)
+        src = counts[at] - (1 << j) - c0
+        inside = src >= 0
+        node = np.empty((r, at.size, width))
+        node[:, inside] = fresh[:, src[inside]]
+        if not inside.all():
+            node[:, ~inside] = tree.nodes[j][:, None, :]
+        change[:, at] -= node
+    end = c0 + n
+    levels = max(len(tree.nodes), int(ones.max()) + 1 if n else 0)
+    nodes = []
+    for j in range(levels):
+        if not (end >> j) & 1:
+            nodes.append(None)
+            continue
+        opened = ((end >> (j + 1)) << (j + 1)) + (1 << j) - 1  # the count whose step opened it
+        nodes.append(fresh[:, opened - c0] if opened >= c0 else tree.nodes[j])
+    tree.nodes, tree.count = nodes, end
+    return change
