@@ -75,6 +75,7 @@ class BatchedLinUCB:
     def __init__(self, runs: int, d: int, lam: float, floor: float, beta_fn):
         self.d = d
         self.lam, self.floor = float(lam), float(floor)
+        self.floor_eye = self.floor * np.eye(d)
         self.beta_fn = beta_fn
         self.V = np.broadcast_to(lam * np.eye(d), (runs, d, d)).copy()
         self.u = np.zeros((runs, d))
@@ -101,7 +102,7 @@ class BatchedLinUCB:
         self.V += v_inc
         self.t += users
         self.lambda_min = None  # computed on demand (diagnostics only)
-        shifted = self.V - self.floor * np.eye(self.d)
+        shifted = self.V - self.floor_eye
         with np.errstate(invalid="ignore"):
             pd = _pd(shifted)
         if pd:  # the common case, cheaply: every V_m ⪰ floor·I ⇔ V_m − floor·I has a Cholesky factor

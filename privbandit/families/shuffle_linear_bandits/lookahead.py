@@ -50,11 +50,7 @@ class LookAhead:
         self.xx = arms[..., :, None] * arms[..., None, :]  # φφᵀ
         self.entries = slb.user_entries(x, ys)  # [φy, upper(φφᵀ)]
         self.decoded = self.entries + 0.0  # JDP: the analyzer's sum over the one report
-        iu, ju = slb.upper_indices(d)
-        mirror = np.empty((d, d), dtype=np.intp)
-        mirror[iu, ju] = np.arange(iu.size)
-        mirror[ju, iu] = np.arange(iu.size)
-        self.mirror = mirror + d  # entries index of V[i, j]
+        self.mirror = slb.mirror_indices(d)  # entries index of V[i, j]
         self.decoded_v = self.decoded[..., self.mirror]  # its matrix part, mirrored (a gather: same bits)
         self.quad = np.empty((r, k, 1))
         self.mean = np.empty((r, k, 1))

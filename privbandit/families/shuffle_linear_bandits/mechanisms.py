@@ -72,9 +72,19 @@ def user_entries(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.concatenate([x * y[..., None], x[..., iu] * x[..., ju]], axis=-1)
 
 
+@lru_cache(maxsize=64)
+def mirror_indices(d: int) -> np.ndarray:
+    """(d, d): the entries index of matrix element (i, j), the upper triangle's for both (i, j) and (j, i)."""
+    iu, ju = upper_indices(d)
+    out = np.empty((d, d), dtype=np.intp)
+    out[iu, ju] = out[ju, iu] = d + np.arange(iu.size)
+    return out
+
+
 def split_entries(e: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
-    """(vector part (..., d), symmetric matrix (..., d, d)) of an entries array."""
-    return e[..., :d], from_upper(e[..., d:], d)
+    """(vector part (..., d), symmetric matrix (..., d, d)) of an entries array: the matrix is
+    :func:`from_upper` of the rest, as one gather."""
+    return e[..., :d], e[..., mirror_indices(d)]
 
 
 # --- P_Amp and the local Gaussian randomizer ---------------------------------------------------
