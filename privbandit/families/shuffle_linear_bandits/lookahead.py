@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from privbandit.families.shuffle_linear_bandits import mechanisms as slb
-from privbandit.families.shuffle_linear_bandits.learners import _einsum, _inv, _pd
+from privbandit.families.shuffle_linear_bandits.learners import Widths, _einsum, _inv, _pd
 
 class LookAhead:
     """One task's look-ahead: the per-arm tables of its runs' fixed arms (R, K, d)."""
@@ -52,19 +52,11 @@ class LookAhead:
         self.decoded = self.entries + 0.0  # JDP: the analyzer's sum over the one report
         self.mirror = slb.mirror_indices(d)  # entries index of V[i, j]
         self.decoded_v = self.decoded[..., self.mirror]  # its matrix part, mirrored (a gather: same bits)
-        self.quad = np.empty((r, k, 1))
-        self.mean = np.empty((r, k, 1))
+        self.widths = Widths(arms, outer)
 
     def _arms(self, theta: np.ndarray, v_inv: np.ndarray, beta: float):
         """Line 4 (:func:`~.learners.ucb_actions`): argmax ⟨φ, θ̂⟩ + β‖φ‖_{V⁻¹} per run."""
-        q, mu = self.quad, self.mean
-        d = self.d
-        np.matmul(self.outer, v_inv.reshape(self.runs, d * d, 1), out=q)
-        np.matmul(self.arms, theta[:, :, None], out=mu)
-        np.maximum(q, 0.0, out=q)
-        np.sqrt(q, out=q)
-        np.multiply(q, beta, out=q)
-        np.add(mu, q, out=mu)
+        mu = self.widths.scores(theta, v_inv, beta)
         if self.runs == 1:
             return int(mu[0, :, 0].argmax())
         return mu[:, :, 0].argmax(axis=1)

@@ -39,7 +39,7 @@ import numpy as np
 from privbandit.families.shuffle_linear_bandits import mechanisms as slb
 from privbandit.families.shuffle_linear_bandits import params as lp
 from privbandit.families.shuffle_linear_bandits.lookahead import LookAhead
-from privbandit.families.shuffle_linear_bandits.learners import BatchedLinUCB, arm_outer, ucb_actions
+from privbandit.families.shuffle_linear_bandits.learners import BatchedLinUCB, Widths, arm_outer
 from privbandit.families.shuffle_linear_bandits.world import LinearInstances, UserUniforms, bounds
 from privbandit.protocol.privacy import PrivacyEvent
 from privbandit.protocol.spine.errors import ProtocolError
@@ -324,6 +324,10 @@ class LinearUsers:
         self.s = s
         self.arms = instances.arms  # (R, K, d)
         self.outer = arm_outer(self.arms)
+        self.widths = Widths(self.arms, self.outer)
+        # [φy, upper(φφᵀ)] of every arm for y = 0, 1 (R, K, 2, D): a user's entries, looked up
+        ys = np.broadcast_to(np.array([0.0, 1.0]), self.arms.shape[:2] + (2,))
+        self.entries = slb.user_entries(np.broadcast_to(self.arms[:, :, None, :], ys.shape + self.arms.shape[-1:]), ys)
         self.means = instances.means
         self.best = self.means.max(axis=1)
         self.theta_star = instances.theta
@@ -409,7 +413,7 @@ class LinearUsers:
         if theta.shape != (self.ridx.size, self.s.d) or v_inv.shape != theta.shape + (self.s.d,):
             raise ValueError(f"plan {plan.id}: θ̂ {theta.shape} and V⁻¹ {v_inv.shape} do not fit "
                              f"{self.ridx.size} runs in d = {self.s.d}")
-        a = ucb_actions(self.arms, theta, v_inv, float(b["beta"]), self.outer)  # line 4
+        a = self.widths(theta, v_inv, float(b["beta"]))  # line 4 (ucb_actions)
         mu_a = self.means[self.ridx, a]
         u = self.uniforms.get(first, size)
         y = (u < mu_a[:, None]).astype(np.float64)
@@ -426,7 +430,7 @@ class LinearUsers:
                 values = np.concatenate([x, y[..., None]], axis=-1)
                 entries = None
             else:
-                entries = slb.user_entries(x, y)
+                entries = self.entries[self.ridx[:, None], a[:, None], y.astype(np.intp)]
                 lo = first - plan.first_user
                 noise = users_part(self.noise.for_batch(plan.id), lo, lo + size)
                 values = self.randomizer.apply(entries, noise)  # line 7
