@@ -424,13 +424,14 @@ class LinearUsers:
         extras = {}
         reports = []
         if plan.joins:
-            x = np.repeat(self.arms[self.ridx, a][:, None, :], size, axis=1)
             offsets = np.arange(size) if stay is None else np.flatnonzero(stay)
+            y_index = y.astype(np.intp)
             if self.s.kind in RAW:
+                x = np.repeat(self.arms[self.ridx, a][:, None, :], size, axis=1)
                 values = np.concatenate([x, y[..., None]], axis=-1)
                 entries = None
             else:
-                entries = self.entries[self.ridx[:, None], a[:, None], y.astype(np.intp)]
+                entries = self.entries[self.ridx[:, None], a[:, None], y_index]
                 lo = first - plan.first_user
                 noise = users_part(self.noise.for_batch(plan.id), lo, lo + size)
                 values = self.randomizer.apply(entries, noise)  # line 7
@@ -438,7 +439,7 @@ class LinearUsers:
             reports.append((plan.joins[0].round_id, offsets, sent, None))
             if plan.id in self.s.diagnostic and not (self.s.kind == "linucb" and self.s.batch == 1):
                 if entries is None:
-                    entries = slb.user_entries(x, y)
+                    entries = self.entries[self.ridx[:, None], a[:, None], y_index]
                 extras = {"entries_sum": entries[:, offsets].sum(axis=1), "theta_star": self.theta_star.copy()}
         truth = Truth(plan.id, block, first, size, pseudo=pseudo[:, -1].copy(), realized=realized[:, -1].copy(),
                       pseudo_at=pseudo[:, at], realized_at=realized[:, at], extras=extras)
