@@ -91,7 +91,7 @@ def test_a_release_other_than_the_one_looked_at_is_refused(monkeypatch):
     def lying(self, first, n):
         arms, rewards, noise, fits = original(self, first, n)
         rewards = rewards.copy()
-        rewards[:, -1] = 1.0 - rewards[:, -1]
+        rewards[:, -1] = ~rewards[:, -1]
         return arms, rewards, noise, fits
 
     monkeypatch.setattr(linear_parties.LinearUsers, "oracle", lying)

@@ -64,8 +64,8 @@ class LookAhead:
     def decide(self, learner, rewards: np.ndarray, noise: np.ndarray | None, tree=None,
                tree_noise: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, str | None]:
         """Serve the block's n users in order: (their arms (R, n), their reports (R, n, width), the
-        first release's tree lane or None). ``rewards`` (R, n, K) and ``noise`` (R, n, D) the users'
-        (oracle), ``tree_noise`` (R, n, D) the JDP analyzer's node draws for these batches."""
+        first release's tree lane or None). ``rewards`` (R, n, K, bool) and ``noise`` (R, n, D) the
+        users' (oracle), ``tree_noise`` (R, n, D) the JDP analyzer's node draws for these batches."""
         r, n = rewards.shape[:2]
         d, kind = self.d, self.kind
         single = r == 1

@@ -50,6 +50,7 @@ from privbandit.protocol.spine.observer import checkpoints_in
 RAW = ("linucb", "linucb-jdp")  # raw (φ, y) to a trusted analyzer
 LOOK_AHEAD = ("linucb", "linucb-jdp", "linucb-ldp")  # one user per batch: decided a block at a time in-process
 LOOK_AHEAD_USERS = 4096  # users one look-ahead block decides at most
+LOOK_AHEAD_CELLS = 1 << 22  # and at most this many (run, user, arm) rewards looked at (bytes)
 
 
 @dataclass(frozen=True)
@@ -203,7 +204,10 @@ class LinearServer:
         batch, and (JDP) before the next count that opens a new tree level, 2^j − 1: the block's
         releases are recorded once, under its first lane, which must leave the ledger as they would
         one by one (each lane keeps the worst of identical events, in order of first use)."""
-        end = min(self.s.horizon, m + LOOK_AHEAD_USERS)
+        if not hasattr(self, "_block_users"):
+            arms = self.oracle(m, 1)[0].shape[1]  # K (public: the experiment file says it)
+            self._block_users = max(64, min(LOOK_AHEAD_USERS, LOOK_AHEAD_CELLS // (self.runs * arms)))
+        end = min(self.s.horizon, m + self._block_users)
         if self.s.kind != "linucb":
             i = np.searchsorted(self._diag_sorted, m, side="right")
             if i < self._diag_sorted.size:
@@ -344,9 +348,9 @@ class LinearUsers:
     def oracle(self, first: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """What the analyzer's in-process look-ahead may see of users first … first + n − 1 (one-user
         batches): their contexts (the fixed arms, (R, K, d)), the reward each would get from every
-        arm (R, n, K), and their randomizer's draws (R, n, D) or None."""
+        arm (R, n, K, bool), their randomizer's draws (R, n, D) or None, and :meth:`fits`."""
         u = self.uniforms.get(first, n)
-        rewards = (u[:, :, None] < self.means[:, None, :]).astype(np.float64)
+        rewards = u[:, :, None] < self.means[:, None, :]
         noise = None if self.noise is None else self.noise.rows(first, n)[:, :, 0]
         return self.arms, rewards, noise, lambda arms: self.fits(first, arms)
 
