@@ -18,7 +18,13 @@ two drivers equal). What changes is only the way there:
   0.0, as there), and the mirror of the upper triangle is a gather;
 - numpy's linear-algebra kernels are called without their Python wrappers (the same gufuncs,
   :mod:`numpy.linalg`'s own), the Cholesky test reading the kernel's NaN instead of an exception;
-- the widths use preallocated outputs (the same matmul kernels, the same elementwise operations).
+- the widths use preallocated outputs (the same matmul kernels, the same elementwise operations);
+- JDP's tree changes, which do not depend on the arms, come for the whole block at once
+  (:func:`tree_changes`: per count, the same subtractions in the same order as the tree's step).
+
+The loop itself is per user, in Python: with B = 1 that is Algorithm 1 (each user's arm is a function
+of every earlier report), and deciding several users per kernel call by speculating on their arms
+fails at about every second user on the paper's instance (the chosen arm changes that often).
 
 A V_m that fails the Cholesky test (the non-PD safeguard, rare) goes through
 :meth:`~.learners.BatchedLinUCB.update` itself.
@@ -30,6 +36,7 @@ import numpy as np
 
 from privbandit.families.shuffle_linear_bandits import mechanisms as slb
 from privbandit.families.shuffle_linear_bandits.learners import Widths, _einsum, _inv, _pd
+
 
 class LookAhead:
     """One task's look-ahead: the per-arm tables of its runs' fixed arms (R, K, d)."""

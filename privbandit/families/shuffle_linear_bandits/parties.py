@@ -23,6 +23,10 @@ LinUCB-SDP-Amp     shuffler    shuffle   Gaussian-noised entries, S1 and S2 perm
 LinUCB-SDP-Vec     shuffler    sum       per-label bit counts; only the totals leave the shuffler
 =================  ==========  ========  ===========================================================
 
+In-process, the one-user-batch learners (LinUCB, JDP, LDP with B = 1) look ahead through the users'
+``oracle`` and decide a block of users in one loop (:mod:`.lookahead`), one plan and one pass-through
+round per block, bit for bit the run one plan per user makes (which is what they do over MQTT).
+
 Everything carries the runs axis first: the in-process engine steps all runs of an algorithm at
 once (their batches line up), over MQTT one task is one run, and a run's numbers never depend on
 the runs stacked with it (per-run streams; :class:`~.learners.BatchedLinUCB` decides per run).
