@@ -39,6 +39,7 @@ def _run(config, label: str, oracle: bool):
     result = observer.result(runs, analyzer.ledger.summary(), analyzer.logic.summary(),
                              FAMILY.row_maker(config, label))
     FAMILY.finish(config, label, result)
+    result.final = analyzer.logic.learner  # the learner as the run left it
     return result, plans
 
 
@@ -67,6 +68,9 @@ def test_look_ahead_equals_one_user_per_plan(label, horizon, epsilon, seed, runs
     assert _rows(fast) == _rows(ref)
     assert fast.privacy == ref.privacy and fast.privacy["releases"] == horizon
     assert fast.learner == ref.learner
+    for field in ("u", "V", "v_inv", "theta", "clipped", "not_pd"):
+        np.testing.assert_array_equal(getattr(fast.final, field), getattr(ref.final, field), err_msg=field)
+    assert (fast.final.t, fast.final.beta) == (ref.final.t, ref.final.beta)
     assert (fast.reports, fast.protocol_bits, fast.max_report_bits) == (ref.reports, ref.protocol_bits,
                                                                         ref.max_report_bits)
     if label == "LinUCB-JDP" and epsilon == 0.2:

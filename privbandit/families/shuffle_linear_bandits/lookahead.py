@@ -101,8 +101,7 @@ class LookAhead:
                 ys[:, i] = y
                 if kind == "linucb":  # update_rank_one (Sherman–Morrison), operation for operation
                     x = arms[sel, a]
-                    L.u += xy[sel, a, y]
-                    L.V += xx[sel, a]
+                    L.u += xy[sel, a, y]  # (V, which no decision reads, is summed after the loop)
                     v_inv = L.v_inv
                     vx = _einsum("rde,re->rd", v_inv, x)
                     v_inv -= vx[:, :, None] * vx[:, None, :] / (1.0 + np.add.reduce(vx * x, axis=-1))[:, None, None]
@@ -130,6 +129,9 @@ class LookAhead:
                 L.beta = beta_fn(L.t)
         if kind != "linucb-ldp":
             values[:] = raw[np.arange(r)[:, None], chosen, ys]
+        if kind == "linucb":  # V += φφᵀ user after user: a running sum, added in the same order
+            steps = np.concatenate([L.V[None], np.moveaxis(xx[np.arange(r)[:, None], chosen], 1, 0)])
+            L.V = np.add.accumulate(steps, axis=0)[-1]
         return chosen, values, lane
 
 
