@@ -86,7 +86,8 @@ class ShuffleLinearBandits(Family):
                 "diagnostic": [int(m) for m in cfg.diagnostic_batches(config.horizon, grid, a.batch)]}
 
     def analyzer(self, public: dict, keys: list[int], oracle=None) -> LinearServer:
-        return LinearServer(setup(public), keys)
+        """``oracle``: the users' (in-process only), for the one-user-batch learners' look-ahead."""
+        return LinearServer(setup(public), keys, oracle)
 
     def ledger(self, public: dict) -> Ledger:
         kind = public["algorithm"]["algorithm"]

@@ -18,6 +18,29 @@ from __future__ import annotations
 
 import numpy as np
 
+try:  # the kernels behind np.einsum(optimize=False) and np.linalg.inv / cholesky
+    from numpy._core.multiarray import c_einsum as _einsum
+    from numpy.linalg import _umath_linalg
+
+    def _inv(a: np.ndarray) -> np.ndarray:
+        return _umath_linalg.inv(a, signature="d->d")
+
+    def _pd(a: np.ndarray) -> bool:
+        """Does every matrix of the stack have a Cholesky factor? (np.linalg.cholesky raises iff not;
+        the kernel fills a failed factor with NaN: call under np.errstate(invalid="ignore"))"""
+        c = _umath_linalg.cholesky_lo(a, signature="d->d")[:, 0, 0]
+        return c.size == 1 and c[0] == c[0] or not np.isnan(c).any()
+except ImportError:  # pragma: no cover - another numpy layout: the public functions, same kernels
+    _einsum = np.einsum
+    _inv = np.linalg.inv
+
+    def _pd(a: np.ndarray) -> bool:
+        try:
+            np.linalg.cholesky(a)
+            return True
+        except np.linalg.LinAlgError:
+            return False
+
 
 def arm_outer(arms: np.ndarray) -> np.ndarray:
     """vec(φφᵀ) per arm, (R, K, d²): makes every width one matrix product (see :func:`ucb_actions`)."""
@@ -40,6 +63,32 @@ def ucb_actions(arms: np.ndarray, theta: np.ndarray, v_inv: np.ndarray, beta: fl
     return np.argmax(mean + np.asarray(beta)[..., None] * np.sqrt(np.maximum(quad, 0.0)), axis=1)
 
 
+class Widths:
+    """:func:`ucb_actions` for fixed arms, with preallocated outputs (the same kernels and
+    elementwise operations, the same bits): the per-round cost of line 4 is its kernel calls."""
+
+    def __init__(self, arms: np.ndarray, outer: np.ndarray | None = None):
+        self.arms = arms
+        self.outer = arm_outer(arms) if outer is None else outer
+        r, k, d = arms.shape
+        self.flat = (r, d * d, 1)
+        self.quad = np.empty((r, k, 1))
+        self.mean = np.empty((r, k, 1))
+
+    def scores(self, theta: np.ndarray, v_inv: np.ndarray, beta: float) -> np.ndarray:
+        """⟨φ, θ̂⟩ + β‖φ‖_{V⁻¹} of every arm, (R, K, 1) (overwritten by the next call)."""
+        q, mu = self.quad, self.mean
+        np.matmul(self.outer, v_inv.reshape(self.flat), out=q)
+        np.matmul(self.arms, theta[:, :, None], out=mu)
+        np.maximum(q, 0.0, out=q)
+        np.sqrt(q, out=q)
+        np.multiply(q, beta, out=q)
+        return np.add(mu, q, out=mu)
+
+    def __call__(self, theta: np.ndarray, v_inv: np.ndarray, beta: float) -> np.ndarray:
+        return self.scores(theta, v_inv, beta)[:, :, 0].argmax(axis=1)
+
+
 def _has_cholesky(a: np.ndarray) -> bool:
     try:
         np.linalg.cholesky(a)
@@ -52,6 +101,7 @@ class BatchedLinUCB:
     def __init__(self, runs: int, d: int, lam: float, floor: float, beta_fn):
         self.d = d
         self.lam, self.floor = float(lam), float(floor)
+        self.floor_eye = self.floor * np.eye(d)
         self.beta_fn = beta_fn
         self.V = np.broadcast_to(lam * np.eye(d), (runs, d, d)).copy()
         self.u = np.zeros((runs, d))
@@ -78,11 +128,12 @@ class BatchedLinUCB:
         self.V += v_inc
         self.t += users
         self.lambda_min = None  # computed on demand (diagnostics only)
-        shifted = self.V - self.floor * np.eye(self.d)
-        try:  # the common case, cheaply: every V_m ⪰ floor·I ⇔ V_m − floor·I has a Cholesky factor
-            np.linalg.cholesky(shifted)
-            self.v_inv = np.linalg.inv(self.V)
-        except np.linalg.LinAlgError:
+        shifted = self.V - self.floor_eye
+        with np.errstate(invalid="ignore"):
+            pd = _pd(shifted)
+        if pd:  # the common case, cheaply: every V_m ⪰ floor·I ⇔ V_m − floor·I has a Cholesky factor
+            self.v_inv = _inv(self.V)
+        else:
             # Decide run by run, with the same test: a run's model must not depend on the other runs
             # stacked with it (one task of a distributed run is one run; it must match this one).
             low = np.array([not _has_cholesky(s) for s in shifted])
@@ -101,8 +152,8 @@ class BatchedLinUCB:
         """Non-private fast path: Ṽ = xxᵀ exactly, so Sherman–Morrison keeps V⁻¹ (V stays ⪰ λI)."""
         self.u += x * y[:, None]
         self.V += x[:, :, None] * x[:, None, :]
-        vx = np.einsum("rde,re->rd", self.v_inv, x)
+        vx = _einsum("rde,re->rd", self.v_inv, x)
         self.v_inv -= vx[:, :, None] * vx[:, None, :] / (1.0 + (vx * x).sum(-1))[:, None, None]
-        self.theta = np.einsum("rde,re->rd", self.v_inv, self.u)
+        self.theta = _einsum("rde,re->rd", self.v_inv, self.u)
         self.t += 1
         self.beta = self.beta_fn(self.t)

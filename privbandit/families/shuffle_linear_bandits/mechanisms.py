@@ -72,9 +72,19 @@ def user_entries(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.concatenate([x * y[..., None], x[..., iu] * x[..., ju]], axis=-1)
 
 
+@lru_cache(maxsize=64)
+def mirror_indices(d: int) -> np.ndarray:
+    """(d, d): the entries index of matrix element (i, j), the upper triangle's for both (i, j) and (j, i)."""
+    iu, ju = upper_indices(d)
+    out = np.empty((d, d), dtype=np.intp)
+    out[iu, ju] = out[ju, iu] = d + np.arange(iu.size)
+    return out
+
+
 def split_entries(e: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
-    """(vector part (..., d), symmetric matrix (..., d, d)) of an entries array."""
-    return e[..., :d], from_upper(e[..., d:], d)
+    """(vector part (..., d), symmetric matrix (..., d, d)) of an entries array: the matrix is
+    :func:`from_upper` of the rest, as one gather."""
+    return e[..., :d], e[..., mirror_indices(d)]
 
 
 # --- P_Amp and the local Gaussian randomizer ---------------------------------------------------
@@ -384,6 +394,19 @@ class StackedStreams:
             draws = [s.for_block(k) for s in self.runs]
             self.block, self.noise = k, _stack(draws)
         return _row(self.noise, m - k * self.per_block, axis=1)
+
+    def rows(self, m: int, n: int) -> np.ndarray:
+        """Batches m … m + n − 1's draws, (R, n, B, D): the rows :meth:`for_batch` gives them, one
+        block at a time (a plain array of draws only: the Gaussian randomizer's, the tree's)."""
+        parts = []
+        while n > 0:
+            k, off = divmod(m, self.per_block)
+            take = min(n, self.per_block - off)
+            if k != self.block:
+                self.block, self.noise = k, _stack([s.for_block(k) for s in self.runs])
+            parts.append(self.noise[:, off:off + take])
+            m, n = m + take, n - take
+        return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
 
 
 def _stack(draws: list):

@@ -23,6 +23,10 @@ LinUCB-SDP-Amp     shuffler    shuffle   Gaussian-noised entries, S1 and S2 perm
 LinUCB-SDP-Vec     shuffler    sum       per-label bit counts; only the totals leave the shuffler
 =================  ==========  ========  ===========================================================
 
+In-process, the one-user-batch learners (LinUCB, JDP, LDP with B = 1) look ahead through the users'
+``oracle`` and decide a block of users in one loop (:mod:`.lookahead`), one plan and one pass-through
+round per block, bit for bit the run one plan per user makes (which is what they do over MQTT).
+
 Everything carries the runs axis first: the in-process engine steps all runs of an algorithm at
 once (their batches line up), over MQTT one task is one run, and a run's numbers never depend on
 the runs stacked with it (per-run streams; :class:`~.learners.BatchedLinUCB` decides per run).
@@ -31,13 +35,15 @@ the runs stacked with it (per-run streams; :class:`~.learners.BatchedLinUCB` dec
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from privbandit.families.shuffle_linear_bandits import mechanisms as slb
 from privbandit.families.shuffle_linear_bandits import params as lp
-from privbandit.families.shuffle_linear_bandits.learners import BatchedLinUCB, arm_outer, ucb_actions
+from privbandit.families.shuffle_linear_bandits.lookahead import LookAhead
+from privbandit.families.shuffle_linear_bandits.learners import BatchedLinUCB, Widths, arm_outer
 from privbandit.families.shuffle_linear_bandits.world import LinearInstances, UserUniforms, bounds
 from privbandit.protocol.privacy import PrivacyEvent
 from privbandit.protocol.spine.errors import ProtocolError
@@ -46,6 +52,9 @@ from privbandit.protocol.spine.family import BlockAnswer, Spend
 from privbandit.protocol.spine.observer import checkpoints_in
 
 RAW = ("linucb", "linucb-jdp")  # raw (φ, y) to a trusted analyzer
+LOOK_AHEAD = ("linucb", "linucb-jdp", "linucb-ldp")  # one user per batch: decided a block at a time in-process
+LOOK_AHEAD_USERS = 4096  # users one look-ahead block decides at most
+LOOK_AHEAD_CELLS = 1 << 22  # and at most this many (run, user, arm) rewards looked at (bytes)
 
 
 @dataclass(frozen=True)
@@ -139,13 +148,20 @@ class LinearServer:
     """The analyzer's logic of one task (R runs; see the module docstring). ``keys``: the analyzer's
     own key per run (JDP's tree noise)."""
 
-    def __init__(self, s: Setup, keys: list[int]):
+    def __init__(self, s: Setup, keys: list[int], oracle: Callable | None = None):
         self.s = s
         self.runs = len(keys)
         d = s.d
         self.learner = BatchedLinUCB(self.runs, d, s.conf.lam, s.conf.floor, lambda t: s.conf.beta(t, d))
         self.event = s.event()
         self.group = "returning" if s.budget.participations > 1 else None
+        # In-process look-ahead (see :meth:`_block`): one-user batches of a learner that composes
+        # each release on its own (group None), so a block's releases are one ledger record.
+        self.oracle = oracle if (oracle is not None and s.batch == 1 and s.kind in LOOK_AHEAD
+                                 and self.group is None) else None
+        self.expected: dict[int, np.ndarray] = {}  # a block plan's round → the reports looked at
+        self._lanes: dict[int, str] = {}
+        self.look: LookAhead | None = None
         self.tree = None
         if s.kind == "linucb-jdp":
             width = slb.n_entries(d)
@@ -165,6 +181,8 @@ class LinearServer:
         """The next batch, or [] while one is open or once the horizon is served."""
         if self.open is not None or self.done:
             return []
+        if self.oracle is not None and not self._diagnosed(self.next_batch):
+            return [self._block()]
         B = self.s.batch
         theta, v_inv, beta = self.learner.broadcast()
         m, first = self.next_batch, self.planned
@@ -180,11 +198,99 @@ class LinearServer:
         self.planned += cohort
         return [plan]
 
+    # --- the in-process look-ahead ---------------------------------------------------------------
+    def _diagnosed(self, m: int) -> bool:
+        """Batch m has a rounds.csv row: it goes as a plan of its own (its body has the model)."""
+        return m in self.s.diagnostic and self.s.kind != "linucb"
+
+    def _block_end(self, m: int) -> int:
+        """One past the last batch a block starting at m may decide: up to the next diagnostic
+        batch, and (JDP) before the next count that opens a new tree level, 2^j − 1: the block's
+        releases are recorded once, under its first lane, which must leave the ledger as they would
+        one by one (each lane keeps the worst of identical events, in order of first use)."""
+        if not hasattr(self, "_block_users"):
+            arms = self.oracle(m, 1)[0].shape[1]  # K (public: the experiment file says it)
+            self._block_users = max(64, min(LOOK_AHEAD_USERS, LOOK_AHEAD_CELLS // (self.runs * arms)))
+        end = min(self.s.horizon, m + self._block_users)
+        if self.s.kind != "linucb":
+            i = np.searchsorted(self._diag_sorted, m, side="right")
+            if i < self._diag_sorted.size:
+                end = min(end, int(self._diag_sorted[i]))
+        if self.tree is not None:
+            nxt = (1 << (m + 1).bit_length()) - 1  # the smallest 2^j − 1 above m
+            end = min(end, nxt)
+        return end
+
+    @property
+    def _diag_sorted(self) -> np.ndarray:
+        if not hasattr(self, "_diag_cache"):
+            self._diag_cache = np.array(sorted(self.s.diagnostic), dtype=np.int64)
+        return self._diag_cache
+
+    def _block(self) -> Plan:
+        """Decide users m … end − 1 (one-user batches) at once, exactly as one plan per user would:
+        the same learner calls, in the same order, on what the users would report, which the users'
+        ``oracle`` shows ahead (their reward from every arm, their randomizer's draws; the trusted
+        analyzer of LinUCB/JDP receives the raw data anyway, LDP's the noised reports, attributably).
+        One plan gives the users their arms; its one pass-through round collects their reports,
+        which :meth:`on_release` checks against those looked at."""
+        s, learner, d = self.s, self.learner, self.s.d
+        m = self.next_batch
+        n = self._block_end(m) - m
+        arms, rewards, noise, fits = self.oracle(m, n)
+        if self.look is None:
+            self.look = LookAhead(s.kind, arms, arm_outer(arms))
+        tree_noise = None if self.tree is None else self.tree_noise.rows(m, n)[:, :, 0]
+        saved = self._state()
+        chosen, values, lane = self.look.decide(self.learner, rewards, noise, self.tree, tree_noise)
+        k = fits(chosen)
+        if k < n:  # rare: the observer could not add this block's regret as one user at a time would
+            self._restore(saved)
+            n = k
+            chosen, values, lane = self.look.decide(self.learner, rewards[:, :n], None if noise is None else
+                                                    noise[:, :n], self.tree,
+                                                    None if tree_noise is None else tree_noise[:, :n])
+        self.expected[m] = values
+        self._lanes[m] = lane or "round"
+        self.next_batch += n
+        self.planned += n
+        self.open = m
+        rnd = replace(s.round(m), expected=n)
+        return Plan(m, m, n, {"batch": m, "arms": chosen}, (rnd,), (Join(m, m, n, n),))
+
+    def _state(self) -> tuple:
+        L, t = self.learner, self.tree
+        copy = lambda v: v.copy() if isinstance(v, np.ndarray) else v  # noqa: E731
+        return ({k: copy(getattr(L, k)) for k in ("u", "V", "v_inv", "theta", "beta", "t", "lambda_min")},
+                L.clipped.copy(), L.not_pd.copy(), None if t is None else (list(t.nodes), t.count))
+
+    def _restore(self, saved: tuple) -> None:
+        arrays, clipped, not_pd, tree = saved
+        for k, v in arrays.items():
+            setattr(self.learner, k, v.copy() if isinstance(v, np.ndarray) else v)
+        self.learner.clipped, self.learner.not_pd = clipped, not_pd
+        if tree is not None:
+            self.tree.nodes, self.tree.count = list(tree[0]), tree[1]
+
     def on_release(self, rnd: Round, release: Release) -> tuple[dict, Spend]:
+        if rnd.id in self.expected:
+            if rnd.id != self.open or not np.array_equal(release.values, self.expected[rnd.id]):
+                raise ProtocolError("look-ahead-mismatch", f"block {rnd.id}: the users' reports are not those "
+                                                           f"the analyzer looked ahead at")
+            del self.expected[rnd.id]
+            self.open = None
+            return {"batch": rnd.id}, Spend(self.event, self._lanes.pop(rnd.id), self.group, releases=rnd.expected)
         if rnd.id != self.open:
             raise ProtocolError("unknown-round", f"batch {rnd.id} is not the open batch {self.open}")
-        s, d, n = self.s, self.s.d, release.n_reports
-        values = release.values
+        body = {"batch": rnd.id}
+        lane = self._learn(rnd.id, release.values, release.n_reports, body)
+        self.open = None
+        return body, Spend(self.event, lane, self.group)
+
+    def _learn(self, m: int, values: np.ndarray, n: int = 1, body: dict | None = None) -> str:
+        """Decode batch m's release (``n`` reports, ``values``) and learn from it (lines 11–16);
+        its diagnostics go into ``body``. Returns the release's ledger lane."""
+        s, d = self.s, self.s.d
         rank_one = s.kind == "linucb" and s.batch == 1
         # Decode (nothing changes before here; the spine has checked shape, type and range).
         if s.kind == "linucb-sdp-vec":
@@ -197,23 +303,21 @@ class LinearServer:
             estimate = values.sum(axis=1)
         elif not rank_one:
             estimate = slb.user_entries(values[..., :d], values[..., d]).sum(axis=1)
-        body = {"batch": rnd.id}
         lane = "round"
         if rank_one:  # non-private, one user: Sherman–Morrison keeps V⁻¹ exactly (no diagnostics)
             self.learner.update_rank_one(values[:, 0, :d], values[:, 0, d])
         else:
             if self.tree is not None:  # central: the trusted analyzer adds tree noise to prefix sums
                 lane = f"level-{self.tree.level()}"
-                estimate = self.tree.step(estimate, self.tree_noise.for_batch(rnd.id)[:, 0])
+                estimate = self.tree.step(estimate, self.tree_noise.for_batch(m)[:, 0])
             u_inc, v_inc = slb.split_entries(estimate, d)
             self.learner.update(u_inc, v_inc, n)
-            if rnd.id in s.diagnostic:
+            if body is not None and m in s.diagnostic:
                 lam = self.learner.smallest_eigenvalues()
                 body.update(estimate=np.array(estimate, dtype=np.float64),
                             theta=self.learner.theta.copy(), lambda_min=lam.copy(),
                             clipped=(lam < s.conf.floor).astype(np.int64))
-        self.open = None
-        return body, Spend(self.event, lane, self.group)
+        return lane
 
     def summary(self) -> list[dict]:
         return [{"batches_clipped": int(self.learner.clipped[r]), "batches_not_pd": int(self.learner.not_pd[r])}
@@ -228,6 +332,10 @@ class LinearUsers:
         self.s = s
         self.arms = instances.arms  # (R, K, d)
         self.outer = arm_outer(self.arms)
+        self.widths = Widths(self.arms, self.outer)
+        # [φy, upper(φφᵀ)] of every arm for y = 0, 1 (R, K, 2, D): a user's entries, looked up
+        ys = np.broadcast_to(np.array([0.0, 1.0]), self.arms.shape[:2] + (2,))
+        self.entries = slb.user_entries(np.broadcast_to(self.arms[:, :, None, :], ys.shape + self.arms.shape[-1:]), ys)
         self.means = instances.means
         self.best = self.means.max(axis=1)
         self.theta_star = instances.theta
@@ -237,46 +345,140 @@ class LinearUsers:
         self.noise = None if self.randomizer is None else slb.StackedStreams(
             [slb.user_noise(seed, label, r, s.batch, self.randomizer, s.width) for r in runs])
         self.checkpoints = np.asarray(checkpoints, dtype=np.int64)
+        # The observer's running regret sums (it adds each block's total in serving order): a block
+        # plan's truth is set so that those sums are the one-user-per-plan ones, bit for bit.
+        self.sums = np.zeros((2, len(runs)))
+
+    def oracle(self, first: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """What the analyzer's in-process look-ahead may see of users first … first + n − 1 (one-user
+        batches): their contexts (the fixed arms, (R, K, d)), the reward each would get from every
+        arm (R, n, K, bool), their randomizer's draws (R, n, D) or None, and :meth:`fits`."""
+        u = self.uniforms.get(first, n)
+        rewards = u[:, :, None] < self.means[:, None, :]
+        noise = None if self.noise is None else self.noise.rows(first, n)[:, :, 0]
+        return self.arms, rewards, noise, lambda arms: self.fits(first, arms)
+
+    def fits(self, first: int, arms: np.ndarray) -> int:
+        """How many of the users first … playing ``arms`` (R, n) one block plan may serve: the most
+        whose running regret sums, at the checkpoints and at the end, the observer reproduces from
+        its own sum by one addition (:func:`exact_steps`; one user always fits)."""
+        n = arms.shape[1]
+        gaps = self.best[:, None] - self.means[self.ridx[:, None], arms]
+        running = np.cumsum(np.concatenate([self.sums[0][:, None], gaps], axis=1), axis=1)[:, 1:]
+        _, ends = exact_steps(self.sums[0][:, None], running)
+        ok = ends.all(axis=0)
+        ok[0] = True
+        at = checkpoints_in(self.checkpoints, first, n) - first - 1
+        stop = n
+        if at.size:
+            _, marks = exact_steps(self.sums[0][:, None], running[:, at])
+            bad = np.flatnonzero(~marks.all(axis=0))
+            if bad.size:
+                stop = max(1, int(at[bad[0]]))  # users before the first unreachable checkpoint
+        return int(np.flatnonzero(ok[:stop])[-1]) + 1
 
     def shard(self, plan: Plan, block: int, shards: int) -> int:
         """A fleet hosts whole noise blocks (block k of batches on fleet k mod N)."""
         return (slb.block_of(plan.id, self.s.batch) + block) % shards
 
     def act(self, plan: Plan, block: int, first: int, size: int, stay: np.ndarray | None) -> BlockAnswer:
+        answer = self._act_block(plan, block, first, size, stay) if "arms" in plan.body else \
+            self._act(plan, block, first, size, stay)
+        t = answer.truth
+        self.sums[0] += t.pseudo
+        self.sums[1] += t.realized
+        return answer
+
+    def _act_block(self, plan: Plan, block: int, first: int, size: int, stay: np.ndarray | None) -> BlockAnswer:
+        """A look-ahead block (one-user batches, in-process): each user plays the arm the plan gives
+        her, as she would have chosen it from her own one-user plan."""
+        lo = first - plan.first_user
+        a = np.asarray(plan.body["arms"])[:, lo:lo + size]
+        rows = self.ridx[:, None]
+        mu_a = self.means[rows, a]
+        u = self.uniforms.get(first, size)
+        y = (u < mu_a).astype(np.float64)
+        x = self.arms[rows, a]
+        if self.s.kind in RAW:
+            values = np.concatenate([x, y[..., None]], axis=-1)
+        else:
+            values = self.randomizer.apply(slb.user_entries(x, y), self.noise.rows(first, size)[:, :, 0])
+        offsets = np.arange(size) if stay is None else np.flatnonzero(stay)
+        at = checkpoints_in(self.checkpoints, first, size) - first - 1
+        # One user per plan, the observer would add the users' regrets one at a time: these running
+        # sums, and a block total and checkpoint values that reproduce them exactly from its own.
+        gaps = np.stack([self.best[:, None] - mu_a, (u < self.best[:, None]) - y])
+        running = np.cumsum(np.concatenate([self.sums[:, :, None], gaps], axis=2), axis=2)[:, :, 1:]
+        total = exact_step(self.sums, running[:, :, -1])
+        marks = exact_step(self.sums[:, :, None], running[:, :, at])
+        truth = Truth(plan.id, block, first, size, pseudo=total[0], realized=total[1],
+                      pseudo_at=marks[0], realized_at=marks[1])
+        return BlockAnswer(truth, [(plan.joins[0].round_id, offsets, np.ascontiguousarray(values[:, offsets]), None)])
+
+    def _act(self, plan: Plan, block: int, first: int, size: int, stay: np.ndarray | None) -> BlockAnswer:
         b = plan.body
         theta, v_inv = np.asarray(b["theta"]), np.asarray(b["v_inv"])
         if theta.shape != (self.ridx.size, self.s.d) or v_inv.shape != theta.shape + (self.s.d,):
             raise ValueError(f"plan {plan.id}: θ̂ {theta.shape} and V⁻¹ {v_inv.shape} do not fit "
                              f"{self.ridx.size} runs in d = {self.s.d}")
-        a = ucb_actions(self.arms, theta, v_inv, float(b["beta"]), self.outer)  # line 4
+        a = self.widths(theta, v_inv, float(b["beta"]))  # line 4 (ucb_actions)
         mu_a = self.means[self.ridx, a]
         u = self.uniforms.get(first, size)
         y = (u < mu_a[:, None]).astype(np.float64)
         gap = self.best - mu_a
-        pseudo = np.cumsum(np.broadcast_to(gap[:, None], u.shape), axis=1)
-        realized = np.cumsum((u < self.best[:, None]) - y, axis=1)
+        pseudo = np.repeat(gap[:, None], size, axis=1).cumsum(axis=1)
+        realized = ((u < self.best[:, None]) - y).cumsum(axis=1)
         at = checkpoints_in(self.checkpoints, first, size) - first - 1
         extras = {}
         reports = []
         if plan.joins:
-            x = np.broadcast_to(self.arms[self.ridx, a][:, None, :], u.shape + (self.s.d,))
             offsets = np.arange(size) if stay is None else np.flatnonzero(stay)
+            y_index = y.astype(np.intp)
             if self.s.kind in RAW:
+                x = np.repeat(self.arms[self.ridx, a][:, None, :], size, axis=1)
                 values = np.concatenate([x, y[..., None]], axis=-1)
                 entries = None
             else:
-                entries = slb.user_entries(x, y)
+                entries = self.entries[self.ridx[:, None], a[:, None], y_index]
                 lo = first - plan.first_user
                 noise = users_part(self.noise.for_batch(plan.id), lo, lo + size)
                 values = self.randomizer.apply(entries, noise)  # line 7
-            reports.append((plan.joins[0].round_id, offsets, np.ascontiguousarray(values[:, offsets]), None))
+            sent = values if stay is None else np.ascontiguousarray(values[:, offsets])  # fresh, contiguous
+            reports.append((plan.joins[0].round_id, offsets, sent, None))
             if plan.id in self.s.diagnostic and not (self.s.kind == "linucb" and self.s.batch == 1):
                 if entries is None:
-                    entries = slb.user_entries(x, y)
+                    entries = self.entries[self.ridx[:, None], a[:, None], y_index]
                 extras = {"entries_sum": entries[:, offsets].sum(axis=1), "theta_star": self.theta_star.copy()}
         truth = Truth(plan.id, block, first, size, pseudo=pseudo[:, -1].copy(), realized=realized[:, -1].copy(),
                       pseudo_at=pseudo[:, at], realized_at=realized[:, at], extras=extras)
         return BlockAnswer(truth, reports)
+
+
+def exact_steps(before: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(x, found): x with ``before + x == target`` exactly, elementwise, where one exists (found).
+
+    For 0 ≤ before ≤ target (running regret sums): below 2·before, target − before is exact
+    (Sterbenz); beyond, it may be an ulp off, and a step may not exist at all: when ``before`` lies
+    exactly halfway between two multiples of the target's ulp, every sum is a tie and rounds to even,
+    missing an odd target. Candidates: target − before and its neighbours within two ulps."""
+    x0 = target - before
+    x = x0.copy()
+    found = before + x0 == target
+    for k in (1, -1, 2, -2):
+        if found.all():
+            break
+        cand = x0 + k * np.spacing(x0)
+        hit = ~found & (before + cand == target)
+        x = np.where(hit, cand, x)
+        found |= hit
+    return x, found
+
+
+def exact_step(before: np.ndarray, target: np.ndarray) -> np.ndarray:
+    x, found = exact_steps(before, target)
+    if not found.all():
+        raise ArithmeticError("no exact step between running regret sums")
+    return x
 
 
 def users_part(noise, lo: int, hi: int):

@@ -1,0 +1,167 @@
+"""The linear family's in-process look-ahead (LinUCB, LinUCB-JDP, LinUCB-LDP with one-user batches):
+the analyzer that decides a block of users through the users' oracle makes, bit for bit, the run the
+analyzer serving one user per plan makes (what it does over MQTT): arms, regret curves, rounds.csv
+rows, ledger, learner summary."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from privbandit.families.shuffle_linear_bandits import parties as linear_parties
+from privbandit.families.shuffle_linear_bandits.family import FAMILY
+from privbandit.families.shuffle_linear_bandits.parties import exact_steps
+from privbandit.protocol.spine import engine
+from privbandit.protocol.spine.errors import ProtocolError
+from privbandit.runner.tasks import parties
+
+
+def _config(label: str, horizon: int, epsilon: float, seed: int, runs: int, preset: str = "paper-code",
+            dim: int = 5, arms: int = 100, checkpoints: int = 240):
+    return FAMILY.load({"family": FAMILY.name, "horizon": horizon, "seed": seed, "epsilon": epsilon, "runs": runs,
+                        "preset": preset, "environment": {"arms": arms, "dim": dim}, "checkpoints": checkpoints,
+                        "algorithms": {label: {}}}, "<test>")
+
+
+def _run(config, label: str, oracle: bool):
+    runs = list(range(config.runs))
+    _, analyzer, users, boxes, observer = parties(FAMILY, config, label, runs, oracle=oracle)
+    plans = []
+    next_plans = analyzer.next_plans
+
+    def counted():
+        out = next_plans()
+        plans.extend(out)
+        return out
+
+    analyzer.next_plans = counted
+    engine.run(analyzer, users, boxes, observer)
+    result = observer.result(runs, analyzer.ledger.summary(), analyzer.logic.summary(),
+                             FAMILY.row_maker(config, label))
+    FAMILY.finish(config, label, result)
+    result.final = analyzer.logic.learner  # the learner as the run left it
+    return result, plans
+
+
+def _rows(result):
+    return [{k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in row.items()} for row in result.rounds]
+
+
+@pytest.mark.parametrize("label,horizon,epsilon,seed,runs,preset,dim", [
+    ("LinUCB", 3000, 1.0, 2, 1, "paper-code", 5),
+    ("LinUCB", 2000, 1.0, 7, 3, "theory", 5),  # β grows with t; three runs stacked
+    ("LinUCB-JDP", 3000, 0.2, 2, 1, "paper-code", 5),  # clips V_m: the safeguard's branch inside blocks
+    ("LinUCB-JDP", 2000, 1.0, 3, 2, "paper-code", 10),
+    ("LinUCB-JDP", 1500, 1.0, 4, 2, "theory", 5),
+    ("LinUCB-LDP", 3000, 1.0, 2, 1, "paper-code", 5),
+    ("LinUCB-LDP", 2000, 10.0, 5, 3, "paper-code", 5),
+    ("LinUCB-LDP", 1500, 1.0, 6, 1, "theory", 3),
+])
+def test_look_ahead_equals_one_user_per_plan(label, horizon, epsilon, seed, runs, preset, dim):
+    config = _config(label, horizon, epsilon, seed, runs, preset, dim)
+    fast, fast_plans = _run(config, label, oracle=True)
+    ref, ref_plans = _run(config, label, oracle=False)
+    assert len(ref_plans) == horizon and len(fast_plans) < horizon / 4  # the look-ahead did the serving
+    assert any("arms" in p.body for p in fast_plans) and not any("arms" in p.body for p in ref_plans)
+    np.testing.assert_array_equal(fast.pseudo, ref.pseudo)
+    np.testing.assert_array_equal(fast.realized, ref.realized)
+    assert _rows(fast) == _rows(ref)
+    assert fast.privacy == ref.privacy and fast.privacy["releases"] == horizon
+    assert fast.learner == ref.learner
+    for field in ("u", "V", "v_inv", "theta", "clipped", "not_pd"):
+        np.testing.assert_array_equal(getattr(fast.final, field), getattr(ref.final, field), err_msg=field)
+    assert (fast.final.t, fast.final.beta) == (ref.final.t, ref.final.beta)
+    assert (fast.reports, fast.protocol_bits, fast.max_report_bits) == (ref.reports, ref.protocol_bits,
+                                                                        ref.max_report_bits)
+    if label == "LinUCB-JDP" and epsilon == 0.2:
+        assert ref.learner[0]["batches_clipped"] > 20
+
+
+def test_look_ahead_is_for_one_user_batches_of_independent_releases():
+    """Returning users compose every release in one group (n additions, not one): no look-ahead."""
+    config = FAMILY.load({"family": FAMILY.name, "horizon": 300, "seed": 1, "epsilon": 1.0, "runs": 1,
+                          "returning_users": True, "algorithms": {"LinUCB-LDP": {}, "LinUCB-JDP": {}}}, "<test>")
+    for label in ("LinUCB-LDP", "LinUCB-JDP"):
+        _, plans = _run(config, label, oracle=True)
+        assert len(plans) == 300
+
+
+def test_a_release_other_than_the_one_looked_at_is_refused(monkeypatch):
+    """The users report what the analyzer looked ahead at, or the run stops: here one user's
+    reward differs from the oracle's."""
+    config = _config("LinUCB-JDP", 400, 1.0, 2, 1)
+    original = linear_parties.LinearUsers.oracle
+
+    def lying(self, first, n):
+        arms, rewards, noise, fits = original(self, first, n)
+        rewards = rewards.copy()
+        rewards[:, -1] = ~rewards[:, -1]
+        return arms, rewards, noise, fits
+
+    monkeypatch.setattr(linear_parties.LinearUsers, "oracle", lying)
+    with pytest.raises(ProtocolError, match="look-ahead-mismatch"):
+        _run(config, "LinUCB-JDP", oracle=True)
+
+
+def test_exact_steps_reproduce_running_sums_where_they_can():
+    """Running regret sums (0 ≤ before ≤ target): before + x == target for the x found; and a step
+    is missing exactly where every candidate sum is a tie that rounds to even (``before`` halfway
+    between two multiples of the target's ulp, the target odd), which happens."""
+    rng = np.random.default_rng(1)
+    before = rng.random(200_000) * rng.choice([1.0, 1e-3, 1e-8], 200_000)
+    target = before * (2 + 30 * rng.random(200_000)) + rng.random(200_000)
+    x, found = exact_steps(before, target)
+    np.testing.assert_array_equal(before[found] + x[found], target[found])
+    assert np.sum(before + (target - before) != target) > 1000 and found.mean() > 0.98  # nudged ones
+    missing = ~found
+    assert missing.any()
+    ulp = np.spacing(target[missing])
+    half = np.mod(before[missing], ulp)
+    np.testing.assert_array_equal(half, ulp / 2)  # the tie case, and only it
+    one = rng.random(10_000)  # one user's step always exists: her regret
+    sums = np.cumsum(rng.random(10_000))
+    assert exact_steps(sums, sums + one)[1].all()
+    near = np.cumsum(rng.random((3, 5000)), axis=1)  # within 2x: exact as it is (Sterbenz)
+    np.testing.assert_array_equal(exact_steps(near[:, :-1], near[:, 1:])[0], near[:, 1:] - near[:, :-1])
+
+
+def test_a_block_stops_where_the_observer_could_not_follow(monkeypatch):
+    """Force the users to report a block as not fitting beyond a few users: the analyzer re-decides
+    the shorter block from its saved state, and the run is still the one-user-per-plan run."""
+    config = _config("LinUCB-LDP", 1200, 1.0, 3, 2, checkpoints=20)
+    original = linear_parties.LinearUsers.fits
+    calls = []
+
+    def short(self, first, arms):
+        calls.append(arms.shape[1])
+        return min(original(self, first, arms), 1 + first % 37)
+
+    monkeypatch.setattr(linear_parties.LinearUsers, "fits", short)
+    fast, plans = _run(config, "LinUCB-LDP", oracle=True)
+    monkeypatch.undo()
+    ref, _ = _run(config, "LinUCB-LDP", oracle=False)
+    assert any(c > 37 for c in calls) and max(p.cohort for p in plans) <= 37
+    np.testing.assert_array_equal(fast.pseudo, ref.pseudo)
+    assert _rows(fast) == _rows(ref) and fast.privacy == ref.privacy and fast.learner == ref.learner
+
+
+@pytest.mark.parametrize("start,n", [(0, 1), (0, 64), (5, 1), (7, 9), (13, 50), (255, 3), (1000, 300)])
+def test_tree_changes_are_the_steps_changes(start, n):
+    """The JDP tree's changes for n counts at once equal n calls of TreeAggregator.step, bit for
+    bit, and leave the same tree (its live nodes, by identity of their draws, and its count)."""
+    from privbandit.families.shuffle_linear_bandits import mechanisms as slb
+    from privbandit.families.shuffle_linear_bandits.lookahead import tree_changes
+
+    rng = np.random.default_rng(start + n)
+    one, many = slb.TreeAggregator(1.0, (2, 4)), slb.TreeAggregator(1.0, (2, 4))
+    for _ in range(start):
+        draw = rng.normal(size=(2, 4))
+        one.step(np.zeros((2, 4)), draw)
+        many.step(np.zeros((2, 4)), draw)
+    fresh = rng.normal(size=(2, n, 4))
+    raw = rng.normal(size=(2, n, 4))
+    stepped = np.stack([one.step(raw[:, i], fresh[:, i]) for i in range(n)], axis=1)
+    np.testing.assert_array_equal(raw + tree_changes(many, fresh), stepped)
+    assert many.count == one.count and len(many.nodes) == len(one.nodes)
+    for a, b in zip(many.nodes, one.nodes):
+        assert (a is None) == (b is None) and (a is None or np.array_equal(a, b))
