@@ -1,0 +1,137 @@
+"""Issue #20: one bad message must never crash, stall or falsify a run.
+
+Each test runs a real session (every party its own OS process) on the embedded broker with the
+generated ACLs, and attacks it with a real MQTT client holding only the shared ``users`` account,
+as the threat model allows. The session must end as the honest in-process run does, with the
+attack counted by reason in ``summary.json``; or, where the attack can only stop the run, fail
+loudly, naming what failed, within a deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from pathlib import Path
+
+import aiomqtt
+import msgpack
+import numpy as np
+
+from privbandit.runner.config import load
+from privbandit.services import codec
+from privbandit.services.bus import topic
+from privbandit.services.launcher import launch
+from tests.services.test_distributed import _experiment, _inproc, assert_same_numbers
+
+HORIZON = 30_000
+
+
+class Attacker:
+    """A hostile client with the users' account, started next to the parties (``launch``'s
+    ``started`` hook). ``on_plan(plan) -> [(topic parts, payload)]`` answers each plan it reads;
+    ``on_shutdown() -> [...]`` runs when the observer asks everyone to shut down."""
+
+    def __init__(self, on_plan=None, on_shutdown=None):
+        self.on_plan = on_plan or (lambda plan: [])
+        self.on_shutdown = on_shutdown or (lambda: [])
+        self.sent = 0
+        self.error: BaseException | None = None
+        self.thread: threading.Thread | None = None
+
+    def __call__(self, parties) -> None:
+        env = next(p.env for p in parties if p.name.startswith("users-"))
+        self.run_id = env["PRIVBANDIT_RUN_ID"]
+        self.thread = threading.Thread(target=self._main, args=(env,), daemon=True)
+        self.thread.start()
+
+    def _main(self, env) -> None:
+        try:
+            asyncio.run(self._attack(env))
+        except BaseException as exc:  # noqa: BLE001 — reported by the test
+            self.error = exc
+
+    async def _attack(self, env) -> None:
+        host, port = env["PRIVBANDIT_BROKER_URL"].removeprefix("mqtt://").split(":")
+        run = self.run_id
+        async with aiomqtt.Client(host, int(port), username=env["PRIVBANDIT_USERNAME"],
+                                  password=env["PRIVBANDIT_PASSWORD"], identifier=f"{run}-hostile") as c:
+            await c.subscribe([(topic(run, "plan"), 1), (topic(run, "control"), 1)])
+            seen = set()
+            async for message in c.messages:
+                try:
+                    msg = codec.decode(bytes(message.payload))
+                except codec.DecodeError:
+                    continue
+                out = []
+                if isinstance(msg, codec.PlanMsg) and (msg.task, msg.plan) not in seen:
+                    seen.add((msg.task, msg.plan))
+                    out = self.on_plan(msg)
+                elif isinstance(msg, codec.ControlMsg) and msg.action == "shutdown":
+                    out = self.on_shutdown()
+                for parts, payload in out:
+                    await c.publish(topic(run, *parts), payload, qos=1)
+                    self.sent += 1
+                if isinstance(msg, codec.ControlMsg) and msg.action == "shutdown":
+                    return
+
+
+def run_attacked(tmp_path: Path, attacker: Attacker, horizon: int = HORIZON, extra: str = "",
+                 timeout_s: float = 60) -> tuple[int, Path]:
+    path = _experiment(tmp_path, horizon=horizon, runs=1, extra=extra)
+    family, config = load(path)
+    out = tmp_path / "mqtt"
+    code = launch(family, config, path, [], out, broker_url=None, shards=2, timeout_s=timeout_s, started=attacker)
+    attacker.thread.join(10)
+    assert attacker.error is None, attacker.error
+    return code, out
+
+
+def rejected(out: Path) -> dict:
+    return json.loads((out / "summary.json").read_text())["rejected"]
+
+
+def observer_log(out: Path) -> str:
+    return "\n".join(p.read_text(errors="replace")[-3000:] for p in sorted((out / "logs").glob("*.log")))
+
+
+def _raw_reports(run: str, plan: codec.PlanMsg, ids: np.ndarray, values: np.ndarray, **extra) -> bytes:
+    """A reports message for the plan's first join, built as raw msgpack: the codec's own
+    validation is what the test exercises, so the attacker must not be held to it."""
+    join = plan.joins[0]
+    arr = lambda a: {"dtype": a.dtype.str, "shape": list(a.shape), "data": a.tobytes()}  # noqa: E731
+    return msgpack.packb({"v": codec.WIRE_VERSION, "run": run, "kind": "reports", "task": plan.task,
+                          "round": join.round, "plan": plan.plan, "user_ids": arr(ids), "values": arr(values),
+                          **{k: arr(v) if isinstance(v, np.ndarray) else v for k, v in extra.items()}},
+                         use_bin_type=True)
+
+
+def test_item1_reports_whose_arrays_disagree_never_crash_an_intermediary(tmp_path):
+    """#20 item 1: user_ids and values (and tags) of different lengths, for a joined round of the
+    running plan, from inside and outside the cohort. The codec refuses each (``schema``); the
+    aggregator lives on and the result is the honest one."""
+    _inproc(_experiment(tmp_path, horizon=HORIZON, runs=1, extra=""), tmp_path / "inproc")
+
+    def on_plan(plan):
+        if not plan.joins:
+            return []
+        j = plan.joins[0]
+        box = next((r.intermediary for r in plan.opens if r.id == j.round), "aggregator")
+        ids = np.arange(j.first, j.first + 8, dtype="<u4")
+        return [(("report", box), p) for p in (
+            _raw_reports(attacker.run_id, plan, ids, np.ones((1, 5, 1), "<u4")),  # values shorter
+            _raw_reports(attacker.run_id, plan, ids[:3], np.ones((1, 8, 1), "<u4")),  # values longer
+            _raw_reports(attacker.run_id, plan, ids, np.ones((1, 8, 1), "<u4"),
+                         tags=np.ones(3, "<u4"), block=0, block_tag=bytes(16)),  # tags shorter
+            _raw_reports(attacker.run_id, plan, ids, np.ones((2, 8, 1), "<u4")),  # two runs of one
+        )]
+
+    attacker = Attacker(on_plan)
+    code, out = run_attacked(tmp_path, attacker)
+    assert code == 0, observer_log(out)
+    assert attacker.sent >= 8
+    assert_same_numbers(tmp_path / "inproc", out)
+    got = rejected(out)
+    # Three of every four disagree within the message (the codec); the fourth's runs axis
+    # disagrees with the task's (the round refuses it: wrong-shape, or round-closed once released).
+    assert got.get("schema", 0) == attacker.sent * 3 // 4, got
+    assert got.get("wrong-shape", 0) + got.get("round-closed", 0) > 0, got
