@@ -40,6 +40,7 @@ from privbandit.runner.results import summarize, write_results
 from privbandit.services import codec
 from privbandit.services.checkpoint import CheckpointError, spec_fingerprint
 from privbandit.services.party import PartyService
+from privbandit.services.users import status_tag
 
 log = logging.getLogger("privbandit.observer")
 
@@ -230,6 +231,11 @@ class ObserverService(PartyService):
         if isinstance(msg, codec.StatusMsg):
             if msg.party != sender:
                 return self.reject("impersonated-status", f"{msg.party} on {name}")
+            # Fleets share the users' account, and so does anyone holding it: a fleet's status
+            # counts only with the fleets' MAC (an error would fail the session, counters would
+            # replace the fleet's own).
+            if sender.startswith("users-") and not hmac.compare_digest(msg.tag, status_tag(self.auth, msg)):
+                return self.reject("bad-status-tag", f"{msg.state} of {msg.party}")
             return await self.on_status(msg)
         if isinstance(msg, codec.TruthMsg):
             if not sender.startswith("users-"):

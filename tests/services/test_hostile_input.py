@@ -135,3 +135,50 @@ def test_item1_reports_whose_arrays_disagree_never_crash_an_intermediary(tmp_pat
     # disagrees with the task's (the round refuses it: wrong-shape, or round-closed once released).
     assert got.get("schema", 0) == attacker.sent * 3 // 4, got
     assert got.get("wrong-shape", 0) + got.get("round-closed", 0) > 0, got
+
+
+def test_item2_forged_metrics_from_the_users_account_are_refused(tmp_path):
+    """#20 item 2: with the users' account, on the metrics topics it may write (``metrics/users-0``)
+    and the one it may not (``metrics/analyzer``): an error status in the analyzer's name and in a
+    fleet's, counters that are not integers, truths for a block that does not exist and a forged
+    truth of a real block, and, after the genuine ones, a fleet's final counters full of junk keys.
+    Nothing of it reaches the results: the session ends as the honest run does, each refused."""
+    _inproc(_experiment(tmp_path, horizon=HORIZON, runs=1, extra=""), tmp_path / "inproc")
+    run = lambda: attacker.run_id  # noqa: E731
+
+    def status(party, state, **body):
+        return codec.encode(codec.StatusMsg(run=run(), party=party, state=state, task=0, body=body))
+
+    def truth(plan, block, first, size, pseudo):
+        return codec.encode(codec.TruthMsg(
+            run=run(), task=plan.task, plan=plan.plan, block=block, first_user=first, size=size,
+            pseudo=np.array([pseudo]), realized=np.array([pseudo]), pseudo_at=np.zeros((1, 0)),
+            realized_at=np.zeros((1, 0)), tag=bytes(16)))
+
+    def on_plan(plan):
+        if plan.plan != 0:
+            return []
+        fleet = ("metrics", "users-0")
+        return [
+            (("metrics", "analyzer"), status("analyzer", "error", reason="forged on the analyzer's topic")),
+            (fleet, status("analyzer", "error", reason="forged: the analyzer's name on a fleet's topic")),
+            (fleet, status("users-0", "error", reason="forged: a fleet's error")),
+            (fleet, status("users-0", "stats", rejected={"x": "many"})),
+            (fleet, truth(plan, 10**6, 10**9, 5, 1e9)),  # a block that does not exist
+            (fleet, truth(plan, 0, plan.first_user, plan.cohort, -12345.0)),  # a real block, false
+        ]
+
+    def on_shutdown():  # after the genuine final counters, so that these would replace them
+        junk = {f"junk-{i}": 10**9 for i in range(200)}
+        return [(("metrics", "users-0"), status("users-0", "stats", rejected=junk))] * 3
+
+    attacker = Attacker(on_plan, on_shutdown)
+    code, out = run_attacked(tmp_path, attacker)
+    assert code == 0, observer_log(out)
+    assert_same_numbers(tmp_path / "inproc", out)
+    got = rejected(out)
+    assert not any(k.startswith("junk-") for k in got), got
+    assert got.get("impersonated-status", 0) >= 1 and got.get("bad-truth-tag", 0) == 2, got
+    # The error and the non-integer counters, and at least one junk copy before the observer ended
+    # (it stops reading once every party's genuine counters are in).
+    assert got.get("bad-status-tag", 0) >= 3, got
