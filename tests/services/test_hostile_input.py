@@ -182,3 +182,35 @@ def test_item2_forged_metrics_from_the_users_account_are_refused(tmp_path):
     # The error and the non-integer counters, and at least one junk copy before the observer ended
     # (it stops reading once every party's genuine counters are in).
     assert got.get("bad-status-tag", 0) >= 3, got
+
+
+def test_item3_forged_block_complete_markers_release_nothing_early(tmp_path):
+    """#20 item 3: for every plan, the moment it appears, "block complete" markers (reports with a
+    block and no records) for every block of its cohort: with a guessed tag, with none, and for a
+    block past the cohort. Accepted, they would declare every user that has not reported yet a
+    dropout and release the round early over what came (or fail it below its threshold). Each is
+    refused (``bad-block-tag``) and the result is the honest one."""
+    _inproc(_experiment(tmp_path, horizon=HORIZON, runs=1, extra=""), tmp_path / "inproc")
+    none = np.zeros(0, "<u4")
+
+    def on_plan(plan):
+        out = []
+        for j in plan.joins:
+            box = next((r.intermediary for r in plan.opens if r.id == j.round), "aggregator")
+            width = next((r.width for r in plan.opens if r.id == j.round), 1)
+            blocks = -(-plan.cohort // 65_536)
+            for block in range(blocks + 1):
+                for tag in (bytes(16), b""):
+                    payload = _raw_reports(attacker.run_id, plan, none, np.zeros((1, 0, width), "<u4"),
+                                           block=block, block_tag=tag)
+                    out.append((("report", box), msgpack.packb({**msgpack.unpackb(payload), "round": j.round})))
+        return out
+
+    attacker = Attacker(on_plan)
+    code, out = run_attacked(tmp_path, attacker)
+    assert code == 0, observer_log(out)
+    assert attacker.sent >= 4
+    assert_same_numbers(tmp_path / "inproc", out)
+    got = rejected(out)
+    assert got.get("bad-block-tag", 0) > 0, got
+    assert got.get("bad-block-tag", 0) + got.get("round-closed", 0) >= attacker.sent, got
