@@ -53,8 +53,8 @@ class Attacker:
     async def _attack(self, env) -> None:
         host, port = env["PRIVBANDIT_BROKER_URL"].removeprefix("mqtt://").split(":")
         run = self.run_id
-        async with aiomqtt.Client(host, int(port), username=env["PRIVBANDIT_USERNAME"],
-                                  password=env["PRIVBANDIT_PASSWORD"], identifier=f"{run}-hostile") as c:
+        async with aiomqtt.Client(host, int(port), username=env.get("PRIVBANDIT_USERNAME"),
+                                  password=env.get("PRIVBANDIT_PASSWORD"), identifier=f"{run}-hostile") as c:
             await c.subscribe([(topic(run, "plan"), 1), (topic(run, "control"), 1)])
             seen = set()
             async for message in c.messages:
@@ -76,11 +76,14 @@ class Attacker:
 
 
 def run_attacked(tmp_path: Path, attacker: Attacker, horizon: int = HORIZON, extra: str = "",
-                 timeout_s: float = 60) -> tuple[int, Path]:
+                 timeout_s: float = 60, broker_url: str | None = None) -> tuple[int, Path]:
+    """A session on the embedded broker with the generated ACLs, or on ``broker_url`` (anonymous:
+    the attacker may then write any topic, as a compromised party could)."""
     path = _experiment(tmp_path, horizon=horizon, runs=1, extra=extra)
     family, config = load(path)
     out = tmp_path / "mqtt"
-    code = launch(family, config, path, [], out, broker_url=None, shards=2, timeout_s=timeout_s, started=attacker)
+    code = launch(family, config, path, [], out, broker_url=broker_url, shards=2, timeout_s=timeout_s,
+                  started=attacker)
     attacker.thread.join(10)
     assert attacker.error is None, attacker.error
     return code, out
@@ -214,3 +217,43 @@ def test_item3_forged_block_complete_markers_release_nothing_early(tmp_path):
     got = rejected(out)
     assert got.get("bad-block-tag", 0) > 0, got
     assert got.get("bad-block-tag", 0) + got.get("round-closed", 0) >= attacker.sent, got
+
+
+def test_item5_a_malformed_release_leaves_its_round_open_for_the_genuine_one(tmp_path, mosquitto_url):
+    """#20 item 5: on an anonymous broker (a compromised intermediary could do the same), for
+    every round the moment its plan appears, releases the round's rule cannot produce: NaN, a
+    float for a residue, one out of Z_m, the wrong shape, an impossible report count, no values.
+    Each is refused and counted; the round stays open and decodes the genuine release, so the
+    result is the honest one."""
+    _inproc(_experiment(tmp_path, horizon=HORIZON, runs=1, extra=""), tmp_path / "inproc")
+
+    def release(task, rnd, n, values):
+        msg = codec.ReleaseMsg(run=attacker.run_id, task=task, round=rnd.id, n_reports=n,
+                               values=np.zeros((1, 1), np.int64))
+        raw = msgpack.unpackb(codec.encode(msg))
+        if values is None:
+            raw.pop("values")
+        else:
+            raw["values"] = {"dtype": values.dtype.str, "shape": list(values.shape), "data": values.tobytes()}
+        return ("release", rnd.intermediary), msgpack.packb(raw, use_bin_type=True)
+
+    def on_plan(plan):
+        out = []
+        for rnd in plan.opens:
+            w, m, n = rnd.width, rnd.m or 2**31, rnd.expected
+            out += [release(plan.task, rnd, n, np.full((1, w), np.nan)),
+                    release(plan.task, rnd, n, np.full((1, w), 0.5)),
+                    release(plan.task, rnd, n, np.full((1, w), m, np.int64)),
+                    release(plan.task, rnd, n, np.zeros((1, w + 1), np.int64)),
+                    release(plan.task, rnd, n + 1, np.zeros((1, w), np.int64)),
+                    release(plan.task, rnd, n, None)]
+        return out
+
+    attacker = Attacker(on_plan)
+    code, out = run_attacked(tmp_path, attacker, broker_url=mosquitto_url)
+    assert code == 0, observer_log(out)
+    assert attacker.sent >= 6
+    assert_same_numbers(tmp_path / "inproc", out)
+    got = rejected(out)
+    for reason in ("out-of-range", "wrong-shape", "bad-report-count", "schema"):
+        assert got.get(reason, 0) > 0, (reason, got)
