@@ -220,7 +220,11 @@ class PartyService:
                         if self.finished and not self.outbox:
                             return
             except aiomqtt.MqttError as exc:
-                self.bus = None
+                # The lost bus stays: a timer or handler still sending through it queues in the
+                # outbox for the next connection (issue #20 item 6: a None here crashed the analyzer's
+                # plan retry when a paused broker timed a publish out).
+                if self.bus is not None and self.bus.lost is None:
+                    self.bus.lost = exc
                 if self.finished and not self.outbox:
                     return
                 log.warning("%s lost the broker (%s); reconnecting in %.1f s", self.name, exc, delay)

@@ -257,3 +257,47 @@ def test_item5_a_malformed_release_leaves_its_round_open_for_the_genuine_one(tmp
     got = rejected(out)
     for reason in ("out-of-range", "wrong-shape", "bad-report-count", "schema"):
         assert got.get(reason, 0) > 0, (reason, got)
+
+
+# --- faults: a paused broker, a paused party ---------------------------------------------------
+
+def _paused_mid_run(tmp_path, pause_s: float, victim: str) -> tuple[list, Path]:
+    """A session over a private Mosquitto; once the analyzer has released 3 rounds, SIGSTOP the
+    broker (``victim="broker"``) or a party for ``pause_s``, then SIGCONT. Returns the parties
+    (finished) and the results directory."""
+    import os
+    import signal
+    import time
+
+    from tests.services.test_faults import _finish, _launch_parties, _progress, private_mosquitto
+
+    path = _experiment(tmp_path, horizon=50_000, runs=1, extra="")
+    _inproc(path, tmp_path / "inproc")
+    broker = private_mosquitto(tmp_path / "broker")
+    try:
+        parties, out = _launch_parties(tmp_path, path, broker.url, "p")
+        try:
+            end = time.monotonic() + 60
+            while _progress(out, "analyzer") < (0, 3):
+                assert parties[0].proc.poll() is None and time.monotonic() < end, "never reached round 3"
+                time.sleep(0.05)
+            pid = broker.proc.pid if victim == "broker" else next(p.proc.pid for p in parties if p.name == victim)
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(pause_s)
+            os.kill(pid, signal.SIGCONT)
+            crashed = [p.name for p in parties if p.proc.poll() not in (None, 0)]
+            assert not crashed, f"{crashed} died during the pause:\n" + observer_log(out)
+        finally:
+            _finish(tmp_path, parties)
+    finally:
+        broker.stop()
+    return parties, out
+
+
+def test_item6_a_broker_paused_for_10_s_crashes_no_party(tmp_path):
+    """#20 item 6: SIGSTOP of Mosquitto for 10 s, past the 5-s publish timeout: every party's
+    publishes time out and it drops the connection while its timers run on. None may crash; the
+    session completes with the honest numbers."""
+    parties, out = _paused_mid_run(tmp_path, 10, "broker")
+    assert [p.proc.returncode for p in parties] == [0] * len(parties), observer_log(out)
+    assert_same_numbers(tmp_path / "inproc", out)
