@@ -32,6 +32,8 @@ def run(
     restart_on_crash: Annotated[int, typer.Option(
         help="with --transport mqtt: restart a party that crashes, up to N times in all; the observer, "
              "the analyzer and the intermediaries resume from their checkpoints")] = 0,
+    timeout: Annotated[Optional[float], typer.Option(
+        help="with --transport mqtt: stop every party and fail if the session has not ended in this many seconds")] = None,
 ):
     """Run an experiment file: many runs of each algorithm, then a results directory."""
     from privbandit.runner import config as experiment_files, results, tasks
@@ -46,10 +48,13 @@ def run(
             raise ConfigError(f"--shards {shards}: must be ≥ 1")
         if restart_on_crash < 0:
             raise ConfigError(f"--restart-on-crash {restart_on_crash}: must be ≥ 0")
+        if timeout is not None and not timeout > 0:
+            raise ConfigError(f"--timeout {timeout}: must be > 0 seconds")
         family, config = experiment_files.load(experiment, overrides)
         out = out or Path("results") / config.name
         if transport == "mqtt":
-            return _run_distributed(family, config, experiment, overrides, out, broker, shards, restart_on_crash)
+            return _run_distributed(family, config, experiment, overrides, out, broker, shards, restart_on_crash,
+                                    timeout)
         if getattr(config, "traffic_adversaries", None):
             raise ConfigError(
                 f"traffic_adversaries = {config.traffic_adversaries}: they attack a broker's traffic, so they run "
@@ -107,13 +112,17 @@ def compare(
 
 
 def _run_distributed(family, config, experiment: Path, overrides: list[str], out: Path, broker: str | None, shards: int,
-                     restart_on_crash: int = 0):
+                     restart_on_crash: int = 0, timeout: float | None = None):
     import json
 
     from privbandit.services.launcher import launch
 
-    code = launch(family, config, experiment, overrides, out, broker_url=broker, shards=shards,
-                  restart_on_crash=restart_on_crash)
+    try:
+        code = launch(family, config, experiment, overrides, out, broker_url=broker, shards=shards,
+                      restart_on_crash=restart_on_crash, timeout_s=timeout)
+    except TimeoutError as exc:
+        err.print(f"[bold red]error:[/] --timeout: {exc}")
+        raise typer.Exit(1)
     if code != 0:
         err.print(f"[bold red]error:[/] the distributed run failed (observer exit {code}); logs in {out / 'logs'}")
         raise typer.Exit(1)
@@ -522,6 +531,8 @@ def observer(
     out: Annotated[Path, typer.Option(help="results directory")],
     set_: Annotated[Optional[list[str]], typer.Option("--set")] = None,
     ready_timeout: Annotated[float, typer.Option(help="seconds to wait for every party to be ready")] = 60.0,
+    stall_timeout: Annotated[float, typer.Option(
+        help="fail the session when a task makes no progress for this many seconds")] = 240.0,
     broker: BrokerOption = None,
     run_id: RunIdOption = None,
     state_dir: StateDirOption = None,
@@ -529,9 +540,12 @@ def observer(
     """Collects metrics, paces the session and writes the results directory."""
     from privbandit.services.observer import ObserverService, SessionFailed
 
+    if not stall_timeout > 0:
+        err.print(f"[bold red]error:[/] --stall-timeout {stall_timeout}: must be > 0 seconds")
+        raise typer.Exit(2)
     settings, (family, config), built = _settings(broker, run_id), _world(experiment, set_), []
     _serve(lambda: built.append(ObserverService(settings, family, config, parties.split(","), out, ready_timeout,
-                                                state_dir)) or built[0])
+                                                state_dir, stall_timeout)) or built[0])
     service = built[0]
     try:
         service.write()
