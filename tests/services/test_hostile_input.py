@@ -138,6 +138,10 @@ def test_item1_reports_whose_arrays_disagree_never_crash_an_intermediary(tmp_pat
     # disagrees with the task's (the round refuses it: wrong-shape, or round-closed once released).
     assert got.get("schema", 0) == attacker.sent * 3 // 4, got
     assert got.get("wrong-shape", 0) + got.get("round-closed", 0) > 0, got
+    # Item 10: refusals are counted, and logged as rate-limited summaries (one line per reason per
+    # REJECT_LOG_S, with the count so far), not one line each.
+    lines = (out / "logs" / "aggregator.log").read_text().count("refused a message")
+    assert 0 < lines <= 3 * len(got) and lines < attacker.sent // 10, (lines, got)
 
 
 def test_item2_forged_metrics_from_the_users_account_are_refused(tmp_path):
