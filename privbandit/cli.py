@@ -36,6 +36,8 @@ def run(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an earlier run's results in --out")] = False,
     resume: Annotated[bool, typer.Option("--resume", help="reuse the tasks an interrupted run of the same "
                                                           "experiment finished in --out; compute the rest")] = False,
+    timeout: Annotated[Optional[float], typer.Option(
+        help="with --transport mqtt: stop every party and fail if the session has not ended in this many seconds")] = None,
 ):
     """Run an experiment file: many runs of each algorithm, then a results directory. Each task is
     kept in --out as it finishes: Ctrl-C stops at once and prints the command that resumes."""
@@ -53,7 +55,8 @@ def run(
             raise ConfigError(f"--jobs {jobs}: must be ≥ 1")
         if transport == "inproc":  # silently ignoring them would mislead: nothing here uses a broker
             given = [flag for flag, value in (("--broker", broker), ("--shards", shards),
-                                              ("--restart-on-crash", restart_on_crash or None)) if value is not None]
+                                              ("--restart-on-crash", restart_on_crash or None),
+                                              ("--timeout", timeout)) if value is not None]
             if given:
                 raise ConfigError(f"{', '.join(given)}: only with --transport mqtt (this run is in-process)")
         shards = 2 if shards is None else shards
@@ -61,13 +64,16 @@ def run(
             raise ConfigError(f"--shards {shards}: must be ≥ 1")
         if restart_on_crash < 0:
             raise ConfigError(f"--restart-on-crash {restart_on_crash}: must be ≥ 0")
+        if timeout is not None and not timeout > 0:
+            raise ConfigError(f"--timeout {timeout}: must be > 0 seconds")
         family, config = experiment_files.load(experiment, overrides)
         out = out or Path("results") / config.name
         if resume and transport == "mqtt":
             raise ConfigError("--resume: only in-process (an MQTT session resumes from its checkpoints)")
         results.prepare_out(out, overwrite, resume)  # before any work: nothing computed is lost to a bad --out
         if transport == "mqtt":
-            return _run_distributed(family, config, experiment, overrides, out, broker, shards, restart_on_crash)
+            return _run_distributed(family, config, experiment, overrides, out, broker, shards, restart_on_crash,
+                                    timeout)
         if getattr(config, "traffic_adversaries", None):
             raise ConfigError(
                 f"traffic_adversaries = {config.traffic_adversaries}: they attack a broker's traffic, so they run "
@@ -197,13 +203,17 @@ def compare(
 
 
 def _run_distributed(family, config, experiment: Path, overrides: list[str], out: Path, broker: str | None, shards: int,
-                     restart_on_crash: int = 0):
+                     restart_on_crash: int = 0, timeout: float | None = None):
     import json
 
     from privbandit.services.launcher import launch
 
-    code = launch(family, config, experiment, overrides, out, broker_url=broker, shards=shards,
-                  restart_on_crash=restart_on_crash)
+    try:
+        code = launch(family, config, experiment, overrides, out, broker_url=broker, shards=shards,
+                      restart_on_crash=restart_on_crash, timeout_s=timeout)
+    except TimeoutError as exc:
+        err.print(f"[bold red]error:[/] --timeout: {exc}")
+        raise typer.Exit(1)
     if code != 0:
         err.print(f"[bold red]error:[/] the distributed run failed (observer exit {code}); logs in {out / 'logs'}")
         raise typer.Exit(1)
@@ -612,6 +622,8 @@ def observer(
     out: Annotated[Path, typer.Option(help="results directory")],
     set_: Annotated[Optional[list[str]], typer.Option("--set")] = None,
     ready_timeout: Annotated[float, typer.Option(help="seconds to wait for every party to be ready")] = 60.0,
+    stall_timeout: Annotated[float, typer.Option(
+        help="fail the session when a task makes no progress for this many seconds")] = 240.0,
     broker: BrokerOption = None,
     run_id: RunIdOption = None,
     state_dir: StateDirOption = None,
@@ -619,9 +631,12 @@ def observer(
     """Collects metrics, paces the session and writes the results directory."""
     from privbandit.services.observer import ObserverService, SessionFailed
 
+    if not stall_timeout > 0:
+        err.print(f"[bold red]error:[/] --stall-timeout {stall_timeout}: must be > 0 seconds")
+        raise typer.Exit(2)
     settings, (family, config), built = _settings(broker, run_id), _world(experiment, set_), []
     _serve(lambda: built.append(ObserverService(settings, family, config, parties.split(","), out, ready_timeout,
-                                                state_dir)) or built[0])
+                                                state_dir, stall_timeout)) or built[0])
     service = built[0]
     try:
         service.write()

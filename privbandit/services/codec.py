@@ -459,6 +459,10 @@ class StatusMsg(_Msg):
     state: Literal["ready", "task-done", "error", "stats"]
     task: NonNeg | None = None
     body: Body = {}
+    # A user fleet's MAC over this message (encoded with an empty tag): fleets share one broker
+    # account, and so does anyone holding it, so the topic alone cannot tell a fleet's status from
+    # a forgery (issue #20 item 2). Parties with their own accounts leave it empty.
+    tag: bytes = b""
 
 
 class TaskSpec(BaseModel):

@@ -40,6 +40,7 @@ from privbandit.runner.results import summarize, write_results
 from privbandit.services import codec
 from privbandit.services.checkpoint import CheckpointError, spec_fingerprint
 from privbandit.services.party import PartyService
+from privbandit.services.users import status_tag
 
 log = logging.getLogger("privbandit.observer")
 
@@ -50,6 +51,12 @@ RESYNC_S = 6.0
 STATS_WAIT_S = 15.0  # for every party's final counters after the last task
 FAILED_STATS_WAIT_S = 3.0  # after a failure some parties may never answer
 MAX_COUNTER_KEYS = 256  # a party's refusal reasons and traffic classes: a few dozen in practice
+# A running task that records no round, serves no user and does not finish for this long has
+# stalled (a hung party, a broker that stopped routing): the session fails, naming the task and
+# the parties not heard from, instead of waiting for ever (issue #20 items 7 and 10). Retries and
+# resyncs repeat every few seconds, so a live session never comes near it; twice an intermediary's
+# default round deadline (120 s), after which a straggling round is released or failed anyway.
+STALL_S = 240.0
 
 
 class SessionFailed(RuntimeError):
@@ -98,8 +105,14 @@ class ObserverService(PartyService):
     role = "observer"
 
     def __init__(self, settings, family, config, parties: list[str], out: Path,
-                 ready_timeout_s: float = 60.0, state_dir: Path | None = None):
+                 ready_timeout_s: float = 60.0, state_dir: Path | None = None, stall_timeout_s: float = STALL_S):
         super().__init__(settings, state_dir=state_dir)
+        if not stall_timeout_s > 0:
+            raise ValueError(f"stall_timeout_s={stall_timeout_s}: must be > 0 seconds")
+        self.stall_timeout_s = stall_timeout_s
+        self.progress_mark: tuple = ()
+        self.progress_at = time.monotonic()
+        self.heard: dict[str, float] = {}  # party → when its last metrics message came
         self.family = family
         self.config = config
         self.ready_deadline = time.monotonic() + ready_timeout_s
@@ -217,19 +230,44 @@ class ObserverService(PartyService):
         if (0 <= self.index and not self.shutting_down and time.monotonic() - self.last_metrics > RESYNC_S
                 and time.monotonic() - self.last_resync > RESYNC_S):
             await self.resync()
+        if 0 <= self.index and not self.shutting_down and getattr(self, "observer", None) is not None:
+            await self.check_stall()
         wait = FAILED_STATS_WAIT_S if self.failure else STATS_WAIT_S
         if self.shutting_down and time.monotonic() - self.shutdown_at > wait:
             self.finished = True  # write what we have; missing stats are reported as missing
+
+    async def check_stall(self) -> None:
+        """Fail the session if the running task has made no progress for ``stall_timeout_s``."""
+        now = time.monotonic()
+        mark = (self.index, len(self.observer.records), self.observer.served(), self.analyzer_done is not None)
+        if mark != self.progress_mark:
+            self.progress_mark, self.progress_at = mark, now
+            return
+        if now - self.progress_at <= self.stall_timeout_s:
+            return
+        run, label = self.tasks[self.index]
+        silent = sorted(p for p in self.parties if now - self.heard.get(p, -float("inf")) > self.stall_timeout_s)
+        await self.fail(f"task {self.index} ({label}, run {run}) made no progress for {self.stall_timeout_s:.0f} s: "
+                        f"{len(self.observer.records)} rounds recorded, {self.observer.served()} of "
+                        f"{self.config.horizon} users served; no metrics for as long from: "
+                        f"{', '.join(silent) or 'none (all parties still talk)'}")
 
     # --- metrics ----------------------------------------------------------------------------
     async def on_message(self, name: str, msg) -> None:
         self.last_metrics = time.monotonic()
         sender = name.split("/")[3] if name.count("/") >= 3 else ""
+        if sender in self.parties:
+            self.heard[sender] = self.last_metrics
         if sender not in self.parties and not (sender == self.name and isinstance(msg, codec.StatusMsg)):
             return self.reject("unknown-sender", f"{msg.kind} on {name}")
         if isinstance(msg, codec.StatusMsg):
             if msg.party != sender:
                 return self.reject("impersonated-status", f"{msg.party} on {name}")
+            # Fleets share the users' account, and so does anyone holding it: a fleet's status
+            # counts only with the fleets' MAC (an error would fail the session, counters would
+            # replace the fleet's own).
+            if sender.startswith("users-") and not hmac.compare_digest(msg.tag, status_tag(self.auth, msg)):
+                return self.reject("bad-status-tag", f"{msg.state} of {msg.party}")
             return await self.on_status(msg)
         if isinstance(msg, codec.TruthMsg):
             if not sender.startswith("users-"):

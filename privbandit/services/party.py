@@ -62,7 +62,11 @@ class PartyService:
 
     async def status(self, state: str, task: int | None = None, **body) -> None:
         msg = codec.StatusMsg(run=self.run_id, party=self.name, state=state, task=task, body=body)
-        await self.bus.publish(self.t("metrics", self.name), msg)
+        await self.bus.publish(self.t("metrics", self.name), self.signed(msg))
+
+    def signed(self, msg: codec.StatusMsg) -> codec.StatusMsg:
+        """A status as sent: a party with its own broker account is known by its topic."""
+        return msg
 
     def reject(self, reason: str, detail: str = "", count: int = 1) -> None:
         self.rejected[reason] += count
@@ -216,7 +220,11 @@ class PartyService:
                         if self.finished and not self.outbox:
                             return
             except aiomqtt.MqttError as exc:
-                self.bus = None
+                # The lost bus stays: a timer or handler still sending through it queues in the
+                # outbox for the next connection (issue #20 item 6: a None here crashed the analyzer's
+                # plan retry when a paused broker timed a publish out).
+                if self.bus is not None and self.bus.lost is None:
+                    self.bus.lost = exc
                 if self.finished and not self.outbox:
                     return
                 log.warning("%s lost the broker (%s); reconnecting in %.1f s", self.name, exc, delay)

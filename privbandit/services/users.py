@@ -41,6 +41,11 @@ def parse_shard(text: str) -> tuple[int, int]:
     return i, n
 
 
+def status_tag(auth: ReportAuthenticator, msg: codec.StatusMsg) -> bytes:
+    """The fleets' MAC over a status (encoded with an empty tag), bound to its run and party."""
+    return auth.mac("status", msg.run, msg.party, payload=codec.encode(msg.model_copy(update={"tag": b""})))
+
+
 def ids_on_wire(ids: np.ndarray) -> np.ndarray:
     return ids.astype("<u4" if ids.size == 0 or ids[-1] < 2**32 else "<u8")
 
@@ -76,6 +81,10 @@ class UserFleetService(PartyService):
         self.rounds, self.served, self.truths = {}, {}, {}
         self.secagg = FleetSecAgg(self.run_id, spec["index"], self.shard, self.shards, self.identities,
                                   self.publish_secagg, self.auth)
+
+    def signed(self, msg: codec.StatusMsg) -> codec.StatusMsg:
+        """Fleets share the users' account: their statuses carry the fleets' MAC, as truths do."""
+        return msg.model_copy(update={"tag": status_tag(self.auth, msg)})
 
     async def on_resync(self) -> None:
         for msg in list(self.truths.values()):
