@@ -1,0 +1,164 @@
+"""The concurrent-shuffle counter (Tenenbaum, Kaplan, Mansour & Stemmer, ICML 2023) as a spine
+plug-in: how an experiment file becomes each counter's public spec, its users and its server.
+
+Run r of every counter reads the same bits (``(seed, "cs-world", r)``); a counter's users randomize
+from ``(seed, "cs-user-noise", label, r, level, chunk)``; the central tree's trusted server from its
+own key. The in-process engine steps all runs of a counter at once (its plans do not depend on the
+data); over MQTT one task is one run, with the same numbers.
+
+There is no regret: the users' truths carry zeros, and the counter's figures (max_t |Ŝ_t − S_t|,
+RMSE, the bias/noise split, the per-node noise) are computed by :meth:`ConcurrentShuffle.finish` on
+the observer, which holds the world (its seed) and the analyzer's node estimates (its records).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from privbandit.families.concurrent_shuffle import config as cfg
+from privbandit.families.concurrent_shuffle import counter as cnt
+from privbandit.families.concurrent_shuffle import world
+from privbandit.families.concurrent_shuffle.parties import CounterAnalyzer, CounterUsers, Layout, spec_of
+from privbandit.families.concurrent_shuffle.tree import SHUFFLE_MODES, prefix_estimates
+from privbandit.protocol.privacy import Ledger, default_delta
+from privbandit.protocol.spine.family import Family
+from privbandit.protocol.spine.observer import checkpoint_grid
+
+ROUND_FIELDS = ["level", "node", "first", "size", "estimate", "truth", "noise"]
+
+
+class ConcurrentShuffle(Family):
+    name = cfg.FAMILY
+    title = "Tenenbaum, Kaplan, Mansour & Stemmer (ICML 2023), Concurrent Shuffle DP Under Continual Observation"
+    experiment_model = cfg.CounterExperiment
+    round_fields = ROUND_FIELDS
+
+    def algorithm(self, config, label: str) -> cfg.CounterAlgorithm:
+        a = config.algorithms[label]
+        return a.model_copy(update={"epsilon": a.epsilon if a.epsilon is not None else config.epsilon})
+
+    def stackable(self, config, label: str) -> bool:
+        return True  # the plans never depend on the data: every run's plan j serves the same users
+
+    def delta(self, config) -> float:
+        return config.delta if config.delta is not None else default_delta(config.horizon)
+
+    def spec(self, config, label: str) -> cnt.CounterSpec:
+        return spec_of(self.public_task(config, label, [0]))
+
+    def intermediaries(self, config) -> list[str]:
+        names = set()
+        for label in config.algorithms:
+            spec = self.spec(config, label)
+            if spec.mode in SHUFFLE_MODES:
+                names.update(f"shuffler-{i}" for i in range(spec.k))
+            else:
+                names.add("aggregator")
+        return sorted(names, key=lambda s: (s != "aggregator", len(s), s))
+
+    def users_protected(self, config) -> int:
+        return config.horizon
+
+    def public_task(self, config, label: str, runs: list[int]) -> dict:
+        """The counter's parameters; never the seed or the input (the world)."""
+        return {"algorithm": self.algorithm(config, label).model_dump(), "horizon": config.horizon,
+                "delta": self.delta(config)}
+
+    def analyzer(self, public: dict, keys: list[int], oracle=None) -> CounterAnalyzer:
+        return CounterAnalyzer(spec_of(public), keys)
+
+    def ledger(self, public: dict) -> Ledger:
+        return cnt.ledger(spec_of(public), public["horizon"])
+
+    def users(self, config, label: str, runs: list[int]) -> CounterUsers:
+        return CounterUsers(self.spec(config, label), config, label, runs,
+                            checkpoint_grid(config.horizon, config.checkpoints))
+
+    def check_plan(self, plan) -> None:
+        b = plan.body
+        if set(b) != {"segment"} or b["segment"] != plan.id or isinstance(b["segment"], bool):
+            raise ValueError(f"plan {plan.id}: body must be {{'segment': {plan.id}}}, got {sorted(b)}")
+
+    # --- the observer's side ---------------------------------------------------------------------
+    def row_maker(self, config, label: str):
+        def row(record, truths) -> dict | None:
+            b = record.body
+            if "level" not in b:
+                return {"_attributable": {"first_node": list(b["first_node"]),
+                                          "estimates": [np.asarray(e) for e in b["estimates"]]}}
+            return {"level": b["level"], "node": b["node"], "first": b["first"],
+                    "_estimate": np.asarray(b["estimate"])}
+        return row
+
+    def finish(self, config, label: str, result) -> None:
+        """The counter's figures per run, from the node estimates (records) and the world's bits:
+        one rounds.csv row per run and node (shuffle modes), and per-run metrics in the learner."""
+        spec = self.spec(config, label)
+        R = len(result.runs)
+        nodes = [np.full((R, spec.tree.nodes(i)), np.nan) for i in range(1, spec.k + 1)]
+        for row in result.rounds:
+            if "_attributable" in row:
+                att = row["_attributable"]
+                for i, (lo, est) in enumerate(zip(att["first_node"], att["estimates"])):
+                    nodes[i][:, lo:lo + est.shape[1]] = est
+            else:
+                nodes[row["level"] - 1][:, row["node"]] = row["_estimate"]
+        bits = np.stack([world.bits(config.input, config.p, spec.n, spec.k, spec.epsilon, config.seed, r, 0, spec.n)
+                         for r in result.runs])
+        truths = [bits[:, :spec.tree.nodes(i) * s].reshape(R, -1, s).sum(axis=2, dtype=np.int64)
+                  for i, s in enumerate(spec.tree.sizes, start=1)]
+        complete = all(not np.isnan(x).any() for x in nodes)
+        rows = []
+        for i, run in enumerate(result.runs):
+            for row in result.rounds:
+                if "_attributable" in row:
+                    continue
+                lvl, j = row["level"], row["node"]
+                est, tr = float(nodes[lvl - 1][i, j]), int(truths[lvl - 1][i, j])
+                rows.append({**{k: v for k, v in row.items() if not k.startswith("_")}, "run": run,
+                             "size": spec.tree.sizes[lvl - 1], "estimate": est, "truth": tr, "noise": est - tr})
+        result.rounds = rows
+        if not complete:
+            for i in range(R):
+                result.learner[i]["error"] = "not every node executed: no counter figures"
+            return
+        run = cnt.CounterRun(spec, bits, [], nodes, truths, prefix_estimates(spec.tree, nodes))
+        for i, m in enumerate(cnt.metrics(run)):
+            result.learner[i].update(m)
+
+    def label_summary(self, config, label: str, results: list) -> dict:
+        spec = self.spec(config, label)
+        per_run = [x for r in results for x in r.learner]
+        out = {"counter": spec.describe(), "communication_per_user": communication(spec)}
+        for key in ("max_abs_error", "rmse", "max_abs_inter", "max_intra_bias"):
+            vals = [x[key] for x in per_run if key in x]
+            if vals:
+                out[f"{key}_mean"] = float(np.mean(vals))
+                out[f"{key}_stderr"] = float(np.std(vals, ddof=1) / math.sqrt(len(vals))) if len(vals) > 1 else 0.0
+        return out
+
+    def experiment_summary(self, config) -> dict:
+        return {"delta": self.delta(config), "input": config.input, "p": config.p}
+
+    def plot_options(self, config) -> dict:
+        return {"title": f"{config.name}: counters have no regret (see summary.json and rounds.csv)"}
+
+
+def communication(spec: cnt.CounterSpec) -> dict:
+    """Per user and per shuffler (level): the one-bit messages of the protocol (theory), and the
+    count encoding's bits (one integer up to the largest count)."""
+    levels = []
+    for i, m in enumerate(spec.mechanisms, start=1):
+        counted = max(1, int(getattr(m, "max_report", 1)).bit_length())
+        levels.append({"intermediary": f"shuffler-{i - 1}" if spec.mode in SHUFFLE_MODES else "aggregator",
+                       "batch": spec.tree.sizes[i - 1], "messages_theory": m.bits_per_user(),
+                       "bits_theory": m.bits_per_user(), "bits_count_encoded": counted})
+    if spec.mode not in SHUFFLE_MODES:  # one attributable report per user, whatever the tree
+        levels = levels[:1]
+    return {"levels": levels, "bits_theory_total": sum(x["bits_theory"] for x in levels),
+            "bits_count_encoded_total": sum(x["bits_count_encoded"] for x in levels)}
+
+
+FAMILY = ConcurrentShuffle()
