@@ -52,11 +52,8 @@ class ConcurrentShuffle(Family):
         names = set()
         for label in config.algorithms:
             spec = self.spec(config, label)
-            if spec.mode in SHUFFLE_MODES:
-                names.update(f"shuffler-{i}" for i in range(spec.k))
-            else:
-                names.add("aggregator")
-        return sorted(names, key=lambda s: (s != "aggregator", len(s), s))
+            names.add("shuffler" if spec.mode in SHUFFLE_MODES else "aggregator")
+        return sorted(names)
 
     def users_protected(self, config) -> int:
         return config.horizon
@@ -78,8 +75,10 @@ class ConcurrentShuffle(Family):
 
     def check_plan(self, plan) -> None:
         b = plan.body
-        if set(b) != {"segment"} or b["segment"] != plan.id or isinstance(b["segment"], bool):
-            raise ValueError(f"plan {plan.id}: body must be {{'segment': {plan.id}}}, got {sorted(b)}")
+        if set(b) != {"segment", "level"} or any(isinstance(v, bool) or not isinstance(v, int) for v in b.values()):
+            raise ValueError(f"plan {plan.id}: body must be {{'segment': int, 'level': int}}, got {sorted(b)}")
+        if b["level"] < 1 or b["segment"] < 0:
+            raise ValueError(f"plan {plan.id}: segment {b['segment']} and level {b['level']} out of range")
 
     # --- the observer's side ---------------------------------------------------------------------
     def row_maker(self, config, label: str):
@@ -152,7 +151,7 @@ def communication(spec: cnt.CounterSpec) -> dict:
     levels = []
     for i, m in enumerate(spec.mechanisms, start=1):
         counted = max(1, int(getattr(m, "max_report", 1)).bit_length())
-        levels.append({"intermediary": f"shuffler-{i - 1}" if spec.mode in SHUFFLE_MODES else "aggregator",
+        levels.append({"shuffler": i - 1 if spec.mode in SHUFFLE_MODES else None,
                        "batch": spec.tree.sizes[i - 1], "messages_theory": m.bits_per_user(),
                        "bits_theory": m.bits_per_user(), "bits_count_encoded": counted})
     if spec.mode not in SHUFFLE_MODES:  # one attributable report per user, whatever the tree

@@ -39,25 +39,33 @@ def spec_of(public: dict) -> cnt.CounterSpec:
                             a["d_low"], a["D_tree"], a["vec_scale"])
 
 
-def shuffler(level: int) -> str:
-    return f"shuffler-{level - 1}"
+# The party hosting the k level shufflers (the services know one shuffler role; see the docs).
+SHUFFLER = "shuffler"
 
 
 class Layout:
-    """Plans and rounds of one counter: plan j = users j·P … (j+1)·P − 1 (P a multiple of s_k);
-    round ids number the nodes level by level."""
+    """Plans and rounds of one counter. Segment j = users j·P … (j+1)·P − 1 (P a multiple of s_k).
+    Shuffle modes: one plan per (segment, level), id j·k + i − 1, opening level i's nodes in the
+    segment at the ``shuffler`` party (an intermediary admits one report per user and plan, and a
+    user reports to k shufflers); the level-1 plan carries the users' truth. Round ids number the
+    nodes level by level. central_tree / ldp: one plan per segment, one ``pass`` round."""
 
     def __init__(self, spec: cnt.CounterSpec):
         self.spec = spec
         top = spec.tree.sizes[-1]
         self.plan_users = top * max(1, -(-MIN_PLAN_USERS // top))
-        self.plans = -(-spec.n // self.plan_users)
-        self.offsets = np.cumsum([0] + [spec.tree.nodes(i) for i in range(1, spec.k + 1)])
+        self.segments = -(-spec.n // self.plan_users)
         self.shuffled = spec.mode in SHUFFLE_MODES
+        self.per_segment = spec.k if self.shuffled else 1
+        self.plans = self.segments * self.per_segment
+        self.offsets = np.cumsum([0] + [spec.tree.nodes(i) for i in range(1, spec.k + 1)])
 
-    def cohort(self, pid: int) -> tuple[int, int]:
-        first = pid * self.plan_users
+    def cohort(self, segment: int) -> tuple[int, int]:
+        first = segment * self.plan_users
         return first, min(self.plan_users, self.spec.n - first)
+
+    def segment_level(self, pid: int) -> tuple[int, int]:
+        return pid // self.per_segment, pid % self.per_segment + 1
 
     def nodes_in(self, level: int, first: int, size: int) -> range:
         """Level nodes (0-based) inside users first … first + size − 1 that are opened at all."""
@@ -72,20 +80,19 @@ class Layout:
         return level, rid - int(self.offsets[level - 1])
 
     def plan(self, pid: int) -> Plan:
-        first, size = self.cohort(pid)
-        body = {"segment": pid}
+        segment, level = self.segment_level(pid)
+        first, size = self.cohort(segment)
+        body = {"segment": segment, "level": level}
         if not self.shuffled:  # one attributable round per plan
             rnd = Round(pid, "aggregator", "pass", expected=size, width=1, integer=True, low=0, high=1)
             return Plan(pid, first, size, body, (rnd,), (Join(pid, first, size, size),))
+        s = self.spec.tree.sizes[level - 1]
+        m = self.spec.mechanisms[level - 1]
         opens, joins = [], []
-        for level in range(1, self.spec.k + 1):
-            s = self.spec.tree.sizes[level - 1]
-            m = self.spec.mechanisms[level - 1]
-            for j in self.nodes_in(level, first, size):
-                rid = self.round_id(level, j)
-                opens.append(Round(rid, shuffler(level), "sum", expected=s, width=1, integer=True, low=0,
-                                   high=int(m.max_report)))
-                joins.append(Join(rid, j * s, s, s))
+        for j in self.nodes_in(level, first, size):
+            rid = self.round_id(level, j)
+            opens.append(Round(rid, SHUFFLER, "sum", expected=s, width=1, integer=True, low=0, high=int(m.max_report)))
+            joins.append(Join(rid, j * s, s, s))
         return Plan(pid, first, size, body, tuple(opens), tuple(joins))
 
 
@@ -119,7 +126,8 @@ class CounterAnalyzer:
             raise ProtocolError("duplicate-node", f"round {rnd.id}: node {j} of level {level} already executed")
         est = self.server.on_node(level, j, release.values[:, 0])
         first = j * self.spec.tree.sizes[level - 1]
-        body = {"plan": first // self.layout.plan_users, "level": level, "node": j, "first": first + 1,
+        plan = (first // self.layout.plan_users) * self.layout.per_segment + level - 1
+        body = {"plan": plan, "level": level, "node": j, "first": first + 1,
                 "estimate": est.copy()}
         return body, Spend(self.events[level - 1], f"level-{level}")
 
@@ -177,10 +185,13 @@ class CounterUsers:
 
     def act(self, plan: Plan, block: int, first: int, size: int, stay: np.ndarray | None) -> BlockAnswer:
         R = len(self.runs)
-        at = checkpoints_in(self.checkpoints, first, size)
-        zeros = np.zeros((R, at.size))
-        truth = Truth(plan.id, block, first, size, pseudo=np.zeros(R), realized=np.zeros(R), pseudo_at=zeros,
-                      realized_at=zeros.copy())
+        level = int(plan.body["level"])
+        truth = None
+        if level == 1:  # a user's truth once, with her first plan (counters have no regret)
+            at = checkpoints_in(self.checkpoints, first, size)
+            zeros = np.zeros((R, at.size))
+            truth = Truth(plan.id, block, first, size, pseudo=np.zeros(R), realized=np.zeros(R), pseudo_at=zeros,
+                          realized_at=zeros.copy())
         if not plan.joins:
             return BlockAnswer(truth, [])
         b = self.bits(first, first + size)
@@ -193,15 +204,13 @@ class CounterUsers:
             offsets = np.flatnonzero(keep)
             reports.append((plan.joins[0].round_id, offsets, values[:, offsets, None], None))
             return BlockAnswer(truth, reports)
-        for level in range(1, self.spec.k + 1):
-            s = self.spec.tree.sizes[level - 1]
-            last = min(first + size, self.spec.tree.nodes(level) * s)
-            if last <= first:
-                continue
-            values = cnt.user_reports(self.spec, level, b[:, :last - first], seed, self.label, self.runs, first)
-            node = (first + np.arange(last - first)) // s
-            for j in range(int(node[0]), int(node[-1]) + 1):
-                lo, hi = max(j * s, first) - first, min((j + 1) * s, last) - first
-                offsets = np.arange(lo, hi)[keep[lo:hi]]
-                reports.append((self.layout.round_id(level, j), offsets, values[:, offsets, None], None))
+        s = self.spec.tree.sizes[level - 1]
+        last = min(first + size, self.spec.tree.nodes(level) * s)
+        if last <= first:
+            return BlockAnswer(truth, reports)
+        values = cnt.user_reports(self.spec, level, b[:, :last - first], seed, self.label, self.runs, first)
+        for j in range(first // s, (last - 1) // s + 1):
+            lo, hi = max(j * s, first) - first, min((j + 1) * s, last) - first
+            offsets = np.arange(lo, hi)[keep[lo:hi]]
+            reports.append((self.layout.round_id(level, j), offsets, values[:, offsets, None], None))
         return BlockAnswer(truth, reports)
