@@ -91,6 +91,33 @@ batch = 10
 [algorithms.LinUCB-SDP-Amp]
 batch = 10
 """,
+    "concurrent-shuffle": """
+family = "concurrent-shuffle"
+name = "every-counter"
+horizon = 300
+seed = 15
+epsilon = 1.0
+runs = 1
+checkpoints = 8
+[algorithms.sequential]
+[algorithms."csta@k2"]
+algorithm = "csta_k"
+k = 2
+[algorithms.csta_binary]
+[algorithms."lowest@k2"]
+algorithm = "lowest_k_binary"
+k = 2
+[algorithms."highest@k2"]
+algorithm = "highest_k_binary"
+k = 2
+[algorithms.central_tree]
+[algorithms.ldp]
+[algorithms."pvec@k2"]
+algorithm = "csta_k"
+k = 2
+protocol = "pvec"
+vec_scale = 1.0
+""",
     "private-online-learning@hybrid": """
 family = "private-online-learning"
 name = "hybrid"
