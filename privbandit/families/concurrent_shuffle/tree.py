@@ -4,7 +4,8 @@ A tree is its k internal levels, lowest first: level i's nodes are the consecuti
 ``sizes[i−1]`` users that shuffler i collects back to back (Alg. 1 step 2; each size divides the
 next, so a level's batches tile the timeline and every user is in exactly one node per level).
 
-- Algorithm 3 (CSTA, ``csta_k``): s_i = d_low·d^{i−1}, d_low = ⌈n^{1/(2k+1)}⌉, d = d_low² (§3.2);
+- Algorithm 3 (CSTA, ``csta_k``): s_i = d_low·d^{i−1}, d_low = ⌈n^{1/(2k+1)}⌉, d = d_low² (§3.2), or,
+  where d_low² would make the top level's batches longer than n, the smallest d with d_low·d^k ≥ n;
   ``sequential`` is k = 1 (§2.6, the sequential shuffle model).
 - Algorithm 2 (``csta_binary``): the binary tree without leaves and root, s_i = 2^i, i = 1…L−1,
   L = ⌈log₂ n⌉ (k = log n − 1 shufflers).
@@ -150,6 +151,11 @@ def tree_for(mode: str, n: int, k: int | None = None, d_low: int | None = None, 
             raise ValueError(f"k = {k} must lie in 1…⌈log₂ n⌉ = {max(1, L)} for mode {mode}")
         low = ceil_root(n, 2 * k + 1) if d_low is None else d_low
         deg = low * low if degree is None else degree
+        if degree is None and low * deg ** (k - 1) > n:
+            # ⌈·⌉ in d_low can push the top level's batches past n (n = 2^14, k = 5: d_low = 3, s_5 =
+            # 19683): then no top node completes. Take the smallest degree whose tree still covers n
+            # (= d_low² on the exact trees n = d_low^{2k+1}) [INF, documented in the docs].
+            deg = max(2, ceil_root(-(-n // low), k))
         if low < 1 or deg < 2:
             raise ValueError(f"d_low = {low} must be ≥ 1 and D_tree = {deg} ≥ 2")
         if low * deg**k < n:
