@@ -126,7 +126,7 @@ def r3(args) -> dict:
 def r4(args) -> dict:
     """Node noise against the law; Var(Ŝ_t − S_{t0}) over runs against |V_t|·V_node at a few t0."""
     n, k = 3**7, 3
-    spec, run, _ = errors("csta_k", n, k, args.epsilon, max(args.runs, 200))
+    spec, run, _ = errors("csta_k", n, k, args.epsilon, max(args.runs, 1000))
     nodes = cnt.node_noise_variance(run)
     truth = np.cumsum(run.bits, axis=1)
     s1 = spec.tree.sizes[0]
