@@ -137,6 +137,7 @@ KILLED = {
     "distributed-dp-mab": ("Dist-DP-SE", 1_000_000, "aggregator"),
     "private-online-learning": ("anytime-lazy-ucb@distributed", 400_000, "aggregator"),
     "shuffle-linear-bandits": ("LinUCB-SDP-Vec", 4_500, "shuffler"),
+    "concurrent-shuffle": ("csta@k2", 4_000, "shuffler"),
 }
 
 
