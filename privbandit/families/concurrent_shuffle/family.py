@@ -20,7 +20,7 @@ import numpy as np
 from privbandit.families.concurrent_shuffle import config as cfg
 from privbandit.families.concurrent_shuffle import counter as cnt
 from privbandit.families.concurrent_shuffle import world
-from privbandit.families.concurrent_shuffle.parties import CounterAnalyzer, CounterUsers, Layout, spec_of
+from privbandit.families.concurrent_shuffle.parties import CounterAnalyzer, CounterUsers, spec_of
 from privbandit.families.concurrent_shuffle.tree import SHUFFLE_MODES, prefix_estimates
 from privbandit.protocol.privacy import Ledger, default_delta
 from privbandit.protocol.spine.family import Family

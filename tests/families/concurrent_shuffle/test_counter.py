@@ -174,6 +174,13 @@ def test_binomial_calibration_meets_its_budget(m):
         assert mech.binomial_delta(m, (b.q_num - 1) / mech.Q_GRID, 0.5) > 1e-6
 
 
+def test_binomial_event_never_states_more_than_computed():
+    b = mech.BinomialSum.make(9, 0.5, 1e-6)
+    assert b.event().status == "proven"
+    weak = mech.BinomialSum(9, 0.5, 1e-6, 1, mech.Q_GRID // 2, mech.binomial_delta(9, 0.5, 0.5))
+    assert weak.delta_achieved > 1e-6 and weak.event().status == "none proven"
+
+
 @pytest.mark.parametrize("n,k", [(3**5, 2), (2 * 4**3, 3)])
 def test_ledger_composes_k_levels_to_epsilon_delta(n, k):
     spec = cnt.counter_spec("csta_k", n, k, 1.0, 1e-5)
