@@ -19,16 +19,28 @@ from privbandit.families.concurrent_shuffle.world import INPUTS
 from privbandit.runner.config import ExperimentFile, StrictModel
 
 FAMILY = "concurrent-shuffle"
+# Algorithm 4 on the counter (P_Vec per node), and the same batches with exact sums (non-private).
+BANDITS = ("cs-linucb", "cs-linucb-exact")
+GENERATORS = ("paper", "paper-code")
+
+
+class BanditEnvironment(StrictModel):
+    """Algorithm 4's world: the linear family's fixed arms (``paper``: ‖φ‖ = ‖θ*‖ = 1, Assumption C.1)."""
+
+    arms: Annotated[int, Field(ge=2, le=10_000)] = 100
+    dim: Annotated[int, Field(ge=2, le=16)] = 5
+    generator: Literal[GENERATORS] = "paper"  # type: ignore[valid-type]
 
 
 class CounterAlgorithm(StrictModel):
-    algorithm: Literal[MODES]  # type: ignore[valid-type]
+    algorithm: Literal[MODES + BANDITS]  # type: ignore[valid-type]
     k: Annotated[int, Field(ge=1, le=64)] | None = None  # shufflers (csta_k, lowest/highest_k_binary)
     protocol: Literal[PROTOCOLS] = "bin-a"  # type: ignore[valid-type]  # M^sum inside one shuffler
     d_low: Annotated[int, Field(ge=1, le=10**6)] | None = None  # default ⌈n^{1/(2k+1)}⌉
     D_tree: Annotated[int, Field(ge=2, le=10**7)] | None = None  # default d_low²
     vec_scale: Annotated[float, Field(gt=0, le=1e12)] | None = None  # P_Vec's b constant (theory 24·10⁴)
     epsilon: Annotated[float, Field(gt=0, le=50, allow_inf_nan=False)] | None = None
+    lambda_rule: Literal["sqrt-d", "d"] = "sqrt-d"  # Alg. 4: λ = 2σ̃√d or 2σ̃d (spec §8 item 4)
 
 
 class CounterExperiment(ExperimentFile):
@@ -38,6 +50,7 @@ class CounterExperiment(ExperimentFile):
     delta: Annotated[float, Field(gt=0, lt=0.5)] | None = None  # default 1/(10 n)
     input: Literal[INPUTS] = "iid"  # type: ignore[valid-type]
     p: Annotated[float, Field(ge=0, le=1)] = 0.5  # Ber(p) for input = "iid"
+    environment: BanditEnvironment = BanditEnvironment()  # Algorithm 4's arms
     algorithms: dict[str, CounterAlgorithm]
 
     @classmethod
@@ -48,10 +61,10 @@ class CounterExperiment(ExperimentFile):
     def _trees(self):
         """Every counter's tree must exist for this horizon: the error names the algorithm."""
         for label, a in self.algorithms.items():
-            if a.algorithm in ("csta_k", "lowest_k_binary", "highest_k_binary") and a.k is None:
+            if a.algorithm in ("csta_k", "lowest_k_binary", "highest_k_binary") + BANDITS and a.k is None:
                 raise ValueError(f"algorithms.{label}.k: mode {a.algorithm} needs k (the number of shufflers)")
             try:
-                tree_for(a.algorithm, self.horizon, a.k, a.d_low, a.D_tree)
+                tree_for("csta_k" if a.algorithm in BANDITS else a.algorithm, self.horizon, a.k, a.d_low, a.D_tree)
             except ValueError as exc:
                 raise ValueError(f"algorithms.{label}: {exc}") from None
         return self

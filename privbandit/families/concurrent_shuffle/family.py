@@ -20,6 +20,7 @@ import numpy as np
 from privbandit.families.concurrent_shuffle import config as cfg
 from privbandit.families.concurrent_shuffle import counter as cnt
 from privbandit.families.concurrent_shuffle import world
+from privbandit.families.concurrent_shuffle.bandit import BanditServer, BanditUsers, alg4_of
 from privbandit.families.concurrent_shuffle.parties import CounterAnalyzer, CounterUsers, spec_of
 from privbandit.families.concurrent_shuffle.tree import SHUFFLE_MODES, prefix_estimates
 from privbandit.protocol.privacy import Ledger, default_delta
@@ -42,6 +43,9 @@ class ConcurrentShuffle(Family):
     def stackable(self, config, label: str) -> bool:
         return True  # the plans never depend on the data: every run's plan j serves the same users
 
+    def bandit(self, config, label: str) -> bool:
+        return config.algorithms[label].algorithm in cfg.BANDITS
+
     def delta(self, config) -> float:
         return config.delta if config.delta is not None else default_delta(config.horizon)
 
@@ -51,6 +55,9 @@ class ConcurrentShuffle(Family):
     def intermediaries(self, config) -> list[str]:
         names = set()
         for label in config.algorithms:
+            if self.bandit(config, label):
+                names.add("shuffler")
+                continue
             spec = self.spec(config, label)
             names.add("shuffler" if spec.mode in SHUFFLE_MODES else "aggregator")
         return sorted(names)
@@ -60,28 +67,54 @@ class ConcurrentShuffle(Family):
 
     def public_task(self, config, label: str, runs: list[int]) -> dict:
         """The counter's parameters; never the seed or the input (the world)."""
-        return {"algorithm": self.algorithm(config, label).model_dump(), "horizon": config.horizon,
-                "delta": self.delta(config)}
+        out = {"algorithm": self.algorithm(config, label).model_dump(), "horizon": config.horizon,
+               "delta": self.delta(config)}
+        if self.bandit(config, label):
+            out["dim"] = config.environment.dim  # public (the arms and θ* are the world's)
+        return out
 
-    def analyzer(self, public: dict, keys: list[int], oracle=None) -> CounterAnalyzer:
+    def analyzer(self, public: dict, keys: list[int], oracle=None):
+        if public["algorithm"]["algorithm"] in cfg.BANDITS:
+            return BanditServer(alg4_of(public), len(keys))
         return CounterAnalyzer(spec_of(public), keys)
 
     def ledger(self, public: dict) -> Ledger:
+        if public["algorithm"]["algorithm"] in cfg.BANDITS:
+            return alg4_of(public).empty_ledger()
         return cnt.ledger(spec_of(public), public["horizon"])
 
-    def users(self, config, label: str, runs: list[int]) -> CounterUsers:
-        return CounterUsers(self.spec(config, label), config, label, runs,
-                            checkpoint_grid(config.horizon, config.checkpoints))
+    def users(self, config, label: str, runs: list[int]):
+        grid = checkpoint_grid(config.horizon, config.checkpoints)
+        if self.bandit(config, label):
+            return BanditUsers(alg4_of(self.public_task(config, label, runs)), config.environment, config.seed, runs,
+                               label, grid)
+        return CounterUsers(self.spec(config, label), config, label, runs, grid)
 
     def check_plan(self, plan) -> None:
+        """A counter's {segment, level}, or Algorithm 4's with the broadcast (θ̂ (R, d), V⁻¹ (R, d, d), β)."""
         b = plan.body
-        if set(b) != {"segment", "level"} or any(isinstance(v, bool) or not isinstance(v, int) for v in b.values()):
-            raise ValueError(f"plan {plan.id}: body must be {{'segment': int, 'level': int}}, got {sorted(b)}")
+        ints = {key: b.get(key) for key in ("segment", "level")}
+        if set(b) not in ({"segment", "level"}, {"segment", "level", "theta", "v_inv", "beta"}) or any(
+                isinstance(v, bool) or not isinstance(v, int) for v in ints.values()):
+            raise ValueError(f"plan {plan.id}: body must be {{'segment': int, 'level': int[, theta, v_inv, beta]}}, "
+                             f"got {sorted(b)}")
         if b["level"] < 1 or b["segment"] < 0:
             raise ValueError(f"plan {plan.id}: segment {b['segment']} and level {b['level']} out of range")
+        if "theta" in b:
+            theta, v_inv, beta = b["theta"], b["v_inv"], b["beta"]
+            if not (isinstance(theta, np.ndarray) and theta.ndim == 2 and theta.dtype == np.float64
+                    and isinstance(v_inv, np.ndarray) and v_inv.dtype == np.float64
+                    and v_inv.shape == theta.shape + theta.shape[-1:]):
+                raise ValueError(f"plan {plan.id}: theta (runs, d) and v_inv (runs, d, d) must be float64 arrays")
+            if not (isinstance(beta, float) and np.isfinite(beta) and np.isfinite(theta).all()
+                    and np.isfinite(v_inv).all()):
+                raise ValueError(f"plan {plan.id}: θ̂, V⁻¹ and β must be finite")
 
     # --- the observer's side ---------------------------------------------------------------------
     def row_maker(self, config, label: str):
+        if self.bandit(config, label):
+            return lambda record, truths: {"level": record.body["level"], "node": record.body["node"]}
+
         def row(record, truths) -> dict | None:
             b = record.body
             if "level" not in b:
@@ -93,7 +126,10 @@ class ConcurrentShuffle(Family):
 
     def finish(self, config, label: str, result) -> None:
         """The counter's figures per run, from the node estimates (records) and the world's bits:
-        one rounds.csv row per run and node (shuffle modes), and per-run metrics in the learner."""
+        one rounds.csv row per run and node (shuffle modes), and per-run metrics in the learner.
+        Algorithm 4: nothing to add (its regret is the observer's)."""
+        if self.bandit(config, label):
+            return
         spec = self.spec(config, label)
         R = len(result.runs)
         nodes = [np.full((R, spec.tree.nodes(i)), np.nan) for i in range(1, spec.k + 1)]
@@ -128,6 +164,12 @@ class ConcurrentShuffle(Family):
             result.learner[i].update(m)
 
     def label_summary(self, config, label: str, results: list) -> dict:
+        if self.bandit(config, label):
+            a = alg4_of(self.public_task(config, label, [0]))
+            per_run = [x for r in results for x in r.learner]
+            return {"alg4": {"sizes": list(a.tree.sizes), "lambda": a.lam, "sigma_tilde": a.sigma_tilde,
+                             "private": a.private, "vec": [{"g": p.g, "b": p.b} for p in a.vec],
+                             "batches_clipped": sum(x["batches_clipped"] for x in per_run)}}
         spec = self.spec(config, label)
         per_run = [x for r in results for x in r.learner]
         out = {"counter": spec.describe(), "communication_per_user": communication(spec)}
@@ -139,10 +181,11 @@ class ConcurrentShuffle(Family):
         return out
 
     def experiment_summary(self, config) -> dict:
-        return {"delta": self.delta(config), "input": config.input, "p": config.p}
+        return {"delta": self.delta(config), "input": config.input, "p": config.p,
+                "environment": config.environment.model_dump()}
 
     def plot_options(self, config) -> dict:
-        return {"title": f"{config.name}: counters have no regret (see summary.json and rounds.csv)"}
+        return {"cumulative": True, "title": f"{config.name}: Algorithm 4's regret (counters have none: see summary.json)"}
 
 
 def communication(spec: cnt.CounterSpec) -> dict:
