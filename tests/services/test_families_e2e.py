@@ -118,6 +118,25 @@ k = 2
 protocol = "pvec"
 vec_scale = 1.0
 """,
+    "concurrent-shuffle@alg4": """
+family = "concurrent-shuffle"
+name = "alg4"
+horizon = 150
+seed = 5
+epsilon = 1.0
+delta = 0.1
+runs = 1
+checkpoints = 8
+[environment]
+arms = 10
+dim = 3
+[algorithms."alg4@k2"]
+algorithm = "cs-linucb"
+k = 2
+[algorithms."exact@k2"]
+algorithm = "cs-linucb-exact"
+k = 2
+""",
     "private-online-learning@hybrid": """
 family = "private-online-learning"
 name = "hybrid"

@@ -37,3 +37,50 @@ def test_ledger_composes_the_levels(scale, status):
     assert s["guarantee"] == status
     if status == "proven":
         assert s["epsilon_at_delta"] == pytest.approx(1.0) and s["delta_from_theorems"] == pytest.approx(0.1)
+
+
+ALG4 = """
+family = "concurrent-shuffle"
+name = "a4"
+horizon = 700
+seed = 5
+epsilon = 1.0
+delta = 0.1
+runs = 3
+[environment]
+arms = 20
+dim = 3
+[algorithms."alg4@k2"]
+algorithm = "cs-linucb"
+k = 2
+vec_scale = 1.0
+[algorithms."theory@k1"]
+algorithm = "cs-linucb"
+k = 1
+[algorithms."exact@k3"]
+algorithm = "cs-linucb-exact"
+k = 3
+"""
+
+
+@pytest.mark.parametrize("label", ["alg4@k2", "theory@k1", "exact@k3"])
+def test_spine_run_equals_the_simulation(tmp_path, label):
+    from privbandit.runner import config as experiment_files
+    from privbandit.runner.tasks import Task, execute
+
+    path = tmp_path / "a4.toml"
+    path.write_text(ALG4)
+    fam, config = experiment_files.load(path)
+    _, _, res, _ = execute(Task(fam.name, config, label, (0, 1, 2)))
+    a = config.algorithms[label]
+    sim = L.run(L.alg4(700, a.k, 3, 1.0, 0.1, vec_scale=a.vec_scale, private=a.algorithm == "cs-linucb"),
+                20, 5, [0, 1, 2], label)
+    np.testing.assert_allclose(res.pseudo[:, -1], sim["final_regret"], rtol=1e-12)
+    _, _, single, _ = execute(Task(fam.name, config, label, (2,)))
+    np.testing.assert_array_equal(single.pseudo[0], res.pseudo[2])
+    expect = {"alg4@k2": "none proven", "theory@k1": "proven", "exact@k3": "non-private"}[label]
+    assert res.privacy["guarantee"] == expect
+    if expect == "proven":
+        assert res.privacy["epsilon_at_delta"] == pytest.approx(1.0)
+    tree = L.alg4(700, a.k, 3, 1.0, 0.1).tree  # every user of a complete node reports once per level
+    assert res.reports == sum(tree.nodes(i) * s for i, s in enumerate(tree.sizes, start=1))
