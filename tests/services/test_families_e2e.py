@@ -91,6 +91,52 @@ batch = 10
 [algorithms.LinUCB-SDP-Amp]
 batch = 10
 """,
+    "concurrent-shuffle": """
+family = "concurrent-shuffle"
+name = "every-counter"
+horizon = 300
+seed = 15
+epsilon = 1.0
+runs = 1
+checkpoints = 8
+[algorithms.sequential]
+[algorithms."csta@k2"]
+algorithm = "csta_k"
+k = 2
+[algorithms.csta_binary]
+[algorithms."lowest@k2"]
+algorithm = "lowest_k_binary"
+k = 2
+[algorithms."highest@k2"]
+algorithm = "highest_k_binary"
+k = 2
+[algorithms.central_tree]
+[algorithms.ldp]
+[algorithms."pvec@k2"]
+algorithm = "csta_k"
+k = 2
+protocol = "pvec"
+vec_scale = 1.0
+""",
+    "concurrent-shuffle@alg4": """
+family = "concurrent-shuffle"
+name = "alg4"
+horizon = 150
+seed = 5
+epsilon = 1.0
+delta = 0.1
+runs = 1
+checkpoints = 8
+[environment]
+arms = 10
+dim = 3
+[algorithms."alg4@k2"]
+algorithm = "cs-linucb"
+k = 2
+[algorithms."exact@k2"]
+algorithm = "cs-linucb-exact"
+k = 2
+""",
     "private-online-learning@hybrid": """
 family = "private-online-learning"
 name = "hybrid"
@@ -110,6 +156,7 @@ KILLED = {
     "distributed-dp-mab": ("Dist-DP-SE", 1_000_000, "aggregator"),
     "private-online-learning": ("anytime-lazy-ucb@distributed", 400_000, "aggregator"),
     "shuffle-linear-bandits": ("LinUCB-SDP-Vec", 4_500, "shuffler"),
+    "concurrent-shuffle": ("csta@k2", 4_000, "shuffler"),
 }
 
 
