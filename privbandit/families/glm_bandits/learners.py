@@ -170,6 +170,7 @@ class PrivateGLM:
         self.count2 = np.zeros(R, dtype=np.int64)
         self.switches: list[list[int]] = [[] for _ in range(R)]
         self.psd_clipped = np.zeros(R, dtype=np.int64)
+        self.skipped = np.zeros(R, dtype=np.int64)
         self.v_inv = None
         self.optimizer_calls: list[tuple[int, str, int]] = []  # (run, "o"|"tau", n) of the last update
 
@@ -195,8 +196,11 @@ class PrivateGLM:
             if not mask.any():
                 continue
             c = s.consts[i]
-            self.theta_tau[i] = self._optimize(i, self.x[i, :t][mask], self.r[i, :t][mask], c.eps_tau, c.delta_tau,
-                                               c.lam_max, ("tau", t))
+            theta = self._optimize(i, self.x[i, :t][mask], self.r[i, :t][mask], c.eps_tau, c.delta_tau, c.lam_max,
+                                   ("tau", t))
+            if theta is None:
+                continue
+            self.theta_tau[i] = theta
             h_inv, clipped = safe_inverse(H[i], floor)
             self.psd_clipped[i] += clipped
             self.h_tau_inv = self.h_tau_inv.copy()
@@ -227,8 +231,11 @@ class PrivateGLM:
         for i in np.flatnonzero(explored & (self.count1 < cut1)):
             mask = self.explored[i, : t + 1]
             c = s.consts[i]
-            self.theta_o[i] = self._optimize(i, self.x[i, : t + 1][mask], self.r[i, : t + 1][mask], c.eps_o,
-                                             c.delta_o, c.lam_max, ("o", t + 1))
+            theta = self._optimize(i, self.x[i, : t + 1][mask], self.r[i, : t + 1][mask], c.eps_o, c.delta_o,
+                                   c.lam_max, ("o", t + 1))
+            if theta is None:
+                continue
+            self.theta_o[i] = theta
             self.count1[i] += 1
             calls.append((int(i), "o", int(mask.sum())))
         return calls
@@ -240,6 +247,12 @@ class PrivateGLM:
         reg = lam_max if s.opt_reg == "lambda-max" else 1e-5 * len(r)
         if s.optimizer == "pgd-pvec":
             plan = self.pgd_plan(len(r), eps, delta, lam_max)
+            if (plan.vec.g + plan.vec.b) * len(r) >= 2**62:
+                # P_Vec's count totals would overflow int64 (eq. (127)'s b grows as 1/ε_it²; the
+                # paper's constants reach b > 10¹⁸). Not simulated: θ̂ keeps its value, nothing is
+                # released, nothing is charged, and the summary counts the call as skipped.
+                self.skipped[i] += 1
+                return None
             return mech.projected_gd_pvec(s.link, x, r, reg, s.S, plan, rng)
         theta, _ = mech.dp_sgd(s.link, x, r, reg, s.S, eps, delta, s.sgd, rng)
         return theta
@@ -253,7 +266,7 @@ class PrivateGLM:
         return [{"explored": int(self.explored[i, : self.t].sum()), "count1": int(self.count1[i]),
                  "count2": int(self.count2[i]), "switches": len(self.switches[i]),
                  "count1_cutoff": self.s.consts[i].count1_cutoff, "count2_cutoff": self.s.consts[i].count2_cutoff,
-                 "psd_clipped_eigenvalues": int(self.psd_clipped[i])} for i in range(self.R)]
+                 "psd_clipped_eigenvalues": int(self.psd_clipped[i]), "optimizer_skipped": int(self.skipped[i])} for i in range(self.R)]
 
 
 def _tree(cals: tuple[mech.TreeCalibration, ...], T: int, rngs) -> mech.GridGaussianTree:
