@@ -16,7 +16,7 @@ from tests.services.test_distributed import _inproc, _start, _wait, assert_same_
 EXPERIMENT = """
 family = "glm-bandits"
 name = "glm-e2e"
-horizon = 120
+horizon = 60
 seed = 17
 epsilon = 6.0
 delta = 0.02
