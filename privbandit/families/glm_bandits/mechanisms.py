@@ -39,9 +39,9 @@ from privbandit.families.shuffle_linear_bandits.mechanisms import (
 )
 from privbandit.protocol.primitives.noise.discrete_gaussian import sample_discrete_gaussian
 
-# The fixed grid of the trees' and DP-SGD's noise: 2⁻¹⁰. Leaves and clipped gradients are rounded
+# The fixed grid of the trees' and DP-SGD's noise: 2⁻⁸. Leaves and clipped gradients are rounded
 # to it, which adds at most grid·√D to a neighbour's ℓ2 distance; that is charged in the sensitivity.
-GRID = 2.0**-10
+GRID = 2.0**-8
 VEC_CONSTANT = 24e4  # eq. (127)'s constant in b
 # Rényi orders of the DP-SGD noise search (a short list: the accountant's WOR bound is slow).
 SGD_ORDERS = (1.5, 2, 2.5, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 128, 256)
@@ -79,7 +79,10 @@ class TreeCalibration:
 
     @property
     def sigma_on_grid_squared(self) -> Fraction:
-        return Fraction(self.sigma / self.grid) ** 2
+        """(σ/grid)² rounded up to an integer: the exact sampler's coins are then small rationals
+        (a float's exact square has a ~2¹⁰⁰ denominator and makes them ~30× slower), and the noise
+        only grows, so the ρ below (computed from this value) still holds."""
+        return Fraction(math.ceil((self.sigma / self.grid) ** 2))
 
     @property
     def rho(self) -> float:
@@ -250,7 +253,7 @@ def dp_sgd(link: str, x: np.ndarray, r: np.ndarray, reg: float, radius: float, e
     steps = s.epochs * per_epoch
     z = sgd_noise_multiplier(n, batch, steps, round(epsilon, 12), delta)
     sens = 2 * s.clip + GRID * math.sqrt(d)
-    s2 = Fraction(z * sens / GRID) ** 2
+    s2 = Fraction(math.ceil((z * sens / GRID) ** 2))  # rounded up: small-rational coins, only more noise
     noise = sample_discrete_gaussian(s2, steps * d, rng).reshape(steps, d) * GRID
     theta = np.zeros(d)
     avg, kept = np.zeros(d), 0
