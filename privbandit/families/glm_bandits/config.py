@@ -31,7 +31,7 @@ from privbandit.families.glm_bandits.world import LINKS, THETA_GENERATORS
 from privbandit.runner.config import ExperimentFile, StrictModel
 
 FAMILY = "glm-bandits"
-ALGORITHMS = ("private-glm", "glm-ucb", "gloc")
+ALGORITHMS = ("private-glm", "rs-glinucb", "glm-ucb", "gloc")
 PRESETS = ("paper", "paper-code")
 OPTIMIZERS = ("pgd-pvec", "dp-sgd")
 

@@ -130,9 +130,9 @@ class PrivateGLMSpec:
     consts: tuple[GLMConstants, ...]
     kappa: tuple[float, ...]
     kappa_star: tuple[float, ...]
-    tree_v: tuple[mech.TreeCalibration, ...]
-    tree_h: tuple[mech.TreeCalibration, ...]
-    optimizer: str              # "pgd-pvec" (the paper) | "dp-sgd" (the authors' code)
+    tree_v: tuple[mech.TreeCalibration, ...] | None  # None: exact sums (RS-GLinUCB)
+    tree_h: tuple[mech.TreeCalibration, ...] | None
+    optimizer: str              # "pgd-pvec" (the paper) | "dp-sgd" (the authors' code) | "mle" (non-private)
     opt_reg: str                # "lambda-max" (the paper) | "tiny" (the authors' 1e-5)
     ucb_theta: str              # "tau" (eq. 18) | "average" ((θ̂_o + θ̂_τ)/2, the authors' code)
     tau_data: str               # "unexplored" ([t−1] \ T_o, the paper) | "all" (the authors' code)
@@ -148,8 +148,8 @@ class PrivateGLM:
         R, d, T = len(keys), s.d, s.T
         self.R = R
         self.keys = keys
-        self.tree_v = _tree(s.tree_v, T, [stream(k, "glm-tree-V") for k in keys])
-        self.tree_h = _tree(s.tree_h, T, [stream(k, "glm-tree-H") for k in keys])
+        self.tree_v = _tree(s.tree_v, T, [stream(k, "glm-tree-V") for k in keys]) or ExactSums(R, d)
+        self.tree_h = _tree(s.tree_h, T, [stream(k, "glm-tree-H") for k in keys]) or ExactSums(R, d)
         c = s.consts
         self.lam = np.array([x.lam for x in c])
         self.gamma_sqrt_kappa = np.array([x.gamma * math.sqrt(k) for x, k in zip(c, s.kappa)])
@@ -245,6 +245,8 @@ class PrivateGLM:
         s = self.s
         rng = stream(self.keys[i], "glm-optimizer", *tag)
         reg = lam_max if s.opt_reg == "lambda-max" else 1e-5 * len(r)
+        if s.optimizer == "mle":  # RS-GLinUCB: the exact regularized MLE on the S-ball
+            return mle(s.link, x, r, lam_max, s.S)
         if s.optimizer == "pgd-pvec":
             plan = self.pgd_plan(len(r), eps, delta, lam_max)
             if (plan.vec.g + plan.vec.b) * len(r) >= 2**62:
@@ -269,8 +271,27 @@ class PrivateGLM:
                  "psd_clipped_eigenvalues": int(self.psd_clipped[i]), "optimizer_skipped": int(self.skipped[i])} for i in range(self.R)]
 
 
-def _tree(cals: tuple[mech.TreeCalibration, ...], T: int, rngs) -> mech.GridGaussianTree:
-    """One tree for R runs; its σ must be the same across the stacked runs (one noise law)."""
+class ExactSums:
+    """The non-private counterpart of a tree (RS-GLinUCB): exact prefix sums of the leaves."""
+
+    def __init__(self, R: int, d: int):
+        self.total = np.zeros((R, d, d))
+
+    def insert(self, leaves: np.ndarray) -> None:
+        self.total = self.total + leaves
+
+    def prefix(self) -> np.ndarray:
+        return self.total.copy()
+
+    def true_prefix(self) -> np.ndarray:
+        return self.total.copy()
+
+
+def _tree(cals, T: int, rngs):
+    """One tree for R runs; its σ must be the same across the stacked runs (one noise law).
+    ``cals`` None: no noise (RS-GLinUCB's exact sums)."""
+    if cals is None:
+        return None
     if len({c.sigma for c in cals}) != 1:
         trees = [mech.GridGaussianTree(c, T, [g]) for c, g in zip(cals, rngs)]
         return _StackedTrees(trees)
@@ -371,3 +392,29 @@ class GLOC:
 def _sherman_morrison(inv: np.ndarray, x: np.ndarray) -> np.ndarray:
     u = np.einsum("rde,re->rd", inv, x)
     return inv - u[:, :, None] * u[:, None, :] / (1 + np.einsum("rd,rd->r", x, u))[:, None, None]
+
+
+def mle(link: str, x: np.ndarray, r: np.ndarray, lam: float, radius: float, steps: int = 20) -> np.ndarray:
+    """argmin Σℓ(θ; x, r) + (λ/2)‖θ‖² by damped Newton steps, projected on the S-ball (non-private)."""
+    d = x.shape[1]
+    theta = np.zeros(d)
+    for _ in range(steps):
+        z = x @ theta
+        grad = x.T @ (mu(link, z) - r) + lam * theta
+        hess = (x * mu_dot(link, z)[:, None]).T @ x + lam * np.eye(d)
+        step = np.linalg.solve(hess, grad)
+        theta = mech.project_ball(theta - step, radius)
+        if np.linalg.norm(step) < 1e-9:
+            break
+    return theta
+
+
+def rs_glinucb_constants(d: int, T: int, zeta: float, R: float, S: float, kappa: float) -> GLMConstants:
+    """RS-GLinUCB (Sawarni et al. 2024), the non-private algorithm Algorithm 2 privatizes: the
+    authors' code's constants without their noise terms (λ = 0.75·d·log(4T/ζ)/R², γ, β and the
+    Criterion I bar as in :func:`paper_code_constants`), and no cutoffs (nothing to budget)."""
+    a = math.log(4 * T / zeta)
+    lam = 0.75 * d * a / R**2
+    gamma = R * S * math.sqrt(d * math.log(T / zeta))
+    beta = 4 * math.sqrt(d * math.log(T / zeta))
+    return GLMConstants(lam, lam, lam, gamma, beta, 1 / (0.01 * kappa * R**4 * S**2 * d), T, T, 0.0, 0.0, 0.0, 0.0)

@@ -63,8 +63,9 @@ class Setup:
         if self.spec is not None:
             s = self.spec
             out.update(optimizer=s.optimizer, ucb_theta=s.ucb_theta, tau_data=s.tau_data,
-                       constants=[c.asdict() for c in s.consts],
-                       tree_sigma_V=[c.sigma for c in s.tree_v], tree_sigma_H=[c.sigma for c in s.tree_h],
+                       constants=[c.asdict() for c in s.consts])
+        if self.spec is not None and self.spec.tree_v is not None:
+            out.update(tree_sigma_V=[c.sigma for c in s.tree_v], tree_sigma_H=[c.sigma for c in s.tree_h],
                        tree_rho=[v.rho + h.rho for v, h in zip(s.tree_v, s.tree_h)])
         return out
 
@@ -76,6 +77,10 @@ def setup(public: dict) -> Setup:
     S, R, link = public["norm"], public["reward_bound"], public["link"]
     kappa, kappa_star = tuple(public["kappa"]), tuple(public["kappa_star"])
     spec = None
+    if kind == "rs-glinucb":
+        consts = tuple(gl.rs_glinucb_constants(d, T, zeta, R, S, k) for k in kappa)
+        spec = gl.PrivateGLMSpec(link, d, T, S, R, consts, kappa, kappa_star, None, None, "mle", "lambda-max",
+                                 "tau", "unexplored", 1, mech.SGDSettings())
     if kind == "private-glm":
         code = public["preset"] == "paper-code"
         consts = tuple((gl.paper_code_constants if code else gl.paper_constants)(d, T, eps, delta, zeta, R, S, k, ks)
@@ -101,7 +106,7 @@ class GLMServer:
         self.s = s
         self.runs = len(keys)
         k, ks = np.array(s.kappa), np.array(s.kappa_star)
-        if s.kind == "private-glm":
+        if s.kind in ("private-glm", "rs-glinucb"):
             self.learner = gl.PrivateGLM(s.spec, keys)
         elif s.kind == "glm-ucb":
             self.learner = gl.GLMUCB(s.link, s.d, s.T, self.runs, k, ks, s.zeta)
@@ -121,7 +126,7 @@ class GLMServer:
         if self.open is not None or self.done:
             return []
         t = self.planned
-        if self.s.kind == "private-glm":
+        if self.s.spec is not None:
             body, self.pending_calls = self.learner.broadcast()
         else:
             body = self.learner.broadcast()
@@ -141,7 +146,10 @@ class GLMServer:
             raise ProtocolError("out-of-range", f"round {rnd.id}: an arm outside the unit ball")
         # decided: the release is usable; state changes from here
         body = {"t": rnd.id + 1}
-        if self.s.kind != "private-glm":
+        if self.s.kind == "rs-glinucb":
+            self.learner.update(x, r, flag.astype(bool))
+            spends = [Spend(NonPrivate(), "round")]
+        elif self.s.kind != "private-glm":
             self.learner.update(x, r)
             spends = [Spend(NonPrivate(), "round")]
         else:
@@ -162,12 +170,12 @@ class GLMServer:
                     event = self.optimizer_event(part, [n for _, p, n in calls if p == part])
                     spends += [Spend(event, f"optimizer-{part}", part)] * new
                     self.recorded[part] += new
-            if rnd.id + 1 in self.s.diagnostic:
-                lr = self.learner
-                body.update(theta_o=lr.theta_o.copy(), theta_tau=lr.theta_tau.copy(),
-                            count1=lr.count1.copy(), count2=lr.count2.copy(),
-                            explored=lr.explored[:, : lr.t].sum(axis=1).astype(np.int64))
-        if rnd.id + 1 in self.s.diagnostic and self.s.kind != "private-glm":
+        if rnd.id + 1 in self.s.diagnostic and self.s.spec is not None:
+            lr = self.learner
+            body.update(theta_o=lr.theta_o.copy(), theta_tau=lr.theta_tau.copy(),
+                        count1=lr.count1.copy(), count2=lr.count2.copy(),
+                        explored=lr.explored[:, : lr.t].sum(axis=1).astype(np.int64))
+        elif rnd.id + 1 in self.s.diagnostic:
             body.update(theta=self.learner.theta.copy())
         self.open = None
         return body, spends
@@ -194,7 +202,7 @@ class GLMServer:
                                     "Kasiviswanathan 2019), replace-one, exact discrete Gaussian on a grid")
 
     def summary(self) -> list[dict]:
-        if self.s.kind == "private-glm":
+        if self.s.spec is not None:
             return self.learner.summary()
         return [{} for _ in range(self.runs)]
 
