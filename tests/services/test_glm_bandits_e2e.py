@@ -2,7 +2,7 @@
 in-process engine on the same experiment: the same bytes (curves.csv, rounds.csv, the ledger).
 
 Algorithm 2 is sequential (one user per plan), so every round is a broker round trip: the horizon
-is small. Both optimizers and both baselines run; the analyzer holds the users' raw reports (the
+is small. Both optimizers and the three baselines run; the analyzer holds the users' raw reports (the
 central model) and releases only the billboard.
 """
 
@@ -34,6 +34,7 @@ norm = 2.0
 algorithm = "private-glm"
 optimizer = "pgd-pvec"
 epsilon = 60.0
+[algorithms.rs-glinucb]
 [algorithms.glm-ucb]
 [algorithms.gloc]
 """
