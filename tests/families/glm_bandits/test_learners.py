@@ -154,3 +154,19 @@ def test_bad_experiment_files_name_the_field_and_range(tmp_path):
     p.write_text(TOML.format(T=100, preset="paper", eps=6.0, extra="sgd_epochs = 5\nsgd_burn_in = 5"))
     with pytest.raises(ConfigError, match=r"sgd_burn_in = 5 must be < sgd_epochs = 5"):
         validate_experiment(GLMExperiment, p)
+
+
+def test_the_ledger_has_the_three_parts_and_paper_code_spends_more_on_its_trees(tmp_path):
+    eps = 6.0
+    out = {}
+    for preset in ("paper", "paper-code"):
+        config = _config(tmp_path, T=80, preset=preset, eps=eps, extra="max_iterations = 5")
+        _, _, res, _ = execute(Task(FAMILY.name, config, "private-glm", (0,)))
+        out[preset] = res.privacy
+    paper = out["paper"]
+    assert paper["guarantee"] == "proven" and paper["trust_model"] == "central (joint DP)"
+    assert any("switching" in b for b in paper["basis"])
+    # trees (ε/3, δ/3 in zCDP) + the switching charge (ε/3, δ/3); the paper's 𝒫_GD calls were skipped
+    assert eps / 3 < paper["epsilon_at_delta"] <= 2 * eps / 3 + 1e-9
+    code = out["paper-code"]
+    assert code["epsilon_at_delta"] > paper["epsilon_at_delta"]  # (ε/3, δ/3) per tree, as the authors'
