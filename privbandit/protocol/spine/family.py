@@ -50,9 +50,10 @@ class AnalyzerLogic(Protocol):
     def plans(self) -> list[Plan]:
         """The next plans, or [] while it waits for releases (or once it is done)."""
 
-    def on_release(self, rnd: Round, release: Release) -> tuple[dict[str, Any], Spend]:
+    def on_release(self, rnd: Round, release: Release) -> tuple[dict[str, Any], Spend | list[Spend]]:
         """Decode a release of ``rnd`` (already checked against it) and learn from it. Must not
-        change any state before it has decided the release is acceptable (raise ProtocolError)."""
+        change any state before it has decided the release is acceptable (raise ProtocolError).
+        Several Spends (different lanes) when one release triggers several mechanisms."""
 
     @property
     def done(self) -> bool:

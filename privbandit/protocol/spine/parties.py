@@ -103,7 +103,13 @@ class Analyzer:
         check_release(rnd, release, self.runs)
         body, spend = self.logic.on_release(rnd, release)
         del self.open[rnd.id]  # only now: a malformed release leaves the round open
-        self.ledger.record(spend.event, spend.lane, spend.group, spend.releases)
+        # A release may carry several events in different lanes (a central learner's tree leaf and
+        # the optimizer calls it triggered); the record's ε is the first's, the release's own, and
+        # only the first counts as releases (the observer matches records against that count).
+        spends = list(spend) if isinstance(spend, (list, tuple)) else [spend]
+        for k, s in enumerate(spends):
+            self.ledger.record(s.event, s.lane, s.group, s.releases if k == 0 else 0)
+        spend = spends[0]
         return Record(rnd.id, release.n_reports, self.ledger.event_epsilon(spend.event),
                       {"expected": rnd.expected, "bits": report_bits(rnd), **body})
 

@@ -1,0 +1,141 @@
+"""The GLM bandits (Sarmasarkar, "Shuffle and joint differential privacy for generalized linear
+contextual bandits") as a spine plug-in: Algorithm 2 (Private-GLM, joint DP, central trust) and
+the non-private GLM-UCB and GLOC baselines.
+
+Run r of every algorithm faces the world drawn from ``(seed, "glm-world", r)`` (run 0's for every
+run when contexts are reused, as the authors' code does) and the reward uniforms of ``(seed,
+"glm-rewards", r)``; the analyzer's noise (trees, optimizers) comes from its own key per run. κ and
+κ* are computed from each run's arms and θ* and handed to the analyzer as public constants (the
+paper assumes them known; spec §11.1). The in-process engine steps all runs of an algorithm at once
+(one user per plan in every run); over MQTT one task is one run, with the same numbers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from privbandit.families.glm_bandits import config as cfg
+from privbandit.families.glm_bandits.parties import GLMServer, GLMUsers, Setup, setup
+from privbandit.families.glm_bandits.world import world_of
+from privbandit.protocol.privacy import Ledger
+from privbandit.protocol.spine.family import Family
+from privbandit.protocol.spine.observer import checkpoint_grid
+
+ROUND_FIELDS = ["t", "explored", "count1", "count2", "theta_o_error", "theta_error"]
+
+
+class GLMBandits(Family):
+    name = cfg.FAMILY
+    title = "Sarmasarkar, Shuffle and joint differential privacy for generalized linear contextual bandits"
+    experiment_model = cfg.GLMExperiment
+    round_fields = ROUND_FIELDS
+
+    def algorithm(self, config, label: str) -> cfg.GLMAlgorithm:
+        return cfg.resolved(config, label)
+
+    def stackable(self, config, label: str) -> bool:
+        return True  # plan t serves user t in every run
+
+    def intermediaries(self, config) -> list[str]:
+        return ["aggregator"]  # central trust: raw reports pass to the trusted analyzer
+
+    def users_protected(self, config) -> int:
+        return config.horizon
+
+    def world(self, config, runs: list[int]):
+        env = config.environment
+        return world_of(env.link, config.theta_generator, config.seed, runs, config.horizon, env.arms, env.dim,
+                        env.norm, config.reuse_contexts)
+
+    def public_task(self, config, label: str, runs: list[int]) -> dict:
+        """Everything but the seed: the algorithm, the world's shape and each run's κ, κ*."""
+        a = self.algorithm(config, label)
+        w = self.world(config, runs)
+        ks = [w.kappas(i) for i in range(len(runs))]
+        grid = checkpoint_grid(config.horizon, config.checkpoints)
+        env = config.environment
+        return {"algorithm": a.model_dump(), "horizon": config.horizon, "dim": env.dim, "link": env.link,
+                "norm": env.norm, "reward_bound": config.reward_bound, "delta": config.privacy_delta,
+                "zeta": config.zeta, "preset": config.preset,
+                "kappa": [k.kappa for k in ks], "kappa_star": [k.kappa_star for k in ks],
+                "diagnostic": [int(c) for c in grid[np.linspace(0, len(grid) - 1, 8).astype(int)]]}
+
+    def analyzer(self, public: dict, keys: list[int], oracle=None) -> GLMServer:
+        return GLMServer(setup(public), keys)
+
+    def ledger(self, public: dict) -> Ledger:
+        private = public["algorithm"]["algorithm"] == "private-glm"
+        return Ledger("central (joint DP)" if private else "non-private",
+                      public["algorithm"]["epsilon"] if private else None, public["delta"], users=public["horizon"])
+
+    def users(self, config, label: str, runs: list[int]) -> GLMUsers:
+        return GLMUsers(setup(self.public_task(config, label, runs)), self.world(config, runs),
+                        checkpoint_grid(config.horizon, config.checkpoints))
+
+    # --- what arrives from the wire ------------------------------------------------------------
+    def check_plan(self, plan) -> None:
+        """A plan the analyzer makes: round t = its id, finite float64 billboard arrays."""
+        b = plan.body
+        if set(b) != {"t", "theta_o", "v_inv", "threshold", "width_o", "theta", "h_inv", "beta"}:
+            raise ValueError(f"plan {plan.id}: body fields {sorted(b)} are not the GLM billboard")
+        if b["t"] != plan.id + 1 or isinstance(b["t"], bool):
+            raise ValueError(f"plan {plan.id}: t = {b['t']!r} is not its id + 1")
+        theta = b["theta"]
+        if not (isinstance(theta, np.ndarray) and theta.ndim == 2 and theta.dtype == np.float64):
+            raise ValueError(f"plan {plan.id}: theta must be a float64 (runs, d) array")
+        R, d = theta.shape
+        shapes = {"theta_o": (R, d), "v_inv": (R, d, d), "h_inv": (R, d, d), "threshold": (R,), "width_o": (R,),
+                  "beta": (R,)}
+        for key, shape in shapes.items():
+            v = b[key]
+            if not (isinstance(v, np.ndarray) and v.dtype == np.float64 and v.shape == shape):
+                raise ValueError(f"plan {plan.id}: {key} must be a float64 {shape} array")
+        if not all(np.isfinite(b[k]).all() for k in ("theta_o", "v_inv", "h_inv", "theta", "beta")):
+            raise ValueError(f"plan {plan.id}: θ's, inverses and β must be finite")
+
+    # --- the observer's extras ---------------------------------------------------------------
+    def row_maker(self, config, label: str):
+        def row(record, truths) -> dict | None:
+            b = record.body
+            if not truths or "theta_star" not in truths[0].extras:
+                return None
+            star = np.asarray(truths[0].extras["theta_star"])
+            per_run = []
+            for i in range(star.shape[0]):
+                r = {"theta_error": float(np.linalg.norm(np.asarray(b.get("theta_tau", b.get("theta")))[i] - star[i]))}
+                if "theta_o" in b:
+                    r.update(theta_o_error=float(np.linalg.norm(np.asarray(b["theta_o"])[i] - star[i])),
+                             explored=int(b["explored"][i]), count1=int(b["count1"][i]), count2=int(b["count2"][i]))
+                per_run.append(r)
+            return {"t": b["t"], "_per_run": per_run}
+
+        return row
+
+    def finish(self, config, label: str, result) -> None:
+        rows = []
+        for i, run in enumerate(result.runs):
+            for row in result.rounds:
+                rows.append({**{k: v for k, v in row.items() if k != "_per_run"}, "run": run, **row["_per_run"][i]})
+        result.rounds = rows
+
+    def label_summary(self, config, label: str, results: list) -> dict:
+        per_run = [x for r in results for x in r.learner]
+        out = {"setup": setup(self.public_task(config, label, [0])).describe()}
+        if per_run and per_run[0]:
+            out["learner"] = per_run
+        return out
+
+    def experiment_summary(self, config) -> dict:
+        env = config.environment
+        return {"delta": config.privacy_delta, "zeta": config.zeta, "preset": config.preset, "link": env.link,
+                "dim": env.dim, "arms": env.arms, "norm": env.norm, "theta_generator": config.theta_generator,
+                "reuse_contexts": config.reuse_contexts}
+
+    def plot_options(self, config) -> dict:
+        env = config.environment
+        return {"cumulative": True,
+                "title": f"{config.name}: {env.link}, d = {env.dim}, K = {env.arms}, S = {env.norm}, "
+                         f"preset {config.preset}, {config.runs} runs, mean ± stderr"}
+
+
+FAMILY = GLMBandits()

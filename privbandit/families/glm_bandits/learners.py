@@ -1,0 +1,420 @@
+"""The GLM family's learners: Private-GLM (Algorithm 2, joint DP) and two non-private baselines.
+
+The analyzer (:class:`PrivateGLM`, :class:`GLMUCB`, :class:`GLOC`) keeps its statistics over R runs
+stacked and publishes, before every round, the billboard every user acts on (:func:`choose`):
+
+- Private-GLM: V_t (the V tree's prefix + λI), θ̂_o, and (θ̂_τ, H_τ) from the last switch;
+- the baselines: their θ̂, V⁻¹ and confidence width.
+
+:func:`choose` is Algorithm 2 lines 4–15 on the user's side: Criterion I (explore the arm of largest
+‖x‖_{V⁻¹} when max ‖x‖²_{V⁻¹} ≥ threshold), else gap-based elimination with UCB_o/LCB_o (eqs.
+16–17) and the optimistic arm of UCB(x, H_τ, θ̂_τ) (eq. 18). The baselines use the same function
+with no Criterion I and no elimination. Every quantity it reads is released (post-processing), so
+the actions given to other users are functions of the privatized billboard only (the Billboard
+lemma behind JDP).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from privbandit.families.glm_bandits import mechanisms as mech
+from privbandit.families.glm_bandits.world import mu, mu_dot
+from privbandit.protocol.primitives.seeding import stream
+
+
+def choose(arms: np.ndarray, theta_o: np.ndarray, v_inv: np.ndarray, threshold: np.ndarray, width_o: np.ndarray,
+           theta: np.ndarray, h_inv: np.ndarray, beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each run's arm (R,) and whether Criterion I fired (R,): ``arms`` (R, K, d), θ's (R, d),
+    inverses (R, d, d), scalars (R,). ``threshold`` inf disables Criterion I; ``width_o`` inf
+    disables the elimination."""
+    nv = np.sqrt(np.maximum(np.einsum("rkd,rde,rke->rk", arms, v_inv, arms), 0.0))
+    explore = (nv**2).max(axis=1) >= threshold
+    lin_o = np.einsum("rkd,rd->rk", arms, theta_o)
+    with np.errstate(invalid="ignore"):
+        ucb_o = lin_o + width_o[:, None] * nv
+        lcb_o = lin_o - width_o[:, None] * nv
+    keep = ~np.isfinite(width_o)[:, None] | (ucb_o >= lcb_o.max(axis=1, keepdims=True))
+    nh = np.sqrt(np.maximum(np.einsum("rkd,rde,rke->rk", arms, h_inv, arms), 0.0))
+    ucb = np.einsum("rkd,rd->rk", arms, theta) + beta[:, None] * nh
+    exploit = np.where(keep, ucb, -np.inf).argmax(axis=1)
+    return np.where(explore, nv.argmax(axis=1), exploit), explore
+
+
+def safe_inverse(m: np.ndarray, floor: float) -> tuple[np.ndarray, np.ndarray]:
+    """(M⁺)⁻¹ of symmetric matrices whose eigenvalues are clipped to ≥ ``floor`` (the authors'
+    PSD projection), and how many eigenvalues were clipped per run (a PSD diagnostic)."""
+    w, q = np.linalg.eigh(m)
+    clipped = (w < floor).sum(axis=-1)
+    w = np.maximum(w, floor)
+    return np.einsum("...ij,...j,...kj->...ik", q, 1.0 / w, q), clipped
+
+
+def logdet(m: np.ndarray, floor: float) -> np.ndarray:
+    w = np.linalg.eigvalsh(m)
+    return np.log(np.maximum(w, floor)).sum(axis=-1)
+
+
+# --- Private-GLM's constants (Sec. 6.1 eqs. 19–21; the authors' code, spec §9.2) -------------
+
+@dataclass(frozen=True)
+class GLMConstants:
+    """One run's constants of Algorithm 2."""
+
+    lam: float
+    lam_min: float
+    lam_max: float
+    gamma: float
+    beta: float
+    threshold: float  # Criterion I: ‖x‖²_{V⁻¹} ≥ threshold
+    count1_cutoff: int
+    count2_cutoff: int
+    eps_o: float
+    delta_o: float
+    eps_tau: float
+    delta_tau: float
+
+    def asdict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def paper_constants(d: int, T: int, eps: float, delta: float, zeta: float, R: float, S: float, kappa: float,
+                    kappa_star: float, C: float = 1.0, c: float = 1.0) -> GLMConstants:
+    """Eqs. (19)–(21) with the unspecified universal constants C = c = 1, λ_min/λ_max's ratios,
+    the cutoffs and the optimizers' per-call budgets of Sec. 6.1 (θ̂_τ's from count2, spec §12 item 14)."""
+    sd, L = math.sqrt(d), math.log(T)
+    lam = 64 * (4 * sd + 1) * math.log(32 / delta) * L * (math.log(16 * T / zeta) + sd) / (eps * kappa_star)
+    beta = C * R * S * sd * math.log(T / zeta) * math.log(1 / delta) / math.sqrt(eps * kappa_star)
+    gamma = c * R**5 * S**4 * d * math.log(T * d / zeta) ** 2 * math.log(32 / delta) / (min(eps, 1) * kappa_star**2)
+    lam_min, lam_max = lam * 4 * sd / (4 * sd + 1), lam * (4 * sd + 2) / (4 * sd + 1)
+    c1 = max(1, math.ceil(8 * d * R**2 * kappa * gamma**2 * L))
+    c2 = max(1, math.ceil(math.log2(lam_max / lam_min + (T / kappa_star**2) / (lam_min * d))))
+    return GLMConstants(lam, lam_min, lam_max, gamma, beta, 1 / (gamma**2 * kappa * R**2), c1, c2,
+                        eps / (6 * math.sqrt(2 * c1 * math.log(4 / delta))), delta / (6 * c1),
+                        eps / (6 * math.sqrt(2 * c2 * math.log(4 / delta))), delta / (6 * c2))
+
+
+def paper_code_constants(d: int, T: int, eps: float, delta: float, zeta: float, R: float, S: float, kappa: float,
+                         kappa_star: float) -> GLMConstants:
+    """The authors' code's constants (spec §9.2): λ, λ_max/min, γ, β, the Criterion I threshold
+    1/(0.01κR⁴S²d), the rescaled cutoffs (count2 ×3 as in their HEAD), and each optimizer part
+    (ε/3, δ/3) spread over its cutoff by their ``per_step_budget_auto``."""
+    a = math.log(4 * T / zeta)
+    noise = 1.5 * math.log(4 / delta) * a**2 / (eps * kappa_star)
+    lam = 2 * math.log(4 / delta) * a**2 / (eps * kappa_star) + 0.75 * d * a / R**2
+    gamma = R * S * math.sqrt(d * math.log(T / zeta))
+    beta = 4 * math.sqrt(d * math.log(T / zeta))
+    lam_min, lam_max = lam - noise, lam + noise
+    c1 = max(1, int(d * R**2 * kappa * gamma**2 * math.log(T) / 20000))
+    c2 = max(1, 3 * int(math.log2(lam_max / lam_min + T / (kappa_star**2 * lam_min * d))))
+    eo, do = mech.per_call_budget(eps / 3, delta / 3, c1)
+    et, dt = mech.per_call_budget(eps / 3, delta / 3, c2)
+    return GLMConstants(lam, lam_min, lam_max, gamma, beta, 1 / (0.01 * kappa * R**4 * S**2 * d), c1, c2,
+                        eo, do, et, dt)
+
+
+# --- Private-GLM (Algorithm 2) ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PrivateGLMSpec:
+    """Everything public about Private-GLM on one task (per-run constants: κ and κ* are per run)."""
+
+    link: str
+    d: int
+    T: int
+    S: float
+    R: float
+    consts: tuple[GLMConstants, ...]
+    kappa: tuple[float, ...]
+    kappa_star: tuple[float, ...]
+    tree_v: tuple[mech.TreeCalibration, ...] | None  # None: exact sums (RS-GLinUCB)
+    tree_h: tuple[mech.TreeCalibration, ...] | None
+    optimizer: str              # "pgd-pvec" (the paper) | "dp-sgd" (the authors' code) | "mle" (non-private)
+    opt_reg: str                # "lambda-max" (the paper) | "tiny" (the authors' 1e-5)
+    ucb_theta: str              # "tau" (eq. 18) | "average" ((θ̂_o + θ̂_τ)/2, the authors' code)
+    tau_data: str               # "unexplored" ([t−1] \ T_o, the paper) | "all" (the authors' code)
+    max_iterations: int
+    sgd: mech.SGDSettings
+
+
+class PrivateGLM:
+    """Algorithm 2's server over R runs: the two trees, T_o, the counts, θ̂_o, θ̂_τ, H_τ."""
+
+    def __init__(self, s: PrivateGLMSpec, keys: list[int]):
+        self.s = s
+        R, d, T = len(keys), s.d, s.T
+        self.R = R
+        self.keys = keys
+        self.tree_v = _tree(s.tree_v, T, [stream(k, "glm-tree-V") for k in keys]) or ExactSums(R, d)
+        self.tree_h = _tree(s.tree_h, T, [stream(k, "glm-tree-H") for k in keys]) or ExactSums(R, d)
+        c = s.consts
+        self.lam = np.array([x.lam for x in c])
+        self.gamma_sqrt_kappa = np.array([x.gamma * math.sqrt(k) for x, k in zip(c, s.kappa)])
+        self.beta = np.array([x.beta for x in c])
+        self.threshold = np.array([x.threshold for x in c])
+        self.weight_cap = np.array([1.0 / ks for ks in s.kappa_star])
+        self.x = np.zeros((R, T, d))
+        self.r = np.zeros((R, T))
+        self.explored = np.zeros((R, T), dtype=bool)
+        self.t = 0  # rounds served
+        eye = np.eye(d)
+        self.theta_o = np.zeros((R, d))
+        self.theta_tau = np.zeros((R, d))
+        self.h_tau_inv = np.broadcast_to(eye, (R, d, d)) / self.lam[:, None, None]
+        self.maxdet_all = d * np.log(self.lam)  # log det(λI): Criterion II's start (spec §12 item 24)
+        self.maxdet_tau = self.maxdet_all.copy()
+        self.count1 = np.zeros(R, dtype=np.int64)
+        self.count2 = np.zeros(R, dtype=np.int64)
+        self.switches: list[list[int]] = [[] for _ in range(R)]
+        self.psd_clipped = np.zeros(R, dtype=np.int64)
+        self.skipped = np.zeros(R, dtype=np.int64)
+        self.v_inv = None
+        self.optimizer_calls: list[tuple[int, str, int]] = []  # (run, "o"|"tau", n) of the last update
+
+    def _matrices(self) -> tuple[np.ndarray, np.ndarray]:
+        eye = np.eye(self.s.d)
+        lam = self.lam[:, None, None]
+        return self.tree_v.prefix() + lam * eye, self.tree_h.prefix() + lam * eye
+
+    def broadcast(self) -> tuple[dict, list[tuple[int, str, int]]]:
+        """Before round t + 1: query V and H (lines 2), Criterion II (lines 11–12), the billboard.
+        Returns the body and the optimizer calls Criterion II made (their privacy events)."""
+        s, t = self.s, self.t
+        V, H = self._matrices()
+        floor = 1e-12
+        self.v_inv, clipped_v = safe_inverse(V, floor)
+        self.psd_clipped += clipped_v
+        self.maxdet_all = np.maximum(self.maxdet_all, logdet(H, floor))
+        calls = []
+        switch = (self.maxdet_all > np.log(2.0) + self.maxdet_tau) & (self.count2 < np.array(
+            [c.count2_cutoff for c in s.consts]))
+        for i in np.flatnonzero(switch):
+            mask = np.ones(t, dtype=bool) if s.tau_data == "all" else ~self.explored[i, :t]
+            if not mask.any():
+                continue
+            c = s.consts[i]
+            theta = self._optimize(i, self.x[i, :t][mask], self.r[i, :t][mask], c.eps_tau, c.delta_tau, c.lam_max,
+                                   ("tau", t))
+            if theta is None:
+                continue
+            self.theta_tau[i] = theta
+            h_inv, clipped = safe_inverse(H[i], floor)
+            self.psd_clipped[i] += clipped
+            self.h_tau_inv = self.h_tau_inv.copy()
+            self.h_tau_inv[i] = h_inv
+            self.maxdet_tau[i] = self.maxdet_all[i]
+            self.count2[i] += 1
+            self.switches[i].append(t + 1)
+            calls.append((int(i), "tau", int(mask.sum())))
+        theta = self.theta_tau if s.ucb_theta == "tau" else (self.theta_o + self.theta_tau) / 2
+        body = {"t": t + 1, "theta_o": self.theta_o.copy(), "v_inv": self.v_inv, "threshold": self.threshold,
+                "width_o": self.gamma_sqrt_kappa, "theta": theta.copy(), "h_inv": np.ascontiguousarray(self.h_tau_inv),
+                "beta": self.beta}
+        return body, calls
+
+    def update(self, x: np.ndarray, r: np.ndarray, explored: np.ndarray) -> list[tuple[int, str, int]]:
+        """Round t's raw (x_t, r_t, Criterion I fired) per run: the trees' leaves (Private-
+        UpdateExplore / Exploit) and θ̂_o on T_o while count1 < cutoff (line 8). Returns the
+        optimizer calls made."""
+        s, t = self.s, self.t
+        self.x[:, t], self.r[:, t], self.explored[:, t] = x, r, explored
+        outer = x[:, :, None] * x[:, None, :]
+        w = np.minimum(mu_dot(s.link, np.einsum("rd,rd->r", x, self.theta_o)) / math.e, self.weight_cap)
+        self.tree_v.insert(np.where(explored[:, None, None], outer, 0.0))
+        self.tree_h.insert(np.where(explored[:, None, None], 0.0, w[:, None, None] * outer))
+        self.t += 1
+        calls = []
+        cut1 = np.array([c.count1_cutoff for c in s.consts])
+        for i in np.flatnonzero(explored & (self.count1 < cut1)):
+            mask = self.explored[i, : t + 1]
+            c = s.consts[i]
+            theta = self._optimize(i, self.x[i, : t + 1][mask], self.r[i, : t + 1][mask], c.eps_o, c.delta_o,
+                                   c.lam_max, ("o", t + 1))
+            if theta is None:
+                continue
+            self.theta_o[i] = theta
+            self.count1[i] += 1
+            calls.append((int(i), "o", int(mask.sum())))
+        return calls
+
+    def _optimize(self, i: int, x: np.ndarray, r: np.ndarray, eps: float, delta: float, lam_max: float,
+                  tag: tuple) -> np.ndarray:
+        s = self.s
+        rng = stream(self.keys[i], "glm-optimizer", *tag)
+        reg = lam_max if s.opt_reg == "lambda-max" else 1e-5 * len(r)
+        if s.optimizer == "mle":  # RS-GLinUCB: the exact regularized MLE on the S-ball
+            return mle(s.link, x, r, lam_max, s.S)
+        if s.optimizer == "pgd-pvec":
+            plan = self.pgd_plan(len(r), eps, delta, lam_max)
+            if (plan.vec.g + plan.vec.b) * len(r) >= 2**62:
+                # P_Vec's count totals would overflow int64 (eq. (127)'s b grows as 1/ε_it²; the
+                # paper's constants reach b > 10¹⁸). Not simulated: θ̂ keeps its value, nothing is
+                # released, nothing is charged, and the summary counts the call as skipped.
+                self.skipped[i] += 1
+                return None
+            return mech.projected_gd_pvec(s.link, x, r, reg, s.S, plan, rng)
+        theta, _ = mech.dp_sgd(s.link, x, r, reg, s.S, eps, delta, s.sgd, rng)
+        return theta
+
+    def pgd_plan(self, n: int, eps: float, delta: float, lam_max: float) -> mech.PGDPlan:
+        # L = R + S·λ_max/n: the per-sample gradient's bound plus the regularizer's (spec §12 item 6)
+        return mech.pgd_plan(n, self.s.d, eps, delta, self.s.S, self.s.R + self.s.S * lam_max / n,
+                             self.s.max_iterations)
+
+    def summary(self) -> list[dict]:
+        return [{"explored": int(self.explored[i, : self.t].sum()), "count1": int(self.count1[i]),
+                 "count2": int(self.count2[i]), "switches": len(self.switches[i]),
+                 "count1_cutoff": self.s.consts[i].count1_cutoff, "count2_cutoff": self.s.consts[i].count2_cutoff,
+                 "psd_clipped_eigenvalues": int(self.psd_clipped[i]), "optimizer_skipped": int(self.skipped[i])} for i in range(self.R)]
+
+
+class ExactSums:
+    """The non-private counterpart of a tree (RS-GLinUCB): exact prefix sums of the leaves."""
+
+    def __init__(self, R: int, d: int):
+        self.total = np.zeros((R, d, d))
+
+    def insert(self, leaves: np.ndarray) -> None:
+        self.total = self.total + leaves
+
+    def prefix(self) -> np.ndarray:
+        return self.total.copy()
+
+    def true_prefix(self) -> np.ndarray:
+        return self.total.copy()
+
+
+def _tree(cals, T: int, rngs):
+    """One tree for R runs; its σ must be the same across the stacked runs (one noise law).
+    ``cals`` None: no noise (RS-GLinUCB's exact sums)."""
+    if cals is None:
+        return None
+    if len({c.sigma for c in cals}) != 1:
+        trees = [mech.GridGaussianTree(c, T, [g]) for c, g in zip(cals, rngs)]
+        return _StackedTrees(trees)
+    return mech.GridGaussianTree(cals[0], T, rngs)
+
+
+class _StackedTrees:
+    """Runs whose trees differ in σ (κ* differs per run): one tree each, released stacked."""
+
+    def __init__(self, trees):
+        self.trees = trees
+
+    def insert(self, leaves: np.ndarray) -> None:
+        for i, tr in enumerate(self.trees):
+            tr.insert(leaves[i : i + 1])
+
+    def prefix(self) -> np.ndarray:
+        return np.concatenate([tr.prefix() for tr in self.trees])
+
+
+# --- non-private baselines -------------------------------------------------------------------------
+
+class GLMUCB:
+    """GLM-UCB (Filippi et al. 2010): the regularized MLE (Newton steps, warm-started) and the width
+    ρ(t) = κ·k_μ·√(2d·log(t + 1)·log(2dT/ζ)) with k_μ = 1/κ* (their ρ(t) = (2k_μκR/c_μ)… read with
+    c_μ = 1/κ and the constant 2 dropped, our choice), non-private."""
+
+    def __init__(self, link: str, d: int, T: int, R: int, kappa: np.ndarray, kappa_star: np.ndarray, zeta: float,
+                 lam: float = 1.0):
+        self.link, self.d, self.T = link, d, T
+        self.x = np.zeros((R, T, d))
+        self.r = np.zeros((R, T))
+        self.t = 0
+        self.lam = lam
+        self.V = np.broadcast_to(lam * np.eye(d), (R, d, d)).copy()
+        self.theta = np.zeros((R, d))
+        self.coef = kappa / kappa_star * math.sqrt(2 * d * math.log(2 * d * T / zeta))
+
+    def broadcast(self) -> dict:
+        R = self.theta.shape[0]
+        width = self.coef * math.sqrt(math.log(self.t + 2))
+        v_inv = np.linalg.inv(self.V)
+        return {"t": self.t + 1, "theta_o": self.theta.copy(), "v_inv": v_inv, "threshold": np.full(R, np.inf),
+                "width_o": np.full(R, np.inf), "theta": self.theta.copy(), "h_inv": v_inv, "beta": width.copy()}
+
+    def update(self, x: np.ndarray, r: np.ndarray) -> None:
+        t = self.t
+        self.x[:, t], self.r[:, t] = x, r
+        self.V += x[:, :, None] * x[:, None, :]
+        self.t += 1
+        X, Y = self.x[:, : t + 1], self.r[:, : t + 1]
+        for _ in range(2):  # Newton steps on Σℓ + (λ/2)‖θ‖², warm-started from the last θ̂
+            z = np.einsum("rtd,rd->rt", X, self.theta)
+            grad = np.einsum("rt,rtd->rd", mu(self.link, z) - Y, X) + self.lam * self.theta
+            hess = np.einsum("rt,rtd,rte->rde", mu_dot(self.link, z), X, X) + self.lam * np.eye(self.d)
+            self.theta = self.theta - np.linalg.solve(hess, grad[..., None])[..., 0]
+
+
+class GLOC:
+    """GLOC (Jun et al. 2017), non-private: online Newton steps θ_{t+1} = Π(θ_t − κ·A_t⁻¹∇ℓ_t(θ_t))
+    (Euclidean projection on the S-ball instead of the A_t-norm one: our simplification), then the
+    ridge regression of the online predictions z_s = ⟨x_s, θ_s⟩ and the width √β_t with
+    β_t = 1 + 4κ·B_t + 8κ² log(1/ζ·√(4 + 8κ B_t)) + λS², B_t = 2κ d log(1 + t/(dλ)) (their Thm 1
+    and ONS regret bound with our constants)."""
+
+    def __init__(self, link: str, d: int, T: int, R: int, kappa: np.ndarray, S: float, zeta: float, lam: float = 1.0):
+        self.link, self.d, self.S, self.zeta, self.lam = link, d, S, zeta, lam
+        self.kappa = kappa
+        self.A_inv = np.broadcast_to(np.eye(d) / lam, (R, d, d)).copy()
+        self.V_inv = self.A_inv.copy()
+        self.b = np.zeros((R, d))
+        self.theta_online = np.zeros((R, d))
+        self.theta = np.zeros((R, d))
+        self.t = 0
+
+    def broadcast(self) -> dict:
+        R, d = self.theta.shape
+        k = self.kappa
+        B = 2 * k * d * math.log(1 + self.t / (d * self.lam))
+        beta = 1 + 4 * k * B + 8 * k**2 * np.log(np.sqrt(4 + 8 * k * B) / self.zeta) + self.lam * self.S**2
+        return {"t": self.t + 1, "theta_o": self.theta.copy(), "v_inv": self.V_inv.copy(),
+                "threshold": np.full(R, np.inf), "width_o": np.full(R, np.inf), "theta": self.theta.copy(),
+                "h_inv": self.V_inv.copy(), "beta": np.sqrt(beta)}
+
+    def update(self, x: np.ndarray, r: np.ndarray) -> None:
+        z = np.einsum("rd,rd->r", x, self.theta_online)
+        self.b += z[:, None] * x
+        self.V_inv = _sherman_morrison(self.V_inv, x)
+        self.theta = np.einsum("rde,re->rd", self.V_inv, self.b)
+        self.A_inv = _sherman_morrison(self.A_inv, x)
+        g = (mu(self.link, z) - r)[:, None] * x
+        step = self.theta_online - self.kappa[:, None] * np.einsum("rde,re->rd", self.A_inv, g)
+        norm = np.linalg.norm(step, axis=1, keepdims=True)
+        self.theta_online = step * np.minimum(1.0, self.S / np.maximum(norm, 1e-300))
+        self.t += 1
+
+
+def _sherman_morrison(inv: np.ndarray, x: np.ndarray) -> np.ndarray:
+    u = np.einsum("rde,re->rd", inv, x)
+    return inv - u[:, :, None] * u[:, None, :] / (1 + np.einsum("rd,rd->r", x, u))[:, None, None]
+
+
+def mle(link: str, x: np.ndarray, r: np.ndarray, lam: float, radius: float, steps: int = 20) -> np.ndarray:
+    """argmin Σℓ(θ; x, r) + (λ/2)‖θ‖² by damped Newton steps, projected on the S-ball (non-private)."""
+    d = x.shape[1]
+    theta = np.zeros(d)
+    for _ in range(steps):
+        z = x @ theta
+        grad = x.T @ (mu(link, z) - r) + lam * theta
+        hess = (x * mu_dot(link, z)[:, None]).T @ x + lam * np.eye(d)
+        step = np.linalg.solve(hess, grad)
+        theta = mech.project_ball(theta - step, radius)
+        if np.linalg.norm(step) < 1e-9:
+            break
+    return theta
+
+
+def rs_glinucb_constants(d: int, T: int, zeta: float, R: float, S: float, kappa: float) -> GLMConstants:
+    """RS-GLinUCB (Sawarni et al. 2024), the non-private algorithm Algorithm 2 privatizes: the
+    authors' code's constants without their noise terms (λ = 0.75·d·log(4T/ζ)/R², γ, β and the
+    Criterion I bar as in :func:`paper_code_constants`), and no cutoffs (nothing to budget)."""
+    a = math.log(4 * T / zeta)
+    lam = 0.75 * d * a / R**2
+    gamma = R * S * math.sqrt(d * math.log(T / zeta))
+    beta = 4 * math.sqrt(d * math.log(T / zeta))
+    return GLMConstants(lam, lam, lam, gamma, beta, 1 / (0.01 * kappa * R**4 * S**2 * d), T, T, 0.0, 0.0, 0.0, 0.0)

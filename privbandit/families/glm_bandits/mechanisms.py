@@ -1,0 +1,298 @@
+"""The GLM family's privacy mechanisms (Sarmasarkar): the Gaussian binary trees of Algorithm 2
+(Sec. 6, App. I.1), and the two private optimizers Algorithm 2 calls:
+
+- :class:`GridGaussianTree`: prefix sums of symmetric d×d leaves through the binary-tree
+  mechanism, each node carrying *exact* discrete Gaussian noise on a fixed grid (leaves are rounded
+  to the grid, the node noise is ``grid · N_Z(0, (σ/grid)²)``), calibrated by zCDP (Canonne,
+  Kamath & Steinke 2020: an integer query of ℓ2 sensitivity Δ plus N_Z(0, σ²) per coordinate is
+  Δ²/(2σ²)-zCDP). Noise is fixed per node (one draw), so every release is consistent.
+- :func:`projected_gd_pvec` (the paper's 𝒫_GD, App. T Algorithm 7): projected full-batch gradient
+  descent whose every gradient sum goes through the shuffle vector-sum protocol P_Vec (reused from
+  the linear family, App. S Algorithms 4–6), each iteration at (ε/(2√(2T log(1/δ))), δ/(T+1)).
+- :func:`dp_sgd` (the authors' code, Remark A.1): DP-SGD with per-sample clipping, sampling
+  without replacement and noise calibrated by dp-accounting's RDP accountant (Wang, Balle &
+  Kasiviswanathan 2019), with the Gaussian replaced by the exact discrete Gaussian on a grid (its
+  Rényi divergences are at most the Gaussian's, and the subsampling bound is monotone in them).
+
+Both optimizers minimize the average of the GLM loss ℓ(θ; x, r) = ∫₀^{⟨x,θ⟩} μ − r⟨x,θ⟩ (Sec. 4)
+plus (λ/2n)‖θ‖², whose per-sample gradient is (μ(⟨x,θ⟩) − r)·x (norm ≤ R = 1); the regularizer's
+gradient is data-independent and added by the server (spec §12 item 30).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+
+import numpy as np
+
+from privbandit.families.glm_bandits.world import mu
+from privbandit.families.shuffle_linear_bandits.mechanisms import (
+    BitSumAnalyzer,
+    BitSumRandomizer,
+    VecParams,
+    from_upper,
+    n_entries,
+    to_upper,
+)
+from privbandit.protocol.primitives.noise.discrete_gaussian import sample_discrete_gaussian
+
+# The fixed grid of the trees' and DP-SGD's noise: 2⁻⁸. Leaves and clipped gradients are rounded
+# to it, which adds at most grid·√D to a neighbour's ℓ2 distance; that is charged in the sensitivity.
+GRID = 2.0**-8
+VEC_CONSTANT = 24e4  # eq. (127)'s constant in b
+# Rényi orders of the DP-SGD noise search (a short list: the accountant's WOR bound is slow).
+SGD_ORDERS = (1.5, 2, 2.5, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 128, 256)
+
+
+def zcdp_rho(epsilon: float, delta: float) -> float:
+    """The largest ρ with ρ + 2√(ρ log(1/δ)) ≤ ε: ρ-zCDP then gives (ε, δ)-DP (Bun & Steinke 2016,
+    Prop. 1.3), the conversion the authors' tree uses."""
+    if epsilon <= 0 or not 0 < delta < 1:
+        raise ValueError(f"zCDP calibration needs ε > 0 and δ in (0, 1); got ε={epsilon}, δ={delta}")
+    L = math.log(1.0 / delta)
+    return (math.sqrt(L + epsilon) - math.sqrt(L)) ** 2
+
+
+def tree_levels(horizon: int) -> int:
+    """m: how many dyadic nodes hold one leaf in a tree over ``horizon`` leaves (⌊log₂ T⌋ + 1)."""
+    return max(1, int(horizon).bit_length())
+
+
+@dataclass(frozen=True)
+class TreeCalibration:
+    """One tree's node noise: σ (on the real scale), its grid, and the zCDP ρ it gives per user
+    (m nodes hold a leaf; a neighbour moves a leaf by at most ``sensitivity`` in ℓ2 before rounding)."""
+
+    sigma: float
+    sensitivity: float
+    levels: int
+    d: int
+    grid: float = GRID
+
+    @property
+    def sensitivity_on_grid(self) -> float:
+        """ℓ2 distance of two rounded leaves (upper triangles), in grid units: Δ/grid + √D."""
+        return self.sensitivity / self.grid + math.sqrt(self.d * (self.d + 1) / 2)
+
+    @property
+    def sigma_on_grid_squared(self) -> Fraction:
+        """(σ/grid)² rounded up to an integer: the exact sampler's coins are then small rationals
+        (a float's exact square has a ~2¹⁰⁰ denominator and makes them ~30× slower), and the noise
+        only grows, so the ρ below (computed from this value) still holds."""
+        return Fraction(math.ceil((self.sigma / self.grid) ** 2))
+
+    @property
+    def rho(self) -> float:
+        """Per-user zCDP of the whole tree: m nodes, each Δ_grid²/(2σ_grid²)."""
+        return self.levels * self.sensitivity_on_grid**2 / (2 * float(self.sigma_on_grid_squared))
+
+
+def calibrate_tree(rho: float, sensitivity: float, horizon: int, d: int) -> TreeCalibration:
+    """The σ giving a tree ``rho``-zCDP per user: ρ_node = ρ/m and σ_grid = Δ_grid/√(2ρ_node)."""
+    m = tree_levels(horizon)
+    probe = TreeCalibration(1.0, sensitivity, m, d)
+    sigma = probe.sensitivity_on_grid * GRID / math.sqrt(2 * rho / m)
+    return TreeCalibration(sigma, sensitivity, m, d)
+
+
+class GridGaussianTree:
+    """Prefix sums of T symmetric leaves (R runs stacked) by the binary-tree mechanism.
+
+    Leaf t (1-based) completes exactly one dyadic node, at level tz(t) (the trailing zeros of t),
+    so node noise is drawn once per run up front: row t − 1 of a (T, D) pool of grid-integers from
+    that run's own generator. The released prefix sum after t leaves is the sum of the noisy nodes
+    of t's binary representation, mirrored into a symmetric matrix (only the upper triangle carries
+    noise; spec §12 item 19's two symmetrizations do not arise).
+    """
+
+    def __init__(self, cal: TreeCalibration, horizon: int, rngs: list[np.random.Generator]):
+        self.cal = cal
+        self.d = cal.d
+        D = self.d * (self.d + 1) // 2
+        s2 = cal.sigma_on_grid_squared
+        self.noise = np.stack([sample_discrete_gaussian(s2, horizon * D, rng).reshape(horizon, D) for rng in rngs])
+        self.levels = tree_levels(horizon) + 1
+        R = len(rngs)
+        self.raw = np.zeros((R, self.levels, D), dtype=np.int64)    # exact node sums, grid units
+        self.noisy = np.zeros((R, self.levels, D), dtype=np.int64)  # node sums + node noise
+        self.t = 0
+
+    def insert(self, leaves: np.ndarray) -> None:
+        """Leaf t + 1 of every run: (R, d, d) symmetric matrices, rounded to the grid."""
+        self.t += 1
+        t = self.t
+        level = (t & -t).bit_length() - 1
+        q = np.rint(to_upper(leaves) / self.cal.grid).astype(np.int64)
+        node = q + self.raw[:, :level].sum(axis=1)  # the node's children are the lower levels' nodes
+        self.raw[:, :level] = 0
+        self.noisy[:, :level] = 0
+        self.raw[:, level] = node
+        self.noisy[:, level] = node + self.noise[:, t - 1]
+
+    def prefix(self) -> np.ndarray:
+        """The released noisy sum of leaves 1..t: (R, d, d), exactly symmetric."""
+        return from_upper(self.noisy.sum(axis=1).astype(np.float64) * self.cal.grid, self.d)
+
+    def true_prefix(self) -> np.ndarray:
+        """The rounded leaves' exact sum (diagnostics only; never released)."""
+        return from_upper(self.raw.sum(axis=1).astype(np.float64) * self.cal.grid, self.d)
+
+
+# --- the GLM loss ---------------------------------------------------------------------------
+
+def per_sample_gradients(link: str, theta: np.ndarray, x: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """(μ(⟨x,θ⟩) − r)·x for every sample: x (n, d), r (n,), θ (d,)."""
+    return (mu(link, x @ theta) - r)[:, None] * x
+
+
+def project_ball(theta: np.ndarray, radius: float) -> np.ndarray:
+    n = np.linalg.norm(theta)
+    return theta if n <= radius else theta * (radius / n)
+
+
+# --- the paper's optimizer: 𝒫_GD through P_Vec (App. T, Algorithm 7) --------------------------
+
+@dataclass(frozen=True)
+class PGDPlan:
+    """Algorithm 7's schedule for n points at (ε, δ): T_it, η, and each iteration's P_Vec."""
+
+    iterations: int
+    iterations_formula: float
+    step: float
+    eps_iter: float
+    delta_iter: float
+    vec: VecParams
+
+
+def pgd_plan(n: int, d: int, epsilon: float, delta: float, radius: float, lipschitz: float,
+             max_iterations: int, vec_constant: float = VEC_CONSTANT) -> PGDPlan:
+    """T_it = ε²n²/(d log³(nd/δ)) (floored at 1, capped at ``max_iterations``; spec §12 item 6),
+    η = 2D/(L√T_it) with D = 2S the ball's diameter; per iteration (ε/(2√(2T log(1/δ))), δ/(T+1))
+    and P_Vec with Δ = 1 (a per-sample gradient (μ − r)x has norm ≤ R‖x‖ ≤ 1), eq. (127)'s g, b,
+    p = 1/4, encoding the shifted range [0, 2Δ] (spec §12 item 8)."""
+    formula = epsilon**2 * n**2 / (d * math.log(n * d / delta) ** 3)
+    T = int(min(max(1, math.floor(formula)), max_iterations))
+    eps_it = epsilon / (2 * math.sqrt(2 * T * math.log(1 / delta)))
+    delta_it = delta / (T + 1)
+    g = math.ceil(max(2 * math.sqrt(n), d, 4))
+    b = vec_constant * g**2 * math.log(4 * (d**2 + 1) / delta_it) ** 2 / (eps_it**2 * n)
+    vec = VecParams(g=g, b=max(1, math.ceil(b)), p=0.25, shift=1.0, span=2.0)
+    step = 2 * (2 * radius) / (lipschitz * math.sqrt(T))
+    return PGDPlan(T, formula, step, eps_it, delta_it, vec)
+
+
+def projected_gd_pvec(link: str, x: np.ndarray, r: np.ndarray, reg: float, radius: float, plan: PGDPlan,
+                      rng: np.random.Generator, center: np.ndarray | None = None) -> np.ndarray:
+    """Algorithm 7: θ₀ = 0 (or ``center``), T_it steps θ ← Π(θ − η(ḡ + (reg/n)θ)) where ḡ is the
+    P_Vec estimate of the mean per-sample gradient; returns the average of θ₀ … θ_{T−1}."""
+    n, d = x.shape
+    randomizer, analyzer = BitSumRandomizer(plan.vec), BitSumAnalyzer(plan.vec)
+    theta = np.zeros(d) if center is None else center.copy()
+    total = np.zeros(d)
+    for _ in range(plan.iterations):
+        total += theta
+        counts = randomizer.randomize(per_sample_gradients(link, theta, x, r), rng)  # R1, one per user
+        g = analyzer.analyze(counts.sum(axis=0), n) / n  # S1 (label totals) then A1
+        theta = project_ball(theta - plan.step * (g + reg / n * theta), radius)
+    return total / plan.iterations
+
+
+# --- the authors' optimizer: DP-SGD with an RDP accountant (Remark A.1) -----------------------
+
+@lru_cache(maxsize=4096)
+def sgd_epsilon(n: int, batch: int, steps: int, noise_multiplier: float, delta: float) -> float:
+    """ε at δ of ``steps`` Gaussian steps on batches of ``batch`` of n sampled without replacement,
+    replace-one neighbours (dp-accounting's RDP accountant, Wang–Balle–Kasiviswanathan bound)."""
+    import dp_accounting
+    from dp_accounting.rdp import RdpAccountant
+
+    acc = RdpAccountant(list(SGD_ORDERS), dp_accounting.NeighboringRelation.REPLACE_ONE)
+    event = dp_accounting.GaussianDpEvent(noise_multiplier)
+    if batch < n:
+        event = dp_accounting.SampledWithoutReplacementDpEvent(n, batch, event)
+    acc.compose(event, steps)
+    return float(acc.get_epsilon(delta))
+
+
+@lru_cache(maxsize=4096)
+def sgd_noise_multiplier(n: int, batch: int, steps: int, epsilon: float, delta: float) -> float:
+    """The smallest noise multiplier (to 1%) meeting (ε, δ), by bisection on the accountant."""
+    lo, hi = 0.05, 1.0
+    while sgd_epsilon(n, batch, steps, hi, delta) > epsilon:
+        lo, hi = hi, hi * 2
+        if hi > 1e7:
+            raise ValueError(f"no noise multiplier reaches ε={epsilon} at δ={delta} in {steps} steps")
+    while hi / lo > 1.01:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if sgd_epsilon(n, batch, steps, mid, delta) > epsilon else (lo, mid)
+    return hi
+
+
+@dataclass(frozen=True)
+class SGDSettings:
+    """The authors' DP-SGD: clip 0.2, lr_t = lr/√t, batches of 2048, a fixed number of epochs,
+    the average of the iterates after ``burn_in`` epochs."""
+
+    clip: float = 0.2
+    lr: float = 10.0
+    batch: int = 2048
+    epochs: int = 15
+    burn_in: int = 10
+
+
+def dp_sgd(link: str, x: np.ndarray, r: np.ndarray, reg: float, radius: float, epsilon: float, delta: float,
+           s: SGDSettings, rng: np.random.Generator) -> tuple[np.ndarray, float]:
+    """DP-SGD on n points; returns (θ̂, the noise multiplier). Noise per step on the clipped,
+    grid-rounded gradient sum: grid·N_Z(0, (z·Δ/grid)²), Δ = 2·clip + grid·√d (replace-one)."""
+    n, d = x.shape
+    batch = min(s.batch, n)
+    per_epoch = math.ceil(n / batch)
+    steps = s.epochs * per_epoch
+    z = sgd_noise_multiplier(n, batch, steps, round(epsilon, 12), delta)
+    sens = 2 * s.clip + GRID * math.sqrt(d)
+    s2 = Fraction(math.ceil((z * sens / GRID) ** 2))  # rounded up: small-rational coins, only more noise
+    noise = sample_discrete_gaussian(s2, steps * d, rng).reshape(steps, d) * GRID
+    theta = np.zeros(d)
+    avg, kept = np.zeros(d), 0
+    burn = min(s.burn_in, s.epochs - 1) * per_epoch
+    for k in range(steps):
+        idx = rng.choice(n, batch, replace=False)
+        g = per_sample_gradients(link, theta, x[idx], r[idx])
+        norms = np.linalg.norm(g, axis=1, keepdims=True)
+        g = g * np.minimum(1.0, s.clip / np.maximum(norms, 1e-300))
+        g_sum = np.rint(g / GRID).sum(axis=0) * GRID + noise[k]
+        theta = project_ball(theta - s.lr / math.sqrt(k + 1) * (g_sum / batch + reg / n * theta), radius)
+        if k >= burn:
+            avg += theta
+            kept += 1
+    return avg / kept, z
+
+
+def per_call_budget(epsilon: float, delta: float, calls: int) -> tuple[float, float]:
+    """The authors' ``per_step_budget_auto``: naive composition for ≤ 10 calls, else advanced
+    composition (Dwork–Roth Thm 3.20) solved for ε₀: ε₀√(2k ln(1/δ')) + kε₀(e^{ε₀} − 1) = ε, with
+    δ' = δ/2 and δ₀ = δ/(2k)."""
+    k = max(1, calls)
+    if k <= 10:
+        return epsilon / k, delta / k
+    dp = delta / 2
+    lo, hi = 0.0, epsilon
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if mid * math.sqrt(2 * k * math.log(1 / dp)) + k * mid * math.expm1(mid) > epsilon:
+            hi = mid
+        else:
+            lo = mid
+    return lo, delta / (2 * k)
+
+
+def n_upper(d: int) -> int:
+    return d * (d + 1) // 2
+
+
+__all__ = ["GRID", "GridGaussianTree", "PGDPlan", "SGDSettings", "TreeCalibration", "calibrate_tree", "dp_sgd",
+           "n_entries", "per_call_budget", "pgd_plan", "projected_gd_pvec", "sgd_noise_multiplier", "tree_levels",
+           "zcdp_rho"]

@@ -1,0 +1,137 @@
+"""The GLM bandits' world (Sarmasarkar, "Shuffle and joint differential privacy for generalized linear
+contextual bandits"): links, κ-parameters, arm sets, θ*, Bernoulli rewards, pseudo-regret.
+
+- Links (Sec. 4, Def. 4.1; App. A): ``logistic`` μ(z) = 1/(1 + e^{−z}) and ``probit`` μ(z) = Φ(z).
+  Probit–Bernoulli is not a canonical exponential family and its self-concordance (Lemma G.1)
+  fails for |z| > R: the probit runs are outside the paper's theory (spec §2, §12 item 27).
+- κ-parameters over the arms a run ever offers (eq. 4, the adversarial-context setting M2):
+  κ = max 1/μ̇(⟨x,θ*⟩), 1/κ* = max μ̇(⟨x,θ*⟩); and eq. (3)'s 1/κ̂ = E_X[μ̇(⟨x*,θ*⟩)] (the
+  empirical mean over the rounds' optimal arms).
+- Arms: K arms per round, uniform in the unit ball of R^d (App. A: a Gaussian direction times a
+  U^{1/d} radius, as the authors' ``environment.py``).
+- θ* of norm S, two generators, named: ``sphere`` (the paper: uniform on the sphere of radius S)
+  and ``normalised-cube`` (the authors' code: S·u/‖u‖ with u ~ U[−1, 1]^d, norm S but a
+  direction that is not uniform).
+- Rewards r ~ Bernoulli(μ(⟨x,θ*⟩)) (R = 1). Regret is the pseudo-regret of eq. (2):
+  Σ_t max_x μ(⟨x,θ*⟩) − μ(⟨x_t,θ*⟩).
+
+Everything is vectorized over runs (axis 0), rounds and arms.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import expit, log_ndtr, ndtr
+
+from privbandit.protocol.primitives.seeding import stream
+
+LINKS = ("logistic", "probit")
+THETA_GENERATORS = ("sphere", "normalised-cube")
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+def mu(link: str, z: np.ndarray) -> np.ndarray:
+    """The mean function μ = ḃ (logistic σ(z) or probit Φ(z))."""
+    if link == "logistic":
+        return expit(z)
+    if link == "probit":
+        return ndtr(z)
+    raise ValueError(f"link={link!r} is not one of {', '.join(LINKS)}")
+
+
+def mu_dot(link: str, z: np.ndarray) -> np.ndarray:
+    """μ̇: σ(z)(1 − σ(z)) for logistic, the normal density φ(z) for probit."""
+    z = np.asarray(z, dtype=np.float64)
+    if link == "logistic":
+        s = expit(z)
+        return s * (1.0 - s)
+    if link == "probit":
+        return _INV_SQRT_2PI * np.exp(-0.5 * z * z)
+    raise ValueError(f"link={link!r} is not one of {', '.join(LINKS)}")
+
+
+def mu_dot_max(link: str) -> float:
+    """sup_z μ̇(z): 1/4 (logistic), 1/√(2π) (probit); the weight of an H-tree leaf never exceeds it."""
+    return 0.25 if link == "logistic" else _INV_SQRT_2PI
+
+
+def log_mu(link: str, z: np.ndarray) -> np.ndarray:
+    """log μ(z), stable in the tails (for log-likelihood diagnostics)."""
+    return -np.logaddexp(0.0, -z) if link == "logistic" else log_ndtr(z)
+
+
+def unit_ball(rng: np.random.Generator, shape: tuple[int, ...], d: int) -> np.ndarray:
+    """``shape + (d,)`` points uniform in the unit ball: a Gaussian direction, radius U^{1/d}."""
+    g = rng.standard_normal(shape + (d,))
+    g /= np.linalg.norm(g, axis=-1, keepdims=True)
+    return g * rng.random(shape + (1,)) ** (1.0 / d)
+
+
+def theta_star(generator: str, rng: np.random.Generator, d: int, norm: float) -> np.ndarray:
+    """θ* of Euclidean norm exactly S: ``sphere`` (uniform direction, the paper) or
+    ``normalised-cube`` (S·u/‖u‖, u ~ U[−1, 1]^d: the authors' ``full_norm=True``)."""
+    if generator == "sphere":
+        u = rng.standard_normal(d)
+    elif generator == "normalised-cube":
+        u = rng.uniform(-1.0, 1.0, d)
+    else:
+        raise ValueError(f"theta generator {generator!r} is not one of {', '.join(THETA_GENERATORS)}")
+    return norm * u / np.linalg.norm(u)
+
+
+@dataclass(frozen=True)
+class Kappas:
+    """The instance's κ-parameters over every arm the run offers (eq. 4) and eq. (3)'s κ̂."""
+
+    kappa: float       # max 1/μ̇(⟨x,θ*⟩)
+    kappa_star: float  # 1 / max μ̇(⟨x,θ*⟩)
+    kappa_hat: float   # 1 / mean over rounds of μ̇(⟨x*_t,θ*⟩)
+
+
+def kappas(link: str, arms: np.ndarray, theta: np.ndarray) -> Kappas:
+    """κ, κ*, κ̂ of one run: ``arms`` (T, K, d), ``theta`` (d,)."""
+    z = arms @ theta
+    md = mu_dot(link, z)
+    best = np.take_along_axis(md, z.argmax(axis=-1)[..., None], axis=-1)[..., 0]
+    return Kappas(float(1.0 / md.min()), float(1.0 / md.max()), float(1.0 / best.mean()))
+
+
+@dataclass
+class GLMWorld:
+    """R runs' worlds stacked: arms (R, T, K, d), θ* (R, d), means μ(⟨x,θ*⟩) (R, T, K), and each
+    run's reward uniforms (R, T): user t's reward for the arm she plays is 1[u_t < μ]. Every
+    algorithm of an experiment faces the same arms and uniforms (common random numbers)."""
+
+    link: str
+    arms: np.ndarray
+    theta: np.ndarray
+    means: np.ndarray
+    uniforms: np.ndarray
+
+    @property
+    def best(self) -> np.ndarray:
+        return self.means.max(axis=-1)
+
+    def kappas(self, i: int) -> Kappas:
+        return kappas(self.link, self.arms[i], self.theta[i])
+
+
+def world_of(link: str, generator: str, seed: int, runs: list[int], horizon: int, arms: int, d: int,
+             norm: float, reuse_contexts: bool) -> GLMWorld:
+    """Run r's world from ``(seed, "glm-world", r)``: θ* first, then its T arm sets, then its reward
+    uniforms from ``(seed, "glm-rewards", r)``. ``reuse_contexts`` (the authors' code): every run
+    faces run 0's θ* and arm sets (pre-generated once per environment); runs then differ only in
+    rewards and the algorithms' noise."""
+    A, TH, U = [], [], []
+    for r in runs:
+        rng = stream(seed, "glm-world", 0 if reuse_contexts else r)
+        TH.append(theta_star(generator, rng, d, norm))
+        A.append(unit_ball(rng, (horizon, arms), d))
+        U.append(stream(seed, "glm-rewards", r).random(horizon))
+    arms_ = np.stack(A)
+    theta = np.stack(TH)
+    means = mu(link, np.einsum("rtkd,rd->rtk", arms_, theta))
+    return GLMWorld(link, arms_, theta, means, np.stack(U))
