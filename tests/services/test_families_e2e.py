@@ -149,6 +149,33 @@ setting = 2
 reward = "bernoulli"
 [algorithms.hybrid-ucb]
 """,
+    # Private-GLM (Algorithm 2) is sequential, one user per plan: every round is a broker round
+    # trip, so the horizon is small. Both optimizers and the three non-private baselines.
+    "glm-bandits": """
+family = "glm-bandits"
+name = "glm-e2e"
+horizon = 60
+seed = 17
+epsilon = 6.0
+delta = 0.02
+runs = 1
+checkpoints = 8
+preset = "paper-code"
+[environment]
+link = "logistic"
+dim = 3
+arms = 6
+norm = 2.0
+[algorithms.private-glm]
+# a low Criterion I bar so that θ̂_o's optimizer runs inside the short horizon
+[algorithms."private-glm@pgd"]
+algorithm = "private-glm"
+optimizer = "pgd-pvec"
+epsilon = 60.0
+[algorithms.rs-glinucb]
+[algorithms.glm-ucb]
+[algorithms.gloc]
+""",
 }
 # A longer run of one algorithm per family, long enough to kill every party in turn mid-run, and
 # the intermediary that collects its rounds.
@@ -157,6 +184,7 @@ KILLED = {
     "private-online-learning": ("anytime-lazy-ucb@distributed", 400_000, "aggregator"),
     "shuffle-linear-bandits": ("LinUCB-SDP-Vec", 4_500, "shuffler"),
     "concurrent-shuffle": ("csta@k2", 4_000, "shuffler"),
+    "glm-bandits": ("private-glm", 1_500, "aggregator"),
 }
 
 
