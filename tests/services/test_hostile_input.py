@@ -21,7 +21,7 @@ from privbandit.runner.config import load
 from privbandit.services import codec
 from privbandit.services.bus import topic
 from privbandit.services.launcher import launch
-from tests.services.test_distributed import _experiment, _inproc, _wait, assert_same_numbers
+from tests.services.test_distributed import _experiment, _inproc, assert_same_numbers
 
 HORIZON = 30_000
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 import numpy as np
 
 from privbandit.families.glm_bandits import config as cfg
-from privbandit.families.glm_bandits.parties import GLMServer, GLMUsers, Setup, setup
+from privbandit.families.glm_bandits.parties import GLMServer, GLMUsers, setup
 from privbandit.families.glm_bandits.world import world_of
 from privbandit.protocol.privacy import Ledger
 from privbandit.protocol.spine.family import Family
-from privbandit.protocol.spine.observer import checkpoint_grid
+from privbandit.protocol.spine.observer import PER_RUN, checkpoint_grid, spread_per_run
 
 ROUND_FIELDS = ["t", "explored", "count1", "count2", "theta_o_error", "theta_error"]
 
@@ -107,16 +107,12 @@ class GLMBandits(Family):
                     r.update(theta_o_error=float(np.linalg.norm(np.asarray(b["theta_o"])[i] - star[i])),
                              explored=int(b["explored"][i]), count1=int(b["count1"][i]), count2=int(b["count2"][i]))
                 per_run.append(r)
-            return {"t": b["t"], "_per_run": per_run}
+            return {"t": b["t"], PER_RUN: per_run}
 
         return row
 
     def finish(self, config, label: str, result) -> None:
-        rows = []
-        for i, run in enumerate(result.runs):
-            for row in result.rounds:
-                rows.append({**{k: v for k, v in row.items() if k != "_per_run"}, "run": run, **row["_per_run"][i]})
-        result.rounds = rows
+        spread_per_run(result)  # one rounds.csv row per run, as one task per run writes them over MQTT
 
     def label_summary(self, config, label: str, results: list) -> dict:
         per_run = [x for r in results for x in r.learner]

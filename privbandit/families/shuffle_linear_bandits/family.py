@@ -21,7 +21,7 @@ from privbandit.families.shuffle_linear_bandits.parties import LinearServer, Lin
 from privbandit.families.shuffle_linear_bandits.world import instances
 from privbandit.protocol.privacy import Ledger
 from privbandit.protocol.spine.family import Family
-from privbandit.protocol.spine.observer import checkpoint_grid
+from privbandit.protocol.spine.observer import PER_RUN, checkpoint_grid, spread_per_run
 
 ROUND_FIELDS = ["batch", "t", "lambda_min", "clipped", "theta_error", "u_error_mean", "u_error_var",
                 "V_error_mean", "V_error_var"]
@@ -132,18 +132,12 @@ class ShuffleLinearBandits(Family):
             err = np.asarray(b["estimate"]) - true_sum
             per_run = diagnostics(np.asarray(b["lambda_min"]), np.asarray(b["clipped"]), np.asarray(b["theta"]),
                                   np.asarray(truths[0].extras["theta_star"]), err, d)
-            return {"batch": b["batch"] + 1, "t": (b["batch"] + 1) * B, "_per_run": per_run}
+            return {"batch": b["batch"] + 1, "t": (b["batch"] + 1) * B, PER_RUN: per_run}
 
         return row
 
     def finish(self, config, label: str, result) -> None:
-        """One rounds.csv row per run and diagnostic batch, run by run: a stacked task writes the rows
-        one task per run writes over MQTT, in the same order."""
-        rows = []
-        for i, run in enumerate(result.runs):
-            for row in result.rounds:
-                rows.append({**{k: v for k, v in row.items() if k != "_per_run"}, "run": run, **row["_per_run"][i]})
-        result.rounds = rows
+        spread_per_run(result)  # one rounds.csv row per run, as one task per run writes them over MQTT
 
     def label_summary(self, config, label: str, results: list) -> dict:
         per_run = [x for r in results for x in r.learner]

@@ -234,7 +234,7 @@ class LinearServer:
         analyzer of LinUCB/JDP receives the raw data anyway, LDP's the noised reports, attributably).
         One plan gives the users their arms; its one pass-through round collects their reports,
         which :meth:`on_release` checks against those looked at."""
-        s, learner, d = self.s, self.learner, self.s.d
+        s = self.s
         m = self.next_batch
         n = self._block_end(m) - m
         arms, rewards, noise, fits = self.oracle(m, n)

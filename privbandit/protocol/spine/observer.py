@@ -119,3 +119,18 @@ class Observer:
             max_report_bits=max((r.body["bits"] for r in released), default=0),
             rejected={k: v for k, v in sorted((rejected or {}).items()) if v},
         )
+
+
+PER_RUN = "_per_run"
+
+
+def spread_per_run(result: RunResult) -> None:
+    """Rows a family's row maker gave per stacked round with their per-run fields under
+    :data:`PER_RUN` become one row per run, run by run: a stacked task then writes the rows that one
+    task per run writes over MQTT, in the same order."""
+    rows = []
+    for i, run in enumerate(result.runs):
+        for row in result.rounds:
+            rows.append({**{k: v for k, v in row.items() if k != PER_RUN}, "run": run, **row[PER_RUN][i]})
+    result.rounds = rows
+
