@@ -54,7 +54,7 @@ class Attacker:
         host, port = env["PRIVBANDIT_BROKER_URL"].removeprefix("mqtt://").split(":")
         run = self.run_id
         async with aiomqtt.Client(host, int(port), username=env.get("PRIVBANDIT_USERNAME"),
-                                  password=env.get("PRIVBANDIT_PASSWORD"), identifier=f"{run}-hostile") as c:
+                                  password=env.get("PRIVBANDIT_PASSWORD"), identifier=f"hostile-{run}") as c:  # not a party's id (those are bound to roles)
             await c.subscribe([(topic(run, "plan"), 1), (topic(run, "control"), 1)])
             seen = set()
             async for message in c.messages:
