@@ -45,7 +45,7 @@ def run(
     from privbandit.runner.provenance import COMMAND_ENV, command_line
     from privbandit.runner.store import TaskStore
 
-    os.environ.setdefault(COMMAND_ENV, command_line())  # the parties of an MQTT run inherit it
+    command = command_line()
     overrides = list(set_ or []) + ([f"runs={runs}"] if runs is not None else [])
     kept = None
     try:
@@ -72,8 +72,16 @@ def run(
             raise ConfigError("--resume: only in-process (an MQTT session resumes from its checkpoints)")
         results.prepare_out(out, overwrite, resume)  # before any work: nothing computed is lost to a bad --out
         if transport == "mqtt":
-            return _run_distributed(family, config, experiment, overrides, out, broker, shards, restart_on_crash,
-                                    timeout)
+            saved = os.environ.get(COMMAND_ENV)
+            os.environ[COMMAND_ENV] = command  # the parties it starts inherit it (the observer writes the summary)
+            try:
+                return _run_distributed(family, config, experiment, overrides, out, broker, shards, restart_on_crash,
+                                        timeout)
+            finally:
+                if saved is None:
+                    os.environ.pop(COMMAND_ENV, None)
+                else:
+                    os.environ[COMMAND_ENV] = saved
         if getattr(config, "traffic_adversaries", None):
             raise ConfigError(
                 f"traffic_adversaries = {config.traffic_adversaries}: they attack a broker's traffic, so they run "
@@ -92,7 +100,7 @@ def run(
         if kept is None:
             raise typer.Exit(130)
         finished = len(list(kept.dir.glob("*.pkl")))
-        again = command_line() if "--resume" in command_line() else f"{command_line()} --resume"
+        again = command if "--resume" in command else f"{command} --resume"
         err.print(f"interrupted: {finished} finished task(s) kept in {kept.dir}; to resume:\n  {again}",
                   highlight=False, markup=False)
         raise typer.Exit(130)
@@ -119,10 +127,10 @@ def sweep(
     --out as it finishes and reused by a later sweep of the same config. Writes a results directory
     per point and sweep.csv."""
     from privbandit.runner import config as experiment_files
-    from privbandit.runner.provenance import COMMAND_ENV, command_line
+    from privbandit.runner.provenance import command_line
     from privbandit.runner.sweep import run_sweep
 
-    os.environ.setdefault(COMMAND_ENV, command_line())
+    command = command_line()
     overrides = list(set_ or []) + ([f"runs={runs}"] if runs is not None else [])
     try:
         if jobs is not None and jobs < 1:
@@ -144,7 +152,7 @@ def sweep(
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(2)
     except KeyboardInterrupt:
-        again = command_line() if "--resume" in command_line() else f"{command_line()} --resume"
+        again = command if "--resume" in command else f"{command} --resume"
         err.print(f"interrupted: finished tasks kept in {out}/.tasks; to resume:\n  {again}",
                   highlight=False, markup=False)
         raise typer.Exit(130)

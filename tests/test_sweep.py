@@ -97,7 +97,7 @@ def ray_cluster():
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
     address = f"127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 150  # a loaded machine starts Ray slowly
         while subprocess.run([ray, "status", "--address", address], capture_output=True).returncode != 0:
             assert time.monotonic() < deadline and nodes[0].poll() is None, "the Ray head did not start"
             time.sleep(0.5)

@@ -94,9 +94,14 @@ class AnalyzerService(PartyService):
         ``plans``: the plans a replayed checkpoint left open, announced again."""
         plans = self.party.next_plans() if plans is None else plans
         if plans:
-            self.announced = [codec.plan_msg(self.run_id, self.task_index, p) for p in plans]
+            # Keep the plans that opened rounds still open: a later plan may only join such a round
+            # (an array filled over many cohorts), and an intermediary that restarted learns the
+            # round from the plan that opens it, so that plan must be announced again with them.
+            openers = [m for m in self.announced if any(r.id in self.party.open for r in m.opens)]
+            new = [codec.plan_msg(self.run_id, self.task_index, p) for p in plans]
+            self.announced = openers + [m for m in new if m.plan not in {o.plan for o in openers}]
             log.debug("task %s: plans %s", self.task_index, [p.id for p in plans])
-            for msg in self.announced:
+            for msg in new:
                 await self.bus.publish(self.t("plan"), msg)
         self.last_progress = time.monotonic()
         if self.party.done and not self.done:

@@ -183,9 +183,7 @@ KILLED = {
     "distributed-dp-mab": ("Dist-DP-SE", 1_000_000, "aggregator"),
     "private-online-learning": ("anytime-lazy-ucb@distributed", 400_000, "aggregator"),
     "shuffle-linear-bandits": ("LinUCB-SDP-Vec", 4_500, "shuffler"),
-    # concurrent-shuffle: not here. Run alone its kill test passes (15 s), but in the full suite the
-    # restarted session stalled twice at the same point (plan 19 re-announced, the shuffler silent,
-    # 3568 of 4000 users served): not understood yet (docs/concurrent-shuffle.md).
+    "concurrent-shuffle": ("csta@k2", 4_000, "shuffler"),
     "glm-bandits": ("private-glm", 1_500, "aggregator"),
 }
 
@@ -202,8 +200,7 @@ def _write(tmp_path, case: str, keep: str | None = None, horizon: int | None = N
 
 
 def test_every_registered_family_is_covered():
-    """A family registered in privbandit's own pyproject but missing here would go untested (by the
-    MQTT == in-process test; the kill test lists its families in KILLED)."""
+    """A family registered in privbandit's own pyproject but missing here would go untested."""
     own = {name for name in family_names() if name != "coin"}
     covered = {case.split("@")[0] for case in EXPERIMENTS}
     assert own <= covered, own - covered
