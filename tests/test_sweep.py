@@ -91,7 +91,9 @@ def ray_cluster():
     temp = tempfile.mkdtemp(prefix="pbray-", dir="/tmp")  # Ray's socket paths must stay short
     port = _free_port()
     common = ["--num-cpus", "1", "--disable-usage-stats", "--block", "--node-ip-address", "127.0.0.1"]
-    env = dict(os.environ)
+    # A private HOME: Ray turns token authentication on when it finds ~/.ray/auth_token (a local
+    # ray.init leaves one), and a cluster started that way refuses this test's client.
+    env = {**os.environ, "HOME": temp}
     nodes = [subprocess.Popen([ray, "start", "--head", "--port", str(port), "--include-dashboard", "false",
                                "--temp-dir", temp, *common], start_new_session=True, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
