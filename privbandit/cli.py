@@ -705,7 +705,8 @@ def demo(
     shards: Annotated[int, typer.Option(help="user fleets")] = 2,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a field of experiments/demo.toml")] = None,
     restart_on_crash: Annotated[int, typer.Option(help="restart a crashed party, up to N times in all")] = 0,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an earlier demo's results in --out")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite/--keep", help="replace an earlier demo's results in --out "
+                                                                    "(--keep refuses an occupied --out)")] = True,
 ):
     """Dist-DP-SE end to end: broker, analyzer, aggregator, user fleets and observer as separate
     processes; prints regret, ε spent and bits per user measured on the wire."""
