@@ -40,13 +40,18 @@ def build_analyzer(spec: dict, master_key: int) -> Analyzer:
 
 def replay_releases(party: Analyzer, releases: list[codec.ReleaseMsg]) -> tuple[list[Plan], list]:
     """Drive a fresh ``party`` through its releases as the service did (next_plans before the first,
-    after each); returns the last plans it opened and the records of the releases. A release it
-    refuses (ProtocolError) means the journal is not this task's."""
+    after each); returns the plans to announce again (those that opened rounds still open, then the
+    last plans) and the records of the releases. A release it refuses (ProtocolError) means the
+    journal is not this task's."""
     plans, records = party.next_plans(), []
+    openers = list(plans)
     for msg in releases:
         records.append(party.on_release(codec.release_of(msg)))
-        plans = party.next_plans() or plans
-    return plans, records
+        new = party.next_plans()
+        openers = [p for p in openers if any(r.id in party.open for r in p.opens)] + new  # stays small
+        plans = new or plans
+    openers = [p for p in openers if any(r.id in party.open for r in p.opens)]
+    return openers + [p for p in plans if p.id not in {o.id for o in openers}], records
 
 
 class AnalyzerService(PartyService):
