@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import types
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -100,13 +99,17 @@ def run(
         if kept is None:
             raise typer.Exit(130)
         finished = len(list(kept.dir.glob("*.pkl")))
-        again = command if "--resume" in command else f"{command} --resume"
-        err.print(f"interrupted: {finished} finished task(s) kept in {kept.dir}; to resume:\n  {again}",
+        err.print(f"interrupted: {finished} finished task(s) kept in {kept.dir}; to resume:\n  {_resumed(command)}",
                   highlight=False, markup=False)
         raise typer.Exit(130)
     summary = results.summarize(family, config, *outcome)
     results.write_results(out, family, config, summary, outcome[0])
     _print_summary(summary, out)
+
+
+def _resumed(command: str) -> str:
+    """The command that resumes an interrupted one."""
+    return command if "--resume" in command.split() else f"{command} --resume"
 
 
 @app.command()
@@ -152,8 +155,7 @@ def sweep(
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(2)
     except KeyboardInterrupt:
-        again = command if "--resume" in command else f"{command} --resume"
-        err.print(f"interrupted: finished tasks kept in {out}/.tasks; to resume:\n  {again}",
+        err.print(f"interrupted: finished tasks kept in {out}/.tasks; to resume:\n  {_resumed(command)}",
                   highlight=False, markup=False)
         raise typer.Exit(130)
     console = Console(width=None if sys.stdout.isatty() else 120)
@@ -747,25 +749,11 @@ def _options(version: Annotated[bool, typer.Option("--version", callback=_print_
     """A distributed protocol simulator for private bandit learning."""
 
 
-def _choices(model, *path: str) -> list[str]:
-    """The Literal values a field of an experiment model allows (``algorithms`` → ``algorithm``)."""
-    import typing
-
-    ann = model
-    for name in path:
-        field = getattr(ann, "model_fields", {}).get(name)
-        if field is None:
-            return []
-        ann = field.annotation
-        while typing.get_origin(ann) in (dict, typing.Union, types.UnionType):
-            ann = next(a for a in reversed(typing.get_args(ann)) if a is not type(None))
-    return [str(v) for v in typing.get_args(ann)] if typing.get_origin(ann) is typing.Literal else []
-
-
 @app.command("list")
 def list_() -> None:
     """Every registered family with its algorithms and presets, and every adversary, one line each."""
     from privbandit import registry
+    from privbandit.runner.config import field_choices
 
     console = Console(width=None if sys.stdout.isatty() else 120)
     table = Table(title="families (family = \"…\" in an experiment file)")
@@ -774,8 +762,8 @@ def list_() -> None:
     for name in registry.family_names():
         fam = registry.family(name)
         model = fam.experiment_model
-        table.add_row(name, fam.title, ", ".join(_choices(model, "algorithms", "algorithm")) or "-",
-                      ", ".join(_choices(model, "preset")) or "-")
+        table.add_row(name, fam.title, ", ".join(field_choices(model, ("algorithms", "algorithm"))) or "-",
+                      ", ".join(field_choices(model, ("preset",))) or "-")
     console.print(table)
     adversaries = Table(title="adversaries (privbandit attack KIND …)")
     for col in ("kind", "where", "what"):

@@ -124,6 +124,14 @@ def _model_at(model, loc: tuple) -> Any:
     return model
 
 
+def field_choices(model, loc: tuple) -> list[str]:
+    """The Literal values the field at ``loc`` of an experiment model allows (a dict's key, such as
+    an algorithm label, is skipped: ``("algorithms", "algorithm")``); [] if it is not a Literal."""
+    field = getattr(_model_at(model, loc[:-1]), "model_fields", {}).get(loc[-1])
+    annotation = None if field is None else _unwrap(field.annotation)
+    return [str(v) for v in typing.get_args(annotation)] if typing.get_origin(annotation) is typing.Literal else []
+
+
 def _hint(e: dict, model) -> str:
     """Did-you-mean for a misspelt field; the choices for an algorithm a label does not imply."""
     loc = tuple(p for p in e["loc"] if not str(p).startswith("function-"))
@@ -135,12 +143,10 @@ def _hint(e: dict, model) -> str:
         close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.6)
         return f"; did you mean {close[0]!r}?" if close else (f"; known: {', '.join(names)}" if names else "")
     if e["type"] == "missing" and loc[-1] == "algorithm" and len(loc) == 3 and loc[0] == "algorithms":
-        owner = _model_at(model, loc[:-1])
-        field = getattr(owner, "model_fields", {}).get("algorithm")
-        choices = typing.get_args(_unwrap(field.annotation)) if field is not None else ()
+        choices = field_choices(model, loc)
         if choices:
             return (f"; the label {loc[1]!r} names no algorithm, so set algorithm = one of "
-                    f"{', '.join(map(str, choices))} (or name the table after one)")
+                    f"{', '.join(choices)} (or name the table after one)")
     return ""
 
 
