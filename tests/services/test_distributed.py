@@ -110,10 +110,19 @@ def _start(tmp_path, path, url, run_id):
     return parties, out
 
 
+def _log_tails(parties, chars=1500) -> str:
+    """The end of every party's log, so that a stall seen only on CI can be read from its output."""
+    out = []
+    for p in parties:
+        text = p.log.read_text(errors="replace") if p.log and p.log.exists() else "(no log)"
+        out.append(f"--- {p.name} ---\n{text[-chars:]}")
+    return "\n".join(out)
+
+
 def _wait(parties, timeout=240):
     end = time.monotonic() + timeout
     while parties[0].proc.poll() is None:
-        assert time.monotonic() < end, "the distributed run did not finish"
+        assert time.monotonic() < end, "the distributed run did not finish\n" + _log_tails(parties)
         time.sleep(0.2)
     for p in parties[1:]:
         p.proc.wait(30)

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from privbandit.registry import family_names
-from tests.services.test_distributed import _inproc, _start, _wait, assert_same_numbers
+from tests.services.test_distributed import _inproc, _log_tails, _start, _wait, assert_same_numbers
 
 # One small experiment per family with every algorithm (and every trust model) it offers.
 EXPERIMENTS = {
@@ -180,15 +180,27 @@ epsilon = 60.0
 # A longer run of one algorithm per family, long enough to kill every party in turn mid-run, and
 # the intermediary that collects its rounds.
 KILLED = {
-    # distributed-dp-mab: its parties are killed one at a time in tests/services/test_faults.py. In
-    # this order, run after the other cases of this file, its session stalled at its last round
-    # (plan 52 announced again, the aggregator silent) in three runs: not understood yet
-    # (docs/distributed.md, "Faults and restarts").
+    "distributed-dp-mab": ("Dist-DP-SE", 1_000_000, "aggregator"),
     "private-online-learning": ("anytime-lazy-ucb@distributed", 400_000, "aggregator"),
     "shuffle-linear-bandits": ("LinUCB-SDP-Vec", 4_500, "shuffler"),
     "concurrent-shuffle": ("csta@k2", 4_000, "shuffler"),
     "glm-bandits": ("private-glm", 1_500, "aggregator"),
 }
+
+
+def _wait_for_progress(journal, since: float, parties, timeout: float = 120.0) -> None:
+    """Until the analyzer's journal was rewritten after ``since`` (a release decoded)."""
+    end = time.monotonic() + timeout
+    while not (journal.exists() and journal.stat().st_mtime > since):
+        assert time.monotonic() < end, "no release decoded after the restart\n" + _log_tails(parties)
+        time.sleep(0.05)
+
+
+def _wait_for_line(log, text: str, parties, timeout: float = 60.0) -> None:
+    end = time.monotonic() + timeout
+    while text not in (log.read_text(errors="replace") if log.exists() else ""):
+        assert time.monotonic() < end, f"{log.name} never said {text!r}\n" + _log_tails(parties)
+        time.sleep(0.05)
 
 
 def _write(tmp_path, case: str, keep: str | None = None, horizon: int | None = None):
@@ -232,8 +244,13 @@ def test_every_party_killed_mid_run_restarts_to_the_same_numbers(family, tmp_pat
     _inproc(path, tmp_path / "inproc")
     parties, out = _start(tmp_path, path, mosquitto_url, "k" + secrets.token_hex(4))
     by_name = {p.name: p for p in parties}
+    journal = out / "state" / "analyzer" / "checkpoint.bin"  # rewritten at every release decoded
     try:
-        time.sleep(2.0)
+        # Each kill lands mid-run: only once the analyzer has decoded a release since the last
+        # restart (so the restarted party is back in the session and the run moves again); parties
+        # take seconds to start, and a kill timed by the clock alone can fall before the first
+        # round, testing nothing.
+        _wait_for_progress(journal, since=0.0, parties=parties)
         # The observer before the fleet: the observer keeps truths in memory between task
         # boundaries and asks for them again when it restarts, and a restarted fleet has lost the
         # truths it sent before its restart; killed the other way round, those can be lost for good
@@ -244,8 +261,11 @@ def test_every_party_killed_mid_run_restarts_to_the_same_numbers(family, tmp_pat
             party.proc.kill()  # no goodbye: work in flight is lost; the checkpoint and the broker's session remain
             party.proc.wait()
             time.sleep(0.3)
+            restarted = time.time()
             party.start()
-            time.sleep(1.0)
+            if victim == "observer":  # its resync must reach the fleets before one of them dies
+                _wait_for_line(tmp_path / "observer.log", "resumed the session", parties)
+            _wait_for_progress(journal, since=restarted, parties=parties)
         assert _wait(parties, timeout=300) == 0, (tmp_path / "observer.log").read_text()[-3000:]
     finally:
         for p in parties:
