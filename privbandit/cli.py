@@ -125,10 +125,14 @@ def sweep(
     jobs: Annotated[Optional[int], typer.Option(help="worker processes, local executor [default: all cores]")] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an earlier sweep's results in --out")] = False,
     resume: Annotated[bool, typer.Option("--resume", help="reuse the tasks kept in --out; compute the rest")] = False,
+    transport: Annotated[str, typer.Option(help="inproc, or mqtt: each point a distributed session with its own "
+                                                "embedded broker")] = "inproc",
+    shards: Annotated[Optional[int], typer.Option(help="user fleets per session (mqtt only) [default: 2]")] = None,
+    timeout: Annotated[Optional[float], typer.Option(help="fail a session after this many seconds (mqtt only)")] = None,
 ):
     """Run an experiment file over a grid of overrides: every (point, task) a hermetic task, kept in
     --out as it finishes and reused by a later sweep of the same config. Writes a results directory
-    per point and sweep.csv."""
+    per point and sweep.csv. Over MQTT each point is one session; --jobs sessions run at once."""
     from privbandit.runner import config as experiment_files
     from privbandit.runner.provenance import command_line
     from privbandit.runner.sweep import run_sweep
@@ -138,6 +142,9 @@ def sweep(
     try:
         if jobs is not None and jobs < 1:
             raise ConfigError(f"--jobs {jobs}: must be ≥ 1")
+        if transport != "mqtt" and (shards is not None or timeout is not None):
+            given = [f for f, v in (("--shards", shards), ("--timeout", timeout)) if v is not None]
+            raise ConfigError(f"{', '.join(given)}: only with --transport mqtt")
         if out is None:
             out = Path("results") / f"{experiment_files.load(experiment, overrides)[1].name}-sweep"
         columns = (TextColumn("tasks"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -149,8 +156,11 @@ def sweep(
                     ids.append(bar.add_task("tasks", total=total))
                 bar.update(ids[0], completed=done)
 
+            # Over MQTT a session is about five processes: one at a time unless --jobs says more.
+            local_jobs = jobs or (1 if transport == "mqtt" else os.cpu_count())
             report = run_sweep(experiment, grid, out, overrides, executor, address,
-                               jobs if executor == "ray" else (jobs or os.cpu_count()), overwrite, resume, advance)
+                               jobs if executor == "ray" else local_jobs, overwrite, resume, advance,
+                               transport=transport, shards=2 if shards is None else shards, timeout_s=timeout)
     except ConfigError as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(2)
@@ -159,7 +169,8 @@ def sweep(
                   highlight=False, markup=False)
         raise typer.Exit(130)
     console = Console(width=None if sys.stdout.isatty() else 120)
-    table = Table(title=f"sweep of {experiment.name}: {len(report['points'])} points, {report['computed']} tasks "
+    unit = "sessions" if transport == "mqtt" else "tasks"
+    table = Table(title=f"sweep of {experiment.name}: {len(report['points'])} points, {report['computed']} {unit} "
                         f"computed, {report['reused']} reused, {report['elapsed_s']:.1f} s")
     table.add_column("point")
     table.add_column("algorithm")
@@ -171,6 +182,10 @@ def sweep(
                           privacy_cell(summary["privacy"][label]))
     console.print(table)
     console.print(f"results in {out}/ (sweep.csv and one directory per point)")
+    for name, error in report["failed"].items():
+        err.print(f"[bold red]error:[/] point {name}: {error}", highlight=False)
+    if report["failed"]:
+        raise typer.Exit(1)
 
 
 @app.command()
