@@ -310,5 +310,5 @@ def n_upper(d: int) -> int:
 
 
 __all__ = ["GRID", "GridGaussianTree", "PGDPlan", "SGDSettings", "TreeCalibration", "calibrate_tree", "dp_sgd",
-           "n_entries", "per_call_budget", "pgd_plan", "pgd_step", "pvec_params", "projected_gd_pvec", "sgd_noise_multiplier", "tree_levels",
-           "zcdp_rho"]
+           "n_entries", "per_call_budget", "pgd_plan", "pgd_step", "projected_gd_pvec", "pvec_params",
+           "sgd_noise_multiplier", "tree_levels", "zcdp_rho"]

@@ -199,7 +199,8 @@ class ShuffleGLMServer:
         return self.phase == "finished"
 
     def _billboard(self) -> dict:
-        return {"batch": self.k, "thetas": [t.copy() for t in self.thetas], "inverses": [v.copy() for v in self.inverses]}
+        return {"batch": self.k, "thetas": [t.copy() for t in self.thetas],
+                "inverses": [v.copy() for v in self.inverses]}
 
     def plans(self) -> list[Plan]:
         if self.open is not None or self.phase == "finished":
@@ -300,7 +301,8 @@ class ShuffleGLMUsers:
         if thetas:
             width = np.full(R, s.consts.width)
             left = sg.eliminate(arms, thetas, inverses, [width] * len(thetas))
-            weight = sg.scaled_weights(s.link, arms, thetas[0], inverses[0], width, np.full(R, s.kappa_star), s.S, s.R)
+            weight = sg.scaled_weights(s.link, arms, thetas[0], inverses[0], width, np.full(R, s.kappa_star),
+                                       s.S, s.R)
             design = np.sqrt(weight)[..., None] * arms
         else:
             left, weight, design = np.ones((R, N, K), dtype=bool), np.ones((R, N, K)), arms

@@ -18,4 +18,5 @@ from privbandit.protocol.privacy.events import (
 from privbandit.protocol.privacy.ledger import Ledger, default_delta, rdp_to_dp
 
 __all__ = ["ORDERS", "REPORTED_ORDERS", "AdvancedComposition", "ApproxDP", "DiscreteGaussianSumCDP", "Ledger",
-           "NonPrivate", "NoneProven", "PrivacyEvent", "PureDP", "SkellamRDP", "ZCDP", "default_delta", "polya_sum_epsilon", "rdp_to_dp"]
+           "NonPrivate", "NoneProven", "PrivacyEvent", "PureDP", "SkellamRDP", "ZCDP", "default_delta",
+           "polya_sum_epsilon", "rdp_to_dp"]

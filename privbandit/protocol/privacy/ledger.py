@@ -3,7 +3,8 @@
 Every release's event is recorded under a *lane* and a *group*:
 
 - releases in one group of one lane reach the same users: they compose sequentially (pure ε and
-  Rényi curves add, (ε, δ) statements add);
+  Rényi curves add, (ε, δ) statements add, and :class:`~.events.AdvancedComposition` rounds are
+  charged their k-fold advanced-composition bound);
 - different groups of one lane reach disjoint users (parallel composition): a user's guarantee in
   the lane is that of the worst group;
 - every user takes part in one group of every lane: lanes compose sequentially.
