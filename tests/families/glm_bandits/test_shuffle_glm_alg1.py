@@ -96,6 +96,22 @@ def test_p_vec_sums_decode_within_their_stated_error(shift):
     assert 0.9 < z.var() < 1.1
 
 
+def test_gradient_rounds_decode_within_their_stated_error():
+    """Algorithm 7's round for n = 300 users (T_it = 29 by its formula): per-sample gradients (norm ≤ 1 = Δ) summed
+    through R1 at the per-iteration (ε_it, δ_it); standardized errors as above (N = 1200)."""
+    d, n = 3, 300
+    plan = mech.pgd_plan(n, d, 2.0, 1e-4, 2.0, 1.0, 50)
+    assert plan.iterations == 29
+    rng = np.random.default_rng(12)
+    grads = unit_ball(rng, (400, n), d)
+    totals = BitSumRandomizer(plan.vec).randomize(grads, rng).sum(axis=1)
+    err = BitSumAnalyzer(plan.vec).analyze(totals, n) - grads.sum(axis=1)
+    sd = sg.noise_sd(mech.VEC_CONSTANT, d, plan.eps_iter, plan.delta_iter, 1.0)
+    z = (err / sd).ravel()
+    assert abs(z.mean()) < 4 / math.sqrt(z.size) and 0.9 < z.var() < 1.1
+    assert np.abs(grads.sum(axis=1)).max() < 0.1 * sd  # the paper's noise dwarfs any gradient sum of 300 users
+
+
 def test_the_analyzer_decodes_the_users_covariance_round(tmp_path):
     """Through the parties: users' reports summed at the shuffler, decoded by the analyzer into V;
     V − λI is within 5 stated sd of the true Σ x xᵀ in every entry (6 entries: a 5-sd miss has
