@@ -110,9 +110,9 @@ def scaled_arms(link: str, arms: np.ndarray, theta1: np.ndarray, v_inv: np.ndarr
                 kappa_star: float, S: float, R: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """Eqs. (11)–(12) for ``arms`` (..., K, d): (x̃, the weight μ̇(⟨x,θ̂₁⟩)/β(x) clipped to 1/κ*).
     ``theta1`` (d,) and ``v_inv`` (d, d) are one run's; :func:`scaled_weights` takes R runs'."""
-    norm = np.sqrt(np.maximum(np.einsum("...ki,ij,...kj->...k", arms, v_inv, arms), 0.0))
-    beta = np.exp(R * np.minimum(2 * S, gamma * math.sqrt(kappa) * norm))
-    w = np.minimum(mu_dot(link, arms @ theta1) / beta, 1.0 / kappa_star)
+    K, d = arms.shape[-2:]
+    w = scaled_weights(link, arms.reshape(1, -1, K, d), theta1[None], v_inv[None],
+                       np.array([gamma * math.sqrt(kappa)]), np.array([kappa_star]), S, R).reshape(arms.shape[:-1])
     return np.sqrt(w)[..., None] * arms, w
 
 
