@@ -61,6 +61,7 @@ class GLMAlgorithm(StrictModel):
     warmup: Annotated[int, Field(ge=1)] | None = None
     gamma: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)] | None = None
     vec_constant: Annotated[float, Field(gt=0, le=1e9, allow_inf_nan=False)] = 24e4
+    schedule_exponent: Literal["eq7", "thm-e1"] = "eq7"  # α = T^{1/(2(1−2^{−M+1}))} or Thm E.1's 2^{−M}
 
 
 class GLMExperiment(ExperimentFile):

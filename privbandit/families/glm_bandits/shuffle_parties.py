@@ -168,7 +168,7 @@ def shuffle_setup(public: dict) -> ShuffleSetup:
     d, T, S, R = public["dim"], public["horizon"], public["norm"], public["reward_bound"]
     eps, delta, M = a["epsilon"], public["delta"], a["batches"]
     consts = sg.constants(d, T, M, eps, delta, R, S, kappa[0], a["vec_constant"], a["gamma"])
-    schedule = sg.batch_schedule(T, M, kappa[0], S, d, consts.gamma, first=a["warmup"])
+    schedule = sg.batch_schedule(T, M, kappa[0], S, d, consts.gamma, a["schedule_exponent"], first=a["warmup"])
     return ShuffleSetup(d, T, public["link"], S, R, eps, delta, kappa[0], kappa_star[0], len(kappa), consts,
                         tuple(schedule), a["max_iterations"], a["vec_constant"],
                         frozenset(int(c) for c in public["diagnostic"]))

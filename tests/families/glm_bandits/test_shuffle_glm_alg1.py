@@ -53,6 +53,13 @@ def test_the_schedule_adds_up_to_T(T, M, warmup):
         assert b[0] == warmup
 
 
+def test_thm_e1s_exponent_gives_shorter_batches(tmp_path):
+    a = _config(tmp_path, T=20_000, warmup=100)
+    b = _config(tmp_path, T=20_000, warmup=100, extra='schedule_exponent = "thm-e1"')
+    sa, sb = (sp.shuffle_setup(FAMILY.public_task(c, "shuffle-glm", [0])).schedule for c in (a, b))
+    assert sum(sa) == sum(sb) == 20_000 and sb[1] < sa[1]  # α = T^{1/(2(1−2^{−M}))} < eq. (7)'s
+
+
 def test_the_design_over_the_arms_left_meets_its_2d_bound():
     rng = np.random.default_rng(4)
     arms = unit_ball(rng, (200, 12), 4) * rng.uniform(0.05, 1.0, (200, 12, 1))  # scaled arms differ in length
