@@ -175,6 +175,11 @@ epsilon = 60.0
 [algorithms.rs-glinucb]
 [algorithms.glm-ucb]
 [algorithms.gloc]
+# Algorithm 1: a warm-up of 20 users, three gradient rounds to the same users, then 40 more users
+[algorithms.shuffle-glm]
+batches = 2
+warmup = 20
+max_iterations = 3
 """,
 }
 # A longer run of one algorithm per family, long enough to kill every party in turn mid-run, and
