@@ -239,6 +239,11 @@ def _run_distributed(family, config, experiment: Path, overrides: list[str], out
     except TimeoutError as exc:
         err.print(f"[bold red]error:[/] --timeout: {exc}")
         raise typer.Exit(1)
+    except RuntimeError as exc:  # a party that could not go on (an unreachable broker, say): its log's end
+        from rich.markup import escape
+
+        err.print(f"[bold red]error:[/] the distributed run stopped: {escape(str(exc))}", highlight=False)
+        raise typer.Exit(1)
     if code != 0:
         err.print(f"[bold red]error:[/] the distributed run failed (observer exit {code}); logs in {out / 'logs'}")
         raise typer.Exit(1)

@@ -339,3 +339,14 @@ def test_privbandit_keys_writes_the_key_the_launcher_gives(tmp_path, party, var,
     path = tmp_path / f"{party}.env"
     assert path.read_text() == f"{var}={hex(getattr(seeding, master)(4242))}\n"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_an_unreachable_broker_ends_the_run_with_a_message_not_a_traceback(tmp_path):
+    """Every party fails to connect; whichever the launcher sees first, the command says why."""
+    env = {**os.environ, "PRIVBANDIT_CONNECT_TIMEOUT_S": "1"}
+    proc = subprocess.run([sys.executable, "-m", "privbandit", "run", str(ROOT / "experiments" / "quickstart.toml"),
+                           "--transport", "mqtt", "--broker", "mqtt://127.0.0.1:9", "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, env=env, timeout=180)
+    said = " ".join(proc.stderr.split())
+    assert proc.returncode == 1 and "cannot reach the broker at mqtt://127.0.0.1:9" in said, said[-2000:]
+    assert "Traceback" not in proc.stderr
