@@ -224,3 +224,17 @@ def test_tls_files_are_checked_by_name():
     with pytest.raises(ValueError, match="key_file: given without cert_file"):
         BusSettings(broker_url="mqtts://127.0.0.1", key_file="/k.pem").tls_context()
     assert BusSettings(broker_url="mqtts://127.0.0.1").endpoint() == ("127.0.0.1", 8883)
+
+
+def test_broker_config_writes_a_tls_listener_and_checks_its_files(tmp_path):
+    pki = _pki(tmp_path / "pki")
+    files = acl.write_broker_config(tmp_path / "b", "tls2", 8883, tls_cert=pki["server"], tls_key=pki["server_key"],
+                                    client_ca=pki["ca"])
+    conf = files.conf.read_text().splitlines()
+    at = conf.index("listener 8883 127.0.0.1")
+    assert conf[at + 1:at + 5] == [f"certfile {pki['server']}", f"keyfile {pki['server_key']}",
+                                   f"cafile {pki['ca']}", "require_certificate true"]
+    with pytest.raises(ValueError, match="tls_cert and tls_key go together"):
+        acl.write_broker_config(tmp_path / "c", "tls2", 8883, tls_cert=pki["server"])
+    with pytest.raises(ValueError, match="tls_key must be a readable PEM file"):
+        acl.write_broker_config(tmp_path / "c", "tls2", 8883, tls_cert=pki["server"], tls_key=tmp_path / "no.key")

@@ -171,13 +171,16 @@ def test_the_local_broker_enforces_the_generated_passwords(tmp_path, monkeypatch
             asyncio.run(_connect(url, "analyzer", files.password("users")))
 
 
-def test_an_anonymous_external_broker_is_refused_before_any_party_starts(tmp_path, mosquitto_url):
+def test_an_anonymous_external_broker_is_refused_naming_what_was_readable(tmp_path, mosquitto_url):
+    """What `up --broker` does before starting any party (the one-shot services have run): the
+    probe with the generated accounts; test_up_runs_… shows the verdict reaching summary.json."""
     work = _workdir(tmp_path)
+    acl.write_broker_config(work / "deploy" / "generated", "compose", 1883, host="0.0.0.0")
+    services = compose.load(work / "docker-compose.yml", work)
     with pytest.raises(compose.ComposeError, match=r"does not enforce the trust model for run compose: anonymous read "
                                                    r"plans, .*; analyzer read plans, reports \(aggregator"):
-        compose.up(work / "docker-compose.yml", broker_url=mosquitto_url, timeout_s=60)
-    logs = work / "results" / "compose" / "logs"
-    assert not any((logs / f"compose-{p}.log").exists() for p in PARTIES)
+        compose.check_broker(services, mosquitto_url, "compose", insecure=False)
+    assert compose.check_broker(services, mosquitto_url, "compose", insecure=True) == "insecure"
 
 
 # --- end to end ---------------------------------------------------------------------------------
