@@ -93,12 +93,15 @@ class ProbeResult:
         return "; ".join(parts) or "nothing readable that the ACL denies"
 
 
+_PLURAL = {"plan": "plans", "report": "reports", "release": "releases", "relay": "relays"}
+
+
 def _classes(topics: list[str]) -> str:
     """``pb/r/report/aggregator/probe``, ``pb/r/report/shuffler/probe`` → ``reports (aggregator, shuffler)``."""
     groups: dict[str, list[str]] = {}
     for t in topics:
         levels = t.split("/")[2:]  # pb/<run>/<class>[/<owner>/probe]
-        kind = {"plan": "plans", "report": "reports", "release": "releases", "relay": "relays"}.get(levels[0], levels[0])
+        kind = _PLURAL.get(levels[0], levels[0])
         groups.setdefault(kind, []).extend(levels[1:2])
     return ", ".join(f"{k} ({', '.join(v)})" if v else k for k, v in groups.items())
 
@@ -225,6 +228,6 @@ def check_broker(settings: BusSettings, run_id: str, passwords: Mapping[str, str
         return "insecure", result
     raise BrokerInsecure(
         f"the broker at {settings.broker_url} does not enforce the trust model for run {run_id}: "
-        f"{result.describe()} (topics under pb/{run_id}/). Refusing to start any party: give the broker the project's accounts and "
-        f"ACL (privbandit broker-config) and the parties their credentials (--credentials), or pass "
-        f"--insecure-broker to run anyway (summary.json then records broker.acl = \"insecure\")", result)
+        f"{result.describe()} (topics under pb/{run_id}/). Refusing to start any party: give the broker the "
+        f"project's accounts and ACL (privbandit broker-config) and the parties their credentials "
+        f"(--credentials), or pass --insecure-broker to run anyway (summary.json then records broker.acl = \"insecure\")", result)

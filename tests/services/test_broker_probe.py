@@ -9,6 +9,7 @@ a wrong CA is refused at once with a clear error.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import ipaddress
 import json
@@ -27,7 +28,7 @@ from privbandit.cli import app
 from privbandit.runner import config as experiment_files
 from privbandit.services import acl
 from privbandit.services.broker_probe import GRACE_S, BrokerInsecure, check_broker, probe_broker
-from privbandit.services.bus import BusSettings
+from privbandit.services.bus import BusSettings, connect
 from privbandit.services.launcher import _inherited_env, plan_parties
 from tests.services.test_acl import _missing
 
@@ -40,6 +41,11 @@ SHORT = ["--set", "horizon=5000", "--set", "runs=1", "--shards", "1"]  # one sma
 def mosquitto():
     if mp.mosquitto_binary() is None:
         _missing("mosquitto")
+
+
+async def _enter(context) -> None:
+    async with context:
+        pass
 
 
 def _cli(argv: list[str]):
@@ -207,6 +213,14 @@ def test_a_session_over_tls_with_client_certificates_and_a_wrong_ca_refused(tmp_
         assert f"TLS with the broker at {url} failed (CA file {pki['other_ca']})" in text
         assert "certificate verify failed" in text and "Traceback" not in text
         assert time.monotonic() - start < 15  # refused at once, not after the parties' 30 s of retries
+        # A party started by hand with the wrong CA gives up at once too, naming TLS.
+        wrong = BusSettings(broker_url=url, run_id="tls1", username="analyzer", password=files.password("analyzer"),
+                            ca_file=str(pki["other_ca"]), cert_file=str(pki["client"]),
+                            key_file=str(pki["client_key"]), connect_timeout_s=30)
+        start = time.monotonic()
+        with pytest.raises(ConnectionError, match="TLS with the broker at .* failed: .*certificate verify failed"):
+            asyncio.run(_enter(connect(wrong, "tls1-analyzer", [])))
+        assert time.monotonic() - start < 5
 
         result, text = _cli(["run", str(DEMO), *common, "--ca-file", str(pki["ca"]), "--out", str(tmp_path / "o")])
         assert result.exit_code == 0, text
