@@ -109,6 +109,14 @@ def test_bad_files_and_overrides_name_the_field_and_what_it_allows(tmp_path, tex
     (["attack", "nope"], "adversary 'nope' is not one of max-shift"),
     (["attack", "flood", "--broker", "mqtt://127.0.0.1:1883", "--duration", "0"], "--duration 0.0: must be > 0"),
     (["users", "--shard", "x", "--experiment", "experiments/demo.toml"], "--shard 'x': expected i/N"),
+    (["run", "experiments/demo.toml", "--insecure-broker"], "--insecure-broker: only with --transport mqtt"),
+    (["run", "experiments/demo.toml", "--run-id", "r1"], "--run-id: only with --transport mqtt"),
+    (["run", "experiments/demo.toml", "--transport", "mqtt", "--run-id", "a b"],
+     "--run-id must be 1-64 characters from [A-Za-z0-9_-]"),
+    (["demo", "--credentials", "deploy/credentials.env"], "--credentials: only with --broker"),
+    (["demo", "--ca-file", "ca.pem"], "--ca-file: only with --broker"),
+    (["demo", "--broker", "mqtts://127.0.0.1:8883", "--credentials", "no/such.env"],
+     "--credentials: credentials_file 'no/such.env': No such file or directory"),
 ])
 def test_bad_command_line_options_are_refused_by_name_with_exit_2(tmp_path, monkeypatch, argv, words):
     from typer.testing import CliRunner

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import tomli_w
 
-from privbandit.runner.provenance import provenance
+from privbandit.runner.provenance import broker_record, provenance
 
 ROUND_COLUMNS = ["algorithm", "run", "round", "n", "reports", "epsilon", "bits"]
 
@@ -99,6 +99,8 @@ def summarize(fam, config, results: dict[str, list], compute: dict[str, float], 
     # Reports the intermediaries refused, by reason (over MQTT the services' counters replace it).
     summary["rejected"] = dict(sorted(rejected.items()))
     now = time.time()
+    if transport == "mqtt":
+        summary["broker"] = broker_record()
     summary["provenance"] = provenance(now - elapsed, now)
     return summary
 
