@@ -656,15 +656,19 @@ def analyzer(broker: BrokerOption = None, run_id: RunIdOption = None, state_dir:
     _serve(lambda: AnalyzerService(settings, key, state_dir))
 
 
-def _report_key() -> int:
-    """The intermediaries' copy of the users' report-authentication keys; without it no report
-    could be checked, so the party refuses to start."""
-    key = _key("PRIVBANDIT_REPORT_AUTH_KEY")
+def _required_key(name: str, writer: str) -> int:
+    """A key without which the party could check or sign nothing: it refuses to start."""
+    key = _key(name)
     if key is None:
-        err.print("[bold red]error:[/] neither PRIVBANDIT_REPORT_AUTH_KEY nor PRIVBANDIT_REPORT_AUTH_KEY_FILE is set "
-                  "(`privbandit keys --party intermediary` writes it; the launcher sets it)")
+        err.print(f"[bold red]error:[/] neither {name} nor {name}_FILE is set (`{writer}` writes it; the launcher "
+                  f"sets it)", highlight=False)
         raise typer.Exit(2)
     return key
+
+
+def _report_key() -> int:
+    """The intermediaries' copy of the users' report-authentication keys."""
+    return _required_key("PRIVBANDIT_REPORT_AUTH_KEY", "privbandit keys --party intermediary")
 
 
 @app.command()
@@ -685,8 +689,10 @@ def aggregator(
         err.print("[bold red]error:[/] --deadline and --secagg-step-deadline must be > 0 seconds")
         raise typer.Exit(2)
     settings = _settings(broker, run_id)
-    _serve(lambda: IntermediaryService(settings, _report_key(), "aggregator", deadline,
-                                       secagg_step_s=secagg_step_deadline, state_dir=state_dir))
+    report_key = _report_key()
+    fleets = _required_key("PRIVBANDIT_FLEET_MASTER_KEY", "privbandit keys --party fleets")  # their chunk keys
+    _serve(lambda: IntermediaryService(settings, report_key, "aggregator", deadline,
+                                       secagg_step_s=secagg_step_deadline, state_dir=state_dir, fleet_master=fleets))
 
 
 @app.command()
@@ -721,7 +727,9 @@ def users(
         err.print(f"[bold red]error:[/] {exc}")
         raise typer.Exit(2)
     settings, (family, config) = _settings(broker, run_id), _world(experiment, set_)
-    _serve(lambda: UserFleetService(settings, family, config, i, n))
+    # The fleet's own key for its secure-aggregation chunks (no other fleet holds it).
+    key = _required_key("PRIVBANDIT_FLEET_KEY", "privbandit keys --party fleets")
+    _serve(lambda: UserFleetService(settings, family, config, i, n, key))
 
 
 @app.command()
@@ -776,32 +784,62 @@ def broker_config(
 
 @app.command()
 def keys(
-    experiment: Annotated[Path, typer.Option(help="experiment file")],
     out: Annotated[Path, typer.Option(help="directory for <party>.env")],
+    experiment: Annotated[Optional[Path], typer.Option(
+        help="experiment file (its seed), for analyzer, shuffler and intermediary")] = None,
     party: Annotated[str, typer.Option(
-        help="analyzer, shuffler or intermediary (the users' report-authentication keys, for the "
-             "aggregator and the shuffler): each key file is for its parties alone")] = "analyzer",
+        help="analyzer, shuffler, intermediary (the users' report-authentication keys, for the aggregator and "
+             "the shuffler) or fleets (each fleet's secure-aggregation key, and their master for the "
+             "aggregator): each key file is for its parties alone")] = "analyzer",
+    fleet_dir: Annotated[Optional[list[Path]], typer.Option(
+        "--fleet-dir", help="with --party fleets: fleet i's directory for its fleet.env, once per fleet in "
+                            "shard order")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set")] = None,
 ):
-    """Derive a party's key from the run seed, so compose deployments reproduce `privbandit run`.
+    """Write a party's key file: derived from the run seed, so compose deployments reproduce
+    `privbandit run` (analyzer, shuffler, intermediary), or drawn afresh (fleets).
 
     The analyzer gets analyzer.env, never the experiment; the shuffler's key (which would undo the
-    shuffle) must never sit where the analyzer can read it."""
+    shuffle) must never sit where the analyzer can read it. The fleets' keys sign their
+    secure-aggregation chunks, so they come from the OS's randomness, not from the world seed every
+    fleet holds: --out gets fleets.env (the master, for the aggregator alone) and each --fleet-dir
+    that fleet's own fleet.env."""
+    import secrets
+
+    from privbandit.protocol.primitives.report_auth import fleet_key
     from privbandit.protocol.primitives.seeding import analyzer_master_key, report_auth_master, shuffler_master_key
 
     derive = {"analyzer": ("PRIVBANDIT_ANALYZER_KEY", analyzer_master_key),
               "shuffler": ("PRIVBANDIT_SHUFFLE_KEY", shuffler_master_key),
               "intermediary": ("PRIVBANDIT_REPORT_AUTH_KEY", report_auth_master)}
+    if party == "fleets":
+        if not fleet_dir:
+            err.print("[bold red]error:[/] --party fleets: give --fleet-dir once per fleet (its fleet.env goes there)")
+            raise typer.Exit(2)
+        master = secrets.randbits(256)
+        _write_key_file(out / "fleets.env", "PRIVBANDIT_FLEET_MASTER_KEY", master)
+        for i, directory in enumerate(fleet_dir):
+            _write_key_file(directory / "fleet.env", "PRIVBANDIT_FLEET_KEY", fleet_key(master, i))
+        return
     if party not in derive:
-        err.print(f"[bold red]error:[/] --party {party!r}: choose analyzer, shuffler or intermediary")
+        err.print(f"[bold red]error:[/] --party {party!r}: choose analyzer, shuffler, intermediary or fleets")
+        raise typer.Exit(2)
+    if experiment is None:
+        err.print(f"[bold red]error:[/] --party {party}: --experiment is required (the key derives from its seed)")
+        raise typer.Exit(2)
+    if fleet_dir:
+        err.print("[bold red]error:[/] --fleet-dir: only with --party fleets")
         raise typer.Exit(2)
     var, master = derive[party]
     _, config = _world(experiment, set_)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{party}.env"
+    _write_key_file(out / f"{party}.env", var, master(config.seed))
+
+
+def _write_key_file(path: Path, var: str, key: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # never readable by others
     with os.fdopen(fd, "w") as fh:
-        fh.write(f"{var}={hex(master(config.seed))}\n")
+        fh.write(f"{var}={hex(key)}\n")
     err.print(f"wrote {path}")
 
 

@@ -210,8 +210,17 @@ def test_privbandit_run_reports_bad_input_and_exits_2(tmp_path):
         (["analyzer", "--broker", "mqtt://127.0.0.1:1883"], {}, 2, "PRIVBANDIT_ANALYZER_KEY"),
         (["users", "--shard", "3/2", "--experiment", "experiments/demo.toml"], {}, 2, "0 ≤ i < N"),
         (["aggregator", "--broker", "mqtt://127.0.0.1:9"],
-         {"PRIVBANDIT_CONNECT_TIMEOUT_S": "1", "PRIVBANDIT_REPORT_AUTH_KEY": "ab" * 32}, 1, "cannot reach the broker"),
+         {"PRIVBANDIT_CONNECT_TIMEOUT_S": "1", "PRIVBANDIT_REPORT_AUTH_KEY": "ab" * 32,
+          "PRIVBANDIT_FLEET_MASTER_KEY": "cd" * 32}, 1, "cannot reach the broker"),
         (["aggregator", "--broker", "mqtt://127.0.0.1:1883"], {}, 2, "PRIVBANDIT_REPORT_AUTH_KEY"),
+        # Without the fleets' master it could check no secure-aggregation chunk; a fleet without
+        # its own key could sign none.
+        (["aggregator", "--broker", "mqtt://127.0.0.1:1883"], {"PRIVBANDIT_REPORT_AUTH_KEY": "ab" * 32}, 2,
+         "neither PRIVBANDIT_FLEET_MASTER_KEY nor PRIVBANDIT_FLEET_MASTER_KEY_FILE is set"),
+        (["users", "--shard", "0/2", "--experiment", "experiments/demo.toml"], {}, 2,
+         "neither PRIVBANDIT_FLEET_KEY nor PRIVBANDIT_FLEET_KEY_FILE is set"),
+        (["keys", "--out", "/tmp/x", "--party", "fleets"], {}, 2, "give --fleet-dir once per fleet"),
+        (["keys", "--out", "/tmp/x", "--party", "analyzer"], {}, 2, "--experiment is required"),
         (["shuffler", "--broker", "mqtt://127.0.0.1:1883"], {"PRIVBANDIT_REPORT_AUTH_KEY": "xyz"}, 2,
          "must be a hexadecimal integer"),
         (["keys", "--experiment", "experiments/demo.toml", "--out", "/tmp/x", "--party", "me"], {}, 2, "--party"),
@@ -358,3 +367,31 @@ def test_an_unreachable_broker_ends_the_run_with_a_message_not_a_traceback(tmp_p
     said = " ".join(proc.stderr.split())
     assert proc.returncode == 1 and "cannot reach the broker at mqtt://127.0.0.1:9" in said, said[-2000:]
     assert "Traceback" not in proc.stderr
+
+
+def test_privbandit_keys_draws_each_fleet_its_own_key_and_the_aggregator_their_master(tmp_path):
+    """Issue #20 item 9: a fleet's chunk key is its own, from fresh randomness, not the world seed
+    every fleet holds; the aggregator's master derives each of them, a fleet's key no other."""
+    import stat
+
+    from typer.testing import CliRunner
+
+    from privbandit.cli import app
+    from privbandit.protocol.primitives.report_auth import fleet_key
+    from privbandit.services.compose import read_env_file
+
+    def draw(out):
+        argv = ["keys", "--party", "fleets", "--out", str(out / "master"), "--fleet-dir", str(out / "f0"),
+                "--fleet-dir", str(out / "f1")]
+        result = CliRunner().invoke(app, argv)
+        assert result.exit_code == 0, (result.stderr, result.exception)
+        master = int(read_env_file(out / "master" / "fleets.env")["PRIVBANDIT_FLEET_MASTER_KEY"], 16)
+        own = [int(read_env_file(out / f"f{i}" / "fleet.env")["PRIVBANDIT_FLEET_KEY"], 16) for i in range(2)]
+        for path in (out / "master" / "fleets.env", out / "f0" / "fleet.env"):
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        return master, own
+
+    master, own = draw(tmp_path / "a")
+    assert own == [fleet_key(master, 0), fleet_key(master, 1)] and own[0] != own[1]
+    again, _ = draw(tmp_path / "b")
+    assert again != master  # drawn afresh, not derived from anything a fleet knows

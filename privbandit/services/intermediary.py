@@ -34,7 +34,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from privbandit.protocol.primitives.report_auth import ReportAuthenticator
+from privbandit.protocol.primitives.report_auth import FleetKeys, ReportAuthenticator
 from privbandit.protocol.primitives.seeding import USER_BLOCK, derive_key
 from privbandit.protocol.spine.errors import ProtocolError
 from privbandit.protocol.spine.events import Plan, Reports
@@ -66,10 +66,13 @@ class IntermediaryService(PartyService):
 
     def __init__(self, settings, report_key: int, role: str = "aggregator", deadline_s: float = DEFAULT_DEADLINE_S,
                  shuffle_key: int | None = None, secagg_step_s: float = DEFAULT_SECAGG_STEP_S,
-                 state_dir=None):
+                 state_dir=None, fleet_master: int | None = None):
         self.role = role
         super().__init__(settings, state_dir=state_dir)
         self.auth = ReportAuthenticator(report_key)
+        # Each fleet signs its secure-aggregation chunks with its own key; without the fleets'
+        # master no chunk can be checked, so a secure round is refused (``open_plan``).
+        self.fleet_keys = None if fleet_master is None else FleetKeys(fleet_master)
         self.deadline_s = deadline_s
         self.shuffle_key = shuffle_key
         self.secagg_step_s = secagg_step_s
@@ -102,7 +105,7 @@ class IntermediaryService(PartyService):
         if saved is not None:
             self.restore(saved)
         self.secagg = AggregatorSecAgg(self.run_id, spec["index"], self.secagg_step_s, self.relay,
-                                       self.release_secure, self.abort_secure, self.rejected, self.auth)
+                                       self.release_secure, self.abort_secure, self.rejected, self.fleet_keys)
         self.checkpoint_round()
 
     # --- checkpoints ---------------------------------------------------------------------------
@@ -189,6 +192,9 @@ class IntermediaryService(PartyService):
         new = [r for r in mine if r.id not in box.rounds and r.id not in box.closed and r.id not in self.failed]
         try:
             for rnd in new:
+                if rnd.secagg is not None and self.fleet_keys is None:
+                    raise ProtocolError("no-fleet-keys", f"secure round {rnd.id}: this {self.role} holds no fleet keys "
+                                                         f"(PRIVBANDIT_FLEET_MASTER_KEY) to check the fleets' chunks")
                 if rnd.secagg is not None:
                     join = next((j for j in plan.joins if j.round_id == rnd.id), None)
                     if join is None or join.count != rnd.expected or len([j for j in plan.joins if j.round_id == rnd.id]) != 1:

@@ -38,6 +38,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from privbandit.protocol.primitives.report_auth import fleet_key
 from privbandit.protocol.primitives.seeding import analyzer_master_key, report_auth_master, shuffler_master_key
 from privbandit.runner.provenance import BROKER_ACL_ENV
 
@@ -127,14 +128,19 @@ def plan_parties(family, config, experiment: Path, overrides: list[str], out: Pa
     parties.append(Party("analyzer", ["analyzer", *state("analyzer")], env("analyzer", PRIVBANDIT_ANALYZER_KEY=hex(
         analyzer_master_key(config.seed))), logs / "analyzer.log"))
     report_key = hex(report_auth_master(config.seed))  # the users' MAC keys, as registered with intermediaries
+    # Each fleet's secure-aggregation key: from a secret of this session, never the world seed all
+    # fleets hold; a fleet gets its own, the aggregator the master (restarts keep them: same env).
+    fleet_master = secrets.randbits(256)
     if "aggregator" in intermediaries:
         parties.append(Party("aggregator", ["aggregator", *state("aggregator")],
-                             env("aggregator", PRIVBANDIT_REPORT_AUTH_KEY=report_key), logs / "aggregator.log"))
+                             env("aggregator", PRIVBANDIT_REPORT_AUTH_KEY=report_key,
+                                 PRIVBANDIT_FLEET_MASTER_KEY=hex(fleet_master)), logs / "aggregator.log"))
     if "shuffler" in intermediaries:
         parties.append(Party("shuffler", ["shuffler", *state("shuffler")], env("shuffler", PRIVBANDIT_SHUFFLE_KEY=hex(
             shuffler_master_key(config.seed)), PRIVBANDIT_REPORT_AUTH_KEY=report_key), logs / "shuffler.log"))
     for i, name in enumerate(users):
-        parties.append(Party(name, ["users", "--shard", f"{i}/{shards}", *world], env("users"), logs / f"{name}.log"))
+        parties.append(Party(name, ["users", "--shard", f"{i}/{shards}", *world],
+                             env("users", PRIVBANDIT_FLEET_KEY=hex(fleet_key(fleet_master, i))), logs / f"{name}.log"))
     # The experiment's traffic adversaries: hostile clients with the account their attack needs;
     # each leaves when the session shuts down and writes what it did to <out>/adversaries/<kind>.json.
     for kind in getattr(config, "traffic_adversaries", []):

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 
 import numpy as np
 
-from privbandit.protocol.primitives.report_auth import ReportAuthenticator
+from privbandit.protocol.primitives.report_auth import FleetKeys, ReportAuthenticator
 from privbandit.protocol.primitives.secagg.batch import (
     ADVERT_RECORD,
     BatchError,
@@ -201,8 +201,9 @@ class AggregatorSecAgg:
 
     def __init__(self, run: str, task: int, step_deadline_s: float, send: Send,
                  release: Callable[[int, int, int], Awaitable[None]],
-                 abort: Callable[[int, str], Awaitable[None]], rejected: Counter, auth: ReportAuthenticator):
-        self.auth = auth
+                 abort: Callable[[int, str], Awaitable[None]], rejected: Counter,
+                 auth: ReportAuthenticator | FleetKeys):
+        self.auth = auth  # every fleet's chunk key (FleetKeys): one fleet cannot sign for another
         self.rejected = rejected  # the service's counters: the server's refusals land there
         self.run, self.task = run, task
         self.step_deadline_s = step_deadline_s

@@ -53,7 +53,7 @@ def ids_on_wire(ids: np.ndarray) -> np.ndarray:
 class UserFleetService(PartyService):
     role = "users"
 
-    def __init__(self, settings, family, config, shard: int, shards: int):
+    def __init__(self, settings, family, config, shard: int, shards: int, fleet_key: int | None = None):
         super().__init__(settings, name=f"users-{shard}")
         self.family = family
         self.config = config
@@ -65,6 +65,8 @@ class UserFleetService(PartyService):
         self.secagg: FleetSecAgg | None = None
         self.identities = UserIdentities(users_identity_master(config.seed))
         self.auth = ReportAuthenticator(report_auth_master(config.seed))
+        # The fleet's own key for its secure-aggregation chunks: another fleet cannot sign for it.
+        self.chunk_auth = None if fleet_key is None else ReportAuthenticator(fleet_key)
 
     def subscriptions(self):
         relays = [self.t("relay", name) for name in self.family.intermediaries(self.config)]
@@ -80,7 +82,7 @@ class UserFleetService(PartyService):
                            fam.dropout_rate(config, label), fam.adversary(config, label, run))
         self.rounds, self.served, self.truths = {}, {}, {}
         self.secagg = FleetSecAgg(self.run_id, spec["index"], self.shard, self.shards, self.identities,
-                                  self.publish_secagg, self.auth)
+                                  self.publish_secagg, self.chunk_auth)
 
     def signed(self, msg: codec.StatusMsg) -> codec.StatusMsg:
         """Fleets share the users' account: their statuses carry the fleets' MAC, as truths do."""
@@ -155,6 +157,9 @@ class UserFleetService(PartyService):
                     dropouts[j.round_id] += np.setdiff1d(inside, rep.user_ids).tolist()
                     continue
                 await self.send_reports(plan, rnd, block, rep)
+        if secure and self.chunk_auth is None:
+            raise ValueError(f"plan {plan.id} joins a secure round, and this fleet holds no key to sign its chunks "
+                             f"(PRIVBANDIT_FLEET_KEY)")
         for rid, join in secure.items():  # every fleet answers round 0, with no users if it hosts none
             await self.secagg.start(self.rounds[rid], join.first, values[rid], dropouts[rid])
         self.served[plan.id] = plan

@@ -68,6 +68,12 @@ def test_the_analyzer_is_never_given_the_experiment(tmp_path):
     assert {name for name, spec in _raw()["services"].items()
             if any(str(v).startswith("intermediary-key:") for v in spec.get("volumes", []))} == {
         "intermediary-keys", "aggregator"}
+    # Each fleet's secure-aggregation key: its own volume, mounted by it and the one-shot that draws
+    # them; their master only by that one-shot and the aggregator.
+    mounts = {name: [str(v).split(":")[0] for v in spec.get("volumes", [])] for name, spec in _raw()["services"].items()}
+    for volume, holders in (("users-0-key", {"fleet-keys", "users-0"}), ("users-1-key", {"fleet-keys", "users-1"}),
+                            ("fleet-master-key", {"fleet-keys", "aggregator"})):
+        assert {name for name, used in mounts.items() if volume in used} == holders, volume
     # Whoever mounts the experiments mounts them read-only; only the observer writes results.
     for name, spec in _raw()["services"].items():
         for volume in spec.get("volumes", []):

@@ -12,7 +12,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from privbandit.protocol.primitives.report_auth import ReportAuthenticator
+from privbandit.protocol.primitives.report_auth import FleetKeys, ReportAuthenticator, fleet_key
 from privbandit.protocol.primitives.secagg.batch import Adverts, UserIdentities
 from privbandit.protocol.primitives.seeding import USER_BLOCK
 from privbandit.protocol.spine.events import Round
@@ -21,7 +21,13 @@ from privbandit.services.secagg_rounds import AggregatorSecAgg, FleetSecAgg, fro
 
 M = 2**40 + 15
 IDENTITY = UserIdentities(b"k" * 32)
-AUTH = ReportAuthenticator(12345)
+FLEET_MASTER = 12345
+FLEETS = FleetKeys(FLEET_MASTER)  # the aggregator's: every fleet's chunk key
+
+
+def fleet_auth(shard: int) -> ReportAuthenticator:
+    """What fleet ``shard`` holds: its own key, no other fleet's."""
+    return ReportAuthenticator(fleet_key(FLEET_MASTER, shard))
 
 
 def _secure_round(round_id: int, cohort: int, mode: str = "complete", m: int = M) -> Round:
@@ -58,8 +64,8 @@ class _Session:
         async def abort(round_id, reason):
             self.aborted.append(reason)
 
-        self.agg = AggregatorSecAgg("r1", 0, 30.0, down, release, abort, self.rejected, AUTH)
-        self.fleets = [FleetSecAgg("r1", 0, i, fleets, IDENTITY, up, AUTH) for i in range(fleets)]
+        self.agg = AggregatorSecAgg("r1", 0, 30.0, down, release, abort, self.rejected, FLEETS)
+        self.fleets = [FleetSecAgg("r1", 0, i, fleets, IDENTITY, up, fleet_auth(i)) for i in range(fleets)]
         self.values, self.dropouts = values, set(dropouts)
 
     async def run(self):
@@ -162,13 +168,19 @@ def test_malformed_and_misdirected_chunks_are_refused_by_reason():
         base = dict(run="r1", task=0, round=7, step="advertise", shard=0, shards=1, chunk=0, final=True,
                     ids=np.array([1, 2], dtype="<u8"), records=b"short")
         m = codec.SecAggMsg(**(base | kw))  # signed as its fleet (or ``signer``) signs it
-        return m.model_copy(update={"tag": AUTH.mac("secagg-chunk", "r1", 0, m.shard if signer is None else signer,
-                                                    payload=codec.encode(m))})
+        key = fleet_auth(m.shard if signer is None else signer)
+        return m.model_copy(update={"tag": key.mac("secagg-chunk", "r1", 0, m.shard, payload=codec.encode(m))})
 
-    # A chunk without its fleet's MAC, or with another fleet's, is refused before anything else.
+    # A chunk without its fleet's MAC, or signed by another fleet with the key it holds (issue #20
+    # item 9: the keys derived from the world seed let any fleet sign as any other), or under the
+    # users' report master every fleet derives from the seed, is refused before anything else.
     unsigned = msg(records=b"\0" * 256).model_copy(update={"tag": b""})
     assert asyncio.run(s.agg.on_message(unsigned)) == "secagg-bad-tag"
     assert asyncio.run(s.agg.on_message(msg(signer=1, records=b"\0" * 256))) == "secagg-bad-tag"
+    seeded = msg(records=b"\0" * 256)
+    seeded = seeded.model_copy(update={"tag": ReportAuthenticator(FLEET_MASTER).mac(
+        "secagg-chunk", "r1", 0, 0, payload=codec.encode(seeded.model_copy(update={"tag": b""})))})
+    assert asyncio.run(s.agg.on_message(seeded)) == "secagg-bad-tag"
     tampered = msg(records=b"\0" * 256).model_copy(update={"records": b"\1" * 256})
     assert asyncio.run(s.agg.on_message(tampered)) == "secagg-bad-tag"
     assert asyncio.run(s.agg.on_message(msg())) == "secagg-malformed"  # 2 adverts need 256 bytes

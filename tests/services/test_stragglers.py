@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from privbandit import registry
-from privbandit.protocol.primitives.report_auth import ReportAuthenticator
+from privbandit.protocol.primitives.report_auth import ReportAuthenticator, fleet_key
 from privbandit.protocol.primitives.secagg.batch import (ADVERT_RECORD, CIPHERTEXT_BYTES, Adverts, Masked, Shares,
                                                          UserIdentities, Unmasks)
 from privbandit.protocol.primitives.secagg.protocol import LIMBS
@@ -76,14 +76,15 @@ def _plan(round_id: int) -> Plan:
     return Plan(round_id, 0, COHORT, {}, (rnd,), (Join(round_id, 0, COHORT, COHORT),))
 
 
-FLEET_AUTH_MASTER = report_auth_master(0)
-FLEET_AUTH = ReportAuthenticator(FLEET_AUTH_MASTER)  # the key the aggregator process is given
+REPORT_AUTH_MASTER = report_auth_master(0)  # the users' report keys, as the aggregator process is given
+FLEET_MASTER = 0x5EC  # the fleets' chunk keys' master, as the aggregator process is given
+FLEET_AUTH = [ReportAuthenticator(fleet_key(FLEET_MASTER, i)) for i in range(2)]  # each fleet's own key
 
 
 def _start_aggregator(url: str, run_id: str, log, *extra: str) -> subprocess.Popen:
     """The real aggregator process; returns once it says ``ready``."""
     env = {**os.environ, "PRIVBANDIT_BROKER_URL": url, "PRIVBANDIT_RUN_ID": run_id,
-           "PRIVBANDIT_REPORT_AUTH_KEY": hex(FLEET_AUTH_MASTER)}
+           "PRIVBANDIT_REPORT_AUTH_KEY": hex(REPORT_AUTH_MASTER), "PRIVBANDIT_FLEET_MASTER_KEY": hex(FLEET_MASTER)}
     with open(log, "ab") as fh:
         proc = subprocess.Popen([sys.executable, "-m", "privbandit", "aggregator", "--secagg-step-deadline",
                                  str(STEP_DEADLINE_S), *extra], env=env, stdout=fh, stderr=subprocess.STDOUT)
@@ -144,8 +145,8 @@ async def _session(url, run_id, spec, step: str | None, gone: set[int], slow: fl
                 if shard == 0 and msg.step == step and gone:
                     batch = _without(step, from_messages(step, [msg]), gone)
                     msg = to_messages(step, batch, run=run_id, task=0, round_id=round_id, shard=0, shards=2)[0]
-                    msg = msg.model_copy(update={"tag": FLEET_AUTH.mac("secagg-chunk", run_id, 0, 0,
-                                                                       payload=codec.encode(msg))})
+                    msg = msg.model_copy(update={"tag": FLEET_AUTH[0].mac("secagg-chunk", run_id, 0, 0,
+                                                                          payload=codec.encode(msg))})
                 if delay:
                     asyncio.get_running_loop().call_later(delay, lambda: asyncio.ensure_future(
                         c.publish(t("report", "aggregator"), codec.encode(msg), qos=1)))
@@ -154,7 +155,7 @@ async def _session(url, run_id, spec, step: str | None, gone: set[int], slow: fl
             return send
 
         ident = UserIdentities(b"s" * 32)
-        fleets = [FleetSecAgg(run_id, 0, i, 2, ident, sender(i), FLEET_AUTH) for i in range(2)]
+        fleets = [FleetSecAgg(run_id, 0, i, 2, ident, sender(i), FLEET_AUTH[i]) for i in range(2)]
 
         async def announce():
             await c.publish(t("control"), codec.encode(codec.ControlMsg(run=run_id, action="task", task=0,

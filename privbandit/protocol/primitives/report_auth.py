@@ -21,10 +21,12 @@ A fleet closes a block of a plan's cohort (everyone there has answered; the miss
 out) with a message whose ``block_tag`` is such an HMAC too: holding the users' broker account is
 not enough to declare a block complete.
 
-Secure-aggregation chunks from a fleet carry an HMAC-SHA256 under the fleet's key, HKDF(master,
-run ‖ task ‖ shard) (:meth:`ReportAuthenticator.mac`): the fleet speaks for its users there, and a
-chunk forged by another holder of the users' broker account would otherwise complete a step with
-garbage before the genuine one arrives. Block truths to the observer carry one too.
+Secure-aggregation chunks from a fleet carry an HMAC-SHA256 under the fleet's own key
+(:class:`FleetKeys`): the fleet speaks for its users there, and a chunk forged by another holder of
+the users' broker account, another fleet included, would otherwise complete a step with garbage
+before the genuine one arrives. Each fleet's key derives from a session secret the launcher draws
+(not from the world seed, which every fleet holds); a fleet gets its own key only, the aggregator
+the secret. Block truths to the observer carry a MAC under the users' master.
 """
 
 from __future__ import annotations
@@ -119,3 +121,26 @@ class ReportAuthenticator:
         if tags.shape != np.shape(user_ids):
             return np.zeros(np.shape(user_ids), dtype=bool)
         return self.tags(run_id, task, round_id, plan_id, first_user, user_ids, values) == tags.astype(np.uint64)
+
+
+def fleet_key(master: int, shard: int) -> int:
+    """Fleet ``shard``'s own 256-bit key, from the session's fleet master (HKDF)."""
+    info = f"privbandit secagg-fleet|{int(shard)}".encode()
+    return int.from_bytes(HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info)
+                          .derive(master.to_bytes(32, "big")), "big")
+
+
+class FleetKeys:
+    """The aggregator's view of every fleet's key: ``mac`` as :meth:`ReportAuthenticator.mac`, keyed
+    by the fleet the path names (``"secagg-chunk"``, run, task, shard)."""
+
+    def __init__(self, master: int):
+        if not 0 <= master < 2**256:
+            raise ValueError(f"the fleets' master key must be a 256-bit integer, got {master.bit_length()} bits")
+        self.master = master
+
+    def of(self, shard: int) -> ReportAuthenticator:
+        return ReportAuthenticator(fleet_key(self.master, shard))
+
+    def mac(self, purpose: str, run: str, task: int, shard: int, payload: bytes) -> bytes:
+        return self.of(int(shard)).mac(purpose, run, task, shard, payload=payload)
