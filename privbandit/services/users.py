@@ -16,6 +16,8 @@ ciphertexts and ends up with the sum only.
 from __future__ import annotations
 
 import logging
+import math
+import time
 
 import numpy as np
 
@@ -29,6 +31,10 @@ from privbandit.services.party import PartyService
 from privbandit.services.secagg_rounds import FleetSecAgg
 
 log = logging.getLogger("privbandit.users")
+
+# A plan served again on request is not served again for this long: the requests for its other
+# rounds that queued meanwhile are answered by that serve (intermediaries ask again every 3 s).
+RESERVE_S = 1.0
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -62,6 +68,7 @@ class UserFleetService(PartyService):
         self.rounds: dict[int, Round] = {}  # every round the running task's plans opened
         self.served: dict[int, Plan] = {}
         self.truths: dict[tuple[int, int], codec.TruthMsg] = {}  # what the observer got: sent again on resync
+        self.reserved: dict[int, float] = {}  # plan → when it was last served again on request
         self.secagg: FleetSecAgg | None = None
         self.identities = UserIdentities(users_identity_master(config.seed))
         self.auth = ReportAuthenticator(report_auth_master(config.seed))
@@ -81,6 +88,7 @@ class UserFleetService(PartyService):
         self.users = Users(fam.users(config, label, [run]), config.seed, (run, label),
                            fam.dropout_rate(config, label), fam.adversary(config, label, run))
         self.rounds, self.served, self.truths = {}, {}, {}
+        self.reserved: dict[int, float] = {}  # plan → when it was last served again on request
         self.secagg = FleetSecAgg(self.run_id, spec["index"], self.shard, self.shards, self.identities,
                                   self.publish_secagg, self.chunk_auth)
 
@@ -103,11 +111,17 @@ class UserFleetService(PartyService):
             return self.reject(reason, f"round {msg.round} {msg.step}") if reason else None
         if isinstance(msg, codec.ResendMsg):
             # An intermediary that may have lost our reports asks again; records are idempotent.
+            # Serving a plan again sends every round it joins, so the requests for its other rounds
+            # that queued meanwhile (a restarted shuffler asks for each of hundreds of rounds) are
+            # answered already: one serve per plan per RESERVE_S, or a restarted fleet works through
+            # rounds × plan of them and misses the session's end.
             if self.current(msg):
                 for plan in [p for p in self.served.values() if any(j.round_id == msg.round for j in p.joins)]:
-                    if not any(self.rounds[j.round_id].secagg for j in plan.joins):
+                    recent = time.monotonic() - self.reserved.get(plan.id, -math.inf) < RESERVE_S
+                    if not recent and not any(self.rounds[j.round_id].secagg for j in plan.joins):
                         log.info("%s serves plan %d again, as asked", self.name, plan.id)
                         await self.serve_plan(plan)
+                        self.reserved[plan.id] = time.monotonic()
             return
         if isinstance(msg, codec.CloseMsg):
             return  # for the intermediaries

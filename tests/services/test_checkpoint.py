@@ -497,3 +497,41 @@ def test_a_restarted_observer_keeps_the_truths_it_had_checkpointed(tmp_path, mon
                                                                           *state.state["truths"][1:]]})
     third = restarted()
     assert third.rejected["bad-truth-tag"] == 1 and len(third.observer.truths) == len(truths) - 1
+
+
+def test_a_fleet_serves_a_plan_again_once_for_a_burst_of_requests(monkeypatch):
+    """A restarted intermediary asks for every open round again, and one plan may join hundreds:
+    serving the plan once answers them all, so a burst of requests costs one serve, not one each
+    (a fleet that did one each fell minutes behind and missed the session's end)."""
+    import privbandit.services.users as users_mod
+    from privbandit.services.users import UserFleetService
+
+    fam, config, label = TASKS["Dist-DP-SE"]()
+    net = _Net()
+    fleet = UserFleetService(BusSettings(run_id=RUN_ID), fam, config, 0, 1)
+    fleet.bus = _Bus(net)
+    spec = codec.TaskSpec(index=0, runs=[0], label=label, family=fam.name, public=fam.public_task(config, label, [0]),
+                          session="5e55").model_dump()
+    plan = build_analyzer(spec, analyzer_master_key(config.seed)).next_plans()[0]
+    round_id = plan.joins[0].round_id
+
+    def reports() -> int:
+        return sum(topic.endswith("/report/aggregator") for topic, _ in net.queues["box"])
+
+    net.subs["box"], net.queues["box"] = [f"pb/{RUN_ID}/report/+"], []
+    burst = [codec.ResendMsg(run=RUN_ID, task=0, round=round_id) for _ in range(20)]
+
+    async def go():
+        await fleet.start_task(spec)
+        await fleet.handle(f"pb/{RUN_ID}/plan", codec.plan_msg(RUN_ID, 0, plan))
+        once = reports()
+        for msg in burst:
+            await fleet.handle(f"pb/{RUN_ID}/relay/aggregator", msg)
+        return once
+
+    once = asyncio.run(go())
+    assert once > 0 and reports() == 2 * once
+    monkeypatch.setattr(users_mod, "RESERVE_S", 0.0)  # without the window, every request is a serve
+    for msg in burst:
+        asyncio.run(fleet.handle(f"pb/{RUN_ID}/relay/aggregator", msg))
+    assert reports() == 22 * once
