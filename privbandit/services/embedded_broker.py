@@ -218,6 +218,29 @@ def _refuse_retained(broker_class) -> None:
     broker_class.retain_message = refuse
 
 
+class PacketTooLarge(Exception):
+    """Not an MQTTError: amqtt's reader loop skips those and reads on, into the oversized body."""
+
+
+def _cap_packets(fixed_header_class, limit: int) -> None:
+    """Close the connection of a client that announces a packet over ``limit`` bytes, before its
+    body is read (issue #20 item 10: amqtt has no setting for it, Mosquitto's is
+    ``max_packet_size``). amqtt's reader loop ends on any exception but its own MQTTError, and
+    the connection closes with it."""
+    original = fixed_header_class.__dict__.get("from_stream")
+    if not isinstance(original, classmethod):  # a newer amqtt: fail, do not run uncapped
+        raise RuntimeError("amqtt's MQTTFixedHeader.from_stream is gone: cannot cap packet sizes")
+
+    async def from_stream(cls, reader):
+        header = await original.__func__(cls, reader)
+        if header is not None and header.remaining_length > limit:
+            log.warning("closed a connection that sent a %d-byte packet (limit %d)", header.remaining_length, limit)
+            raise PacketTooLarge(f"{header.remaining_length} bytes > {limit}")
+        return header
+
+    fixed_header_class.from_stream = classmethod(from_stream)
+
+
 def _broker_config(port: int, *, run_id: str, password_file: str | None, open_mode: bool) -> dict:
     if open_mode:
         plugins: dict = {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}}
@@ -249,6 +272,9 @@ async def _serve(port: int, *, run_id: str, password_file: str | None, open_mode
 
     threading.Thread(target=watch_stdin, name="stdin-watch", daemon=True).start()
 
+    from amqtt.mqtt.packet import MQTTFixedHeader
+
+    _cap_packets(MQTTFixedHeader, acl.MAX_PACKET_BYTES)
     if not open_mode:
         import amqtt.broker
 

@@ -212,7 +212,7 @@ def write_persistent_conf(directory: Path, port: int) -> Path:
     conf.write_text("\n".join([
         f"listener {port} {HOST}", "allow_anonymous true",
         "persistence true", f"persistence_location {directory.resolve()}/", "autosave_interval 1",
-        f"max_queued_messages {acl.MAX_QUEUED_MESSAGES}", "log_dest stderr",
+        f"max_queued_messages {acl.MAX_QUEUED_MESSAGES}", f"max_packet_size {acl.MAX_PACKET_BYTES}", "log_dest stderr",
         f"user {getpass.getuser()}",  # started as root, Mosquitto would drop to an account that cannot write here
         ""]))
     return conf

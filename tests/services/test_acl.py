@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import aiomqtt
 import pytest
 
-from privbandit.services import acl
+from privbandit.services import acl, codec
 from privbandit.services.acl import Role, allowed
 from privbandit.services.broker_cli import broker_config_main
 from privbandit.services.embedded_broker import start_embedded_broker
@@ -717,3 +717,30 @@ async def test_another_account_cannot_take_over_a_partys_client_id_on_the_embedd
                 await aggregator.publish(topic, b"still-connected", qos=1)
             await inbox.wait_for((topic, b"still-connected"))
             await inbox.close()
+
+
+@pytest.mark.asyncio
+async def test_a_packet_over_the_limit_is_never_delivered(broker):
+    """Issue #20 item 10: a broker of the project takes no packet over ``acl.MAX_PACKET_BYTES`` (the
+    codec's 8 MiB limit plus room for topic and headers). Mosquitto's ``max_packet_size`` (which it
+    announces to MQTT 5 clients, so paho may refuse to send it at all) or the embedded broker's cap
+    (it closes the connection before reading the body) stops it; a 1 MiB report still goes through."""
+    assert acl.MAX_PACKET_BYTES >= codec.MAX_MESSAGE_BYTES + acl.MAX_TOPIC_BYTES
+    topic = _full("report/aggregator")
+    small, large = b"s" * 2**20, b"L" * (acl.MAX_PACKET_BYTES + 1)
+    async with connected(broker, Role.AGGREGATOR) as (reader,):
+        assert await _subscribe(reader, topic) == [1]
+        refused = False
+        with contextlib.suppress(aiomqtt.MqttError):  # leaving a connection the broker closed
+            async with connected(broker, Role.USERS) as (sender,):
+                await sender.client.publish(topic, small, qos=1)
+                await reader.wait_for((topic, small))
+                try:
+                    await sender.client.publish(topic, large, qos=1, timeout=5)
+                    await asyncio.sleep(1.0)
+                    await sender.client.publish(topic, b"after", qos=1, timeout=5)  # on a closed connection
+                except aiomqtt.MqttError:
+                    refused = True
+        await asyncio.sleep(SETTLE_S)
+        assert refused, f"{broker.name} took a {len(large)}-byte packet without a word"
+        assert large not in reader.payloads()

@@ -33,6 +33,7 @@ re-exported here.
 """
 
 from privbandit.services.acl.broker_files import (
+    MAX_PACKET_BYTES,
     MAX_QUEUED_MESSAGES,
     BrokerFiles,
     find_dynsec_plugin,
@@ -68,6 +69,7 @@ from privbandit.services.acl.topics import (
 )
 
 __all__ = [
+    "MAX_PACKET_BYTES",
     "MAX_QUEUED_MESSAGES",
     "MAX_TOPIC_BYTES",
     "PBKDF2_ITERATIONS",

@@ -17,6 +17,11 @@ from privbandit.services.acl.topics import Role, _role, validate_run_id
 # Mosquitto's default (1000) silently drops QoS 1 messages queued for a slow or reconnecting
 # persistent session beyond that count; a round of reports must not be lost that way.
 MAX_QUEUED_MESSAGES = 100_000
+# The largest MQTT packet a broker of the project accepts: the codec refuses a payload over 8 MiB
+# (codec.MAX_MESSAGE_BYTES) anyway, so anything larger is junk that would only cost the broker
+# memory (issue #20 item 10: 100 MB payloads were accepted); 128 KiB more leaves room for the topic
+# (at most 64 KiB) and the headers. Mosquitto disconnects a client that sends a larger packet.
+MAX_PACKET_BYTES = 8 * 2**20 + 2**17
 
 
 # ---------------------------------------------------------------------------------------------
@@ -258,6 +263,7 @@ def write_broker_config(
     lines += [
         "persistence false",
         f"max_queued_messages {MAX_QUEUED_MESSAGES}",
+        f"max_packet_size {MAX_PACKET_BYTES}",
         "# no party retains a message; a retained one would reach every later subscriber (#20)",
         "retain_available false",
         "# without it, Nagle + delayed ACKs add ~40 ms to every small PUBACK/PUBLISH exchange",
