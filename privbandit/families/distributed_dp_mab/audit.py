@@ -1,0 +1,76 @@
+"""The releases of Chowdhury & Zhou (2023)'s mechanisms, as ``privbandit audit`` tests them.
+
+Neighbouring inputs (Alg. 1's sensitivity): a cohort of n users whose rewards are all 0, against
+the same cohort where user 0's reward is 1. Rewards in {0, 1} encode exactly (x̂ ∈ {0, g}), so the
+encoded sums differ by g, the sensitivity every theorem of the paper is stated for.
+
+What is sampled is what the analyzer receives, from the family's own code: the mechanism's
+randomizer (:meth:`~.base.Mechanism.randomize`) over every user of the cohort, then
+
+- secure aggregation (``sum``): the modular sum of the residues;
+- a shuffler (``shuffle``): the multiset of residues, reduced to the number of residues equal to
+  g mod m, user 0's encoding under input 1 (a statistic the analyzer can compute, so the bound
+  stays sound; the permutation does not change it, so it is not drawn);
+- attributable reports (``pass``, LDP-SE): user 0's report only. The other n − 1 reports are
+  independent of it and identically distributed under both inputs, so the likelihood ratio of the
+  whole release is that of user 0's report: the audit loses nothing and skips n − 1 draws;
+- a trusted analyzer (central model: CDP-SE, DP-SE): what it outputs, the aggregate after its own
+  noise (:meth:`~.base.Mechanism.protect`), since the central model protects the output.
+
+The claimed guarantee is the ledger's (:meth:`.family.DistributedDpMab.ledger`) after recording
+the event the analyzer's logic spends for that release (:func:`.parties.release_event`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from privbandit.audit.targets import AuditTarget, modular_row_sums
+from privbandit.families.distributed_dp_mab.base import Mechanism
+from privbandit.families.distributed_dp_mab.parties import release_event
+
+# n = 16 keeps a distributed release at 16 users' shares (≈ 2·10⁵ releases/s on one core) while
+# every guarantee the family states holds for any n; ``--cohort`` sets it.
+DEFAULT_COHORT = 16
+
+RELEASES = {
+    "sum": "the modular sum of the cohort's residues (secure aggregation)",
+    "shuffle": "the shuffled multiset of the cohort's residues, as the count equal to g mod m",
+    "pass": "user 0's attributable report (the others are ancillary)",
+    "central": "the trusted analyzer's output: the aggregate after its own noise",
+}
+
+
+def mechanism_target(mechanism: Mechanism, rnd, n: int, claim, delta: float, family: str, label: str,
+                     algorithm: str) -> AuditTarget:
+    """The target of one mechanism's release of one round ``rnd`` (its rule and modulus) of
+    ``n`` users. ``claim(event, delta)`` turns the release's event into the ledger's summary;
+    ``delta``: the run's own δ.
+    Also how the tests audit deliberately broken mechanisms through the same path."""
+    q = mechanism.params(n)
+    central = mechanism.trust_model == "central"
+    view = "central" if central else rnd.rule
+    integer = q.m is not None
+    event = release_event(mechanism, rnd, q, n)
+
+    def rewards(which: int, count: int, users: int) -> np.ndarray:
+        r = np.zeros((count, users))
+        r[:, 0] = which
+        return r.ravel()
+
+    def sample(which: int, count: int, rng: np.random.Generator) -> np.ndarray:
+        if view == "pass":
+            return mechanism.randomize(rewards(which, count, 1), q, rng).messages
+        messages = mechanism.randomize(rewards(which, count, n), q, rng).messages.reshape(count, n)
+        if view == "shuffle":
+            return (messages == q.g % q.m).sum(axis=1).astype(np.int64)
+        total = modular_row_sums(messages, q.m) if integer else messages.sum(axis=1)
+        return mechanism.protect(total, q, rng)[0] if central else total
+
+    details = {"n": n, "g": q.g, "tau": q.tau, "m": q.m, "rule": rnd.rule, "trust_model": mechanism.trust_model,
+               "event": type(event).__name__}
+    return AuditTarget(
+        family=family, label=label, algorithm=algorithm, release=RELEASES[view],
+        neighbours=f"{n} users with reward 0 vs the same with user 0's reward 1 (encoded sums 0 vs g)",
+        kind="integer" if integer else "real", sample=sample, claim=lambda delta: claim(event, delta), delta=delta,
+        details=details | {"per_release": 1 if view == "pass" else n})
