@@ -237,5 +237,18 @@ def test_cli_refuses_bad_options(args, message):
 
 def test_cli_names_a_family_without_targets():
     """A family that defines no audit targets yet is refused by name, not audited as "consistent"."""
-    res = CliRunner().invoke(app, ["audit", "experiments/pol_setting1.toml"])
-    assert res.exit_code == 2 and "family private-online-learning: no release" in res.output
+    res = CliRunner().invoke(app, ["audit", "experiments/glm_demo.toml"])
+    assert res.exit_code == 2 and "family glm-bandits: no release" in res.output
+
+
+def test_another_family_is_audited_through_the_same_path(tmp_path):
+    """private-online-learning's DP-SE (central Laplace, and Pólya secure sums under distributed
+    trust) runs on this family's analyzer: audited with no code of its own; its other algorithms
+    are listed as not audited."""
+    res = CliRunner().invoke(app, ["audit", "experiments/pol_setting1.toml", "--samples", "20000",
+                                   "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    report = json.loads((tmp_path / "audit.json").read_text())
+    assert {r["label"] for r in report["targets"]} == {"dp-se", "dp-se@distributed"}
+    assert all(r["verdict"] == "consistent" for r in report["targets"])
+    assert "private-online-learning/anytime-lazy-ucb" in report["not_audited"]

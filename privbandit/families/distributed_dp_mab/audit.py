@@ -74,3 +74,21 @@ def mechanism_target(mechanism: Mechanism, rnd, n: int, claim, delta: float, fam
         neighbours=f"{n} users with reward 0 vs the same with user 0's reward 1 (encoded sums 0 vs g)",
         kind="integer" if integer else "real", sample=sample, claim=lambda delta: claim(event, delta), delta=delta,
         details=details | {"per_release": 1 if view == "pass" else n})
+
+
+def elimination_targets(family, config, label: str, cohort: int | None) -> list[AuditTarget]:
+    """The target of one algorithm whose analyzer is an :class:`~.parties.EliminationServer` (this
+    family's, and DP-SE in the private-online-learning family): a round of ``cohort`` users as that
+    analyzer opens it (its intermediary's rule), the claim from ``family``'s own ledger."""
+    n = DEFAULT_COHORT if cohort is None else cohort
+    public = family.public_task(config, label, [0])
+    server = family.analyzer(public, [0])
+    rnd = server.round_of(0, n, server.mechanism.params(n))
+
+    def claim(event, delta: float) -> dict:
+        ledger = family.ledger({**public, "delta": delta})
+        ledger.record(event)
+        return ledger.summary()
+
+    return [mechanism_target(server.mechanism, rnd, n, claim, public["delta"], family.name, label,
+                             public["algorithm"]["algorithm"])]

@@ -214,20 +214,9 @@ class DistributedDpMab(Family):
     def audit_targets(self, config, label: str, cohort: int | None = None) -> list:
         """One release per algorithm: a round of ``cohort`` users as this algorithm's analyzer opens
         it (its intermediary's rule), the claim from this family's ledger (:mod:`.audit`)."""
-        from privbandit.families.distributed_dp_mab.audit import DEFAULT_COHORT, mechanism_target
+        from privbandit.families.distributed_dp_mab.audit import elimination_targets
 
-        n = DEFAULT_COHORT if cohort is None else cohort
-        public = self.public_task(config, label, [0])
-        server = self.analyzer(public, [0])
-        mechanism = server.mechanism
-        rnd = server.round_of(0, n, mechanism.params(n))
-
-        def claim(event, delta: float) -> dict:
-            ledger = self.ledger({**public, "delta": delta})
-            ledger.record(event)
-            return ledger.summary()
-
-        return [mechanism_target(mechanism, rnd, n, claim, public["delta"], self.name, label, public["algorithm"]["algorithm"])]
+        return elimination_targets(self, config, label, cohort)
 
     # --- the observer's extras ---------------------------------------------------------------
     def row_maker(self, config, label: str):
