@@ -252,3 +252,18 @@ def test_another_family_is_audited_through_the_same_path(tmp_path):
     assert {r["label"] for r in report["targets"]} == {"dp-se", "dp-se@distributed"}
     assert all(r["verdict"] == "consistent" for r in report["targets"])
     assert "private-online-learning/anytime-lazy-ucb" in report["not_audited"]
+
+
+def test_linear_ldp_reports_are_audited_and_consistent():
+    """shuffle-linear-bandits' LinUCB-LDP: real-valued Gaussian reports through the histogram
+    tester. Sound (below the ledger's ε), and close to the exact Gaussian ε of the pair audited
+    (within 10% at 2·10⁵ samples): the rest of the gap to the claim is the sensitivity bound's."""
+    from privbandit.protocol.privacy.amplification import gaussian_epsilon
+
+    fam, config = experiment_files.load("experiments/linear_fig1b_eps1.toml")
+    assert fam.audit_targets(config, "LinUCB-SDP-Amp") == []
+    (t,) = fam.audit_targets(config, "LinUCB-LDP")
+    r = audit_target(t, 200_000, None, 0.95, np.random.default_rng(17))
+    assert r["verdict"] == "consistent"
+    exact = gaussian_epsilon(t.details["distance"], t.details["sigma"], r["audit"]["delta"])
+    assert 0.9 * exact <= r["audit"]["epsilon"] <= exact

@@ -1,0 +1,69 @@
+"""The releases of Chowdhury & Zhou (2022)'s protocols, as ``privbandit audit`` tests them.
+
+So far LinUCB-LDP only (Zheng et al. 2020's local Gaussian randomizer, Algorithm 2's R_Amp with the
+LDP σ): the analyzer receives every user's report [φy + noise, upper(φφᵀ) + noise] attributably.
+Neighbouring inputs: user 0 with the pair of feasible contexts (‖φ‖ ≤ L, y ∈ {0, 1}) whose entries
+lie farthest apart in ℓ2, among (L·e₁, 1) against (−L·e₁, 1), (L·e₂, 1) and (L·e₂, 0). The other
+users' reports are ancillary (independent, identically distributed under both inputs), so user 0's
+report is sampled alone, by the family's own randomizer, and read as its projection on the
+difference of the two honest entries vectors: the likelihood ratio of isotropic Gaussian noise is
+a function of it, so nothing is lost (and any function is post-processing: the bound stays sound).
+
+The ledger's claim is the analyzer's batch event: the analytic Gaussian ε at the report's ℓ2
+sensitivity bound 2√(L² + L⁴). No feasible pair is that far apart: with y = y′ = 1 and
+φ = L·u, φ′ = L·v, u·v = c, the distance² is at most L²(2 − 2c) + L⁴(2 − 2c²), largest at
+c = −1/(2L²) (L = √2: ≈ 3.54 against the bound's 4.90; our pairs reach 3.46). So the audit cannot
+reach the claim whatever its samples: the sensitivity bound is loose, not the noise.
+P_Amp's shuffled multisets, P_Vec's label counts and JDP's tree have no targets yet.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from privbandit.audit.targets import AuditTarget
+from privbandit.families.shuffle_linear_bandits import mechanisms as slb
+
+
+def neighbours(d: int, norm: float) -> tuple[np.ndarray, np.ndarray]:
+    """User 0's entries under the two inputs: the farthest apart of the candidate pairs."""
+    e1 = np.zeros(d)
+    e1[0] = norm
+    e2 = np.zeros(d)
+    e2[min(1, d - 1)] = norm
+    base = slb.user_entries(e1[None], np.array([1.0]))[0]
+    others = [slb.user_entries(x[None], np.array([y]))[0] for x, y in ((-e1, 1.0), (e2, 1.0), (e2, 0.0))]
+    far = max(others, key=lambda e: float(np.linalg.norm(e - base)))
+    return base, far
+
+
+def linear_targets(family, config, label: str, cohort: int | None) -> list[AuditTarget]:
+    public = family.public_task(config, label, [0])
+    server = family.analyzer(public, [0])
+    s = server.s
+    if s.kind != "linucb-ldp":
+        return []
+    e0, e1 = neighbours(s.d, s.feature_norm)
+    direction = (e1 - e0) / np.linalg.norm(e1 - e0)
+    randomizer = s.randomizer
+    event = server.event
+
+    def sample(which: int, count: int, rng: np.random.Generator) -> np.ndarray:
+        entries = np.broadcast_to(e1 if which else e0, (count, e0.size)).copy()
+        return randomizer.randomize(entries, rng) @ direction
+
+    def claim(delta: float) -> dict:
+        ledger = family.ledger({**public, "delta": delta})
+        ledger.record(event)
+        return ledger.summary()
+
+    rnd = s.round(0)
+    return [AuditTarget(
+        family=family.name, label=label, algorithm=s.kind,
+        release="user 0's attributable report, projected on the two inputs' difference",
+        neighbours=f"user 0's entries [φy, upper(φφᵀ)] {np.linalg.norm(e1 - e0):.3g} apart in ℓ2 (feasible "
+                   f"contexts, ‖φ‖ ≤ {s.feature_norm:g})",
+        kind="real", sample=sample, claim=claim, delta=public["delta"],
+        details={"n": s.batch, "d": s.d, "sigma": s.sigma, "rule": rnd.rule, "trust_model": "local",
+                 "event": type(event).__name__, "per_release": e0.size,
+                 "distance": float(np.linalg.norm(e1 - e0))})]
