@@ -14,7 +14,14 @@ sensitivity bound 2√(L² + L⁴). No feasible pair is that far apart: with y =
 φ = L·u, φ′ = L·v, u·v = c, the distance² is at most L²(2 − 2c) + L⁴(2 − 2c²), largest at
 c = −1/(2L²) (L = √2: ≈ 3.54 against the bound's 4.90; our pairs reach 3.46). So the audit cannot
 reach the claim whatever its samples: the sensitivity bound is loose, not the noise.
-P_Amp's shuffled multisets, P_Vec's label counts and JDP's tree have no targets yet.
+LinUCB-SDP-Vec (P_Vec, Algorithms 5–7): the analyzer receives the shuffler's per-label totals of
+1-bits over the batch (:class:`~.mechanisms.LabelCountShuffler`), so every user's counts are drawn
+by the family's :class:`~.mechanisms.BitSumRandomizer` (the other B − 1 users hold user 0's
+entries under input 0: they are summed in, not ancillary). The pair's contexts keep every entry
+within the randomizer's range (|φ_k| ≤ the generator's entry bound), and the totals are read as
+their projection on the two inputs' difference (post-processing).
+
+P_Amp's shuffled multisets and JDP's tree have no targets yet.
 """
 
 from __future__ import annotations
@@ -41,16 +48,23 @@ def linear_targets(family, config, label: str, cohort: int | None) -> list[Audit
     public = family.public_task(config, label, [0])
     server = family.analyzer(public, [0])
     s = server.s
-    if s.kind != "linucb-ldp":
+    if s.kind not in ("linucb-ldp", "linucb-sdp-vec"):
         return []
-    e0, e1 = neighbours(s.d, s.feature_norm)
+    vec = s.kind == "linucb-sdp-vec"
+    e0, e1 = neighbours(s.d, min(s.feature_norm, s.entry_bound) if vec else s.feature_norm)
     direction = (e1 - e0) / np.linalg.norm(e1 - e0)
     randomizer = s.randomizer
     event = server.event
+    users = s.batch if vec else 1
 
     def sample(which: int, count: int, rng: np.random.Generator) -> np.ndarray:
-        entries = np.broadcast_to(e1 if which else e0, (count, e0.size)).copy()
-        return randomizer.randomize(entries, rng) @ direction
+        if not vec:
+            entries = np.broadcast_to(e1 if which else e0, (count, e0.size)).copy()
+            return randomizer.randomize(entries, rng) @ direction
+        entries = np.broadcast_to(e0, (count, users, e0.size)).copy()
+        if which:
+            entries[:, 0] = e1
+        return slb.LabelCountShuffler().release(randomizer.randomize(entries, rng)) @ direction
 
     def claim(delta: float) -> dict:
         ledger = family.ledger({**public, "delta": delta})
@@ -60,10 +74,12 @@ def linear_targets(family, config, label: str, cohort: int | None) -> list[Audit
     rnd = s.round(0)
     return [AuditTarget(
         family=family.name, label=label, algorithm=s.kind,
-        release="user 0's attributable report, projected on the two inputs' difference",
+        release=("the shuffler's per-label totals of 1-bits" if vec else "user 0's attributable report")
+        + ", projected on the two inputs' difference",
         neighbours=f"user 0's entries [φy, upper(φφᵀ)] {np.linalg.norm(e1 - e0):.3g} apart in ℓ2 (feasible "
-                   f"contexts, ‖φ‖ ≤ {s.feature_norm:g})",
+                   f"contexts, ‖φ‖ ≤ {s.feature_norm:g})" + (f"; {users - 1} other users at input 0's" if vec else ""),
         kind="real", sample=sample, claim=claim, delta=public["delta"],
-        details={"n": s.batch, "d": s.d, "sigma": s.sigma, "rule": rnd.rule, "trust_model": "local",
-                 "event": type(event).__name__, "per_release": e0.size,
+        details={"n": s.batch, "d": s.d, "sigma": s.sigma, "rule": rnd.rule,
+                 "trust_model": "shuffle" if vec else "local", "event": type(event).__name__,
+                 "per_release": users * e0.size, **({"g": s.vec.g, "b": s.vec.b, "p": s.vec.p} if vec else {}),
                  "distance": float(np.linalg.norm(e1 - e0))})]
