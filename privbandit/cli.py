@@ -758,8 +758,11 @@ def audit(
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a field: dotted.name=value")] = None,
     samples: Annotated[int, typer.Option(help="releases per neighbouring input, in [100, 10^9]")] = 1_000_000,
     delta: Annotated[Optional[float], typer.Option(help="δ of the ε lower bound, in [0, 1) [default: the run's own δ]")] = None,
-    confidence: Annotated[float, typer.Option(help="1 − β: every bound holds with this probability, in (0, 1)")] = 0.95,
-    cohort: Annotated[Optional[int], typer.Option(help="users per audited round, in [1, 10^6] [default: the family's]")] = None,
+    confidence: Annotated[float, typer.Option(
+        help="1 − β: each release's bounds hold together with this probability, in (0, 1)")] = 0.95,
+    cohort: Annotated[Optional[int], typer.Option(
+        help="users per audited round where the family lets it vary (the MAB rounds), in [1, 10^6] "
+             "[default: the family's]")] = None,
     seed: Annotated[int, typer.Option(help="the audit's own seed (≥ 0)")] = 0,
     out: Annotated[Path, typer.Option(help="directory for audit.json and the plots (replaced)")] = Path("results/audit"),
     transport: Annotated[str, typer.Option(help="inproc: the releases sampled in-process from the project's "

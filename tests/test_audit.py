@@ -30,7 +30,8 @@ PURE = ("dist-dp-se", "cdp-se", "ldp-se")
 
 
 def mab_config(epsilon: float = 1.0, intermediary: str = "auto", **extra):
-    algos = {a: {"algorithm": a} | ({"intermediary": intermediary} if a.startswith("dist") else {}) for a in ALGORITHMS}
+    algos = {a: {"algorithm": a} | ({"intermediary": intermediary} if a.startswith("dist") else {})
+             for a in (*ALGORITHMS, "se")}
     data = {"family": "distributed-dp-mab", "horizon": 100_000, "epsilon": epsilon, "algorithms": algos} | extra
     return experiment_files.load_data(data)[1]
 
@@ -113,7 +114,7 @@ def test_central_noise_is_drawn_by_the_same_code_as_analyze():
 
 def test_every_mab_algorithm_has_a_target_with_the_ledgers_claim():
     config = mab_config(epsilon=0.5)
-    for label in config.algorithms:
+    for label in ALGORITHMS:
         (t,) = MAB.audit_targets(config, label, 16)
         claim = t.claim(1e-6)
         assert claim["guarantee"] == "proven"
@@ -121,6 +122,7 @@ def test_every_mab_algorithm_has_a_target_with_the_ledgers_claim():
         assert (claim["epsilon_at_delta"] == 0.5) == pure  # the RDP/CDP ones state more at δ = 1e-6
         assert t.delta == pytest.approx(1 / (10 * 100_000))
     assert target("dist-dp-se", intermediary="shuffler").claim(1e-6)["guarantee"] == "none proven"
+    assert target("se").claim(1e-6)["guarantee"] == "non-private"
 
 
 # --- soundness, tightness, power -------------------------------------------------------------------
@@ -279,3 +281,17 @@ def test_linear_vec_label_counts_are_audited():
         r = audit_target(t, 10_000, None, 0.95, np.random.default_rng(18))
         assert r["verdict"] == verdict, r["claim"]
         assert t.details["per_release"] == 20 * 20  # B users × D entries drawn per release
+
+
+def test_cli_exits_1_on_a_violation_and_writes_no_infinity(tmp_path, monkeypatch):
+    """A broken mechanism behind the family's hook: the command flags it and exits 1 (a CI guard).
+    SE's events never seen under the other input give an unbounded estimate: null in the JSON."""
+    broken = broken_target(HalfScaleLaplace(1.0, 1e-3), "cdp-se", 16)
+    se = target("se")
+    monkeypatch.setattr(type(MAB), "audit_targets", lambda self, config, label, cohort=None: [broken, se])
+    res = CliRunner().invoke(app, ["audit", "--family", "distributed-dp-mab", "--algorithm", "cdp-se",
+                                   "--samples", "50000", "--out", str(tmp_path)])
+    assert res.exit_code == 1, res.output
+    report = json.loads((tmp_path / "audit.json").read_text())
+    assert [r["verdict"] for r in report["targets"]] == ["violation", "no claim"]
+    assert report["targets"][1]["audit"]["epsilon_estimate"] is None
