@@ -263,7 +263,7 @@ def test_linear_ldp_reports_are_audited_and_consistent():
     from privbandit.protocol.privacy.amplification import gaussian_epsilon
 
     fam, config = experiment_files.load("experiments/linear_fig1b_eps1.toml")
-    assert fam.audit_targets(config, "LinUCB-SDP-Amp") == []
+    assert fam.audit_targets(config, "LinUCB-JDP") == []
     (t,) = fam.audit_targets(config, "LinUCB-LDP")
     r = audit_target(t, 200_000, None, 0.95, np.random.default_rng(17))
     assert r["verdict"] == "consistent"
@@ -295,3 +295,16 @@ def test_cli_exits_1_on_a_violation_and_writes_no_infinity(tmp_path, monkeypatch
     report = json.loads((tmp_path / "audit.json").read_text())
     assert [r["verdict"] for r in report["targets"]] == ["violation", "no claim"]
     assert report["targets"][1]["audit"]["epsilon_estimate"] is None
+
+
+def test_linear_amp_shuffled_reports_are_audited():
+    """P_Amp's shuffled multiset, read as its largest S1 projection (computable under independent
+    S1/S2 permutations): consistent with the ledger's amplification bound at both presets, and the
+    paper-code σ (the ledger's ε ≈ 49 at δ = 0.1) shows a large measured ε."""
+    fam, config = experiment_files.load("experiments/linear_fig1b_eps1.toml")
+    (t,) = fam.audit_targets(config, "LinUCB-SDP-Amp")
+    r = audit_target(t, 20_000, None, 0.95, np.random.default_rng(19))
+    assert r["verdict"] == "consistent" and r["audit"]["epsilon"] > 3, r["audit"]
+    fam, config = experiment_files.load("experiments/linear_fig1b_eps1.toml", ["preset=theory"])
+    (t,) = fam.audit_targets(config, "LinUCB-SDP-Amp")
+    assert audit_target(t, 20_000, None, 0.95, np.random.default_rng(19))["verdict"] == "consistent"

@@ -95,7 +95,8 @@ class ShuffleLinearBandits(Family):
                       public["delta"], users=public["horizon"])
 
     def audit_targets(self, config, label: str, cohort: int | None = None) -> list:
-        """LinUCB-LDP's reports and P_Vec's label counts (:mod:`.audit`); P_Amp and JDP have no targets yet."""
+        """LinUCB-LDP's reports, P_Vec's label counts, P_Amp's shuffled reports (:mod:`.audit`); JDP
+        has no target yet."""
         from privbandit.families.shuffle_linear_bandits.audit import linear_targets
 
         return linear_targets(self, config, label, cohort)
