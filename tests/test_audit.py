@@ -308,3 +308,22 @@ def test_linear_amp_shuffled_reports_are_audited():
     fam, config = experiment_files.load("experiments/linear_fig1b_eps1.toml", ["preset=theory"])
     (t,) = fam.audit_targets(config, "LinUCB-SDP-Amp")
     assert audit_target(t, 20_000, None, 0.95, np.random.default_rng(19))["verdict"] == "consistent"
+
+
+def test_dropouts_are_audited_against_the_partial_share_epsilon():
+    """A quarter of a Dist-DP-SE cohort drops out (⌊0.25·16⌋ = 4, as the spine drops them): the
+    survivors' shares carry 3/4 of the noise, and the ledger's computed ε for them
+    (polya_sum_epsilon, 1.44 at ε = 1) is met within 10% by the audit. A ledger that ignored
+    dropouts (Theorem 1's ε = 1 for the partial sum) would be flagged by the same samples."""
+    from privbandit.protocol.privacy import PureDP
+
+    data = {"family": "distributed-dp-mab", "horizon": 100_000, "epsilon": 1.0,
+            "algorithms": {"dist-dp-se": {"dropout_rate": 0.25}}}
+    fam, config = experiment_files.load_data(data)
+    (t,) = fam.audit_targets(config, "dist-dp-se", 16)
+    assert t.details["reports"] == 12
+    r = audit_target(t, 300_000, None, 0.95, np.random.default_rng(20))
+    claimed = r["claim"]["epsilon_at_delta"]
+    assert claimed > 1.3 and r["verdict"] == "consistent" and r["tightness"] >= 0.9, r["audit"]
+    ignoring = replace(t, claim=lambda delta: {"guarantee": "proven", "epsilon_at_delta": PureDP(1.0).epsilon})
+    assert audit_target(ignoring, 300_000, None, 0.95, np.random.default_rng(20))["verdict"] == "violation"

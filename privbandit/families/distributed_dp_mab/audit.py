@@ -1,7 +1,10 @@
 """The releases of Chowdhury & Zhou (2023)'s mechanisms, as ``privbandit audit`` tests them.
 
 Neighbouring inputs (Alg. 1's sensitivity): a cohort of n users whose rewards are all 0, against
-the same cohort where user 0's reward is 1. Rewards in {0, 1} encode exactly (x̂ ∈ {0, g}), so the
+the same cohort where user 0's reward is 1. With the algorithm's ``dropout_rate`` q, ⌊q·n⌋ of them
+(never user 0) drop out before reporting, as the spine drops them, and the release is the
+survivors': the ledger's event for it is then the partial-share one (``polya_sum_epsilon`` for
+Pólya shares), which the audit thereby checks too. Rewards in {0, 1} encode exactly (x̂ ∈ {0, g}), so the
 encoded sums differ by g, the sensitivity every theorem of the paper is stated for.
 
 What is sampled is what the analyzer receives, from the family's own code: the mechanism's
@@ -42,16 +45,20 @@ RELEASES = {
 
 
 def mechanism_target(mechanism: Mechanism, rnd, n: int, claim, delta: float, family: str, label: str,
-                     algorithm: str) -> AuditTarget:
+                     algorithm: str, reports: int | None = None) -> AuditTarget:
     """The target of one mechanism's release of one round ``rnd`` (its rule and modulus) of
-    ``n`` users. ``claim(event, delta)`` turns the release's event into the ledger's summary;
-    ``delta``: the run's own δ.
+    ``n`` users, ``reports`` of whom report (default n; the others dropped out: user 0 stays).
+    ``claim(event, delta)`` turns the release's event into the ledger's summary; ``delta``: the
+    run's own δ.
     Also how the tests audit deliberately broken mechanisms through the same path."""
     q = mechanism.params(n)
+    k = n if reports is None else reports
+    if not 1 <= k <= n:
+        raise ValueError(f"reports={k} must lie in [1, n={n}]")
     central = mechanism.trust_model == "central"
     view = "central" if central else rnd.rule
     integer = q.m is not None
-    event = release_event(mechanism, rnd, q, n)
+    event = release_event(mechanism, rnd, q, k)
 
     def rewards(which: int, count: int, users: int) -> np.ndarray:
         r = np.zeros((count, users))
@@ -61,19 +68,19 @@ def mechanism_target(mechanism: Mechanism, rnd, n: int, claim, delta: float, fam
     def sample(which: int, count: int, rng: np.random.Generator) -> np.ndarray:
         if view == "pass":
             return mechanism.randomize(rewards(which, count, 1), q, rng).messages
-        messages = mechanism.randomize(rewards(which, count, n), q, rng).messages.reshape(count, n)
+        messages = mechanism.randomize(rewards(which, count, k), q, rng).messages.reshape(count, k)
         if view == "shuffle":
             return (messages == q.g % q.m).sum(axis=1).astype(np.int64)
         total = modular_row_sums(messages, q.m) if integer else messages.sum(axis=1)
         return mechanism.protect(total, q, rng)[0] if central else total
 
-    details = {"n": n, "g": q.g, "tau": q.tau, "m": q.m, "rule": rnd.rule, "trust_model": mechanism.trust_model,
+    details = {"n": n, "reports": k, "g": q.g, "tau": q.tau, "m": q.m, "rule": rnd.rule, "trust_model": mechanism.trust_model,
                "event": type(event).__name__}
     return AuditTarget(
         family=family, label=label, algorithm=algorithm, release=RELEASES[view],
         neighbours=f"{n} users with reward 0 vs the same with user 0's reward 1 (encoded sums 0 vs g)",
         kind="integer" if integer else "real", sample=sample, claim=lambda delta: claim(event, delta), delta=delta,
-        details=details | {"per_release": 1 if view == "pass" else n})
+        details=details | {"per_release": 1 if view == "pass" else k})
 
 
 def elimination_targets(family, config, label: str, cohort: int | None) -> list[AuditTarget]:
@@ -84,6 +91,9 @@ def elimination_targets(family, config, label: str, cohort: int | None) -> list[
     public = family.public_task(config, label, [0])
     server = family.analyzer(public, [0])
     rnd = server.round_of(0, n, server.mechanism.params(n))
+    # The spine's dropouts: exactly ⌊q·size⌋ of a block's users never report (spine/parties.py,
+    # one block up to 65,536 users); the ledger then records the survivors' event.
+    reports = n - int(family.dropout_rate(config, label) * n)
 
     def claim(event, delta: float) -> dict:
         ledger = family.ledger({**public, "delta": delta})
@@ -91,4 +101,4 @@ def elimination_targets(family, config, label: str, cohort: int | None) -> list[
         return ledger.summary()
 
     return [mechanism_target(server.mechanism, rnd, n, claim, public["delta"], family.name, label,
-                             public["algorithm"]["algorithm"])]
+                             public["algorithm"]["algorithm"], reports)]
