@@ -757,7 +757,7 @@ def audit(
         help="without FILE: the algorithm to audit; with FILE: audit only this label (repeatable)")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a field: dotted.name=value")] = None,
     samples: Annotated[int, typer.Option(help="releases per neighbouring input, in [100, 10^9]")] = 1_000_000,
-    delta: Annotated[Optional[float], typer.Option(help="δ of the ε lower bound, in [0, 1) [default: the run's own δ]")] = None,
+    delta: Annotated[Optional[float], typer.Option(help="δ of the ε lower bound, in (0, 1) [default: the run's own δ]")] = None,
     confidence: Annotated[float, typer.Option(
         help="1 − β: each release's bounds hold together with this probability, in (0, 1)")] = 0.95,
     cohort: Annotated[Optional[int], typer.Option(
@@ -784,8 +784,9 @@ def audit(
             raise ConfigError(f"--transport {transport!r}: choose inproc (mqtt is not built yet)")
         if not 100 <= samples <= 10**9:
             raise ConfigError(f"--samples {samples}: must lie in [100, 10^9]")
-        if delta is not None and not 0 <= delta < 1:
-            raise ConfigError(f"--delta {delta}: must lie in [0, 1)")
+        if delta is not None and not 0 < delta < 1:
+            raise ConfigError(f"--delta {delta}: must lie in (0, 1) (the ledger states its ε at a δ > 0; a pure ε "
+                              f"is the same at every δ)")
         if not 0 < confidence < 1:
             raise ConfigError(f"--confidence {confidence}: must lie in (0, 1)")
         if cohort is not None and not 1 <= cohort <= 10**6:

@@ -36,6 +36,8 @@ def audit_target(target: AuditTarget, samples: int, delta: float | None, confide
                  rng: np.random.Generator, bins: int = 200) -> dict:
     """Sample, test and judge one target. ``delta`` None: the run's own δ (the ledger's)."""
     delta = target.delta if delta is None else delta
+    if not 0 < delta < 1:  # the ledger states ε at δ > 0 only
+        raise ValueError(f"delta={delta} must lie in (0, 1)")
     per = int(target.details.get("per_release", 1))
     t0 = time.perf_counter()
     x0 = target.draw(0, samples, rng, per)
