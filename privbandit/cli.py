@@ -820,7 +820,10 @@ def audit(
             labels = [label for label in labels if label in algorithm]
         targets, skipped = [], []
         for label in labels:
-            found = fam.audit_targets(config, label, cohort)
+            try:
+                found = fam.audit_targets(config, label, cohort)
+            except ValueError as exc:  # e.g. a cohort whose modulus the encoding cannot hold
+                raise ConfigError(f"algorithms.{label}: cannot audit with --cohort {cohort}: {exc}") from None
             targets += found
             if not found:
                 skipped.append(f"{fam.name}/{label}")
