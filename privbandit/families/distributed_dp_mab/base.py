@@ -95,12 +95,14 @@ class Mechanism(ABC):
     @abstractmethod
     def analyze(self, release: int | float, params: RoundParams, rng: np.random.Generator) -> Estimate: ...
 
-    @abstractmethod
     def protect(self, releases: np.ndarray, params: RoundParams, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """What the analyzer's own noise makes of a batch of releases before it decodes them, and
-        that noise: the central model's draw (Alg. 3), the identity otherwise. :meth:`analyze` draws
-        through it with a batch of one, and ``privbandit audit`` with millions, so the audit tests
-        this code and not a copy of it."""
+        that noise: the central model's draw (Alg. 3), none by default. A mechanism whose analyzer
+        adds noise draws it here and :meth:`analyze` through it with a batch of one, as
+        ``privbandit audit`` does with millions: the audit then tests this code, not a copy (one
+        that drew its noise elsewhere would be audited without it, and flagged)."""
+        releases = np.asarray(releases)
+        return releases, np.zeros_like(releases)
 
     @abstractmethod
     def privacy_event(self, params: RoundParams, shares: int | None = None) -> PrivacyEvent:
@@ -217,7 +219,3 @@ class RealSumMechanism(Mechanism):
 
     def aggregate(self, messages: np.ndarray, params: RoundParams) -> float:
         return float(np.sum(messages))
-
-    def protect(self, releases: np.ndarray, params: RoundParams, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        releases = np.asarray(releases, dtype=np.float64)
-        return releases, np.zeros_like(releases)
