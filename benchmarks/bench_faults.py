@@ -69,7 +69,7 @@ def session(config, path: Path, out: Path, broker_url: str, victim: str | None,
     t0 = time.perf_counter()
     def run():
         try:
-            result["code"] = launch(config, path, [], out, broker_url=broker_url, shards=2, restart_on_crash=1,
+            result["code"] = launch(config, path, [], out, broker_url=broker_url, shards=2, restart_on_crash=1, insecure_broker=True,
                                     started=on_start, timeout_s=timeout_s)
         except TimeoutError as exc:
             result["stalled"] = exc

@@ -57,7 +57,8 @@ def run_session(family, config, path: Path, out: Path, broker: str) -> float:
         assert launch(family, config, path, [], out, broker_url=None, shards=2) == 0
         return time.perf_counter() - t0
     if broker == "system":
-        assert launch(family, config, path, [], out, broker_url="mqtt://127.0.0.1:1883", shards=2) == 0
+        assert launch(family, config, path, [], out, broker_url="mqtt://127.0.0.1:1883", shards=2,
+                      insecure_broker=True) == 0  # anonymous, no ACL: the probe would refuse it
         return time.perf_counter() - t0
     run_id = "b" + secrets.token_hex(4)
     mosquitto, files = start_with_broker_config(out.parent / f"broker-{run_id}", run_id)

@@ -1,12 +1,14 @@
 """Per-task overhead of ``privbandit sweep`` on the local process pool and on Ray.
 
-    python benchmarks/bench_sweep.py [--tasks 200] [--jobs 2] [--ray ADDRESS|local|none]
+    python benchmarks/bench_sweep.py [--tasks 200] [--jobs 2] [--ray ADDRESS|local|none] [--sessions 4]
 
 Runs a sweep whose tasks do almost nothing (the quickstart's seven algorithms at T = 200, one run,
 over a grid of seeds), so wall time / tasks is what the executor costs per task: pickling the
 task, scheduling, the worker's import and spine set-up, and the result's way back. With ``--ray
 local`` Ray starts a one-machine cluster per sweep; the per-task figure is the difference of a
-sweep of N and of 2N tasks over N, so that start-up drops out.
+sweep of N and of 2N tasks over N, so that start-up drops out. ``--sessions N`` also times an MQTT
+sweep of N points of the same near-zero work, one and two sessions at a time: what a point costs
+over MQTT (an embedded broker and five party processes started, a session run, its files back).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=210)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--ray", default="local", help="a cluster's HOST:PORT, 'local' (start one here) or 'none'")
+    ap.add_argument("--sessions", type=int, default=0, help="also time an MQTT sweep of this many points")
     args = ap.parse_args()
     seeds = ",".join(str(s) for s in range(max(1, args.tasks // 7)))
     grid, base = [f"seed={seeds}"], ["horizon=200", "runs=1"]
@@ -50,6 +53,15 @@ def main() -> None:
             per_task = (large["elapsed_s"] - small["elapsed_s"]) / (large["computed"] - small["computed"])
             print(f"ray ({args.ray}): {small['computed']} tasks in {small['elapsed_s']:.2f} s, {large['computed']} in "
                   f"{large['elapsed_s']:.2f} s (each with Ray's connect/start-up): {1e3 * per_task:.1f} ms/task")
+        if args.sessions:
+            seeds = ",".join(str(s) for s in range(args.sessions))
+            for jobs in (1, 2):
+                sweep = run_sweep(ROOT / "experiments/quickstart.toml", [f"seed={seeds}"], Path(tmp) / f"mqtt{jobs}",
+                                  base, jobs=jobs, transport="mqtt", timeout_s=300)
+                assert not sweep["failed"], sweep["failed"]
+                print(f"mqtt, {jobs} session(s) at a time: {sweep['computed']} sessions in {sweep['elapsed_s']:.2f} s "
+                      f"({sweep['elapsed_s'] / sweep['computed']:.2f} s/point)")
+
 
 if __name__ == "__main__":
     main()

@@ -51,19 +51,22 @@ def draw(fig: int, stems: list[str], out: Path, dest: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cols = 3
+    from privbandit.runner.results import LINE_STYLES
+
+    cols = min(3, len(stems))  # one experiment (Fig. 4): one panel, not a row two-thirds blank
     rows = (len(stems) + cols - 1) // cols
-    f, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
+    f, axes = plt.subplots(rows, cols, figsize=(5 * cols + (2 if cols == 1 else 0), 3.6 * rows), squeeze=False)
     for ax, stem in zip(axes.flat, stems):
         summary = json.loads((out / stem / "summary.json").read_text())
         with open(out / stem / "curves.csv") as fh:
             data = list(csv.reader(fh))
         header, values = data[0], np.array(data[1:], dtype=float)
         t = values[:, 0]
-        for label in summary["algorithms"]:
+        for i, label in enumerate(summary["algorithms"]):
             mean = values[:, header.index(f"{label}.pseudo_mean")] / t
             se = values[:, header.index(f"{label}.pseudo_stderr")] / t
-            line, = ax.plot(t, mean, label=label)
+            # A line style per algorithm: curves that coincide (CDP-SE under Dist-DP-SE) stay visible.
+            line, = ax.plot(t, mean, label=label, linestyle=LINE_STYLES[i % len(LINE_STYLES)])
             ax.fill_between(t, mean - se, mean + se, color=line.get_color(), alpha=0.25)
         ax.set_xscale("log")
         ax.set_title(f"{stem}  (ε={summary['epsilon']}, {summary['runs']} runs)", fontsize=9)
@@ -71,7 +74,7 @@ def draw(fig: int, stems: list[str], out: Path, dest: Path) -> None:
         ax.set_ylabel("Reg(t)/t")
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper right" if cols == 1 else "best")
     for ax in list(axes.flat)[len(stems):]:
         ax.axis("off")
     f.suptitle(f"Chowdhury & Zhou (2023), Fig. {fig}: time-average pseudo-regret, mean ± stderr", fontsize=11)
@@ -114,7 +117,11 @@ def main() -> None:
         for stem in FIGURES[fig]:
             run_file(stem, args.out, args.jobs, args.overrides)
         draw(fig, FIGURES[fig], args.out, args.docs)
-    table(args.out, [s for s in order if (args.out / s / "summary.json").exists()], args.docs)
+    missing = [s for s in order if not (args.out / s / "summary.json").exists()]
+    if missing:  # a partial run must not drop the other experiments' rows from the docs' table
+        print(f"results.md not rewritten: no results yet for {', '.join(missing)}")
+    else:
+        table(args.out, order, args.docs)
     print(f"suite wall time: {time.perf_counter() - start:.1f} s")
 
 

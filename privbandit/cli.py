@@ -27,7 +27,8 @@ def run(
     out: Annotated[Optional[Path], typer.Option(help="results directory [default: results/<name>]")] = None,
     jobs: Annotated[Optional[int], typer.Option(help="worker processes [default: all cores]")] = None,
     transport: Annotated[str, typer.Option(help="inproc: one process, vectorized; mqtt: every party its own process")] = "inproc",
-    broker: Annotated[Optional[str], typer.Option(help="mqtt://host:port [default: an embedded broker]")] = None,
+    broker: Annotated[Optional[str], typer.Option(
+        help="mqtt://host:port or mqtts://host:port (TLS) [default: an embedded broker]")] = None,
     shards: Annotated[Optional[int], typer.Option(help="user fleets, with --transport mqtt [default: 2]")] = None,
     restart_on_crash: Annotated[int, typer.Option(
         help="with --transport mqtt: restart a party that crashes, up to N times in all; the observer, "
@@ -37,6 +38,12 @@ def run(
                                                           "experiment finished in --out; compute the rest")] = False,
     timeout: Annotated[Optional[float], typer.Option(
         help="with --transport mqtt: stop every party and fail if the session has not ended in this many seconds")] = None,
+    run_id: RunIdForBroker = None,
+    credentials: CredentialsOption = None,
+    ca_file: CaFileOption = None,
+    cert_file: CertFileOption = None,
+    key_file: KeyFileOption = None,
+    insecure_broker: InsecureBrokerOption = False,
 ):
     """Run an experiment file: many runs of each algorithm, then a results directory. Each task is
     kept in --out as it finishes: Ctrl-C stops at once and prints the command that resumes."""
@@ -55,7 +62,8 @@ def run(
         if transport == "inproc":  # silently ignoring them would mislead: nothing here uses a broker
             given = [flag for flag, value in (("--broker", broker), ("--shards", shards),
                                               ("--restart-on-crash", restart_on_crash or None),
-                                              ("--timeout", timeout)) if value is not None]
+                                              ("--timeout", timeout), ("--run-id", run_id),
+                                              ("--insecure-broker", insecure_broker or None)) if value is not None]
             if given:
                 raise ConfigError(f"{', '.join(given)}: only with --transport mqtt (this run is in-process)")
         shards = 2 if shards is None else shards
@@ -65,6 +73,7 @@ def run(
             raise ConfigError(f"--restart-on-crash {restart_on_crash}: must be ≥ 0")
         if timeout is not None and not timeout > 0:
             raise ConfigError(f"--timeout {timeout}: must be > 0 seconds")
+        access = _broker_access(broker, run_id, credentials, ca_file, cert_file, key_file)
         family, config = experiment_files.load(experiment, overrides)
         out = out or Path("results") / config.name
         if resume and transport == "mqtt":
@@ -75,7 +84,7 @@ def run(
             os.environ[COMMAND_ENV] = command  # the parties it starts inherit it (the observer writes the summary)
             try:
                 return _run_distributed(family, config, experiment, overrides, out, broker, shards, restart_on_crash,
-                                        timeout)
+                                        timeout, access=access, insecure_broker=insecure_broker, run_id=run_id)
             finally:
                 if saved is None:
                     os.environ.pop(COMMAND_ENV, None)
@@ -125,10 +134,14 @@ def sweep(
     jobs: Annotated[Optional[int], typer.Option(help="worker processes, local executor [default: all cores]")] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="replace an earlier sweep's results in --out")] = False,
     resume: Annotated[bool, typer.Option("--resume", help="reuse the tasks kept in --out; compute the rest")] = False,
+    transport: Annotated[str, typer.Option(help="inproc, or mqtt: each point a distributed session with its own "
+                                                "embedded broker")] = "inproc",
+    shards: Annotated[Optional[int], typer.Option(help="user fleets per session (mqtt only) [default: 2]")] = None,
+    timeout: Annotated[Optional[float], typer.Option(help="fail a session after this many seconds (mqtt only)")] = None,
 ):
     """Run an experiment file over a grid of overrides: every (point, task) a hermetic task, kept in
     --out as it finishes and reused by a later sweep of the same config. Writes a results directory
-    per point and sweep.csv."""
+    per point and sweep.csv. Over MQTT each point is one session; --jobs sessions run at once."""
     from privbandit.runner import config as experiment_files
     from privbandit.runner.provenance import command_line
     from privbandit.runner.sweep import run_sweep
@@ -138,6 +151,9 @@ def sweep(
     try:
         if jobs is not None and jobs < 1:
             raise ConfigError(f"--jobs {jobs}: must be ≥ 1")
+        if transport != "mqtt" and (shards is not None or timeout is not None):
+            given = [f for f, v in (("--shards", shards), ("--timeout", timeout)) if v is not None]
+            raise ConfigError(f"{', '.join(given)}: only with --transport mqtt")
         if out is None:
             out = Path("results") / f"{experiment_files.load(experiment, overrides)[1].name}-sweep"
         columns = (TextColumn("tasks"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -149,8 +165,11 @@ def sweep(
                     ids.append(bar.add_task("tasks", total=total))
                 bar.update(ids[0], completed=done)
 
+            # Over MQTT a session is about five processes: one at a time unless --jobs says more.
+            local_jobs = jobs or (1 if transport == "mqtt" else os.cpu_count())
             report = run_sweep(experiment, grid, out, overrides, executor, address,
-                               jobs if executor == "ray" else (jobs or os.cpu_count()), overwrite, resume, advance)
+                               jobs if executor == "ray" else local_jobs, overwrite, resume, advance,
+                               transport=transport, shards=2 if shards is None else shards, timeout_s=timeout)
     except ConfigError as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(2)
@@ -159,7 +178,8 @@ def sweep(
                   highlight=False, markup=False)
         raise typer.Exit(130)
     console = Console(width=None if sys.stdout.isatty() else 120)
-    table = Table(title=f"sweep of {experiment.name}: {len(report['points'])} points, {report['computed']} tasks "
+    unit = "sessions" if transport == "mqtt" else "tasks"
+    table = Table(title=f"sweep of {experiment.name}: {len(report['points'])} points, {report['computed']} {unit} "
                         f"computed, {report['reused']} reused, {report['elapsed_s']:.1f} s")
     table.add_column("point")
     table.add_column("algorithm")
@@ -171,6 +191,10 @@ def sweep(
                           privacy_cell(summary["privacy"][label]))
     console.print(table)
     console.print(f"results in {out}/ (sweep.csv and one directory per point)")
+    for name, error in report["failed"].items():
+        err.print(f"[bold red]error:[/] point {name}: {error}", highlight=False)
+    if report["failed"]:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -212,17 +236,84 @@ def compare(
     Console(width=None if sys.stdout.isatty() else 160).print(table)
 
 
+# --- an external broker: its accounts, TLS and the probe of its ACL (docs/distributed.md) ----------
+
+RunIdForBroker = Annotated[Optional[str], typer.Option(
+    "--run-id", help="with --transport mqtt: the run id the broker's ACL was written for "
+                     "(privbandit broker-config --run-id) [default: a fresh one]")]
+CredentialsOption = Annotated[Optional[Path], typer.Option(
+    "--credentials", help="with --broker: a file of PRIVBANDIT_<ROLE>_PASSWORD=... lines, one per role "
+                          "(privbandit broker-config writes credentials.env) [default: those variables from the "
+                          "environment; none: anonymous]. Passwords never go on the command line.")]
+CaFileOption = Annotated[Optional[Path], typer.Option(
+    "--ca-file", help="with an mqtts:// --broker: the CA certificates that sign the broker's [default: the system's]")]
+CertFileOption = Annotated[Optional[Path], typer.Option(
+    "--cert-file", help="with an mqtts:// --broker: the parties' client certificate (PEM)")]
+KeyFileOption = Annotated[Optional[Path], typer.Option(
+    "--key-file", help="with --cert-file: its private key (PEM) [default: in --cert-file]")]
+InsecureBrokerOption = Annotated[bool, typer.Option(
+    "--insecure-broker", help="run even if the broker lets a role, or anyone, read what the trust model denies "
+                              "(summary.json records broker.acl = \"insecure\")")]
+
+
+def _broker_access(broker: str | None, run_id: str | None, credentials: Path | None, ca_file: Path | None, cert_file: Path | None,
+                   key_file: Path | None) -> dict:
+    """The external broker's passwords (role → password; None: anonymous) and TLS files, for the
+    launcher. Raises ConfigError naming the option."""
+    from privbandit.services.acl import Role, validate_run_id
+    from privbandit.services.bus import read_credentials
+
+    if run_id is not None:
+        try:
+            validate_run_id(run_id, name="--run-id")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+    tls = {k: str(v) for k, v in (("ca_file", ca_file), ("cert_file", cert_file), ("key_file", key_file)) if v}
+    if broker is None and (credentials or tls):
+        flags = ["--credentials"] * bool(credentials) + [f"--{k.replace('_', '-')}" for k in tls]
+        raise ConfigError(f"{', '.join(flags)}: only with --broker (the embedded broker makes its own accounts)")
+    if credentials is not None:
+        try:
+            passwords = read_credentials(credentials)
+        except ValueError as exc:
+            raise ConfigError(f"--credentials: {exc}") from None
+        if not passwords:
+            raise ConfigError(f"--credentials {credentials}: no PRIVBANDIT_<ROLE>_PASSWORD=... line")
+    else:
+        passwords = {r.value: os.environ[f"PRIVBANDIT_{r.name}_PASSWORD"] for r in Role
+                     if os.environ.get(f"PRIVBANDIT_{r.name}_PASSWORD")}
+    unknown = sorted(set(passwords) - {r.value for r in Role})
+    if unknown:
+        raise ConfigError(f"--credentials: unknown role(s) {', '.join(unknown)}; roles: {', '.join(r.value for r in Role)}")
+    return {"passwords": passwords or None, "tls_files": tls or None}
+
+
 def _run_distributed(family, config, experiment: Path, overrides: list[str], out: Path, broker: str | None, shards: int,
-                     restart_on_crash: int = 0, timeout: float | None = None):
+                     restart_on_crash: int = 0, timeout: float | None = None, *, access: dict | None = None,
+                     insecure_broker: bool = False, run_id: str | None = None):
     import json
 
+    from rich.markup import escape
+
+    from privbandit.services.broker_probe import BrokerInsecure, BrokerUnusable
     from privbandit.services.launcher import launch
 
     try:
         code = launch(family, config, experiment, overrides, out, broker_url=broker, shards=shards,
-                      restart_on_crash=restart_on_crash, timeout_s=timeout)
+                      restart_on_crash=restart_on_crash, timeout_s=timeout, insecure_broker=insecure_broker,
+                      run_id=run_id, **(access or {}))
     except TimeoutError as exc:
         err.print(f"[bold red]error:[/] --timeout: {exc}")
+        raise typer.Exit(1)
+    except (BrokerInsecure, BrokerUnusable) as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(1)
+    except ValueError as exc:  # a TLS file, a missing role's password, a run id
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(2)
+    except RuntimeError as exc:  # a party that could not go on: the end of its log
+        err.print(f"[bold red]error:[/] the distributed run stopped: {escape(str(exc))}", highlight=False)
         raise typer.Exit(1)
     if code != 0:
         err.print(f"[bold red]error:[/] the distributed run failed (observer exit {code}); logs in {out / 'logs'}")
@@ -286,6 +377,13 @@ def _print_summary(summary: dict, out: Path) -> None:
             f"{ups:,.0f}" if ups else "-",
         )
     console.print(table)
+    broker = summary.get("broker") or {}
+    if broker.get("acl") == "insecure":
+        console.print("[bold red]insecure broker:[/] its ACL was not enforced (--insecure-broker): whoever could "
+                      "reach it may have read this session's plans, reports and releases (summary.json: broker)",
+                      highlight=False)
+    elif broker.get("acl") == "unchecked":
+        console.print("broker: its ACL was not checked (the parties were started by hand)", highlight=False)
     files = ", ".join(sorted(p.name for p in out.iterdir() if p.is_file()))
     console.print(f"results in {out}/ ({files})")
 
@@ -433,7 +531,7 @@ def letor_arms(
 # --- the parties, each its own process ---------------------------------------------------------
 
 BrokerOption = Annotated[Optional[str], typer.Option(
-    "--broker", help="mqtt://host:port [default: $PRIVBANDIT_BROKER_URL]")]
+    "--broker", help="mqtt://host:port or mqtts://host:port [default: $PRIVBANDIT_BROKER_URL]")]
 RunIdOption = Annotated[Optional[str], typer.Option("--run-id", help="[default: $PRIVBANDIT_RUN_ID]")]
 StateDirOption = Annotated[Optional[Path], typer.Option(
     "--state-dir", help="checkpoint here at every round boundary and resume from it after a restart "
@@ -450,6 +548,7 @@ def _settings(broker: str | None, run_id: str | None):
     try:
         settings = BusSettings(**given)
         settings.endpoint()
+        settings.tls_context()  # PRIVBANDIT_CA_FILE, _CERT_FILE, _KEY_FILE: named here, not in a traceback
         return settings
     except (ValidationError, ValueError) as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
@@ -662,11 +761,17 @@ def broker_config(
     port: Annotated[int, typer.Option(help="the listener port")] = 1883,
     host: Annotated[str, typer.Option(help="the listener address (0.0.0.0 in a container)")] = "127.0.0.1",
     backend: Annotated[str, typer.Option(help="acl_file (portable) or dynsec (refuses SUBSCRIBEs too)")] = "acl_file",
+    tls_cert: Annotated[Optional[Path], typer.Option(help="the broker's certificate (PEM): the listener speaks TLS "
+                                                          "only (parties connect to mqtts://)")] = None,
+    tls_key: Annotated[Optional[Path], typer.Option(help="with --tls-cert: its private key (PEM)")] = None,
+    client_ca: Annotated[Optional[Path], typer.Option(help="with --tls-cert: require a client certificate "
+                                                           "signed by this CA")] = None,
 ):
     """Write a Mosquitto configuration with one account per role and the run's ACLs."""
     from privbandit.services.broker_cli import broker_config_main
 
-    raise typer.Exit(broker_config_main(out, run_id, port, host=host, backend=backend))
+    raise typer.Exit(broker_config_main(out, run_id, port, host=host, backend=backend, tls_cert=tls_cert,
+                                        tls_key=tls_key, client_ca=client_ca))
 
 
 @app.command()
@@ -702,13 +807,20 @@ def keys(
 
 @app.command()
 def demo(
-    broker: Annotated[Optional[str], typer.Option(help="mqtt://host:port [default: an embedded broker]")] = None,
+    broker: Annotated[Optional[str], typer.Option(
+        help="mqtt://host:port or mqtts://host:port (TLS) [default: an embedded broker]")] = None,
     out: Annotated[Path, typer.Option(help="results directory")] = Path("results/demo"),
     shards: Annotated[int, typer.Option(help="user fleets")] = 2,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a field of experiments/demo.toml")] = None,
     restart_on_crash: Annotated[int, typer.Option(help="restart a crashed party, up to N times in all")] = 0,
     overwrite: Annotated[bool, typer.Option("--overwrite/--keep", help="replace an earlier demo's results in --out "
                                                                     "(--keep refuses an occupied --out)")] = True,
+    run_id: RunIdForBroker = None,
+    credentials: CredentialsOption = None,
+    ca_file: CaFileOption = None,
+    cert_file: CertFileOption = None,
+    key_file: KeyFileOption = None,
+    insecure_broker: InsecureBrokerOption = False,
 ):
     """Dist-DP-SE end to end: broker, analyzer, aggregator, user fleets and observer as separate
     processes; prints regret, ε spent and bits per user measured on the wire."""
@@ -716,21 +828,25 @@ def demo(
     if not experiment.exists():  # an installed wheel without the repository's experiments/
         experiment = Path("experiments/demo.toml")
     run(experiment, set_=set_, runs=None, out=out, jobs=None, transport="mqtt", broker=broker, shards=shards,
-        restart_on_crash=restart_on_crash, overwrite=overwrite)
+        restart_on_crash=restart_on_crash, overwrite=overwrite, run_id=run_id, credentials=credentials,
+        ca_file=ca_file, cert_file=cert_file, key_file=key_file, insecure_broker=insecure_broker)
 
 
 @app.command()
 def up(
     file: Annotated[Path, typer.Option("-f", "--file", help="compose file")] = Path("docker-compose.yml"),
     broker: Annotated[Optional[str], typer.Option(help="mqtt://host:port: use this broker, not the file's")] = None,
+    insecure_broker: InsecureBrokerOption = False,
 ):
     """Run a docker-compose topology here, every service a local process (no Docker needed)."""
     from privbandit.services.compose import ComposeError, up as compose_up
 
     try:
-        code = compose_up(file, broker)
+        code = compose_up(file, broker, insecure_broker=insecure_broker)
     except ComposeError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        from rich.markup import escape
+
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)  # "[SSL: …]" is not markup
         raise typer.Exit(1)
     raise typer.Exit(code)
 

@@ -6,7 +6,9 @@
   declaring one entry point, with no line of privbandit changed (``examples/coin-family``).
 - ``privbandit.plugins``: ``<family>.<kind>.<name> = "module:object"``, where ``kind`` is
   ``mechanism``, ``learner`` or ``adversary``: an extra mechanism, learner or adversary for an
-  existing family, which that family looks up by name (:func:`plugins`).
+  existing family, which that family looks up by name (:func:`plugins`). Today the
+  distributed-DP MAB family reads mechanisms and learners (``families/distributed_dp_mab/config.py``
+  says what their factories take and return; ``examples/mab-plugins``); no family reads adversaries.
 
 Entry points are read once per process; families are imported on first use, so one family's
 dependencies never slow another's start.

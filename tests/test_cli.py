@@ -109,6 +109,14 @@ def test_bad_files_and_overrides_name_the_field_and_what_it_allows(tmp_path, tex
     (["attack", "nope"], "adversary 'nope' is not one of max-shift"),
     (["attack", "flood", "--broker", "mqtt://127.0.0.1:1883", "--duration", "0"], "--duration 0.0: must be > 0"),
     (["users", "--shard", "x", "--experiment", "experiments/demo.toml"], "--shard 'x': expected i/N"),
+    (["run", "experiments/demo.toml", "--insecure-broker"], "--insecure-broker: only with --transport mqtt"),
+    (["run", "experiments/demo.toml", "--run-id", "r1"], "--run-id: only with --transport mqtt"),
+    (["run", "experiments/demo.toml", "--transport", "mqtt", "--run-id", "a b"],
+     "--run-id must be 1-64 characters from [A-Za-z0-9_-]"),
+    (["demo", "--credentials", "deploy/credentials.env"], "--credentials: only with --broker"),
+    (["demo", "--ca-file", "ca.pem"], "--ca-file: only with --broker"),
+    (["demo", "--broker", "mqtts://127.0.0.1:8883", "--credentials", "no/such.env"],
+     "--credentials: credentials_file 'no/such.env': No such file or directory"),
 ])
 def test_bad_command_line_options_are_refused_by_name_with_exit_2(tmp_path, monkeypatch, argv, words):
     from typer.testing import CliRunner
@@ -339,3 +347,14 @@ def test_privbandit_keys_writes_the_key_the_launcher_gives(tmp_path, party, var,
     path = tmp_path / f"{party}.env"
     assert path.read_text() == f"{var}={hex(getattr(seeding, master)(4242))}\n"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_an_unreachable_broker_ends_the_run_with_a_message_not_a_traceback(tmp_path):
+    """Every party fails to connect; whichever the launcher sees first, the command says why."""
+    env = {**os.environ, "PRIVBANDIT_CONNECT_TIMEOUT_S": "1"}
+    proc = subprocess.run([sys.executable, "-m", "privbandit", "run", str(ROOT / "experiments" / "quickstart.toml"),
+                           "--transport", "mqtt", "--broker", "mqtt://127.0.0.1:9", "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, env=env, timeout=180)
+    said = " ".join(proc.stderr.split())
+    assert proc.returncode == 1 and "cannot reach the broker at mqtt://127.0.0.1:9" in said, said[-2000:]
+    assert "Traceback" not in proc.stderr

@@ -20,6 +20,7 @@ import pytest
 import privbandit
 from privbandit.runner.config import ConfigError
 from privbandit.runner.sweep import run_sweep, split_values
+from tests.services.test_distributed import assert_same_numbers
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK = ROOT / "experiments" / "quickstart.toml"
@@ -133,3 +134,53 @@ def test_a_real_ray_cluster_gives_the_local_pools_numbers(tmp_path, ray_cluster)
         for f in ("runs.csv", "curves.csv", "rounds.csv"):
             assert (tmp_path / "ray" / name / f).read_bytes() == (tmp_path / "local" / name / f).read_bytes(), (name, f)
         assert remote["points"][name]["sweep"]["executor"] == "ray"
+    # Over MQTT a Ray task is a whole session on its node, with its own embedded broker: the
+    # numbers are still the in-process sweep's.
+    small = _small(tmp_path)
+    inproc = run_sweep(small, ["epsilon=1"], tmp_path / "inproc", jobs=2)
+    sessions = run_sweep(small, ["epsilon=1"], tmp_path / "ray-mqtt", executor="ray", address=ray_cluster,
+                         transport="mqtt", timeout_s=240)
+    assert sessions["failed"] == {} and sessions["computed"] == 1
+    for name in inproc["points"]:
+        assert_same_numbers(tmp_path / "inproc" / name, tmp_path / "ray-mqtt" / name)
+
+
+def _small(tmp_path) -> Path:
+    path = tmp_path / "small.toml"
+    path.write_text('name = "small"\nhorizon = 3000\nseed = 3\nepsilon = 0.5\nruns = 1\n'
+                    '[environment]\nkind = "uniform"\narms = 4\n[algorithms.Dist-DP-SE]\n[algorithms.CDP-SE]\n')
+    return path
+
+
+def test_an_mqtt_sweep_runs_each_point_as_its_own_session_with_the_in_process_numbers(tmp_path):
+    """Two sessions at once, each with its own embedded broker on its own port; a point kept from
+    the same config is reused; a session that cannot finish is named, its logs kept, the rest go on."""
+    small, grid = _small(tmp_path), ["epsilon=0.5,1"]
+    inproc = run_sweep(small, grid, tmp_path / "inproc", jobs=2)
+    mqtt = run_sweep(small, grid, tmp_path / "mqtt", jobs=2, transport="mqtt", timeout_s=240)
+    assert mqtt["failed"] == {} and mqtt["computed"] == 2 and mqtt["reused"] == 0
+    for name in inproc["points"]:
+        assert_same_numbers(tmp_path / "inproc" / name, tmp_path / "mqtt" / name)
+        assert (tmp_path / "mqtt" / name / "logs" / "analyzer.log").exists()
+        assert not (tmp_path / "mqtt" / name / "state").exists()  # checkpoints stay in the scratch directory
+    assert (tmp_path / "mqtt" / "sweep.csv").read_text().splitlines()[1:] == \
+        (tmp_path / "inproc" / "sweep.csv").read_text().splitlines()[1:]
+    again = run_sweep(small, grid, tmp_path / "mqtt", jobs=2, transport="mqtt", resume=True)
+    assert again["computed"] == 0 and again["reused"] == 2
+
+    # A third point whose session times out: named with the reason; the kept points still reused.
+    failed = run_sweep(small, ["epsilon=0.5,1,2"], tmp_path / "mqtt", transport="mqtt", resume=True, timeout_s=0.5)
+    assert failed["computed"] == 1 and failed["reused"] == 2 and list(failed["failed"]) == ["epsilon=2"]
+    assert "did not finish in 0 s" in failed["failed"]["epsilon=2"]
+    assert (tmp_path / "mqtt" / "epsilon=2" / "logs").is_dir() and set(failed["points"]) == {"epsilon=0.5", "epsilon=1"}
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"transport": "tcp"}, "--transport 'tcp': choose inproc or mqtt"),
+    ({"transport": "mqtt", "shards": 0}, "--shards 0: must be ≥ 1"),
+    ({"transport": "mqtt", "timeout_s": 0}, "--timeout 0: must be > 0 seconds"),
+])
+def test_bad_mqtt_sweep_options_are_refused_before_any_work(tmp_path, kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        run_sweep(_small(tmp_path), ["epsilon=1"], tmp_path / "o", **kwargs)
+    assert not (tmp_path / "o" / "epsilon=1").exists()

@@ -18,6 +18,9 @@ from pathlib import Path
 
 LIBRARIES = ("numpy", "scipy", "pydantic", "dp-accounting", "cryptography", "msgpack", "aiomqtt", "amqtt")
 COMMAND_ENV = "PRIVBANDIT_COMMAND"
+# The launcher's probe of the broker (services/broker_probe.py) hands its verdict to the observer,
+# which writes the summary, through this variable: "enforced" or "insecure".
+BROKER_ACL_ENV = "PRIVBANDIT_BROKER_ACL"
 
 
 def command_line() -> str:
@@ -25,6 +28,18 @@ def command_line() -> str:
     if name == "__main__.py" and Path(sys.argv[0]).parent.name == "privbandit":
         name = "privbandit"  # python -m privbandit
     return os.environ.get(COMMAND_ENV) or shlex.join([name, *sys.argv[1:]])
+
+
+def broker_record() -> dict:
+    """``summary.json`` → ``broker`` of an MQTT session, written by its observer: ``acl`` is the
+    launcher's probe verdict ("enforced": nothing the ACL denies was readable; "insecure": run with
+    --insecure-broker although it was, or could not be verified; "unchecked": no probe ran, a
+    party started by hand), ``tls`` whether the parties reach the broker over mqtts://."""
+    from urllib.parse import urlsplit
+
+    acl = os.environ.get(BROKER_ACL_ENV)
+    return {"acl": acl if acl in ("enforced", "insecure") else "unchecked",
+            "tls": urlsplit(os.environ.get("PRIVBANDIT_BROKER_URL", "")).scheme == "mqtts"}
 
 
 def git_commit() -> dict | None:

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import tomli_w
 
-from privbandit.runner.provenance import provenance
+from privbandit.runner.provenance import broker_record, provenance
 
 ROUND_COLUMNS = ["algorithm", "run", "round", "n", "reports", "epsilon", "bits"]
 
@@ -99,6 +99,8 @@ def summarize(fam, config, results: dict[str, list], compute: dict[str, float], 
     # Reports the intermediaries refused, by reason (over MQTT the services' counters replace it).
     summary["rejected"] = dict(sorted(rejected.items()))
     now = time.time()
+    if transport == "mqtt":
+        summary["broker"] = broker_record()
     summary["provenance"] = provenance(now - elapsed, now)
     return summary
 
@@ -182,6 +184,9 @@ def write_results(out: Path, fam, config, summary: dict, results: dict[str, list
     plot_regret(out / "regret.png", config, columns, list(results), **fam.plot_options(config))
 
 
+LINE_STYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)), (0, (8, 2)))
+
+
 def plot_regret(path: Path, config, columns: dict, labels: list[str], title: str | None = None,
                 cumulative: bool = False, realized: str = "realized regret") -> None:
     """Pseudo- and realized regret, mean ± stderr over runs, one panel each: time-averaged Reg(t)/t
@@ -194,11 +199,13 @@ def plot_regret(path: Path, config, columns: dict, labels: list[str], title: str
 
     t = columns["t"].astype(float)
     scale = 1.0 if cumulative else t
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for label in labels:
+    rows = (len(labels) + 4) // 5  # legend rows below the panels, five entries a row
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4 + 0.3 * rows))
+    for i, label in enumerate(labels):
         for ax, kind in zip(axes, ("pseudo", "realized")):
             mean, se = columns[f"{label}.{kind}_mean"] / scale, columns[f"{label}.{kind}_stderr"] / scale
-            line, = ax.plot(t, mean, label=label)
+            # A line style per algorithm as well as a colour: curves that coincide stay visible.
+            line, = ax.plot(t, mean, label=label, linestyle=LINE_STYLES[i % len(LINE_STYLES)])
             ax.fill_between(t, mean - se, mean + se, color=line.get_color(), alpha=0.25)
     for ax, kind in zip(axes, ("pseudo-regret", realized)):
         if cumulative:
@@ -209,9 +216,11 @@ def plot_regret(path: Path, config, columns: dict, labels: list[str], title: str
             ax.set_xlabel("users t")
             ax.set_ylabel(f"time-average {kind}  Reg(t)/t")
         ax.grid(alpha=0.3)
-    axes[0].legend()
+    # Below the panels, not over the curves.
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=min(5, len(labels)), fontsize=8,
+               frameon=False)
     fig.suptitle(title or f"{config.name}: ε = {config.epsilon}, T = {config.horizon:,}, {config.runs} runs, "
                           f"mean ± stderr")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07 * rows * 4 / (4 + 0.3 * rows), 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -7,6 +7,12 @@ missing and a changed config never reuses a stale result. Tasks go to an executo
 pool (default) or a Ray cluster (``--executor ray --address HOST:PORT``; ``pip install
 'privbandit[ray]'``); the numbers do not depend on which, nor on the order tasks finish in.
 
+Over MQTT (``--transport mqtt``) the unit of work is a grid point: one whole distributed session,
+every party its own process, with its own embedded broker on its own port, in a scratch directory
+on whichever host runs it; its results directory comes back as files. A point whose results are
+in ``<out>`` from the same config is reused with ``--resume``; a session that fails is reported by
+name with its logs kept, and the other points go on.
+
 Writes ``<out>/<point>/`` (the results directory of each point, as ``privbandit run`` writes it)
 and ``<out>/sweep.csv``: one row per point and algorithm with the grid's values, the final regret
 and the privacy the ledger states.
@@ -16,7 +22,11 @@ from __future__ import annotations
 
 import csv
 import itertools
+import json
 import re
+import signal
+import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +36,7 @@ from privbandit.runner.config import ConfigError, parse_value
 from privbandit.runner.store import TaskStore
 
 EXECUTORS = ("local", "ray")
+TRANSPORTS = ("inproc", "mqtt")
 
 
 @dataclass
@@ -34,6 +45,7 @@ class Point:
     values: dict  # grid key → value
     family: object
     config: object
+    overrides: list[str]  # what makes this point of the file: the sweep's --set, then its grid values
 
 
 def split_values(text: str) -> list[str]:
@@ -79,7 +91,8 @@ def points(path: str | Path, grids: list[str], overrides: list[str] = ()) -> lis
         assignment = [f"{key}={value}" for (key, _), value in zip(axes, combo)]
         family, config = experiment_files.load(path, [*overrides, *assignment])
         name = re.sub(r"[^A-Za-z0-9._=,+-]", "_", ",".join(assignment))
-        out.append(Point(name, {key: parse_value(v) for (key, _), v in zip(axes, combo)}, family, config))
+        out.append(Point(name, {key: parse_value(v) for (key, _), v in zip(axes, combo)}, family, config,
+                         [*overrides, *assignment]))
     return out
 
 
@@ -89,13 +102,44 @@ def execute_indexed(i: int, task: tasks.Task):
     return (i, *tasks.execute(task))
 
 
-def _local(todo: list[tasks.Task], jobs: int | None, address: str | None):
+def _exit_on_term(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def session_indexed(i: int, text: str, name: str, overrides: list[str], shards: int, timeout_s: float | None):
+    """Grid point ``i`` as a distributed session on this host: the experiment file's ``text``
+    written to a scratch directory, its own embedded broker, every party a process. Returns (i,
+    observer exit code or None if the session could not finish, error text, the results
+    directory's files without checkpoints, seconds); module-level, for a Ray worker."""
+    from privbandit.services.launcher import launch
+
+    start = time.perf_counter()
+    if threading.current_thread() is threading.main_thread():
+        # A pool worker stopped by Ctrl-C gets SIGTERM: leave through the launcher's clean-up,
+        # which stops the session's parties and broker, instead of dying with them orphaned.
+        signal.signal(signal.SIGTERM, _exit_on_term)
+    with tempfile.TemporaryDirectory(prefix="privbandit-sweep-") as tmp:
+        path = Path(tmp) / name
+        path.write_text(text)
+        out = Path(tmp) / "out"
+        family, config = experiment_files.load(path, overrides)
+        try:
+            code, error = launch(family, config, path, overrides, out, timeout_s=timeout_s, shards=shards), ""
+        except (RuntimeError, TimeoutError, OSError) as exc:
+            code, error = None, str(exc)
+        files = {f.relative_to(out).as_posix(): f.read_bytes() for f in sorted(out.rglob("*"))
+                 if f.is_file() and f.relative_to(out).parts[0] != "state"}
+    return i, code, error, files, time.perf_counter() - start
+
+
+def _local(todo: list[tuple], jobs: int | None, address: str | None, work=execute_indexed):
+    """``work(i, *args)`` for each argument tuple of ``todo``, in a local process pool."""
     if address is not None:
         raise ConfigError("--address: only with --executor ray")
-    yield from tasks.completed(execute_indexed, list(enumerate(todo)), max(1, min(jobs or 1, len(todo) or 1)))
+    yield from tasks.completed(work, [(i, *args) for i, args in enumerate(todo)], max(1, min(jobs or 1, len(todo) or 1)))
 
 
-def _ray(todo: list[tasks.Task], jobs: int | None, address: str | None):
+def _ray(todo: list[tuple], jobs: int | None, address: str | None, work=execute_indexed):
     try:
         import ray
     except ImportError:
@@ -107,8 +151,8 @@ def _ray(todo: list[tasks.Task], jobs: int | None, address: str | None):
     except (ConnectionError, ValueError, RuntimeError) as exc:
         raise ConfigError(f"--address {address}: cannot reach a Ray cluster ({exc})") from None
     try:
-        remote = ray.remote(execute_indexed)
-        pending = [remote.remote(i, t) for i, t in enumerate(todo)]
+        remote = ray.remote(work)
+        pending = [remote.remote(i, *args) for i, args in enumerate(todo)]
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             yield ray.get(ready[0])
@@ -118,13 +162,22 @@ def _ray(todo: list[tasks.Task], jobs: int | None, address: str | None):
 
 def run_sweep(path: str | Path, grids: list[str], out: Path, overrides: list[str] = (), executor: str = "local",
               address: str | None = None, jobs: int | None = None, overwrite: bool = False, resume: bool = False,
-              progress=None) -> dict:
+              progress=None, transport: str = "inproc", shards: int = 2, timeout_s: float | None = None) -> dict:
     """Run every point's missing tasks on the executor; write each point's results and sweep.csv.
-    Returns the points' summaries by name, and how many tasks were computed and reused."""
+    Returns the points' summaries by name, and how many tasks were computed and reused (over MQTT:
+    sessions, one per point, and the points whose session failed, by name → error)."""
     if executor not in EXECUTORS:
         raise ConfigError(f"--executor {executor!r}: choose {' or '.join(EXECUTORS)}")
+    if transport not in TRANSPORTS:
+        raise ConfigError(f"--transport {transport!r}: choose {' or '.join(TRANSPORTS)}")
     grid = points(path, grids, overrides)
     results.prepare_out(out, overwrite, resume)
+    if transport == "mqtt":
+        if shards < 1:
+            raise ConfigError(f"--shards {shards}: must be ≥ 1")
+        if timeout_s is not None and not timeout_s > 0:
+            raise ConfigError(f"--timeout {timeout_s}: must be > 0 seconds")
+        return _run_sessions(Path(path), grid, out, executor, address, jobs, progress, shards, timeout_s)
     stores = [TaskStore(out, p.config) for p in grid]
     found = [{label: [] for label in p.family.labels(p.config)} for p in grid]
     compute = [dict.fromkeys(f, 0.0) for f in found]
@@ -141,7 +194,7 @@ def run_sweep(path: str | Path, grids: list[str], out: Path, overrides: list[str
                 reused += 1
     start = time.perf_counter()
     run = _ray if executor == "ray" else _local
-    for done, (k, label, runs, res, secs) in enumerate(run(todo, jobs, address), 1):
+    for done, (k, label, runs, res, secs) in enumerate(run([(t,) for t in todo], jobs, address), 1):
         i = point_of[k]
         stores[i].save(label, runs, res, secs)  # kept as it finishes: an interrupted sweep resumes
         found[i][label].append(res)
@@ -158,7 +211,46 @@ def run_sweep(path: str | Path, grids: list[str], out: Path, overrides: list[str
         results.write_results(out / p.name, p.family, p.config, summary, f)
         summaries[p.name] = summary
     _write_table(out / "sweep.csv", grid, summaries)
-    return {"points": summaries, "computed": len(todo), "reused": reused, "elapsed_s": elapsed}
+    return {"points": summaries, "computed": len(todo), "reused": reused, "elapsed_s": elapsed, "failed": {}}
+
+
+def _run_sessions(path: Path, grid: list[Point], out: Path, executor: str, address: str | None, jobs: int | None,
+                  progress, shards: int, timeout_s: float | None) -> dict:
+    """Over MQTT: one distributed session per point not already in ``out`` with the same config."""
+    text = path.read_text()
+    summaries, failed, todo, point_of = {}, {}, [], []
+    for i, p in enumerate(grid):
+        kept = out / p.name
+        if (kept / "summary.json").exists() and (kept / "config.toml").exists() and \
+                (kept / "config.toml").read_text() == results.experiment_toml(p.config):
+            summaries[p.name] = json.loads((kept / "summary.json").read_text())
+        else:
+            todo.append((text, path.name, p.overrides, shards, timeout_s))
+            point_of.append(i)
+    reused = len(summaries)
+    start = time.perf_counter()
+    run = _ray if executor == "ray" else _local
+    for done, (k, code, error, files, secs) in enumerate(run(todo, jobs, address, session_indexed), 1):
+        p = grid[point_of[k]]
+        dest = out / p.name
+        for rel, data in files.items():  # every file of the session, its logs too, as it finishes
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            (dest / rel).write_bytes(data)
+        if code == 0 and "summary.json" in files:
+            summaries[p.name] = json.loads(files["summary.json"])
+            summaries[p.name]["sweep"] = {"point": p.values, "executor": executor, "transport": "mqtt",
+                                          "session_s": round(secs, 3)}
+            (dest / "summary.json").write_text(json.dumps(summaries[p.name], indent=2) + "\n")
+        else:
+            failed[p.name] = error or f"the session failed (observer exit {code}); logs in {dest / 'logs'}"
+        if progress is not None:
+            progress(done, len(todo))
+    elapsed = time.perf_counter() - start
+    done_grid = [p for p in grid if p.name in summaries]
+    if done_grid:
+        _write_table(out / "sweep.csv", done_grid, summaries)
+    return {"points": {p.name: summaries[p.name] for p in done_grid}, "computed": len(todo), "reused": reused,
+            "elapsed_s": elapsed, "failed": failed}
 
 
 def _write_table(path: Path, grid: list[Point], summaries: dict) -> None:

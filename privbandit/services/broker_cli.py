@@ -10,14 +10,16 @@ from privbandit.services.mosquitto_process import mosquitto_binary
 
 
 def broker_config_main(out_dir: Path, run_id: str, port: int, *, host: str = "127.0.0.1",
-                       backend: str = "acl_file") -> int:
+                       backend: str = "acl_file", tls_cert: Path | None = None, tls_key: Path | None = None,
+                       client_ca: Path | None = None) -> int:
     """Write ``mosquitto.conf``, ``passwd``, ``acl`` and ``credentials.env`` into ``out_dir``.
 
     Prints where they are and how to start Mosquitto. Returns a process exit code: 0 on success,
     2 for invalid arguments (the message names the argument).
     """
     try:
-        files = acl.write_broker_config(out_dir, run_id, port, host=host, backend=backend)  # type: ignore[arg-type]
+        files = acl.write_broker_config(out_dir, run_id, port, host=host, backend=backend,  # type: ignore[arg-type]
+                                        tls_cert=tls_cert, tls_key=tls_key, client_ca=client_ca)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -25,7 +27,9 @@ def broker_config_main(out_dir: Path, run_id: str, port: int, *, host: str = "12
         print(f"error: cannot write the broker files to {out_dir}: {exc}", file=sys.stderr)
         return 2
 
-    print(f"Broker files for run {files.run_id!r} (listener {files.host}:{files.port}, backend {files.backend}):")
+    scheme = "mqtts" if tls_cert else "mqtt"
+    print(f"Broker files for run {files.run_id!r} (listener {files.host}:{files.port}{', TLS' if tls_cert else ''}, "
+          f"backend {files.backend}):")
     print(f"  config       {files.conf}")
     if files.backend == "dynsec":
         print(f"  dynsec       {files.dynsec}   (users, passwords and ACL for the dynamic-security plugin)")
@@ -40,8 +44,11 @@ def broker_config_main(out_dir: Path, run_id: str, port: int, *, host: str = "12
     print()
     print("Then give each party its role's credentials, e.g.:")
     print(f"  set -a; . {files.credentials}; set +a")
-    print(f"  PRIVBANDIT_BROKER_URL=mqtt://{files.host}:{files.port} PRIVBANDIT_RUN_ID={files.run_id} \\")
+    print(f"  PRIVBANDIT_BROKER_URL={scheme}://{files.host}:{files.port} PRIVBANDIT_RUN_ID={files.run_id} \\")
     print("  PRIVBANDIT_USERNAME=analyzer PRIVBANDIT_PASSWORD=$PRIVBANDIT_ANALYZER_PASSWORD ...")
+    print("or start a whole session on it (every role's password from the file, never the command line):")
+    print(f"  privbandit run FILE --transport mqtt --broker {scheme}://{files.host}:{files.port} --run-id {files.run_id} "
+          f"--credentials {files.credentials}{' --ca-file CA.pem' if tls_cert else ''}")
     if files.backend == "acl_file":
         print()
         print("Note: with acl_file, Mosquitto accepts every SUBSCRIBE and enforces 'read' per message at")

@@ -23,11 +23,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import socket
+import ssl
 import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
@@ -70,7 +73,13 @@ class RateLimitedLog:
 
 
 class BusSettings(BaseSettings):
-    """Broker URL and credentials, from PRIVBANDIT_* environment variables or the CLI."""
+    """Broker URL, credentials and TLS files, from PRIVBANDIT_* environment variables or the CLI.
+
+    ``mqtts://host[:port]`` (default port 8883) connects over TLS, verifying the broker's
+    certificate and host name against ``ca_file`` (default: the system's CAs); ``cert_file`` and
+    ``key_file`` are the client certificate and its key, for a broker that requires one. Secrets
+    come from the environment or files only: a value on the command line shows in the process list.
+    """
 
     model_config = SettingsConfigDict(env_prefix="PRIVBANDIT_")
     broker_url: str = "mqtt://127.0.0.1:1883"
@@ -81,26 +90,87 @@ class BusSettings(BaseSettings):
     # A credentials.env written by `privbandit broker-config`: the password is looked up there as
     # PRIVBANDIT_<USERNAME>_PASSWORD when PRIVBANDIT_PASSWORD is not set (docker compose uses this).
     credentials_file: str | None = None
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
 
     def model_post_init(self, _context) -> None:
         if self.password is None and self.credentials_file and self.username:
-            key = f"PRIVBANDIT_{self.username.upper()}_PASSWORD="
-            try:
-                lines = open(self.credentials_file).read().splitlines()
-            except OSError as exc:
-                raise ValueError(f"credentials_file {self.credentials_file!r}: {exc.strerror}") from None
-            except UnicodeDecodeError:
-                raise ValueError(f"credentials_file {self.credentials_file!r}: not UTF-8 text") from None
-            found = [line.removeprefix(key) for line in lines if line.startswith(key)]
-            if not found:
-                raise ValueError(f"credentials_file {self.credentials_file!r} has no {key.rstrip('=')}")
-            self.password = found[0].strip()
+            key = f"PRIVBANDIT_{self.username.upper()}_PASSWORD"
+            found = read_credentials(self.credentials_file).get(self.username.lower())
+            if found is None:
+                raise ValueError(f"credentials_file {self.credentials_file!r} has no {key}")
+            self.password = found
+
+    @property
+    def tls(self) -> bool:
+        return urlsplit(self.broker_url).scheme == "mqtts"
 
     def endpoint(self) -> tuple[str, int]:
         parts = urlsplit(self.broker_url)
-        if parts.scheme != "mqtt" or not parts.hostname:
-            raise ValueError(f"broker_url {self.broker_url!r}: expected mqtt://host:port")
-        return parts.hostname, parts.port or 1883
+        if parts.scheme not in ("mqtt", "mqtts") or not parts.hostname:
+            raise ValueError(f"broker_url {self.broker_url!r}: expected mqtt://host:port or mqtts://host:port")
+        try:
+            port = parts.port
+        except ValueError:
+            raise ValueError(f"broker_url {self.broker_url!r}: the port must be in 0..65535") from None
+        return parts.hostname, port or (8883 if parts.scheme == "mqtts" else 1883)
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        """The client's TLS context for an ``mqtts://`` URL, None for ``mqtt://``. Raises
+        ValueError naming the field of a TLS file that cannot be used, or given without mqtts."""
+        given = [f for f in ("ca_file", "cert_file", "key_file") if getattr(self, f)]
+        if not self.tls:
+            if given:
+                raise ValueError(f"{', '.join(given)}: only with an mqtts:// broker_url, got {self.broker_url!r}")
+            return None
+        if self.key_file and not self.cert_file:
+            raise ValueError("key_file: given without cert_file (the client certificate it belongs to)")
+        try:
+            context = ssl.create_default_context(cafile=self.ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(f"ca_file {self.ca_file!r}: cannot load CA certificates ({exc})") from None
+        if self.cert_file:
+            try:
+                context.load_cert_chain(self.cert_file, self.key_file)
+            except (OSError, ssl.SSLError) as exc:
+                raise ValueError(f"cert_file {self.cert_file!r} / key_file {self.key_file!r}: cannot load the "
+                                 f"client certificate and key ({exc})") from None
+        return context
+
+    def client(self, client_id: str, clean_session: bool, **kwargs) -> aiomqtt.Client:
+        """An (unconnected) aiomqtt client for this broker, its account and its TLS settings."""
+        host, port = self.endpoint()
+        return aiomqtt.Client(host, port, identifier=client_id, clean_session=clean_session,
+                              username=self.username, password=self.password, tls_context=self.tls_context(),
+                              **kwargs)
+
+
+def read_credentials(path: str | Path) -> dict[str, str]:
+    """``role -> password`` from a credentials.env (``PRIVBANDIT_<ROLE>_PASSWORD=…`` lines, as
+    ``privbandit broker-config`` writes it). Raises ValueError naming the file."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ValueError(f"credentials_file {str(path)!r}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"credentials_file {str(path)!r}: not UTF-8 text") from None
+    found: dict[str, str] = {}
+    for line in lines:
+        m = _CREDENTIAL_LINE.fullmatch(line.strip())
+        if m:
+            found.setdefault(m[1].lower(), m[2].strip())
+    return found
+
+
+_CREDENTIAL_LINE = re.compile(r"PRIVBANDIT_([A-Z0-9_]+)_PASSWORD=(.*)")
+
+
+def tls_failure(exc: BaseException) -> str | None:
+    """What a connection error says about TLS, if it is a TLS failure (a wrong CA, a broker
+    that does not speak TLS, a refused client certificate): retrying cannot help."""
+    text = str(exc)
+    return text if "[SSL" in text or "SSL:" in text or isinstance(exc, ssl.SSLError) else None
 
 
 def topic(run_id: str, *parts: str) -> str:
@@ -262,21 +332,18 @@ async def connect(
     The session is persistent (clean_session=False under a fixed client id), so a party that
     reconnects gets the QoS 1 messages the broker queued for it meanwhile.
     """
-    host, port = settings.endpoint()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + settings.connect_timeout_s
     delay = 0.05
     while True:
-        client = aiomqtt.Client(
-            host, port, identifier=client_id, clean_session=False,
-            username=settings.username, password=settings.password,
-            max_queued_incoming_messages=MAX_QUEUED_INCOMING,
-        )
+        client = settings.client(client_id, False, max_queued_incoming_messages=MAX_QUEUED_INCOMING)
         try:
             await client.__aenter__()
             _no_delay(client)
             break
         except aiomqtt.MqttError as exc:
+            if (tls := tls_failure(exc)) is not None:
+                raise ConnectionError(f"TLS with the broker at {settings.broker_url} failed: {tls}") from None
             if loop.time() + delay > deadline:
                 raise ConnectionError(f"cannot reach the broker at {settings.broker_url}: {exc}") from exc
             await asyncio.sleep(delay)
@@ -300,10 +367,8 @@ async def end_session(settings: BusSettings, client_id: str) -> None:
     """Connect once with a clean session and leave: the broker drops ``client_id``'s persistent
     session and whatever it still queues for it. A party does this when it has finished, else
     every session it ever ran stays in the broker's memory (and its persistence file) for good."""
-    host, port = settings.endpoint()
     try:
-        async with aiomqtt.Client(host, port, identifier=client_id, clean_session=True,
-                                  username=settings.username, password=settings.password, timeout=5):
+        async with settings.client(client_id, True, timeout=5):
             pass
     except aiomqtt.MqttError as exc:  # the results are out; only the broker's memory is at stake
         log.warning("%s: could not end its broker session (%s); the broker keeps it", client_id, exc)

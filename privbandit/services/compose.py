@@ -27,17 +27,16 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import socket
 import subprocess
 import sys
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import yaml
 
+from privbandit.runner.provenance import BROKER_ACL_ENV
 from privbandit.services.launcher import PARTY_EXIT_WAIT_S, USAGE_ERROR, log_tail, stop_process
 from privbandit.services.mosquitto_process import MosquittoError, mosquitto_binary, start_on_free_port
 
@@ -211,26 +210,32 @@ def start_broker(broker: Service, run_id: str, stack: ExitStack) -> str:
     return mosquitto.url
 
 
-def accepts_anonymous(url: str) -> bool:
-    """Does the broker at ``url`` accept an MQTT 3.1.1 CONNECT without username and password?"""
-    parts, client_id = urlsplit(url), b"privbandit-up-probe"
-    body = b"\x00\x04MQTT\x04\x02\x00\x0a" + len(client_id).to_bytes(2, "big") + client_id
+def check_broker(services: dict[str, Service], url: str, run_id: str, insecure: bool) -> str:
+    """Probe the broker at ``url`` with the roles' passwords of the generated credentials.env
+    (:mod:`privbandit.services.broker_probe`); returns the verdict for ``summary.json``. Raises
+    ComposeError saying what was readable by whom, unless ``insecure``."""
+    from privbandit.services.broker_probe import BrokerInsecure, BrokerUnusable, check_broker as probe
+    from privbandit.services.bus import BusSettings, read_credentials
+
+    files = {s.env["PRIVBANDIT_CREDENTIALS_FILE"] for s in services.values() if "PRIVBANDIT_CREDENTIALS_FILE" in s.env}
     try:
-        with socket.create_connection((parts.hostname, parts.port or 1883), timeout=5) as s:
-            s.sendall(bytes([0x10, len(body)]) + body)
-            ack = s.recv(4)
-            s.sendall(b"\xe0\x00")  # DISCONNECT
-    except OSError as exc:
-        raise ComposeError(f"cannot reach the broker at {url}: {exc}") from None
-    return ack[:2] == b"\x20\x02" and ack[3:] == b"\x00"
+        passwords = {k: v for f in sorted(files) for k, v in read_credentials(f).items()}
+        settings = BusSettings(broker_url=url, run_id=run_id, username=None, password=None, credentials_file=None,
+                               ca_file=None, cert_file=None, key_file=None)
+        verdict, result = probe(settings, run_id, passwords, insecure)
+    except (BrokerInsecure, BrokerUnusable, ValueError) as exc:
+        raise ComposeError(str(exc)) from None
+    if verdict != "enforced":
+        print(f"[up] --insecure-broker: {url} does not enforce the trust model ({result.describe()}); running anyway",
+              file=sys.stderr)
+    return verdict
 
 
-def _use_broker(services: dict[str, Service], broker: str, url: str, anonymous: bool) -> None:
+def _use_broker(services: dict[str, Service], broker: str, url: str, acl_verdict: str) -> None:
     for svc in services.values():
         svc.env = {k: re.sub(rf"^mqtt://{re.escape(broker)}(:\d+)?$", url, v) for k, v in svc.env.items()}
-        if anonymous:  # an anonymous broker has no accounts: no credentials
-            for key in ("PRIVBANDIT_USERNAME", "PRIVBANDIT_PASSWORD", "PRIVBANDIT_CREDENTIALS_FILE"):
-                svc.env.pop(key, None)
+        if svc.command[:1] == ["observer"]:  # it writes summary.json: broker.acl
+            svc.env[BROKER_ACL_ENV] = acl_verdict
 
 
 # --- the processes ------------------------------------------------------------------------------
@@ -290,12 +295,14 @@ def _supervise(observer: Service, running: list[Service], deadline: float | None
 
 
 def up(compose_file: Path, broker_url: str | None = None, workdir: Path | None = None,
-       *, timeout_s: float | None = None) -> int:
+       *, timeout_s: float | None = None, insecure_broker: bool = False) -> int:
     """Run the compose topology as local processes; returns the observer's exit code.
 
-    ``broker_url``: a running broker to use instead of the file's broker service. If it accepts
-    anonymous clients the parties connect without credentials; otherwise they keep the generated
-    ones, so that broker must run the generated conf (``deploy/generated/mosquitto.conf``).
+    ``broker_url``: a running broker to use instead of the file's broker service; the parties
+    log in with the generated credentials, so that broker must run the generated conf
+    (``deploy/generated/mosquitto.conf``) or at least accept them. Either broker is probed before
+    any party starts: one that lets a role or an anonymous client read what the ACL denies is
+    refused (ComposeError) unless ``insecure_broker``.
     """
     workdir = Path(workdir or Path(compose_file).parent).resolve()
     services = load(compose_file, workdir)
@@ -311,7 +318,6 @@ def up(compose_file: Path, broker_url: str | None = None, workdir: Path | None =
     one_shots = {d for s in services.values() for d, condition in s.depends.items() if condition == ONE_SHOT}
     run_id = next((s.env["PRIVBANDIT_RUN_ID"] for s in services.values() if "PRIVBANDIT_RUN_ID" in s.env),
                   "default")
-    anonymous = broker_url is not None and accepts_anonymous(broker_url)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     with ExitStack() as stack:
         running: list[Service] = []
@@ -319,9 +325,10 @@ def up(compose_file: Path, broker_url: str | None = None, workdir: Path | None =
             svc = services[name]
             if svc.is_broker:
                 url = broker_url or start_broker(svc, run_id, stack)
-                _use_broker(services, name, url, anonymous)
+                verdict = check_broker(services, url, run_id, insecure_broker)
+                _use_broker(services, name, url, verdict)
                 running += [svc] if svc.proc else []
-                print(f"[up] {name}: {url}{' (anonymous)' if anonymous else ''}", file=sys.stderr)
+                print(f"[up] {name}: {url} (ACL {verdict})", file=sys.stderr)
                 continue
             _start(svc, workdir)
             stack.callback(_stop, svc)

@@ -133,9 +133,7 @@ class TrafficAttacker:
 async def attack_session(kind: str, settings: BusSettings, duration_s: float) -> dict:
     """Attack a running session until it shuts down, for at most ``duration_s``, or until SIGTERM
     (the launcher's stop); what was done and seen, and which of the three ended it."""
-    host, port = settings.endpoint()
-    client = aiomqtt.Client(host, port, username=settings.username, password=settings.password,
-                            identifier=f"hostile-{kind}-{secrets.token_hex(4)}", timeout=10)
+    client = settings.client(f"hostile-{kind}-{secrets.token_hex(4)}", True, timeout=10)
     try:
         await client.__aenter__()
     except aiomqtt.MqttError as exc:

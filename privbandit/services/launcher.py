@@ -12,6 +12,13 @@ times in all, and the restarted process resumes from its checkpoint (docs/distri
 and restarts"). A party that exits with status 2 (bad configuration, a foreign checkpoint) is not
 restarted: it would only fail again.
 
+On a broker the launcher did not start (``broker_url``), no party starts before
+:func:`~privbandit.services.broker_probe.check_broker` has found that the broker keeps every role
+to what the trust model lets it read, unless ``insecure_broker``; the launcher's own embedded broker
+is probed the same way. The verdict reaches ``summary.json`` (``broker.acl``) through the observer's
+environment. Credentials for an external broker (one password per role) and TLS files reach each
+party through its environment only, each party its own role's password and no other.
+
 An experiment's ``traffic_adversaries`` become hostile processes (``privbandit attack KIND``)
 started with the parties, each with the account its attack needs; they are not parties the
 observer waits for, and the launcher stops them (SIGTERM: they write their reports) as soon as the
@@ -26,17 +33,31 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from privbandit.protocol.primitives.seeding import analyzer_master_key, report_auth_master, shuffler_master_key
+from privbandit.runner.provenance import BROKER_ACL_ENV
 
 PARTY_EXIT_WAIT_S = 20.0
 USAGE_ERROR = 2  # a party's exit status for bad input: restarting cannot help
 CHECKPOINTED = ("observer", "analyzer", "aggregator", "shuffler")  # fleets hold no state to keep
 HOSTILE_MAX_S = 24 * 3600  # a traffic adversary of the experiment attacks until the session shuts down
+TLS_FIELDS = ("ca_file", "cert_file", "key_file")  # BusSettings fields, PRIVBANDIT_<FIELD> for the parties
+
+
+# What a party must not inherit from the launcher's environment: the launcher gives each party its
+# own account, TLS files and (the observer) the probe's verdict, or none of them.
+_NOT_INHERITED = {f"PRIVBANDIT_{k.upper()}" for k in ("username", "credentials_file", *TLS_FIELDS)} | {BROKER_ACL_ENV}
+
+
+def _inherited_env() -> dict[str, str]:
+    """The launcher's environment minus every broker secret and setting: the launcher may hold all
+    roles' passwords (PRIVBANDIT_<ROLE>_PASSWORD, a credentials file); a party gets only its own."""
+    return {k: v for k, v in os.environ.items()
+            if not (k.startswith("PRIVBANDIT_") and k.endswith("_PASSWORD")) and k not in _NOT_INHERITED}
 
 
 @dataclass
@@ -52,7 +73,7 @@ class Party:
         out = None if self.log is None else open(self.log, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "privbandit", *self.argv],
-            env={**os.environ, **self.env}, stdout=out, stderr=out if out else None,
+            env={**_inherited_env(), **self.env}, stdout=out, stderr=out if out else None,
         )
 
     def stop(self) -> None:
@@ -70,9 +91,18 @@ def stop_process(proc: subprocess.Popen | None, grace_s: float = 5.0) -> None:
             proc.wait()
 
 
+def party_roles(family, config) -> list[str]:
+    """The broker accounts a session's parties log in with."""
+    hostile = ["analyzer" if k == "curious-analyzer" else "users" for k in getattr(config, "traffic_adversaries", [])]
+    return list(dict.fromkeys(["observer", "analyzer", *family.intermediaries(config), "users", *hostile]))
+
+
 def plan_parties(family, config, experiment: Path, overrides: list[str], out: Path,
-                 broker_url: str, run_id: str, shards: int, passwords: dict[str, str] | None,
-                 observer_log: Path | None = None, checkpoint: bool = True) -> list[Party]:
+                 broker_url: str, run_id: str, shards: int, passwords: Mapping[str, str] | None,
+                 observer_log: Path | None = None, checkpoint: bool = True,
+                 tls_files: Mapping[str, str] | None = None, broker_acl: str | None = None) -> list[Party]:
+    """The parties of a session, not started. ``tls_files``: BusSettings' ``ca_file``, ``cert_file``,
+    ``key_file`` for every party; ``broker_acl``: the probe's verdict, for the observer's summary."""
     sets = [x for o in overrides for x in ("--set", o)]
     world = ["--experiment", str(experiment), *sets]
     intermediaries = family.intermediaries(config)
@@ -86,12 +116,14 @@ def plan_parties(family, config, experiment: Path, overrides: list[str], out: Pa
 
     def env(role: str, **extra) -> dict[str, str]:
         base = {"PRIVBANDIT_BROKER_URL": broker_url, "PRIVBANDIT_RUN_ID": run_id}
+        base |= {f"PRIVBANDIT_{k.upper()}": str(v) for k, v in (tls_files or {}).items() if v}
         if passwords:
             base |= {"PRIVBANDIT_USERNAME": role, "PRIVBANDIT_PASSWORD": passwords[role]}
         return base | extra
 
     parties = [Party("observer", ["observer", *world, "--out", str(out), "--parties", ",".join(names),
-                                  *state("observer")], env("observer"), observer_log)]
+                                  *state("observer")],
+                     env("observer", **({BROKER_ACL_ENV: broker_acl} if broker_acl else {})), observer_log)]
     parties.append(Party("analyzer", ["analyzer", *state("analyzer")], env("analyzer", PRIVBANDIT_ANALYZER_KEY=hex(
         analyzer_master_key(config.seed))), logs / "analyzer.log"))
     report_key = hex(report_auth_master(config.seed))  # the users' MAC keys, as registered with intermediaries
@@ -116,18 +148,34 @@ def plan_parties(family, config, experiment: Path, overrides: list[str], out: Pa
 def launch(family, config, experiment: Path, overrides: list[str], out: Path,
            broker_url: str | None = None, shards: int = 2, timeout_s: float | None = None,
            restart_on_crash: int = 0, started: Callable[[list[Party]], None] | None = None,
-           checkpoint: bool = True) -> int:
+           checkpoint: bool = True, *, passwords: Mapping[str, str] | None = None,
+           tls_files: Mapping[str, str] | None = None, insecure_broker: bool = False,
+           run_id: str | None = None) -> int:
     """Run the experiment distributed; returns the observer's exit code (0 on success).
 
+    ``broker_url``: an external broker (default: an embedded one started here). ``passwords``
+    (role → password) and ``tls_files`` (``ca_file``, ``cert_file``, ``key_file``) are for it;
+    ``run_id`` must be the one its ACL was written for (default: a fresh one). The broker is
+    probed first (:func:`~privbandit.services.broker_probe.check_broker`): one that lets a role or
+    an anonymous client read what the ACL denies raises BrokerInsecure before any party starts,
+    unless ``insecure_broker``.
     ``restart_on_crash``: how many party crashes in all to survive by restarting the party.
     ``started``: called with the parties once they are all started (fault-injection tests).
     ``checkpoint``: give the analyzer and intermediaries state directories (benchmarks turn it off)."""
-    run_id = "r" + secrets.token_hex(4)
+    from privbandit.services.broker_probe import check_broker
+    from privbandit.services.bus import BusSettings
+
+    run_id = run_id or "r" + secrets.token_hex(4)
+    needed = party_roles(family, config)
+    if broker_url is None and (passwords or tls_files):
+        raise ValueError("credentials and TLS files are for an external broker: give its URL (--broker)")
+    if passwords and (missing := [r for r in needed if r not in passwords]):
+        raise ValueError(f"credentials: no password for the {', '.join(missing)} account(s) "
+                         f"(PRIVBANDIT_{missing[0].upper()}_PASSWORD)")
     out.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(out / "state", ignore_errors=True)  # a new session: earlier checkpoints are another run's
     shutil.rmtree(out / "adversaries", ignore_errors=True)  # and earlier attack reports another session's
     with ExitStack() as stack:
-        passwords = None
         if broker_url is None:
             from privbandit.services.acl import Role
             from privbandit.services.embedded_broker import start_embedded_broker
@@ -136,8 +184,15 @@ def launch(family, config, experiment: Path, overrides: list[str], out: Path,
             broker = start_embedded_broker(run_id, passwords)
             stack.callback(broker.stop)
             broker_url = broker.url
+        settings = BusSettings(broker_url=broker_url, run_id=run_id, username=None, password=None,
+                               credentials_file=None, **{k: None for k in TLS_FIELDS} | dict(tls_files or {}))
+        settings.tls_context()  # a TLS file that cannot be used is named here, not in six party logs
+        acl_state, probe = check_broker(settings, run_id, passwords, insecure_broker)
+        if acl_state != "enforced":
+            print(f"[launcher] --insecure-broker: the broker at {broker_url} does not enforce the trust model "
+                  f"({probe.describe()}); running anyway", file=sys.stderr)
         parties = plan_parties(family, config, experiment, overrides, out, broker_url, run_id, shards, passwords,
-                               checkpoint=checkpoint)
+                               checkpoint=checkpoint, tls_files=tls_files, broker_acl=acl_state)
         for p in parties:
             p.start()
             stack.callback(p.stop)

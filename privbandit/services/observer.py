@@ -14,9 +14,12 @@ records come from the analyzer only; every counter is checked. Anything else is 
 counted, and the session goes on.
 
 With a state directory it checkpoints at every task boundary (the session nonce, the task it is
-starting and the results of the tasks done). A restarted observer resumes the same session: it
-announces the running task again and asks every party to send that task's metrics again
-(``resync``); the parties' metrics are idempotent, so the task is rebuilt whole.
+starting and the results of the tasks done) and, within a task, the truths it has accepted, at most
+about two seconds after they came (``TRUTH_SAVE_S``). A restarted observer resumes the same session: it announces the
+running task again and asks every party to send that task's metrics again (``resync``); the
+parties' metrics are idempotent, so the task is rebuilt whole. The truths come from its own
+checkpoint as well, because a fleet restarted earlier in the task no longer holds those it sent
+before its restart.
 """
 
 from __future__ import annotations
@@ -57,6 +60,11 @@ MAX_COUNTER_KEYS = 256  # a party's refusal reasons and traffic classes: a few d
 # resyncs repeat every few seconds, so a live session never comes near it; twice an intermediary's
 # default round deadline (120 s), after which a straggling round is released or failed anyway.
 STALL_S = 240.0
+# Accepted truths are checkpointed at the first tick (one a second) this long after the last save:
+# a fleet keeps its truths only in memory, so truths the observer lost with its process come back
+# from a resync only if their fleet has not restarted since it sent them. At most about two
+# seconds of truths are exposed that way.
+TRUTH_SAVE_S = 1.0
 
 
 class SessionFailed(RuntimeError):
@@ -138,6 +146,10 @@ class ObserverService(PartyService):
                                  TimeElapsedColumn(), console=Console(stderr=True))
         self.bar = self.progress.add_task(f"{config.name} over MQTT", total=len(self.tasks))
         self.experiment = spec_fingerprint(config.model_dump(mode="json"))
+        self.truth_msgs: dict[tuple[int, int], bytes] = {}  # the running task's accepted truths, encoded
+        self.truths_saved = True
+        self.truths_saved_at = time.monotonic()
+        self.saved_truths: list[bytes] = []  # a resumed task's, restored once its scoring is set up
         self.resuming = self.checkpoint is not None
         if self.resuming:
             self.restore(self.checkpoint)
@@ -148,7 +160,9 @@ class ObserverService(PartyService):
             return
         results = {label: [None if r is None else _result_state(r) for r in runs] for label, runs in self.results.items()}
         self.save_state({"session": self.session, "results": results, "compute": self.compute,
-                         "elapsed": time.perf_counter() - self.started}, task=self.index, spec=self.experiment)
+                         "elapsed": time.perf_counter() - self.started, "truths": list(self.truth_msgs.values())},
+                        task=self.index, spec=self.experiment)
+        self.truths_saved, self.truths_saved_at = True, time.monotonic()
 
     def restore(self, ckpt) -> None:
         if ckpt.spec != self.experiment:
@@ -162,6 +176,7 @@ class ObserverService(PartyService):
             self.compute = {label: float(s["compute"][label]) for label in self.labels}
             self.started -= float(s["elapsed"])
             self.index = ckpt.task - 1  # next_task() starts it again
+            self.saved_truths = [bytes(b) for b in s.get("truths", [])]
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError("checkpoint-schema", f"{self.state.path}: {type(exc).__name__}: {exc}") from None
 
@@ -170,6 +185,17 @@ class ObserverService(PartyService):
         """Set up scoring of one task; returns its public spec (the control message's body)."""
         self.observer = Observer(self.grid, 1)
         self.row = self.family.row_maker(self.config, label)
+        self.truth_msgs = {}
+        saved, self.saved_truths = self.saved_truths, []
+        for data in saved:  # checked again: a checkpoint file is the observer's, not the fleets' word
+            try:
+                msg = codec.decode(data)
+            except codec.DecodeError:
+                msg = None
+            if not isinstance(msg, codec.TruthMsg) or msg.task != self.index:
+                self.reject("checkpoint-bad-truth", f"{self.state.path}: a saved truth is not this task's")
+            elif self.check_truth(msg):
+                self.accept_truth(msg, data)
         return codec.TaskSpec(index=self.index, runs=[run], label=label, family=self.family.name,
                               public=self.family.public_task(self.config, label, [run]),
                               session=self.session).model_dump()
@@ -206,6 +232,7 @@ class ObserverService(PartyService):
     async def next_task(self) -> None:
         self.index += 1
         if self.index == len(self.tasks):
+            self.truth_msgs = {}
             self.shutting_down = True
             self.shutdown_at = time.monotonic()
         else:
@@ -232,6 +259,8 @@ class ObserverService(PartyService):
             await self.resync()
         if 0 <= self.index and not self.shutting_down and getattr(self, "observer", None) is not None:
             await self.check_stall()
+            if not self.truths_saved and time.monotonic() - self.truths_saved_at >= TRUTH_SAVE_S:
+                self.save_session()
         wait = FAILED_STATS_WAIT_S if self.failure else STATS_WAIT_S
         if self.shutting_down and time.monotonic() - self.shutdown_at > wait:
             self.finished = True  # write what we have; missing stats are reported as missing
@@ -275,7 +304,7 @@ class ObserverService(PartyService):
             if msg.task != self.index:
                 return self.reject("wrong-task", f"truth for task {msg.task}")
             if self.check_truth(msg):
-                self.observer.on_truth(codec.truth_of(msg))
+                self.accept_truth(msg)
         elif isinstance(msg, codec.RecordMsg):
             if sender != "analyzer":
                 return self.reject("record-not-from-analyzer", name)
@@ -290,6 +319,11 @@ class ObserverService(PartyService):
         else:
             return self.reject("unexpected-kind", msg.kind)
         await self.maybe_finish_task()
+
+    def accept_truth(self, msg: codec.TruthMsg, data: bytes | None = None) -> None:
+        if self.observer.on_truth(codec.truth_of(msg)):
+            self.truth_msgs[msg.plan, msg.block] = codec.encode(msg) if data is None else data
+            self.truths_saved = False
 
     def check_truth(self, msg: codec.TruthMsg) -> bool:
         """A truth must be the fleets' (its MAC), inside the horizon, with one value per checkpoint

@@ -436,3 +436,64 @@ def test_progress_counts_an_intermediarys_closed_rounds_and_the_analyzers_releas
     # An intermediary also keeps its recent releases: rounds done are its closed ones.
     StateDir(tmp_path / "g", "r", "aggregator").save(1, "0" * 64, {"closed": [0, 1, 2], "releases": [b""]})
     assert progress(tmp_path / "g") == (1, 3)
+
+
+def test_a_restarted_observer_keeps_the_truths_it_had_checkpointed(tmp_path, monkeypatch):
+    """A fleet keeps its truths only in memory: a fleet restarted earlier in the task cannot send
+    again, on the observer's resync, the truths it sent before. So the observer checkpoints the
+    truths it accepts (within about two seconds), and a restarted observer starts its task with
+    them, checked again; without that save, the restarted observer would have none."""
+    import privbandit.services.observer as observer_mod
+    from privbandit.services.observer import ObserverService
+    from privbandit.services.users import UserFleetService
+
+    fam, config, label = TASKS["Dist-DP-SE"]()
+    parties = ["analyzer", "aggregator", "users-0", "users-1"]
+    net = _Net()
+
+    def observer():
+        obs = ObserverService(BusSettings(run_id=RUN_ID), fam, config, parties, tmp_path / "out",
+                              state_dir=tmp_path / "observer")
+        obs.bus = _Bus(net)
+        return obs
+
+    def restarted():
+        obs = observer()
+        asyncio.run(obs.on_connect())  # resumes task 0, restores its truths, asks for a resync
+        assert obs.index == 0
+        return obs
+
+    first = observer()
+    asyncio.run(first.next_task())  # task 0, as when every party said ready
+    spec = first.task_body
+    fleets = [UserFleetService(BusSettings(run_id=RUN_ID), fam, config, i, 2) for i in range(2)]
+    analyzer = build_analyzer(spec, analyzer_master_key(config.seed))
+    plan = codec.plan_msg(RUN_ID, 0, analyzer.next_plans()[0])
+
+    async def serve():
+        for fleet in fleets:
+            fleet.bus = _Bus(net)
+            await fleet.start_task(spec)
+            await fleet.handle(f"pb/{RUN_ID}/plan", plan)
+
+    asyncio.run(serve())
+    truths = [(t, m) for t, m in net.seen if isinstance(m, codec.TruthMsg)]
+    assert truths
+    for topic, msg in truths:
+        asyncio.run(first.handle(topic, msg))
+    served = first.observer.served()
+    assert served > 0
+    assert restarted().observer.served() == 0  # not saved yet: a restart here would lose them
+    monkeypatch.setattr(observer_mod, "TRUTH_SAVE_S", 0.0)
+    asyncio.run(first.tick())
+    second = restarted()
+    assert second.observer.served() == served
+    assert sorted(second.observer.truths) == sorted(first.observer.truths)
+
+    # A saved truth whose fleets' MAC does not verify is refused on restore, and counted.
+    state = second.state.load()
+    forged = codec.decode(state.state["truths"][0]).model_copy(update={"tag": b"\0" * 32})
+    second.state.save(state.task, state.spec, {**state.state, "truths": [codec.encode(forged),
+                                                                          *state.state["truths"][1:]]})
+    third = restarted()
+    assert third.rejected["bad-truth-tag"] == 1 and len(third.observer.truths) == len(truths) - 1

@@ -163,14 +163,24 @@ def test_the_local_broker_enforces_the_generated_passwords(tmp_path, monkeypatch
     files = acl.write_broker_config(tmp_path / "deploy" / "generated", "compose", 1883, host="0.0.0.0")
     with ExitStack() as stack:
         url = compose.start_broker(broker, "compose", stack)
-        assert not compose.accepts_anonymous(url)
+        services = {"observer": compose.Service("observer", [], {"PRIVBANDIT_CREDENTIALS_FILE": str(files.credentials)},
+                                                [], [], {}, "", False)}
+        assert compose.check_broker(services, url, "compose", insecure=False) == "enforced"
         asyncio.run(_connect(url, "analyzer", files.password("analyzer")))
         with pytest.raises(aiomqtt.MqttError):
             asyncio.run(_connect(url, "analyzer", files.password("users")))
 
 
-def test_an_anonymous_external_broker_is_recognised(mosquitto_url):
-    assert compose.accepts_anonymous(mosquitto_url)
+def test_an_anonymous_external_broker_is_refused_naming_what_was_readable(tmp_path, mosquitto_url):
+    """What `up --broker` does before starting any party (the one-shot services have run): the
+    probe with the generated accounts; test_up_runs_… shows the verdict reaching summary.json."""
+    work = _workdir(tmp_path)
+    acl.write_broker_config(work / "deploy" / "generated", "compose", 1883, host="0.0.0.0")
+    services = compose.load(work / "docker-compose.yml", work)
+    with pytest.raises(compose.ComposeError, match=r"does not enforce the trust model for run compose: anonymous read "
+                                                   r"plans, .*; analyzer read plans, reports \(aggregator"):
+        compose.check_broker(services, mosquitto_url, "compose", insecure=False)
+    assert compose.check_broker(services, mosquitto_url, "compose", insecure=True) == "insecure"
 
 
 # --- end to end ---------------------------------------------------------------------------------
@@ -182,6 +192,7 @@ def test_up_runs_the_compose_topology_as_local_processes(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["transport"] == "mqtt" and summary["experiment"] == "demo"
     assert summary["parties_missing_stats"] == [] and summary["rejected"] == {}
+    assert summary["broker"] == {"acl": "enforced", "tls": False}  # probed before the parties started
     # The analyzer got the key `privbandit run` would give it, so the numbers are the same.
     seed = experiment_files.load(work / "experiments" / "demo.toml")[1].seed
     key = (work / "deploy" / "analyzer-key" / "analyzer.env").read_text()

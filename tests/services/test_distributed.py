@@ -13,6 +13,10 @@ from privbandit.services import codec
 from privbandit.services.hostile import malformed_variants
 from privbandit.services.launcher import launch, plan_parties
 
+# The system Mosquitto (conftest.mosquitto_url) lets anyone read: the launcher's probe would refuse
+# it (issue #21), and these tests are about the protocol, not the broker's ACL, so they opt out.
+OPEN_BROKER = {"insecure_broker": True}
+
 EXPERIMENT = """
 name = "e2e"
 horizon = {horizon}
@@ -63,10 +67,12 @@ def test_mqtt_run_reproduces_the_inproc_run_over_mosquitto(tmp_path, mosquitto_u
     path = _experiment(tmp_path)
     _inproc(path, tmp_path / "inproc")
     family, config = experiment_files.load(path)
-    code = launch(family, config, path, [], tmp_path / "mqtt", broker_url=mosquitto_url, shards=2, timeout_s=240)
+    code = launch(family, config, path, [], tmp_path / "mqtt", broker_url=mosquitto_url, shards=2, timeout_s=240,
+                  **OPEN_BROKER)
     assert code == 0
     assert_same_numbers(tmp_path / "inproc", tmp_path / "mqtt")
     summary = json.loads((tmp_path / "mqtt" / "summary.json").read_text())
+    assert summary["broker"] == {"acl": "insecure", "tls": False}  # the probe's verdict, recorded
     comm = summary["communication"]["Dist-DP-SE"]
     # Wire bytes per user within the issue's budget: 2·(⌈log₂ m⌉/8) + 8.
     assert 0 < comm["bytes_per_user_wire"] <= 2 * comm["bits_per_user_protocol_max"] / 8 + 8
@@ -229,7 +235,8 @@ def test_secure_aggregation_over_mosquitto_matches_the_ideal_sum(tmp_path, mosqu
     path = _experiment(tmp_path, horizon=400, runs=1, extra=extra)
     overrides = ["environment.arms=3"]  # complete-graph rounds cost O(n²): keep cohorts ≤ 64
     family, config = experiment_files.load(path, overrides)
-    code = launch(family, config, path, overrides, tmp_path / "mqtt", broker_url=mosquitto_url, shards=2, timeout_s=240)
+    code = launch(family, config, path, overrides, tmp_path / "mqtt", broker_url=mosquitto_url, shards=2, timeout_s=240,
+                  **OPEN_BROKER)
     assert code == 0
     run_file(path, overrides + ["algorithms.Dist-DP-SE.intermediary=auto"], out=tmp_path / "inproc")
     a = json.loads((tmp_path / "inproc" / "summary.json").read_text())
@@ -263,7 +270,8 @@ def test_adversaries_in_fleets_reproduce_the_inproc_attacked_run(tmp_path, mosqu
     path = _experiment(tmp_path, horizon=40_000, runs=1, extra=ATTACKED)
     inproc = _inproc(path, tmp_path / "inproc")
     family, config = experiment_files.load(path)
-    assert launch(family, config, path, [], tmp_path / "mqtt", broker_url=mosquitto_url, shards=2, timeout_s=240) == 0
+    assert launch(family, config, path, [], tmp_path / "mqtt", broker_url=mosquitto_url, shards=2, timeout_s=240,
+                  **OPEN_BROKER) == 0
     assert_same_numbers(tmp_path / "inproc", tmp_path / "mqtt")
     mqtt = json.loads((tmp_path / "mqtt" / "summary.json").read_text())
     assert mqtt["rejected"] == inproc["rejected"] and inproc["rejected"]["out-of-window"] > 0

@@ -114,7 +114,7 @@ def test_the_launcher_restarts_crashed_parties_when_asked(tmp_path, mosquitto_ur
     result = {}
     worker = threading.Thread(target=lambda: result.update(code=launch(
         family, config, path, [], out, broker_url=mosquitto_url, shards=2, timeout_s=150, restart_on_crash=3,
-        started=started)), daemon=True)
+        started=started, insecure_broker=True)), daemon=True)  # the open system broker: the probe would refuse it
     worker.start()
     assert ready.wait(30)
     named = {p.name: p for p in box["parties"]}

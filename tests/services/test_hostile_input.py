@@ -83,7 +83,7 @@ def run_attacked(tmp_path: Path, attacker: Attacker, horizon: int = HORIZON, ext
     family, config = load(path)
     out = tmp_path / "mqtt"
     code = launch(family, config, path, [], out, broker_url=broker_url, shards=2, timeout_s=timeout_s,
-                  started=attacker)
+                  started=attacker, insecure_broker=broker_url is not None)  # anonymous on purpose: the probe would refuse it
     attacker.thread.join(10)
     assert attacker.error is None, attacker.error
     return code, out

@@ -3,6 +3,15 @@
 Algorithms are tables under ``[algorithms.<label>]``; a label that is itself an algorithm name
 (``dist-dp-se``, …) needs no ``algorithm`` field. A preset fills what a table leaves unset
 (:func:`resolve_algorithm`). ``delta`` defaults to 1/(10·T): each run protects T users.
+
+Plug-ins (:mod:`privbandit.registry`): a package may register a mechanism,
+``distributed-dp-mab.mechanism.<name> = "module:factory"`` (``factory(algorithm_config)`` returns a
+:class:`~privbandit.families.distributed_dp_mab.base.Mechanism`), named by ``algorithm = "<name>"``,
+and a learner, ``distributed-dp-mab.learner.<name> = "module:factory"`` (``factory(algorithm_config,
+n_arms)`` returns a :class:`~privbandit.families.distributed_dp_mab.learners.SuccessiveElimination`),
+named by ``learner = "<name>"``. A plug-in's own parameters go in the table's ``options``. The
+choices are read from the installed entry points when this module is imported, so they appear in
+``privbandit list`` and in the errors like the built-in ones (``examples/mab-plugins``).
 """
 
 from __future__ import annotations
@@ -12,9 +21,18 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from privbandit import registry
 from privbandit.runner.config import ConfigError, ExperimentFile, StrictModel
 
+FAMILY_NAME = "distributed-dp-mab"
 ALGORITHMS = ("dist-dp-se", "dist-rdp-se", "dist-cdp-se", "cdp-se", "ldp-se", "dp-se", "se")
+MECHANISM_PLUGINS = tuple(sorted(registry.plugins(FAMILY_NAME, "mechanism")))
+LEARNER_PLUGINS = tuple(sorted(registry.plugins(FAMILY_NAME, "learner")))
+if clash := sorted(set(MECHANISM_PLUGINS) & set(ALGORITHMS)) + [n for n in LEARNER_PLUGINS if n == "auto"]:
+    raise registry.RegistryError(f"{FAMILY_NAME} plug-ins may not take a built-in name: {', '.join(clash)}; "
+                                 f"rename their entry points")
+ALGORITHM_CHOICES = ALGORITHMS + MECHANISM_PLUGINS
+LEARNER_CHOICES = ("auto", *LEARNER_PLUGINS)  # auto: successive elimination as the algorithm states it
 PRESETS = ("paper", "paper-code")
 
 
@@ -60,7 +78,10 @@ class AdversaryConfig(StrictModel):
 
 
 class AlgorithmConfig(StrictModel):
-    algorithm: Literal[ALGORITHMS]  # type: ignore[valid-type]
+    algorithm: Literal[ALGORITHM_CHOICES]  # type: ignore[valid-type]
+    learner: Literal[LEARNER_CHOICES] = "auto"  # type: ignore[valid-type]
+    # A plug-in mechanism's or learner's own parameters (what it reads is its documentation's).
+    options: dict[str, float | int | str | bool] = {}
     epsilon: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     batch_growth: Annotated[float, Field(gt=1, le=64)] | None = None
     p: Probability | None = None
@@ -79,6 +100,13 @@ class AlgorithmConfig(StrictModel):
     # The clear-text defences (adversaries/defences.py): reject reports outside [−B, g + B] and
     # sum visible reports as bounded integers. Only where someone sees the reports.
     range_check: bool = False
+
+    @model_validator(mode="after")
+    def _options_only_for_plugins(self):
+        if self.options and self.algorithm in ALGORITHMS and self.learner == "auto":
+            raise ValueError(f"options: only a plug-in mechanism or learner reads options; {self.algorithm} with "
+                             f"learner = 'auto' has none (its parameters are fields of the table)")
+        return self
 
     @model_validator(mode="after")
     def _attackers_and_dropouts_leave_a_release(self):
@@ -124,7 +152,7 @@ class ExperimentConfig(ExperimentFile):
 
     @classmethod
     def label_kind(cls, label: str) -> str | None:
-        return label.lower() if label.lower() in ALGORITHMS else None
+        return label.lower() if label.lower() in ALGORITHM_CHOICES else None
 
     @model_validator(mode="after")
     def _each_traffic_adversary_once(self):

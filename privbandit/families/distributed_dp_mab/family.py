@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from privbandit import registry
 from privbandit.families.distributed_dp_mab import adversaries, config as cfg
 from privbandit.families.distributed_dp_mab.base import Mechanism, RoundParams
 from privbandit.families.distributed_dp_mab.learners import (
@@ -56,10 +57,35 @@ def build_mechanism(a: cfg.AlgorithmConfig) -> Mechanism:
             return CentralLaplace(a.epsilon)
         case "se":
             return NonPrivate()
+    if a.algorithm in cfg.MECHANISM_PLUGINS:
+        return _plugin("mechanism", a.algorithm, Mechanism, a)
     raise ValueError(f"unknown algorithm {a.algorithm!r}")
 
 
+def _plugin(kind: str, name: str, expected: type, *args):
+    """A registered plug-in's factory called with ``args``; what it returns must be ``expected``."""
+    made = registry.plugins(cfg.FAMILY_NAME, kind)[name].load()(*args)
+    if not isinstance(made, expected):
+        raise ValueError(f"the {kind} plug-in {name!r} made a {type(made).__name__}, not a {expected.__name__}")
+    return made
+
+
+def check_options(a: cfg.AlgorithmConfig) -> None:
+    """Every key of ``options`` is read by the table's plug-in mechanism or learner: each factory
+    names what it reads in its ``options`` attribute, so a misspelt key is an error, not ignored."""
+    readers = [(kind, name) for kind, name, plugged in (("mechanism", a.algorithm, a.algorithm in cfg.MECHANISM_PLUGINS),
+                                                          ("learner", a.learner, a.learner != "auto")) if plugged]
+    known = {key: name for kind, name in readers
+             for key in getattr(registry.plugins(cfg.FAMILY_NAME, kind)[name].load(), "options", ())}
+    if unknown := sorted(set(a.options) - set(known)):
+        read = ", ".join(f"{name} reads {', '.join(k for k, n in known.items() if n == name) or 'none'}"
+                         for _, name in readers)
+        raise ValueError(f"options: {', '.join(unknown)} read by no plug-in of this table ({read})")
+
+
 def build_learner(a: cfg.AlgorithmConfig, n_arms: int) -> SuccessiveElimination:
+    if a.learner != "auto":
+        return _plugin("learner", a.learner, SuccessiveElimination, a, n_arms)
     if a.algorithm == "dp-se":
         return SuccessiveElimination(n_arms, SajedSheffetSchedule(a.epsilon, a.p), sajed_sheffet_width(a.p, a.width_multiplier))
     return SuccessiveElimination(n_arms, GeometricSchedule(a.batch_growth), Lemma2Width(a.p, a.width_multiplier))
@@ -67,6 +93,9 @@ def build_learner(a: cfg.AlgorithmConfig, n_arms: int) -> SuccessiveElimination:
 
 def release_sizes(a: cfg.AlgorithmConfig, horizon: int) -> list[int]:
     """Every round size n a run of ``a`` can release: l(b) per active arm, while it fits in T."""
+    if a.learner != "auto":
+        raise ConfigError(f"calibrate: the plug-in learner {a.learner!r} sets its own batch sizes, so the sizes "
+                          f"its releases can have are unknown here; set the algorithm's epsilon")
     if a.algorithm == "dp-se":  # DP-SE's releases are pure ε whatever their size
         return [2]
     sizes, b = [], 1
@@ -76,8 +105,13 @@ def release_sizes(a: cfg.AlgorithmConfig, horizon: int) -> list[int]:
     return sizes or [horizon]
 
 
-@lru_cache(maxsize=256)
 def calibrated_epsilon(a: cfg.AlgorithmConfig, target: float, delta: float, horizon: int) -> float:
+    """:func:`_calibrated`, cached by the table's JSON (a table holding ``options`` is not hashable)."""
+    return _calibrated(a.model_dump_json(), target, delta, horizon)
+
+
+@lru_cache(maxsize=256)
+def _calibrated(table: str, target: float, delta: float, horizon: int) -> float:
     """The largest nominal ε at which every release ``a`` can make is (target, δ)-DP for its users.
 
     Each user is in one release (one arm of one batch), so a user's guarantee is that release's; the
@@ -85,6 +119,7 @@ def calibrated_epsilon(a: cfg.AlgorithmConfig, target: float, delta: float, hori
     ledger's own reading of its privacy event (pure ε, or the RDP/zCDP curve converted at δ), and it
     grows with the nominal ε, so bisection on log ε finds the answer to 10⁻⁹ relative. Dropouts are
     not planned for: a round released by fewer users spends more, as the ledger then records."""
+    a = cfg.AlgorithmConfig.model_validate_json(table)
     sizes = release_sizes(a, horizon)
     if a.intermediary == "shuffler" and build_mechanism(a).trust_model == "distributed":
         raise ConfigError(f"calibrate: {a.algorithm} behind a shuffler releases every user's residue, which no proof "
@@ -151,7 +186,9 @@ class DistributedDpMab(Family):
         for label in config.algorithms:
             a = self.algorithm(config, label)
             try:  # fail before any work starts: bad parameters, a missing means file, ...
+                check_options(a)
                 mechanism = build_mechanism(a)
+                build_learner(a, instance_for(config, 0).n_arms)
                 mechanism.params(2)
                 if a.intermediary == "secagg" and mechanism.intermediary != "modular-sum":
                     raise ValueError(f"intermediary = 'secagg' needs a modular-sum mechanism; {a.algorithm} "
@@ -163,7 +200,7 @@ class DistributedDpMab(Family):
 
     def algorithm(self, config, label: str) -> cfg.AlgorithmConfig:
         a = cfg.resolve_algorithm(config, label)
-        if config.calibrate and config.algorithms[label].epsilon is None and a.algorithm != "se":
+        if config.calibrate and config.algorithms[label].epsilon is None and build_mechanism(a).trust_model != "none":
             a = a.model_copy(update={"epsilon": calibrated_epsilon(a, config.epsilon, delta_of(config), config.horizon)})
         return a
 
@@ -189,7 +226,7 @@ class DistributedDpMab(Family):
     def ledger(self, public: dict) -> Ledger:
         a = cfg.AlgorithmConfig.model_validate(public["algorithm"])
         mechanism = build_mechanism(a)
-        return Ledger(mechanism.trust_model, None if a.algorithm == "se" else a.epsilon, public["delta"],
+        return Ledger(mechanism.trust_model, None if mechanism.trust_model == "none" else a.epsilon, public["delta"],
                       users=public["horizon"])
 
     def users(self, config, label: str, runs: list[int]) -> BanditUsers:

@@ -4,8 +4,9 @@ generalized linear contextual bandits").
 An experiment file says ``family = "glm-bandits"`` (see experiments/glm_demo.toml and
 docs/glm-bandits.md): the horizon T, (ε, δ), ζ, the preset of constants, the world (link, d, K, S,
 θ* generator, whether runs share one context sequence) and ``[algorithms.<label>]`` tables, whose
-``algorithm`` a label that is itself an algorithm name implies (``private-glm``, ``glm-ucb``,
-``gloc``).
+``algorithm`` a label that is itself an algorithm name implies (``private-glm``, ``rs-glinucb``,
+``glm-ucb``, ``gloc``, ``shuffle-glm``). ``shuffle-glm`` (Algorithm 1) has no repository version:
+the presets choose only its world (θ* generator, shared contexts).
 
 Presets (spec §9.2, §11.1):
 
@@ -31,7 +32,7 @@ from privbandit.families.glm_bandits.world import LINKS, THETA_GENERATORS
 from privbandit.runner.config import ExperimentFile, StrictModel
 
 FAMILY = "glm-bandits"
-ALGORITHMS = ("private-glm", "rs-glinucb", "glm-ucb", "gloc")
+ALGORITHMS = ("private-glm", "rs-glinucb", "glm-ucb", "gloc", "shuffle-glm")
 PRESETS = ("paper", "paper-code")
 OPTIMIZERS = ("pgd-pvec", "dp-sgd")
 
@@ -54,6 +55,13 @@ class GLMAlgorithm(StrictModel):
     sgd_burn_in: Annotated[int, Field(ge=0, le=1000)] = 10
     ucb_theta: Literal["tau", "average"] | None = None
     tau_data: Literal["unexplored", "all"] | None = None
+    # Algorithm 1 (shuffle-glm) only: M, B_1 in place of eq. (6)'s, γ in place of eq. (24)'s, and
+    # eq. (127)'s constant (below 24·10⁴ Lemma S.1/S.2 do not hold: the ledger says none proven).
+    batches: Annotated[int, Field(ge=2, le=12)] = 3
+    warmup: Annotated[int, Field(ge=1)] | None = None
+    gamma: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)] | None = None
+    vec_constant: Annotated[float, Field(gt=0, le=1e9, allow_inf_nan=False)] = 24e4
+    schedule_exponent: Literal["eq7", "thm-e1"] = "eq7"  # α = T^{1/(2(1−2^{−M+1}))} or Thm E.1's 2^{−M}
 
 
 class GLMExperiment(ExperimentFile):
@@ -90,6 +98,8 @@ class GLMExperiment(ExperimentFile):
             eps = a.epsilon if a.epsilon is not None else self.epsilon
             if a.algorithm == "private-glm" and eps > 100:
                 raise ValueError(f"algorithms.{label}.epsilon = {eps} must be ≤ 100")
+            if a.algorithm == "shuffle-glm" and a.warmup is not None and a.warmup > self.horizon:
+                raise ValueError(f"algorithms.{label}.warmup = {a.warmup} must be ≤ horizon = {self.horizon}")
             if a.sgd_burn_in >= a.sgd_epochs and a.algorithm == "private-glm":
                 raise ValueError(f"algorithms.{label}.sgd_burn_in = {a.sgd_burn_in} must be < sgd_epochs = "
                                  f"{a.sgd_epochs}")

@@ -1,6 +1,7 @@
 """The GLM bandits (Sarmasarkar, "Shuffle and joint differential privacy for generalized linear
-contextual bandits") as a spine plug-in: Algorithm 2 (Private-GLM, joint DP, central trust) and
-the non-private GLM-UCB and GLOC baselines.
+contextual bandits") as a spine plug-in: Algorithm 2 (Private-GLM, joint DP, central trust), the
+non-private RS-GLinUCB, GLM-UCB and GLOC baselines, and Algorithm 1 (ShuffleGLM, shuffle DP, batches
+of persistent users through the ``shuffler``; :mod:`.shuffle_parties`).
 
 Run r of every algorithm faces the world drawn from ``(seed, "glm-world", r)`` (run 0's for every
 run when contexts are reused, as the authors' code does) and the reward uniforms of ``(seed,
@@ -15,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from privbandit.families.glm_bandits import config as cfg
+from privbandit.families.glm_bandits import shuffle_parties as sp
 from privbandit.families.glm_bandits.parties import GLMServer, GLMUsers, setup
 from privbandit.families.glm_bandits.world import world_of
 from privbandit.protocol.privacy import Ledger
@@ -34,10 +36,14 @@ class GLMBandits(Family):
         return cfg.resolved(config, label)
 
     def stackable(self, config, label: str) -> bool:
+        if self.algorithm(config, label).algorithm == "shuffle-glm":
+            return config.reuse_contexts  # its schedule and rounds depend on κ, κ*: one world for all runs
         return True  # plan t serves user t in every run
 
     def intermediaries(self, config) -> list[str]:
-        return ["aggregator"]  # central trust: raw reports pass to the trusted analyzer
+        # central trust: raw reports pass to the trusted analyzer; Algorithm 1's go through the shuffler
+        kinds = {self.algorithm(config, label).algorithm for label in config.algorithms}
+        return sorted({"shuffler" if kind == "shuffle-glm" else "aggregator" for kind in kinds})
 
     def users_protected(self, config) -> int:
         return config.horizon
@@ -60,15 +66,23 @@ class GLMBandits(Family):
                 "kappa": [k.kappa for k in ks], "kappa_star": [k.kappa_star for k in ks],
                 "diagnostic": [int(c) for c in grid[np.linspace(0, len(grid) - 1, 8).astype(int)]]}
 
-    def analyzer(self, public: dict, keys: list[int], oracle=None) -> GLMServer:
+    def analyzer(self, public: dict, keys: list[int], oracle=None):
+        if public["algorithm"]["algorithm"] == "shuffle-glm":
+            return sp.ShuffleGLMServer(sp.shuffle_setup(public), keys)
         return GLMServer(setup(public), keys)
 
     def ledger(self, public: dict) -> Ledger:
+        if public["algorithm"]["algorithm"] == "shuffle-glm":
+            return Ledger("shuffle (trusted shuffler, per-label bit counts)", public["algorithm"]["epsilon"],
+                          public["delta"], users=public["horizon"])
         private = public["algorithm"]["algorithm"] == "private-glm"
         return Ledger("central (joint DP)" if private else "non-private",
                       public["algorithm"]["epsilon"] if private else None, public["delta"], users=public["horizon"])
 
-    def users(self, config, label: str, runs: list[int]) -> GLMUsers:
+    def users(self, config, label: str, runs: list[int]):
+        if self.algorithm(config, label).algorithm == "shuffle-glm":
+            return sp.ShuffleGLMUsers(sp.shuffle_setup(self.public_task(config, label, runs)), self.world(config, runs),
+                                      config.seed, label, runs, checkpoint_grid(config.horizon, config.checkpoints))
         return GLMUsers(setup(self.public_task(config, label, runs)), self.world(config, runs),
                         checkpoint_grid(config.horizon, config.checkpoints))
 
@@ -76,6 +90,8 @@ class GLMBandits(Family):
     def check_plan(self, plan) -> None:
         """A plan the analyzer makes: round t = its id, finite float64 billboard arrays."""
         b = plan.body
+        if "phase" in b:
+            return sp.check_plan(plan)
         if set(b) != {"t", "theta_o", "v_inv", "threshold", "width_o", "theta", "h_inv", "beta"}:
             raise ValueError(f"plan {plan.id}: body fields {sorted(b)} are not the GLM billboard")
         if b["t"] != plan.id + 1 or isinstance(b["t"], bool):
@@ -95,6 +111,9 @@ class GLMBandits(Family):
 
     # --- the observer's extras ---------------------------------------------------------------
     def row_maker(self, config, label: str):
+        if self.algorithm(config, label).algorithm == "shuffle-glm":
+            return self._shuffle_row(config, label)
+
         def row(record, truths) -> dict | None:
             b = record.body
             if not truths or "theta_star" not in truths[0].extras:
@@ -111,12 +130,30 @@ class GLMBandits(Family):
 
         return row
 
+    def _shuffle_row(self, config, label: str):
+        """One row per batch learned (its 𝒫_GD's last round): t = the users served so far, ‖θ̂_k − θ*‖."""
+        def row(record, truths) -> dict | None:
+            b = record.body
+            if "theta" not in b or not truths or "theta_star" not in truths[0].extras:
+                return None
+            star = np.asarray(truths[0].extras["theta_star"])
+            theta = np.asarray(b["theta"])
+            t = truths[-1].first_user + truths[-1].size
+            return {"t": t, PER_RUN: [{"theta_error": float(np.linalg.norm(theta[i] - star[i]))}
+                                      for i in range(star.shape[0])]}
+
+        return row
+
     def finish(self, config, label: str, result) -> None:
         spread_per_run(result)  # one rounds.csv row per run, as one task per run writes them over MQTT
 
     def label_summary(self, config, label: str, results: list) -> dict:
         per_run = [x for r in results for x in r.learner]
-        out = {"setup": setup(self.public_task(config, label, [0])).describe()}
+        if self.algorithm(config, label).algorithm == "shuffle-glm":
+            out = {"setup": [sp.shuffle_setup(self.public_task(config, label, [r])).describe()
+                             for r in range(1 if config.reuse_contexts else config.runs)]}
+        else:
+            out = {"setup": setup(self.public_task(config, label, [0])).describe()}
         if per_run and per_run[0]:
             out["learner"] = per_run
         return out

@@ -177,11 +177,18 @@ def pgd_plan(n: int, d: int, epsilon: float, delta: float, radius: float, lipsch
     T = int(min(max(1, math.floor(formula)), max_iterations))
     eps_it = epsilon / (2 * math.sqrt(2 * T * math.log(1 / delta)))
     delta_it = delta / (T + 1)
-    g = math.ceil(max(2 * math.sqrt(n), d, 4))
-    b = vec_constant * g**2 * math.log(4 * (d**2 + 1) / delta_it) ** 2 / (eps_it**2 * n)
-    vec = VecParams(g=g, b=max(1, math.ceil(b)), p=0.25, shift=1.0, span=2.0)
+    vec = pvec_params(n, d, eps_it, delta_it, 1.0, vec_constant)
     step = 2 * (2 * radius) / (lipschitz * math.sqrt(T))
     return PGDPlan(T, formula, step, eps_it, delta_it, vec)
+
+
+def pvec_params(n: int, d: int, epsilon: float, delta: float, shift: float, vec_constant: float = VEC_CONSTANT
+                ) -> VecParams:
+    """P_Vec for n users at (ε, δ) (App. S): eq. (127)'s g = max{2√n, d, 4}, b = C·g²·log²(4(d²+1)/δ)/(ε²n),
+    p = 1/4; entries in [−Δ, Δ] shifted by Δ and encoded on [0, 2Δ] (spec §12 item 8)."""
+    g = math.ceil(max(2 * math.sqrt(n), d, 4))
+    b = vec_constant * g**2 * math.log(4 * (d**2 + 1) / delta) ** 2 / (epsilon**2 * n)
+    return VecParams(g=g, b=max(1, math.ceil(b)), p=0.25, shift=shift, span=2 * shift)
 
 
 def projected_gd_pvec(link: str, x: np.ndarray, r: np.ndarray, reg: float, radius: float, plan: PGDPlan,
@@ -196,8 +203,17 @@ def projected_gd_pvec(link: str, x: np.ndarray, r: np.ndarray, reg: float, radiu
         total += theta
         counts = randomizer.randomize(per_sample_gradients(link, theta, x, r), rng)  # R1, one per user
         g = analyzer.analyze(counts.sum(axis=0), n) / n  # S1 (label totals) then A1
-        theta = project_ball(theta - plan.step * (g + reg / n * theta), radius)
+        theta = pgd_step(theta, g, plan, reg, n, radius)
     return total / plan.iterations
+
+
+def pgd_step(theta: np.ndarray, mean_gradient: np.ndarray, plan: PGDPlan, reg: float, n: int, radius: float
+             ) -> np.ndarray:
+    """Algorithm 7 line 4: θ ← Π_Θ(θ − η(ḡ + (reg/n)·θ)), the regularizer's gradient (data-independent)
+    added by the server; θ (..., d), ḡ the decoded mean per-sample gradient."""
+    step = theta - plan.step * (mean_gradient + reg / n * theta)
+    norm = np.linalg.norm(step, axis=-1, keepdims=True)
+    return step * np.minimum(1.0, radius / np.maximum(norm, 1e-300))
 
 
 # --- the authors' optimizer: DP-SGD with an RDP accountant (Remark A.1) -----------------------
@@ -294,5 +310,5 @@ def n_upper(d: int) -> int:
 
 
 __all__ = ["GRID", "GridGaussianTree", "PGDPlan", "SGDSettings", "TreeCalibration", "calibrate_tree", "dp_sgd",
-           "n_entries", "per_call_budget", "pgd_plan", "projected_gd_pvec", "sgd_noise_multiplier", "tree_levels",
-           "zcdp_rho"]
+           "n_entries", "per_call_budget", "pgd_plan", "pgd_step", "projected_gd_pvec", "pvec_params",
+           "sgd_noise_multiplier", "tree_levels", "zcdp_rho"]

@@ -4,6 +4,7 @@
 from privbandit.protocol.privacy.events import (
     ORDERS,
     REPORTED_ORDERS,
+    AdvancedComposition,
     ApproxDP,
     DiscreteGaussianSumCDP,
     NonPrivate,
@@ -16,5 +17,6 @@ from privbandit.protocol.privacy.events import (
 )
 from privbandit.protocol.privacy.ledger import Ledger, default_delta, rdp_to_dp
 
-__all__ = ["ORDERS", "REPORTED_ORDERS", "ApproxDP", "DiscreteGaussianSumCDP", "Ledger", "NonPrivate", "NoneProven",
-           "PrivacyEvent", "PureDP", "SkellamRDP", "ZCDP", "default_delta", "polya_sum_epsilon", "rdp_to_dp"]
+__all__ = ["ORDERS", "REPORTED_ORDERS", "AdvancedComposition", "ApproxDP", "DiscreteGaussianSumCDP", "Ledger",
+           "NonPrivate", "NoneProven", "PrivacyEvent", "PureDP", "SkellamRDP", "ZCDP", "default_delta",
+           "polya_sum_epsilon", "rdp_to_dp"]

@@ -8,7 +8,8 @@ data sets that differ in one user's data:
 - ``rdp(orders)``: a Rényi curve ε(α) at the given integer orders α ≥ 2 (``inf`` where none holds);
 - ``cdp_epsilon``: ε̂ of ½ε̂²-CDP (zero-concentrated DP with ρ = ε̂²/2), or ``None``;
 - ``approx``: an (ε, δ) pair proven by a theorem that gives no curve (amplification by shuffling,
-  P_Vec's bound), or ``None``;
+  P_Vec's bound), or ``None``; :class:`AdvancedComposition` rounds compose in their ledger group by
+  the advanced composition theorem instead of basic composition;
 - ``status``: ``"proven"``, ``"none proven"`` (the release has no guarantee anyone has proven, e.g.
   the residues of a secure-aggregation protocol shown to a shuffler), or ``"non-private"``.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 import numpy as np
@@ -164,6 +166,80 @@ class ApproxDP:
 
 
 @dataclass(frozen=True)
+class AdvancedComposition:
+    """One of several adaptively composed (ε₀, δ₀)-DP releases to the same users, whose ledger group
+    composes them by the advanced composition theorem with slack δ′ (Dwork, Rothblum & Vadhan 2010;
+    Dwork & Roth Thm 3.20), as 𝒫_GD's calibration assumes (Cheu et al. 2021 Lemma B.4; Sarmasarkar
+    Lemma T.2): each round is (ε/(2√(2T log(1/δ))), δ/(T+1)).
+
+    A group holding k of these (same ε₀, δ₀, δ′) is charged :func:`advanced_epsilon`'s ε at δ =
+    kδ₀ + δ′: the optimal composition (Kairouz, Oh & Viswanath 2015, Thm 3.3, dp-accounting's
+    ``advanced_composition``), never more than the DRV closed form nor basic composition kε₀ (at
+    δ = kδ₀). Counting rounds as they arrive means the ledger states what the releases so far
+    cost, never the whole plan ahead of time. On its own (a record's ε) a round is (ε₀, δ₀)."""
+
+    epsilon: float
+    delta: float
+    slack: float
+    basis: str = ""
+    status: Status = "proven"
+    pure_epsilon = math.inf
+    cdp_epsilon = None
+
+    def __post_init__(self) -> None:
+        if not (self.epsilon > 0 and 0 <= self.delta < 1 and 0 < self.slack < 1):
+            raise ValueError(f"advanced composition needs ε₀ > 0, δ₀ in [0, 1), δ′ in (0, 1); got "
+                             f"({self.epsilon}, {self.delta}, {self.slack})")
+
+    def rdp(self, orders: np.ndarray) -> np.ndarray:
+        return np.full_like(orders, math.inf, dtype=np.float64)
+
+    @property
+    def approx(self) -> tuple[float, float]:
+        return (self.epsilon, self.delta)
+
+    def composed(self, k: int) -> tuple[float, float]:
+        """(ε, δ) of k such rounds."""
+        return advanced_epsilon(self.epsilon, self.delta, k, self.slack)
+
+
+# The optimal composition's sum has O(k²) terms (and binomials that overflow past k ≈ 1000): beyond
+# this many rounds the DRV closed form alone is used (it is never smaller).
+OPTIMAL_COMPOSITION_MAX_K = 1000
+
+
+def drv_epsilon(epsilon: float, k: int, slack: float) -> float:
+    """Dwork–Rothblum–Vadhan: k (ε₀, δ₀)-DP releases are (√(2k ln(1/δ′))ε₀ + kε₀(e^{ε₀} − 1), kδ₀ + δ′)-DP."""
+    return math.sqrt(2 * k * math.log(1 / slack)) * epsilon + k * epsilon * math.expm1(epsilon)
+
+
+def advanced_epsilon(epsilon: float, delta: float, k: int, slack: float) -> tuple[float, float]:
+    """(ε, δ) of k adaptively composed (ε₀, δ₀)-DP releases: the smaller of basic composition
+    (kε₀, kδ₀) and the optimal composition at δ = kδ₀ + δ′ (KOV Thm 3.3 through dp-accounting,
+    capped by the DRV bound, which it never exceeds)."""
+    if k <= 0:
+        return 0.0, 0.0
+    basic = k * epsilon
+    adv = drv_epsilon(epsilon, k, slack)
+    total_delta = k * delta + slack
+    if k <= OPTIMAL_COMPOSITION_MAX_K:
+        opt = _kov_epsilon(epsilon, delta, k, total_delta)
+        if opt is not None and math.isfinite(opt):
+            adv = min(adv, opt)
+    return (basic, k * delta) if basic <= adv else (adv, total_delta)
+
+
+@lru_cache(maxsize=4096)
+def _kov_epsilon(epsilon: float, delta: float, k: int, total_delta: float) -> float | None:
+    from dp_accounting.pld import accountant, common
+
+    try:
+        return accountant.advanced_composition(common.DifferentialPrivacyParameters(epsilon, delta), k, total_delta)
+    except OverflowError:
+        return None
+
+
+@dataclass(frozen=True)
 class NoneProven:
     """A release nobody has proven private, e.g. every user's residue ``(x̂ + η) mod m`` behind a
     shuffler, where the shares were calibrated for secure aggregation (issue #13). The ledger
@@ -192,7 +268,8 @@ class NonPrivate:
         return np.full_like(orders, math.inf, dtype=np.float64)
 
 
-PrivacyEvent = PureDP | SkellamRDP | DiscreteGaussianSumCDP | ZCDP | ApproxDP | NoneProven | NonPrivate
+PrivacyEvent = (PureDP | SkellamRDP | DiscreteGaussianSumCDP | ZCDP | ApproxDP | AdvancedComposition | NoneProven
+                | NonPrivate)
 
 
 def polya_sum_epsilon(r: float, beta: float, sensitivity: int) -> float:

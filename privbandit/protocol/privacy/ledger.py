@@ -3,7 +3,8 @@
 Every release's event is recorded under a *lane* and a *group*:
 
 - releases in one group of one lane reach the same users: they compose sequentially (pure ε and
-  Rényi curves add, (ε, δ) statements add);
+  Rényi curves add, (ε, δ) statements add, and :class:`~.events.AdvancedComposition` rounds are
+  charged their k-fold advanced-composition bound);
 - different groups of one lane reach disjoint users (parallel composition): a user's guarantee in
   the lane is that of the worst group;
 - every user takes part in one group of every lane: lanes compose sequentially.
@@ -27,7 +28,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from privbandit.protocol.privacy.events import ORDERS, REPORTED_ORDERS, PrivacyEvent
+from privbandit.protocol.privacy.events import ORDERS, REPORTED_ORDERS, AdvancedComposition, PrivacyEvent
 
 
 def default_delta(users: int) -> float:
@@ -74,12 +75,17 @@ class _Group:
     approx_eps: float = 0.0  # basic composition of (ε, δ) statements
     approx_delta: float = 0.0
     releases: int = 0
+    # Rounds that compose by advanced composition: how many of each kind, charged only when the
+    # group is read (:meth:`folded`), so k rounds cost the k-fold bound, not k times one round's.
+    advanced: dict[AdvancedComposition, int] = field(default_factory=dict)
 
     def add(self, event: PrivacyEvent) -> None:
         self.pure += event.pure_epsilon
         cdp = event.cdp_epsilon
         self.rho = None if self.rho is None or cdp is None else self.rho + 0.5 * cdp**2
-        if event.approx is not None and event.status == "proven":
+        if isinstance(event, AdvancedComposition) and event.status == "proven":
+            self.advanced[event] = self.advanced.get(event, 0) + 1
+        elif event.approx is not None and event.status == "proven":
             # An (ε, δ) statement without a curve composes by basic composition in approx_*; it
             # adds nothing to the Rényi curve (an infinite curve would void the statement).
             self.approx_eps += event.approx[0]
@@ -88,8 +94,18 @@ class _Group:
             self.rdp = self.rdp + _curve(event)
         self.releases += 1
 
+    def folded(self) -> _Group:
+        """A copy whose advanced-composition rounds are charged into its (ε, δ) statements (each
+        kind's k rounds by their k-fold bound; different kinds by basic composition)."""
+        out = _Group(self.pure, self.rdp.copy(), self.rho, self.approx_eps, self.approx_delta, self.releases)
+        for event, k in self.advanced.items():
+            eps, delta = event.composed(k)
+            out.approx_eps += eps
+            out.approx_delta += delta
+        return out
+
     def worst(self, other: _Group) -> None:
-        """Parallel composition: keep, number by number, the worse of two groups."""
+        """Parallel composition: keep, number by number, the worse of two (folded) groups."""
         self.pure = max(self.pure, other.pure)
         self.rdp = np.maximum(self.rdp, other.rdp)
         self.rho = None if self.rho is None or other.rho is None else max(self.rho, other.rho)
@@ -130,6 +146,7 @@ class Ledger:
         if group is None:
             one = _Group()
             one.add(event)
+            one = one.folded()
             if lane_.single is None:
                 lane_.single = one
             else:
@@ -158,7 +175,7 @@ class Ledger:
         """Parallel composition inside each lane (the worst group), sequential across lanes."""
         total = _Group()
         for lane in self.lanes.values():
-            parts = list(lane.groups.values()) + ([lane.single] if lane.single is not None else [])
+            parts = [g.folded() for g in lane.groups.values()] + ([lane.single] if lane.single is not None else [])
             if not parts:
                 continue
             worst = _Group(rdp=parts[0].rdp.copy(), pure=parts[0].pure, rho=parts[0].rho,
@@ -184,11 +201,11 @@ class Ledger:
             # The releases with curves and those with only (ε, δ) statements compose by basic
             # composition: the curve part gets what δ the statements leave.
             rest = self.delta - total.approx_delta
-            if total.approx_delta == 0:
+            if total.approx_delta == 0 and total.approx_eps == 0:
                 eps_delta = rdp_to_dp(total.rdp, self.delta)
             elif not np.any(total.rdp) and rest >= 0:  # (ε, δ) statements only, within δ
                 eps_delta = total.approx_eps
-            elif rest > 0:
+            elif rest > 0:  # (an (ε, 0) statement, e.g. k rounds by basic composition, lands here too)
                 eps_delta = total.approx_eps + rdp_to_dp(total.rdp, rest)
             eps_delta = min(eps_delta, pure)
         cdp = None if total.rho is None or not proven else math.sqrt(2 * total.rho)

@@ -161,6 +161,9 @@ def write_broker_config(
     log_file: Path | str | None = None,
     backend: Literal["acl_file", "dynsec"] = "acl_file",
     dynsec_plugin: Path | str | None = None,
+    tls_cert: Path | str | None = None,
+    tls_key: Path | str | None = None,
+    client_ca: Path | str | None = None,
 ) -> BrokerFiles:
     """Write a Mosquitto configuration enforcing the trust model for run ``run_id``.
 
@@ -176,6 +179,10 @@ def write_broker_config(
 
     Mosquitto started as root drops to the user named by ``user``; the conf names the owner of the
     files, so the 0600 files stay readable to the broker.
+
+    ``tls_cert`` and ``tls_key`` (PEM) make the listener TLS-only (clients use ``mqtts://``);
+    ``client_ca`` also requires every client to present a certificate that CA signed. The broker's
+    accounts and ACL are unchanged: the certificate authenticates the connection, not the role.
     """
     if not isinstance(directory, (str, Path)) or str(directory) == "":
         raise ValueError(f"directory must be a path, got {directory!r}")
@@ -204,7 +211,15 @@ def write_broker_config(
         if not isinstance(log_file, (str, Path)) or str(log_file) == "" or any(c in str(log_file) for c in "\n\r"):
             raise ValueError(f"log_file must be a path, got {log_file!r}")
         log_file = Path(log_file).expanduser().resolve()
-    for path_ in (directory, log_file, plugin):
+    tls: dict[str, Path] = {}
+    for name, value in (("tls_cert", tls_cert), ("tls_key", tls_key), ("client_ca", client_ca)):
+        if value is not None:
+            if not isinstance(value, (str, Path)) or not Path(value).expanduser().is_file():
+                raise ValueError(f"{name} must be a readable PEM file, got {value!r}")
+            tls[name] = Path(value).expanduser().resolve()
+    if tls and not ("tls_cert" in tls and "tls_key" in tls):
+        raise ValueError("tls_cert and tls_key go together (client_ca needs both)")
+    for path_ in (directory, log_file, plugin, *tls.values()):
         if path_ is not None and any(c in str(path_) for c in "\n\r"):
             raise ValueError(f"path {str(path_)!r} contains a line break")
     secrets_by_role = _check_passwords(passwords)
@@ -230,8 +245,12 @@ def write_broker_config(
         f"# privbandit broker for run {run_id} (generated). Start with: mosquitto -c {conf}",
         "per_listener_settings false",
         f"listener {port} {host}",
-        "allow_anonymous false",
     ]
+    if tls:
+        lines += [f"certfile {tls['tls_cert']}", f"keyfile {tls['tls_key']}"]
+        if "client_ca" in tls:
+            lines += [f"cafile {tls['client_ca']}", "require_certificate true"]
+    lines += ["allow_anonymous false"]
     if backend == "acl_file":
         lines += [f"password_file {passwd}", f"acl_file {acl}"]
     else:

@@ -1,0 +1,115 @@
+"""ShuffleGLM (Algorithm 1), which the paper never ran: regret against T, against ε and against the
+number of 𝒫_GD gradient rounds, and what one user sends over all her rounds.
+
+    python experiments/glm_alg1.py [--runs 3] [--jobs 2]
+
+The base instance is experiments/glm_alg1.toml (logistic, d = 3, K = 10, S = 2, warm-up 15 % of T,
+M = 3). Each sweep varies one knob of its three algorithms and prints a markdown table: the mean
+pseudo-regret over the runs, its ratio to uniform play's expected regret on the same arm sets (a
+non-learning baseline), ‖θ̂_1 − θ*‖ after the warm-up, and the ledger's ε at δ (or "none proven").
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from privbandit.families.glm_bandits import shuffle_parties as sp
+from privbandit.families.glm_bandits.config import GLMExperiment
+from privbandit.families.glm_bandits.family import FAMILY
+from privbandit.runner.config import validate_experiment
+from privbandit.runner.tasks import Task, execute
+
+HERE = Path(__file__).parent
+LABELS = ["shuffle-glm", "shuffle-glm@gamma1", "shuffle-glm@gamma1-C1"]
+
+
+def variant(base: GLMExperiment, horizon: int | None = None, epsilon: float | None = None,
+            iterations: int | None = None, runs: int | None = None) -> GLMExperiment:
+    T = horizon or base.horizon
+    algs = {}
+    for label, a in base.algorithms.items():
+        upd = {"warmup": int(0.15 * T)}
+        if epsilon is not None:
+            upd["epsilon"] = epsilon
+        if iterations is not None:
+            upd["max_iterations"] = iterations
+        algs[label] = a.model_copy(update=upd)
+    return base.model_copy(update={"horizon": T, "algorithms": algs, "runs": runs or base.runs})
+
+
+def one(args) -> dict:
+    config, label, run = args
+    _, _, res, secs = execute(Task(FAMILY.name, config, label, (run,)))
+    w = FAMILY.world(config, [run])
+    uniform = float((w.best - w.means.mean(axis=-1)).sum())
+    first = next((r for r in res.rounds if "theta_error" in r), None)
+    return {"label": label, "regret": float(res.pseudo[0, -1]), "uniform": uniform,
+            "theta1_error": None if first is None else first["theta_error"],
+            "eps": res.privacy["epsilon_at_delta"], "guarantee": res.privacy["guarantee"], "secs": secs,
+            "setup": sp.shuffle_setup(FAMILY.public_task(config, label, [run])).describe()}
+
+
+def sweep(pool, configs: dict) -> dict:
+    jobs = [(key, (c, label, r)) for key, c in configs.items() for label in LABELS for r in range(c.runs)]
+    out = {}
+    for (key, job), res in zip(jobs, pool.map(one, [j for _, j in jobs])):
+        out.setdefault((key, job[1]), []).append(res)
+    return out
+
+
+def table(title: str, knob: str, keys: list, results: dict) -> None:
+    print(f"\n### {title}\n")
+    print(f"| {knob} | algorithm | regret (mean ± se) | ÷ uniform | ‖θ̂₁ − θ*‖ | ledger ε at δ |")
+    print("|---|---|---|---|---|---|")
+    for key in keys:
+        for label in LABELS:
+            rs = results[key, label]
+            reg = np.array([r["regret"] for r in rs])
+            ratio = np.mean([r["regret"] / r["uniform"] for r in rs])
+            err = np.mean([r["theta1_error"] for r in rs])
+            eps = rs[0]["eps"]
+            led = "none proven" if rs[0]["guarantee"] != "proven" else f"{eps:.3f}"
+            se = reg.std(ddof=1) / np.sqrt(reg.size) if reg.size > 1 else 0.0
+            print(f"| {key} | {label} | {reg.mean():.0f} ± {se:.0f} | {ratio:.2f} | {err:.2f} | {led} |")
+
+
+def bytes_table(keys: list, results: dict) -> None:
+    print("\n### What one user of batch k sends over all her rounds (ε = 4, T = 20000; the last batch sends nothing)\n")
+    print("| max_iterations | batch | users | rounds | T_it formula | wire bytes (count-encoded) "
+          "| literal bits (Alg. 4 multisets) |")
+    print("|---|---|---|---|---|---|---|")
+    for key in keys:
+        setup = results[key, "shuffle-glm"][0]["setup"]
+        for k, b in enumerate(setup["batches"][:-1]):
+            print(f"| {key} | {k + 1} | {b['users']} | {b['rounds']} | {b['iterations_formula']:.3g} | "
+                  f"{b['protocol_bytes_per_user']:.0f} | {b['literal_bits_per_user']:.3g} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=None)
+    ap.add_argument("--jobs", type=int, default=2)
+    args = ap.parse_args()
+    base = validate_experiment(GLMExperiment, HERE / "glm_alg1.toml")[0]
+    start = time.perf_counter()
+    with ProcessPoolExecutor(args.jobs) as pool:
+        Ts = [5000, 20000, 80000]
+        by_T = sweep(pool, {T: variant(base, horizon=T, runs=args.runs) for T in Ts})
+        epss = [1.0, 4.0, 8.0, 16.0, 30.0]
+        by_eps = sweep(pool, {e: variant(base, epsilon=e, runs=args.runs) for e in epss})
+        its = [1, 5, 50, 200, 800]
+        by_it = sweep(pool, {i: variant(base, iterations=i, runs=args.runs) for i in its})
+    table("Regret against T (ε = 4, T_it ≤ 50)", "T", Ts, by_T)
+    table("Regret against ε (T = 20000, T_it ≤ 50)", "ε", epss, by_eps)
+    table("Regret against the number of gradient rounds (T = 20000, ε = 4)", "max_iterations", its, by_it)
+    bytes_table(its, by_it)
+    print(f"\nwall time {time.perf_counter() - start:.0f} s on {args.jobs} processes")
+
+
+if __name__ == "__main__":
+    main()
