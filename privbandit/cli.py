@@ -880,6 +880,8 @@ def audit(
         help="users per audited round where the family lets it vary (the MAB rounds), in [1, 10^6] "
              "[default: the family's]")] = None,
     seed: Annotated[int, typer.Option(help="the audit's own seed (≥ 0)")] = 0,
+    jobs: Annotated[int, typer.Option(help="worker processes, one release each at a time (results do not "
+                                           "depend on it), in [1, 64]")] = 1,
     out: Annotated[Path, typer.Option(help="directory for audit.json and the plots (replaced)")] = Path("results/audit"),
     transport: Annotated[str, typer.Option(help="inproc: the releases sampled in-process from the project's "
                                                 "own mechanisms (mqtt: not built)")] = "inproc",
@@ -887,8 +889,11 @@ def audit(
     """Measure the privacy each release really gives: two neighbouring inputs, many releases of what
     the analyzer receives under each, and an ε lower bound at δ with the stated confidence, set
     against the ledger's claim (docs/audit.md). Exits 1 if any bound exceeds its claim."""
+    import copy
+
     from privbandit import registry
     from privbandit.audit import run_audit, write_audit
+    from privbandit.audit.run import run_audit_parallel
     from privbandit.runner import config as experiment_files
     from privbandit.runner.provenance import command_line
 
@@ -909,10 +914,13 @@ def audit(
             raise ConfigError(f"--cohort {cohort}: must lie in [1, 10^6]")
         if seed < 0:
             raise ConfigError(f"--seed {seed}: must be ≥ 0")
+        if not 1 <= jobs <= 64:
+            raise ConfigError(f"--jobs {jobs}: must lie in [1, 64]")
         if (experiment is None) == (family is None):
             raise ConfigError("give an experiment FILE, or --family F --algorithm A (not both)")
         if experiment is not None:
-            fam, config = experiment_files.load(experiment, list(set_ or []))
+            data, where = experiment_files.read_experiment_data(experiment, list(set_ or [])), experiment
+            fam, config = experiment_files.load_data(copy.deepcopy(data), where)
         else:
             if family not in registry.family_names():
                 raise ConfigError(f"--family {family!r}: not one of {', '.join(registry.family_names())}")
@@ -922,8 +930,9 @@ def audit(
                     "algorithms": {algorithm[0]: {"algorithm": algorithm[0]}}}
             for assignment in set_ or []:
                 experiment_files.apply_override(data, assignment)
+            where = f"--family {family} --algorithm {algorithm[0]}"
             try:
-                fam, config = experiment_files.load_data(data, f"--family {family} --algorithm {algorithm[0]}")
+                fam, config = experiment_files.load_data(copy.deepcopy(data), where)
             except ConfigError as exc:
                 raise ConfigError(f"{exc}\n(a family whose experiments need more than an algorithm: give an "
                                   f"experiment FILE, or the fields with --set)") from None
@@ -934,13 +943,14 @@ def audit(
                 raise ConfigError(f"--algorithm {', '.join(unknown)}: not a label of {experiment}; labels: "
                                   f"{', '.join(labels)}")
             labels = [label for label in labels if label in algorithm]
-        targets, skipped = [], []
+        targets, specs, skipped = [], [], []
         for label in labels:
             try:
                 found = fam.audit_targets(config, label, cohort)
             except ValueError as exc:  # e.g. a cohort whose modulus the encoding cannot hold
                 raise ConfigError(f"algorithms.{label}: cannot audit with --cohort {cohort}: {exc}") from None
             targets += found
+            specs += [(data, str(where), label, cohort, i, t.name) for i, t in enumerate(found)]
             if not found:
                 skipped.append(f"{fam.name}/{label}")
         if not targets:
@@ -957,7 +967,10 @@ def audit(
                 done.append(name)
                 bar.update(task, description=name)
 
-            results = run_audit(targets, samples, delta, confidence, seed, progress)
+            if jobs == 1:
+                results = run_audit(targets, samples, delta, confidence, seed, progress)
+            else:
+                results = run_audit_parallel(specs, jobs, samples, delta, confidence, seed, progress)
             bar.advance(task)
     except ConfigError as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)

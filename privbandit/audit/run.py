@@ -89,6 +89,38 @@ def run_audit(targets: list[AuditTarget], samples: int, delta: float | None, con
     return out
 
 
+def _audit_spec(spec: tuple, samples: int, delta: float | None, confidence: float, seed: int) -> dict:
+    """One target audited in a worker process: rebuilt there from the experiment's data (a target's
+    sampler is a closure, which does not pickle), then audited from the same stream as in
+    :func:`run_audit`, so the result does not depend on the number of workers."""
+    import copy
+
+    from privbandit.runner import config as experiment_files
+
+    data, path, label, cohort, index, name = spec
+    fam, config = experiment_files.load_data(copy.deepcopy(data), path)
+    target = fam.audit_targets(config, label, cohort)[index]
+    if target.name != name:
+        raise RuntimeError(f"target {index} of {label} rebuilt as {target.name}, not {name}")
+    return audit_target(target, samples, delta, confidence, stream(seed, "audit", name))
+
+
+def run_audit_parallel(specs: list[tuple], jobs: int, samples: int, delta: float | None, confidence: float,
+                       seed: int, progress: Callable[[str], None] | None = None) -> list[dict]:
+    """:func:`run_audit` over ``jobs`` processes. ``specs``: per target ``(data, path, label,
+    cohort, index, name)``, the experiment's data and where its target sits among its label's."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(_audit_spec, spec, samples, delta, confidence, seed) for spec in specs]
+        out = []
+        for spec, future in zip(specs, futures):
+            out.append(future.result())
+            if progress:
+                progress(spec[-1])
+        return out
+
+
 def slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
