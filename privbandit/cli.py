@@ -903,6 +903,137 @@ def _options(version: Annotated[bool, typer.Option("--version", callback=_print_
     """A distributed protocol simulator for private bandit learning."""
 
 
+@app.command()
+def audit(
+    experiment: Annotated[Optional[Path], typer.Argument(help="experiment file (TOML); or --family and --algorithm")] = None,
+    family: Annotated[Optional[str], typer.Option(help="audit this family's ALGORITHM with its defaults (no file)")] = None,
+    algorithm: Annotated[Optional[list[str]], typer.Option(
+        help="without FILE: the algorithm to audit; with FILE: audit only this label (repeatable)")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a field: dotted.name=value")] = None,
+    samples: Annotated[int, typer.Option(help="releases per neighbouring input, in [100, 10^9]")] = 1_000_000,
+    delta: Annotated[Optional[float], typer.Option(help="δ of the ε lower bound, in (0, 1) [default: the run's own δ]")] = None,
+    confidence: Annotated[float, typer.Option(
+        help="1 − β: each release's bounds hold together with this probability, in (0, 1)")] = 0.95,
+    cohort: Annotated[Optional[int], typer.Option(
+        help="users per audited round where the family lets it vary (the MAB rounds), in [1, 10^6] "
+             "[default: the family's]")] = None,
+    seed: Annotated[int, typer.Option(help="the audit's own seed (≥ 0)")] = 0,
+    jobs: Annotated[int, typer.Option(help="worker processes, one release each at a time (results do not "
+                                           "depend on it), in [1, 64]")] = 1,
+    out: Annotated[Path, typer.Option(help="directory for audit.json and the plots (replaced)")] = Path("results/audit"),
+    transport: Annotated[str, typer.Option(help="inproc: the releases sampled in-process from the project's "
+                                                "own mechanisms (mqtt: not built)")] = "inproc",
+):
+    """Measure the privacy each release really gives: two neighbouring inputs, many releases of what
+    the analyzer receives under each, and an ε lower bound at δ with the stated confidence, set
+    against the ledger's claim (docs/audit.md). Exits 1 if any bound exceeds its claim."""
+    import copy
+
+    from privbandit import registry
+    from privbandit.audit import run_audit, write_audit
+    from privbandit.audit.run import run_audit_parallel
+    from privbandit.runner import config as experiment_files
+    from privbandit.runner.provenance import command_line
+
+    try:
+        if transport == "mqtt":
+            raise ConfigError("--transport mqtt: not built yet (issue #17); the audit samples the project's own "
+                              "mechanisms in-process (--transport inproc), see docs/audit.md")
+        if transport != "inproc":
+            raise ConfigError(f"--transport {transport!r}: choose inproc (mqtt is not built yet)")
+        if not 100 <= samples <= 10**9:
+            raise ConfigError(f"--samples {samples}: must lie in [100, 10^9]")
+        if delta is not None and not 0 < delta < 1:
+            raise ConfigError(f"--delta {delta}: must lie in (0, 1) (the ledger states its ε at a δ > 0; a pure ε "
+                              f"is the same at every δ)")
+        if not 0 < confidence < 1:
+            raise ConfigError(f"--confidence {confidence}: must lie in (0, 1)")
+        if cohort is not None and not 1 <= cohort <= 10**6:
+            raise ConfigError(f"--cohort {cohort}: must lie in [1, 10^6]")
+        if seed < 0:
+            raise ConfigError(f"--seed {seed}: must be ≥ 0")
+        if not 1 <= jobs <= 64:
+            raise ConfigError(f"--jobs {jobs}: must lie in [1, 64]")
+        if (experiment is None) == (family is None):
+            raise ConfigError("give an experiment FILE, or --family F --algorithm A (not both)")
+        if experiment is not None:
+            data, where = experiment_files.read_experiment_data(experiment, list(set_ or [])), experiment
+            fam, config = experiment_files.load_data(copy.deepcopy(data), where)
+        else:
+            if family not in registry.family_names():
+                raise ConfigError(f"--family {family!r}: not one of {', '.join(registry.family_names())}")
+            if not algorithm or len(algorithm) != 1:
+                raise ConfigError("--family needs exactly one --algorithm (privbandit list shows them)")
+            data = {"family": family, "name": f"audit-{algorithm[0]}", "horizon": 1_000_000,
+                    "algorithms": {algorithm[0]: {"algorithm": algorithm[0]}}}
+            for assignment in set_ or []:
+                experiment_files.apply_override(data, assignment)
+            where = f"--family {family} --algorithm {algorithm[0]}"
+            try:
+                fam, config = experiment_files.load_data(copy.deepcopy(data), where)
+            except ConfigError as exc:
+                raise ConfigError(f"{exc}\n(a family whose experiments need more than an algorithm: give an "
+                                  f"experiment FILE, or the fields with --set)") from None
+        labels = fam.labels(config)
+        if experiment is not None and algorithm:
+            unknown = [a for a in algorithm if a not in labels]
+            if unknown:
+                raise ConfigError(f"--algorithm {', '.join(unknown)}: not a label of {experiment}; labels: "
+                                  f"{', '.join(labels)}")
+            labels = [label for label in labels if label in algorithm]
+        targets, specs, skipped = [], [], []
+        for label in labels:
+            try:
+                found = fam.audit_targets(config, label, cohort)
+            except ValueError as exc:  # e.g. a cohort whose modulus the encoding cannot hold
+                raise ConfigError(f"algorithms.{label}: cannot audit with --cohort {cohort}: {exc}") from None
+            targets += found
+            specs += [(data, str(where), label, cohort, i, t.name) for i, t in enumerate(found)]
+            if not found:
+                skipped.append(f"{fam.name}/{label}")
+        if not targets:
+            raise ConfigError(f"family {fam.name}: no release of {', '.join(labels)} can be audited yet "
+                              f"(it defines no audit targets; docs/audit.md)")
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=err, transient=not err.is_terminal) as bar:
+            task = bar.add_task("audit", total=len(targets))
+            done = []
+
+            def progress(name: str) -> None:
+                if done:
+                    bar.advance(task)
+                done.append(name)
+                bar.update(task, description=name)
+
+            if jobs == 1:
+                results = run_audit(targets, samples, delta, confidence, seed, progress)
+            else:
+                results = run_audit_parallel(specs, jobs, samples, delta, confidence, seed, progress)
+            bar.advance(task)
+    except ConfigError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(2)
+    report = {"command": command_line(), "samples": samples, "confidence": confidence, "seed": seed,
+              "cohort": cohort, "transport": transport, "targets": results, "not_audited": skipped,
+              "seconds": sum(r["seconds"]["total"] for r in results)}
+    write_audit(out, report)
+    console = Console(width=None if sys.stdout.isatty() else 140)
+    table = Table(title=f"audit: {samples:,} releases per neighbour, confidence {confidence:g}")
+    for col in ("mechanism", "release", "claimed ε", "audited ε ≥", "δ", "verdict", "seconds"):
+        table.add_column(col, justify="right" if col in ("claimed ε", "audited ε ≥", "δ", "seconds") else "left")
+    for r in results:
+        c, a = r["claim"], r["audit"]
+        claimed = f"{c['epsilon_at_delta']:.4g}" if c["epsilon_at_delta"] is not None else c["guarantee"]
+        table.add_row(f"{r['name']} ({r['algorithm']})", r["release"], claimed, f"{a['epsilon']:.4g}",
+                      f"{a['delta']:.2g}", r["verdict"], f"{r['seconds']['total']:.1f}")
+    console.print(table)
+    if skipped:
+        console.print(f"not audited (no audit targets yet): {', '.join(skipped)}")
+    console.print(f"audit.json and one plot per mechanism in {out}/")
+    if any(r["verdict"] == "violation" for r in results):
+        raise typer.Exit(1)
+
+
 @app.command("list")
 def list_() -> None:
     """Every registered family with its algorithms and presets, and every adversary, one line each."""

@@ -95,6 +95,15 @@ class Mechanism(ABC):
     @abstractmethod
     def analyze(self, release: int | float, params: RoundParams, rng: np.random.Generator) -> Estimate: ...
 
+    def protect(self, releases: np.ndarray, params: RoundParams, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """What the analyzer's own noise makes of a batch of releases before it decodes them, and
+        that noise: the central model's draw (Alg. 3), none by default. A mechanism whose analyzer
+        adds noise draws it here and :meth:`analyze` through it with a batch of one, as
+        ``privbandit audit`` does with millions: the audit then tests this code, not a copy (one
+        that drew its noise elsewhere would be audited without it, and flagged)."""
+        releases = np.asarray(releases)
+        return releases, np.zeros_like(releases)
+
     @abstractmethod
     def privacy_event(self, params: RoundParams, shares: int | None = None) -> PrivacyEvent:
         """The round's guarantee when ``shares`` reports (n by default) made it into the release.
@@ -174,14 +183,23 @@ class ModularMechanism(Mechanism):
         return encoding.modular_sum(messages, params.m)
 
     # --- analyzer (Alg. 1 lines 26–30; Alg. 3 for the central model) ----------------------
+    def central_noises(self, params: RoundParams, size: int, rng: np.random.Generator) -> np.ndarray:
+        """``size`` draws of the analyzer's own integer noise; none outside the central model."""
+        return np.zeros(size, dtype=np.int64)
+
     def central_noise(self, params: RoundParams, rng: np.random.Generator) -> int:
-        return 0
+        return int(self.central_noises(params, 1, rng)[0])
+
+    def protect(self, releases: np.ndarray, params: RoundParams, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """``ŷ = (y + η) mod m`` per release (Alg. 3 line 2 in the central model; η = 0 otherwise)."""
+        eta = self.central_noises(params, np.size(releases), rng)
+        return encoding.reduce_mod(np.asarray(releases, dtype=np.int64) + eta, params.m), eta
 
     def analyze(self, release: int, params: RoundParams, rng: np.random.Generator) -> Estimate:
         if not 0 <= release < params.m:
             raise encoding.EncodingError(f"release {release} is not a residue mod {params.m}")
-        eta = self.central_noise(params, rng)
-        y_hat = (int(release) + eta) % params.m
+        y, noise = self.protect(np.array([int(release)], dtype=np.int64), params, rng)
+        y_hat, eta = int(y[0]), int(noise[0])
         decoded = encoding.decode(y_hat, n=params.n, g=params.g, tau=params.tau, m=params.m)
         return Estimate(
             reward_sum=decoded.noisy_sum / params.g,

@@ -247,6 +247,14 @@ class DistributedDpMab(Family):
         return kind(a.adversary.fraction, build_mechanism(a), config.seed, (run, label),
                     best_arm=instance_for(config, run).best_arm, **extra)
 
+    # --- privbandit audit ----------------------------------------------------------------------
+    def audit_targets(self, config, label: str, cohort: int | None = None) -> list:
+        """One release per algorithm: a round of ``cohort`` users as this algorithm's analyzer opens
+        it (its intermediary's rule), the claim from this family's ledger (:mod:`.audit`)."""
+        from privbandit.families.distributed_dp_mab.audit import elimination_targets
+
+        return elimination_targets(self, config, label, cohort)
+
     # --- the observer's extras ---------------------------------------------------------------
     def row_maker(self, config, label: str):
         """Per released round: g, τ, m, wrap-around, the noise realised against Assumption 1's

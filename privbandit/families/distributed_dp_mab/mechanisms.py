@@ -102,8 +102,8 @@ class CentralDiscreteLaplace(PolyaSecAgg):
     def local_shares(self, size, params, rng):
         return np.zeros(size, dtype=np.int64)
 
-    def central_noise(self, params, rng) -> int:
-        return int(sample_discrete_laplace(params.g / self.epsilon, 1, rng)[0])
+    def central_noises(self, params, size, rng) -> np.ndarray:
+        return sample_discrete_laplace(params.g / self.epsilon, size, rng)
 
     def privacy_event(self, params: RoundParams, shares: int | None = None) -> PureDP:
         return PureDP(self.epsilon)  # the analyzer's own draw: survivors do not matter
@@ -250,9 +250,12 @@ class CentralLaplace(RealSumMechanism):
     def params(self, n: int) -> RoundParams:
         return RoundParams(n=n, sigma=0.0, h=1.0 / self.epsilon)
 
+    def protect(self, releases: np.ndarray, params: RoundParams, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        return grid_laplace(np.asarray(releases, dtype=np.float64), 1.0, self.epsilon, rng)
+
     def analyze(self, release: float, params: RoundParams, rng: np.random.Generator) -> Estimate:
-        noisy, noise = grid_laplace(float(release), 1.0, self.epsilon, rng)
-        return Estimate(reward_sum=float(noisy), central_noise=float(noise))
+        noisy, noise = self.protect(np.array([float(release)]), params, rng)
+        return Estimate(reward_sum=float(noisy[0]), central_noise=float(noise[0]))
 
     def privacy_event(self, params: RoundParams, shares: int | None = None) -> PureDP:
         return PureDP(self.epsilon)

@@ -41,6 +41,15 @@ def release_threshold(cohort: int) -> int:
     return min(cohort, default_threshold(cohort))
 
 
+def release_event(mechanism: Mechanism, rnd: Round, q: RoundParams, n: int):
+    """The privacy event the ledger records for a release of ``rnd`` covering ``n`` reports (also
+    what ``privbandit audit`` holds the release to). Fewer than n reports is a dropout: the release
+    was still safe to make (the threshold); the event is what the n′ survivors' noise gives."""
+    if rnd.rule == "shuffle" and mechanism.trust_model == "distributed":
+        return NoneProven(SHUFFLED_SHARES)
+    return mechanism.privacy_event(q, n)
+
+
 def params_of(plan: Plan) -> RoundParams:
     return RoundParams(**plan.body["params"])
 
@@ -139,11 +148,7 @@ class EliminationServer:
         est = self.mechanism.analyze(value, q, stream(self.key, "round", rnd.id))
         del self.open[rnd.id]
         n = release.n_reports
-        # Fewer than n reports is a dropout: the release was still safe to make (the threshold);
-        # the ledger records what the n′ survivors' noise gives.
-        event = self.mechanism.privacy_event(q, n)
-        if rnd.rule == "shuffle" and self.mechanism.trust_model == "distributed":
-            event = NoneProven(SHUFFLED_SHARES)
+        event = release_event(self.mechanism, rnd, q, n)
         self.sums[plan.body["arm"]] = est.reward_sum
         self.counts[plan.body["arm"]] = n
         if not self.open and self.batch_complete:

@@ -97,6 +97,16 @@ class PrivateOnlineLearning(Family):
         a = cfg.OnlineAlgorithm.model_validate(public["algorithm"])
         return Ledger(a.trust, a.epsilon, public["delta"], users=public["horizon"])
 
+    def audit_targets(self, config, label: str, cohort: int | None = None) -> list:
+        """DP-SE's rounds, through the distributed-DP MAB family's audit path (its analyzer is that
+        family's EliminationServer with this family's mechanism). The other algorithms' releases
+        (Lazy-UCB's arrays, Hybrid-UCB's tree, FTNL's noisy max) have no targets yet."""
+        if self.algorithm(config, label).algorithm != "dp-se":
+            return []
+        from privbandit.families.distributed_dp_mab.audit import elimination_targets
+
+        return elimination_targets(self, config, label, cohort)
+
     def users(self, config, label: str, runs: list[int]):
         (run,) = runs
         a = self.algorithm(config, label)

@@ -94,6 +94,13 @@ class ShuffleLinearBandits(Family):
         return Ledger(lp.TRUST_MODEL[kind], None if kind == "linucb" else public["algorithm"]["epsilon"],
                       public["delta"], users=public["horizon"])
 
+    def audit_targets(self, config, label: str, cohort: int | None = None) -> list:
+        """LinUCB-LDP's reports, P_Vec's label counts, P_Amp's shuffled reports (:mod:`.audit`); JDP
+        has no target yet."""
+        from privbandit.families.shuffle_linear_bandits.audit import linear_targets
+
+        return linear_targets(self, config, label, cohort)
+
     def users(self, config, label: str, runs: list[int]) -> LinearUsers:
         env = config.environment
         return LinearUsers(setup(self.public_task(config, label, runs)),

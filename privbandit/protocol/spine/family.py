@@ -164,6 +164,14 @@ class Family(ABC):
         """The in-process adversary of one run (:mod:`privbandit.protocol.spine.adversaries`), or None."""
         return None
 
+    # --- privbandit audit ----------------------------------------------------------------------
+    def audit_targets(self, config, label: str, cohort: int | None = None) -> list:
+        """The releases of one algorithm that ``privbandit audit`` can test
+        (:class:`privbandit.audit.targets.AuditTarget`), built from the family's own mechanisms and
+        analyzer logic, with cohorts of ``cohort`` users (None: the family's default). []: none
+        yet, which the audit reports as not audited."""
+        return []
+
     # --- the observer's extras ---------------------------------------------------------------
     def row_maker(self, config, label: str) -> Callable:
         """``row(record, truths) -> dict | None``: one ``rounds.csv`` row for a released round (its

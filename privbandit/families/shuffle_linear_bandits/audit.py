@@ -1,0 +1,98 @@
+"""The releases of Chowdhury & Zhou (2022)'s protocols, as ``privbandit audit`` tests them.
+
+LinUCB-LDP (Zheng et al. 2020's local Gaussian randomizer, Algorithm 2's R_Amp with the LDP σ):
+the analyzer receives every user's report [φy + noise, upper(φφᵀ) + noise] attributably.
+Neighbouring inputs: user 0 with the pair of feasible contexts (‖φ‖ ≤ L, y ∈ {0, 1}) whose entries
+lie farthest apart in ℓ2, among (L·e₁, 1) against (−L·e₁, 1), (L·e₂, 1) and (L·e₂, 0). The other
+users' reports are ancillary (independent, identically distributed under both inputs), so user 0's
+report is sampled alone, by the family's own randomizer, and read as its projection on the
+difference of the two honest entries vectors: the likelihood ratio of isotropic Gaussian noise is
+a function of it, so nothing is lost (and any function is post-processing: the bound stays sound).
+
+The ledger's claim is the analyzer's batch event: the analytic Gaussian ε at the report's ℓ2
+sensitivity bound 2√(L² + L⁴). No feasible pair is that far apart: with y = y′ = 1 and
+φ = L·u, φ′ = L·v, u·v = c, the distance² is at most L²(2 − 2c) + L⁴(2 − 2c²), largest at
+c = −1/(2L²) (L = √2: ≈ 3.54 against the bound's 4.90; our pairs reach 3.46). So the audit cannot
+reach the claim whatever its samples: the sensitivity bound is loose, not the noise.
+LinUCB-SDP-Vec (P_Vec, Algorithms 5–7): the analyzer receives the shuffler's per-label totals of
+1-bits over the batch (:class:`~.mechanisms.LabelCountShuffler`), so every user's counts are drawn
+by the family's :class:`~.mechanisms.BitSumRandomizer` (the other B − 1 users hold user 0's
+entries under input 0: they are summed in, not ancillary). The pair's contexts keep every entry
+within the randomizer's range (|φ_k| ≤ the generator's entry bound), and the totals are read as
+their projection on the two inputs' difference (post-processing).
+
+LinUCB-SDP-Amp (P_Amp, Algorithms 2–4): the analyzer receives the batch's B Gaussian-noised reports
+as a shuffled multiset, S1 (φy) and S2 (upper(φφᵀ)) permuted independently. The pair is
+(L·e₁, 1) against (−L·e₁, 1), which differ in S1 only, and the multiset is read as the largest
+projection of an S1 part on the difference: computable from the release whatever the permutations
+(so they are not drawn), and a function of it (sound). The other B − 1 users hold input 0's entries.
+
+JDP's tree has no target yet.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from privbandit.audit.targets import AuditTarget
+from privbandit.families.shuffle_linear_bandits import mechanisms as slb
+
+
+def neighbours(d: int, norm: float, s1_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """User 0's entries under the two inputs: the farthest apart of the candidate pairs (or the
+    pair that differs in φy alone)."""
+    e1 = np.zeros(d)
+    e1[0] = norm
+    e2 = np.zeros(d)
+    e2[min(1, d - 1)] = norm
+    base = slb.user_entries(e1[None], np.array([1.0]))[0]
+    pairs = ((-e1, 1.0),) if s1_only else ((-e1, 1.0), (e2, 1.0), (e2, 0.0))
+    others = [slb.user_entries(x[None], np.array([y]))[0] for x, y in pairs]
+    far = max(others, key=lambda e: float(np.linalg.norm(e - base)))
+    return base, far
+
+
+def linear_targets(family, config, label: str, cohort: int | None) -> list[AuditTarget]:
+    public = family.public_task(config, label, [0])
+    server = family.analyzer(public, [0])
+    s = server.s
+    if s.kind not in ("linucb-ldp", "linucb-sdp-vec", "linucb-sdp-amp"):
+        return []
+    vec, amp = s.kind == "linucb-sdp-vec", s.kind == "linucb-sdp-amp"
+    e0, e1 = neighbours(s.d, min(s.feature_norm, s.entry_bound) if vec else s.feature_norm, s1_only=amp)
+    direction = (e1 - e0) / np.linalg.norm(e1 - e0)
+    randomizer = s.randomizer
+    event = server.event
+    users = 1 if s.kind == "linucb-ldp" else s.batch
+
+    def sample(which: int, count: int, rng: np.random.Generator) -> np.ndarray:
+        if users == 1:
+            entries = np.broadcast_to(e1 if which else e0, (count, e0.size)).copy()
+            return randomizer.randomize(entries, rng) @ direction
+        entries = np.broadcast_to(e0, (count, users, e0.size)).copy()
+        if which:
+            entries[:, 0] = e1
+        reports = randomizer.randomize(entries, rng)
+        if amp:  # S1 parts only: the direction is zero on S2
+            return (reports[..., : s.d] @ direction[: s.d]).max(axis=1)
+        return slb.LabelCountShuffler().release(reports) @ direction
+
+    def claim(delta: float) -> dict:
+        ledger = family.ledger({**public, "delta": delta})
+        ledger.record(event)
+        return ledger.summary()
+
+    rnd = s.round(0)
+    return [AuditTarget(
+        family=family.name, label=label, algorithm=s.kind,
+        release={"linucb-ldp": "user 0's attributable report, projected on the two inputs' difference",
+                 "linucb-sdp-vec": "the shuffler's per-label totals of 1-bits, projected on the two inputs' difference",
+                 "linucb-sdp-amp": "the shuffled multiset of reports, as its largest S1 projection on the "
+                                   "two inputs' difference"}[s.kind],
+        neighbours=f"user 0's entries [φy, upper(φφᵀ)] {np.linalg.norm(e1 - e0):.3g} apart in ℓ2 (feasible "
+                   f"contexts, ‖φ‖ ≤ {s.feature_norm:g})" + (f"; {users - 1} other users at input 0's" if users > 1 else ""),
+        kind="real", sample=sample, claim=claim, delta=public["delta"],
+        details={"n": s.batch, "d": s.d, "sigma": s.sigma, "rule": rnd.rule,
+                 "trust_model": "local" if users == 1 else "shuffle", "event": type(event).__name__,
+                 "per_release": users * e0.size, **({"g": s.vec.g, "b": s.vec.b, "p": s.vec.p} if vec else {}),
+                 "distance": float(np.linalg.norm(e1 - e0))})]
