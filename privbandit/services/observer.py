@@ -15,11 +15,12 @@ counted, and the session goes on.
 
 With a state directory it checkpoints at every task boundary (the session nonce, the task it is
 starting and the results of the tasks done) and, within a task, the truths it has accepted, at most
-about two seconds after they came (``TRUTH_SAVE_S``). A restarted observer resumes the same session: it announces the
-running task again and asks every party to send that task's metrics again (``resync``); the
-parties' metrics are idempotent, so the task is rebuilt whole. The truths come from its own
-checkpoint as well, because a fleet restarted earlier in the task no longer holds those it sent
-before its restart.
+about two seconds after they came (``TRUTH_SAVE_S``). A restarted observer resumes the same
+session: it announces the running task again and asks every party to send that task's metrics
+again (``resync``); the parties' metrics are idempotent, so the task is rebuilt whole. The truths
+come from its own checkpoint as well, because a fleet restarted earlier in the task no longer holds
+those it sent before its restart. That checkpoint grows with the task's truths (one per plan and
+block of users: a few hundred bytes each) and is rewritten at most once a second while they come.
 """
 
 from __future__ import annotations

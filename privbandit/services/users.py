@@ -87,8 +87,7 @@ class UserFleetService(PartyService):
         fam, config = self.family, self.config
         self.users = Users(fam.users(config, label, [run]), config.seed, (run, label),
                            fam.dropout_rate(config, label), fam.adversary(config, label, run))
-        self.rounds, self.served, self.truths = {}, {}, {}
-        self.reserved: dict[int, float] = {}  # plan → when it was last served again on request
+        self.rounds, self.served, self.truths, self.reserved = {}, {}, {}, {}
         self.secagg = FleetSecAgg(self.run_id, spec["index"], self.shard, self.shards, self.identities,
                                   self.publish_secagg, self.chunk_auth)
 
