@@ -51,9 +51,11 @@ DEFAULT_SECAGG_STEP_S = 30.0  # a secure-aggregation step waits this long for ev
 # A round asked for again and still incomplete is asked for again this often: a fleet whose broker
 # session was not saved before the broker died misses requests sent before it resubscribes.
 RESEND_S = 3.0
-# Releases kept to answer a re-announced plan (the analyzer restarted and lost one): the most
-# recent ones, within this budget; the open plans' rounds are always among them.
-KEEP_RELEASES = 64
+# Releases a checkpoint keeps to answer a re-announced plan (the analyzer restarted and lost one):
+# the most recent ones within this budget, however many. A count limit (64) once lost a release:
+# the analyzer died with a round's release unsaved, the shuffler released 80 more rounds before it
+# too was restarted, and the restarted shuffler, holding the round closed but not its release,
+# never answered the analyzer's re-announced plan (concurrent-shuffle, 146 rounds closed).
 KEEP_RELEASE_BYTES = 64 * 2**20
 
 
@@ -83,6 +85,7 @@ class IntermediaryService(PartyService):
         self.waiting: dict[tuple, list] = {}  # (round, plan) → reports that arrived before their plan
         self.failed: set[int] = set()
         self.released: OrderedDict[int, codec.ReleaseMsg] = OrderedDict()
+        self.released_data: dict[int, bytes] = {}  # each release encoded once, for the checkpoints
         self.secagg: AggregatorSecAgg | None = None
         # Reports acknowledged to the broker but not checkpointed die with the process (or the
         # broker): the rounds opened until the next release are asked for again.
@@ -100,7 +103,7 @@ class IntermediaryService(PartyService):
         self.box = Intermediary(self.role, len(runs), keys, self.rejected)
         self.forget_waiting()
         self.plans, self.closing, self.opened, self.failed, self.asked = {}, {}, {}, set(), {}
-        self.released = OrderedDict()
+        self.released, self.released_data = OrderedDict(), {}
         saved = self.resumable(spec)
         if saved is not None:
             self.restore(saved)
@@ -113,8 +116,8 @@ class IntermediaryService(PartyService):
         """At a round boundary: closed and failed rounds, and the recent releases."""
         kept, size = [], 0
         for rid in reversed(self.released):
-            data = codec.encode(self.released[rid])
-            if len(kept) >= KEEP_RELEASES or (kept and size + len(data) > KEEP_RELEASE_BYTES):
+            data = self.released_data[rid]
+            if kept and size + len(data) > KEEP_RELEASE_BYTES:
                 break
             kept.append(data)
             size += len(data)
@@ -129,6 +132,7 @@ class IntermediaryService(PartyService):
                 if not isinstance(msg, codec.ReleaseMsg) or msg.run != self.run_id or msg.round not in self.box.closed:
                     raise ValueError(f"a {msg.kind} for round {getattr(msg, 'round', '?')} is not a closed round's release")
                 self.released[msg.round] = msg
+                self.released_data[msg.round] = bytes(data)
         except (KeyError, TypeError, ValueError, codec.DecodeError) as exc:
             raise CheckpointError("checkpoint-schema", f"{self.state.path}: {type(exc).__name__}: {exc}") from None
         log.info("resumed task %d from %s: %d closed rounds, %d releases kept", self.task_index,
@@ -291,6 +295,7 @@ class IntermediaryService(PartyService):
         self.box.close(round_id)
         self.forget_round(round_id)
         self.released[round_id] = msg
+        self.released_data[round_id] = codec.encode(msg)
         self.recovering = False
         self.checkpoint_round()
 

@@ -535,3 +535,31 @@ def test_a_fleet_serves_a_plan_again_once_for_a_burst_of_requests(monkeypatch):
     for msg in burst:
         asyncio.run(fleet.handle(f"pb/{RUN_ID}/relay/aggregator", msg))
     assert reports() == 22 * once
+
+
+def test_a_restarted_intermediary_still_answers_for_releases_long_past(tmp_path):
+    """A checkpoint keeps every release of the task within its byte budget, not the last 64: an
+    analyzer that died with an early round's release unsaved re-announces that round's plan, and a
+    shuffler restarted 100 rounds later must still hold the release to send it again (a count
+    limit of 64 once stalled a concurrent-shuffle session for good)."""
+    from privbandit.services.intermediary import IntermediaryService
+
+    fam, config, label = TASKS["Dist-DP-SE"]()
+    spec = codec.TaskSpec(index=0, runs=[0], label=label, family=fam.name, public=fam.public_task(config, label, [0]),
+                          session="5e55").model_dump()
+
+    def box():
+        service = IntermediaryService(BusSettings(run_id=RUN_ID), 7, "aggregator", state_dir=tmp_path)
+        service.bus = _Bus(_Net())
+        asyncio.run(service.start_task(spec))
+        return service
+
+    first = box()
+    for rid in range(100):  # released rounds 0 … 99, as publish_release records them
+        msg = codec.ReleaseMsg(run=RUN_ID, task=0, round=rid, n_reports=3, values=np.array([[rid]], dtype=np.int64))
+        first.box.closed.add(rid)
+        first.released[rid], first.released_data[rid] = msg, codec.encode(msg)
+    first.checkpoint_round()
+    again = box()
+    assert sorted(again.released) == list(range(100))
+    assert again.released[0].values.tolist() == [[0]]
