@@ -146,9 +146,14 @@ def test_a_real_ray_cluster_gives_the_local_pools_numbers(tmp_path, ray_cluster)
 
 
 def _small(tmp_path) -> Path:
+    """A small experiment whose arm means come from a file named relative to it: an MQTT session
+    runs elsewhere (a scratch directory, another Ray node), and must still find it."""
+    (tmp_path / "data").mkdir(exist_ok=True)
+    shutil.copy(ROOT / "experiments" / "data" / "mslr_standin_k50.json", tmp_path / "data" / "means.json")
     path = tmp_path / "small.toml"
     path.write_text('name = "small"\nhorizon = 3000\nseed = 3\nepsilon = 0.5\nruns = 1\n'
-                    '[environment]\nkind = "uniform"\narms = 4\n[algorithms.Dist-DP-SE]\n[algorithms.CDP-SE]\n')
+                    '[environment]\nkind = "means-file"\npath = "data/means.json"\n'
+                    '[algorithms.Dist-DP-SE]\n[algorithms.CDP-SE]\n')
     return path
 
 

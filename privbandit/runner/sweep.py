@@ -45,7 +45,6 @@ class Point:
     values: dict  # grid key → value
     family: object
     config: object
-    overrides: list[str]  # what makes this point of the file: the sweep's --set, then its grid values
 
 
 def split_values(text: str) -> list[str]:
@@ -91,8 +90,7 @@ def points(path: str | Path, grids: list[str], overrides: list[str] = ()) -> lis
         assignment = [f"{key}={value}" for (key, _), value in zip(axes, combo)]
         family, config = experiment_files.load(path, [*overrides, *assignment])
         name = re.sub(r"[^A-Za-z0-9._=,+-]", "_", ",".join(assignment))
-        out.append(Point(name, {key: parse_value(v) for (key, _), v in zip(axes, combo)}, family, config,
-                         [*overrides, *assignment]))
+        out.append(Point(name, {key: parse_value(v) for (key, _), v in zip(axes, combo)}, family, config))
     return out
 
 
@@ -106,8 +104,9 @@ def _exit_on_term(signum, frame):
     raise SystemExit(128 + signum)
 
 
-def session_indexed(i: int, text: str, name: str, overrides: list[str], shards: int, timeout_s: float | None):
-    """Grid point ``i`` as a distributed session on this host: the experiment file's ``text``
+def session_indexed(i: int, text: str, name: str, shards: int, timeout_s: float | None):
+    """Grid point ``i`` as a distributed session on this host: the point's whole experiment as
+    ``text`` (every default and override filled in, paths absolute: :func:`results.experiment_toml`)
     written to a scratch directory, its own embedded broker, every party a process. Returns (i,
     observer exit code or None if the session could not finish, error text, the results
     directory's files without checkpoints, seconds); module-level, for a Ray worker."""
@@ -122,9 +121,9 @@ def session_indexed(i: int, text: str, name: str, overrides: list[str], shards: 
         path = Path(tmp) / name
         path.write_text(text)
         out = Path(tmp) / "out"
-        family, config = experiment_files.load(path, overrides)
+        family, config = experiment_files.load(path)
         try:
-            code, error = launch(family, config, path, overrides, out, timeout_s=timeout_s, shards=shards), ""
+            code, error = launch(family, config, path, [], out, timeout_s=timeout_s, shards=shards), ""
         except (RuntimeError, TimeoutError, OSError) as exc:
             code, error = None, str(exc)
         files = {f.relative_to(out).as_posix(): f.read_bytes() for f in sorted(out.rglob("*"))
@@ -217,7 +216,6 @@ def run_sweep(path: str | Path, grids: list[str], out: Path, overrides: list[str
 def _run_sessions(path: Path, grid: list[Point], out: Path, executor: str, address: str | None, jobs: int | None,
                   progress, shards: int, timeout_s: float | None) -> dict:
     """Over MQTT: one distributed session per point not already in ``out`` with the same config."""
-    text = path.read_text()
     summaries, failed, todo, point_of = {}, {}, [], []
     for i, p in enumerate(grid):
         kept = out / p.name
@@ -225,7 +223,9 @@ def _run_sessions(path: Path, grid: list[Point], out: Path, executor: str, addre
                 (kept / "config.toml").read_text() == results.experiment_toml(p.config):
             summaries[p.name] = json.loads((kept / "summary.json").read_text())
         else:
-            todo.append((text, path.name, p.overrides, shards, timeout_s))
+            # The point's resolved config, not the file and its overrides: a path the file gives
+            # relative to itself (a means file) must not depend on where the session runs.
+            todo.append((results.experiment_toml(p.config), path.name, shards, timeout_s))
             point_of.append(i)
     reused = len(summaries)
     start = time.perf_counter()
