@@ -55,10 +55,12 @@ _NOT_INHERITED = {f"PRIVBANDIT_{k.upper()}" for k in ("username", "credentials_f
 
 
 def _inherited_env() -> dict[str, str]:
-    """The launcher's environment minus every broker secret and setting: the launcher may hold all
-    roles' passwords (PRIVBANDIT_<ROLE>_PASSWORD, a credentials file); a party gets only its own."""
+    """The launcher's environment minus every broker secret and setting, and every key: the launcher
+    may hold all roles' passwords (PRIVBANDIT_<ROLE>_PASSWORD, a credentials file) and, in a shell
+    set up for a deployment, parties' keys (PRIVBANDIT_*_KEY, *_KEY_FILE); a party gets only its own."""
+    secret = ("_PASSWORD", "_KEY", "_KEY_FILE")
     return {k: v for k, v in os.environ.items()
-            if not (k.startswith("PRIVBANDIT_") and k.endswith("_PASSWORD")) and k not in _NOT_INHERITED}
+            if not (k.startswith("PRIVBANDIT_") and k.endswith(secret)) and k not in _NOT_INHERITED}
 
 
 @dataclass

@@ -135,12 +135,16 @@ def test_each_party_gets_its_own_password_and_no_other(tmp_path, monkeypatch):
     monkeypatch.setenv("PRIVBANDIT_CREDENTIALS_FILE", "/somewhere/credentials.env")
     monkeypatch.setenv("PRIVBANDIT_USERNAME", "analyzer")  # one account for all: not what a party gets
     monkeypatch.setenv("PRIVBANDIT_BROKER_ACL", "enforced")  # a verdict comes from the probe, not from here
+    # a shell set up for a deployment may hold parties' keys: each party gets its own, from the launcher
+    monkeypatch.setenv("PRIVBANDIT_FLEET_MASTER_KEY", "0xfeed")
+    monkeypatch.setenv("PRIVBANDIT_ANALYZER_KEY_FILE", "/keys/analyzer.env")
     family, config = experiment_files.load(DEMO)
     parties = plan_parties(family, config, DEMO, [], tmp_path, "mqtts://broker:8883", "r1", 2, passwords,
                            tls_files={"ca_file": "/ca.pem"}, broker_acl="enforced")
     inherited = _inherited_env()
     assert not any(pw in inherited.values() for pw in passwords.values())
-    assert not {"PRIVBANDIT_CREDENTIALS_FILE", "PRIVBANDIT_USERNAME", "PRIVBANDIT_BROKER_ACL"} & set(inherited)
+    assert not {"PRIVBANDIT_CREDENTIALS_FILE", "PRIVBANDIT_USERNAME", "PRIVBANDIT_BROKER_ACL",
+                "PRIVBANDIT_FLEET_MASTER_KEY", "PRIVBANDIT_ANALYZER_KEY_FILE"} & set(inherited)
     for party in parties:
         role = party.env["PRIVBANDIT_USERNAME"]
         env = {**inherited, **party.env}
@@ -148,6 +152,11 @@ def test_each_party_gets_its_own_password_and_no_other(tmp_path, monkeypatch):
         assert not any(pw in arg for pw in passwords.values() for arg in party.argv), party.name  # not in ps
         assert env["PRIVBANDIT_CA_FILE"] == "/ca.pem"
     assert parties[0].env["PRIVBANDIT_BROKER_ACL"] == "enforced"
+    keys = {p.name: {k for k in p.env if k.endswith("_KEY")} for p in parties}
+    assert keys["users-0"] == keys["users-1"] == {"PRIVBANDIT_FLEET_KEY"}
+    assert parties[-1].env["PRIVBANDIT_FLEET_KEY"] != parties[-2].env["PRIVBANDIT_FLEET_KEY"]
+    assert keys["aggregator"] == {"PRIVBANDIT_REPORT_AUTH_KEY", "PRIVBANDIT_FLEET_MASTER_KEY"}
+    assert keys["analyzer"] == {"PRIVBANDIT_ANALYZER_KEY"} and keys["observer"] == set()
 
 
 # --- TLS ----------------------------------------------------------------------------------------------
