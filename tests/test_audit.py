@@ -334,19 +334,15 @@ def test_dropouts_are_audited_against_the_partial_share_epsilon():
 def test_a_plugin_mechanism_is_audited_with_no_audit_code(tmp_path):
     """examples/mab-plugins' randomized response (#18), installed as its own package: the family's
     hook builds its target from the plug-in's randomizer and privacy event, as for its own."""
-    import os
     import subprocess
     import sys
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--target", str(tmp_path / "pkg"), str(root / "examples" / "mab-plugins")],
-                   check=True, capture_output=True)
-    res = subprocess.run([sys.executable, "-m", "privbandit", "audit", str(root / "examples" / "mab-plugins" / "rr.toml"),
+    from tests.examples import ROOT, install_example
+
+    env = install_example("mab-plugins", tmp_path / "pkg")
+    res = subprocess.run([sys.executable, "-m", "privbandit", "audit", str(ROOT / "examples" / "mab-plugins" / "rr.toml"),
                           "--algorithm", "rr-se", "--samples", "20000", "--cohort", "1", "--out", str(tmp_path / "out")],
-                         env={**os.environ, "PYTHONPATH": str(tmp_path / "pkg")}, capture_output=True, text=True,
-                         timeout=300)
+                         env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     (r,) = json.loads((tmp_path / "out" / "audit.json").read_text())["targets"]
     # one user: the sum is the report itself, ε-RR exactly; 20,000 samples reach 0.8 of it

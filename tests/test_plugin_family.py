@@ -14,17 +14,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.examples import install_example
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "coin-family"
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> dict:
-    target = tmp_path_factory.mktemp("coin-pkg")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--target", str(target), str(EXAMPLE)], check=True, capture_output=True)
-    assert (target / "coin_family.py").exists()
-    return {**os.environ, "PYTHONPATH": str(target)}
+    env = install_example("coin-family", tmp_path_factory.mktemp("coin-pkg"))
+    assert (Path(env["PYTHONPATH"]) / "coin_family.py").exists()
+    return env
 
 
 def run(env: dict, out: Path, *extra: str) -> subprocess.CompletedProcess:

@@ -14,16 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.examples import install_example
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "mab-plugins"
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> dict:
-    target = tmp_path_factory.mktemp("mab-plugins")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--target", str(target), str(EXAMPLE)], check=True, capture_output=True)
-    return {**os.environ, "PYTHONPATH": str(target)}
+    return install_example("mab-plugins", tmp_path_factory.mktemp("mab-plugins"))
 
 
 def privbandit(env: dict, *args: str) -> subprocess.CompletedProcess:

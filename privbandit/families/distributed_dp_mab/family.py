@@ -188,12 +188,11 @@ class DistributedDpMab(Family):
             try:  # fail before any work starts: bad parameters, a missing means file, ...
                 check_options(a)
                 mechanism = build_mechanism(a)
-                build_learner(a, instance_for(config, 0).n_arms)
                 mechanism.params(2)
                 if a.intermediary == "secagg" and mechanism.intermediary != "modular-sum":
                     raise ValueError(f"intermediary = 'secagg' needs a modular-sum mechanism; {a.algorithm} "
                                      f"uses {mechanism.intermediary}")
-                instance_for(config, 0)
+                build_learner(a, instance_for(config, 0).n_arms)
             except (ValueError, OSError) as exc:
                 raise ConfigError(f"algorithms.{label}: {exc}") from None
         return config
