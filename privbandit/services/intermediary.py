@@ -91,6 +91,10 @@ class IntermediaryService(PartyService):
         # broker): the rounds opened until the next release are asked for again.
         self.recovering = self.checkpoint is not None
         self.asked: dict[int, float] = {}  # round → when the fleets were last asked to send it again
+        # Plans whose reports were asked for again: a fleet answers with every round of the plan
+        # this party holds, so some arrive after their round closed. Those are counted apart
+        # (``late-resend``), so an honest run's refusals show only what an attacker would cause.
+        self.asked_plans: set[int] = set()
 
     def subscriptions(self):
         return [self.t("control"), self.t("plan"), self.t("report", self.role)]
@@ -103,6 +107,7 @@ class IntermediaryService(PartyService):
         self.box = Intermediary(self.role, len(runs), keys, self.rejected)
         self.forget_waiting()
         self.plans, self.closing, self.opened, self.failed, self.asked = {}, {}, {}, set(), {}
+        self.asked_plans = set()
         self.released, self.released_data = OrderedDict(), {}
         saved = self.resumable(spec)
         if saved is not None:
@@ -147,6 +152,7 @@ class IntermediaryService(PartyService):
 
     async def ask_again(self, round_id: int) -> None:
         self.asked[round_id] = time.monotonic()
+        self.asked_plans |= {p.id for p in self.plans.values() if any(j.round_id == round_id for j in p.joins)}
         log.info("%s asks the fleets to send round %d again", self.name, round_id)
         await self.bus.publish(self.t("relay", self.role), codec.ResendMsg(
             run=self.run_id, task=self.task_index, round=round_id))
@@ -224,7 +230,8 @@ class IntermediaryService(PartyService):
         box = self.box
         if msg.round in box.closed or msg.round in self.failed:
             records = msg.user_ids.size if isinstance(msg, codec.ReportsMsg) else 1
-            return self.reject("round-closed", f"round {msg.round}", max(1, records))
+            late = isinstance(msg, codec.ReportsMsg) and msg.plan in self.asked_plans
+            return self.reject("late-resend" if late else "round-closed", f"round {msg.round}", max(1, records))
         early = msg.round not in box.rounds or (
             isinstance(msg, codec.ReportsMsg) and msg.plan not in self.plans and box.join_of(msg.round, msg.plan) is None)
         if early:  # its plan has not reached us yet: hold it (bounded) until the plan comes

@@ -68,7 +68,7 @@ class UserFleetService(PartyService):
         self.rounds: dict[int, Round] = {}  # every round the running task's plans opened
         self.served: dict[int, Plan] = {}
         self.truths: dict[tuple[int, int], codec.TruthMsg] = {}  # what the observer got: sent again on resync
-        self.reserved: dict[int, float] = {}  # plan → when it was last served again on request
+        self.reserved: dict[tuple[int, str], float] = {}  # (plan, asker) → when last served again on request
         self.secagg: FleetSecAgg | None = None
         self.identities = UserIdentities(users_identity_master(config.seed))
         self.auth = ReportAuthenticator(report_auth_master(config.seed))
@@ -113,14 +113,16 @@ class UserFleetService(PartyService):
             # Serving a plan again sends every round it joins, so the requests for its other rounds
             # that queued meanwhile (a restarted shuffler asks for each of hundreds of rounds) are
             # answered already: one serve per plan per RESERVE_S, or a restarted fleet works through
-            # rounds × plan of them and misses the session's end.
+            # rounds × plan of them and misses the session's end. Only the asker's rounds are sent
+            # again: another intermediary of the plan did not ask and may have closed its rounds.
+            asker = name.split("/")[3] if name.count("/") >= 3 else ""
             if self.current(msg):
                 for plan in [p for p in self.served.values() if any(j.round_id == msg.round for j in p.joins)]:
-                    recent = time.monotonic() - self.reserved.get(plan.id, -math.inf) < RESERVE_S
+                    recent = time.monotonic() - self.reserved.get((plan.id, asker), -math.inf) < RESERVE_S
                     if not recent and not any(self.rounds[j.round_id].secagg for j in plan.joins):
-                        log.info("%s serves plan %d again, as asked", self.name, plan.id)
-                        await self.serve_plan(plan)
-                        self.reserved[plan.id] = time.monotonic()
+                        log.info("%s serves plan %d again to the %s, as asked", self.name, plan.id, asker)
+                        await self.serve_plan(plan, only=asker)
+                        self.reserved[plan.id, asker] = time.monotonic()
             return
         if isinstance(msg, codec.CloseMsg):
             return  # for the intermediaries
@@ -139,7 +141,9 @@ class UserFleetService(PartyService):
             return self.reject("unknown-round", f"plan {plan.id} joins a round no plan opened")
         await self.serve_plan(plan)
 
-    async def serve_plan(self, plan: Plan) -> None:
+    async def serve_plan(self, plan: Plan, only: str | None = None) -> None:
+        """Answer ``plan`` for this fleet's blocks: truths to the observer, each round's reports to
+        its intermediary (``only``: to that intermediary alone, when it asked for them again)."""
         fam = self.users.logic
         mine = [b for b in blocks_of(plan) if fam.shard(plan, b, self.shards) == self.shard]
         log.debug("%s serves plan %d: blocks %s", self.name, plan.id, mine)
@@ -169,7 +173,8 @@ class UserFleetService(PartyService):
                     inside = block_ids[(block_ids >= j.first) & (block_ids < j.first + j.count)]
                     dropouts[j.round_id] += np.setdiff1d(inside, rep.user_ids).tolist()
                     continue
-                await self.send_reports(plan, rnd, block, rep)
+                if only is None or rnd.intermediary == only:
+                    await self.send_reports(plan, rnd, block, rep)
         if secure and self.chunk_auth is None:
             raise ValueError(f"plan {plan.id} joins a secure round, and this fleet holds no key to sign its chunks "
                              f"(PRIVBANDIT_FLEET_KEY)")

@@ -31,6 +31,7 @@ from privbandit.services.broker_probe import GRACE_S, BrokerInsecure, check_brok
 from privbandit.services.bus import BusSettings, connect
 from privbandit.services.launcher import _inherited_env, plan_parties
 from tests.services.test_acl import _missing
+from tests.services.test_distributed import refusals
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "experiments" / "demo.toml"
@@ -235,7 +236,7 @@ def test_a_session_over_tls_with_client_certificates_and_a_wrong_ca_refused(tmp_
         assert result.exit_code == 0, text
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["broker"] == {"acl": "enforced", "tls": True}
-    assert summary["parties_missing_stats"] == [] and summary["rejected"] == {}
+    assert summary["parties_missing_stats"] == [] and refusals(summary) == {}
     assert "insecure broker" not in text
 
 

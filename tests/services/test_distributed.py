@@ -63,6 +63,12 @@ def assert_same_numbers(inproc_dir: Path, mqtt_dir: Path) -> None:
     assert (mqtt_dir / "curves.csv").read_bytes() == (inproc_dir / "curves.csv").read_bytes()
 
 
+def refusals(summary: dict) -> dict:
+    """What a session refused, but the late copies of reports an intermediary had asked for again
+    (``late-resend``): on a loaded machine an honest run can provoke those, never any other."""
+    return {reason: n for reason, n in summary["rejected"].items() if reason != "late-resend"}
+
+
 def test_mqtt_run_reproduces_the_inproc_run_over_mosquitto(tmp_path, mosquitto_url):
     path = _experiment(tmp_path)
     _inproc(path, tmp_path / "inproc")
@@ -77,7 +83,7 @@ def test_mqtt_run_reproduces_the_inproc_run_over_mosquitto(tmp_path, mosquitto_u
     # Wire bytes per user within the issue's budget: 2·(⌈log₂ m⌉/8) + 8.
     assert 0 < comm["bytes_per_user_wire"] <= 2 * comm["bits_per_user_protocol_max"] / 8 + 8
     assert comm["roles"]["analyzer"].get("payload.received.report", 0) == 0  # never sees a report
-    assert summary["rejected"] == {} and summary["parties_missing_stats"] == []
+    assert refusals(summary) == {} and summary["parties_missing_stats"] == []
 
 
 def _publish_junk(url: str, run_id: str, running) -> int:
@@ -248,7 +254,7 @@ def test_secure_aggregation_over_mosquitto_matches_the_ideal_sum(tmp_path, mosqu
     roles = b["communication"]["Dist-DP-SE"]["roles"]
     assert roles["aggregator"].get("payload.received.report", 0) > 0
     assert roles["analyzer"].get("payload.received.report", 0) == 0
-    assert b["rejected"] == {}
+    assert refusals(b) == {}
 
 
 ATTACKED = """

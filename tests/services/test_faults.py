@@ -301,6 +301,38 @@ async def test_an_intermediary_asks_for_a_round_again_until_it_completes():
 
 
 @pytest.mark.asyncio
+async def test_late_answers_to_a_request_are_told_apart_from_replays():
+    """A fleet answers a request with every round of the plan, so copies arrive after their round
+    closed: counted as ``late-resend``, not as ``round-closed``, the refusal a replay of another
+    plan's reports gets (an honest run under load once showed 18 "refusals" this way)."""
+    import numpy as np
+
+    from privbandit.protocol.spine.events import Join, Plan, Round
+    from privbandit.services import codec
+    from privbandit.services.bus import BusSettings
+    from privbandit.services.intermediary import IntermediaryService
+
+    svc = IntermediaryService(BusSettings(run_id="r1"), report_key=1)
+    svc.bus, svc.task_spec = _RecordingBus(), {"index": 0, "runs": [0], "label": "Dist-DP-SE"}
+    await svc.on_task(svc.task_spec)
+    for pid in (1, 2):
+        await svc.open_plan(Plan(pid, 0, 3, opens=(Round(pid, "aggregator", "sum", expected=3, m=16),),
+                                 joins=(Join(pid, 0, 3, 3),)))
+    await svc.ask_again(1)
+    for rid in (1, 2):
+        await svc.publish_release(rid, codec.ReleaseMsg(run="r1", task=0, round=rid, n_reports=3,
+                                                        values=np.array([[5]], dtype=np.int64)))
+
+    def late(rid: int) -> codec.ReportsMsg:
+        return codec.ReportsMsg(run="r1", task=0, round=rid, plan=rid, user_ids=np.arange(3, dtype="<u4"),
+                                values=np.ones((1, 3, 1), "<u4"))
+
+    await svc.collect(late(1))
+    await svc.collect(late(2))
+    assert {k: n for k, n in svc.rejected.items() if n} == {"late-resend": 3, "round-closed": 3}
+
+
+@pytest.mark.asyncio
 async def test_a_restarted_intermediary_asks_again_for_a_round_whose_plan_is_announced_again():
     """After a restart, the re-announced plans and the fleets' queued reports interleave: a round
     can open after the first release has ended recovery, though its reports went to the party that

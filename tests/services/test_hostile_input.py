@@ -139,7 +139,7 @@ def test_item1_reports_whose_arrays_disagree_never_crash_an_intermediary(tmp_pat
     # The last few may still be in flight when the session ends; none may reach a party's logic.
     assert 0 < got.get("schema", 0) <= attacker.sent * 3 // 4, got
     assert got.get("wrong-shape", 0) + got.get("round-closed", 0) > 0, got
-    assert set(got) <= {"schema", "wrong-shape", "round-closed", "missing-tag"}, got
+    assert set(got) <= {"schema", "wrong-shape", "round-closed", "missing-tag", "late-resend"}, got
     # Item 10: refusals are counted, and logged as rate-limited summaries (one line per reason per
     # REJECT_LOG_S, with the count so far), not one line each.
     lines = (out / "logs" / "aggregator.log").read_text().count("refused a message")
@@ -225,7 +225,7 @@ def test_item3_forged_block_complete_markers_release_nothing_early(tmp_path):
     # still be in flight when the session ends; nothing else may be counted.
     assert got.get("bad-block-tag", 0) > 0, got
     assert got.get("bad-block-tag", 0) + got.get("round-closed", 0) <= attacker.sent, got
-    assert set(got) <= {"bad-block-tag", "round-closed"}, got
+    assert set(got) <= {"bad-block-tag", "round-closed", "late-resend"}, got
 
 
 def test_item5_a_malformed_release_leaves_its_round_open_for_the_genuine_one(tmp_path, mosquitto_url):
