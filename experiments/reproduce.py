@@ -51,7 +51,7 @@ def draw(fig: int, stems: list[str], out: Path, dest: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from privbandit.runner.results import LINE_STYLES
+    from privbandit.runner.results import LINE_STYLES, coincident_labels
 
     cols = min(3, len(stems))  # one experiment (Fig. 4): one panel, not a row two-thirds blank
     rows = (len(stems) + cols - 1) // cols
@@ -62,11 +62,12 @@ def draw(fig: int, stems: list[str], out: Path, dest: Path) -> None:
             data = list(csv.reader(fh))
         header, values = data[0], np.array(data[1:], dtype=float)
         t = values[:, 0]
-        for i, label in enumerate(summary["algorithms"]):
-            mean = values[:, header.index(f"{label}.pseudo_mean")] / t
+        means = {label: values[:, header.index(f"{label}.pseudo_mean")] / t for label in summary["algorithms"]}
+        shown = coincident_labels(means)
+        for i, (label, mean) in enumerate(means.items()):
             se = values[:, header.index(f"{label}.pseudo_stderr")] / t
             # A line style per algorithm: curves that coincide (CDP-SE under Dist-DP-SE) stay visible.
-            line, = ax.plot(t, mean, label=label, linestyle=LINE_STYLES[i % len(LINE_STYLES)])
+            line, = ax.plot(t, mean, label=shown[label], linestyle=LINE_STYLES[i % len(LINE_STYLES)])
             ax.fill_between(t, mean - se, mean + se, color=line.get_color(), alpha=0.25)
         ax.set_xscale("log")
         ax.set_title(f"{stem}  (ε={summary['epsilon']}, {summary['runs']} runs)", fontsize=9)

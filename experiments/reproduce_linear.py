@@ -145,15 +145,19 @@ def main() -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, ax = plt.subplots(figsize=(5, 3.8))
     for label, vals in slope["final"].items():
         ax.loglog(slope_t, vals, "o-", color=COLOURS[label], label=f"{label} (slope {slope['slope'][label]:.2f})")
     ax.loglog(slope_t, [slope["final"]["LinUCB-SDP-Vec"][0] * (t / slope_t[0]) ** 0.6 for t in slope_t], "k:",
-              label="T^0.6")
+              label=r"$T^{0.6}$")
+    # Ticks at the horizons run, in plain numbers: log-axis minor labels overlapped each other.
+    ax.set_xticks(slope_t, [f"{t:,}" for t in slope_t], rotation=30)
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("T")
     ax.set_ylabel("Reg(T)")
-    ax.set_title("ε = 1, d = 5, B = 0.25·T^{3/5} (SDP), B = 1 (LDP)")
+    ax.set_title(r"ε = 1, d = 5, B = 0.25·$T^{3/5}$ (SDP), B = 1 (LDP)")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()

@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from privbandit.runner import run_file
-from privbandit.runner.results import per_run
+from privbandit.runner.results import coincident_labels, per_run
 
 ROOT = Path(__file__).resolve().parent.parent
 EPSILONS = (0.1, 0.25, 0.5, 1.0, 8.0, 64.0, 128.0)
@@ -67,14 +67,18 @@ def main() -> int:
 
 
 def _style(label: str) -> dict:
-    return {"linestyle": "--" if "distributed" in label else "-"}
+    # A distributed twin is dashed with hollow markers, so it shows where it lies on its central one.
+    if "distributed" in label:
+        return {"linestyle": "--", "marker": "s", "markevery": 0.1, "markerfacecolor": "none"}
+    return {"linestyle": "-", "marker": "o", "markevery": (0.05, 0.1), "markersize": 4}
 
 
 def plot_final(path: Path, s: int, finals: dict, args) -> None:
     fig, ax = plt.subplots(figsize=(6.5, 4))
+    shown = coincident_labels({label: np.log([m for _, m, _ in pts]) for label, pts in finals.items()})
     for label, pts in finals.items():
         e, m, se = map(np.array, zip(*pts))
-        ax.errorbar(e, m, yerr=se, marker="o", capsize=3, label=label, **_style(label))
+        ax.errorbar(e, m, yerr=se, capsize=3, label=shown[label], **{**_style(label), "markevery": None})
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("ε")
@@ -91,13 +95,14 @@ def plot_curves(path: Path, s: int, curves: dict, args) -> None:
     shown = [e for e in SHOWN if e in curves] or list(curves)[:3]
     fig, axes = plt.subplots(1, len(shown), figsize=(5 * len(shown), 3.8), squeeze=False)
     for ax, eps in zip(axes[0], shown):
+        shown = coincident_labels({label: reg for label, (_, reg) in curves[eps].items()})
         for label, (t, reg) in curves[eps].items():
-            ax.plot(t, reg, label=label, **_style(label))
+            ax.plot(t, reg, label=shown[label], **_style(label))
         ax.set_title(f"setting {s}, ε = {eps:g}")
         ax.set_xlabel("t")
         ax.set_ylabel("pseudo-regret")
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
+        ax.legend(fontsize=7)  # per panel: which curves lie on which differs with ε
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

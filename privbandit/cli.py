@@ -774,12 +774,16 @@ def broker_config(
     tls_key: Annotated[Optional[Path], typer.Option(help="with --tls-cert: its private key (PEM)")] = None,
     client_ca: Annotated[Optional[Path], typer.Option(help="with --tls-cert: require a client certificate "
                                                            "signed by this CA")] = None,
+    rotate: Annotated[bool, typer.Option("--rotate", help="draw new passwords even where OUT already holds a "
+                                                          "credentials.env (by default its passwords are kept)")] = False,
 ):
-    """Write a Mosquitto configuration with one account per role and the run's ACLs."""
+    """Write a Mosquitto configuration with one account per role and the run's ACLs. The passwords
+    of a credentials.env already in OUT are kept, so a broker running the earlier config still
+    accepts the parties; --rotate draws new ones (restart the broker with the new files)."""
     from privbandit.services.broker_cli import broker_config_main
 
     raise typer.Exit(broker_config_main(out, run_id, port, host=host, backend=backend, tls_cert=tls_cert,
-                                        tls_key=tls_key, client_ca=client_ca))
+                                        tls_key=tls_key, client_ca=client_ca, rotate=rotate))
 
 
 @app.command()

@@ -187,6 +187,21 @@ def write_results(out: Path, fam, config, summary: dict, results: dict[str, list
 LINE_STYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)), (0, (8, 2)))
 
 
+def coincident_labels(curves: dict[str, np.ndarray], rel: float = 0.01) -> dict[str, str]:
+    """Legend labels that say when a curve lies on an earlier one: ``"B (on A)"`` where B never
+    departs from A by more than ``rel`` of the panel's range, so a reader knows why B cannot be seen
+    (distinct line styles alone do not show a curve drawn exactly over another)."""
+    ys = {k: np.asarray(v, dtype=float) for k, v in curves.items()}
+    finite = [y[np.isfinite(y)] for y in ys.values()]
+    span = max((np.ptp(y) for y in finite if y.size), default=0.0) or 1.0
+    out, seen = {}, []
+    for label, y in ys.items():
+        under = next((o for o in seen if ys[o].shape == y.shape and np.nanmax(np.abs(ys[o] - y)) <= rel * span), None)
+        out[label] = label if under is None else f"{label} (on {under})"
+        seen.append(label)
+    return out
+
+
 def plot_regret(path: Path, config, columns: dict, labels: list[str], title: str | None = None,
                 cumulative: bool = False, realized: str = "realized regret") -> None:
     """Pseudo- and realized regret, mean ± stderr over runs, one panel each: time-averaged Reg(t)/t
@@ -201,11 +216,12 @@ def plot_regret(path: Path, config, columns: dict, labels: list[str], title: str
     scale = 1.0 if cumulative else t
     rows = (len(labels) + 4) // 5  # legend rows below the panels, five entries a row
     fig, axes = plt.subplots(1, 2, figsize=(11, 4 + 0.3 * rows))
+    shown = coincident_labels({label: columns[f"{label}.pseudo_mean"] / scale for label in labels})
     for i, label in enumerate(labels):
         for ax, kind in zip(axes, ("pseudo", "realized")):
             mean, se = columns[f"{label}.{kind}_mean"] / scale, columns[f"{label}.{kind}_stderr"] / scale
             # A line style per algorithm as well as a colour: curves that coincide stay visible.
-            line, = ax.plot(t, mean, label=label, linestyle=LINE_STYLES[i % len(LINE_STYLES)])
+            line, = ax.plot(t, mean, label=shown[label], linestyle=LINE_STYLES[i % len(LINE_STYLES)])
             ax.fill_between(t, mean - se, mean + se, color=line.get_color(), alpha=0.25)
     for ax, kind in zip(axes, ("pseudo-regret", realized)):
         if cumulative:

@@ -6,19 +6,29 @@ import sys
 from pathlib import Path
 
 from privbandit.services import acl
+from privbandit.services.bus import read_credentials
 from privbandit.services.mosquitto_process import mosquitto_binary
 
 
 def broker_config_main(out_dir: Path, run_id: str, port: int, *, host: str = "127.0.0.1",
                        backend: str = "acl_file", tls_cert: Path | None = None, tls_key: Path | None = None,
-                       client_ca: Path | None = None) -> int:
+                       client_ca: Path | None = None, rotate: bool = False) -> int:
     """Write ``mosquitto.conf``, ``passwd``, ``acl`` and ``credentials.env`` into ``out_dir``.
 
-    Prints where they are and how to start Mosquitto. Returns a process exit code: 0 on success,
-    2 for invalid arguments (the message names the argument).
+    A ``credentials.env`` already in ``out_dir`` keeps its passwords (issue #20 item 11: a broker
+    still running the deployment's earlier config must accept the parties of its next run), unless
+    ``rotate``; roles it lacks get new ones. Prints where the files are and how to start Mosquitto.
+    Returns a process exit code: 0 on success, 2 for invalid arguments (the message names the
+    argument, or the file).
     """
+    kept = Path(out_dir) / "credentials.env"
     try:
-        files = acl.write_broker_config(out_dir, run_id, port, host=host, backend=backend,  # type: ignore[arg-type]
+        passwords = read_credentials(kept) if kept.is_file() and not rotate else {}
+        unknown = sorted(set(passwords) - {r.value for r in acl.Role})
+        if unknown:
+            raise ValueError(f"{kept}: PRIVBANDIT_{unknown[0].upper()}_PASSWORD names no role "
+                             f"({', '.join(r.value for r in acl.Role)}); fix the file or pass --rotate")
+        files = acl.write_broker_config(out_dir, run_id, port, passwords, host=host, backend=backend,  # type: ignore[arg-type]
                                         tls_cert=tls_cert, tls_key=tls_key, client_ca=client_ca)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -36,6 +46,9 @@ def broker_config_main(out_dir: Path, run_id: str, port: int, *, host: str = "12
     print(f"  passwords    {files.passwd}   (PBKDF2-SHA512 hashes, mode 0600)")
     print(f"  acl          {files.acl}")
     print(f"  credentials  {files.credentials}   (PRIVBANDIT_<ROLE>_PASSWORD=..., mode 0600: keep secret)")
+    if passwords:
+        print(f"  (kept the {len(passwords)} passwords it held: a broker running the earlier config still "
+              f"accepts them; --rotate draws new ones)")
     print()
     print("Start the broker with:")
     print(f"  mosquitto -c {files.conf}")

@@ -34,6 +34,7 @@ import pytest
 from privbandit.services import acl, codec
 from privbandit.services.acl import Role, allowed
 from privbandit.services.broker_cli import broker_config_main
+from privbandit.services.bus import read_credentials
 from privbandit.services.embedded_broker import start_embedded_broker
 from privbandit.services.mosquitto_process import MosquittoError, PortInUse, mosquitto_binary, start_with_broker_config
 
@@ -295,6 +296,41 @@ def test_broker_config_main(tmp_path, capsys):
     assert f"mosquitto -c {tmp_path / 'cfg' / 'mosquitto.conf'}" in out
     assert broker_config_main(tmp_path / "cfg2", "bad run", 18832) == 2
     assert "run_id" in capsys.readouterr().err
+
+
+def test_broker_config_keeps_a_deployments_passwords_unless_rotated(tmp_path, capsys):
+    """Issue #20 item 11: `privbandit up --broker URL` regenerated every password at each run's
+    config step, so the broker still running the earlier config answered "Not authorized". A second
+    `broker-config` into the same directory keeps them; the broker started on the first files
+    accepts the second files' passwords, and refuses them after `--rotate`."""
+    if mosquitto_binary() is None:
+        _missing("mosquitto")
+    cfg = tmp_path / "cfg"
+    mosquitto, files = start_with_broker_config(cfg, RUN)
+
+    async def login(role: str, password: str) -> bool:
+        try:
+            async with aiomqtt.Client("127.0.0.1", mosquitto.port, username=role, password=password,
+                                      identifier=f"t-{uuid.uuid4().hex[:8]}", timeout=5):
+                return True
+        except aiomqtt.MqttError as exc:
+            assert "authori" in str(exc).lower() or "password" in str(exc).lower(), exc
+            return False
+
+    with mosquitto:
+        assert broker_config_main(cfg, RUN, mosquitto.port) == 0  # the deployment's second run
+        assert "kept the 6 passwords" in capsys.readouterr().out
+        again = read_credentials(cfg / "credentials.env")
+        assert again == {r.value: files.passwords[r] for r in Role}
+        assert asyncio.run(login("analyzer", again["analyzer"]))
+        assert broker_config_main(cfg, RUN, mosquitto.port, rotate=True) == 0
+        rotated = read_credentials(cfg / "credentials.env")
+        assert all(rotated[r] != again[r] for r in again)
+        assert not asyncio.run(login("analyzer", rotated["analyzer"]))  # the running broker has the old ones
+    # A credentials.env naming no role is an error naming the file, not a silent new password.
+    (cfg / "credentials.env").write_text("PRIVBANDIT_ROOT_PASSWORD=x\n")
+    assert broker_config_main(cfg, RUN, 18832) == 2
+    assert "PRIVBANDIT_ROOT_PASSWORD names no role" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------------------
