@@ -42,6 +42,7 @@ import tempfile
 import threading
 import time
 import weakref
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -241,6 +242,104 @@ def _cap_packets(fixed_header_class, limit: int) -> None:
     fixed_header_class.from_stream = classmethod(from_stream)
 
 
+# A subscriber's deliveries the broker holds (in flight, or queued while it is away): at most this
+# many messages (Mosquitto's ``max_queued_messages``, the same figure) and bytes; more are dropped
+# for that subscriber alone, and logged. amqtt bounds neither: a flood toward one slow or stopped
+# client grew the broker to 922 MB and stalled a session (issue #20 item 10).
+MAX_QUEUED_BYTES = 256 * 2**20
+DROP_LOG_S = 5.0  # one line per subscriber per this long, with the count so far
+
+
+class _Held:
+    """One subscriber's held deliveries, and what was dropped for it."""
+
+    __slots__ = ("messages", "bytes", "dropped", "logged_at")
+
+    def __init__(self):
+        self.messages = self.bytes = self.dropped = 0
+        self.logged_at = -DROP_LOG_S
+
+
+def _over(held: _Held, size: int, max_messages: int, max_bytes: int, who: str, topic: str) -> bool:
+    if held.messages < max_messages and held.bytes + size <= max_bytes:
+        return False
+    held.dropped += 1
+    if time.monotonic() - held.logged_at >= DROP_LOG_S:
+        held.logged_at = time.monotonic()
+        log.warning("dropped a message on %r for %s: it holds %d messages, %d bytes (limits %d, %d); %d dropped "
+                    "for it so far", topic, who, held.messages, held.bytes, max_messages, max_bytes, held.dropped)
+    return True
+
+
+class _PrunedTasks(deque):
+    """amqtt's deque of delivery tasks, which it empties only from the front: one delivery waiting
+    for ever (a stopped subscriber's) kept every later finished one, and its message, alive. This
+    one forgets finished tasks wherever they are, in amortized constant time per append."""
+
+    def __init__(self):
+        super().__init__()
+        self.mark = 1024
+
+    def append(self, task) -> None:
+        super().append(task)
+        if len(self) > self.mark:
+            live = []
+            for t in self:
+                if not t.done():
+                    live.append(t)
+                elif not t.cancelled() and t.exception() is not None:  # retrieved, as amqtt's loop would
+                    log.warning("a delivery failed: %r", t.exception())
+            self.clear()
+            self.extend(live)
+            self.mark = max(1024, 2 * len(live))
+
+
+def _bound_queues(broker_class, handler_class, max_messages: int, max_bytes: int) -> None:
+    """Bound what the broker holds per subscriber (see ``MAX_QUEUED_BYTES``): deliveries to a
+    connected client until it acknowledges them, messages queued for an absent persistent session,
+    and the finished delivery tasks amqtt kept behind a stuck one."""
+    publish, queue = handler_class.__dict__.get("mqtt_publish"), getattr(broker_class, "_retain_broadcast_message", None)
+    if publish is None:
+        publish = getattr(handler_class, "mqtt_publish", None)
+    if not callable(publish) or not callable(queue):  # a newer amqtt: fail, do not run unbounded
+        raise RuntimeError("amqtt's mqtt_publish or Broker._retain_broadcast_message is gone: cannot bound queues")
+
+    async def bounded_publish(self, topic, data, qos, retain, ack_timeout=None):
+        held = self.__dict__.setdefault("_pb_held", _Held())
+        size = len(data)
+        who = getattr(self.session, "client_id", "?")
+        if _over(held, size, max_messages, max_bytes, who, topic):
+            return None
+        held.messages, held.bytes = held.messages + 1, held.bytes + size
+        try:
+            return await publish(self, topic, data, qos, retain, ack_timeout)
+        finally:
+            held.messages, held.bytes = held.messages - 1, held.bytes - size
+
+    async def bounded_queue(self, broadcast, qos, target_session) -> None:
+        held = target_session.__dict__.setdefault("_pb_queued", _Held())
+        # amqtt empties this queue when the client comes back; count what is in it now
+        held.messages = target_session.retained_messages.qsize()
+        held.bytes = 0 if held.messages == 0 else held.bytes
+        size = len(broadcast["data"] or b"")
+        if _over(held, size, max_messages, max_bytes, target_session.client_id, broadcast["topic"]):
+            return
+        held.bytes += size
+        await queue(self, broadcast, qos, target_session)
+
+    init = broker_class.__init__
+
+    def init_pruned(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        if not isinstance(getattr(self, "_tasks_queue", None), deque):
+            raise RuntimeError("amqtt's Broker._tasks_queue is gone: cannot bound queues")
+        self._tasks_queue = _PrunedTasks()
+
+    handler_class.mqtt_publish = bounded_publish
+    broker_class._retain_broadcast_message = bounded_queue
+    broker_class.__init__ = init_pruned
+
+
 def _broker_config(port: int, *, run_id: str, password_file: str | None, open_mode: bool) -> dict:
     if open_mode:
         plugins: dict = {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}}
@@ -255,8 +354,10 @@ def _broker_config(port: int, *, run_id: str, password_file: str | None, open_mo
     }
 
 
-async def _serve(port: int, *, run_id: str, password_file: str | None, open_mode: bool) -> None:
+async def _serve(port: int, *, run_id: str, password_file: str | None, open_mode: bool,
+                 max_queued_bytes: int = MAX_QUEUED_BYTES) -> None:
     from amqtt.broker import Broker
+    from amqtt.mqtt.protocol.broker_handler import BrokerProtocolHandler
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -275,6 +376,7 @@ async def _serve(port: int, *, run_id: str, password_file: str | None, open_mode
     from amqtt.mqtt.packet import MQTTFixedHeader
 
     _cap_packets(MQTTFixedHeader, acl.MAX_PACKET_BYTES)
+    _bound_queues(Broker, BrokerProtocolHandler, acl.MAX_QUEUED_MESSAGES, max_queued_bytes)
     if not open_mode:
         import amqtt.broker
 
@@ -295,7 +397,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--password-file")
     parser.add_argument("--open", action="store_true", help="no authentication, no ACL")
     parser.add_argument("--log-level", default="WARNING")
+    parser.add_argument("--max-queued-bytes", type=int, default=MAX_QUEUED_BYTES,
+                        help="bytes held per subscriber before its messages are dropped")
     args = parser.parse_args(argv)
+    if args.max_queued_bytes < 1:
+        parser.error(f"--max-queued-bytes must be at least 1, got {args.max_queued_bytes}")
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     # amqtt is chatty at INFO (one line per connection); keep it quiet unless debugging
@@ -303,7 +409,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.open and not args.password_file:
         parser.error("--password-file is required unless --open")
     try:
-        asyncio.run(_serve(args.port, run_id=args.run_id, password_file=args.password_file, open_mode=args.open))
+        asyncio.run(_serve(args.port, run_id=args.run_id, password_file=args.password_file, open_mode=args.open,
+                           max_queued_bytes=args.max_queued_bytes))
     except Exception as exc:  # report why, for the parent's error message
         print(f"embedded broker: failed on {HOST}:{args.port}: {type(exc).__name__}: {exc}",
               file=sys.stderr, flush=True)
@@ -410,6 +517,7 @@ def start_embedded_broker(
     open_mode: bool = False,
     timeout: float = 20.0,
     log_level: str = "WARNING",
+    max_queued_bytes: int = MAX_QUEUED_BYTES,
 ) -> EmbeddedBroker:
     """Start an amqtt broker for run ``run_id`` in its own process on a free port of 127.0.0.1.
 
@@ -425,6 +533,8 @@ def start_embedded_broker(
         raise ValueError(f"log_level must be a logging level name, got {log_level!r}")
     if open_mode and passwords:
         raise ValueError("passwords are meaningless with open_mode=True")
+    if isinstance(max_queued_bytes, bool) or not isinstance(max_queued_bytes, int) or max_queued_bytes < 1:
+        raise ValueError(f"max_queued_bytes must be a positive integer, got {max_queued_bytes!r}")
 
     deadline = time.monotonic() + timeout
     errors: list[str] = []
@@ -439,7 +549,8 @@ def start_embedded_broker(
             shutil.rmtree(workdir, ignore_errors=True)
             raise
         stderr_path = workdir / "stderr.log"
-        cmd = [sys.executable, "-m", _MODULE, "--port", str(port), "--run-id", run_id, "--log-level", log_level]
+        cmd = [sys.executable, "-m", _MODULE, "--port", str(port), "--run-id", run_id, "--log-level", log_level,
+               "--max-queued-bytes", str(max_queued_bytes)]
         cmd += ["--open"] if open_mode else ["--password-file", str(files.passwd)]
         env = dict(os.environ)
         project_root = str(Path(__file__).resolve().parents[2])
