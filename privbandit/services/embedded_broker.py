@@ -19,6 +19,13 @@ amqtt publishes last wills without asking the topic plugin and stores retained m
 subscribers; no party uses either, so a CONNECT with a will is refused and nothing is retained
 (as Mosquitto's generated config does with ``retain_available false``).
 
+Three amqtt defects are patched in the child, each failing loudly if a newer amqtt moved what it
+replaces: unbounded per-subscriber queues (:func:`_bound_queues`, issue #20 item 10), a taken-over
+persistent session marked disconnected by its old connection's end, which left a party connected
+and deaf after a broker pause (:func:`_keep_taken_over_sessions`, item 7), and a SUBSCRIBE during
+routing that lost the message being routed (:class:`_SnapshotItems`). Packets over the size cap
+close the connection (:func:`_cap_packets`).
+
 amqtt speaks MQTT 3.1.1 only (aiomqtt's default). ``open_mode=True`` starts it without
 authentication or ACL, for local quick runs.
 
@@ -334,10 +341,60 @@ def _bound_queues(broker_class, handler_class, max_messages: int, max_bytes: int
         if not isinstance(getattr(self, "_tasks_queue", None), deque):
             raise RuntimeError("amqtt's Broker._tasks_queue is gone: cannot bound queues")
         self._tasks_queue = _PrunedTasks()
+        if not isinstance(getattr(self, "_subscriptions", None), dict):
+            raise RuntimeError("amqtt's Broker._subscriptions is gone: cannot route safely")
+        self._subscriptions = _SnapshotItems(self._subscriptions)
 
     handler_class.mqtt_publish = bounded_publish
     broker_class._retain_broadcast_message = bounded_queue
     broker_class.__init__ = init_pruned
+
+
+def _keep_taken_over_sessions(broker_class) -> None:
+    """Issue #20 item 7, the cause. A client that reconnects while the broker still holds its old
+    connection (the broker was paused, so it never saw that one die) takes its persistent session
+    over; amqtt then closes the old connection, whose message loop ends in ``_handle_disconnect``
+    and marks the *shared* session disconnected, although the new connection is live. From then on
+    the broker queues every message for that session as if its client were away, and never sends
+    them: the client is deaf for ever while its own publishes are still acknowledged. Here a
+    connection that is no longer its session's current one ends alone: its handler stops, the
+    session stays connected, and no will is sent (the client is still there)."""
+    original = broker_class.__dict__.get("_handle_disconnect")
+    loop = broker_class.__dict__.get("_client_message_loop")
+    if not callable(original) or not callable(loop) or not callable(getattr(broker_class, "_stop_handler", None)):
+        raise RuntimeError("amqtt's Broker._handle_disconnect is gone: cannot keep taken-over sessions")
+
+    async def handle_disconnect(self, client_session, handler, disconnect_waiter) -> None:
+        current = self._sessions.get(client_session.client_id, (None, None))[1]
+        if current is not None and current is not handler:
+            log.warning("%s reconnected before its old connection ended: the old one closes, the session stays",
+                        client_session.client_id)
+            await self._stop_handler(handler)
+            return
+        await original(self, client_session, handler, disconnect_waiter)
+
+    async def client_message_loop(self, client_session, handler) -> None:
+        # The old connection may have ended while the take-over awaited it, before the new
+        # handler was registered: its end then marked the session disconnected. This connection is
+        # the session's now, and live.
+        if client_session.transitions.state != "connected":
+            log.warning("%s: its old connection's end had marked the taken-over session away; it is connected",
+                        client_session.client_id)
+            client_session.transitions.connect()
+        await loop(self, client_session, handler)
+
+    broker_class._handle_disconnect = handle_disconnect
+    broker_class._client_message_loop = client_message_loop
+
+
+class _SnapshotItems(dict):
+    """amqtt's subscription table: its broadcast iterates ``items()`` across awaits, and a
+    subscription made meanwhile ended that iteration ("dictionary changed size during iteration")
+    and lost the message being routed. Iterating a snapshot routes it to the subscribers of the
+    moment it was taken."""
+
+    def items(self):
+        return list(super().items())
 
 
 def _broker_config(port: int, *, run_id: str, password_file: str | None, open_mode: bool) -> dict:
@@ -377,6 +434,7 @@ async def _serve(port: int, *, run_id: str, password_file: str | None, open_mode
 
     _cap_packets(MQTTFixedHeader, acl.MAX_PACKET_BYTES)
     _bound_queues(Broker, BrokerProtocolHandler, acl.MAX_QUEUED_MESSAGES, max_queued_bytes)
+    _keep_taken_over_sessions(Broker)
     if not open_mode:
         import amqtt.broker
 

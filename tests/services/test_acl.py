@@ -803,6 +803,19 @@ def test_a_flood_toward_a_stopped_subscriber_keeps_the_embedded_broker_bounded()
         assert "dropped a message on" in broker.stderr()
 
 
+def test_routing_iterates_a_snapshot_of_the_subscriptions():
+    """amqtt routes a message by iterating its subscription table across awaits; a subscription
+    made meanwhile raised "dictionary changed size during iteration" and lost the message."""
+    from privbandit.services.embedded_broker import _SnapshotItems
+
+    table = _SnapshotItems({"pb/r/plan": []})
+    seen = []
+    for topic, _ in table.items():
+        table[f"{topic}/new"] = []  # a SUBSCRIBE handled while routing
+        seen.append(topic)
+    assert seen == ["pb/r/plan"] and len(table) == 2
+
+
 def test_finished_deliveries_behind_a_stuck_one_are_forgotten():
     from privbandit.services.embedded_broker import _PrunedTasks
 

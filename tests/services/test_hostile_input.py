@@ -346,18 +346,16 @@ def test_item6_a_broker_paused_for_10_s_crashes_no_party(tmp_path):
     assert_same_numbers(tmp_path / "inproc", out)
 
 
-def test_item7_a_session_on_a_paused_embedded_broker_ends_within_its_stall_deadline(tmp_path):
-    """#20 item 7: SIGSTOP of the embedded broker (amqtt) for 15 s, past its own 5-s PUBACK
-    timeout. Mosquitto paused so (item 6) loses nothing; amqtt, resumed, acknowledges the parties'
-    publishes but routes none of them on, so no party hears another again (measured: a session
-    that never ended). Until that is fixed in the broker, the session must not wait for ever: the
-    observer fails it at its stall deadline, naming the task. Either ending is accepted; a session
-    that neither finishes with the honest numbers nor fails loudly within the deadline is not."""
+def test_item7_a_session_on_a_paused_embedded_broker_finishes_with_the_honest_numbers(tmp_path):
+    """#20 item 7: SIGSTOP of the embedded broker (amqtt) for 15 s. The parties reconnect while the
+    paused broker still holds their old connections; amqtt took each persistent session over, then
+    let the old connection's end mark the shared session disconnected, so it queued everything for
+    that party as if it were away: a fleet connected, acknowledged and deaf for ever (measured: the
+    session stalled, `no metrics … from users-0`). With the broker's fix the session finishes with
+    the honest numbers; on the old broker it failed at the stall deadline."""
     parties, out, code = _paused_mid_run(tmp_path, 15, "broker", embedded=True, stall_s=25, finish_s=45)
-    if code == 0:
-        assert_same_numbers(tmp_path / "inproc", out)
-    else:
-        assert "made no progress for 25 s" in (tmp_path / "observer.log").read_text()
+    assert code == 0, (tmp_path / "observer.log").read_text()[-2000:]
+    assert_same_numbers(tmp_path / "inproc", out)
 
 
 def test_item10_a_hung_analyzer_fails_the_session_loudly_within_the_stall_deadline(tmp_path):
