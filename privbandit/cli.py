@@ -263,7 +263,19 @@ InsecureBrokerOption = Annotated[bool, typer.Option(
 DashboardOption = Annotated[bool, typer.Option(
     "--dashboard", help="with --transport mqtt: serve a live web page of the session on 127.0.0.1, and after "
                         "it the results directory until Ctrl-C (docs/dashboard.md)")]
-DashboardPortOption = Annotated[int, typer.Option(min=1, max=65535, help="the dashboard's port")]
+
+
+def _port(text: str) -> int:
+    """A port, or an error naming its range (click's own says only the bound it crossed)."""
+    from privbandit.services.dashboard import DashboardError, check_port
+
+    try:
+        return check_port(int(text))
+    except (ValueError, DashboardError):
+        raise typer.BadParameter(f"{text!r}: must be an integer in 1..65535") from None
+
+
+DashboardPortOption = Annotated[int, typer.Option(parser=_port, metavar="PORT", help="the dashboard's port")]
 
 
 def _broker_access(broker: str | None, run_id: str | None, credentials: Path | None, ca_file: Path | None, cert_file: Path | None,

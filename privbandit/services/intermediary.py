@@ -104,8 +104,11 @@ class IntermediaryService(PartyService):
     def subscriptions(self):
         return [self.t("control"), self.t("plan"), self.t("report", self.role)]
 
+    async def start_task(self, spec: dict) -> None:
+        await self.report_rounds()  # the task that ends here: its final counts, under its own index
+        await super().start_task(spec)
+
     async def on_task(self, spec: dict) -> None:
-        await self.report_rounds()  # the task that ends here: its final counts
         runs = spec["runs"]
         # The permutation key never travels on the bus: the shuffler derives it from its own
         # master key (reproducible runs), or draws permutations from the OS CSPRNG.
