@@ -177,7 +177,7 @@ def test_the_observer_serves_the_page_with_its_own_account_only(tmp_path):
     from privbandit.runner import config as experiment_files
     from privbandit.services.launcher import plan_parties
 
-    experiment = Path("experiments/demo.toml").resolve()
+    experiment = Path(__file__).resolve().parents[2] / "experiments" / "demo.toml"
     family, config = experiment_files.load(experiment)
     passwords = {r: f"pw-{r}" for r in ("observer", "analyzer", "aggregator", "users", "shuffler")}
     parties = plan_parties(family, config, experiment, [], tmp_path, "mqtt://127.0.0.1:1", "r1", 2, passwords,
