@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+import tomllib
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -35,7 +36,9 @@ from privbandit.services.dashboard import (
     results_snapshot,
 )
 from privbandit.services.observer import ObserverService
+from privbandit import registry
 from tests.services.test_checkpoint import RUN_ID, _mab, _Net, _services
+from tests.services.test_families_e2e import EXPERIMENTS
 
 PARTIES = ["analyzer", "aggregator", "users-0", "users-1"]
 
@@ -66,23 +69,7 @@ def test_the_snapshot_shows_what_the_observer_holds_and_ends_as_its_results(tmp_
     up to the analyzer's records and rounds.csv."""
     fam, config, label = _mab("Dist-DP-SE", {}, horizon=40_000, arms=3)
     config = config.model_copy(update={"runs": 2})
-    net = _Net()
-    parties = [_services(fam, config, name, tmp_path / "state") for name in PARTIES]
-    for name, service in zip(PARTIES, parties):
-        net.attach(name, service)
-    obs = ObserverService(BusSettings(run_id=RUN_ID), fam, config, PARTIES, tmp_path / "out")
-    net.attach("observer", obs)
-    services = [*parties, obs]
-
-    async def go():
-        for service in parties:  # as on connecting
-            await service.on_connect()
-        await _step_session(net, services, lambda: obs.index == 0 and obs.observer.served() > 0)
-        early = live_snapshot(obs)
-        await _step_session(net, services, lambda: obs.finished)
-        return early
-
-    early = asyncio.run(go())
+    obs, early = _fed(fam, config, tmp_path, lambda obs: obs.index == 0 and obs.observer.served() > 0)
     end = live_snapshot(obs)
     summary = obs.write()
 
@@ -115,6 +102,53 @@ def test_the_snapshot_shows_what_the_observer_holds_and_ends_as_its_results(tmp_
     assert finished["phase"] == "finished" and finished["results"]["summary"] == summary
     assert finished["results"]["rounds_rows"] == {label: rows}
     assert finished["results"]["curves"]["pseudo"][label][-1] == curve["pseudo"][-1]
+
+
+def _fed(fam, config, tmp_path: Path, pause=lambda obs: False) -> tuple[ObserverService, dict | None]:
+    """An observer fed by a whole session of the real services on an in-memory broker, once it
+    has the parties' final counters; and its snapshot when ``pause(observer)`` first held."""
+    net = _Net()
+    names = ["analyzer", *fam.intermediaries(config), "users-0", "users-1"]
+    parties = [_services(fam, config, name, tmp_path / "state") for name in names]
+    for name, service in zip(names, parties):
+        net.attach(name, service)
+    obs = ObserverService(BusSettings(run_id=RUN_ID), fam, config, names, tmp_path / "out")
+    net.attach("observer", obs)
+
+    async def go():
+        for service in parties:  # as on connecting
+            await service.on_connect()
+        await _step_session(net, [*parties, obs], lambda: obs.finished or pause(obs))
+        early = None if obs.finished else live_snapshot(obs)
+        await _step_session(net, [*parties, obs], lambda: obs.finished)
+        return early
+
+    return obs, asyncio.run(go())
+
+
+@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
+def test_every_family_is_shown_from_the_observers_state_alone(tmp_path, name):
+    """Every family (tests/services/test_families_e2e.py's experiments, their first and last
+    algorithms: seconds, not a minute): the snapshot at the end says what summary.json says, and
+    the intermediaries' released rounds are the analyzer's records."""
+    data = tomllib.loads(EXPERIMENTS[name])
+    algorithms = list(data["algorithms"].items())
+    data["algorithms"] = dict([algorithms[0], algorithms[-1]])
+    fam = registry.family(data.get("family", "distributed-dp-mab"))
+    config = fam.load(data, tmp_path / "e.toml")
+    obs, _ = _fed(fam, config, tmp_path)
+    end = live_snapshot(obs)
+    summary = obs.write()
+    assert end["tasks"]["done"] == end["tasks"]["total"] == len(summary["algorithms"]) * config.runs
+    assert {k: v["mean"] for k, v in end["regret"]["final"].items()} == {
+        label: a["regret_final_mean"] for label, a in summary["algorithms"].items()}
+    assert {k: p["guarantee"] for k, p in end["privacy"].items()} == {
+        label: p["guarantee"] for label, p in summary["privacy"].items()}
+    released = sum(c["released"] for c in end["rounds"]["intermediaries"].values())
+    assert released == end["rounds"]["records"] > 0
+    assert set(end["rounds"]["intermediaries"]) <= set(obs.parties)
+    assert all(c["failed"] == c["open"] == 0 for c in end["rounds"]["intermediaries"].values())
+    json.dumps(end, allow_nan=False)
 
 
 def test_round_counts_are_the_intermediaries_own_and_checked():
