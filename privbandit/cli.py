@@ -44,6 +44,8 @@ def run(
     cert_file: CertFileOption = None,
     key_file: KeyFileOption = None,
     insecure_broker: InsecureBrokerOption = False,
+    dashboard: DashboardOption = False,
+    dashboard_port: DashboardPortOption = 8050,
 ):
     """Run an experiment file: many runs of each algorithm, then a results directory. Each task is
     kept in --out as it finishes: Ctrl-C stops at once and prints the command that resumes."""
@@ -63,7 +65,8 @@ def run(
             given = [flag for flag, value in (("--broker", broker), ("--shards", shards),
                                               ("--restart-on-crash", restart_on_crash or None),
                                               ("--timeout", timeout), ("--run-id", run_id),
-                                              ("--insecure-broker", insecure_broker or None)) if value is not None]
+                                              ("--insecure-broker", insecure_broker or None),
+                                              ("--dashboard", dashboard or None)) if value is not None]
             if given:
                 raise ConfigError(f"{', '.join(given)}: only with --transport mqtt (this run is in-process)")
         shards = 2 if shards is None else shards
@@ -74,6 +77,8 @@ def run(
         if timeout is not None and not timeout > 0:
             raise ConfigError(f"--timeout {timeout}: must be > 0 seconds")
         access = _broker_access(broker, run_id, credentials, ca_file, cert_file, key_file)
+        if dashboard:
+            _dashboard_port_free(dashboard_port)
         family, config = experiment_files.load(experiment, overrides)
         out = out or Path("results") / config.name
         if resume and transport == "mqtt":
@@ -84,7 +89,8 @@ def run(
             os.environ[COMMAND_ENV] = command  # the parties it starts inherit it (the observer writes the summary)
             try:
                 return _run_distributed(family, config, experiment, overrides, out, broker, shards, restart_on_crash,
-                                        timeout, access=access, insecure_broker=insecure_broker, run_id=run_id)
+                                        timeout, access=access, insecure_broker=insecure_broker, run_id=run_id,
+                                        dashboard_port=dashboard_port if dashboard else None)
             finally:
                 if saved is None:
                     os.environ.pop(COMMAND_ENV, None)
@@ -254,6 +260,22 @@ KeyFileOption = Annotated[Optional[Path], typer.Option(
 InsecureBrokerOption = Annotated[bool, typer.Option(
     "--insecure-broker", help="run even if the broker lets a role, or anyone, read what the trust model denies "
                               "(summary.json records broker.acl = \"insecure\")")]
+DashboardOption = Annotated[bool, typer.Option(
+    "--dashboard", help="with --transport mqtt: serve a live web page of the session on 127.0.0.1, and after "
+                        "it the results directory until Ctrl-C (docs/dashboard.md)")]
+
+
+def _port(text: str) -> int:
+    """A port, or an error naming its range (click's own says only the bound it crossed)."""
+    from privbandit.services.dashboard import DashboardError, check_port
+
+    try:
+        return check_port(int(text))
+    except (ValueError, DashboardError):
+        raise typer.BadParameter(f"{text!r}: must be an integer in 1..65535") from None
+
+
+DashboardPortOption = Annotated[int, typer.Option(parser=_port, metavar="PORT", help="the dashboard's port")]
 
 
 def _broker_access(broker: str | None, run_id: str | None, credentials: Path | None, ca_file: Path | None, cert_file: Path | None,
@@ -289,9 +311,19 @@ def _broker_access(broker: str | None, run_id: str | None, credentials: Path | N
     return {"passwords": passwords or None, "tls_files": tls or None}
 
 
+def _dashboard_port_free(port: int) -> None:
+    """Before any work: the dashboard's port can be listened on (the observer listens on it)."""
+    from privbandit.services.dashboard import DEFAULT_HOST, DashboardError, bind
+
+    try:
+        bind(DEFAULT_HOST, port).close()
+    except DashboardError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def _run_distributed(family, config, experiment: Path, overrides: list[str], out: Path, broker: str | None, shards: int,
                      restart_on_crash: int = 0, timeout: float | None = None, *, access: dict | None = None,
-                     insecure_broker: bool = False, run_id: str | None = None):
+                     insecure_broker: bool = False, run_id: str | None = None, dashboard_port: int | None = None):
     import json
 
     from rich.markup import escape
@@ -299,10 +331,12 @@ def _run_distributed(family, config, experiment: Path, overrides: list[str], out
     from privbandit.services.broker_probe import BrokerInsecure, BrokerUnusable
     from privbandit.services.launcher import launch
 
+    if dashboard_port is not None:
+        err.print(f"dashboard: http://127.0.0.1:{dashboard_port}/ (live while the session runs)", highlight=False)
     try:
         code = launch(family, config, experiment, overrides, out, broker_url=broker, shards=shards,
                       restart_on_crash=restart_on_crash, timeout_s=timeout, insecure_broker=insecure_broker,
-                      run_id=run_id, **(access or {}))
+                      run_id=run_id, dashboard_port=dashboard_port, **(access or {}))
     except TimeoutError as exc:
         err.print(f"[bold red]error:[/] --timeout: {exc}")
         raise typer.Exit(1)
@@ -322,6 +356,24 @@ def _run_distributed(family, config, experiment: Path, overrides: list[str], out
     _print_summary(summary, out)
     if getattr(config, "traffic_adversaries", None):
         _print_traffic_attacks(config.traffic_adversaries, summary, out)
+    if dashboard_port is not None:
+        _serve_results(out, dashboard_port)
+
+
+def _serve_results(out: Path, port: int) -> None:
+    """After the session (the observer, and its live page, have stopped): its results directory on
+    the same port, read-only, until Ctrl-C."""
+    from privbandit.services.dashboard import DashboardError, serve_results
+
+    def announce(url: str) -> None:
+        err.print(f"dashboard: the session is over; serving {out} at {url} until Ctrl-C", highlight=False)
+
+    try:
+        serve_results(out, port, announce=announce)
+    except DashboardError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(1)
+    err.print("dashboard stopped")
 
 
 def _print_traffic_attacks(kinds: list[str], summary: dict, out: Path) -> None:
@@ -744,16 +796,26 @@ def observer(
     broker: BrokerOption = None,
     run_id: RunIdOption = None,
     state_dir: StateDirOption = None,
+    dashboard: Annotated[bool, typer.Option("--dashboard", help="serve the session's live web page")] = False,
+    dashboard_port: DashboardPortOption = 8050,
+    dashboard_host: Annotated[str, typer.Option(help="the dashboard's address (0.0.0.0 in a container whose "
+                                                     "port is published on the host's loopback)")] = "127.0.0.1",
 ):
     """Collects metrics, paces the session and writes the results directory."""
+    from privbandit.services.dashboard import Dashboard, DashboardError
     from privbandit.services.observer import ObserverService, SessionFailed
 
     if not stall_timeout > 0:
         err.print(f"[bold red]error:[/] --stall-timeout {stall_timeout}: must be > 0 seconds")
         raise typer.Exit(2)
     settings, (family, config), built = _settings(broker, run_id), _world(experiment, set_), []
+    try:
+        page = Dashboard(dashboard_host, dashboard_port) if dashboard else None
+    except DashboardError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(2)
     _serve(lambda: built.append(ObserverService(settings, family, config, parties.split(","), out, ready_timeout,
-                                                state_dir, stall_timeout)) or built[0])
+                                                state_dir, stall_timeout, dashboard=page)) or built[0])
     service = built[0]
     try:
         service.write()
@@ -863,6 +925,8 @@ def demo(
     cert_file: CertFileOption = None,
     key_file: KeyFileOption = None,
     insecure_broker: InsecureBrokerOption = False,
+    dashboard: DashboardOption = False,
+    dashboard_port: DashboardPortOption = 8050,
 ):
     """Dist-DP-SE end to end: broker, analyzer, aggregator, user fleets and observer as separate
     processes; prints regret, ε spent and bits per user measured on the wire."""
@@ -871,7 +935,8 @@ def demo(
         experiment = Path("experiments/demo.toml")
     run(experiment, set_=set_, runs=None, out=out, jobs=None, transport="mqtt", broker=broker, shards=shards,
         restart_on_crash=restart_on_crash, overwrite=overwrite, run_id=run_id, credentials=credentials,
-        ca_file=ca_file, cert_file=cert_file, key_file=key_file, insecure_broker=insecure_broker)
+        ca_file=ca_file, cert_file=cert_file, key_file=key_file, insecure_broker=insecure_broker, dashboard=dashboard,
+        dashboard_port=dashboard_port)
 
 
 @app.command()

@@ -452,11 +452,12 @@ def release_of(msg: ReleaseMsg) -> Release:
 
 class StatusMsg(_Msg):
     """Any party → observer, on the party's own metrics topic (``metrics/<party>``, which only its
-    account may write): ready, task finished (with its counters), or a failure."""
+    account may write): ready, task finished (with its counters), a failure, an intermediary's
+    round counts (``rounds``: for the dashboard), or its final counters (``stats``)."""
 
     kind: Literal["status"] = "status"
     party: Annotated[str, Field(pattern=NAME_PATTERN, max_length=32)]
-    state: Literal["ready", "task-done", "error", "stats"]
+    state: Literal["ready", "task-done", "error", "stats", "rounds"]
     task: NonNeg | None = None
     body: Body = {}
     # A user fleet's MAC over this message (encoded with an empty tag): fleets share one broker

@@ -18,6 +18,8 @@ Docker, exit status 2 (bad configuration, a foreign checkpoint) is never restart
 exit never is. Give the analyzer and the intermediaries ``--state-dir`` so that a restarted one
 resumes from its checkpoint (docs/distributed.md, "Faults and restarts").
 
+An observer with ``--dashboard-host`` (0.0.0.0 in its container) serves its page on 127.0.0.1 here.
+
 Logs: ``<observer --out>/logs/compose-<service>.log``. Not reproduced: filesystem isolation (a local
 process can read any file you can; ``:ro`` is not enforced), ``user:``, networks, healthchecks.
 """
@@ -128,6 +130,10 @@ def _service(name: str, spec: dict, base: Path) -> Service:
                   _restarts(name, spec.get("restart", "no")))
     svc.command = [svc.to_host(a) for a in svc.command]
     svc.env = {k: svc.to_host(v) for k, v in svc.env.items()}
+    if "--dashboard-host" in svc.command[:-1]:
+        # In its container the dashboard listens on every address, behind a port Docker publishes
+        # on the host's loopback; a local process listens on the loopback itself.
+        svc.command[svc.command.index("--dashboard-host") + 1] = "127.0.0.1"
     return svc
 
 
@@ -339,6 +345,10 @@ def up(compose_file: Path, broker_url: str | None = None, workdir: Path | None =
             else:
                 running.append(svc)
                 print(f"[up] {name}: started, log {svc.log}", file=sys.stderr)
+                if "--dashboard" in svc.command:
+                    port = svc.command[svc.command.index("--dashboard-port") + 1] if "--dashboard-port" in svc.command \
+                        else "8050"
+                    print(f"[up] {name}: dashboard at http://127.0.0.1:{port}/ while the session runs", file=sys.stderr)
         _supervise(observer, running, deadline, workdir)
     code = observer.proc.returncode
     print(f"[up] results in {out}" if code == 0 else

@@ -57,6 +57,9 @@ RESEND_S = 3.0
 # too was restarted, and the restarted shuffler, holding the round closed but not its release,
 # never answered the analyzer's re-announced plan (concurrent-shuffle, 146 rounds closed).
 KEEP_RELEASE_BYTES = 64 * 2**20
+# The round counts (the dashboard's round table) go to the observer when they change, at most once
+# a tick, and at least this often: the observer then knows the party is up even while no round moves.
+ROUNDS_EVERY_S = 5.0
 
 
 def blocks_of(plan: Plan) -> int:
@@ -95,9 +98,15 @@ class IntermediaryService(PartyService):
         # this party holds, so some arrive after their round closed. Those are counted apart
         # (``late-resend``), so an honest run's refusals show only what an attacker would cause.
         self.asked_plans: set[int] = set()
+        self.rounds_sent: tuple = ()
+        self.rounds_sent_at = 0.0
 
     def subscriptions(self):
         return [self.t("control"), self.t("plan"), self.t("report", self.role)]
+
+    async def start_task(self, spec: dict) -> None:
+        await self.report_rounds()  # the task that ends here: its final counts, under its own index
+        await super().start_task(spec)
 
     async def on_task(self, spec: dict) -> None:
         runs = spec["runs"]
@@ -335,9 +344,24 @@ class IntermediaryService(PartyService):
                        "and a secure round is never re-run with the same inputs")
         await self.fail(round_id, reason)
 
+    async def report_rounds(self) -> None:
+        """The running task's round counts to the observer, if they changed or are due. Only
+        counts: the observer may know how many rounds an intermediary holds, not what they hold."""
+        if self.box is None:
+            return
+        counts = {**self.box.counts(), "released": len(self.released), "failed": len(self.failed)}
+        now = time.monotonic()
+        if (self.task_index, counts) != self.rounds_sent or now - self.rounds_sent_at >= ROUNDS_EVERY_S:
+            self.rounds_sent, self.rounds_sent_at = (self.task_index, counts), now
+            await self.status("rounds", self.task_index, **counts)
+
+    async def before_stats(self) -> None:
+        await self.report_rounds()
+
     async def tick(self) -> None:
         if self.box is None:
             return
+        await self.report_rounds()
         await self.secagg.tick()  # a secure round's deadlines are per step
         now = time.monotonic()
         for round_id, at in list(self.asked.items()):

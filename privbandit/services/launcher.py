@@ -103,9 +103,11 @@ def party_roles(family, config) -> list[str]:
 def plan_parties(family, config, experiment: Path, overrides: list[str], out: Path,
                  broker_url: str, run_id: str, shards: int, passwords: Mapping[str, str] | None,
                  observer_log: Path | None = None, checkpoint: bool = True,
-                 tls_files: Mapping[str, str] | None = None, broker_acl: str | None = None) -> list[Party]:
+                 tls_files: Mapping[str, str] | None = None, broker_acl: str | None = None,
+                 dashboard_port: int | None = None) -> list[Party]:
     """The parties of a session, not started. ``tls_files``: BusSettings' ``ca_file``, ``cert_file``,
-    ``key_file`` for every party; ``broker_acl``: the probe's verdict, for the observer's summary."""
+    ``key_file`` for every party; ``broker_acl``: the probe's verdict, for the observer's summary;
+    ``dashboard_port``: the observer serves its web page there, on 127.0.0.1."""
     sets = [x for o in overrides for x in ("--set", o)]
     world = ["--experiment", str(experiment), *sets]
     intermediaries = family.intermediaries(config)
@@ -124,8 +126,9 @@ def plan_parties(family, config, experiment: Path, overrides: list[str], out: Pa
             base |= {"PRIVBANDIT_USERNAME": role, "PRIVBANDIT_PASSWORD": passwords[role]}
         return base | extra
 
+    page = [] if dashboard_port is None else ["--dashboard", "--dashboard-port", str(dashboard_port)]
     parties = [Party("observer", ["observer", *world, "--out", str(out), "--parties", ",".join(names),
-                                  *state("observer")],
+                                  *state("observer"), *page],
                      env("observer", **({BROKER_ACL_ENV: broker_acl} if broker_acl else {})), observer_log)]
     parties.append(Party("analyzer", ["analyzer", *state("analyzer")], env("analyzer", PRIVBANDIT_ANALYZER_KEY=hex(
         analyzer_master_key(config.seed))), logs / "analyzer.log"))
@@ -158,7 +161,7 @@ def launch(family, config, experiment: Path, overrides: list[str], out: Path,
            restart_on_crash: int = 0, started: Callable[[list[Party]], None] | None = None,
            checkpoint: bool = True, *, passwords: Mapping[str, str] | None = None,
            tls_files: Mapping[str, str] | None = None, insecure_broker: bool = False,
-           run_id: str | None = None) -> int:
+           run_id: str | None = None, dashboard_port: int | None = None) -> int:
     """Run the experiment distributed; returns the observer's exit code (0 on success).
 
     ``broker_url``: an external broker (default: an embedded one started here). ``passwords``
@@ -169,7 +172,8 @@ def launch(family, config, experiment: Path, overrides: list[str], out: Path,
     unless ``insecure_broker``.
     ``restart_on_crash``: how many party crashes in all to survive by restarting the party.
     ``started``: called with the parties once they are all started (fault-injection tests).
-    ``checkpoint``: give the analyzer and intermediaries state directories (benchmarks turn it off)."""
+    ``checkpoint``: give the analyzer and intermediaries state directories (benchmarks turn it off).
+    ``dashboard_port``: the observer serves the session's web page on 127.0.0.1 there."""
     from privbandit.services.broker_probe import check_broker
     from privbandit.services.bus import BusSettings
 
@@ -200,7 +204,8 @@ def launch(family, config, experiment: Path, overrides: list[str], out: Path,
             print(f"[launcher] --insecure-broker: the broker at {broker_url} does not enforce the trust model "
                   f"({probe.describe()}); running anyway", file=sys.stderr)
         parties = plan_parties(family, config, experiment, overrides, out, broker_url, run_id, shards, passwords,
-                               checkpoint=checkpoint, tls_files=tls_files, broker_acl=acl_state)
+                               checkpoint=checkpoint, tls_files=tls_files, broker_acl=acl_state,
+                               dashboard_port=dashboard_port)
         for p in parties:
             p.start()
             stack.callback(p.stop)

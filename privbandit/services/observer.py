@@ -29,6 +29,7 @@ import hmac
 import logging
 import secrets
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Annotated
 
@@ -43,6 +44,7 @@ from privbandit.protocol.spine.observer import Observer, RunResult, checkpoint_g
 from privbandit.runner.results import summarize, write_results
 from privbandit.services import codec
 from privbandit.services.checkpoint import CheckpointError, spec_fingerprint
+from privbandit.services.dashboard import live_snapshot, merged_rejections
 from privbandit.services.party import PartyService
 from privbandit.services.users import status_tag
 
@@ -90,6 +92,17 @@ class _Stats(BaseModel):
     traffic: dict[str, _Traffic] = Field(default_factory=dict, max_length=MAX_COUNTER_KEYS)
 
 
+class _RoundCounts(BaseModel):
+    """An intermediary's round counts for one task (the dashboard's round table)."""
+
+    model_config = ConfigDict(extra="forbid")
+    open: Count
+    complete: Count
+    released: Count
+    failed: Count
+    reports: Count
+
+
 class _TaskDone(BaseModel):
     model_config = ConfigDict(extra="forbid")
     privacy: dict
@@ -114,8 +127,15 @@ class ObserverService(PartyService):
     role = "observer"
 
     def __init__(self, settings, family, config, parties: list[str], out: Path,
-                 ready_timeout_s: float = 60.0, state_dir: Path | None = None, stall_timeout_s: float = STALL_S):
+                 ready_timeout_s: float = 60.0, state_dir: Path | None = None, stall_timeout_s: float = STALL_S,
+                 dashboard=None):
         super().__init__(settings, state_dir=state_dir)
+        # The web page (privbandit.services.dashboard.Dashboard, bound already), served while the
+        # session runs; it reads this object's state, nothing more.
+        self.dashboard = dashboard
+        self.round_counts: dict[tuple[int, str], dict] = {}  # (task, intermediary) → its last counts
+        self.last_said: dict[str, str] = {}  # party → the state (or kind) of its last accepted message
+        self.rejoined: Counter[str] = Counter()  # parties that said ready again mid-session
         if not stall_timeout_s > 0:
             raise ValueError(f"stall_timeout_s={stall_timeout_s}: must be > 0 seconds")
         self.stall_timeout_s = stall_timeout_s
@@ -283,11 +303,22 @@ class ObserverService(PartyService):
                         f"{', '.join(silent) or 'none (all parties still talk)'}")
 
     # --- metrics ----------------------------------------------------------------------------
+    async def serve(self) -> None:
+        if self.dashboard is None:
+            return await super().serve()
+        async with self.dashboard.serving(lambda: live_snapshot(self)):
+            log.info("dashboard at %s", self.dashboard.url)
+            await super().serve()
+
     async def on_message(self, name: str, msg) -> None:
-        self.last_metrics = time.monotonic()
+        now = time.monotonic()
+        # An intermediary's round counts come every few seconds whatever happens: they must not
+        # put off the resync of a task whose metrics stopped.
+        if not (isinstance(msg, codec.StatusMsg) and msg.state == "rounds"):
+            self.last_metrics = now
         sender = name.split("/")[3] if name.count("/") >= 3 else ""
         if sender in self.parties:
-            self.heard[sender] = self.last_metrics
+            self.heard[sender] = now
         if sender not in self.parties and not (sender == self.name and isinstance(msg, codec.StatusMsg)):
             return self.reject("unknown-sender", f"{msg.kind} on {name}")
         if isinstance(msg, codec.StatusMsg):
@@ -298,7 +329,10 @@ class ObserverService(PartyService):
             # replace the fleet's own).
             if sender.startswith("users-") and not hmac.compare_digest(msg.tag, status_tag(self.auth, msg)):
                 return self.reject("bad-status-tag", f"{msg.state} of {msg.party}")
-            return await self.on_status(msg)
+            await self.on_status(msg)
+            self.last_said[sender] = msg.state
+            return
+        self.last_said[sender] = msg.kind
         if isinstance(msg, codec.TruthMsg):
             if not sender.startswith("users-"):
                 return self.reject("truth-not-from-users", name)
@@ -348,6 +382,8 @@ class ObserverService(PartyService):
 
     async def on_status(self, msg: codec.StatusMsg) -> None:
         if msg.state == "ready":
+            if self.index >= 0 and self.last_said.get(msg.party, "ready") != "ready":
+                self.rejoined[msg.party] += 1  # restarted, or reconnected to the broker
             self.ready.add(msg.party)
             if self.index < 0 and self.ready >= set(self.parties):
                 self.progress.start()
@@ -362,6 +398,13 @@ class ObserverService(PartyService):
             except ValidationError:
                 return self.reject("bad-status", "task-done body")
             await self.maybe_finish_task()
+        elif msg.state == "rounds":
+            if msg.party == "analyzer" or msg.party.startswith("users-") or msg.task is None:
+                return self.reject("bad-status", f"round counts from {msg.party}")
+            try:
+                self.round_counts[msg.task, msg.party] = _RoundCounts.model_validate(msg.body).model_dump()
+            except ValidationError:
+                return self.reject("bad-status", f"round counts of {msg.party}")
         elif msg.state == "stats":
             try:
                 self.stats[msg.party] = _Stats.model_validate(msg.body).model_dump()
@@ -406,13 +449,7 @@ class ObserverService(PartyService):
 
 def add_wire_accounting(summary: dict, obs: ObserverService) -> None:
     """Per algorithm and role, both directions: payload and wire bytes, per reporting user."""
-    rejected: dict[str, int] = {}
-    for body in obs.stats.values():
-        for reason, n in body.get("rejected", {}).items():
-            rejected[reason] = rejected.get(reason, 0) + n
-    for reason, n in obs.rejected.items():
-        rejected[reason] = rejected.get(reason, 0) + n
-    summary["rejected"] = {reason: n for reason, n in sorted(rejected.items()) if n}
+    summary["rejected"] = merged_rejections(obs)
     summary["parties_missing_stats"] = sorted(set(obs.parties) - set(obs.stats))
     for label, comm in summary["communication"].items():
         tasks = [str(i) for i, (_, l) in enumerate(obs.tasks) if l == label]

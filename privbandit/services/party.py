@@ -90,6 +90,7 @@ class PartyService:
         if isinstance(msg, codec.ControlMsg):
             if msg.action == "shutdown":
                 self.on_shutdown()
+                await self.before_stats()
                 await self.status("stats", rejected=dict(self.rejected),
                                   traffic={str(i): t.as_dict() for i, t in self.traffic_by_task.items()})
                 self.finished = True
@@ -157,6 +158,9 @@ class PartyService:
         """Last chance to count what never completed: messages held for a task that never came."""
         self.rejected["wrong-task"] += len(self.early)
         self.early = []
+
+    async def before_stats(self) -> None:
+        """The session ends: metrics still owed to the observer go out before the final counters."""
 
     async def on_message(self, name: str, msg) -> None:
         self.reject("unexpected-kind", msg.kind)

@@ -480,6 +480,12 @@ READ_DENIALS = [
     (Role.SHUFFLER, "report/aggregator", Role.USERS, "report/aggregator", Role.AGGREGATOR),
     (Role.AGGREGATOR, "release/shuffler", Role.SHUFFLER, "release/shuffler", Role.ANALYZER),
     (Role.OBSERVER, "report/aggregator", Role.USERS, "report/aggregator", Role.AGGREGATOR),
+    # The observer's account is also the dashboard's (#19): no report, release or plan, by any filter.
+    (Role.OBSERVER, "report/+", Role.USERS, "report/shuffler", Role.SHUFFLER),
+    (Role.OBSERVER, "release/aggregator", Role.AGGREGATOR, "release/aggregator", Role.ANALYZER),
+    (Role.OBSERVER, "release/#", Role.SHUFFLER, "release/shuffler", Role.ANALYZER),
+    (Role.OBSERVER, "plan", Role.ANALYZER, "plan", Role.USERS),
+    (Role.OBSERVER, "#", Role.AGGREGATOR, "release/aggregator", Role.ANALYZER),
     (Role.LAUNCHER, "metrics/analyzer", Role.ANALYZER, "metrics/analyzer", Role.OBSERVER),
 ]
 

@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from contextlib import ExitStack
@@ -35,10 +36,14 @@ def _raw() -> dict:
 
 
 def _workdir(tmp_path: Path, edit=lambda text: text) -> Path:
-    """A copy of what the compose file needs, so the real ./deploy and ./results stay untouched."""
+    """A copy of what the compose file needs, so the real ./deploy and ./results stay untouched,
+    with the dashboard on a free port (tests run side by side)."""
     (tmp_path / "experiments").mkdir()
     shutil.copy(REPO / "experiments" / "demo.toml", tmp_path / "experiments")
-    (tmp_path / "docker-compose.yml").write_text(edit(COMPOSE.read_text()))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "docker-compose.yml").write_text(edit(COMPOSE.read_text()).replace("8050", str(port)))
     return tmp_path
 
 
@@ -121,6 +126,15 @@ def test_the_parties_agree_on_broker_run_and_roles():
     assert services["broker"]["depends_on"]["config"]["condition"] == compose.ONE_SHOT
 
 
+def test_the_dashboard_is_published_on_the_hosts_loopback_only():
+    observer = _raw()["services"]["observer"]
+    command = observer["command"]
+    port = command[command.index("--dashboard-port") + 1]
+    assert "--dashboard" in command and command[command.index("--dashboard-host") + 1] == "0.0.0.0"
+    assert observer["ports"] == [f"127.0.0.1:{port}:{port}"]  # not 0.0.0.0 of the host
+    assert [name for name, spec in _raw()["services"].items() if "ports" in spec] == ["observer"]
+
+
 # --- how `privbandit up` maps it here --------------------------------------------------------------
 
 def test_container_paths_become_host_paths(tmp_path):
@@ -131,6 +145,7 @@ def test_container_paths_become_host_paths(tmp_path):
         return command[command.index(name) + 1]
 
     assert option("observer", "--out") == str(tmp_path / "results" / "compose")
+    assert option("observer", "--dashboard-host") == "127.0.0.1"  # 0.0.0.0 in its container
     assert option("observer", "--experiment") == str(tmp_path / "experiments" / "demo.toml")
     assert option("config", "--out") == str(tmp_path / "deploy" / "generated")
     assert option("keys", "--out") == str(tmp_path / "deploy" / "analyzer-key")
@@ -209,6 +224,9 @@ def test_up_runs_the_compose_topology_as_local_processes(tmp_path):
     for role in ("observer", "analyzer", "aggregator", "users"):
         assert f"u'{role}'" in broker_log, role
     assert {p.name for p in (out / "logs").iterdir()} >= {f"compose-{s}.log" for s in (*PARTIES, "config", "keys")}
+    # The observer served its page on the loopback, at the port the test gave it.
+    port = yaml.safe_load((work / "docker-compose.yml").read_text())["services"]["observer"]["ports"][0].split(":")[1]
+    assert f"dashboard at http://127.0.0.1:{port}/" in (out / "logs" / "compose-observer.log").read_text()
 
 
 @pytest.mark.parametrize("service, edit, message", [

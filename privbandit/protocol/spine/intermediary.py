@@ -240,6 +240,13 @@ class Intermediary:
     def received(self, round_id: int) -> int:
         return self.rounds[round_id].received
 
+    def counts(self) -> dict[str, int]:
+        """What this party holds: rounds open, the complete ones among them (a secure sum still
+        being computed), and the reports the open rounds hold."""
+        held = self.rounds.values()
+        return {"open": len(self.rounds), "complete": sum(s.complete for s in held),
+                "reports": sum(s.received for s in held)}
+
     def close(self, round_id: int) -> None:
         """Close a round released elsewhere (a secure aggregation round's protocol) or failed."""
         self.rounds.pop(round_id, None)

@@ -78,8 +78,10 @@ class Observer:
         blocks = self.by_plan.get(plan_id, {})
         return [blocks[b] for b in sorted(blocks)]
 
-    def regret_curves(self) -> tuple[np.ndarray, np.ndarray]:
-        """(R, C) pseudo- and realized regret at the checkpoints, from the blocks in serving order."""
+    def regret_curves(self, partial: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(R, C) pseudo- and realized regret at the checkpoints, from the blocks in serving order.
+        ``partial``: a task still running (the dashboard): the curves as far as the users served
+        without a gap, NaN after."""
         blocks = sorted((t for t in self.truths.values() if t.size), key=lambda t: t.first_user)
         shape = (self.runs, self.checkpoints.size)
         pseudo, realized = np.full(shape, np.nan), np.full(shape, np.nan)
@@ -88,6 +90,8 @@ class Observer:
         served = 0
         for b in blocks:
             if b.first_user != served:
+                if partial:
+                    break
                 raise RuntimeError(f"users {served}..{b.first_user - 1} were never reported served")
             lo, hi = np.searchsorted(self.checkpoints, [b.first_user + 1, b.first_user + b.size + 1])
             pseudo[:, lo:hi] = pseudo_before[:, None] + b.pseudo_at
@@ -95,7 +99,7 @@ class Observer:
             pseudo_before = pseudo_before + b.pseudo
             realized_before = realized_before + b.realized
             served += b.size
-        if served != self.checkpoints[-1]:
+        if served != self.checkpoints[-1] and not partial:
             raise RuntimeError(f"{served} of {self.checkpoints[-1]} users were reported served")
         return pseudo, realized
 

@@ -1,0 +1,312 @@
+"""The dashboard: one web page that shows a distributed session as the observer sees it, live, and
+its results directory once the session is over (docs/dashboard.md).
+
+It runs inside the observer process (``privbandit observer --dashboard``, which ``privbandit demo
+--dashboard`` and ``privbandit run --transport mqtt --dashboard`` start), on the observer's event
+loop, so it never holds more than the observer's broker account and the experiment file give it:
+metrics topics only, never a report, a plan or a release. It reads the family-independent state of
+:class:`~privbandit.services.observer.ObserverService` (tasks, the
+:class:`~privbandit.protocol.spine.observer.Observer`'s truths and records, the analyzer's ledger in
+``task-done``, the intermediaries' round counts, the parties' counters), so it shows every family.
+
+After the session the observer process exits; ``privbandit demo`` and ``run`` then serve the
+results directory on the same port, read-only, until Ctrl-C (:func:`serve_results`). The page
+reconnects by itself and shows the results beside what it last saw live.
+
+The stack: Starlette (routes, a streaming response for server-sent events) under uvicorn, running
+as one more task on the observer's asyncio loop; the page is one static HTML file with its own
+SVG chart, no library and nothing fetched from elsewhere, so it works offline and all its traffic
+stays on the loopback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import csv
+import errno
+import json
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8050
+PORTS = (1, 65535)
+PUSH_S = 0.5  # how often the stream sends a snapshot; snapshots are cached this long
+# A party not heard from for this long is shown as silent: intermediaries send their round counts
+# at least every 5 s (intermediary.ROUNDS_EVERY_S), the others whenever they act.
+SILENT_S = 10.0
+PAGE = Path(__file__).with_name("dashboard.html")
+
+
+class DashboardError(RuntimeError):
+    """The dashboard cannot listen where asked; the message names the host and port."""
+
+
+def check_port(port) -> int:
+    if isinstance(port, bool) or not isinstance(port, int) or not PORTS[0] <= port <= PORTS[1]:
+        raise DashboardError(f"dashboard port {port!r}: must be an integer in {PORTS[0]}..{PORTS[1]}")
+    return port
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port``, bound now: a port in use is named before any party starts."""
+    check_port(port)
+    try:
+        return socket.create_server((host, port))  # SO_REUSEADDR: a restarted observer binds again at once
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise DashboardError(f"dashboard port {port} on {host} is in use: choose another "
+                                 f"(--dashboard-port, {PORTS[0]}..{PORTS[1]})") from None
+        raise DashboardError(f"dashboard: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+# --- snapshots -------------------------------------------------------------------------------------
+
+def _floats(values: np.ndarray) -> list:
+    """JSON numbers, None where not finite (a curve beyond the users served so far)."""
+    values = np.asarray(values, dtype=np.float64)
+    return np.where(np.isfinite(values), values, None).tolist()
+
+
+def merged_rejections(obs) -> dict[str, int]:
+    """What the session refused, by reason: the parties' final counters and the observer's own."""
+    rejected: dict[str, int] = {}
+    for body in obs.stats.values():
+        for reason, n in body.get("rejected", {}).items():
+            rejected[reason] = rejected.get(reason, 0) + n
+    for reason, n in obs.rejected.items():
+        rejected[reason] = rejected.get(reason, 0) + n
+    return {reason: n for reason, n in sorted(rejected.items()) if n}
+
+
+def _role_bytes(traffic_by_task: dict) -> dict[str, int]:
+    """Wire bytes sent and received over every task, from a party's counters (as ``stats`` carry them)."""
+    out = {"sent": 0, "received": 0}
+    for counters in traffic_by_task.values():
+        for key, n in counters.get("wire", {}).items():
+            direction = key.split(".", 1)[0]
+            if direction in out:
+                out[direction] += n
+    return out
+
+
+def _party_state(obs, name: str, now: float) -> dict:
+    said = obs.last_said.get(name)
+    heard = obs.heard.get(name)
+    if name in obs.stats:
+        state = "stopped"
+    elif said == "error":
+        state = "error"
+    elif name not in obs.ready:
+        state = "waiting"
+    elif heard is not None and now - heard > SILENT_S:
+        state = "silent"
+    else:
+        state = "up"
+    return {"name": name, "state": state, "heard_s_ago": None if heard is None else round(now - heard, 1),
+            "rejoined": obs.rejoined[name]}
+
+
+def live_snapshot(obs) -> dict:
+    """What the observer knows now, for the page. Family-independent: tasks, regret, round counts,
+    the ledger, counters. Costs one pass over the running task's truths (its partial curve)."""
+    from privbandit.runner.results import per_run, worst_privacy
+
+    now = time.monotonic()
+    config = obs.config
+    running = obs.index if 0 <= obs.index < len(obs.tasks) and not obs.shutting_down else None
+    phase = ("failed" if obs.failure else "waiting" if obs.index < 0 else
+             "running" if running is not None else "finishing")
+    curves, final, privacy = [], {}, {}
+    for label in obs.labels:
+        done = [r for r in obs.results[label] if r is not None]
+        ledgers = [r.privacy for r in done]
+        if done:
+            pseudo, _ = per_run(done)
+            curves.append({"label": label, "kind": "mean", "runs": len(done), "pseudo": _floats(pseudo.mean(axis=0))})
+            final[label] = {"mean": float(pseudo[:, -1].mean()), "runs": len(done)}
+        if running is not None and obs.tasks[running][1] == label and obs.analyzer_done is not None:
+            ledgers.append(obs.analyzer_done["privacy"])
+        if ledgers:
+            p = worst_privacy(ledgers)
+            privacy[label] = {k: p.get(k) for k in ("guarantee", "trust_model", "epsilon_pure", "epsilon_at_delta",
+                                                    "delta", "users_protected", "releases")}
+    current = None
+    if running is not None:
+        run, label = obs.tasks[running]
+        served = obs.observer.served()
+        pseudo, _ = obs.observer.regret_curves(partial=True)
+        curves.append({"label": label, "kind": "running", "run": run, "pseudo": _floats(pseudo[0])})
+        current = {"index": running, "label": label, "run": run, "served": int(served), "horizon": config.horizon,
+                   "records": len(obs.observer.records)}
+    rounds: dict[str, dict] = {}
+    for (task, party), counts in sorted(obs.round_counts.items()):
+        acc = rounds.setdefault(party, {"open": 0, "complete": 0, "released": 0, "failed": 0, "reports": 0})
+        for key in ("released", "failed"):  # over the session
+            acc[key] += counts[key]
+        if task == obs.index:  # what it holds now
+            for key in ("open", "complete", "reports"):
+                acc[key] = counts[key]
+    # The analyzer's records of released rounds (one per release: Observer.records_complete).
+    records = sum(int(r.privacy["releases"]) for runs in obs.results.values() for r in runs if r is not None)
+    records += len(obs.observer.records) if running is not None else 0
+    traffic = {"observer": _role_bytes({"session": obs.traffic.as_dict()})}  # the observer runs no task of its own
+    for party, body in obs.stats.items():
+        role = party.split("-")[0]
+        acc = traffic.setdefault(role, {"sent": 0, "received": 0})
+        for k, n in _role_bytes(body.get("traffic", {})).items():
+            acc[k] += n
+    return {
+        "phase": phase, "failure": obs.failure, "experiment": config.name, "family": obs.family.name,
+        "run_id": obs.run_id, "horizon": config.horizon, "runs": config.runs, "labels": list(obs.labels),
+        "elapsed_s": round(time.perf_counter() - obs.started, 1),
+        "tasks": {"total": len(obs.tasks), "done": sum(r is not None for runs in obs.results.values() for r in runs),
+                  "current": current},
+        "regret": {"t": obs.grid.tolist(), "curves": curves, "final": final},
+        "rounds": {"intermediaries": rounds, "records": records},
+        "privacy": privacy,
+        "traffic": traffic,
+        "rejected": merged_rejections(obs),
+        "parties": [_party_state(obs, p, now) for p in obs.parties],
+    }
+
+
+def results_snapshot(out: Path) -> dict:
+    """A finished results directory, for the page: summary.json, the regret means of curves.csv,
+    rounds.csv's rows per algorithm, and which result files there are."""
+    from privbandit.runner.results import RESULT_FILES
+
+    out = Path(out)
+    files = [name for name in RESULT_FILES if (out / name).is_file()]
+    snap: dict = {"phase": "finished", "results": {"dir": str(out.resolve()), "files": files}}
+    res = snap["results"]
+    try:
+        res["summary"] = json.loads((out / "summary.json").read_text()) if "summary.json" in files else None
+        if "curves.csv" in files:
+            with open(out / "curves.csv", newline="") as fh:
+                rows = list(csv.DictReader(fh))
+            t = [int(r["t"]) for r in rows]
+            labels = [k.removesuffix(".pseudo_mean") for k in (rows[0] if rows else {}) if k.endswith(".pseudo_mean")]
+            res["curves"] = {"t": t, "pseudo": {label: [float(r[f"{label}.pseudo_mean"]) for r in rows]
+                                                for label in labels}}
+        if "rounds.csv" in files:
+            with open(out / "rounds.csv", newline="") as fh:
+                res["rounds_rows"] = {}
+                for row in csv.DictReader(fh):
+                    res["rounds_rows"][row["algorithm"]] = res["rounds_rows"].get(row["algorithm"], 0) + 1
+    except (OSError, ValueError, KeyError) as exc:  # a damaged file: say so on the page, serve the rest
+        res["error"] = f"{type(exc).__name__}: {exc}"
+    return snap
+
+
+# --- the web app ---------------------------------------------------------------------------------
+
+class _Cache:
+    """One snapshot per PUSH_S however many pages are open: each costs the observer's loop a pass."""
+
+    def __init__(self, make: Callable[[], dict]):
+        self.make, self.at, self.data = make, -float("inf"), ""
+
+    def get(self) -> str:
+        if time.monotonic() - self.at >= PUSH_S * 0.9:
+            self.data, self.at = json.dumps(self.make(), allow_nan=False), time.monotonic()
+        return self.data
+
+
+def make_app(snapshot: Callable[[], dict], results: Path | None = None, host: str = DEFAULT_HOST):
+    """The page, ``/api/snapshot`` (JSON), ``/api/stream`` (server-sent events, a snapshot every
+    PUSH_S) and ``/results/<file>`` (the result files, read-only; nothing else of the directory)."""
+    from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.middleware.trustedhost import TrustedHostMiddleware
+    from starlette.responses import FileResponse, HTMLResponse, PlainTextResponse, Response, StreamingResponse
+    from starlette.routing import Route
+
+    from privbandit.runner.results import RESULT_FILES
+
+    cache = _Cache(snapshot)
+    page = PAGE.read_text()
+
+    async def index(request):
+        return HTMLResponse(page)
+
+    async def snap(request):
+        return Response(cache.get(), media_type="application/json")
+
+    async def stream(request):
+        async def events():
+            yield "retry: 1000\n\n"  # the page reconnects this soon (to the results server, after the run)
+            while True:
+                closing = app.state.closing
+                yield f"data: {cache.get() if not closing else json.dumps(snapshot(), allow_nan=False)}\n\n"
+                if closing:  # the session is over: this was its last state
+                    return
+                await asyncio.sleep(PUSH_S)
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+
+    async def result_file(request):
+        name = request.path_params["name"]
+        if results is None or name not in RESULT_FILES or not (results / name).is_file():
+            return PlainTextResponse(f"no {name} here", status_code=404)
+        return FileResponse(results / name, headers={"Cache-Control": "no-store"})
+
+    # A page of another site must not read this one through a DNS name rebound to the loopback.
+    hosts = ["127.0.0.1", "localhost", "[::1]"] + ([host] if host not in ("0.0.0.0", "::", "") else [])
+    app = Starlette(routes=[Route("/", index), Route("/api/snapshot", snap), Route("/api/stream", stream),
+                            Route("/results/{name}", result_file)],
+                    middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=hosts)])
+    app.state.closing = False
+    return app
+
+
+class Dashboard:
+    """The server, bound at construction (:func:`bind`), serving while :meth:`serving` is entered."""
+
+    def __init__(self, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT):
+        self.host, self.port = host, port
+        self.sock = bind(host, port)
+
+    @property
+    def url(self) -> str:
+        return f"http://{'127.0.0.1' if self.host in ('0.0.0.0', '') else self.host}:{self.port}/"
+
+    @contextlib.asynccontextmanager
+    async def serving(self, snapshot: Callable[[], dict], results: Path | None = None):
+        import uvicorn
+
+        class Server(uvicorn.Server):
+            @contextlib.contextmanager
+            def capture_signals(self):  # the host process keeps its own signal handling
+                yield
+
+        app = make_app(snapshot, results, self.host)
+        server = Server(uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False,
+                                       timeout_graceful_shutdown=2))
+        task = asyncio.create_task(server.serve(sockets=[self.sock]))
+        try:
+            yield self
+        finally:
+            app.state.closing = True  # open streams send the last snapshot and end
+            await asyncio.sleep(PUSH_S + 0.1)
+            server.should_exit = True
+            await asyncio.gather(task, return_exceptions=True)
+            self.sock.close()
+
+
+def serve_results(out: Path, port: int, host: str = DEFAULT_HOST, announce: Callable[[str], None] = print) -> None:
+    """Serve the finished results directory ``out`` until Ctrl-C (after ``demo --dashboard``)."""
+    dashboard = Dashboard(host, port)
+
+    async def main():
+        async with dashboard.serving(lambda: results_snapshot(out), Path(out)):
+            announce(dashboard.url)
+            await asyncio.Event().wait()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main())
