@@ -360,13 +360,14 @@ def _run_distributed(family, config, experiment: Path, overrides: list[str], out
         _serve_results(out, dashboard_port)
 
 
-def _serve_results(out: Path, port: int) -> None:
+def _serve_results(out: Path, port: int, after_session: bool = True) -> None:
     """After the session (the observer, and its live page, have stopped): its results directory on
     the same port, read-only, until Ctrl-C."""
     from privbandit.services.dashboard import DashboardError, serve_results
 
     def announce(url: str) -> None:
-        err.print(f"dashboard: the session is over; serving {out} at {url} until Ctrl-C", highlight=False)
+        what = "the session is over; serving" if after_session else "serving"
+        err.print(f"dashboard: {what} {out} at {url} until Ctrl-C", highlight=False)
 
     try:
         serve_results(out, port, announce=announce)
@@ -374,6 +375,20 @@ def _serve_results(out: Path, port: int) -> None:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(1)
     err.print("dashboard stopped")
+
+
+@app.command()
+def dashboard(
+    results: Annotated[Path, typer.Argument(help="a results directory (summary.json, curves.csv, …; an audit in "
+                                                 "its audit/ folder is shown too)")],
+    port: DashboardPortOption = 8050,
+):
+    """Serve a finished results directory's page on 127.0.0.1 (the live page's results view) until Ctrl-C."""
+    if not (results / "summary.json").is_file():
+        err.print(f"[bold red]error:[/] RESULTS {results}: no summary.json there (a results directory of "
+                  f"`privbandit run` or `demo`)", highlight=False)
+        raise typer.Exit(2)
+    _serve_results(results, port, after_session=False)
 
 
 def _print_traffic_attacks(kinds: list[str], summary: dict, out: Path) -> None:

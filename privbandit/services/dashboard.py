@@ -199,9 +199,26 @@ def results_snapshot(out: Path) -> dict:
                 res["rounds_rows"] = {}
                 for row in csv.DictReader(fh):
                     res["rounds_rows"][row["algorithm"]] = res["rounds_rows"].get(row["algorithm"], 0) + 1
-    except (OSError, ValueError, KeyError) as exc:  # a damaged file: say so on the page, serve the rest
+        res["audit"] = audit_rows(out)
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # a damaged file: say so on the page, serve the rest
         res["error"] = f"{type(exc).__name__}: {exc}"
     return snap
+
+
+AUDIT_FILES = ("audit.json", "audit/audit.json")  # where `privbandit audit … --out` may have put one
+
+
+def audit_rows(out: Path) -> list[dict] | None:
+    """The audit of this results directory, if one was written into it (``privbandit audit FILE
+    --out <results>/audit``): per release, the ledger's claim against the audited lower bound."""
+    path = next((out / name for name in AUDIT_FILES if (out / name).is_file()), None)
+    if path is None:
+        return None
+    report = json.loads(path.read_text())
+    return [{"name": t["name"], "release": t["release"], "guarantee": t["claim"]["guarantee"],
+             "claimed": t["claim"].get("epsilon_at_delta"), "delta": t["audit"]["delta"],
+             "audited": t["audit"]["epsilon"], "verdict": t["verdict"], "samples": t["samples"]}
+            for t in report["targets"]]
 
 
 # --- the web app ---------------------------------------------------------------------------------

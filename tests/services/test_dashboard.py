@@ -104,6 +104,26 @@ def test_the_snapshot_shows_what_the_observer_holds_and_ends_as_its_results(tmp_
     assert finished["results"]["curves"]["pseudo"][label][-1] == curve["pseudo"][-1]
 
 
+def test_a_results_directory_with_an_audit_shows_its_claims_against_the_bounds(tmp_path):
+    """#19: after the run the page shows the audit when there is one: `privbandit audit … --out
+    <results>/audit` beside the run's files. The rows are audit.json's, claim against bound; a
+    damaged audit.json is named on the page and the rest is still served."""
+    out = tmp_path / "results"
+    result = CliRunner().invoke(app, ["audit", "--family", "distributed-dp-mab", "--algorithm", "dist-dp-se",
+                                      "--samples", "2000", "--out", str(out / "audit")])
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "audit" / "audit.json").read_text())
+    snap = results_snapshot(out)["results"]
+    (target,) = report["targets"]
+    assert snap["audit"] == [{"name": target["name"], "release": target["release"], "guarantee": "proven",
+                              "claimed": target["claim"]["epsilon_at_delta"], "delta": target["audit"]["delta"],
+                              "audited": target["audit"]["epsilon"], "verdict": "consistent", "samples": 2000}]
+    assert results_snapshot(tmp_path)["results"]["audit"] is None  # no audit: no rows, no error
+    (out / "audit" / "audit.json").write_text('{"targets": [{"name": 1}]}')
+    damaged = results_snapshot(out)["results"]
+    assert "KeyError" in damaged["error"] and damaged["files"] == []
+
+
 def _fed(fam, config, tmp_path: Path, pause=lambda obs: False) -> tuple[ObserverService, dict | None]:
     """An observer fed by a whole session of the real services on an in-memory broker, once it
     has the parties' final counters; and its snapshot when ``pause(observer)`` first held."""
