@@ -65,3 +65,6 @@ def test_sparse_secagg_with_dropouts_completes_over_mosquitto_and_equals_inproc(
         assert (r["k"], r["t"]) == (want.k, want.t)
         assert r["log2_insecurity"] is None or r["log2_insecurity"] <= -40
         assert r["log2_failure"] is None or r["log2_failure"] <= -20
+    # and the analyzer's log says it when it first opens a round of each size
+    log = (tmp_path / "mqtt" / "logs" / "analyzer.log").read_text()
+    assert f"secure aggregation (sparse graph) for {derive(128, threat).describe()}" in log

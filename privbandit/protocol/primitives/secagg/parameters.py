@@ -1,6 +1,7 @@
-"""SecAgg+ graph degree k and Shamir threshold t from a threat model (Bell et al. 2020, CCS, §3–4:
-parameters chosen numerically for a statistical security and a failure probability, as Google's
-federated-compute ``secagg`` does; this is an independent derivation, its bounds stated below).
+"""SecAgg+ graph degree k and Shamir threshold t from a threat model. Bell et al. 2020 (CCS,
+*Secure Single-Server Aggregation with (Poly)Logarithmic Overhead*) choose (k, t) numerically
+for a statistical security and a failure probability, and Google's federated-compute ``secagg``
+does so for its Harary graphs; this is an independent derivation, its bounds stated below.
 
 Threat model (:class:`ThreatModel`): a semi-honest (curious) server colluding with at most
 ``A = ⌊γn⌋`` corrupt users (γ = ``corrupt_fraction``), and at most ``D = ⌊δn⌋`` users dropping out
