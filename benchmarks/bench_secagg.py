@@ -3,6 +3,11 @@
     .venv/bin/python benchmarks/bench_secagg.py                          # the table, n ∈ {100, 1000, 10000}
     .venv/bin/python benchmarks/bench_secagg.py --plot docs/figures/secagg_cost.png --json out.json
     .venv/bin/python benchmarks/bench_secagg.py --largest-in 60           # bisection, both modes
+    .venv/bin/python benchmarks/bench_secagg.py --corrupt-fraction 0.05 --dropout-rate 0.1   # the threat model
+
+The graph's degree k and threshold t come from a threat model (``parameters.graph_for``; defaults
+γ = 0.05 corrupt, δ = 0.1 dropouts, 2⁻⁴⁰ / 2⁻²⁰): what a run with those settings would use. The
+rounds measured have no dropouts; δ only sets (k, t).
 
 One round of Bonawitz et al. 2017 (rounds 0–2 and 4; SecAgg+ graph of Bell et al. 2020 in sparse
 mode), no dropouts, m = 2⁶² − 57, ``--length`` residues per user, every party in this one process.
@@ -45,6 +50,7 @@ from privbandit.protocol.primitives.secagg import (
     SecAggServer,
     SecAggUser,
 )
+from privbandit.protocol.primitives.secagg.parameters import ThreatModel, graph_for
 from privbandit.protocol.primitives.secagg.protocol import LIMBS, SharesDelivery, UnmaskRequest
 from privbandit.protocol.primitives.secagg.shamir import random_field
 
@@ -56,6 +62,14 @@ SERVER_STEPS = ("key_directories", "route_shares", "unmask_request", "finalize")
 
 class OverTime(Exception):
     pass
+
+
+THREAT = ThreatModel(corrupt_fraction=0.05, dropout_rate=0.1)  # set by --corrupt-fraction / --dropout-rate
+
+
+def _graph(ids: list[int], mode: str) -> MaskingGraph:
+    p = graph_for(mode, len(ids), THREAT)
+    return MaskingGraph(ids, mode, seed=b"bench", degree=p.k, threshold=p.t)
 
 
 class Clock:
@@ -115,7 +129,7 @@ def full_round(n: int, mode: str, length: int, deadline_s: float | None = None) 
     wall = time.perf_counter()
     clock = Clock(None if deadline_s is None else wall + deadline_s)
     cfg = RoundConfig(run_id=b"bench", round_id=1, m=M, length=length)
-    graph = MaskingGraph(ids, mode, seed=b"bench")  # public set-up: in the wall time, no party's CPU
+    graph = _graph(ids, mode)  # public set-up: in the wall time, no party's CPU
     server = SecAggServer(cfg, graph)
     users = {u: clock.u("advertise", u, SecAggUser, u, identities[u], pki, cfg, graph) for u in ids}
     adverts = [clock.u("advertise", u, users[u].advertise) for u in ids]
@@ -145,7 +159,7 @@ def sampled_round(n: int, mode: str, length: int, sample: int, seed: int = 0) ->
     wall = time.perf_counter()
     clock = Clock()
     cfg = RoundConfig(run_id=b"bench", round_id=1, m=M, length=length)
-    graph = MaskingGraph(ids, mode, seed=b"bench")
+    graph = _graph(ids, mode)
     server = SecAggServer(cfg, graph)
     users = {u: clock.u("advertise", u, SecAggUser, u, identities[u], pki, cfg, graph) for u in ids}
     adverts = {u: clock.u("advertise", u, users[u].advertise) for u in ids}
@@ -263,6 +277,7 @@ def plot(rows: list[dict], path: str) -> None:
 
 
 def main() -> None:
+    global THREAT
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, nargs="+", default=[100, 1000, 10000])
     ap.add_argument("--modes", nargs="+", default=["complete", "sparse"], choices=["complete", "sparse"])
@@ -275,7 +290,12 @@ def main() -> None:
     ap.add_argument("--plot", help="write the log-log figure here")
     ap.add_argument("--largest-in", type=float, help="instead: bisect the largest n whose full round takes ≤ this many seconds")
     ap.add_argument("--start", type=int, help="--largest-in: first n tried (default 200 complete, 2000 sparse)")
+    ap.add_argument("--corrupt-fraction", type=float, default=THREAT.corrupt_fraction)
+    ap.add_argument("--dropout-rate", type=float, default=THREAT.dropout_rate)
     args = ap.parse_args()
+    THREAT = ThreatModel(args.corrupt_fraction, args.dropout_rate)
+    print(f"threat model: corrupt_fraction = {THREAT.corrupt_fraction:g}, dropout_rate = {THREAT.dropout_rate:g}, "
+          f"security 2^-{THREAT.security_bits:g}, failure 2^-{THREAT.failure_bits:g}", flush=True)
     if args.largest_in:
         for mode in args.modes:
             lo, hi, _ = largest_in(mode, args.largest_in, args.length, start=args.start or (200 if mode == "complete" else 2000))

@@ -190,12 +190,14 @@ class RoundSpec(BaseModel):
     groups: list[Positive] = []
     secagg: Literal["complete", "sparse"] | None = None
     decode: tuple[int, int] | None = None
+    secagg_degree: Positive | None = None
+    secagg_threshold: Positive | None = None
 
     def to_round(self) -> Round:
         try:
             return Round(self.id, self.intermediary, self.rule, self.expected, self.width, self.integer, self.m,
                          self.low, self.high, self.window, self.threshold, tuple(self.groups), self.secagg,
-                         self.decode)
+                         self.decode, self.secagg_degree, self.secagg_threshold)
         except ValueError as exc:
             raise ValueError(str(exc)) from None
 
@@ -210,7 +212,8 @@ class RoundSpec(BaseModel):
 def round_spec(r: Round) -> RoundSpec:
     return RoundSpec(id=r.id, intermediary=r.intermediary, rule=r.rule, expected=r.expected, width=r.width,
                      integer=r.integer, m=r.m, low=r.low, high=r.high, window=r.window, threshold=r.threshold,
-                     groups=list(r.groups), secagg=r.secagg, decode=r.decode)
+                     groups=list(r.groups), secagg=r.secagg, decode=r.decode, secagg_degree=r.secagg_degree,
+                     secagg_threshold=r.secagg_threshold)
 
 
 class JoinSpec(BaseModel):

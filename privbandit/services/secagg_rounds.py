@@ -157,7 +157,8 @@ class FleetSecAgg:
     async def start(self, rnd, first_user: int, values: dict[int, int], dropouts: list[int]) -> None:
         """Round 0 for this fleet's users of round ``rnd`` (the cohort ``first_user`` …
         ``first_user + rnd.expected − 1``; possibly none of them here: an empty final chunk)."""
-        config, graph = round_setup(self.run, self.task, rnd.id, first_user, rnd.expected, rnd.m, rnd.secagg)
+        config, graph = round_setup(self.run, self.task, rnd.id, first_user, rnd.expected, rnd.m, rnd.secagg,
+                                    rnd.secagg_degree, rnd.secagg_threshold)
         fleet = FleetRound(config, graph, self.identities, values, dropouts)
         self.rounds[rnd.id] = fleet
         await self._publish("advertise", rnd.id, fleet.advertise())
@@ -214,7 +215,8 @@ class AggregatorSecAgg:
 
     def open(self, rnd, first_user: int) -> None:
         """A secure round of ``rnd.expected`` users from ``first_user`` (its one join)."""
-        config, graph = round_setup(self.run, self.task, rnd.id, first_user, rnd.expected, rnd.m, rnd.secagg)
+        config, graph = round_setup(self.run, self.task, rnd.id, first_user, rnd.expected, rnd.m, rnd.secagg,
+                                    rnd.secagg_degree, rnd.secagg_threshold)
         self.rounds[rnd.id] = (AggregatorRound(config, graph), "advertise", _Inbox())
         self.first_user[rnd.id] = first_user
 

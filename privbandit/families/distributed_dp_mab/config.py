@@ -22,6 +22,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from privbandit import registry
+from privbandit.protocol.primitives.secagg.parameters import ThreatModel
 from privbandit.runner.config import ConfigError, ExperimentFile, StrictModel
 
 FAMILY_NAME = "distributed-dp-mab"
@@ -96,6 +97,15 @@ class AlgorithmConfig(StrictModel):
     dropout_rate: Annotated[float, Field(ge=0, lt=1 / 3)] = 0.0
     # ρ: distributed noise shares calibrated for ⌈(1−ρ)n⌉ survivors (dist-* algorithms only).
     dropout_tolerance: Annotated[float, Field(ge=0, le=0.9)] = 0.0
+    # The threat model intermediary = "secagg" picks its graph for (docs/secure-aggregation.md;
+    # protocol/primitives/secagg/parameters.py): at most this fraction of a cohort colludes with the
+    # aggregator (0.05: the setting of Bell et al. 2020's headline result, and the default fraction
+    # of the simulated colluders), dropout_rate of it drops out, and the graph's degree and
+    # threshold keep P[an input leaks] ≤ 2^−secagg_security_bits, P[an honest round aborts] ≤
+    # 2^−secagg_failure_bits (fcp's 2⁻⁴⁰ and 2⁻²⁰).
+    corrupt_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.05
+    secagg_security_bits: Annotated[float, Field(ge=1, le=128)] = 40.0
+    secagg_failure_bits: Annotated[float, Field(ge=1, le=128)] = 20.0
     adversary: AdversaryConfig | None = None
     # The clear-text defences (adversaries/defences.py): reject reports outside [−B, g + B] and
     # sum visible reports as bounded integers. Only where someone sees the reports.
@@ -114,6 +124,20 @@ class AlgorithmConfig(StrictModel):
             raise ValueError(f"dropout_rate + adversary.fraction = {self.dropout_rate + self.adversary.fraction:g} "
                              f"must stay below 1/3 (the ⌊2n/3⌋ + 1 release threshold)")
         return self
+
+    @model_validator(mode="after")
+    def _threat_model_covers_the_colluders(self):
+        colluders = self.adversary is not None and self.adversary.kind == "colluders"
+        if self.intermediary == "secagg" and colluders and self.adversary.fraction > self.corrupt_fraction:
+            raise ValueError(f"corrupt_fraction = {self.corrupt_fraction:g} must be at least adversary.fraction = "
+                             f"{self.adversary.fraction:g}: the secure-aggregation graph is chosen for at most "
+                             f"corrupt_fraction colluding users, and this run simulates more")
+        return self
+
+    def threat_model(self) -> ThreatModel:
+        """What the secure-aggregation graph withstands (intermediary = "secagg")."""
+        return ThreatModel(self.corrupt_fraction, self.dropout_rate, self.secagg_security_bits,
+                           self.secagg_failure_bits)
 
     @model_validator(mode="after")
     def _range_check_needs_visible_reports(self):

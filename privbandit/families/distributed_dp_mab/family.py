@@ -30,6 +30,7 @@ from privbandit.families.distributed_dp_mab.mechanisms import (
 )
 from privbandit.families.distributed_dp_mab.parties import BanditUsers, EliminationServer
 from privbandit.families.distributed_dp_mab.world import BanditInstance, uniform_means
+from privbandit.protocol.primitives.secagg.parameters import bounds as secagg_bounds, graph_for
 from privbandit.protocol.primitives.seeding import stream
 from privbandit.protocol.privacy import Ledger, NonPrivate as NonPrivateEvent, default_delta
 from privbandit.protocol.spine.events import Truth
@@ -38,7 +39,7 @@ from privbandit.protocol.spine.observer import checkpoint_grid
 from privbandit.runner.config import ConfigError
 
 ROUND_FIELDS = ["batch", "arm", "g", "tau", "m", "wrapped", "estimate_sum", "true_sum", "noise", "noise_bound",
-                "noise_encoded", "decode_failure", "attackers", "epsilon_coalition"]
+                "noise_encoded", "decode_failure", "attackers", "epsilon_coalition", "secagg_k", "secagg_t"]
 
 
 def build_mechanism(a: cfg.AlgorithmConfig) -> Mechanism:
@@ -192,6 +193,11 @@ class DistributedDpMab(Family):
                 if a.intermediary == "secagg" and mechanism.intermediary != "modular-sum":
                     raise ValueError(f"intermediary = 'secagg' needs a modular-sum mechanism; {a.algorithm} "
                                      f"uses {mechanism.intermediary}")
+                if a.intermediary == "secagg" and a.learner == "auto":
+                    # Every cohort size a run can release must have a graph meeting the threat model
+                    # (a plug-in learner's sizes are unknown here: its analyzer refuses at run time).
+                    for n in release_sizes(a, config.horizon):
+                        graph_for(a.secagg_graph, n, a.threat_model())
                 build_learner(a, instance_for(config, 0).n_arms)
             except (ValueError, OSError) as exc:
                 raise ConfigError(f"algorithms.{label}: {exc}") from None
@@ -220,7 +226,7 @@ class DistributedDpMab(Family):
         box = "shuffler" if a.intermediary == "shuffler" else "aggregator"
         return EliminationServer(build_learner(a, public["arms"]), build_mechanism(a), public["horizon"], keys[0],
                                  intermediary=box, secagg=a.secagg_graph if a.intermediary == "secagg" else None,
-                                 bounded=a.range_check)
+                                 bounded=a.range_check, threat=a.threat_model())
 
     def ledger(self, public: dict) -> Ledger:
         a = cfg.AlgorithmConfig.model_validate(public["algorithm"])
@@ -270,6 +276,8 @@ class DistributedDpMab(Family):
                    "noise_bound": q.sigma * math.sqrt(log2p) + q.h * log2p,
                    "attackers": sum(t.extras.get("attackers", 0) for t in truths),
                    "_params": q}  # for finish(); not a rounds.csv column
+            if "secagg_k" in b:  # the secure-aggregation graph the round's plan carried
+                out["secagg_k"], out["secagg_t"] = b["secagg_k"], b["secagg_t"]
             if q.g is not None:
                 total_eta = noise_sum + round(b["central_noise"] * q.g)
                 out["noise_encoded"] = total_eta
@@ -301,7 +309,12 @@ class DistributedDpMab(Family):
 
     def label_summary(self, config, label: str, results: list) -> dict:
         rows = [row for r in results for row in r.rounds]
+        extra = {}
+        a = self.algorithm(config, label)
+        if a.intermediary == "secagg":
+            extra["secagg"] = secagg_summary(a, rows)
         return {
+            **extra,
             "best_arm_eliminated_runs": sum(
                 r.learner[0]["eliminated_at"][instance_for(config, r.runs[0]).best_arm] > 0 for r in results),
             "rounds_per_run": float(np.mean([len(r.rounds) for r in results])),
@@ -317,6 +330,23 @@ class DistributedDpMab(Family):
         if config.calibrate:  # each algorithm's solved ε is in algorithms.<label>.parameters.epsilon
             out["calibrated_to"] = {"epsilon": config.epsilon, "delta": delta_of(config)}
         return out
+
+
+def secagg_summary(a: cfg.AlgorithmConfig, rows: list[dict]) -> dict:
+    """``summary.json`` → ``secagg``: the threat model and, per cohort size released, the graph's
+    (k, t) the rounds carried and the bounds they achieve (log₂ of P[insecure], P[abort])."""
+    threat = a.threat_model()
+    graphs = {}
+    for row in rows:
+        if row.get("secagg_k") is not None:
+            graphs[row["n"]] = (int(row["secagg_k"]), int(row["secagg_t"]))
+    out = []
+    for n, (k, t) in sorted(graphs.items()):
+        sec, fail = secagg_bounds(n, k, t, threat)
+        out.append({"n": n, "k": k, "t": t, "log2_insecurity": None if sec == -math.inf else round(sec, 2),
+                    "log2_failure": None if fail == -math.inf else round(fail, 2)})
+    return {"graph": a.secagg_graph, "corrupt_fraction": a.corrupt_fraction, "dropout_rate": a.dropout_rate,
+            "security_bits": a.secagg_security_bits, "failure_bits": a.secagg_failure_bits, "rounds": out}
 
 
 FAMILY = DistributedDpMab()

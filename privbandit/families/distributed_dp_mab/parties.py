@@ -15,6 +15,7 @@ rewards to a trusted analyzer), or, behind a shuffler, their uniformly permuted 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict
 
 import numpy as np
@@ -24,11 +25,14 @@ from privbandit.families.distributed_dp_mab.defences import bounded_sum, report_
 from privbandit.families.distributed_dp_mab.learners import SuccessiveElimination
 from privbandit.families.distributed_dp_mab.world import BanditInstance
 from privbandit.protocol.primitives.secagg.graph import default_threshold
+from privbandit.protocol.primitives.secagg.parameters import GraphParameters, ThreatModel, graph_for
 from privbandit.protocol.primitives.seeding import stream
 from privbandit.protocol.privacy import NoneProven
 from privbandit.protocol.spine.errors import ProtocolError
 from privbandit.protocol.spine.events import Join, Plan, Release, Round, Truth
 from privbandit.protocol.spine.family import BlockAnswer, Spend
+
+log = logging.getLogger(__name__)
 
 SHUFFLED_SHARES = ("every user's residue (x̂ + η) mod m behind a shuffler, with shares calibrated for secure "
                    "aggregation: no proof covers the shuffled multiset (Theorem 3 needs Cheu & Yan's relaxed "
@@ -59,18 +63,23 @@ class EliminationServer:
 
     ``intermediary``: ``"aggregator"`` (the mechanism's own release: a modular sum, or the reports)
     or ``"shuffler"`` (the shuffled multiset of the reports). ``secagg``: the aggregator computes
-    the sum by real secure aggregation ("complete" or "sparse" graph). ``bounded``: the clear-text
+    the sum by real secure aggregation ("complete" or "sparse" graph), whose degree and threshold
+    each round's plan carries, chosen for ``threat`` (:mod:`~privbandit.protocol.primitives.secagg.
+    parameters`; a cohort no graph can serve under it raises its ParameterError). ``bounded``: the clear-text
     defences of :mod:`.defences`: the intermediary's window check and the analyzer's bounded sum.
     """
 
     def __init__(self, learner: SuccessiveElimination, mechanism: Mechanism, horizon: int, key: int,
-                 intermediary: str = "aggregator", secagg: str | None = None, bounded: bool = False):
+                 intermediary: str = "aggregator", secagg: str | None = None, bounded: bool = False,
+                 threat: ThreatModel | None = None):
         self.learner = learner
         self.mechanism = mechanism
         self.horizon = horizon
         self.key = key  # from seeding.derive_key: the analyzer never holds the run seed
         self.intermediary = intermediary
         self.secagg = secagg
+        self.threat = threat or ThreatModel()
+        self.graphs: dict[int, GraphParameters] = {}  # per cohort size: the (k, t) its rounds use
         self.bounded = bounded
         self.users_planned = 0
         self.next_round = 0
@@ -94,9 +103,19 @@ class EliminationServer:
         if self.bounded and modular:
             slack = report_slack(self.mechanism, q)
             window = (-slack, q.g + slack)
+        secure = self.secagg if rule == "sum" else None
+        graph = self.graph(cohort) if secure else None
         return Round(rid, self.intermediary, rule, expected=cohort, integer=modular, m=q.m,
                      low=None if modular else 0.0, high=None if modular else 1.0, window=window,
-                     threshold=release_threshold(cohort), secagg=self.secagg if rule == "sum" else None)
+                     threshold=release_threshold(cohort), secagg=secure,
+                     secagg_degree=graph.k if graph else None, secagg_threshold=graph.t if graph else None)
+
+    def graph(self, cohort: int) -> GraphParameters:
+        """The secure-aggregation graph of a cohort, from the threat model (logged once per size)."""
+        if cohort not in self.graphs:
+            self.graphs[cohort] = graph_for(self.secagg, cohort, self.threat)
+            log.info("secure aggregation (%s graph) for %s", self.secagg, self.graphs[cohort].describe())
+        return self.graphs[cohort]
 
     def plans(self) -> list[Plan]:
         """The next batch's plans (one per active arm), or [] while a batch is open or once the
@@ -157,6 +176,8 @@ class EliminationServer:
         body = {"batch": plan.body["batch"], "arm": plan.body["arm"], "params": plan.body["params"],
                 "release": float(value), "estimate": est.reward_sum, "wrapped": bool(est.wrapped),
                 "central_noise": est.central_noise}
+        if rnd.secagg is not None:
+            body.update(secagg_k=rnd.secagg_degree, secagg_t=rnd.secagg_threshold)
         return body, Spend(event)
 
     def summary(self) -> list[dict]:

@@ -49,7 +49,9 @@ class Round:
     representative in ``[lo, hi]`` mod m does not exist are refused. ``threshold`` is the fewest
     reports a partial release (dropouts) may cover; None: the round is released complete or not
     at all. ``groups``: a shuffle permutes these column groups independently (P_Amp's S1 and S2).
-    ``secagg`` ("complete" | "sparse"): the aggregator computes the sum by real secure aggregation.
+    ``secagg`` ("complete" | "sparse"): the aggregator computes the sum by real secure aggregation,
+    over a graph of degree ``secagg_degree`` with Shamir threshold ``secagg_threshold`` (the (k, t)
+    of :mod:`privbandit.protocol.primitives.secagg.parameters`; None: that module's defaults).
     ``decode`` (with ``m``, rule ``argmax``): the interval ``[lo, hi]`` whose representatives of the
     sums mod m are compared.
     """
@@ -68,6 +70,8 @@ class Round:
     groups: tuple[int, ...] = ()
     secagg: str | None = None
     decode: tuple[int, int] | None = None
+    secagg_degree: int | None = None
+    secagg_threshold: int | None = None
 
     def __post_init__(self) -> None:
         if self.rule not in RULES:
@@ -80,6 +84,17 @@ class Round:
             raise ValueError(f"round {self.id}: groups {self.groups} do not add up to width {self.width}")
         if self.secagg is not None and (self.rule != "sum" or self.m is None):
             raise ValueError(f"round {self.id}: secure aggregation computes a modular sum")
+        if (self.secagg_degree is not None or self.secagg_threshold is not None) and self.secagg is None:
+            raise ValueError(f"round {self.id}: a graph degree and threshold belong to a secure-aggregation round")
+        if self.secagg_degree is not None:
+            k = self.secagg_degree
+            if not 1 <= k <= self.expected - 1 or (k < self.expected - 1 and k % 2):
+                raise ValueError(f"round {self.id}: secagg_degree {k} must be even in [2, {self.expected - 2}] or "
+                                 f"{self.expected - 1} (complete)")
+        if self.secagg_threshold is not None:
+            k = self.expected - 1 if self.secagg_degree is None else self.secagg_degree
+            if not 1 <= self.secagg_threshold <= k + 1:
+                raise ValueError(f"round {self.id}: secagg_threshold {self.secagg_threshold} must lie in [1, {k + 1}]")
         if (self.rule == "argmax") != (self.decode is not None) or (self.rule == "argmax" and self.m is None):
             raise ValueError(f"round {self.id}: an argmax reads modular sums in a decode interval, and only it does")
 

@@ -317,7 +317,8 @@ class Intermediary:
                 vals[at + slots] = v[0, :, 0]
             at += p.join.count
         try:
-            total = secure_sum(ids, vals, rnd.m, mode=rnd.secagg, round_id=rnd.id, dropped=ids[~got])
+            total = secure_sum(ids, vals, rnd.m, mode=rnd.secagg, round_id=rnd.id, dropped=ids[~got],
+                               degree=rnd.secagg_degree, threshold=rnd.secagg_threshold)
         except SecAggAbort as exc:
             raise ProtocolError("secagg-abort", f"round {rnd.id}: {exc}") from None
         return np.array([[total]], dtype=np.int64)

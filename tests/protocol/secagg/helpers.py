@@ -31,10 +31,10 @@ class Drops:
     after_masked: set[int] = field(default_factory=set)  # in U₃, never answers round 4
 
 
-def make_round(ids, mode, m, *, length=3, round_id=0, threshold=None):
+def make_round(ids, mode, m, *, length=3, round_id=0, threshold=None, degree=None):
     pki = {u: identity(u).public_key() for u in ids}
     cfg = RoundConfig(run_id=b"test-run", round_id=round_id, m=m, length=length)
-    graph = MaskingGraph(ids, mode, seed=round_id.to_bytes(8, "big"), threshold=threshold)
+    graph = MaskingGraph(ids, mode, seed=round_id.to_bytes(8, "big"), threshold=threshold, degree=degree)
     users = {u: SecAggUser(u, identity(u), pki, cfg, graph) for u in ids}
     return users, SecAggServer(cfg, graph)
 

@@ -7,6 +7,7 @@ import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from scipy import stats
 
+from privbandit.protocol.primitives.secagg import prg
 from privbandit.protocol.primitives.secagg.prg import acceptance_limit, prg_key, uniform_mod
 from tests.stats import P_MIN
 
@@ -107,3 +108,25 @@ def test_hkdf_matches_rfc5869_and_the_cryptography_implementation():
         ref = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(ikm)
         assert hkdf_sha256_32(ikm, info) == ref
         assert hkdf_sha256_32(ikm, info + b"x") != ref
+
+
+@pytest.mark.parametrize("m", [7, 2**32 + 15, 2**62 - 57, 2**62])
+@pytest.mark.parametrize("count", [1, 3, 40])
+def test_batched_rows_are_the_single_streams(m, count):
+    """uniform_mod_rows batches only what follows the keystream: every row is uniform_mod's output."""
+    seeds = [bytes([i]) * 32 for i in range(9)]
+    rows = prg.uniform_mod_rows(seeds, count, m, round_id=5, purpose=b"pair-mask")
+    want = np.stack([prg.uniform_mod(s, count, m, round_id=5, purpose=b"pair-mask") for s in seeds])
+    np.testing.assert_array_equal(rows, want)
+    assert prg.uniform_mod_rows([], count, m, round_id=5, purpose=b"x").shape == (0, count)
+
+
+def test_batched_rows_that_run_short_continue_their_own_stream(monkeypatch):
+    """With most words rejected (a test-only acceptance limit), rows whose first draw falls short
+    continue their own keystream, exactly as uniform_mod does."""
+    m = 1000
+    monkeypatch.setattr(prg, "acceptance_limit", lambda m: m * ((2**64 // m) // 16))
+    seeds = [bytes([i + 1]) * 32 for i in range(12)]
+    rows = prg.uniform_mod_rows(seeds, 8, m, round_id=1, purpose=b"self-mask")
+    want = np.stack([prg.uniform_mod(s, 8, m, round_id=1, purpose=b"self-mask") for s in seeds])
+    np.testing.assert_array_equal(rows, want)

@@ -11,6 +11,7 @@ from scipy import stats
 
 from privbandit.protocol.primitives.secagg import KeySubstitutionError, MaskingGraph, SecAggAbort
 from privbandit.protocol.primitives.secagg.keys import raw_public
+from privbandit.protocol.primitives.secagg.parameters import ThreatModel, derive
 from privbandit.protocol.primitives.secagg.protocol import KeyDirectory, UnmaskRequest
 from tests.protocol.secagg.helpers import (
     Drops,
@@ -25,13 +26,14 @@ from tests.stats import P_MIN
 MODULI = [7, 2**32 + 15, 2**62]
 N_COMPLETE = 12  # t = ⌊2·12/3⌋ + 1 = 9: up to 3 dropouts
 IDS = list(range(100, 100 + N_COMPLETE))
-N_SPARSE = 40  # k = 2⌈log₂ 40⌉ = 12, h = 13 holders, t = 9
+N_SPARSE = 40  # these tests fix k = 12, h = 13 holders, t = 9 (the protocol's mechanics, not its parameters)
 SPARSE_IDS = list(range(7, 7 + N_SPARSE))
+SPARSE = {"degree": 12, "threshold": 9}
 
 
 def _check(ids, mode, m, drops, *, length=3, round_id=1, seed=0):
     rng = np.random.default_rng(seed)
-    users, server = make_round(ids, mode, m, length=length, round_id=round_id)
+    users, server = make_round(ids, mode, m, length=length, round_id=round_id, **(SPARSE if mode == "sparse" else {}))
     inputs = random_inputs(ids, m, length, rng)
     result = run_round(users, server, inputs, drops)
     survivors = sorted(set(ids) - drops.after_advertise - drops.after_share)
@@ -40,13 +42,18 @@ def _check(ids, mode, m, drops, *, length=3, round_id=1, seed=0):
 
 
 def test_graph_parameters():
-    g = MaskingGraph(SPARSE_IDS, "sparse", seed=b"x")
+    g = MaskingGraph(SPARSE_IDS, "sparse", seed=b"x", **SPARSE)
     assert (g.degree, g.threshold, g.complete) == (12, 9, False)
     assert all(len(g.neighbours(u)) == 12 and u not in g.neighbours(u) for u in SPARSE_IDS)
     assert all(u in g.neighbours(v) for u in SPARSE_IDS for v in g.neighbours(u))  # undirected
     assert g.connected(SPARSE_IDS)
-    assert MaskingGraph(range(5), "sparse").complete  # k = 6 ≥ n − 1: falls back to complete
-    assert not MaskingGraph(range(10), "sparse").complete  # k = 8 < 9
+    assert MaskingGraph(range(5), "sparse", degree=6).complete  # k = 6 ≥ n − 1: falls back to complete
+    assert not MaskingGraph(range(10), "sparse", degree=8).complete  # k = 8 < 9
+    with pytest.raises(ValueError, match="even"):
+        MaskingGraph(range(10), "sparse", degree=5)  # H(n, k) is k-regular only for even k
+    # Without explicit parameters: the derivation's, for the default threat model.
+    d = derive(N_SPARSE, ThreatModel())
+    assert (MaskingGraph(SPARSE_IDS, "sparse").degree, MaskingGraph(SPARSE_IDS, "sparse").threshold) == (d.k, d.t)
     isolated = SPARSE_IDS[0]
     assert not g.connected(set(SPARSE_IDS) - set(g.neighbours(isolated)))
     assert g.connected(set(SPARSE_IDS) - {isolated})
@@ -54,7 +61,7 @@ def test_graph_parameters():
 
 def test_disconnected_survivors_abort_without_release():
     """Low threshold so the holder checks pass: the connectivity check alone must stop the round."""
-    users, server = make_round(SPARSE_IDS, "sparse", 2**40, length=1, threshold=1)
+    users, server = make_round(SPARSE_IDS, "sparse", 2**40, length=1, degree=12, threshold=1)
     gone = set(server.graph.neighbours(SPARSE_IDS[0]))
     inputs = random_inputs(SPARSE_IDS, 2**40, 1, np.random.default_rng(0))
     with pytest.raises(SecAggAbort, match="disconnected"):
@@ -98,7 +105,7 @@ def test_complete_below_threshold_aborts_without_release(step):
 
 
 def test_sparse_neighbourhood_below_threshold_aborts():
-    users, server = make_round(SPARSE_IDS, "sparse", 2**40, length=2)
+    users, server = make_round(SPARSE_IDS, "sparse", 2**40, length=2, **SPARSE)
     victim = SPARSE_IDS[0]
     gone = set(server.graph.neighbours(victim)[:5])  # leaves 13 − 5 = 8 < 9 live holders
     inputs = random_inputs(SPARSE_IDS, 2**40, 2, np.random.default_rng(0))

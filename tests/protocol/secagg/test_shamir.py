@@ -15,11 +15,13 @@ from privbandit.protocol.primitives.secagg.errors import ShareError
 from privbandit.protocol.primitives.secagg.shamir import (
     PRIME,
     combine_field,
+    combine_many,
     combine_secret,
     lagrange_at_zero,
     split_field,
     split_secret,
     split_secrets,
+    limbs_to_secrets,
 )
 
 
@@ -150,3 +152,28 @@ def test_split_secrets_share_each_secret_independently():
         assert combine_secret(xs[5:25], part[5:25], 20, len(secret)) == secret
     # t − 1 shares of one secret are unrelated to another's: the limbs' polynomials differ.
     assert not np.array_equal(parts[0][:, :3], parts[1])
+
+
+@pytest.mark.parametrize("t", [1, 2, 7, 20])
+def test_batched_reconstruction_equals_one_at_a_time(t):
+    """combine_many: many secrets, each with its own x set (a SecAgg aggregator's b_v of every
+    survivor), the same secrets as combine_field one by one; and the secrets' bytes round-trip."""
+    rng = np.random.default_rng(t)
+    secrets = [os.urandom(32) for _ in range(30)]
+    xs, ys = [], []
+    for secret in secrets:
+        holders = rng.choice(np.arange(1, 2**16), size=t + 3, replace=False)
+        shares = split_secret(secret, t, holders)
+        pick = rng.permutation(t + 3)[:t]  # any t of them
+        xs.append(holders[pick])
+        ys.append(shares[pick])
+    limbs = combine_many(np.stack(xs), np.stack(ys))
+    for row, x, y in zip(limbs, xs, ys):
+        np.testing.assert_array_equal(row, combine_field(x, y, t))
+    assert limbs_to_secrets(limbs, 32) == secrets
+    wrong = np.stack(ys).copy()
+    wrong[0, 0, 0] += 1  # one share altered: that secret (only) comes out different
+    out = combine_many(np.stack(xs), wrong)
+    assert (out[0] != limbs[0]).any() and (out[1:] == limbs[1:]).all()
+    with pytest.raises(ShareError, match="duplicate"):
+        combine_many(np.stack([np.full(t + 1, 5)]), np.zeros((1, t + 1, 11), dtype=np.int64))

@@ -287,11 +287,13 @@ class AggregatorRound:
         return int(result.value[0]), len(result.survivors)
 
 
-def round_setup(run: str, task: int, round_id: int, first_user: int, cohort: int, m: int, mode: str
-                ) -> tuple[RoundConfig, MaskingGraph]:
+def round_setup(run: str, task: int, round_id: int, first_user: int, cohort: int, m: int, mode: str,
+                degree: int | None = None, threshold: int | None = None) -> tuple[RoundConfig, MaskingGraph]:
     """The public parameters both sides derive from a round's plan: the run, task and round
-    identify the keys' context; the graph's public randomness is tied to them too."""
+    identify the keys' context; the graph's public randomness is tied to them too; ``degree`` and
+    ``threshold`` are the (k, t) the plan carries (:mod:`.parameters`)."""
     context = f"{run}/{task}".encode()
     config = RoundConfig(run_id=context, round_id=round_id, m=m, length=1)
-    graph = MaskingGraph(range(first_user, first_user + cohort), mode, seed=context + struct.pack(">Q", round_id))
+    graph = MaskingGraph(range(first_user, first_user + cohort), mode, seed=context + struct.pack(">Q", round_id),
+                         degree=degree, threshold=threshold)
     return config, graph

@@ -12,19 +12,21 @@ from privbandit.protocol.primitives.secagg.protocol import RoundConfig, SecAggSe
 
 
 def secure_sum(user_ids: Sequence[int], values: np.ndarray, m: int, *, mode: str = "sparse",
-               run_id: bytes = b"privbandit", round_id: int = 0, dropped: Sequence[int] = ()) -> int:
+               run_id: bytes = b"privbandit", round_id: int = 0, dropped: Sequence[int] = (),
+               degree: int | None = None, threshold: int | None = None) -> int:
     """``Σ values mod m`` over the users not in ``dropped``, by a real SecAgg round among ``user_ids``.
 
     Each value is read only by its own :class:`SecAggUser`, which masks it; the
     :class:`SecAggServer` sees masked inputs and encrypted shares, and releases the sum. Users in
     ``dropped`` advertise keys and share secrets, then vanish before round 2 (their values are
-    never read). Identity keys are drawn afresh, as if every user had just enrolled.
+    never read). ``degree`` and ``threshold``: the graph's (k, t), as the round's plan carries
+    them (:mod:`.parameters`); None: :class:`~.graph.MaskingGraph`'s defaults. Identity keys are drawn afresh, as if every user had just enrolled.
     Raises :class:`~privbandit.protocol.primitives.secagg.errors.SecAggAbort` when recovery is impossible.
     """
     ids = [int(u) for u in user_ids]
     gone = {int(u) for u in dropped}
     cfg = RoundConfig(run_id=run_id, round_id=round_id, m=m, length=1)
-    graph = MaskingGraph(ids, mode, seed=round_id.to_bytes(8, "big"))
+    graph = MaskingGraph(ids, mode, seed=round_id.to_bytes(8, "big"), degree=degree, threshold=threshold)
     identities = {u: Ed25519PrivateKey.generate() for u in ids}
     pki = {u: key.public_key() for u, key in identities.items()}
     users = {u: SecAggUser(u, identities[u], pki, cfg, graph) for u in ids}

@@ -7,44 +7,42 @@ towards the threshold, as in Bonawitz et al. (shares for every v ∈ U₁, u inc
 
 Sparse mode (Bell et al. 2020): the Harary graph H(n, k) — position i is joined to positions
 i ± 1, …, i ± k/2 (mod n) — under a uniformly random relabelling of the users, drawn from public
-randomness (the ``seed`` argument) so every party computes the same graph. Degree
-``k = 2⌈log₂ n⌉`` (even, so H(n, k) is k-regular), and the complete graph once k ≥ n − 1.
+randomness (the ``seed`` argument) so every party computes the same graph. The degree k (even, so
+H(n, k) is k-regular) and the threshold t come from a threat model (:mod:`.parameters`: the
+corrupt fraction, the dropout rate, the security and failure targets); the round's plan carries
+them, and without one the defaults of :class:`~.parameters.ThreatModel` apply. Once k ≥ n − 1
+the graph is complete.
 
-Threshold rule implemented (both modes): with h = |N(u) ∪ {u}| holders, ``t = ⌊2h/3⌋ + 1``.
-For the complete graph (h = n) this is the t > 2n/3 bound of Bonawitz et al. 2017 for an active server colluding
-with fewer than n/3 users (their active-adversary analysis); for the sparse graph the same fraction is
-applied to each neighbourhood. Bell et al. instead choose (k, t) numerically from their security
-and correctness bounds for a target failure probability, corruption rate and dropout rate; that
-parameter search is not reproduced here. A caller may pass an explicit ``threshold``.
+Complete mode keeps ``t = ⌊2n/3⌋ + 1``: the t > 2n/3 bound of Bonawitz et al. 2017 for an active
+server colluding with fewer than n/3 users, conservative for the semi-honest rounds implemented
+here; :func:`~.parameters.check_complete` checks it against a threat model. A caller may pass an
+explicit ``threshold`` (and, in sparse mode, ``degree``).
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Iterable, Sequence
 
 import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
+from privbandit.protocol.primitives.secagg.parameters import ThreatModel, derive
+
 MAX_USER_ID = 2**31 - 3  # Shamir x = id + 1 must be < 2³¹ − 1
 
 
-def sparse_degree(n: int) -> int:
-    """k = 2⌈log₂ n⌉, the O(log n) degree used in sparse mode."""
-    return 2 * math.ceil(math.log2(max(n, 2)))
-
-
 def default_threshold(holders: int) -> int:
-    """t = ⌊2h/3⌋ + 1 (see the module docstring)."""
+    """t = ⌊2h/3⌋ + 1, the complete graph's threshold (see the module docstring)."""
     return (2 * holders) // 3 + 1
 
 
 class MaskingGraph:
     """The public masking/sharing graph of one round."""
 
-    def __init__(self, user_ids: Sequence[int], mode: str = "complete", *, seed: bytes = b"", threshold: int | None = None):
+    def __init__(self, user_ids: Sequence[int], mode: str = "complete", *, seed: bytes = b"",
+                 threshold: int | None = None, degree: int | None = None):
         ids = sorted(int(u) for u in user_ids)
         if len(ids) < 2 or len(set(ids)) != len(ids):
             raise ValueError("need at least two distinct user ids")
@@ -54,7 +52,15 @@ class MaskingGraph:
             raise ValueError(f"unknown graph mode {mode!r}")
         self.user_ids = tuple(ids)
         self.n = len(ids)
-        k = sparse_degree(self.n) if mode == "sparse" else self.n - 1
+        if mode == "complete":
+            k = self.n - 1
+        elif degree is None:
+            derived = derive(self.n, ThreatModel())
+            k, threshold = derived.k, derived.t if threshold is None else threshold
+        else:
+            k = int(degree)
+        if not 1 <= k or (k < self.n - 1 and k % 2):
+            raise ValueError(f"sparse degree {k} must be even and ≥ 2 (or ≥ n − 1 = {self.n - 1}: complete)")
         self.complete = k >= self.n - 1
         self.mode = mode
         self.degree = self.n - 1 if self.complete else k

@@ -87,3 +87,38 @@ def uniform_mod(seed: bytes, count: int, m: int, *, round_id: int, purpose: byte
         out[filled : filled + take] = (words[:take] % np.uint64(m)).astype(np.int64)
         filled += take
     return out
+
+
+def uniform_mod_rows(seeds: list[bytes], count: int, m: int, *, round_id: int, purpose: bytes) -> np.ndarray:
+    """``np.stack([uniform_mod(s, count, m, …) for s in seeds])``, with the rejection sampling and
+    the reduction done once over all rows.
+
+    Each seed still keys its own ChaCha20 (a key per seed is what makes the masks independent); what
+    is batched is everything after the keystream, which dominated for the one-residue masks of a
+    SecAgg round (k + 1 streams per user). Rows whose first draw falls short of ``count`` accepted
+    words (probability < 4^−(draw − count) each) continue their own stream through
+    :func:`uniform_mod`, so every row is exactly that function's output.
+    """
+    m = check_modulus(m)
+    if count < 0:
+        raise ValueError("count must be non-negative")
+    rows = len(seeds)
+    out = np.empty((rows, count), dtype=np.int64)
+    if rows == 0 or count == 0:
+        return out
+    draw = count + count // 3 + 16  # uniform_mod's first draw, so the streams line up
+    blank = bytes(8 * draw)
+    stream = b"".join(
+        Cipher(algorithms.ChaCha20(prg_key(s, round_id=round_id, purpose=purpose), _NONCE), mode=None).encryptor().update(blank)
+        for s in seeds)
+    words = np.frombuffer(stream, dtype="<u8").reshape(rows, draw)
+    limit = acceptance_limit(m)
+    accept = words < np.uint64(limit) if limit < _TWO64 else np.ones(words.shape, dtype=bool)
+    rank = np.cumsum(accept, axis=1)
+    short = rank[:, -1] < count
+    keep = accept & (rank <= count)
+    full = ~short
+    out[full] = (words[full][keep[full]] % np.uint64(m)).astype(np.int64).reshape(-1, count)
+    for i in np.flatnonzero(short):
+        out[i] = uniform_mod(seeds[i], count, m, round_id=round_id, purpose=purpose)
+    return out

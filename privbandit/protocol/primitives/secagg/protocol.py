@@ -45,7 +45,7 @@ from cryptography.hazmat.primitives.serialization import (
 )
 
 from privbandit.protocol.primitives.encoding import check_modulus, modular_sum
-from privbandit.protocol.primitives.secagg.errors import SecAggAbort, SecAggError
+from privbandit.protocol.primitives.secagg.errors import SecAggAbort, SecAggError, ShareError
 from privbandit.protocol.primitives.secagg.graph import MaskingGraph
 from privbandit.protocol.primitives.secagg.keys import (
     PURPOSE_ENCRYPTION,
@@ -55,8 +55,14 @@ from privbandit.protocol.primitives.secagg.keys import (
     pairwise_key,
     verify_advertisement,
 )
-from privbandit.protocol.primitives.secagg.prg import uniform_mod
-from privbandit.protocol.primitives.secagg.shamir import LIMB_BYTES, combine_secret, split_secrets
+from privbandit.protocol.primitives.secagg.prg import uniform_mod, uniform_mod_rows
+from privbandit.protocol.primitives.secagg.shamir import (
+    LIMB_BYTES,
+    combine_many,
+    combine_secret,
+    limbs_to_secrets,
+    split_secrets,
+)
 
 AdvertiseKeys = KeyAdvertisement  # round 0 message (keys.py owns signing and verification)
 
@@ -163,6 +169,12 @@ def _sign(u: int, v: int) -> int:
     return 1 if v > u else -1
 
 
+def _column_sums(rows: np.ndarray, m: int) -> np.ndarray:
+    """``Σ rows mod m`` per column, exactly (a column of residues < m ≤ 2⁶² overflows int64)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    return np.asarray([modular_sum(rows[:, c], m) for c in range(rows.shape[1])], dtype=np.int64)
+
+
 def pair_mask(seed: bytes, config: RoundConfig) -> np.ndarray:
     return uniform_mod(seed, config.length, config.m, round_id=config.round_id, purpose=PURPOSE_PAIR)
 
@@ -265,10 +277,14 @@ class SecAggUser:
         self._share_keys.clear()  # transport keys have no further use this round
         self._shared_with = frozenset(delivery.ciphertexts)
         _require(len(self._shared_with) + 1 >= self.t, f"user {self.id}: {len(self._shared_with) + 1} live holders after round 1, threshold {self.t}")
+        peers = sorted(self._shared_with)
+        # Key agreement stays per pair; the k masks are expanded and summed in one batch.
+        seeds = [pairwise_key(self.keys.s_private, self._peers[v].s_public, run_id=cfg.run_id, round_id=cfg.round_id,
+                              me=self.id, peer=v, purpose=PURPOSE_MASK) for v in peers]
+        masks = uniform_mod_rows(seeds, cfg.length, cfg.m, round_id=cfg.round_id, purpose=PURPOSE_PAIR)
+        up = np.asarray([v > self.id for v in peers], dtype=bool)  # _sign: + for v > u, − for v < u
         acc = (y + self_mask(self._b, cfg)) % cfg.m
-        for v in sorted(self._shared_with):
-            seed = pairwise_key(self.keys.s_private, self._peers[v].s_public, run_id=cfg.run_id, round_id=cfg.round_id, me=self.id, peer=v, purpose=PURPOSE_MASK)
-            acc = (acc + _sign(self.id, v) * pair_mask(seed, cfg)) % cfg.m
+        acc = (acc + _column_sums(masks[up], cfg.m) - _column_sums(masks[~up], cfg.m)) % cfg.m
         return MaskedInput(self.id, acc)
 
     def unmask(self, request: UnmaskRequest) -> UnmaskResponse:
@@ -387,11 +403,24 @@ class SecAggServer:
             issued = np.asarray(sorted(self._shared_to.get(owner, ())) + [owner], dtype=np.int64) + 1
             return combine_secret(xs, np.stack([shares[h] for h in holders]), t, SECRET_BYTES, holders=issued.tolist())
 
-        total = np.asarray(
-            [modular_sum(col, cfg.m) for col in np.stack([self._inputs[u] for u in sorted(u3)]).T], dtype=np.int64
-        )
-        for v in sorted(u3):  # remove each survivor's self mask
-            total = (total - self_mask(reconstruct(v, b_shares.get(v, {}), "b"), cfg)) % cfg.m
+        total = _column_sums(np.stack([self._inputs[u] for u in sorted(u3)]), cfg.m)
+        # Remove every survivor's self mask: all b_v rebuilt in one Lagrange batch, their masks
+        # expanded in one batch (Bonawitz et al. Fig. 4, round 4, "Unmasking").
+        survivors = sorted(u3)
+        xs = np.empty((len(survivors), t), dtype=np.int64)
+        ys = np.empty((len(survivors), t, LIMBS), dtype=np.int64)
+        for row, v in enumerate(survivors):
+            shares = b_shares.get(v, {})
+            _require(len(shares) >= t, f"round 4: {len(shares)} shares of b of user {v}, threshold {t}; nothing released")
+            holders = sorted(shares)
+            foreign = set(holders) - self._shared_to.get(v, frozenset()) - {v}
+            if foreign:
+                raise ShareError(f"shares at x-coordinates {sorted(h + 1 for h in foreign)} were never issued")
+            xs[row] = np.asarray(holders[:t], dtype=np.int64) + 1
+            ys[row] = np.stack([shares[h] for h in holders[:t]])
+        seeds = limbs_to_secrets(combine_many(xs, ys), SECRET_BYTES)
+        selfs = uniform_mod_rows(seeds, cfg.length, cfg.m, round_id=cfg.round_id, purpose=PURPOSE_SELF)
+        total = (total - _column_sums(selfs, cfg.m)) % cfg.m
         for u in sorted(self._u2 - u3):  # dropped after sharing: cancel the masks survivors added for u
             partners = [v for v in sorted(self._shared_to.get(u, ())) if v in u3]  # got u's shares, so masked with u
             if not partners:

@@ -205,3 +205,52 @@ def combine_secret(
 ) -> bytes:
     """Inverse of :func:`split_secret` from any ≥ t shares."""
     return limbs_to_secret(combine_field(xs, shares, t, holders=holders), length)
+
+
+def _prod_mod_last(a: np.ndarray, prime: int) -> np.ndarray:
+    """Product along the last axis mod p, by pairwise halving (no int64 overflow)."""
+    while a.shape[-1] > 1:
+        if a.shape[-1] % 2:
+            a = np.concatenate([a, np.ones((*a.shape[:-1], 1), dtype=np.int64)], axis=-1)
+        a = a[..., 0::2] * a[..., 1::2] % prime
+    return a[..., 0]
+
+
+def combine_many(xs: np.ndarray, shares: np.ndarray, *, prime: int = PRIME) -> np.ndarray:
+    """Reconstruct S secrets at once: row s of ``xs`` (S, t) holds t distinct x-coordinates and
+    ``shares`` (S, t, L) their shares; returns the (S, L) secrets. Lagrange at zero as in
+    :func:`combine_field`, vectorized over the secrets (each has its own x set), in chunks that
+    bound the (chunk, t, t) difference arrays."""
+    x = np.asarray(xs, dtype=np.int64)
+    y = np.asarray(shares, dtype=np.int64) % prime
+    if x.ndim != 2 or y.ndim != 3 or y.shape[:2] != x.shape:
+        raise ShareError("need (S, t) x-coordinates and (S, t, L) shares")
+    if x.size and (x.min() < 1 or x.max() >= prime):
+        raise ShareError(f"x-coordinates must lie in [1, {prime})")
+    s, t = x.shape
+    if t > 1 and (np.diff(np.sort(x, axis=1), axis=1) == 0).any():
+        raise ShareError("duplicate x-coordinates")
+    out = np.empty((s, y.shape[2]), dtype=np.int64)
+    step = max(1, 4_000_000 // max(1, t * t))
+    eye = np.eye(t, dtype=bool)
+    for lo in range(0, s, step):
+        xc = x[lo: lo + step]
+        diff = (xc[:, None, :] - xc[:, :, None]) % prime  # [i, j] = x_j − x_i
+        num = np.broadcast_to(xc[:, None, :], diff.shape).copy()
+        diff[:, eye] = 1
+        num[:, eye] = 1
+        lam = _prod_mod_last(num, prime) * _inverse(_prod_mod_last(diff, prime), prime) % prime  # (c, t)
+        out[lo: lo + step] = (lam[:, :, None] * y[lo: lo + step] % prime).sum(axis=1) % prime
+    return out
+
+
+def limbs_to_secrets(limbs: np.ndarray, length: int) -> list[bytes]:
+    """:func:`limbs_to_secret` for each row of ``limbs`` (S, L)."""
+    limbs = np.asarray(limbs, dtype=np.int64)
+    if limbs.size and (limbs.min() < 0 or limbs.max() >= 1 << (8 * LIMB_BYTES)):
+        raise ShareError("reconstructed limb out of range: inconsistent shares")
+    raw = np.stack([(limbs >> 16) & 0xFF, (limbs >> 8) & 0xFF, limbs & 0xFF], axis=2).astype(np.uint8)
+    raw = raw.reshape(len(limbs), -1)
+    if raw[:, length:].any():
+        raise ShareError("reconstructed padding is not zero: inconsistent shares")
+    return [bytes(row) for row in raw[:, :length]]
