@@ -133,6 +133,8 @@ class UserFleetService(PartyService):
         plan = msg.to_plan()
         try:
             self.family.check_plan(plan)
+            for rnd in plan.opens:  # a graph weaker than the users' threat model gives is refused
+                self.family.check_secure_round(self.config, self.task_spec["label"], rnd)
         except ValueError as exc:
             return self.reject("bad-plan", f"plan {plan.id}: {exc}")
         for rnd in plan.opens:

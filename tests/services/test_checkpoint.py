@@ -541,6 +541,66 @@ def test_a_fleet_serves_a_plan_again_once_for_a_burst_of_requests(monkeypatch):
     assert reports() == 22 * once
 
 
+def test_a_fleet_refuses_a_secure_round_weaker_than_its_threat_model():
+    """The analyzer chooses each secure round's graph (k, t); a curious one could send a sparser
+    graph or a lower threshold, so that the aggregator and a few colluders can unmask a user. A
+    fleet recomputes (k, t) from the experiment's threat model and refuses a plan that differs
+    (`bad-plan`), sending nothing for it; the honest plan is served."""
+    from dataclasses import replace
+
+    from privbandit.protocol.primitives.report_auth import fleet_key
+    from privbandit.protocol.spine.events import Plan
+    from privbandit.services.users import UserFleetService
+
+    fam, config, label = _mab("Dist-DP-SE", {"intermediary": "secagg", "secagg_graph": "sparse",
+                                             "dropout_rate": 0.1, "dropout_tolerance": 0.1}, horizon=20_000)
+    from privbandit.protocol.spine import engine
+
+    spec = codec.TaskSpec(index=0, runs=[0], label=label, family=fam.name, public=fam.public_task(config, label, [0]),
+                          session="5e55").model_dump()
+    _, analyzer, users, boxes, observer = tasks.parties(fam, config, label, [0], oracle=False)
+    next_plans = analyzer.next_plans
+
+    class Found(Exception):  # the first plan of a cohort large enough for a sparse graph (k < n − 1)
+        pass
+
+    def watch():
+        got = next_plans()
+        for p in got:
+            if p.opens and p.opens[0].expected >= 64:
+                raise Found(p)
+        return got
+
+    analyzer.next_plans = watch
+    with pytest.raises(Found) as found:
+        engine.run(analyzer, users, boxes, observer)
+    plan = found.value.args[0]
+    (rnd,) = plan.opens
+    assert rnd.secagg == "sparse" and 2 <= rnd.secagg_threshold <= rnd.secagg_degree < rnd.expected - 1
+    weaker = [replace(rnd, secagg_threshold=rnd.secagg_threshold - 1),
+              replace(rnd, secagg_degree=rnd.secagg_degree - 2), replace(rnd, secagg="complete")]
+
+    def sent(fleet) -> int:
+        return len(fleet.bus.net.queues["box"])
+
+    async def go():
+        outcomes = []
+        for i, bad in enumerate([*weaker, rnd]):
+            net = _Net()
+            fleet = UserFleetService(BusSettings(run_id=RUN_ID), fam, config, 0, 1, fleet_key=fleet_key(7, 0))
+            fleet.bus = _Bus(net)
+            net.subs["box"], net.queues["box"] = [f"pb/{RUN_ID}/report/+", f"pb/{RUN_ID}/metrics/+"], []
+            await fleet.start_task(spec)
+            forged = Plan(plan.id, plan.first_user, plan.cohort, opens=(bad,), joins=plan.joins, body=plan.body)
+            await fleet.handle(f"pb/{RUN_ID}/plan", codec.plan_msg(RUN_ID, 0, forged))
+            outcomes.append((fleet.rejected["bad-plan"], sent(fleet)))
+        return outcomes
+
+    *refused, honest = asyncio.run(go())
+    assert refused == [(1, 0)] * 3, refused
+    assert honest[0] == 0 and honest[1] > 0
+
+
 def test_a_restarted_intermediary_still_answers_for_releases_long_past(tmp_path):
     """A checkpoint keeps every release of the task within its byte budget, not the last 64: an
     analyzer that died with an early round's release unsaved re-announces that round's plan, and a

