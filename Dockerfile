@@ -20,9 +20,12 @@ COPY privbandit /tmp/src/privbandit
 RUN pip install /tmp/src && rm -rf /tmp/src
 
 # Mount points. A named volume mounted on an empty directory of the image takes its owner, so the
-# unprivileged user can write /config (broker files) and /keys (the analyzer's key).
-RUN mkdir /config /keys /results /experiments \
- && chown privbandit:privbandit /config /keys /results
+# unprivileged user can write /config (broker files), the roles' secrets, and the keys (a directory
+# the image lacks would be created root-owned, and the one-shot services could not write it).
+RUN mkdir /config /keys /results /experiments /secret /secret-observer /secret-analyzer /secret-aggregator \
+          /secret-users /fleet-0 /fleet-1 /fleet-keys \
+ && chown privbandit:privbandit /config /keys /results /secret /secret-observer /secret-analyzer \
+          /secret-aggregator /secret-users /fleet-0 /fleet-1 /fleet-keys
 
 USER privbandit
 WORKDIR /home/privbandit

@@ -853,6 +853,9 @@ def broker_config(
                                                            "signed by this CA")] = None,
     rotate: Annotated[bool, typer.Option("--rotate", help="draw new passwords even where OUT already holds a "
                                                           "credentials.env (by default its passwords are kept)")] = False,
+    role_dir: Annotated[Optional[list[str]], typer.Option(
+        metavar="ROLE=DIR", help="also write DIR/credentials.env with ROLE's password alone (repeatable), "
+                                 "for that role's parties to mount")] = None,
 ):
     """Write a Mosquitto configuration with one account per role and the run's ACLs. The passwords
     of a credentials.env already in OUT are kept, so a broker running the earlier config still
@@ -860,7 +863,7 @@ def broker_config(
     from privbandit.services.broker_cli import broker_config_main
 
     raise typer.Exit(broker_config_main(out, run_id, port, host=host, backend=backend, tls_cert=tls_cert,
-                                        tls_key=tls_key, client_ca=client_ca, rotate=rotate))
+                                        tls_key=tls_key, client_ca=client_ca, rotate=rotate, role_dirs=role_dir))
 
 
 @app.command()

@@ -12,7 +12,8 @@ from privbandit.services.mosquitto_process import mosquitto_binary
 
 def broker_config_main(out_dir: Path, run_id: str, port: int, *, host: str = "127.0.0.1",
                        backend: str = "acl_file", tls_cert: Path | None = None, tls_key: Path | None = None,
-                       client_ca: Path | None = None, rotate: bool = False) -> int:
+                       client_ca: Path | None = None, rotate: bool = False,
+                       role_dirs: list[str] | None = None) -> int:
     """Write ``mosquitto.conf``, ``passwd``, ``acl`` and ``credentials.env`` into ``out_dir``.
 
     A ``credentials.env`` already in ``out_dir`` keeps its passwords (issue #20 item 11: a broker
@@ -20,9 +21,19 @@ def broker_config_main(out_dir: Path, run_id: str, port: int, *, host: str = "12
     ``rotate``; roles it lacks get new ones. Prints where the files are and how to start Mosquitto.
     Returns a process exit code: 0 on success, 2 for invalid arguments (the message names the
     argument, or the file).
+
+    ``role_dirs``: ``ROLE=DIR`` items; each DIR gets a ``credentials.env`` with that role's
+    password alone, for the parties of that role to mount (docker-compose.yml).
     """
     kept = Path(out_dir) / "credentials.env"
     try:
+        per_role = []
+        for item in role_dirs or []:
+            role, sep, where = item.partition("=")
+            if not sep or not where or role not in {r.value for r in acl.Role}:
+                raise ValueError(f"--role-dir {item!r}: must be ROLE=DIR with ROLE one of "
+                                 f"{', '.join(r.value for r in acl.Role)}")
+            per_role.append((role, Path(where)))
         passwords = read_credentials(kept) if kept.is_file() and not rotate else {}
         unknown = sorted(set(passwords) - {r.value for r in acl.Role})
         if unknown:
@@ -30,6 +41,7 @@ def broker_config_main(out_dir: Path, run_id: str, port: int, *, host: str = "12
                              f"({', '.join(r.value for r in acl.Role)}); fix the file or pass --rotate")
         files = acl.write_broker_config(out_dir, run_id, port, passwords, host=host, backend=backend,  # type: ignore[arg-type]
                                         tls_cert=tls_cert, tls_key=tls_key, client_ca=client_ca)
+        written = [(role, acl.write_role_credentials(files, role, where)) for role, where in per_role]
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -46,6 +58,8 @@ def broker_config_main(out_dir: Path, run_id: str, port: int, *, host: str = "12
     print(f"  passwords    {files.passwd}   (PBKDF2-SHA512 hashes, mode 0600)")
     print(f"  acl          {files.acl}")
     print(f"  credentials  {files.credentials}   (PRIVBANDIT_<ROLE>_PASSWORD=..., mode 0600: keep secret)")
+    for role, path in written:
+        print(f"  {role:<12} {path}   (the {role} password alone, mode 0600: for that role's parties)")
     if passwords:
         print(f"  (kept the {len(passwords)} passwords it held: a broker running the earlier config still "
               f"accepts them; --rotate draws new ones)")

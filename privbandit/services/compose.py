@@ -66,6 +66,11 @@ class Service:
     proc: subprocess.Popen | None = field(default=None, repr=False)
 
     def to_host(self, value: str) -> str:
+        """``value`` with a container path under a mount made the host path; also the value of a
+        ``NAME=PATH`` argument (``--role-dir users=/secret-users``)."""
+        name, sep, rest = value.partition("=")
+        if sep and not name.startswith("/") and rest.startswith("/"):
+            return f"{name}={self.to_host(rest)}"
         for inside, host in self.mounts:
             if value == inside or value.startswith(inside.rstrip("/") + "/"):
                 return str(host) + value[len(inside.rstrip("/")):]
@@ -224,6 +229,14 @@ def check_broker(services: dict[str, Service], url: str, run_id: str, insecure: 
     from privbandit.services.bus import BusSettings, read_credentials
 
     files = {s.env["PRIVBANDIT_CREDENTIALS_FILE"] for s in services.values() if "PRIVBANDIT_CREDENTIALS_FILE" in s.env}
+    # Each party holds its own role's password only; the probe needs every role's (a topic only the
+    # shuffler may read is checked with the shuffler's account), which the config step's full
+    # credentials.env holds: `up`, the operator, reads it where `broker-config --out` wrote it.
+    for svc in services.values():
+        if svc.command[:1] == ["broker-config"] and "--out" in svc.command:
+            full = Path(svc.command[svc.command.index("--out") + 1]) / "credentials.env"
+            if full.is_file():
+                files.add(str(full))
     try:
         passwords = {k: v for f in sorted(files) for k, v in read_credentials(f).items()}
         settings = BusSettings(broker_url=url, run_id=run_id, username=None, password=None, credentials_file=None,

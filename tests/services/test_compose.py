@@ -24,6 +24,7 @@ from privbandit.cli import app
 from privbandit.runner import config as experiment_files
 from privbandit.protocol.primitives.seeding import analyzer_master_key
 from privbandit.services import acl, compose
+from privbandit.services.bus import read_credentials
 from tests.services.test_distributed import refusals
 
 REPO = Path(__file__).resolve().parents[2]
@@ -120,8 +121,15 @@ def test_the_parties_agree_on_broker_run_and_roles():
         assert env["PRIVBANDIT_BROKER_URL"] == f"mqtt://broker:{port}"
         assert env["PRIVBANDIT_RUN_ID"] == run_id
         assert env["PRIVBANDIT_USERNAME"] == name.split("-")[0]
-        assert env["PRIVBANDIT_CREDENTIALS_FILE"] == "/config/credentials.env"
-        assert "generated:/config:ro" in services[name]["volumes"]
+        # Its role's password alone: no party mounts the broker's files (every role's password).
+        role = name.split("-")[0]
+        assert env["PRIVBANDIT_CREDENTIALS_FILE"] == "/secret/credentials.env"
+        assert f"{role}-secret:/secret:ro" in services[name]["volumes"]
+        assert not any(v.startswith("generated:") for v in services[name]["volumes"]), name
+        assert f"{role}=/secret-{role}" in config and f"{role}-secret:/secret-{role}" in services["config"]["volumes"]
+    mounts = {name: {v.split(":")[0] for v in spec.get("volumes", [])} for name, spec in services.items()}
+    for role in ("observer", "analyzer", "aggregator", "users"):  # its secret: config and its own parties only
+        assert {n for n, m in mounts.items() if f"{role}-secret" in m} == {"config", *(p for p in PARTIES if p.split("-")[0] == role)}
     assert services["broker"]["command"] == ["mosquitto", "-c", "/config/mosquitto.conf"]
     assert services["broker"]["depends_on"]["config"]["condition"] == compose.ONE_SHOT
 
@@ -149,7 +157,7 @@ def test_container_paths_become_host_paths(tmp_path):
     assert option("observer", "--experiment") == str(tmp_path / "experiments" / "demo.toml")
     assert option("config", "--out") == str(tmp_path / "deploy" / "generated")
     assert option("keys", "--out") == str(tmp_path / "deploy" / "analyzer-key")
-    assert services["observer"].env["PRIVBANDIT_CREDENTIALS_FILE"] == str(tmp_path / "deploy/generated/credentials.env")
+    assert services["observer"].env["PRIVBANDIT_CREDENTIALS_FILE"] == str(tmp_path / "deploy/observer-secret/credentials.env")
     key_file = services["analyzer"].env["PRIVBANDIT_ANALYZER_KEY_FILE"]
     assert key_file == str(tmp_path / "deploy/analyzer-key/analyzer.env")
     order = compose.start_order(services)
@@ -197,7 +205,9 @@ def test_an_anonymous_external_broker_is_refused_naming_what_was_readable(tmp_pa
     """What `up --broker` does before starting any party (the one-shot services have run): the
     probe with the generated accounts; test_up_runs_… shows the verdict reaching summary.json."""
     work = _workdir(tmp_path)
-    acl.write_broker_config(work / "deploy" / "generated", "compose", 1883, host="0.0.0.0")
+    files = acl.write_broker_config(work / "deploy" / "generated", "compose", 1883, host="0.0.0.0")
+    for role in ("observer", "analyzer", "aggregator", "users"):  # as the config service writes them
+        acl.write_role_credentials(files, role, work / "deploy" / f"{role}-secret")
     services = compose.load(work / "docker-compose.yml", work)
     with pytest.raises(compose.ComposeError, match=r"does not enforce the trust model for run compose: anonymous read "
                                                    r"plans, .*; analyzer read plans, reports \(aggregator"):
@@ -221,8 +231,11 @@ def test_up_runs_the_compose_topology_as_local_processes(tmp_path):
     assert f"PRIVBANDIT_ANALYZER_KEY={hex(analyzer_master_key(seed))}" in key
     # Every party logged in to Mosquitto with its own role's generated password.
     broker_log = (out / "logs" / "compose-broker.log").read_text()
+    everyone = read_credentials(work / "deploy" / "generated" / "credentials.env")
     for role in ("observer", "analyzer", "aggregator", "users"):
         assert f"u'{role}'" in broker_log, role
+        # ... read from a file that holds that role's password and no other
+        assert read_credentials(work / "deploy" / f"{role}-secret" / "credentials.env") == {role: everyone[role]}
     assert {p.name for p in (out / "logs").iterdir()} >= {f"compose-{s}.log" for s in (*PARTIES, "config", "keys")}
     # The observer served its page on the loopback, at the port the test gave it.
     port = yaml.safe_load((work / "docker-compose.yml").read_text())["services"]["observer"]["ports"][0].split(":")[1]

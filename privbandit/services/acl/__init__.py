@@ -41,6 +41,7 @@ from privbandit.services.acl.broker_files import (
     render_dynsec_config,
     render_password_file,
     write_broker_config,
+    write_role_credentials,
 )
 from privbandit.services.acl.passwords import PBKDF2_ITERATIONS, hash_password, read_password_file, verify_password
 from privbandit.services.acl.rules import (
@@ -101,4 +102,5 @@ __all__ = [
     "render_dynsec_config",
     "find_dynsec_plugin",
     "write_broker_config",
+    "write_role_credentials",
 ]

@@ -139,6 +139,19 @@ def _check_passwords(passwords: object) -> dict[Role, str]:
     return {role: out.get(role) or secrets.token_urlsafe(24) for role in Role}
 
 
+def write_role_credentials(files: BrokerFiles, role: Role | str, directory: Path | str) -> Path:
+    """``directory/credentials.env`` holding ``role``'s password alone (mode 0600): what a party of
+    that role mounts, so that one compromised party learns no other role's password (the full
+    ``credentials.env`` stays with the broker's files)."""
+    role = _role(role)
+    directory = Path(directory).expanduser().resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "credentials.env"
+    _write(path, f"# privbandit broker credentials of role {role.value} for run {files.run_id}: keep secret\n"
+                 f"PRIVBANDIT_{role.name}_PASSWORD={files.password(role)}\n", 0o600)
+    return path
+
+
 def _owner_name() -> str | None:
     try:
         import pwd
