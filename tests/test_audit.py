@@ -240,9 +240,11 @@ def test_cli_refuses_bad_options(args, message):
 
 
 def test_cli_names_a_family_without_targets():
-    """A family that defines no audit targets yet is refused by name, not audited as "consistent"."""
-    res = CliRunner().invoke(app, ["audit", "experiments/glm_demo.toml"])
-    assert res.exit_code == 2 and "family glm-bandits: no release" in res.output
+    """Labels with no audit target (here the GLM family's non-private baselines) are refused by
+    name, not audited as "consistent"."""
+    res = CliRunner().invoke(app, ["audit", "experiments/glm_demo.toml", "--algorithm", "gloc",
+                                   "--algorithm", "glm-ucb"])
+    assert res.exit_code == 2 and "family glm-bandits: no release of gloc, glm-ucb" in res.output
 
 
 def test_another_family_is_audited_through_the_same_path(tmp_path):

@@ -100,3 +100,71 @@ def test_concurrent_shuffle_stand_in_with_half_its_noise_bits_is_flagged():
 def test_concurrent_shuffle_bandit_has_no_target():
     fam, config = load("experiments/cs_alg4.toml")
     assert fam.audit_targets(config, "alg4@k1") == []
+
+
+# --- GLM bandits ---------------------------------------------------------------------------------
+
+
+def glm_targets():
+    fam, config = load("experiments/audit_glm.toml")
+    return fam, config, {t.label: t for label in fam.labels(config) for t in fam.audit_targets(config, label)}
+
+
+def test_glm_targets_and_their_claims():
+    """ShuffleGLM: a covariance and a gradient round of the first two batches, claims (ε/2, δ/2) and
+    one 𝒫_GD round's (ε₀, δ₀) at their own δ; constant 1: none proven. Private-GLM: the V tree,
+    claim the per-user ZCDP(ρ_V + ρ_H) the analyzer spends. The baselines have none."""
+    fam, config, targets = glm_targets()
+    assert set(targets) == {f"{a}/{r}-{k}" for a in ("shuffle-glm", "shuffle-glm@C1") for r in ("covariance", "gradient")
+                            for k in (1, 2)} | {"private-glm/tree-V"}
+    cov = targets["shuffle-glm/covariance-1"]
+    assert cov.delta == pytest.approx(0.01) and cov.claim(0.01)["epsilon_at_delta"] == pytest.approx(2.0)
+    grad = targets["shuffle-glm/gradient-1"]
+    assert grad.claim(grad.delta)["epsilon_at_delta"] == pytest.approx(grad.details["eps_iter"])
+    assert targets["shuffle-glm@C1/covariance-1"].claim(0.02)["guarantee"] == "none proven"
+    tree = targets["private-glm/tree-V"]
+    rho = tree.details["rho_V"] + tree.details["rho_H"]
+    assert tree.claim(0.02)["cdp_epsilon"] == pytest.approx(np.sqrt(2 * rho))
+    _, demo = load("experiments/glm_demo.toml")
+    assert fam.audit_targets(demo, "gloc") == [] and fam.audit_targets(demo, "rs-glinucb") == []
+
+
+def test_glm_tree_nodes_have_the_trees_law():
+    """The tree target's statistic Σ_j ⟨x_j, Δq⟩ over m nodes: mean m⟨q_which, Δq⟩, variance
+    m·σ²_grid·‖Δq‖², with Δq the tree's own rounding of e₂e₂ᵀ − e₁e₁ᵀ (= 256 on two diagonal
+    entries). 5σ tolerances over 2·10⁴ draws."""
+    _, _, targets = glm_targets()
+    t = targets["private-glm/tree-V"]
+    m, s2 = t.details["levels"], (t.details["sigma"] / t.details["grid"]) ** 2
+    rng = np.random.default_rng(4)
+    x0, x1 = t.sample(0, 20_000, rng), t.sample(1, 20_000, rng)
+    var = m * np.ceil(s2) * 2 * 256**2
+    assert abs(x0.mean() + m * 256**2) < 5 * np.sqrt(var / x0.size)
+    assert abs(x1.mean() - m * 256**2) < 5 * np.sqrt(var / x1.size)
+    assert abs(x0.var() / var - 1) < 5 * np.sqrt(2 / x0.size)
+
+
+@pytest.mark.parametrize("label", ["shuffle-glm/covariance-1", "shuffle-glm/gradient-1", "shuffle-glm/covariance-2",
+                                   "private-glm/tree-V"])
+def test_glm_correct_releases_are_consistent(label):
+    _, _, targets = glm_targets()
+    assert audit(targets[label], 20_000)["verdict"] == "consistent"
+
+
+def test_glm_none_proven_pvec_says_so_and_is_measured():
+    """Eq. (127)'s constant 1: the ledger states no guarantee (verdict "no claim"), and the audit
+    still measures what the covariance round gives (ε ≥ 0.15 at δ = 0.02 from 2·10⁴ samples)."""
+    _, _, targets = glm_targets()
+    r = audit(targets["shuffle-glm@C1/covariance-1"], 20_000)
+    assert r["verdict"] == "no claim" and r["claim"]["epsilon_at_delta"] is None and r["audit"]["epsilon"] > 0.15
+
+
+def test_glm_tree_with_a_tenth_of_its_noise_is_flagged():
+    """Private-GLM's V tree with σ/10 but the analyzer's own claim: flagged at 2·10⁴ samples."""
+    from privbandit.families.glm_bandits import parties as gp
+    from privbandit.families.glm_bandits.audit import tree_target
+
+    fam, config = load("experiments/audit_glm.toml")
+    cal = gp.setup(fam.public_task(config, "private-glm", [0])).spec.tree_v[0]
+    r = audit(tree_target(fam, config, "private-glm", replace(cal, sigma=cal.sigma / 10)), 20_000)
+    assert r["verdict"] == "violation" and r["audit"]["epsilon"] > 1.5 * r["claim"]["epsilon_at_delta"]
