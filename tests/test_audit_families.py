@@ -168,3 +168,82 @@ def test_glm_tree_with_a_tenth_of_its_noise_is_flagged():
     cal = gp.setup(fam.public_task(config, "private-glm", [0])).spec.tree_v[0]
     r = audit(tree_target(fam, config, "private-glm", replace(cal, sigma=cal.sigma / 10)), 20_000)
     assert r["verdict"] == "violation" and r["audit"]["epsilon"] > 1.5 * r["claim"]["epsilon_at_delta"]
+
+
+# --- private-online-learning ---------------------------------------------------------------------
+
+
+def pol_targets(path: str):
+    fam, config = load(path)
+    return fam, config, {t.label: t for label in fam.labels(config) for t in fam.audit_targets(config, label)}
+
+
+def test_online_targets_and_claims():
+    """Lazy-UCB's arrays (central and distributed) and DP-SE's rounds; FTNL central at 2ε/c;
+    Hybrid-UCB and distributed FTNL have none (docs/audit.md says why)."""
+    fam, config, targets = pol_targets("experiments/pol_setting1.toml")
+    assert set(targets) == {"anytime-lazy-ucb", "anytime-lazy-ucb@distributed", "dp-se", "dp-se@distributed"}
+    assert fam.audit_targets(config, "hybrid-ucb") == []
+    assert targets["anytime-lazy-ucb"].claim(1e-6)["epsilon_pure"] == pytest.approx(1.0)
+    fam, config, targets = pol_targets("experiments/pol_ftnl.toml")
+    assert set(targets) == {"ftnl", "ftnl@c=2"}
+    assert targets["ftnl"].claim(1e-6)["epsilon_pure"] == pytest.approx(2.0)
+    assert targets["ftnl@c=2"].claim(1e-6)["epsilon_pure"] == pytest.approx(1.0)
+
+
+def test_online_central_samplers_have_the_mechanisms_law():
+    """The central targets call grid_laplace on many releases at once (docs/audit.md): their law is
+    that of the analyzer's own ArraySumRelease.release and ReportNoisyMax.select, called once per
+    release (two-sample KS and χ² tests at p > 10⁻³ over 2·10⁴ draws each, fixed seeds)."""
+    from scipy.stats import chi2_contingency, ks_2samp
+
+    fam, config, lazy = pol_targets("experiments/pol_setting1.toml")
+    t = lazy["anytime-lazy-ucb"]
+    server = fam.analyzer(fam.public_task(config, "anytime-lazy-ucb", [0]), [0])
+    rng = np.random.default_rng(5)
+    own = np.array([server.release.release(1.0, 16, rng) for _ in range(20_000)])
+    assert ks_2samp(own, t.sample(1, 20_000, rng)).pvalue > 1e-3
+    fam, config, ftnl = pol_targets("experiments/pol_ftnl.toml")
+    t = ftnl["ftnl@c=2"]  # c = 2: the noise scale is c/ε, which the target must read from the mechanism
+    rnm = fam.analyzer(fam.public_task(config, "ftnl@c=2", [0]), [0]).rnm
+    h = t.details["head_start"]
+    own = np.array([rnm.select(np.array([1.0, h, 0, 0, 0]), rng) for _ in range(20_000)])
+    ours = t.sample(0, 20_000, rng)
+    table = np.array([np.bincount(own, minlength=5), np.bincount(ours, minlength=5)])
+    assert chi2_contingency(table[:, table.sum(axis=0) > 0]).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("path,label", [("experiments/pol_setting1.toml", "anytime-lazy-ucb"),
+                                        ("experiments/pol_setting1.toml", "anytime-lazy-ucb@distributed"),
+                                        ("experiments/pol_ftnl.toml", "ftnl"), ("experiments/pol_ftnl.toml", "ftnl@c=2")])
+def test_online_correct_releases_are_consistent(path, label):
+    _, _, targets = pol_targets(path)
+    assert audit(targets[label], 20_000)["verdict"] == "consistent"
+
+
+def test_online_lazy_array_with_half_its_laplace_scale_is_flagged():
+    """Lazy-UCB's central array release with the Laplace scale halved (ArraySumRelease(2ε)) under
+    the analyzer's claim ε = 1: flagged at 10⁵ samples (bound > 1.5)."""
+    from privbandit.families.private_online_learning.audit import lazy_target
+    from privbandit.families.private_online_learning.mechanisms import ArraySumRelease
+
+    fam, config = load("experiments/pol_setting1.toml")
+    r = audit(lazy_target(fam, config, "anytime-lazy-ucb", None, ArraySumRelease(2.0)), 100_000)
+    assert r["claim"]["epsilon_at_delta"] == pytest.approx(1.0)
+    assert r["verdict"] == "violation" and r["audit"]["epsilon"] > 1.5
+
+
+def test_online_ftnl_with_dwork_roths_epsilon_for_replacement_is_flagged():
+    """FTNL at c = 1 ledgered at ε (Dwork–Roth's claim, which needs monotone queries) instead of
+    2ε/c: the replacement pair e₀ → e₁ shows more than ε = 1 at 10⁵ samples."""
+    from privbandit.protocol.privacy import Ledger, PureDP
+
+    _, _, targets = pol_targets("experiments/pol_ftnl.toml")
+
+    def paper_claim(delta: float) -> dict:
+        book = Ledger("central", 1.0, delta, users=10)
+        book.record(PureDP(1.0))
+        return book.summary()
+
+    r = audit(replace(targets["ftnl"], claim=paper_claim), 100_000)
+    assert r["verdict"] == "violation" and r["audit"]["epsilon"] > 1.3

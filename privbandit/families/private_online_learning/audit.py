@@ -1,0 +1,118 @@
+"""The releases of Hu, Huang & Mehta's learners, as ``privbandit audit`` tests them.
+
+- DP-SE runs on the distributed-DP MAB family's analyzer and is audited by its code
+  (:func:`~privbandit.families.distributed_dp_mab.audit.elimination_targets`).
+- Anytime-Lazy-UCB (Alg. 1, eq. 3): one full array of n users (``--cohort``, default 16; arrays
+  hold 2^r pulls and the guarantee is the same for every size). Pair: every reward 0 against user 0's
+  reward 1 (sensitivity 1 under replacement). Central: what the trusted analyzer outputs, the array
+  sum plus the grid Laplace noise of its :class:`~.mechanisms.ArraySumRelease` (real-valued: the
+  histogram tester). Distributed: the modular sum of the users' Pólya residues
+  (:meth:`~.mechanisms.DistributedArraySum.randomize`), which the aggregator releases.
+- FTNL (Alg. 2–3), central: the index report-noisy-max selects from one epoch's K fresh sums.
+  Pair (replacement neighbours, the reason the ledger charges 2ε/c): user 0's reward vector e₀
+  against e₁, the other users giving action 1 a head start of h = ⌈3b⌉ (b = c/ε the noise scale;
+  feasible in any epoch of more than h users), where index 0 keeps probability ≈ 0.1 and its
+  likelihood ratio is near its supremum e^{2/b}.
+
+The two central releases are one grid-Laplace call on a scalar (``release``) or a K-vector
+(``select``); one call per release would cost ~60 µs. The targets therefore call the same
+primitive, :func:`~privbandit.protocol.primitives.noise.grid_laplace`, on many releases at once
+with the parameters read from the analyzer's own mechanism object (sensitivity 1, ε, and ε/c for
+FTNL), and the tests check that its law is the method's. Claims: the event the analyzer spends
+(``privacy_event``), recorded in the family's ledger.
+
+Not audited: Hybrid-UCB (its private means mix tree p-sums and array sums whose noise scale depends
+on the tree the analyzer is in, a release per user over the whole run) and FTNL under distributed
+trust (the argmax inside the secure computation, or K decoded sums at the analyzer).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from privbandit.audit.targets import AuditTarget, modular_row_sums
+from privbandit.families.private_online_learning.mechanisms import ArraySumRelease, ReportNoisyMax
+from privbandit.protocol.primitives.noise import grid_laplace
+
+DEFAULT_COHORT = 16
+
+
+def _claim(family, public: dict, event):
+    def claim(delta: float) -> dict:
+        book = family.ledger({**public, "delta": delta})
+        book.record(event)
+        return book.summary()
+    return claim
+
+
+def lazy_target(family, config, label: str, cohort: int | None, release=None) -> AuditTarget:
+    """One Anytime-Lazy-UCB array release. ``release``: the analyzer's own (default) or one the
+    tests break; the claim is always the analyzer's ``privacy_event``."""
+    public = family.public_task(config, label, [0])
+    server = family.analyzer(public, [0])
+    own = server.release
+    release = own if release is None else release
+    n = DEFAULT_COHORT if cohort is None else cohort
+    central = isinstance(release, ArraySumRelease)
+    event = own.privacy_event(n)
+    q = None if central else release.params(n)
+
+    def sample(which: int, count: int, rng: np.random.Generator) -> np.ndarray:
+        if central:  # ArraySumRelease.release, vectorized (module docstring): Σ rewards = which
+            return grid_laplace(np.full(count, float(which)), 1.0, release.epsilon, rng)[0]
+        rewards = np.zeros((count, n))
+        rewards[:, 0] = which
+        return modular_row_sums(release.randomize(rewards.ravel(), q, rng).reshape(count, n), q.m)
+
+    return AuditTarget(
+        family=family.name, label=label, algorithm="anytime-lazy-ucb",
+        release=("the trusted analyzer's noisy array sum (grid Laplace)" if central
+                 else "the modular sum of the array's Pólya residues (secure aggregation)"),
+        neighbours=f"an array of {n} rewards 0 vs the same with user 0's reward 1",
+        kind="real" if central else "integer", sample=sample, claim=_claim(family, public, event),
+        delta=public["delta"],
+        details={"n": n, "rule": "pass" if central else "sum", "trust_model": "central" if central else "distributed",
+                 "event": type(event).__name__, "per_release": 1 if central else n,
+                 **({} if central else {"g": q.g, "tau": q.tau, "m": q.m})})
+
+
+def ftnl_target(family, config, label: str, rnm: ReportNoisyMax | None = None) -> AuditTarget:
+    """FTNL's central report-noisy-max. ``rnm``: the analyzer's own (default) or a broken one;
+    the claim is always the analyzer's."""
+    public = family.public_task(config, label, [0])
+    own = family.analyzer(public, [0]).rnm
+    rnm = own if rnm is None else rnm
+    k = public["arms"]
+    h = math.ceil(3 * own.scale)
+    base = np.zeros((2, k))
+    base[0, :2] = (1, h)
+    base[1, :2] = (0, h + 1)
+    event = own.privacy_event(k)
+
+    def sample(which: int, count: int, rng: np.random.Generator) -> np.ndarray:
+        # ReportNoisyMax.select, vectorized (module docstring): argmax of grid Laplace at ε/c
+        noisy, _ = grid_laplace(np.broadcast_to(base[which], (count, k)), 1.0, rnm.epsilon / rnm.multiplier, rng)
+        return np.argmax(noisy, axis=1).astype(np.int64)
+
+    return AuditTarget(
+        family=family.name, label=label, algorithm="ftnl",
+        release="the index report-noisy-max selects (the next epoch's action)",
+        neighbours=f"user 0's reward vector e₀ vs e₁ (K = {k}); the others give action 1 a head start of {h}",
+        kind="integer", sample=sample, claim=_claim(family, public, event), delta=public["delta"],
+        details={"n": k, "head_start": h, "scale": own.scale, "multiplier": own.multiplier, "rule": "pass",
+                 "trust_model": "central", "event": "PureDP", "per_release": k})
+
+
+def online_targets(family, config, label: str, cohort: int | None) -> list[AuditTarget]:
+    a = family.algorithm(config, label)
+    if a.algorithm == "dp-se":
+        from privbandit.families.distributed_dp_mab.audit import elimination_targets
+
+        return elimination_targets(family, config, label, cohort)
+    if a.algorithm == "anytime-lazy-ucb":
+        return [lazy_target(family, config, label, cohort)]
+    if a.algorithm == "ftnl" and a.trust == "central":
+        return [ftnl_target(family, config, label)]
+    return []
