@@ -267,7 +267,7 @@ def test_linear_ldp_reports_are_audited_and_consistent():
     from privbandit.protocol.privacy.amplification import gaussian_epsilon
 
     fam, config = experiment_files.load("experiments/linear_fig1b_eps1.toml")
-    assert fam.audit_targets(config, "LinUCB-JDP") == []
+    assert fam.audit_targets(config, "LinUCB") == []  # non-private: no target
     (t,) = fam.audit_targets(config, "LinUCB-LDP")
     r = audit_target(t, 200_000, None, 0.95, np.random.default_rng(17))
     assert r["verdict"] == "consistent"

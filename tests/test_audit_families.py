@@ -247,3 +247,48 @@ def test_online_ftnl_with_dwork_roths_epsilon_for_replacement_is_flagged():
 
     r = audit(replace(targets["ftnl"], claim=paper_claim), 100_000)
     assert r["verdict"] == "violation" and r["audit"]["epsilon"] > 1.3
+
+
+# --- shuffle-linear-bandits: LinUCB-JDP's tree ----------------------------------------------------
+
+
+def jdp(*overrides: str):
+    fam, config = load("experiments/linear_fig1b_eps1.toml", *overrides)
+    (t,) = fam.audit_targets(config, "LinUCB-JDP")
+    return fam, config, t
+
+
+def test_jdp_tree_target_has_the_trees_law_and_the_ledgers_claim():
+    """L = 15 nodes hold batch 0 (T = 20000 one-user batches); the statistic Σ_j ⟨x_j, Δe⟩ has mean
+    L⟨e_which, Δe⟩ and variance Lσ²‖Δe‖² (5σ tolerances over 2·10⁴ draws); the claim is L node
+    events (ρ = L·Δ²/(2σ²) with the report's sensitivity bound Δ)."""
+    from privbandit.families.shuffle_linear_bandits.params import report_sensitivity
+
+    _, _, t = jdp()
+    L, sigma, dist = t.details["levels"], t.details["sigma"], t.details["distance"]
+    assert L == 15
+    rng = np.random.default_rng(6)
+    x0, x1 = t.sample(0, 20_000, rng), t.sample(1, 20_000, rng)
+    sd = np.sqrt(L) * sigma * dist
+    assert abs((x1.mean() - x0.mean()) - L * dist**2) < 5 * sd * np.sqrt(2 / x0.size)
+    assert abs(x0.std() / sd - 1) < 5 / np.sqrt(2 * x0.size)
+    rho = L * report_sensitivity(np.sqrt(2)) ** 2 / (2 * sigma**2)
+    assert t.claim(0.1)["cdp_epsilon"] == pytest.approx(np.sqrt(2 * rho))
+
+
+@pytest.mark.parametrize("preset", ["paper-code", "theory"])
+def test_jdp_tree_is_consistent(preset):
+    _, _, t = jdp(f"preset={preset}")
+    assert audit(t, 20_000)["verdict"] == "consistent"
+
+
+def test_jdp_tree_with_a_quarter_of_its_noise_is_flagged():
+    """The tree with σ/4 under the analyzer's claim (4.42 at δ = 0.1): flagged at 2·10⁴ samples."""
+    from privbandit.families.shuffle_linear_bandits.audit import jdp_target
+    from privbandit.families.shuffle_linear_bandits.parties import setup
+
+    fam, config, t = jdp()
+    public = fam.public_task(config, "LinUCB-JDP", [0])
+    s = setup(public)
+    r = audit(jdp_target(fam, public, "LinUCB-JDP", s, s.sigma / 4), 20_000)
+    assert r["verdict"] == "violation" and r["audit"]["epsilon"] > 5
