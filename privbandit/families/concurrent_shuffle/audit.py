@@ -11,7 +11,8 @@ streams:
   level i, the release of one of its nodes, i.e. what shuffler i − 1 hands the analyzer: the total
   of the node's s_i count-encoded reports (:meth:`draw` then :meth:`encode` per user, summed), which
   determines the shuffled multiset of one-bit messages. For the ``bin-a`` stand-in that is
-  Σb + Bin(s_i·ℓ, q); for ``pvec`` P_Vec's one-coordinate label total. Every node of a level has the
+  Σb + Bin(s_i·ℓ, q); for ``pvec`` P_Vec's one-coordinate label total (noise sd in the thousands:
+  binned by the histogram tester, post-processing). Every node of a level has the
   same law, so one per level covers them all. Claim: the level's event (ε/k, δ/k) in lane
   ``level-i``, as :meth:`.parties.CounterAnalyzer.on_release` spends it; the audit's default δ is the
   node's δ/k, where that event states its ε.
@@ -37,6 +38,8 @@ from privbandit.families.concurrent_shuffle import counter as cnt
 from privbandit.families.concurrent_shuffle.tree import SHUFFLE_MODES
 from privbandit.protocol.privacy import PureDP
 
+WIDE_VARIANCE = 50.0**2  # node totals with a noise sd above 50 values are binned (node_target)
+
 
 def _claim(spec: cnt.CounterSpec, event, lane: str):
     """The family's ledger (:func:`.counter.ledger`) stated at the audit's δ, after one release of
@@ -61,6 +64,9 @@ def node_target(spec: cnt.CounterSpec, level: int, label: str, mechanism=None, f
         return m.encode(bits, m.draw((count, s), rng)).sum(axis=1).astype(np.int64)
 
     event = m.event()
+    # A total whose noise spreads over many values (P_Vec's b noise bits per user) is binned by the
+    # histogram tester: the likelihood-ratio test would rest on a handful of draws per value.
+    wide = m.variance(s) > WIDE_VARIANCE
     details = {"n": s, "level": level, "levels": spec.k, "rule": "sum", "trust_model": "shuffle",
                "event": type(event).__name__, "level_epsilon": spec.level_epsilon, "level_delta": spec.level_delta,
                "per_release": s, **{k: v for k, v in m.describe().items() if k in ("ell", "q", "g", "b", "p")}}
@@ -69,7 +75,8 @@ def node_target(spec: cnt.CounterSpec, level: int, label: str, mechanism=None, f
         release=f"one level-{level} node: the total of its {s} users' count-encoded reports (the shuffled "
                 f"multiset of one-bit messages)",
         neighbours=f"{s} users with bit 0 vs the same with user 0's bit 1",
-        kind="integer", sample=sample, claim=_claim(spec, event, f"level-{level}"), delta=spec.level_delta,
+        kind="real" if wide else "integer", sample=sample, claim=_claim(spec, event, f"level-{level}"),
+        delta=spec.level_delta,
         details=details)
 
 

@@ -16,7 +16,9 @@ Two rounds per batch k < M − 1 are audited:
 Only the labels where the two inputs differ are sampled: the randomizer draws every label's bits
 independently and the other labels have the same law under both inputs (ancillary), so the
 likelihood ratio is theirs. The release is read as the signed sum of those labels' totals (an
-integer the analyzer can compute: post-processing, sound). Claims: the ledger's event of that round
+integer the analyzer can compute: post-processing, sound), binned by the histogram tester: its
+spread (thousands of values under eq. (127)'s b) would leave the likelihood-ratio test a handful of
+draws per value. Claims: the ledger's event of that round
 (``covariance``: ApproxDP(ε/2, δ/2); ``optimizer``: one AdvancedComposition round, (ε₀, δ₀) on its
 own), at the round's own δ by default. ``--cohort`` replaces the batch sizes (P_Vec is then
 calibrated, by the family's own code, for that many users), else the experiment's batches are used.
@@ -28,7 +30,7 @@ distance √2, the V tree's sensitivity), rounded to the grid by the tree's own 
 is its rounded leaf plus the tree's discrete Gaussian noise (``sample_discrete_gaussian`` at the
 tree's σ²); only the two coordinates that differ are drawn (the others are ancillary), and the m
 nodes are read as Σ_j ⟨x_j, q₁ − q₀⟩, the statistic the likelihood ratio of equal-σ Gaussians is a
-function of. Claim: the per-user event the analyzer spends every round (lane ``trees``):
+function of (binned, as above). Claim: the per-user event the analyzer spends every round (lane ``trees``):
 ZCDP(ρ_V + ρ_H), though this pair moves the V tree only (a user's leaf is in one tree).
 
 Not audited: Private-GLM's optimizer calls (𝒫_GD or DP-SGD inside the trusted analyzer) and the
@@ -67,7 +69,7 @@ def vec_target(family: str, label: str, algorithm: str, vec: VecParams, e0: np.n
     return AuditTarget(
         family=family, label=label, algorithm=algorithm, release=release,
         neighbours=f"user 0's entries {np.linalg.norm(e1 - e0):.3g} apart in ℓ2; {users - 1} other users at input 0's",
-        kind="integer", sample=sample, claim=claim, delta=delta,
+        kind="real", sample=sample, claim=claim, delta=delta,  # binned: see the module docstring
         details={"n": users, "g": vec.g, "b": vec.b, "p": vec.p, "shift": vec.shift, "rule": "sum",
                  "trust_model": "shuffle", "labels_sampled": int(differ.size), "per_release": users * differ.size,
                  **details})
@@ -141,7 +143,7 @@ def tree_target(family, config, label: str, cal: mech.TreeCalibration | None = N
         family=family.name, label=f"{label}/tree-V", algorithm="private-glm",
         release=f"the V tree's {m} dyadic nodes holding leaf 1 (each the prefix after 2^j leaves), as Σ_j ⟨x_j, q₁ − q₀⟩",
         neighbours=f"leaf 1 = e₁e₁ᵀ vs e₂e₂ᵀ (ℓ2 distance √2, {np.linalg.norm(q1 - q0):.0f} grid steps)",
-        kind="integer", sample=sample, claim=claim, delta=s.delta,
+        kind="real", sample=sample, claim=claim, delta=s.delta,  # binned: see the module docstring
         details={"n": 1, "levels": m, "sigma": cal.sigma, "grid": cal.grid, "rho_V": cal.rho,
                  "rho_H": s.spec.tree_h[0].rho, "rule": "pass", "trust_model": "central", "event": "ZCDP",
                  "per_release": m * differ.size})
