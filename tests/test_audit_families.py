@@ -292,3 +292,79 @@ def test_jdp_tree_with_a_quarter_of_its_noise_is_flagged():
     s = setup(public)
     r = audit(jdp_target(fam, public, "LinUCB-JDP", s, s.sigma / 4), 20_000)
     assert r["verdict"] == "violation" and r["audit"]["epsilon"] > 5
+
+
+# --- the one-run canary audit (Steinke, Nasr & Jagielski 2023) -----------------------------------
+
+
+def test_canary_bound_is_monotone_and_sound_on_randomized_response():
+    """At ε = 0 and δ = 0 the p-value is the fair-coin tail; m = 1000 canaries with all r guesses
+    right: the bound grows with r and stays finite at δ > 0; randomized response at ε = 1 on 10⁴
+    canaries never yields more than 1 (10 seeds at 95%), and reaches 0.85."""
+    from scipy.stats import binom
+
+    from privbandit.audit.canary import epsilon_lower_bound, guess_and_bound, p_value
+
+    assert p_value(1000, 100, 50, 0.0, 0.0) == pytest.approx(binom.sf(49, 100, 0.5))
+    bounds = [epsilon_lower_bound(1000, r, r, 1e-5, 0.05) for r in (10, 100, 600)]
+    assert bounds[0] < bounds[1] < bounds[2] < 10
+    rng = np.random.default_rng(9)
+    top = []
+    for _ in range(10):
+        inc = rng.random(10_000) < 0.5
+        keep = rng.random(10_000) < np.e / (1 + np.e)
+        top.append(guess_and_bound(np.where(keep, inc, ~inc) + 1e-3 * rng.random(10_000), inc, 0.0, 0.95)["epsilon"])
+    assert max(top) <= 1.0 and min(top) > 0.85
+
+
+def canary_config(*labels: str):
+    data = {"family": "distributed-dp-mab", "horizon": 100_000, "epsilon": 1.0, "environment": {"arms": 100},
+            "algorithms": {a: {"algorithm": a} for a in labels}}
+    return experiment_files.load_data(data)
+
+
+def test_canary_runs_of_correct_algorithms_are_consistent():
+    """A whole run of 10⁵ users and 100 arms through the in-process spine: ~900 canaries (one per
+    round); Dist-DP-SE and CDP-SE reach > 0.6 of their ε = 1 in one run and never exceed it; SE's
+    raw sums are guessed without error (no claim to exceed)."""
+    from privbandit.families.distributed_dp_mab.audit import canary_audit
+
+    fam, config = canary_config("dist-dp-se", "cdp-se", "se")
+    for label in ("dist-dp-se", "cdp-se"):
+        r = canary_audit(fam, config, label, 0, 0.95)
+        assert r["canaries"] > 800 and r["verdict"] == "consistent" and 0.6 < r["epsilon"] <= 1.0, r
+    se = canary_audit(fam, config, "se", 0, 0.95)
+    assert se["verdict"] == "no claim" and se["correct"] == se["guesses"] and se["epsilon"] > 4
+
+
+def test_canary_run_with_the_inverted_polya_scale_is_flagged():
+    """Dist-DP-SE whose users draw the authors' inverted Pólya shares, with the run's own claim
+    (ε = 1): one run shows ε > 2."""
+    from privbandit.families.distributed_dp_mab.audit import canary_audit
+    from tests.test_audit import InvertedPolya
+
+    fam, config = canary_config("dist-dp-se")
+    own = fam.analyzer(fam.public_task(config, "dist-dp-se", [0]), [0]).mechanism
+    r = canary_audit(fam, config, "dist-dp-se", 0, 0.95, mechanism=InvertedPolya(own.epsilon, own.p))
+    assert r["claim"]["epsilon_at_delta"] == pytest.approx(1.0)
+    assert r["verdict"] == "violation" and r["epsilon"] > 2, r
+
+
+def test_cli_canary_writes_the_runs_and_refuses_families_without_one(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from privbandit.cli import app
+
+    exp = tmp_path / "canary.toml"
+    exp.write_text('name = "c"\nhorizon = 100000\nepsilon = 1.0\n[environment]\narms = 100\n'
+                   '[algorithms.cdp-se]\n[algorithms.se]\n')
+    res = CliRunner().invoke(app, ["audit", str(exp), "--canary", "--samples", "1000", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    runs = json.loads((tmp_path / "o" / "audit.json").read_text())["canary_runs"]
+    assert [(r["label"], r["verdict"]) for r in runs] == [("cdp-se", "consistent"), ("se", "no claim")]
+    assert "one run of distributed-dp-mab/cdp-se" in res.output
+    res = CliRunner().invoke(app, ["audit", "experiments/pol_ftnl.toml", "--canary", "--samples", "100",
+                                   "--out", str(tmp_path / "p")])
+    assert res.exit_code == 2 and "family private-online-learning has no one-run audit" in res.output
