@@ -154,6 +154,8 @@ def canary_audit(family, config, label: str, seed: int, confidence: float, run: 
     guesses and bound: :func:`privbandit.audit.canary.guess_and_bound`, at the run's own δ. The
     claim: the run's own ledger, as the analyzer recorded it. ``mechanism``: the algorithm's own
     (default), or one the tests break, given to both the analyzer and the users."""
+    import time
+
     from privbandit.audit.canary import guess_and_bound
     from privbandit.audit.run import verdict
     from privbandit.families.distributed_dp_mab import config as cfg
@@ -162,6 +164,7 @@ def canary_audit(family, config, label: str, seed: int, confidence: float, run: 
     from privbandit.protocol.spine import engine
     from privbandit.runner.tasks import parties
 
+    start = time.perf_counter()
     arms = instance_for(config, run).means.size
     zero = cfg.EnvironmentConfig.model_validate({"kind": "means", "arms": arms, "means": [0.0] * arms,
                                                 "reward": "bernoulli"})  # every other reward exactly 0
@@ -182,4 +185,4 @@ def canary_audit(family, config, label: str, seed: int, confidence: float, run: 
             "horizon": config.horizon, "arms": arms, **out,
             "claim": {"guarantee": claim["guarantee"], "epsilon_at_delta": claim["epsilon_at_delta"],
                       "delta": claim["delta"]},
-            "verdict": verdict(out["epsilon"], claim)}
+            "verdict": verdict(out["epsilon"], claim), "seconds": time.perf_counter() - start}
