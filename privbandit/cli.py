@@ -1046,7 +1046,7 @@ def audit(
         claimed = f"{c['epsilon_at_delta']:.4g}" if c["epsilon_at_delta"] is not None else c["guarantee"]
         console.print(f"one run of {r['name']} ({r['horizon']:,} users, {r['canaries']} canaries): ε ≥ "
                       f"{r['epsilon']:.4g} at δ = {r['delta']:.2g} ({r['correct']}/{r['guesses']} guesses right), "
-                      f"claimed {claimed}: {r['verdict']}")
+                      f"claimed {claimed}: {r['verdict']} ({r['seconds']:.1f} s)")
     if skipped:
         console.print(f"not audited (no audit targets yet): {', '.join(skipped)}")
     console.print(f"audit.json and one plot per mechanism in {out}/")
