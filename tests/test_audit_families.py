@@ -39,9 +39,9 @@ def test_concurrent_shuffle_targets_cover_every_level_with_the_ledgers_claim():
     level's (ε/k, δ/k) (the analyzer's lane level-i), stated at the node's δ/k by default."""
     config, targets = cs_targets()
     assert set(targets) == {"sequential/level-1", "csta@k2/level-1", "csta@k2/level-2", "csta@k2-pvec/level-1",
-                            "csta@k2-pvec/level-2", "central_tree", "ldp"}
+                            "csta@k2-pvec/level-2", "central_tree", "ldp", "alg4@k2/level-1", "alg4@k2/level-2"}
     delta = 1 / (10 * config.horizon)
-    for label in ("csta@k2/level-1", "csta@k2/level-2"):
+    for label in ("csta@k2/level-1", "csta@k2/level-2", "alg4@k2/level-1", "alg4@k2/level-2"):
         t = targets[label]
         assert t.delta == pytest.approx(delta / 2)
         c = t.claim(t.delta)
@@ -66,7 +66,7 @@ def test_concurrent_shuffle_node_release_is_the_counters_own():
 
 
 @pytest.mark.parametrize("label", ["sequential/level-1", "csta@k2/level-1", "csta@k2/level-2",
-                                   "csta@k2-pvec/level-1", "central_tree", "ldp"])
+                                   "csta@k2-pvec/level-1", "central_tree", "ldp", "alg4@k2/level-1"])
 def test_concurrent_shuffle_correct_releases_are_consistent(label):
     _, targets = cs_targets()
     r = audit(targets[label], 20_000)
@@ -97,9 +97,18 @@ def test_concurrent_shuffle_stand_in_with_half_its_noise_bits_is_flagged():
     assert audit(node_target(spec, 1, "ok"), 1_000_000, seed=1)["verdict"] == "consistent"
 
 
-def test_concurrent_shuffle_bandit_has_no_target():
+def test_concurrent_shuffle_alg4_nodes_use_their_levels_pvec():
+    """Algorithm 4's node targets sample with the level's own P_Vec parameters (b, g of Alg4.vec)
+    and claim its event; the exact-sum twin has no target."""
+    from privbandit.families.concurrent_shuffle.bandit import alg4_of
+
     fam, config = load("experiments/cs_alg4.toml")
-    assert fam.audit_targets(config, "alg4@k1") == []
+    assert fam.audit_targets(config, "exact@k2") == []
+    a = alg4_of(fam.public_task(config, "alg4@k2", [0]))
+    targets = fam.audit_targets(config, "alg4@k2")
+    assert [(t.details["b"], t.details["g"], t.details["n"]) for t in targets] == [
+        (v.b, v.g, s) for v, s in zip(a.vec, a.tree.sizes)]
+    assert targets[0].claim(targets[0].delta)["epsilon_at_delta"] == pytest.approx(0.5)
 
 
 # --- GLM bandits ---------------------------------------------------------------------------------

@@ -24,7 +24,12 @@ streams:
 - ``ldp``: user 0's randomized-response report (the others are ancillary: independent, and
   identically distributed under both inputs). Claim: RR's ε on the grid.
 
-Algorithm 4 (``cs-linucb``) has no target yet.
+- Algorithm 4 (``cs-linucb``): one node per level, the shuffler's P_Vec label totals of its s_i
+  users' [φy, upper(φφᵀ)] (:func:`~privbandit.families.shuffle_linear_bandits.audit.vec_sum_target`
+  with the level's own ``Alg4.vec`` parameters), user 0 at the linear family's farthest feasible
+  pair for ‖φ‖ ≤ 1 (Assumption C.1), the others at input 0's. Claim: ``Alg4.event(level)`` in lane
+  ``level-i``, at the node's δ/k. The exact-sum twin (``cs-linucb-exact``) releases raw sums (no
+  claim) and has no target.
 """
 
 from __future__ import annotations
@@ -120,10 +125,40 @@ def ldp_target(spec: cnt.CounterSpec, label: str, family: str = "concurrent-shuf
         details={"n": 1, "keep": m.p, "rule": "pass", "trust_model": "local", "event": "PureDP", "per_release": 1})
 
 
-def counter_targets(family, config, label: str, cohort: int | None) -> list[AuditTarget]:
-    """Every release of one counter (``cohort`` does not apply: a node's size is the tree's)."""
-    if family.bandit(config, label):
+def alg4_targets(family, config, label: str) -> list[AuditTarget]:
+    from privbandit.families.concurrent_shuffle.bandit import alg4_of
+    from privbandit.families.shuffle_linear_bandits.audit import neighbours, vec_sum_target
+
+    public = family.public_task(config, label, [0])
+    a = alg4_of(public)
+    if not a.private:
         return []
+    e0, e1 = neighbours(a.d, 1.0)
+    k = a.tree.k
+    out = []
+    for level in range(1, k + 1):
+        if not a.tree.nodes(level):
+            continue
+        event = a.event(level)
+
+        def claim(delta: float, event=event, level=level) -> dict:
+            book = replace(a, delta=delta).empty_ledger()  # only the ledger's δ: the P_Vec parameters are the run's
+            book.record(event, f"level-{level}")
+            return book.summary()
+
+        out.append(vec_sum_target(
+            family.name, f"{label}/level-{level}", "cs-linucb", a.vec[level - 1], e0, e1, a.tree.sizes[level - 1],
+            claim, a.delta / k if event.status == "proven" else a.delta,
+            f"one level-{level} node of Algorithm 4: P_Vec label totals of its users' [φy, upper(φφᵀ)]",
+            {"level": level, "levels": k, "event": type(event).__name__}))
+    return out
+
+
+def counter_targets(family, config, label: str, cohort: int | None) -> list[AuditTarget]:
+    """Every release of one counter or of Algorithm 4 (``cohort`` does not apply: a node's size is
+    the tree's)."""
+    if family.bandit(config, label):
+        return alg4_targets(family, config, label)
     spec = family.spec(config, label)
     if spec.mode in SHUFFLE_MODES:
         return [node_target(spec, level, label, family=family.name) for level in range(1, spec.k + 1)

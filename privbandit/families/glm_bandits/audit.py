@@ -13,12 +13,8 @@ Two rounds per batch k < M − 1 are audited:
 - one 𝒫_GD gradient round (R1 of (μ(⟨x,θ⟩) − r)·x, Δ = 1): user 0's gradient e₁ against −e₁ (the
   ends of the range the randomizer encodes), the others at e₁.
 
-Only the labels where the two inputs differ are sampled: the randomizer draws every label's bits
-independently and the other labels have the same law under both inputs (ancillary), so the
-likelihood ratio is theirs. The release is read as the signed sum of those labels' totals (an
-integer the analyzer can compute: post-processing, sound), binned by the histogram tester: its
-spread (thousands of values under eq. (127)'s b) would leave the likelihood-ratio test a handful of
-draws per value. Claims: the ledger's event of that round
+The P_Vec rounds are sampled by :func:`~privbandit.families.shuffle_linear_bandits.audit.vec_sum_target`
+(only the labels the pair moves; their signed total, binned). Claims: the ledger's event of that round
 (``covariance``: ApproxDP(ε/2, δ/2); ``optimizer``: one AdvancedComposition round, (ε₀, δ₀) on its
 own), at the round's own δ by default. ``--cohort`` replaces the batch sizes (P_Vec is then
 calibrated, by the family's own code, for that many users), else the experiment's batches are used.
@@ -47,32 +43,9 @@ from privbandit.audit.targets import AuditTarget
 from privbandit.families.glm_bandits import mechanisms as mech
 from privbandit.families.glm_bandits import parties as gp
 from privbandit.families.glm_bandits import shuffle_parties as sp
-from privbandit.families.shuffle_linear_bandits.mechanisms import BitSumRandomizer, VecParams, to_upper
+from privbandit.families.shuffle_linear_bandits.audit import vec_sum_target
+from privbandit.families.shuffle_linear_bandits.mechanisms import to_upper
 from privbandit.protocol.primitives.noise.discrete_gaussian import sample_discrete_gaussian
-
-
-def vec_target(family: str, label: str, algorithm: str, vec: VecParams, e0: np.ndarray, e1: np.ndarray, users: int,
-               claim, delta: float, release: str, details: dict) -> AuditTarget:
-    """One P_Vec round of ``users`` users: user 0's entries ``e0`` or ``e1``, the others ``e0``."""
-    differ = np.flatnonzero(e0 != e1)
-    sign = np.sign(e1[differ] - e0[differ]).astype(np.int64)
-    a, b = e0[differ], e1[differ]
-    randomizer = BitSumRandomizer(vec)
-
-    def sample(which: int, count: int, rng: np.random.Generator) -> np.ndarray:
-        entries = np.broadcast_to(a, (count, users, a.size)).copy()
-        if which:
-            entries[:, 0] = b
-        totals = randomizer.randomize(entries, rng).sum(axis=1)  # the shuffler's label totals
-        return totals @ sign
-
-    return AuditTarget(
-        family=family, label=label, algorithm=algorithm, release=release,
-        neighbours=f"user 0's entries {np.linalg.norm(e1 - e0):.3g} apart in ℓ2; {users - 1} other users at input 0's",
-        kind="real", sample=sample, claim=claim, delta=delta,  # binned: see the module docstring
-        details={"n": users, "g": vec.g, "b": vec.b, "p": vec.p, "shift": vec.shift, "rule": "sum",
-                 "trust_model": "shuffle", "labels_sampled": int(differ.size), "per_release": users * differ.size,
-                 **details})
 
 
 def shuffle_glm_targets(family, config, label: str, cohort: int | None) -> list[AuditTarget]:
@@ -94,14 +67,14 @@ def shuffle_glm_targets(family, config, label: str, cohort: int | None) -> list[
     for k in range(min(2, s.batches - 1)):  # the warm-up (Δ = 1) and the first clipped batch (Δ = 1/κ*)
         n, w = s.schedule[k], s.shift(k)
         cov, event = s.cov_vec(k), s.cov_event(k)
-        out.append(vec_target(
+        out.append(vec_sum_target(
             family.name, f"{label}/covariance-{k + 1}", "shuffle-glm", cov,
             to_upper(w * np.outer(e1, e1)), to_upper(w * np.outer(e2, e2)), n,
             claim_of(event, "covariance"), s.delta / 2 if event.status == "proven" else s.delta,
             f"batch {k + 1}'s covariance round: P_Vec label totals of upper(w·x xᵀ), {D} labels",
             {"batch": k + 1, "event": type(event).__name__}))
         p, gevent = s.pgd(k), s.grad_event(k)
-        out.append(vec_target(
+        out.append(vec_sum_target(
             family.name, f"{label}/gradient-{k + 1}", "shuffle-glm", p.vec, e1, -e1, n,
             claim_of(gevent, "optimizer", k), p.delta_iter if gevent.status == "proven" else s.delta,
             f"one 𝒫_GD gradient round of batch {k + 1} ({p.iterations} in all): P_Vec label totals of the "

@@ -145,3 +145,36 @@ def jdp_target(family, public: dict, label: str, s, sigma: float | None = None) 
         details={"n": s.batch, "d": s.d, "sigma": sigma, "levels": levels, "rule": "pass", "trust_model": "central",
                  "event": type(event).__name__, "per_release": levels * differ.size,
                  "distance": float(np.linalg.norm(e1 - e0))})
+
+
+def vec_sum_target(family: str, label: str, algorithm: str, vec: slb.VecParams, e0: np.ndarray, e1: np.ndarray,
+                   users: int, claim, delta: float, release: str, details: dict) -> AuditTarget:
+    """One P_Vec round of ``users`` users (the other families' P_Vec releases: ShuffleGLM's rounds,
+    the concurrent-shuffle family's Algorithm 4 nodes): user 0's entries ``e0`` or ``e1``, the
+    others ``e0``, every user's counts drawn by :class:`~.mechanisms.BitSumRandomizer`.
+
+    Only the labels where the two inputs differ are sampled: the randomizer draws every label's
+    bits independently and the other labels have the same law under both inputs (ancillary), so the
+    likelihood ratio is theirs. The release is read as the signed sum of those labels' totals (an
+    integer the analyzer can compute: post-processing, sound), binned by the histogram tester: its
+    spread (thousands of values under the theorems' b) would leave the likelihood-ratio test a
+    handful of draws per value."""
+    differ = np.flatnonzero(e0 != e1)
+    sign = np.sign(e1[differ] - e0[differ]).astype(np.int64)
+    a, b = e0[differ], e1[differ]
+    randomizer = slb.BitSumRandomizer(vec)
+
+    def sample(which: int, count: int, rng: np.random.Generator) -> np.ndarray:
+        entries = np.broadcast_to(a, (count, users, a.size)).copy()
+        if which:
+            entries[:, 0] = b
+        totals = randomizer.randomize(entries, rng).sum(axis=1)  # the shuffler's label totals
+        return totals @ sign
+
+    return AuditTarget(
+        family=family, label=label, algorithm=algorithm, release=release,
+        neighbours=f"user 0's entries {np.linalg.norm(e1 - e0):.3g} apart in ℓ2; {users - 1} other users at input 0's",
+        kind="real", sample=sample, claim=claim, delta=delta,
+        details={"n": users, "g": vec.g, "b": vec.b, "p": vec.p, "shift": vec.shift, "rule": "sum",
+                 "trust_model": "shuffle", "labels_sampled": int(differ.size), "per_release": users * differ.size,
+                 **details})
