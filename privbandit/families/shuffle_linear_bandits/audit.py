@@ -168,8 +168,7 @@ def vec_sum_target(family: str, label: str, algorithm: str, vec: slb.VecParams, 
         entries = np.broadcast_to(a, (count, users, a.size)).copy()
         if which:
             entries[:, 0] = b
-        totals = randomizer.randomize(entries, rng).sum(axis=1)  # the shuffler's label totals
-        return totals @ sign
+        return slb.LabelCountShuffler().release(randomizer.randomize(entries, rng)) @ sign
 
     return AuditTarget(
         family=family, label=label, algorithm=algorithm, release=release,
