@@ -188,16 +188,18 @@ def pol_targets(path: str):
 
 
 def test_online_targets_and_claims():
-    """Lazy-UCB's arrays (central and distributed) and DP-SE's rounds; FTNL central at 2ε/c;
-    Hybrid-UCB and distributed FTNL have none (docs/audit.md says why)."""
+    """Lazy-UCB's arrays (central and distributed) and DP-SE's rounds; FTNL at 2ε/c, and Kε/c when
+    the K sums leave the intermediary; Hybrid-UCB has none (docs/audit.md says why)."""
     fam, config, targets = pol_targets("experiments/pol_setting1.toml")
     assert set(targets) == {"anytime-lazy-ucb", "anytime-lazy-ucb@distributed", "dp-se", "dp-se@distributed"}
     assert fam.audit_targets(config, "hybrid-ucb") == []
     assert targets["anytime-lazy-ucb"].claim(1e-6)["epsilon_pure"] == pytest.approx(1.0)
     fam, config, targets = pol_targets("experiments/pol_ftnl.toml")
-    assert set(targets) == {"ftnl", "ftnl@c=2"}
-    assert targets["ftnl"].claim(1e-6)["epsilon_pure"] == pytest.approx(2.0)
-    assert targets["ftnl@c=2"].claim(1e-6)["epsilon_pure"] == pytest.approx(1.0)
+    assert set(targets) == {"ftnl", "ftnl@c=2", "ftnl@distributed", "ftnl@distributed-analyzer"}
+    claims = {label: t.claim(1e-6)["epsilon_pure"] for label, t in targets.items()}
+    assert claims == pytest.approx({"ftnl": 2.0, "ftnl@c=2": 1.0, "ftnl@distributed": 2.0,
+                                    "ftnl@distributed-analyzer": 5.0})
+    assert targets["ftnl@distributed"].details["rule"] == "argmax"
 
 
 def test_online_central_samplers_have_the_mechanisms_law():
@@ -224,7 +226,9 @@ def test_online_central_samplers_have_the_mechanisms_law():
 
 @pytest.mark.parametrize("path,label", [("experiments/pol_setting1.toml", "anytime-lazy-ucb"),
                                         ("experiments/pol_setting1.toml", "anytime-lazy-ucb@distributed"),
-                                        ("experiments/pol_ftnl.toml", "ftnl"), ("experiments/pol_ftnl.toml", "ftnl@c=2")])
+                                        ("experiments/pol_ftnl.toml", "ftnl"), ("experiments/pol_ftnl.toml", "ftnl@c=2"),
+                                        ("experiments/pol_ftnl.toml", "ftnl@distributed"),
+                                        ("experiments/pol_ftnl.toml", "ftnl@distributed-analyzer")])
 def test_online_correct_releases_are_consistent(path, label):
     _, _, targets = pol_targets(path)
     assert audit(targets[label], 20_000)["verdict"] == "consistent"
@@ -377,3 +381,15 @@ def test_cli_canary_writes_the_runs_and_refuses_families_without_one(tmp_path):
     res = CliRunner().invoke(app, ["audit", "experiments/pol_ftnl.toml", "--canary", "--samples", "100",
                                    "--out", str(tmp_path / "p")])
     assert res.exit_code == 2 and "family private-online-learning has no one-run audit" in res.output
+
+
+def test_distributed_ftnl_index_is_the_intermediarys_argmax_of_the_decoded_sums():
+    """The argmax release goes through the spine's Intermediary: under input 0 (user 0 on action
+    0, a head start of 3 on action 1), index 1 wins most often and index 0 more often than under
+    input 1 (2·10⁴ draws, fixed seed)."""
+    _, _, targets = pol_targets("experiments/pol_ftnl.toml")
+    t = targets["ftnl@distributed"]
+    rng = np.random.default_rng(11)
+    x0, x1 = t.sample(0, 20_000, rng), t.sample(1, 20_000, rng)
+    assert set(np.unique(x0)) <= set(range(5)) and np.bincount(x0).argmax() == 1
+    assert (x0 == 0).mean() > 2 * (x1 == 0).mean() > 0

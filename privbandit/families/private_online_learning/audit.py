@@ -14,6 +14,14 @@
   feasible in any epoch of more than h users), where index 0 keeps probability ≈ 0.1 and its
   likelihood ratio is near its supremum e^{2/b}.
 
+- FTNL under distributed trust: one epoch's cohort (``--cohort``, default 16) sends K Pólya-noised
+  residues each (:meth:`~.mechanisms.DistributedNoisyMax.randomize`), the same pair and head start.
+  The releases go through the spine's own :class:`~privbandit.protocol.spine.intermediary.Intermediary`
+  with the analyzer's own round (:func:`.parties.modular_round`), the releases stacked on its runs
+  axis: with ``argmax_at = "intermediary"`` it releases only the index (its ``argmax`` rule); with
+  ``"analyzer"`` the K modular sums, read as (y₀ − y₁) mod m, a function of them. Claims: 2ε/c and
+  Kε/c, the analyzer's ``privacy_event``.
+
 The two central releases are one grid-Laplace call on a scalar (``release``) or a K-vector
 (``select``); one call per release would cost ~60 µs. The targets therefore call the same
 primitive, :func:`~privbandit.protocol.primitives.noise.grid_laplace`, on many releases at once
@@ -22,8 +30,7 @@ FTNL), and the tests check that its law is the method's. Claims: the event the a
 (``privacy_event``), recorded in the family's ledger.
 
 Not audited: Hybrid-UCB (its private means mix tree p-sums and array sums whose noise scale depends
-on the tree the analyzer is in, a release per user over the whole run) and FTNL under distributed
-trust (the argmax inside the secure computation, or K decoded sums at the analyzer).
+on the tree the analyzer is in, a release per user over the whole run).
 """
 
 from __future__ import annotations
@@ -105,6 +112,48 @@ def ftnl_target(family, config, label: str, rnm: ReportNoisyMax | None = None) -
                  "trust_model": "central", "event": "PureDP", "per_release": k})
 
 
+def ftnl_distributed_target(family, config, label: str, cohort: int | None, rnm=None) -> AuditTarget:
+    """FTNL's distributed release (see the module docstring). ``rnm``: the analyzer's own
+    :class:`~.mechanisms.DistributedNoisyMax` (default) or one the tests break."""
+    from privbandit.families.private_online_learning.parties import modular_round
+    from privbandit.protocol.spine.events import Join, Plan, Reports
+    from privbandit.protocol.spine.intermediary import Intermediary
+
+    public = family.public_task(config, label, [0])
+    own = family.analyzer(public, [0]).rnm
+    rnm = own if rnm is None else rnm
+    n = DEFAULT_COHORT if cohort is None else cohort
+    k = public["arms"]
+    h = math.ceil(3 * own.multiplier / own.epsilon)
+    if h + 1 > n:
+        raise ValueError(f"the head start of {h} rewards needs more than {n} users per epoch")
+    q = rnm.params(n)
+    rule = "argmax" if own.argmax_at == "intermediary" else "sum"
+    rnd = modular_round(0, n, q, width=k, rule=rule)
+    plan = Plan(0, 0, n, {}, (rnd,), (Join(0, 0, n, n),))
+    event = own.privacy_event(k)
+
+    def sample(which: int, count: int, rng: np.random.Generator) -> np.ndarray:
+        vectors = np.zeros((count, n, k))
+        vectors[:, 0, which] = 1.0  # user 0's reward vector: e₀ under input 0, e₁ under input 1
+        vectors[:, 1:h + 1, 1] = 1.0  # the head start of action 1
+        residues = rnm.randomize(vectors.reshape(count * n, k), q, rng).reshape(count, n, k)
+        box = Intermediary("aggregator", count)
+        box.open_plan(plan)
+        box.receive(Reports(0, 0, np.arange(n), residues))
+        values = box.release(0).values
+        return values[:, 0] if rule == "argmax" else (values[:, 0] - values[:, 1]) % q.m
+
+    return AuditTarget(
+        family=family.name, label=label, algorithm="ftnl",
+        release=("the index the intermediary's argmax releases" if rule == "argmax"
+                 else "the K modular sums, as (y₀ − y₁) mod m"),
+        neighbours=f"user 0's reward vector e₀ vs e₁ (K = {k}) among {n} users; {h} give action 1 a head start",
+        kind="integer", sample=sample, claim=_claim(family, public, event), delta=public["delta"],
+        details={"n": n, "head_start": h, "g": q.g, "tau": q.tau, "m": q.m, "rule": rule,
+                 "trust_model": "distributed", "event": "PureDP", "per_release": n * k})
+
+
 def online_targets(family, config, label: str, cohort: int | None) -> list[AuditTarget]:
     a = family.algorithm(config, label)
     if a.algorithm == "dp-se":
@@ -113,6 +162,7 @@ def online_targets(family, config, label: str, cohort: int | None) -> list[Audit
         return elimination_targets(family, config, label, cohort)
     if a.algorithm == "anytime-lazy-ucb":
         return [lazy_target(family, config, label, cohort)]
-    if a.algorithm == "ftnl" and a.trust == "central":
-        return [ftnl_target(family, config, label)]
+    if a.algorithm == "ftnl":
+        return [ftnl_target(family, config, label) if a.trust == "central"
+                else ftnl_distributed_target(family, config, label, cohort)]
     return []
