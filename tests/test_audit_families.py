@@ -182,17 +182,18 @@ def test_glm_tree_with_a_tenth_of_its_noise_is_flagged():
 # --- private-online-learning ---------------------------------------------------------------------
 
 
-def pol_targets(path: str):
-    fam, config = load(path)
+def pol_targets(path: str, *overrides: str):
+    fam, config = load(path, *overrides)
     return fam, config, {t.label: t for label in fam.labels(config) for t in fam.audit_targets(config, label)}
 
 
 def test_online_targets_and_claims():
-    """Lazy-UCB's arrays (central and distributed) and DP-SE's rounds; FTNL at 2ε/c, and Kε/c when
-    the K sums leave the intermediary; Hybrid-UCB has none (docs/audit.md says why)."""
+    """Lazy-UCB's arrays (central and distributed), Hybrid-UCB's tree 1 (1.5ε at the paper's depth r)
+    and DP-SE's rounds; FTNL at 2ε/c, and Kε/c when the K sums leave the intermediary."""
     fam, config, targets = pol_targets("experiments/pol_setting1.toml")
-    assert set(targets) == {"anytime-lazy-ucb", "anytime-lazy-ucb@distributed", "dp-se", "dp-se@distributed"}
-    assert fam.audit_targets(config, "hybrid-ucb") == []
+    assert set(targets) == {"anytime-lazy-ucb", "anytime-lazy-ucb@distributed", "dp-se", "dp-se@distributed",
+                            "hybrid-ucb"}
+    assert targets["hybrid-ucb"].claim(1e-6)["epsilon_pure"] == pytest.approx(1.5)
     assert targets["anytime-lazy-ucb"].claim(1e-6)["epsilon_pure"] == pytest.approx(1.0)
     fam, config, targets = pol_targets("experiments/pol_ftnl.toml")
     assert set(targets) == {"ftnl", "ftnl@c=2", "ftnl@distributed", "ftnl@distributed-analyzer"}
@@ -226,6 +227,7 @@ def test_online_central_samplers_have_the_mechanisms_law():
 
 @pytest.mark.parametrize("path,label", [("experiments/pol_setting1.toml", "anytime-lazy-ucb"),
                                         ("experiments/pol_setting1.toml", "anytime-lazy-ucb@distributed"),
+                                        ("experiments/pol_setting1.toml", "hybrid-ucb"),
                                         ("experiments/pol_ftnl.toml", "ftnl"), ("experiments/pol_ftnl.toml", "ftnl@c=2"),
                                         ("experiments/pol_ftnl.toml", "ftnl@distributed"),
                                         ("experiments/pol_ftnl.toml", "ftnl@distributed-analyzer")])
@@ -393,3 +395,26 @@ def test_distributed_ftnl_index_is_the_intermediarys_argmax_of_the_decoded_sums(
     x0, x1 = t.sample(0, 20_000, rng), t.sample(1, 20_000, rng)
     assert set(np.unique(x0)) <= set(range(5)) and np.bincount(x0).argmax() == 1
     assert (x0 == 0).mean() > 2 * (x1 == 0).mean() > 0
+
+
+def test_hybrid_ucb_at_the_papers_depth_spends_more_than_its_nominal_epsilon():
+    """Hybrid-UCB with the paper's tree noise depth r: the ledger's 1.5ε holds, and a ledger stating
+    the paper's nominal ε = 1 is flagged at 2·10⁴ samples (bound > 1.1). At depth r + 1 the claim is
+    ε and the audit stays under it."""
+    from privbandit.protocol.privacy import Ledger, PureDP
+
+    _, _, targets = pol_targets("experiments/pol_setting1.toml")
+    t = targets["hybrid-ucb"]
+
+    def nominal(delta: float) -> dict:
+        book = Ledger("central", 1.0, delta, users=10)
+        book.record(PureDP(1.0))
+        return book.summary()
+
+    assert audit(t, 20_000)["verdict"] == "consistent"
+    r = audit(replace(t, claim=nominal), 20_000)
+    assert r["verdict"] == "violation" and r["audit"]["epsilon"] > 1.1
+    _, _, deeper = pol_targets("experiments/pol_setting1.toml", "algorithms.hybrid-ucb.tree_depth=r+1")
+    d = audit(deeper["hybrid-ucb"], 20_000)
+    assert d["claim"]["epsilon_at_delta"] == pytest.approx(1.0) and d["verdict"] == "consistent"
+

@@ -29,8 +29,16 @@ with the parameters read from the analyzer's own mechanism object (sensitivity 1
 FTNL), and the tests check that its law is the method's. Claims: the event the analyzer spends
 (``privacy_event``), recorded in the family's ledger.
 
-Not audited: Hybrid-UCB (its private means mix tree p-sums and array sums whose noise scale depends
-on the tree the analyzer is in, a release per user over the whole run).
+- Hybrid-UCB (Alg. 4, central): an arm's observation that is the first leaf of tree r = 1 (the worst
+  tree under the paper's depth r: each leaf in 2 nodes at scale 1/(ε/2), plus its array at ε/2).
+  The analyzer's own :class:`~.hybrid_ucb.HybridUCB` is driven through the initial pull and the
+  tree's two leaves with unit grid steps from its own sampler (``sample_grid_steps``), one learner
+  per release (a Python loop: ~20 µs per release); rewards 0 except user 0's. The release is what
+  it publishes: the private means after each pull and the array sum it folds in, from which the
+  three values holding her reward (node [1], node [1, 2], array F⁽¹⁾) are recovered on their grids
+  and read as Σ(|k − s| − |k|), s = round(1/g) each: every release is (⌊v/g⌉ + L)·g with the same
+  unit steps L ~ Lap_Z(2²⁰), so this is their likelihood ratio, up to a factor. Claim: the analyzer's per-user
+  spend, ``epsilon_spent()``: 1.5ε at depth r, ε at depth r + 1.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ import numpy as np
 from privbandit.audit.targets import AuditTarget, modular_row_sums
 from privbandit.families.private_online_learning.mechanisms import ArraySumRelease, ReportNoisyMax
 from privbandit.protocol.primitives.noise import grid_laplace
+from privbandit.protocol.privacy import PureDP
 
 DEFAULT_COHORT = 16
 
@@ -154,6 +163,48 @@ def ftnl_distributed_target(family, config, label: str, cohort: int | None, rnm=
                  "trust_model": "distributed", "event": "PureDP", "per_release": n * k})
 
 
+def hybrid_target(family, config, label: str, depth: str | None = None) -> AuditTarget:
+    """Hybrid-UCB's tree r = 1 (see the module docstring). ``depth``: the learner's own (default),
+    or another the tests use to break the noise under the analyzer's own claim."""
+    from privbandit.families.private_online_learning.hybrid_ucb import HybridUCB
+    from privbandit.protocol.primitives.noise.grid_laplace import sample_grid_steps
+
+    public = family.public_task(config, label, [0])
+    own = family.analyzer(public, [0]).learner
+    depth = own.tree.depth if depth is None else depth
+    probe = HybridUCB(1, own.epsilon, own.tree.depth)
+    for x in (0.0, 0.0, 0.0):  # the claim: what the analyzer spends once tree 1 has been opened and filled
+        probe.observe(0, x, 0.0, 0.0)
+    event = PureDP(probe.epsilon_spent())
+    h = HybridUCB(1, own.epsilon, depth)
+    h.observe(0, 0.0, 0.0, 0.0)  # opens tree 1: its node grid
+    grids = np.array([h.node_grid[0], h.node_grid[0], h.array_grid])
+    shifts = np.rint(1.0 / grids).astype(np.int64)  # one reward, in each release's grid steps
+
+    def sample(which: int, count: int, rng: np.random.Generator) -> np.ndarray:
+        steps = sample_grid_steps((count, 3, 2), rng)  # (node, array) unit steps per observation
+        out = np.empty(count, dtype=np.int64)
+        for i in range(count):
+            h = HybridUCB(1, own.epsilon, depth)
+            h.observe(0, 0.0, *steps[i, 0])  # the initial pull: array F⁽⁰⁾
+            a0 = h.arrays_noisy[0]
+            h.observe(0, float(which), *steps[i, 1])  # user 0: tree 1's first leaf
+            node0 = 2 * h.means[0] - a0
+            h.observe(0, 0.0, *steps[i, 2])  # the second leaf completes node [1, 2] and fills F⁽¹⁾
+            k = np.rint(np.array([node0, 3 * h.means[0] - a0, h.arrays_noisy[0] - a0]) / grids).astype(np.int64)
+            out[i] = int((np.abs(k - shifts) - np.abs(k)).sum())
+        return out
+
+    return AuditTarget(
+        family=family.name, label=label, algorithm="hybrid-ucb",
+        release="the private means after tree 1's pulls and the array it folds in: the three values holding "
+                "user 0's reward, as Σ(|k − s| − |k|) on their grid",
+        neighbours="user 0's reward 0 vs 1 as tree 1's first leaf (every other reward 0)",
+        kind="real", sample=sample, claim=_claim(family, public, event), delta=public["delta"],
+        details={"n": 1, "depth": depth, "grids": grids.tolist(), "rule": "pass", "trust_model": "central",
+                 "event": "PureDP", "per_release": 3})
+
+
 def online_targets(family, config, label: str, cohort: int | None) -> list[AuditTarget]:
     a = family.algorithm(config, label)
     if a.algorithm == "dp-se":
@@ -162,6 +213,8 @@ def online_targets(family, config, label: str, cohort: int | None) -> list[Audit
         return elimination_targets(family, config, label, cohort)
     if a.algorithm == "anytime-lazy-ucb":
         return [lazy_target(family, config, label, cohort)]
+    if a.algorithm == "hybrid-ucb":
+        return [hybrid_target(family, config, label)]
     if a.algorithm == "ftnl":
         return [ftnl_target(family, config, label) if a.trust == "central"
                 else ftnl_distributed_target(family, config, label, cohort)]
