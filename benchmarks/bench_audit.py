@@ -1,7 +1,9 @@
 """privbandit audit: releases sampled per second per mechanism at cohort 1024 (and at the audit's
-default cohort), and the whole audit of the distributed-DP MAB family's mechanisms.
+default cohort), and the whole audit of the distributed-DP MAB family's mechanisms; with
+``--families``, releases per second of every target of the other families' audit files instead.
 
     python benchmarks/bench_audit.py [--samples N]
+    python benchmarks/bench_audit.py --families
 
 A release is one round's worth of what the analyzer receives, sampled by the family's own code
 (privbandit/families/distributed_dp_mab/audit.py); one core, best of 2 after a warm-up.
@@ -45,10 +47,28 @@ def releases_per_second(target, rng) -> float:
     return count / best
 
 
+# The other families' releases, as their audit files (or experiments) define them.
+FAMILY_FILES = ("experiments/audit_concurrent.toml", "experiments/audit_glm.toml", "experiments/pol_setting1.toml",
+                "experiments/pol_ftnl.toml")
+
+
+def families() -> None:
+    rng = np.random.default_rng(0)
+    print(f"{'release':<52} {'users':>6} {'releases/s':>14}")
+    for path in FAMILY_FILES:
+        fam, cfg = experiment_files.load_data(experiment_files.read_experiment_data(path, []), path)
+        for label in fam.labels(cfg):
+            for t in fam.audit_targets(cfg, label):
+                print(f"{t.name:<52} {t.details.get('n', ''):>6} {releases_per_second(t, rng):>12,.0f}/s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", type=int, default=1_000_000, help="releases per neighbour, whole audit")
+    parser.add_argument("--families", action="store_true", help="the other families' targets' sampling rates")
     args = parser.parse_args()
+    if args.families:
+        return families()
     fam = registry.family("distributed-dp-mab")
     cfg = config()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}, "

@@ -1010,6 +1010,8 @@ def audit(
     out: Annotated[Path, typer.Option(help="directory for audit.json and the plots (replaced)")] = Path("results/audit"),
     transport: Annotated[str, typer.Option(help="inproc: the releases sampled in-process from the project's "
                                                 "own mechanisms (mqtt: not built)")] = "inproc",
+    canary: Annotated[bool, typer.Option(help="also run each algorithm once with canaries and bound the whole "
+                                              "run's ε (one-run audit), where the family supports it")] = False,
 ):
     """Measure the privacy each release really gives: two neighbouring inputs, many releases of what
     the analyzer receives under each, and an ε lower bound at δ with the stated confidence, set
@@ -1018,6 +1020,7 @@ def audit(
 
     from privbandit import registry
     from privbandit.audit import run_audit, write_audit
+    from privbandit.audit.canary import family_canary
     from privbandit.audit.run import run_audit_parallel
     from privbandit.runner import config as experiment_files
     from privbandit.runner.provenance import command_line
@@ -1097,11 +1100,22 @@ def audit(
             else:
                 results = run_audit_parallel(specs, jobs, samples, delta, confidence, seed, progress)
             bar.advance(task)
+        runs = []
+        if canary:
+            one_run = family_canary(fam)
+            if one_run is None:
+                raise ConfigError(f"--canary: family {fam.name} has no one-run audit (docs/audit.md)")
+            for label in labels:
+                try:
+                    runs.append(one_run(fam, config, label, seed, confidence))
+                except ValueError as exc:
+                    raise ConfigError(f"--canary: {exc}") from None
     except ConfigError as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(2)
     report = {"command": command_line(), "samples": samples, "confidence": confidence, "seed": seed,
               "cohort": cohort, "transport": transport, "targets": results, "not_audited": skipped,
+              "canary_runs": runs,
               "seconds": sum(r["seconds"]["total"] for r in results)}
     write_audit(out, report)
     console = Console(width=None if sys.stdout.isatty() else 140)
@@ -1114,10 +1128,16 @@ def audit(
         table.add_row(f"{r['name']} ({r['algorithm']})", r["release"], claimed, f"{a['epsilon']:.4g}",
                       f"{a['delta']:.2g}", r["verdict"], f"{r['seconds']['total']:.1f}")
     console.print(table)
+    for r in runs:
+        c = r["claim"]
+        claimed = f"{c['epsilon_at_delta']:.4g}" if c["epsilon_at_delta"] is not None else c["guarantee"]
+        console.print(f"one run of {r['name']} ({r['horizon']:,} users, {r['canaries']} canaries): ε ≥ "
+                      f"{r['epsilon']:.4g} at δ = {r['delta']:.2g} ({r['correct']}/{r['guesses']} guesses right), "
+                      f"claimed {claimed}: {r['verdict']} ({r['seconds']:.1f} s)")
     if skipped:
         console.print(f"not audited (no audit targets yet): {', '.join(skipped)}")
     console.print(f"audit.json and one plot per mechanism in {out}/")
-    if any(r["verdict"] == "violation" for r in results):
+    if any(r["verdict"] == "violation" for r in results + runs):
         raise typer.Exit(1)
 
 

@@ -110,6 +110,11 @@ class ConcurrentShuffle(Family):
                     and np.isfinite(v_inv).all()):
                 raise ValueError(f"plan {plan.id}: θ̂, V⁻¹ and β must be finite")
 
+    def audit_targets(self, config, label: str, cohort: int | None = None) -> list:
+        from privbandit.families.concurrent_shuffle.audit import counter_targets  # docs/audit.md
+
+        return counter_targets(self, config, label, cohort)
+
     # --- the observer's side ---------------------------------------------------------------------
     def row_maker(self, config, label: str):
         if self.bandit(config, label):

@@ -30,7 +30,7 @@ import numpy as np
 
 from privbandit.audit.targets import AuditTarget, modular_row_sums
 from privbandit.families.distributed_dp_mab.base import Mechanism
-from privbandit.families.distributed_dp_mab.parties import release_event
+from privbandit.families.distributed_dp_mab.parties import params_of, release_event
 
 # n = 16 keeps a distributed release at 16 users' shares (≈ 2·10⁵ releases/s on one core) while
 # every guarantee the family states holds for any n; ``--cohort`` sets it.
@@ -102,3 +102,87 @@ def elimination_targets(family, config, label: str, cohort: int | None) -> list[
 
     return [mechanism_target(server.mechanism, rnd, n, claim, public["delta"], family.name, label,
                              public["algorithm"]["algorithm"], reports)]
+
+
+# --- the one-run canary audit of a whole run (Steinke, Nasr & Jagielski 2023) --------------------
+
+
+class _CanaryUsers:
+    """The spine's users of one run, with the first user of every collected round a canary: her
+    report is replaced by the mechanism's own randomizer applied to her canary bit (1 with
+    probability ½, drawn from the audit's generator), as a user with that reward would send it."""
+
+    def __init__(self, users, mechanism: Mechanism, rng: np.random.Generator):
+        self.users, self.mechanism, self.rng = users, mechanism, rng
+        self.bits: dict[int, bool] = {}  # round id → canary included
+
+    def respond(self, plan, blocks=None, rounds=None):
+        reports, truths = self.users.respond(plan, blocks, rounds)
+        firsts = {j.round_id: j.first for j in plan.joins}
+        for rep in reports:
+            if rep.round_id not in firsts or rep.round_id in self.bits:
+                continue
+            at = np.flatnonzero(rep.user_ids == firsts[rep.round_id])
+            if at.size:
+                bit = bool(self.rng.random() < 0.5)
+                message = self.mechanism.randomize(np.array([float(bit)]), params_of(plan), self.rng).messages[0]
+                rep.values[0, at[0], 0] = message
+                self.bits[rep.round_id] = bit
+        return reports, truths
+
+
+class _Records:
+    """The observer of the canary run: keeps each released round's decoded estimate."""
+
+    def __init__(self, observer):
+        self.observer, self.estimates = observer, {}
+
+    def on_truth(self, truth):
+        return self.observer.on_truth(truth)
+
+    def on_record(self, record):
+        self.estimates[record.round_id] = float(record.body["estimate"])
+        return self.observer.on_record(record)
+
+
+def canary_audit(family, config, label: str, seed: int, confidence: float, run: int = 0,
+                 mechanism: Mechanism | None = None) -> dict:
+    """One whole run of ``label`` through the spine's in-process engine (the analyzer, its
+    intermediary, the family's users and ledger) on the experiment's horizon and arms, every mean 0,
+    so that each collected round's sum is its canary's bit: m canaries, one per round (a user is in
+    one round, so the run's ε is its worst round's). Scores: the analyzer's decoded estimates;
+    guesses and bound: :func:`privbandit.audit.canary.guess_and_bound`, at the run's own δ. The
+    claim: the run's own ledger, as the analyzer recorded it. ``mechanism``: the algorithm's own
+    (default), or one the tests break, given to both the analyzer and the users."""
+    import time
+
+    from privbandit.audit.canary import guess_and_bound
+    from privbandit.audit.run import verdict
+    from privbandit.families.distributed_dp_mab import config as cfg
+    from privbandit.families.distributed_dp_mab.family import instance_for
+    from privbandit.protocol.primitives.seeding import stream
+    from privbandit.protocol.spine import engine
+    from privbandit.runner.tasks import parties
+
+    start = time.perf_counter()
+    arms = instance_for(config, run).means.size
+    zero = cfg.EnvironmentConfig.model_validate({"kind": "means", "arms": arms, "means": [0.0] * arms,
+                                                "reward": "bernoulli"})  # every other reward exactly 0
+    config = config.model_copy(update={"environment": zero})
+    if family.dropout_rate(config, label) or family.algorithm(config, label).adversary is not None:
+        raise ValueError(f"algorithms.{label}: the canary run takes no dropouts and no adversary")
+    public, analyzer, users, boxes, observer = parties(family, config, label, [run], oracle=False)
+    if mechanism is not None:
+        analyzer.logic.mechanism = users.logic.mechanism = mechanism
+    canaries = _CanaryUsers(users, analyzer.logic.mechanism, stream(seed, "audit-canary", label, run))
+    records = _Records(observer)
+    engine.run(analyzer, canaries, boxes, records)
+    claim = analyzer.ledger.summary()
+    ids = sorted(set(canaries.bits) & set(records.estimates))
+    out = guess_and_bound(np.array([records.estimates[i] for i in ids]), np.array([canaries.bits[i] for i in ids]),
+                          claim["delta"], confidence)
+    return {"name": f"{family.name}/{label}", "label": label, "algorithm": public["algorithm"]["algorithm"],
+            "horizon": config.horizon, "arms": arms, **out,
+            "claim": {"guarantee": claim["guarantee"], "epsilon_at_delta": claim["epsilon_at_delta"],
+                      "delta": claim["delta"]},
+            "verdict": verdict(out["epsilon"], claim), "seconds": time.perf_counter() - start}

@@ -86,6 +86,11 @@ class GLMBandits(Family):
         return GLMUsers(setup(self.public_task(config, label, runs)), self.world(config, runs),
                         checkpoint_grid(config.horizon, config.checkpoints))
 
+    def audit_targets(self, config, label: str, cohort: int | None = None) -> list:
+        from privbandit.families.glm_bandits.audit import glm_targets  # docs/audit.md
+
+        return glm_targets(self, config, label, cohort)
+
     # --- what arrives from the wire ------------------------------------------------------------
     def check_plan(self, plan) -> None:
         """A plan the analyzer makes: round t = its id, finite float64 billboard arrays."""

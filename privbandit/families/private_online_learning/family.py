@@ -98,14 +98,9 @@ class PrivateOnlineLearning(Family):
         return Ledger(a.trust, a.epsilon, public["delta"], users=public["horizon"])
 
     def audit_targets(self, config, label: str, cohort: int | None = None) -> list:
-        """DP-SE's rounds, through the distributed-DP MAB family's audit path (its analyzer is that
-        family's EliminationServer with this family's mechanism). The other algorithms' releases
-        (Lazy-UCB's arrays, Hybrid-UCB's tree, FTNL's noisy max) have no targets yet."""
-        if self.algorithm(config, label).algorithm != "dp-se":
-            return []
-        from privbandit.families.distributed_dp_mab.audit import elimination_targets
+        from privbandit.families.private_online_learning.audit import online_targets  # docs/audit.md
 
-        return elimination_targets(self, config, label, cohort)
+        return online_targets(self, config, label, cohort)
 
     def users(self, config, label: str, runs: list[int]):
         (run,) = runs

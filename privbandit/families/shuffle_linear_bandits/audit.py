@@ -27,7 +27,16 @@ as a shuffled multiset, S1 (φy) and S2 (upper(φφᵀ)) permuted independently.
 projection of an S1 part on the difference: computable from the release whatever the permutations
 (so they are not drawn), and a function of it (sound). The other B − 1 users hold input 0's entries.
 
-JDP's tree has no target yet.
+LinUCB-JDP (Shariff & Sheffet's binary tree, :class:`~.mechanisms.TreeAggregator`): the trusted
+analyzer publishes prefix sums of the batches' entries; batch 0 sits in the nodes [0, 2ʲ) of every
+level j < L = ⌊log₂ n⌋ + 1 (n batches), and the prefix after 2ʲ batches is that node alone. Pair: batch
+0's user at the farthest feasible pair above. Each node is drawn by the aggregator's own ``step``
+(at the count 2ʲ − 1, whose lower nodes are the ones it merges: given as zeros, the step returns the
+raw sum plus the new node's N(0, σ²) noise); the other users' raw entries are the same under both
+inputs (a common constant, dropped) and only the entries the pair moves are drawn (the others'
+noise is independent and ancillary). The L nodes are read as Σ_j ⟨x_j, e₁ − e₀⟩, the statistic
+the likelihood ratio of equal-σ Gaussians is a function of. Claim: the node event in every level's
+lane, as the analyzer records it (:func:`.calibration.batch_lane`): L nodes' zCDP.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ import numpy as np
 
 from privbandit.audit.targets import AuditTarget
 from privbandit.families.shuffle_linear_bandits import mechanisms as slb
+from privbandit.families.shuffle_linear_bandits.calibration import batch_lane
 
 
 def neighbours(d: int, norm: float, s1_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -56,6 +66,8 @@ def linear_targets(family, config, label: str, cohort: int | None) -> list[Audit
     public = family.public_task(config, label, [0])
     server = family.analyzer(public, [0])
     s = server.s
+    if s.kind == "linucb-jdp":
+        return [jdp_target(family, public, label, s)]
     if s.kind not in ("linucb-ldp", "linucb-sdp-vec", "linucb-sdp-amp"):
         return []
     vec, amp = s.kind == "linucb-sdp-vec", s.kind == "linucb-sdp-amp"
@@ -96,3 +108,72 @@ def linear_targets(family, config, label: str, cohort: int | None) -> list[Audit
                  "trust_model": "local" if users == 1 else "shuffle", "event": type(event).__name__,
                  "per_release": users * e0.size, **({"g": s.vec.g, "b": s.vec.b, "p": s.vec.p} if vec else {}),
                  "distance": float(np.linalg.norm(e1 - e0))})]
+
+
+def jdp_target(family, public: dict, label: str, s, sigma: float | None = None) -> AuditTarget:
+    """LinUCB-JDP's tree (see the module docstring). ``sigma``: the tree's own (default), or one
+    the tests break; the claim is always the analyzer's node event."""
+    sigma = s.sigma if sigma is None else sigma
+    e0, e1 = neighbours(s.d, s.feature_norm)
+    differ = np.flatnonzero(e0 != e1)
+    diff = (e1 - e0)[differ]
+    batches = -(-s.horizon // s.batch)
+    levels = slb.tree_levels(batches)
+    event = s.event()
+
+    def sample(which: int, count: int, rng: np.random.Generator) -> np.ndarray:
+        raw = np.broadcast_to((e1 if which else e0)[differ], (count, differ.size))
+        out = np.zeros(count)
+        for j in range(levels):  # the node opened at count 2^j − 1: level j, over batches [0, 2^j)
+            tree = slb.TreeAggregator(sigma, (count, differ.size), [np.zeros((count, differ.size))] * j, 2**j - 1)
+            out += tree.step(raw, rng) @ diff
+        return out
+
+    def claim(delta: float) -> dict:
+        ledger = family.ledger({**public, "delta": delta})
+        for j in range(levels):  # one node per level reaches batch 0's users (LinearServer's lanes)
+            ledger.record(event, batch_lane(s.kind, 2**j - 1))
+        return ledger.summary()
+
+    return AuditTarget(
+        family=family.name, label=label, algorithm=s.kind,
+        release=f"the trusted analyzer's {levels} tree nodes holding batch 0 (prefix sums after 2^j batches), "
+                f"projected on the two inputs' difference",
+        neighbours=f"batch 0's user's entries [φy, upper(φφᵀ)] {np.linalg.norm(e1 - e0):.3g} apart in ℓ2 (feasible "
+                   f"contexts, ‖φ‖ ≤ {s.feature_norm:g})",
+        kind="real", sample=sample, claim=claim, delta=public["delta"],
+        details={"n": s.batch, "d": s.d, "sigma": sigma, "levels": levels, "rule": "pass", "trust_model": "central",
+                 "event": type(event).__name__, "per_release": levels * differ.size,
+                 "distance": float(np.linalg.norm(e1 - e0))})
+
+
+def vec_sum_target(family: str, label: str, algorithm: str, vec: slb.VecParams, e0: np.ndarray, e1: np.ndarray,
+                   users: int, claim, delta: float, release: str, details: dict) -> AuditTarget:
+    """One P_Vec round of ``users`` users (the other families' P_Vec releases: ShuffleGLM's rounds,
+    the concurrent-shuffle family's Algorithm 4 nodes): user 0's entries ``e0`` or ``e1``, the
+    others ``e0``, every user's counts drawn by :class:`~.mechanisms.BitSumRandomizer`.
+
+    Only the labels where the two inputs differ are sampled: the randomizer draws every label's
+    bits independently and the other labels have the same law under both inputs (ancillary), so the
+    likelihood ratio is theirs. The release is read as the signed sum of those labels' totals (an
+    integer the analyzer can compute: post-processing, sound), binned by the histogram tester: its
+    spread (thousands of values under the theorems' b) would leave the likelihood-ratio test a
+    handful of draws per value."""
+    differ = np.flatnonzero(e0 != e1)
+    sign = np.sign(e1[differ] - e0[differ]).astype(np.int64)
+    a, b = e0[differ], e1[differ]
+    randomizer = slb.BitSumRandomizer(vec)
+
+    def sample(which: int, count: int, rng: np.random.Generator) -> np.ndarray:
+        entries = np.broadcast_to(a, (count, users, a.size)).copy()
+        if which:
+            entries[:, 0] = b
+        return slb.LabelCountShuffler().release(randomizer.randomize(entries, rng)) @ sign
+
+    return AuditTarget(
+        family=family, label=label, algorithm=algorithm, release=release,
+        neighbours=f"user 0's entries {np.linalg.norm(e1 - e0):.3g} apart in ℓ2; {users - 1} other users at input 0's",
+        kind="real", sample=sample, claim=claim, delta=delta,
+        details={"n": users, "g": vec.g, "b": vec.b, "p": vec.p, "shift": vec.shift, "rule": "sum",
+                 "trust_model": "shuffle", "labels_sampled": int(differ.size), "per_release": users * differ.size,
+                 **details})

@@ -95,8 +95,7 @@ class ShuffleLinearBandits(Family):
                       public["delta"], users=public["horizon"])
 
     def audit_targets(self, config, label: str, cohort: int | None = None) -> list:
-        """LinUCB-LDP's reports, P_Vec's label counts, P_Amp's shuffled reports (:mod:`.audit`); JDP
-        has no target yet."""
+        """LinUCB-LDP's reports, P_Vec's label counts, P_Amp's shuffled reports, JDP's tree (:mod:`.audit`)."""
         from privbandit.families.shuffle_linear_bandits.audit import linear_targets
 
         return linear_targets(self, config, label, cohort)

@@ -1,0 +1,168 @@
+"""The releases of Tenenbaum, Kaplan, Mansour & Stemmer (ICML 2023)'s counters, as ``privbandit
+audit`` tests them.
+
+Neighbouring inputs (the binary PSCO, Cor. 3.3/3.5): a node's users all hold bit 0, against the
+same users where user 0 holds 1. Each sampled release comes from the family's own mechanism
+objects (:mod:`.mechanisms`), the ones :func:`.counter.user_reports` and
+:meth:`.counter.CounterServer.decode` call, drawn from the audit's generator instead of the run's
+streams:
+
+- shuffle modes (``csta_k``, ``sequential``, ``csta_binary``, the bad baselines): one target per
+  level i, the release of one of its nodes, i.e. what shuffler i − 1 hands the analyzer: the total
+  of the node's s_i count-encoded reports (:meth:`draw` then :meth:`encode` per user, summed), which
+  determines the shuffled multiset of one-bit messages. For the ``bin-a`` stand-in that is
+  Σb + Bin(s_i·ℓ, q); for ``pvec`` P_Vec's one-coordinate label total (noise sd in the thousands:
+  binned by the histogram tester, post-processing). Every node of a level has the
+  same law, so one per level covers them all. Claim: the level's event (ε/k, δ/k) in lane
+  ``level-i``, as :meth:`.parties.CounterAnalyzer.on_release` spends it; the audit's default δ is the
+  node's δ/k, where that event states its ε.
+- ``central_tree``: the trusted server's output for user 0, her L nodes' estimates (one per level,
+  each the node's exact total plus :meth:`~.mechanisms.CentralLaplace.noise`), read as
+  Σ_i (|x_i − 1| − |x_i|): the likelihood ratio of L equal-scale discrete Laplace releases shifted by 1
+  is a function of it, so nothing is lost (and it is post-processing). Claim: the per-user PureDP
+  the analyzer spends for a plan (the levels' ε summed: ε).
+- ``ldp``: user 0's randomized-response report (the others are ancillary: independent, and
+  identically distributed under both inputs). Claim: RR's ε on the grid.
+
+- Algorithm 4 (``cs-linucb``): one node per level, the shuffler's P_Vec label totals of its s_i
+  users' [φy, upper(φφᵀ)] (:func:`~privbandit.families.shuffle_linear_bandits.audit.vec_sum_target`
+  with the level's own ``Alg4.vec`` parameters), user 0 at the linear family's farthest feasible
+  pair for ‖φ‖ ≤ 1 (Assumption C.1), the others at input 0's. Claim: ``Alg4.event(level)`` in lane
+  ``level-i``, at the node's δ/k. The exact-sum twin (``cs-linucb-exact``) releases raw sums (no
+  claim) and has no target.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from privbandit.audit.targets import AuditTarget
+from privbandit.families.concurrent_shuffle import counter as cnt
+from privbandit.families.concurrent_shuffle.tree import SHUFFLE_MODES
+from privbandit.protocol.privacy import PureDP
+
+WIDE_VARIANCE = 50.0**2  # node totals with a noise sd above 50 values are binned (node_target)
+
+
+def _claim(spec: cnt.CounterSpec, event, lane: str):
+    """The family's ledger (:func:`.counter.ledger`) stated at the audit's δ, after one release of
+    ``event`` in ``lane``. Only the ledger's δ changes: the mechanisms are the run's."""
+    def claim(delta: float) -> dict:
+        book = cnt.ledger(replace(spec, delta=delta))
+        book.record(event, lane)
+        return book.summary()
+    return claim
+
+
+def node_target(spec: cnt.CounterSpec, level: int, label: str, mechanism=None, family: str = "concurrent-shuffle"
+                ) -> AuditTarget:
+    """One node of shuffle level ``level`` (1-based). ``mechanism``: the level's own (default), or a
+    stand-in the tests break on purpose; the claim is always the one ``mechanism.event()`` states."""
+    m = spec.mechanisms[level - 1] if mechanism is None else mechanism
+    s = spec.tree.sizes[level - 1]
+
+    def sample(which: int, count: int, rng: np.random.Generator) -> np.ndarray:
+        bits = np.zeros((count, s), dtype=np.int8)
+        bits[:, 0] = which
+        return m.encode(bits, m.draw((count, s), rng)).sum(axis=1).astype(np.int64)
+
+    event = m.event()
+    # A total whose noise spreads over many values (P_Vec's b noise bits per user) is binned by the
+    # histogram tester: the likelihood-ratio test would rest on a handful of draws per value.
+    wide = m.variance(s) > WIDE_VARIANCE
+    details = {"n": s, "level": level, "levels": spec.k, "rule": "sum", "trust_model": "shuffle",
+               "event": type(event).__name__, "level_epsilon": spec.level_epsilon, "level_delta": spec.level_delta,
+               "per_release": s, **{k: v for k, v in m.describe().items() if k in ("ell", "q", "g", "b", "p")}}
+    return AuditTarget(
+        family=family, label=f"{label}/level-{level}", algorithm=f"{spec.mode} ({m.name})",
+        release=f"one level-{level} node: the total of its {s} users' count-encoded reports (the shuffled "
+                f"multiset of one-bit messages)",
+        neighbours=f"{s} users with bit 0 vs the same with user 0's bit 1",
+        kind="real" if wide else "integer", sample=sample, claim=_claim(spec, event, f"level-{level}"),
+        delta=spec.level_delta,
+        details=details)
+
+
+def central_target(spec: cnt.CounterSpec, label: str, family: str = "concurrent-shuffle") -> AuditTarget:
+    """The central tree's L node estimates around user 0 (see the module docstring)."""
+    mechanisms = spec.mechanisms
+    scales = {m.scale for m in mechanisms}
+    if len(scales) != 1:  # the sufficient statistic below needs one scale
+        raise ValueError(f"central tree levels with different Laplace scales {sorted(scales)}")
+
+    def sample(which: int, count: int, rng: np.random.Generator) -> np.ndarray:
+        out = np.zeros(count, dtype=np.int64)
+        for m in mechanisms:  # user 0's node at every level: total = her bit, plus the server's noise
+            x = which + m.noise((count,), rng)
+            out += np.abs(x - 1) - np.abs(x)
+        return out
+
+    # CounterAnalyzer._attributable spends the levels' pure ε summed, per user of the plan
+    event = PureDP(sum(m.event().pure_epsilon for m in mechanisms))
+    return AuditTarget(
+        family=family, label=label, algorithm=spec.mode,
+        release=f"the trusted server's {spec.k} node estimates containing user 0 (raw bits + Lap_Z per node), "
+                f"as Σ(|x−1| − |x|)",
+        neighbours="every user's bit 0 vs user 0's bit 1", kind="integer", sample=sample,
+        claim=_claim(spec, event, "user"), delta=spec.delta,
+        details={"n": 1, "levels": spec.k, "scale": mechanisms[0].scale, "rule": "pass", "trust_model": "central",
+                 "event": "PureDP", "per_release": spec.k})
+
+
+def ldp_target(spec: cnt.CounterSpec, label: str, family: str = "concurrent-shuffle") -> AuditTarget:
+    m = spec.mechanisms[0]
+
+    def sample(which: int, count: int, rng: np.random.Generator) -> np.ndarray:
+        return m.encode(np.full(count, which, dtype=np.int8), m.draw((count,), rng))
+
+    return AuditTarget(
+        family=family, label=label, algorithm=spec.mode, release="user 0's randomized-response report",
+        neighbours="user 0's bit 0 vs 1 (the other users' reports are ancillary)", kind="integer", sample=sample,
+        claim=_claim(spec, PureDP(sum(e.event().pure_epsilon for e in spec.mechanisms)), "user"),
+        delta=min(spec.delta, 0.5),
+        details={"n": 1, "keep": m.p, "rule": "pass", "trust_model": "local", "event": "PureDP", "per_release": 1})
+
+
+def alg4_targets(family, config, label: str) -> list[AuditTarget]:
+    from privbandit.families.concurrent_shuffle.bandit import alg4_of
+    from privbandit.families.shuffle_linear_bandits.audit import neighbours, vec_sum_target
+
+    public = family.public_task(config, label, [0])
+    a = alg4_of(public)
+    if not a.private:
+        return []
+    e0, e1 = neighbours(a.d, 1.0)
+    k = a.tree.k
+    out = []
+    for level in range(1, k + 1):
+        if not a.tree.nodes(level):
+            continue
+        event = a.event(level)
+
+        def claim(delta: float, event=event, level=level) -> dict:
+            book = replace(a, delta=delta).empty_ledger()  # only the ledger's δ: the P_Vec parameters are the run's
+            book.record(event, f"level-{level}")
+            return book.summary()
+
+        out.append(vec_sum_target(
+            family.name, f"{label}/level-{level}", "cs-linucb", a.vec[level - 1], e0, e1, a.tree.sizes[level - 1],
+            claim, a.delta / k if event.status == "proven" else a.delta,
+            f"one level-{level} node of Algorithm 4: P_Vec label totals of its users' [φy, upper(φφᵀ)]",
+            {"level": level, "levels": k, "event": type(event).__name__}))
+    return out
+
+
+def counter_targets(family, config, label: str, cohort: int | None) -> list[AuditTarget]:
+    """Every release of one counter or of Algorithm 4 (``cohort`` does not apply: a node's size is
+    the tree's)."""
+    if family.bandit(config, label):
+        return alg4_targets(family, config, label)
+    spec = family.spec(config, label)
+    if spec.mode in SHUFFLE_MODES:
+        return [node_target(spec, level, label, family=family.name) for level in range(1, spec.k + 1)
+                if spec.tree.nodes(level)]
+    if spec.mode == "central_tree":
+        return [central_target(spec, label, family.name)]
+    return [ldp_target(spec, label, family.name)]

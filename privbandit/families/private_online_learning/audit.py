@@ -1,0 +1,221 @@
+"""The releases of Hu, Huang & Mehta's learners, as ``privbandit audit`` tests them.
+
+- DP-SE runs on the distributed-DP MAB family's analyzer and is audited by its code
+  (:func:`~privbandit.families.distributed_dp_mab.audit.elimination_targets`).
+- Anytime-Lazy-UCB (Alg. 1, eq. 3): one full array of n users (``--cohort``, default 16; arrays
+  hold 2^r pulls and the guarantee is the same for every size). Pair: every reward 0 against user 0's
+  reward 1 (sensitivity 1 under replacement). Central: what the trusted analyzer outputs, the array
+  sum plus the grid Laplace noise of its :class:`~.mechanisms.ArraySumRelease` (real-valued: the
+  histogram tester). Distributed: the modular sum of the users' Pólya residues
+  (:meth:`~.mechanisms.DistributedArraySum.randomize`), which the aggregator releases.
+- FTNL (Alg. 2–3), central: the index report-noisy-max selects from one epoch's K fresh sums.
+  Pair (replacement neighbours, the reason the ledger charges 2ε/c): user 0's reward vector e₀
+  against e₁, the other users giving action 1 a head start of h = ⌈3b⌉ (b = c/ε the noise scale;
+  feasible in any epoch of more than h users), where index 0 keeps probability ≈ 0.1 and its
+  likelihood ratio is near its supremum e^{2/b}.
+
+- FTNL under distributed trust: one epoch's cohort (``--cohort``, default 16) sends K Pólya-noised
+  residues each (:meth:`~.mechanisms.DistributedNoisyMax.randomize`), the same pair and head start.
+  The releases go through the spine's own :class:`~privbandit.protocol.spine.intermediary.Intermediary`
+  with the analyzer's own round (:func:`.parties.modular_round`), the releases stacked on its runs
+  axis: with ``argmax_at = "intermediary"`` it releases only the index (its ``argmax`` rule); with
+  ``"analyzer"`` the K modular sums, read as (y₀ − y₁) mod m, a function of them. Claims: 2ε/c and
+  Kε/c, the analyzer's ``privacy_event``.
+
+The two central releases are one grid-Laplace call on a scalar (``release``) or a K-vector
+(``select``); one call per release would cost ~60 µs. The targets therefore call the same
+primitive, :func:`~privbandit.protocol.primitives.noise.grid_laplace`, on many releases at once
+with the parameters read from the analyzer's own mechanism object (sensitivity 1, ε, and ε/c for
+FTNL), and the tests check that its law is the method's. Claims: the event the analyzer spends
+(``privacy_event``), recorded in the family's ledger.
+
+- Hybrid-UCB (Alg. 4, central): an arm's observation that is the first leaf of tree r = 1 (the worst
+  tree under the paper's depth r: each leaf in 2 nodes at scale 1/(ε/2), plus its array at ε/2).
+  The analyzer's own :class:`~.hybrid_ucb.HybridUCB` is driven through the initial pull and the
+  tree's two leaves with unit grid steps from its own sampler (``sample_grid_steps``), one learner
+  per release (a Python loop: ~20 µs per release); rewards 0 except user 0's. The release is what
+  it publishes: the private means after each pull and the array sum it folds in, from which the
+  three values holding her reward (node [1], node [1, 2], array F⁽¹⁾) are recovered on their grids
+  and read as Σ(|k − s| − |k|), s = round(1/g) each: every release is (⌊v/g⌉ + L)·g with the same
+  unit steps L ~ Lap_Z(2²⁰), so this is their likelihood ratio, up to a factor. Claim: the analyzer's per-user
+  spend, ``epsilon_spent()``: 1.5ε at depth r, ε at depth r + 1.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from privbandit.audit.targets import AuditTarget, modular_row_sums
+from privbandit.families.private_online_learning.mechanisms import ArraySumRelease, ReportNoisyMax
+from privbandit.protocol.primitives.noise import grid_laplace
+from privbandit.protocol.privacy import PureDP
+
+DEFAULT_COHORT = 16
+
+
+def _claim(family, public: dict, event):
+    def claim(delta: float) -> dict:
+        book = family.ledger({**public, "delta": delta})
+        book.record(event)
+        return book.summary()
+    return claim
+
+
+def lazy_target(family, config, label: str, cohort: int | None, release=None) -> AuditTarget:
+    """One Anytime-Lazy-UCB array release. ``release``: the analyzer's own (default) or one the
+    tests break; the claim is always the analyzer's ``privacy_event``."""
+    public = family.public_task(config, label, [0])
+    server = family.analyzer(public, [0])
+    own = server.release
+    release = own if release is None else release
+    n = DEFAULT_COHORT if cohort is None else cohort
+    central = isinstance(release, ArraySumRelease)
+    event = own.privacy_event(n)
+    q = None if central else release.params(n)
+
+    def sample(which: int, count: int, rng: np.random.Generator) -> np.ndarray:
+        if central:  # ArraySumRelease.release, vectorized (module docstring): Σ rewards = which
+            return grid_laplace(np.full(count, float(which)), 1.0, release.epsilon, rng)[0]
+        rewards = np.zeros((count, n))
+        rewards[:, 0] = which
+        return modular_row_sums(release.randomize(rewards.ravel(), q, rng).reshape(count, n), q.m)
+
+    return AuditTarget(
+        family=family.name, label=label, algorithm="anytime-lazy-ucb",
+        release=("the trusted analyzer's noisy array sum (grid Laplace)" if central
+                 else "the modular sum of the array's Pólya residues (secure aggregation)"),
+        neighbours=f"an array of {n} rewards 0 vs the same with user 0's reward 1",
+        kind="real" if central else "integer", sample=sample, claim=_claim(family, public, event),
+        delta=public["delta"],
+        details={"n": n, "rule": "pass" if central else "sum", "trust_model": "central" if central else "distributed",
+                 "event": type(event).__name__, "per_release": 1 if central else n,
+                 **({} if central else {"g": q.g, "tau": q.tau, "m": q.m})})
+
+
+def ftnl_target(family, config, label: str, rnm: ReportNoisyMax | None = None) -> AuditTarget:
+    """FTNL's central report-noisy-max. ``rnm``: the analyzer's own (default) or a broken one;
+    the claim is always the analyzer's."""
+    public = family.public_task(config, label, [0])
+    own = family.analyzer(public, [0]).rnm
+    rnm = own if rnm is None else rnm
+    k = public["arms"]
+    h = math.ceil(3 * own.scale)
+    base = np.zeros((2, k))
+    base[0, :2] = (1, h)
+    base[1, :2] = (0, h + 1)
+    event = own.privacy_event(k)
+
+    def sample(which: int, count: int, rng: np.random.Generator) -> np.ndarray:
+        # ReportNoisyMax.select, vectorized (module docstring): argmax of grid Laplace at ε/c
+        noisy, _ = grid_laplace(np.broadcast_to(base[which], (count, k)), 1.0, rnm.epsilon / rnm.multiplier, rng)
+        return np.argmax(noisy, axis=1).astype(np.int64)
+
+    return AuditTarget(
+        family=family.name, label=label, algorithm="ftnl",
+        release="the index report-noisy-max selects (the next epoch's action)",
+        neighbours=f"user 0's reward vector e₀ vs e₁ (K = {k}); the others give action 1 a head start of {h}",
+        kind="integer", sample=sample, claim=_claim(family, public, event), delta=public["delta"],
+        details={"n": k, "head_start": h, "scale": own.scale, "multiplier": own.multiplier, "rule": "pass",
+                 "trust_model": "central", "event": "PureDP", "per_release": k})
+
+
+def ftnl_distributed_target(family, config, label: str, cohort: int | None, rnm=None) -> AuditTarget:
+    """FTNL's distributed release (see the module docstring). ``rnm``: the analyzer's own
+    :class:`~.mechanisms.DistributedNoisyMax` (default) or one the tests break."""
+    from privbandit.families.private_online_learning.parties import modular_round
+    from privbandit.protocol.spine.events import Join, Plan, Reports
+    from privbandit.protocol.spine.intermediary import Intermediary
+
+    public = family.public_task(config, label, [0])
+    own = family.analyzer(public, [0]).rnm
+    rnm = own if rnm is None else rnm
+    n = DEFAULT_COHORT if cohort is None else cohort
+    k = public["arms"]
+    h = math.ceil(3 * own.multiplier / own.epsilon)
+    if h + 1 > n:
+        raise ValueError(f"the head start of {h} rewards needs more than {n} users per epoch")
+    q = rnm.params(n)
+    rule = "argmax" if own.argmax_at == "intermediary" else "sum"
+    rnd = modular_round(0, n, q, width=k, rule=rule)
+    plan = Plan(0, 0, n, {}, (rnd,), (Join(0, 0, n, n),))
+    event = own.privacy_event(k)
+
+    def sample(which: int, count: int, rng: np.random.Generator) -> np.ndarray:
+        vectors = np.zeros((count, n, k))
+        vectors[:, 0, which] = 1.0  # user 0's reward vector: e₀ under input 0, e₁ under input 1
+        vectors[:, 1:h + 1, 1] = 1.0  # the head start of action 1
+        residues = rnm.randomize(vectors.reshape(count * n, k), q, rng).reshape(count, n, k)
+        box = Intermediary("aggregator", count)
+        box.open_plan(plan)
+        box.receive(Reports(0, 0, np.arange(n), residues))
+        values = box.release(0).values
+        return values[:, 0] if rule == "argmax" else (values[:, 0] - values[:, 1]) % q.m
+
+    return AuditTarget(
+        family=family.name, label=label, algorithm="ftnl",
+        release=("the index the intermediary's argmax releases" if rule == "argmax"
+                 else "the K modular sums, as (y₀ − y₁) mod m"),
+        neighbours=f"user 0's reward vector e₀ vs e₁ (K = {k}) among {n} users; {h} give action 1 a head start",
+        kind="integer", sample=sample, claim=_claim(family, public, event), delta=public["delta"],
+        details={"n": n, "head_start": h, "g": q.g, "tau": q.tau, "m": q.m, "rule": rule,
+                 "trust_model": "distributed", "event": "PureDP", "per_release": n * k})
+
+
+def hybrid_target(family, config, label: str, depth: str | None = None) -> AuditTarget:
+    """Hybrid-UCB's tree r = 1 (see the module docstring). ``depth``: the learner's own (default),
+    or another the tests use to break the noise under the analyzer's own claim."""
+    from privbandit.families.private_online_learning.hybrid_ucb import HybridUCB
+    from privbandit.protocol.primitives.noise.grid_laplace import sample_grid_steps
+
+    public = family.public_task(config, label, [0])
+    own = family.analyzer(public, [0]).learner
+    depth = own.tree.depth if depth is None else depth
+    probe = HybridUCB(1, own.epsilon, own.tree.depth)
+    for x in (0.0, 0.0, 0.0):  # the claim: what the analyzer spends once tree 1 has been opened and filled
+        probe.observe(0, x, 0.0, 0.0)
+    event = PureDP(probe.epsilon_spent())
+    h = HybridUCB(1, own.epsilon, depth)
+    h.observe(0, 0.0, 0.0, 0.0)  # opens tree 1: its node grid
+    grids = np.array([h.node_grid[0], h.node_grid[0], h.array_grid])
+    shifts = np.rint(1.0 / grids).astype(np.int64)  # one reward, in each release's grid steps
+
+    def sample(which: int, count: int, rng: np.random.Generator) -> np.ndarray:
+        steps = sample_grid_steps((count, 3, 2), rng)  # (node, array) unit steps per observation
+        out = np.empty(count, dtype=np.int64)
+        for i in range(count):
+            h = HybridUCB(1, own.epsilon, depth)
+            h.observe(0, 0.0, *steps[i, 0])  # the initial pull: array F⁽⁰⁾
+            a0 = h.arrays_noisy[0]
+            h.observe(0, float(which), *steps[i, 1])  # user 0: tree 1's first leaf
+            node0 = 2 * h.means[0] - a0
+            h.observe(0, 0.0, *steps[i, 2])  # the second leaf completes node [1, 2] and fills F⁽¹⁾
+            k = np.rint(np.array([node0, 3 * h.means[0] - a0, h.arrays_noisy[0] - a0]) / grids).astype(np.int64)
+            out[i] = int((np.abs(k - shifts) - np.abs(k)).sum())
+        return out
+
+    return AuditTarget(
+        family=family.name, label=label, algorithm="hybrid-ucb",
+        release="the private means after tree 1's pulls and the array it folds in: the three values holding "
+                "user 0's reward, as Σ(|k − s| − |k|) on their grid",
+        neighbours="user 0's reward 0 vs 1 as tree 1's first leaf (every other reward 0)",
+        kind="real", sample=sample, claim=_claim(family, public, event), delta=public["delta"],
+        details={"n": 1, "depth": depth, "grids": grids.tolist(), "rule": "pass", "trust_model": "central",
+                 "event": "PureDP", "per_release": 3})
+
+
+def online_targets(family, config, label: str, cohort: int | None) -> list[AuditTarget]:
+    a = family.algorithm(config, label)
+    if a.algorithm == "dp-se":
+        from privbandit.families.distributed_dp_mab.audit import elimination_targets
+
+        return elimination_targets(family, config, label, cohort)
+    if a.algorithm == "anytime-lazy-ucb":
+        return [lazy_target(family, config, label, cohort)]
+    if a.algorithm == "hybrid-ucb":
+        return [hybrid_target(family, config, label)]
+    if a.algorithm == "ftnl":
+        return [ftnl_target(family, config, label) if a.trust == "central"
+                else ftnl_distributed_target(family, config, label, cohort)]
+    return []
