@@ -1020,7 +1020,6 @@ def audit(
 
     from privbandit import registry
     from privbandit.audit import run_audit, write_audit
-    from privbandit.audit.canary import family_canary
     from privbandit.audit.run import run_audit_parallel
     from privbandit.runner import config as experiment_files
     from privbandit.runner.provenance import command_line
@@ -1102,13 +1101,10 @@ def audit(
             bar.advance(task)
         runs = []
         if canary:
-            one_run = family_canary(fam)
-            if one_run is None:
-                raise ConfigError(f"--canary: family {fam.name} has no one-run audit (docs/audit.md)")
             for label in labels:
                 try:
-                    runs.append(one_run(fam, config, label, seed, confidence))
-                except ValueError as exc:
+                    runs.append(fam.canary_audit(config, label, seed, confidence))
+                except (ValueError, NotImplementedError) as exc:
                     raise ConfigError(f"--canary: {exc}") from None
     except ConfigError as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)

@@ -75,16 +75,3 @@ def guess_and_bound(scores: np.ndarray, included: np.ndarray, delta: float, conf
     best = max(rows, key=lambda row: row["epsilon"])  # the first of the largest
     return {"canaries": m, "included": int(included.sum()), "delta": delta, "confidence": confidence,
             "epsilon": best["epsilon"], "guesses": best["r"], "correct": best["v"], "by_guesses": rows}
-
-
-def family_canary(family):
-    """The family's one-run audit, ``canary_audit(family, config, label, seed, confidence)`` in its
-    ``audit`` module (``privbandit/families/<name>/audit.py``), or None where it defines none."""
-    import importlib
-
-    package = type(family).__module__.rpartition(".")[0]
-    try:
-        module = importlib.import_module(f"{package}.audit")
-    except ImportError:
-        return None
-    return getattr(module, "canary_audit", None)

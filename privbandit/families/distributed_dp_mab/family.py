@@ -276,6 +276,11 @@ class DistributedDpMab(Family):
 
         return elimination_targets(self, config, label, cohort)
 
+    def canary_audit(self, config, label: str, seed: int, confidence: float) -> dict:
+        from privbandit.families.distributed_dp_mab.audit import canary_audit
+
+        return canary_audit(self, config, label, seed, confidence)
+
     # --- the observer's extras ---------------------------------------------------------------
     def row_maker(self, config, label: str):
         """Per released round: g, τ, m, wrap-around, the noise realised against Assumption 1's

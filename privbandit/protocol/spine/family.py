@@ -177,6 +177,11 @@ class Family(ABC):
         yet, which the audit reports as not audited."""
         return []
 
+    def canary_audit(self, config, label: str, seed: int, confidence: float) -> dict:
+        """A one-run canary audit of a whole run of ``label`` (Steinke, Nasr & Jagielski 2023):
+        ``privbandit audit --canary``. A family that has none raises NotImplementedError."""
+        raise NotImplementedError(f"family {self.name} has no one-run audit (docs/audit.md)")
+
     # --- the observer's extras ---------------------------------------------------------------
     def row_maker(self, config, label: str) -> Callable:
         """``row(record, truths) -> dict | None``: one ``rounds.csv`` row for a released round (its
