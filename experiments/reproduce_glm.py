@@ -139,9 +139,13 @@ def draw_fig1(results: Path, panel: str, summary: dict, dest: Path) -> None:
         ax.plot(t, mean, color=COLOURS[label], linestyle=LINE_STYLES[i % len(LINE_STYLES)], label=shown[label] + tag)
         ax.fill_between(t, mean - se, mean + se, color=COLOURS[label], alpha=0.2)
     T = t[-1]
-    for label, value in FIG1_READ_OFF[panel].items():
-        ax.plot([T], [value], marker="o", markerfacecolor="none", markeredgecolor=COLOURS[label], markersize=8,
-                linestyle="none", clip_on=False)
+    # Read-offs within 10 % of each other are staggered to the right, so each stays visible.
+    shift, last = 0, None
+    for label, value in sorted(FIG1_READ_OFF[panel].items(), key=lambda kv: kv[1]):
+        shift = shift + 1 if last is not None and value < 1.10 * last else 0
+        last = value
+        ax.plot([T * (1 + 0.015 * shift)], [value], marker="o", markerfacecolor="none",
+                markeredgecolor=COLOURS[label], markersize=8, linestyle="none", clip_on=False)
     ecolog = "; brown: ECOLog, not built" if "ecolog" in FIG1_READ_OFF[panel] else ""
     ax.plot([], [], marker="o", markerfacecolor="none", markeredgecolor="grey", linestyle="none",
             label=f"authors' plot at T (read off{ecolog})")
@@ -151,7 +155,7 @@ def draw_fig1(results: Path, panel: str, summary: dict, dest: Path) -> None:
                  "mean ± se", fontsize=10)
     ax.set_xlabel("round t")
     ax.set_ylabel("cumulative pseudo-regret")
-    ax.set_xlim(0, T * 1.02)
+    ax.set_xlim(0, T * 1.05)
     ax.grid(alpha=0.3)
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
     fig.tight_layout()
@@ -191,10 +195,10 @@ def counts(learner: list[dict]) -> tuple[int, int]:
 
 def equal_guarantee(stem: str, label: str, target: float, nominal: dict, runs: int | None, cache: Path) -> dict:
     """Private-GLM ``label`` of ``stem`` with its nominal ε solved so that its ledger reads at most
-    ``target`` (and within 1 % of it) at the file's δ, on the same runs (same label: the same
+    ``target`` (and within 3 % of it) at the file's δ, on the same runs (same label: the same
     analyzer keys). The number of θ̂_o/θ̂_τ calls depends on the data and on ε (λ does), so: take the
-    calls of the last run, solve, run again, until the ledger lands in [0.99·target, target] (at
-    most 5 runs). ``nominal``: the nominal run's summary entry (its calls start the search).
+    calls of the last run, solve, run again, until the ledger lands in [0.97·target, target] (at
+    most 4 runs; else the closest run below the target). ``nominal``: the nominal run's summary entry (its calls start the search).
     Cached in ``cache`` (a JSON per stem and label)."""
     path = cache / f"{stem}@{label}@{target:g}.json"
     if path.exists():
@@ -204,7 +208,7 @@ def equal_guarantee(stem: str, label: str, target: float, nominal: dict, runs: i
     public = fam.public_task(config, label, runs_)
     c1, c2 = counts(nominal["learner"])
     tried, best = [], None
-    for _ in range(5):
+    for _ in range(4):
         eps = solve_nominal(fam, public, target, c1, c2)
         alg = config.algorithms[label].model_copy(update={"epsilon": eps})
         cfg = config.model_copy(update={"algorithms": {**config.algorithms, label: alg}})
@@ -216,7 +220,7 @@ def equal_guarantee(stem: str, label: str, target: float, nominal: dict, runs: i
                       "secs": round(time.perf_counter() - start, 1)})
         if got <= target and (best is None or got > best[1]):
             best = (eps, got, res)
-        if 0.99 * target <= got <= target:
+        if 0.97 * target <= got <= target:
             break
     if best is None:
         raise RuntimeError(f"{stem} {label}: no nominal ε gave a ledger ≤ {target}: {tried}")
