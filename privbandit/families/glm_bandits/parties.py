@@ -6,9 +6,11 @@ user logic, under central trust (spec §1.3, §11.3 M2).
   only these). The plan opens one ``pass`` round at the ``aggregator``: user t's raw (x_t, r_t,
   Criterion I fired) reaches the trusted analyzer with her identity, as the central model says. The
   analyzer inserts the trees' leaves, runs the optimizers, and declares per release the events of
-  the trees (lane ``trees``) and of every optimizer call it made (lanes ``optimizer-o`` /
-  ``optimizer-tau``, each one group: the calls reuse the same users' data), plus once the paper's
-  charge for the switching indicators (lane ``switching``).
+  the trees (lane ``trees``) and of every optimizer call it made (lane ``optimizer``: θ̂_o's and
+  θ̂_τ's calls of one run compose sequentially in that run's group; the worst group is the worst
+  run's, so a stacked task's ledger is that of its most-spending run, not the most θ̂_o calls of one
+  run added to the most θ̂_τ calls of another), plus once the paper's charge for the switching
+  indicators (lane ``switching``).
 - :class:`GLMUsers` (the users' logic): user t observes her arm set X_t, acts on the billboard,
   draws her Bernoulli reward from her run's uniform u_t and reports.
 
@@ -99,6 +101,55 @@ def setup(public: dict) -> Setup:
                  frozenset(int(c) for c in public["diagnostic"]), spec)
 
 
+def tree_event(s: Setup) -> PrivacyEvent:
+    """The V and H trees' release per round: zCDP ρ_V + ρ_H (each user's leaf, parallel across users)."""
+    v, h = s.spec.tree_v[0], s.spec.tree_h[0]
+    return ZCDP(v.rho + h.rho)
+
+
+def switching_event(s: Setup) -> PrivacyEvent:
+    """The paper's (ε/3, δ/3) of Lemma 6.1 for the switching indicators, charged once."""
+    return ApproxDP(s.epsilon / 3, s.delta / 3, "switching indicators: the paper's (ε/3, δ/3) of Lemma 6.1 "
+                                                "(post-processing of the V tree here: a conservative charge)")
+
+
+def dp_sgd_event(s: Setup, part: str) -> PrivacyEvent:
+    """One DP-SGD call of optimizer ``part`` ("o": θ̂_o, "tau": θ̂_τ): the largest per-call budget of the
+    stacked runs (their κ may differ)."""
+    eps = max(c.eps_o if part == "o" else c.eps_tau for c in s.spec.consts)
+    delta = max(c.delta_o if part == "o" else c.delta_tau for c in s.spec.consts)
+    return ApproxDP(eps, delta, "DP-SGD: dp-accounting RDP, sampling without replacement (Wang–Balle–"
+                                "Kasiviswanathan 2019), replace-one, exact discrete Gaussian on a grid")
+
+
+def optimizer_spends(recorded: dict, count1: np.ndarray, count2: np.ndarray, event) -> list[Spend]:
+    """The spends of the optimizer calls each run made since ``recorded`` (per part, per run; updated
+    in place): one ``event(part, run)`` per call, in lane ``optimizer``, group = the run."""
+    out = []
+    for part, counts in (("o", count1), ("tau", count2)):
+        for run in np.flatnonzero(counts > recorded[part]):
+            out += [Spend(event(part, int(run)), "optimizer", int(run))] * int(counts[run] - recorded[part][run])
+            recorded[part][run] = counts[run]
+    return out
+
+
+def record_private_glm(s: Setup, ledger, count1, count2) -> None:
+    """Record into ``ledger`` what a Private-GLM task with DP-SGD declares once its runs made
+    ``count1`` θ̂_o and ``count2`` θ̂_τ calls (per run): the events :class:`GLMServer` declares, in the
+    same lanes and groups, without running it. This is how a nominal ε is solved for a target
+    guarantee (experiments/reproduce_glm.py, equal guarantees); 𝒫_GD's events depend on the calls'
+    sizes and are not covered."""
+    if s.kind != "private-glm" or s.spec.optimizer != "dp-sgd":
+        raise ValueError(f"record_private_glm covers private-glm with dp-sgd (got {s.kind}, "
+                         f"{getattr(s.spec, 'optimizer', None)})")
+    ledger.record(tree_event(s), "trees", None, 1)
+    ledger.record(switching_event(s), "switching", "all", 0)
+    c1, c2 = np.atleast_1d(np.asarray(count1, dtype=np.int64)), np.atleast_1d(np.asarray(count2, dtype=np.int64))
+    recorded = {"o": np.zeros(c1.size, dtype=np.int64), "tau": np.zeros(c2.size, dtype=np.int64)}
+    for spend in optimizer_spends(recorded, c1, c2, lambda part, run: dp_sgd_event(s, part)):
+        ledger.record(spend.event, spend.lane, spend.group, 0)
+
+
 class GLMServer:
     """The trusted analyzer's logic of one task (R runs)."""
 
@@ -116,7 +167,7 @@ class GLMServer:
         self.open: int | None = None
         self.pending_calls: list = []
         self.switching_charged = False
-        self.recorded = {"o": 0, "tau": 0}
+        self.recorded = {"o": np.zeros(self.runs, dtype=np.int64), "tau": np.zeros(self.runs, dtype=np.int64)}
 
     @property
     def done(self) -> bool:
@@ -157,19 +208,11 @@ class GLMServer:
             self.pending_calls = []
             spends = [Spend(self.tree_event(), "trees")]
             if not self.switching_charged:
-                spends.append(Spend(ApproxDP(self.s.epsilon / 3, self.s.delta / 3,
-                                             "switching indicators: the paper's (ε/3, δ/3) of Lemma 6.1 "
-                                             "(post-processing of the V tree here: a conservative charge)"),
-                                    "switching", "all"))
+                spends.append(Spend(switching_event(self.s), "switching", "all"))
                 self.switching_charged = True
-            # Per part, the calls of the run that made the most so far (a stacked task keeps one
-            # ledger, the worst of its runs; over MQTT a task is one run and this is its own).
-            for part, counts in (("o", self.learner.count1), ("tau", self.learner.count2)):
-                new = int(counts.max()) - self.recorded[part]
-                if new > 0:
-                    event = self.optimizer_event(part, [n for _, p, n in calls if p == part])
-                    spends += [Spend(event, f"optimizer-{part}", part)] * new
-                    self.recorded[part] += new
+            spends += optimizer_spends(self.recorded, self.learner.count1, self.learner.count2,
+                                       lambda part, run: self.optimizer_event(
+                                           part, [n for i, p, n in calls if p == part and i == run]))
         if rnd.id + 1 in self.s.diagnostic and self.s.spec is not None:
             lr = self.learner
             body.update(theta_o=lr.theta_o.copy(), theta_tau=lr.theta_tau.copy(),
@@ -181,12 +224,11 @@ class GLMServer:
         return body, spends
 
     def tree_event(self) -> PrivacyEvent:
-        v, h = self.s.spec.tree_v[0], self.s.spec.tree_h[0]
-        return ZCDP(v.rho + h.rho)
+        return tree_event(self.s)
 
     def optimizer_event(self, part: str, sizes: list[int]) -> PrivacyEvent:
         """One optimizer call's event: the largest per-call budget of the stacked runs (their κ may
-        differ), for the sizes of this round's calls (P_Vec's range check needs n)."""
+        differ), for the sizes of one run's calls this round (P_Vec's range check needs n)."""
         s = self.s.spec
         eps = max(c.eps_o if part == "o" else c.eps_tau for c in s.consts)
         delta = max(c.delta_o if part == "o" else c.delta_tau for c in s.consts)
@@ -198,8 +240,7 @@ class GLMServer:
                         return NoneProven(f"P_Vec per iteration at ε = {plan.eps_iter:.3g} > 15 (Lemma S.1's range)")
             return ApproxDP(eps, delta, "𝒫_GD: P_Vec per iteration (Cheu et al. Thm 4.2) and advanced "
                                         "composition over T_it (Lemma T.2)")
-        return ApproxDP(eps, delta, "DP-SGD: dp-accounting RDP, sampling without replacement (Wang–Balle–"
-                                    "Kasiviswanathan 2019), replace-one, exact discrete Gaussian on a grid")
+        return dp_sgd_event(self.s, part)
 
     def summary(self) -> list[dict]:
         if self.s.spec is not None:

@@ -33,9 +33,8 @@ def batch_schedule(T: int, M: int, kappa: float, S: float, d: int, gamma: float,
     horizon we can run: the whole horizon would be the warm-up)."""
     if M < 2:
         raise ValueError(f"M = {M} batches: Algorithm 1 needs a warm-up and at least one more batch")
-    power = 1 - 2.0 ** (-M + 1) if exponent == "eq7" else 1 - 2.0 ** (-M)
-    alpha = T ** (1 / (2 * power))
-    b1 = (math.sqrt(kappa) * math.exp(3 * S) * d**2 * gamma**2 * alpha / S) ** (2 / 3) if first is None else first
+    alpha = schedule_alpha(T, M, exponent)
+    b1 = eq6_warmup(T, M, kappa, S, d, gamma, exponent) if first is None else first
     raw = [b1, alpha]
     while len(raw) < M:
         raw.append(alpha * math.sqrt(raw[-1]))
@@ -49,6 +48,19 @@ def batch_schedule(T: int, M: int, kappa: float, S: float, d: int, gamma: float,
     if left > 0:
         out[-1] += left  # the schedule fell short of T: the last batch runs to the horizon
     return out
+
+
+def schedule_alpha(T: int, M: int, exponent: str = "eq7") -> float:
+    """α = T^{1/(2(1−2^{−M+1}))} (eq. 7), or Thm E.1's T^{1/(2(1−2^{−M}))} (``exponent="thm-e1"``)."""
+    power = 1 - 2.0 ** (-M + 1) if exponent == "eq7" else 1 - 2.0 ** (-M)
+    return T ** (1 / (2 * power))
+
+
+def eq6_warmup(T: int, M: int, kappa: float, S: float, d: int, gamma: float, exponent: str = "eq7") -> float:
+    """Eq. (6): B_1 = (√κ·e^{3S}·d²·γ²·α/S)^{2/3}, unrounded (App. F's (φd²α/R)^{2/3} with
+    φ = √κe^{3S}γ/(2S) has γ, not γ², and R for S: spec §12 item 3; we follow eq. 6)."""
+    alpha = schedule_alpha(T, M, exponent)
+    return (math.sqrt(kappa) * math.exp(3 * S) * d**2 * gamma**2 * alpha / S) ** (2 / 3)
 
 
 def g_optimal_design(arms: np.ndarray, reg: float = 1e-6, tol: float = 2.0, max_steps: int = 500,
