@@ -14,7 +14,7 @@ from privbandit.families.glm_bandits.config import GLMExperiment
 from privbandit.families.glm_bandits.family import FAMILY
 from privbandit.families.glm_bandits.world import unit_ball
 from privbandit.families.shuffle_linear_bandits.mechanisms import BitSumAnalyzer, BitSumRandomizer
-from privbandit.protocol.spine.events import Plan, Release
+from privbandit.protocol.spine.events import Plan
 from privbandit.runner.config import ConfigError, validate_experiment
 from privbandit.runner.tasks import Task, execute, parties
 
