@@ -1,10 +1,12 @@
 # The privbandit image: every party of docker-compose.yml runs from it (`privbandit <command>`).
-FROM python:3.11-slim
+# Pinned (not a floating tag): a rebuild gets the same interpreter and base packages.
+FROM python:3.11.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    MPLCONFIGDIR=/tmp/matplotlib
 
 # One unprivileged user runs every party. Its uid/gid are build arguments so that the files it
 # writes to a bind mount (./results/compose) can be yours on Linux, and so that the broker
@@ -15,9 +17,10 @@ RUN groupadd --non-unique --gid "${PRIVBANDIT_GID}" privbandit \
  && useradd --non-unique --uid "${PRIVBANDIT_UID}" --gid privbandit --home-dir /home/privbandit --create-home \
             --shell /usr/sbin/nologin privbandit
 
-COPY pyproject.toml README.md /tmp/src/
+COPY pyproject.toml README.md constraints.txt /tmp/src/
 COPY privbandit /tmp/src/privbandit
-RUN pip install /tmp/src && rm -rf /tmp/src
+# Every dependency at the version the tests ran with (constraints.txt), not whatever is newest.
+RUN pip install -c /tmp/src/constraints.txt /tmp/src && rm -rf /tmp/src
 
 # Mount points. A named volume mounted on an empty directory of the image takes its owner, so the
 # unprivileged user can write /config (broker files), the roles' secrets, and the keys (a directory

@@ -189,3 +189,27 @@ def test_resume_never_reuses_a_task_of_another_config_and_recomputes_a_damaged_o
     changed = privbandit.run("experiments/quickstart.toml", ["horizon=4000", "runs=2", "seed=7"], out=out, resume=True)
     assert len(list((out / ".tasks").glob("*.pkl"))) == 2 * len(files)  # nothing of seed 1 reused
     assert changed.summary["algorithms"]["SE"]["regret_final_mean"] != first.summary["algorithms"]["SE"]["regret_final_mean"]
+
+
+def test_the_image_pins_every_runtime_requirement_within_its_range():
+    """The Dockerfile installs with constraints.txt: every runtime requirement of pyproject.toml
+    (and nothing twice) is pinned there with ==, at a version its specifier admits."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    root = Path(__file__).resolve().parents[1]
+    pins: dict[str, str] = {}
+    for line in (root / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, sep, version = line.partition("==")
+            assert sep and version, f"constraints.txt: {line!r} is not NAME==VERSION"
+            key = re.sub(r"[-_.]+", "-", name).lower()
+            assert key not in pins, f"constraints.txt pins {name} twice"
+            pins[key] = version
+    for spec in tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]:
+        req = Requirement(spec)
+        key = re.sub(r"[-_.]+", "-", req.name).lower()
+        assert key in pins, f"constraints.txt does not pin {req.name}"
+        assert req.specifier.contains(pins[key]), f"{req.name}=={pins[key]} is outside {req.specifier}"
+    assert "constraints.txt" in (root / "Dockerfile").read_text()

@@ -262,7 +262,7 @@ class Bus:
         """Publish at QoS 1 and wait for the PUBACK, or fail as soon as the connection drops:
         aiomqtt leaves a pending publish waiting out its timeout after a disconnect."""
         sent = asyncio.ensure_future(self.client.publish(topic_name, payload, qos=QOS, timeout=PUBLISH_TIMEOUT_S))
-        dropped = self.client._disconnected  # noqa: SLF001 (the future aiomqtt's own iterator waits on)
+        dropped = AiomqttInternals.disconnected(self.client)
         await asyncio.wait({sent, dropped}, return_when=asyncio.FIRST_COMPLETED)
         if not sent.done():
             sent.cancel()
@@ -276,9 +276,9 @@ class Bus:
         log.warning("a publish failed (%s): %d message(s) wait for the next connection", exc, len(self.outbox))
         # A PUBACK can time out while paho still believes the socket is up (a hung broker): drop
         # the connection so that message iteration ends and the party reconnects now.
-        if not self.client._disconnected.done():  # noqa: SLF001
+        if not AiomqttInternals.disconnected(self.client).done():
             with contextlib.suppress(Exception):
-                self.client._client.disconnect()  # noqa: SLF001
+                AiomqttInternals.paho(self.client).disconnect()
 
     def _decoded(self, message):
         name = message.topic.value
@@ -301,18 +301,57 @@ class Bus:
                 yield decoded
             if self.lost is not None:
                 break
-        queue = self.client._queue  # noqa: SLF001 (aiomqtt has no public way to drain it)
-        while not queue.empty():
-            if (decoded := self._decoded(queue.get_nowait())) is not None:
+        for message in AiomqttInternals.drain(self.client):
+            if (decoded := self._decoded(message)) is not None:
                 yield decoded
         raise self.lost
+
+
+class AiomqttInternals:
+    """The four things the bus needs that aiomqtt (2.x) has no public API for, in one place:
+
+    - ``disconnected(client)``: the future aiomqtt resolves when the connection drops (its own
+      message iterator waits on it), so that a publish awaiting its PUBACK fails at once instead
+      of waiting out its timeout;
+    - ``paho(client)``: the underlying paho client, to drop a connection whose PUBACK timed out
+      while paho still believes the socket is up (a hung broker), and to set TCP_NODELAY;
+    - ``drain(client)``: the messages aiomqtt received, and so acknowledged, but had not yet
+      handed over when a send of ours failed first: the broker will not send them again.
+
+    :meth:`check` runs on every new client and raises if an aiomqtt release moved any of them, so
+    a change fails at connect, loudly, not by losing messages; ``pyproject.toml`` bounds aiomqtt to
+    the releases this was checked against, and ``tests/services/test_bus.py`` exercises each
+    against a real broker."""
+
+    @staticmethod
+    def check(client: aiomqtt.Client) -> None:
+        missing = [name for name, kind in (("_disconnected", asyncio.Future), ("_client", object),
+                                           ("_queue", asyncio.Queue)) if not isinstance(getattr(client, name, None), kind)]
+        if missing:
+            raise RuntimeError(f"aiomqtt {getattr(aiomqtt, '__version__', '?')} lacks {', '.join(missing)}: "
+                               f"privbandit's bus needs them (services/bus.py, AiomqttInternals)")
+
+    @staticmethod
+    def disconnected(client: aiomqtt.Client) -> asyncio.Future:
+        return client._disconnected  # noqa: SLF001
+
+    @staticmethod
+    def paho(client: aiomqtt.Client):
+        return client._client  # noqa: SLF001
+
+    @staticmethod
+    def drain(client: aiomqtt.Client) -> list:
+        queue, out = client._queue, []  # noqa: SLF001
+        while not queue.empty():
+            out.append(queue.get_nowait())
+        return out
 
 
 def _no_delay(client: aiomqtt.Client) -> None:
     """TCP_NODELAY on the client's socket: a plan → report → release chain of small QoS 1 messages
     otherwise waits on Nagle's algorithm against delayed ACKs (~40 ms a hop); the generated Mosquitto
     config sets the same on the broker side (``set_tcp_nodelay``)."""
-    sock = client._client.socket()  # noqa: SLF001 (aiomqtt exposes no socket options)
+    sock = AiomqttInternals.paho(client).socket()
     if isinstance(sock, socket.socket):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
@@ -337,6 +376,7 @@ async def connect(
     delay = 0.05
     while True:
         client = settings.client(client_id, False, max_queued_incoming_messages=MAX_QUEUED_INCOMING)
+        AiomqttInternals.check(client)
         try:
             await client.__aenter__()
             _no_delay(client)

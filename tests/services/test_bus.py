@@ -160,3 +160,37 @@ async def test_ending_a_session_makes_the_broker_drop_its_queue(tmp_path, ended)
             assert await _received(again, 1, timeout=1.5) == ([] if ended else [1])
     finally:
         broker.stop()
+
+
+@pytest.mark.asyncio
+async def test_aiomqtt_internals_are_where_the_bus_reads_them(mosquitto_url):
+    """The bus reads three aiomqtt internals (AiomqttInternals): on the installed aiomqtt each is
+    what the bus takes it for, against a real broker; a client without one is refused at connect,
+    naming it, rather than losing messages later."""
+    import socket
+    import uuid
+
+    from privbandit.services.bus import AiomqttInternals
+
+    host, port = mosquitto_url.removeprefix("mqtt://").split(":")
+    topic = f"pb/internals-{uuid.uuid4().hex[:8]}/x"
+    client = aiomqtt.Client(host, int(port), identifier=f"t-{uuid.uuid4().hex[:8]}")
+    AiomqttInternals.check(client)
+    async with client:
+        await client.subscribe(topic, qos=1)
+        await client.publish(topic, b"held", qos=1)
+        for _ in range(100):  # received and acknowledged by paho, not yet handed over by aiomqtt
+            if not client._queue.empty():
+                break
+            await asyncio.sleep(0.02)
+        assert [bytes(m.payload) for m in AiomqttInternals.drain(client)] == [b"held"]
+        assert AiomqttInternals.drain(client) == []
+        assert isinstance(AiomqttInternals.paho(client).socket(), socket.socket)
+        dropped = AiomqttInternals.disconnected(client)
+        assert not dropped.done()
+        AiomqttInternals.paho(client).disconnect()
+        await asyncio.wait_for(asyncio.shield(dropped), timeout=5)  # resolves when the connection drops
+    stripped = aiomqtt.Client(host, int(port))
+    del stripped._queue
+    with pytest.raises(RuntimeError, match="lacks _queue"):
+        AiomqttInternals.check(stripped)

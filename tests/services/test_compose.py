@@ -134,6 +134,23 @@ def test_the_parties_agree_on_broker_run_and_roles():
     assert services["broker"]["depends_on"]["config"]["condition"] == compose.ONE_SHOT
 
 
+def test_every_container_is_locked_down_and_every_image_pinned():
+    """#21 section 4: no service runs with a writable image, a capability, privilege gain or
+    unbounded memory and processes; the broker's image and the Dockerfile's base are pinned to a
+    release (x.y.z), not a floating tag."""
+    import re
+
+    services = _raw()["services"]
+    for name, spec in services.items():
+        assert spec.get("read_only") is True, name
+        assert spec.get("cap_drop") == ["ALL"], name
+        assert "no-new-privileges:true" in spec.get("security_opt", []), name
+        assert spec.get("mem_limit") and spec.get("pids_limit"), name
+    assert re.fullmatch(r"eclipse-mosquitto:\d+\.\d+\.\d+", services["broker"]["image"])
+    base = re.search(r"^FROM (\S+)", (REPO / "Dockerfile").read_text(), re.M)[1]
+    assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim", base), base
+
+
 def test_the_dashboard_is_published_on_the_hosts_loopback_only():
     observer = _raw()["services"]["observer"]
     command = observer["command"]
