@@ -64,6 +64,8 @@ def test_an_occupied_out_is_refused_before_any_work_and_overwrite_replaces_the_o
     (out / "summary.json").write_text("an earlier run's")
     (out / "rounds.csv").write_text("stale")
     (out / "notes.txt").write_text("mine")
+    (out / "logs").mkdir()
+    (out / "logs" / "aggregator.log").write_text("an earlier session's party log")
     proc = cli("run", "experiments/quickstart.toml", *SMALL, "--out", str(out), check=False)
     assert proc.returncode == 2 and "not empty" in proc.stderr and "--overwrite" in proc.stderr
     assert (out / "summary.json").read_text() == "an earlier run's"  # nothing touched
@@ -71,6 +73,7 @@ def test_an_occupied_out_is_refused_before_any_work_and_overwrite_replaces_the_o
     assert json.loads((out / "summary.json").read_text())["experiment"] == "quickstart"
     assert (out / "rounds.csv").read_text().startswith("algorithm,run,round")
     assert (out / "notes.txt").read_text() == "mine"  # only privbandit's own files are replaced
+    assert not (out / "logs").exists()  # an earlier distributed session's logs would read as this run's
 
 
 @pytest.mark.parametrize("where", ["under-a-file", "a-file"])

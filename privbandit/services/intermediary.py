@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import math
 import time
 from collections import OrderedDict
 
@@ -57,6 +58,12 @@ RESEND_S = 3.0
 # too was restarted, and the restarted shuffler, holding the round closed but not its release,
 # never answered the analyzer's re-announced plan (concurrent-shuffle, 146 rounds closed).
 KEEP_RELEASE_BYTES = 64 * 2**20
+# A re-announced plan makes this party ask the fleets again for a round only if no report of the
+# round came for this long: the analyzer re-announces after 3 s without a release, and a round of
+# 2^25 users takes longer than that to arrive; asking then made every fleet send the whole plan
+# again (+50 % report traffic at T = 10⁸, 33 M late copies). With 1 s, fleets still busy computing
+# a 2^25-user plan before its first block went out were asked again.
+IDLE_S = RESEND_S
 # The round counts (the dashboard's round table) go to the observer when they change, at most once
 # a tick, and at least this often: the observer then knows the party is up even while no round moves.
 ROUNDS_EVERY_S = 5.0
@@ -98,6 +105,7 @@ class IntermediaryService(PartyService):
         # this party holds, so some arrive after their round closed. Those are counted apart
         # (``late-resend``), so an honest run's refusals show only what an attacker would cause.
         self.asked_plans: set[int] = set()
+        self.moved: dict[int, float] = {}  # round → when its last report was admitted
         self.rounds_sent: tuple = ()
         self.rounds_sent_at = 0.0
 
@@ -116,7 +124,7 @@ class IntermediaryService(PartyService):
         self.box = Intermediary(self.role, len(runs), keys, self.rejected)
         self.forget_waiting()
         self.plans, self.closing, self.opened, self.failed, self.asked = {}, {}, {}, set(), {}
-        self.asked_plans = set()
+        self.asked_plans, self.moved = set(), {}
         self.released, self.released_data = OrderedDict(), {}
         saved = self.resumable(spec)
         if saved is not None:
@@ -203,10 +211,11 @@ class IntermediaryService(PartyService):
             if j.round_id in self.released:
                 await self.bus.publish(self.t("release", self.role), self.released[j.round_id])
             elif (plan.id in self.plans and j.round_id in box.rounds and j.round_id not in self.asked
-                  and box.rounds[j.round_id].round.secagg is None):
-                # A plan announced again while its round is open here: the analyzer has waited
-                # for a release in vain, so reports may be lost (sent to this party before it
-                # restarted, or with a lost broker, in a round opened after its first release).
+                  and box.rounds[j.round_id].round.secagg is None
+                  and self.idle(j.round_id)):
+                # A plan announced again while its round is open here and idle: the analyzer has
+                # waited for a release in vain, so reports may be lost (sent to this party before
+                # it restarted, or with a lost broker, in a round opened after its first release).
                 await self.ask_again(j.round_id)
         new = [r for r in mine if r.id not in box.rounds and r.id not in box.closed and r.id not in self.failed]
         try:
@@ -262,6 +271,7 @@ class IntermediaryService(PartyService):
         plan = self.plans[msg.plan]
         ids, values = self.authentic(msg, plan, join)
         box.receive(Reports(msg.round, msg.plan, ids, values))  # counts its refusals
+        self.moved[msg.round] = time.monotonic()  # its deadline counts from its opening, its idleness from here
         if msg.block is not None:
             self.close_block(msg, plan)
         await self.release_ready()
@@ -315,8 +325,14 @@ class IntermediaryService(PartyService):
         self.recovering = False
         self.checkpoint_round()
 
+    def idle(self, round_id: int) -> bool:
+        """No report of the round for ``IDLE_S`` since it opened or its last report came."""
+        last = self.moved.get(round_id, self.opened.get(round_id, -math.inf))
+        return time.monotonic() - last > IDLE_S
+
     def forget_round(self, round_id: int) -> None:
         self.opened.pop(round_id, None)
+        self.moved.pop(round_id, None)
         self.asked.pop(round_id, None)
         for key in [k for k in self.closing if k[0] == round_id]:
             del self.closing[key]

@@ -301,6 +301,42 @@ async def test_an_intermediary_asks_for_a_round_again_until_it_completes():
 
 
 @pytest.mark.asyncio
+async def test_a_round_whose_reports_are_arriving_is_not_asked_for_again():
+    """The analyzer announces a plan again after 3 s without a release; a round of 2^25 users takes
+    longer than that to arrive. Asking the fleets again then made them send the whole plan twice
+    (at T = 10⁸: 33 M late copies, +50 % report traffic). A re-announced plan makes the party ask
+    only for a round that has been idle for IDLE_S."""
+    import numpy as np
+
+    from privbandit.protocol.primitives.report_auth import ReportAuthenticator
+    from privbandit.protocol.spine.events import Join, Plan, Round
+    from privbandit.services import codec
+    from privbandit.services.bus import BusSettings
+    from privbandit.services.intermediary import IDLE_S, IntermediaryService
+
+    svc = IntermediaryService(BusSettings(run_id="r1"), report_key=1)
+    svc.bus, svc.task_spec = _RecordingBus(), {"index": 0, "runs": [0], "label": "Dist-DP-SE"}
+    await svc.on_task(svc.task_spec)
+    plan = Plan(4, 0, 8, opens=(Round(4, "aggregator", "sum", expected=8, m=16),), joins=(Join(4, 0, 8, 8),))
+
+    def resends():
+        return [m.round for _, m in svc.bus.sent if isinstance(m, codec.ResendMsg)]
+
+    await svc.open_plan(plan)
+    svc.opened[4] -= 10  # opened long ago ...
+    values = np.ones((1, 4, 1), np.int64)
+    tags = ReportAuthenticator(1).tags("r1", 0, 4, 4, 0, np.arange(4), values)
+    await svc.collect(codec.ReportsMsg(run="r1", task=0, round=4, plan=4, user_ids=np.arange(4, dtype="<u4"),
+                                       values=values.astype("<u1"), tags=tags))
+    assert svc.box.rounds[4].received == 4, dict(svc.rejected)  # ... but its reports are arriving
+    await svc.open_plan(plan)  # the analyzer's re-announcement
+    assert resends() == []
+    svc.moved[4] -= IDLE_S + 0.1  # then nothing for IDLE_S: now it asks
+    await svc.open_plan(plan)
+    assert resends() == [4]
+
+
+@pytest.mark.asyncio
 async def test_late_answers_to_a_request_are_told_apart_from_replays():
     """A fleet answers a request with every round of the plan, so copies arrive after their round
     closed: counted as ``late-resend``, not as ``round-closed``, the refusal a replay of another
@@ -343,7 +379,7 @@ async def test_a_restarted_intermediary_asks_again_for_a_round_whose_plan_is_ann
     from privbandit.protocol.spine.events import Join, Plan, Round
     from privbandit.services import codec
     from privbandit.services.bus import BusSettings
-    from privbandit.services.intermediary import IntermediaryService
+    from privbandit.services.intermediary import IDLE_S, IntermediaryService
 
     svc = IntermediaryService(BusSettings(run_id="r1"), report_key=1, role="shuffler")
     svc.bus, svc.task_spec = _RecordingBus(), {"index": 0, "runs": [0], "label": "Dist-RDP-shuffled"}
@@ -364,6 +400,7 @@ async def test_a_restarted_intermediary_asks_again_for_a_round_whose_plan_is_ann
     await svc.open_plan(plan(6, 6))  # after the first release: it cannot tell this is a re-announcement
     await svc.open_plan(plan(7, 7))
     assert resends() == [3]
+    svc.opened = {r: at - IDLE_S - 0.1 for r, at in svc.opened.items()}  # no report came for IDLE_S
     await svc.open_plan(plan(6, 6))  # announced again: the analyzer is still waiting for round 6
     assert resends() == [3, 6]
     await svc.open_plan(plan(6, 6))  # already asked: the timer repeats it (every RESEND_S), not each plan
