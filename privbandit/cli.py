@@ -391,6 +391,28 @@ def dashboard(
     _serve_results(results, port, after_session=False)
 
 
+@app.command()
+def health(
+    file: Annotated[Path, typer.Argument(help="the party's PRIVBANDIT_HEALTH_FILE")],
+    max_age: Annotated[float, typer.Option(min=0.1, help="seconds since the party last marked itself alive")] = 15.0,
+):
+    """A container healthcheck: exit 0 if the party marked itself alive and connected (it touches
+    PRIVBANDIT_HEALTH_FILE every tick) within --max-age seconds, 1 otherwise, saying why."""
+    import time
+
+    try:
+        age = time.time() - file.stat().st_mtime
+    except OSError as exc:
+        err.print(f"unhealthy: {file}: {exc.strerror or exc} (the party has not marked itself alive yet)",
+                  highlight=False)
+        raise typer.Exit(1)
+    if age > max_age:
+        err.print(f"unhealthy: {file} last marked {age:.1f} s ago (> --max-age {max_age:g} s): the party is hung "
+                  f"or has lost the broker", highlight=False)
+        raise typer.Exit(1)
+    print(f"healthy: marked {age:.1f} s ago")
+
+
 def _print_traffic_attacks(kinds: list[str], summary: dict, out: Path) -> None:
     """What the experiment's hostile processes did (their reports) and what the parties refused."""
     import json

@@ -93,6 +93,9 @@ class BusSettings(BaseSettings):
     ca_file: str | None = None
     cert_file: str | None = None
     key_file: str | None = None
+    # Touched by the party every tick while it is connected: `privbandit health FILE` is its
+    # container's healthcheck (docker-compose.yml). A hung party or a lost broker leaves it stale.
+    health_file: str | None = None
 
     def model_post_init(self, _context) -> None:
         if self.password is None and self.credentials_file and self.username:

@@ -135,6 +135,8 @@ def _service(name: str, spec: dict, base: Path) -> Service:
                   _restarts(name, spec.get("restart", "no")))
     svc.command = [svc.to_host(a) for a in svc.command]
     svc.env = {k: svc.to_host(v) for k, v in svc.env.items()}
+    # Healthchecks are Docker's; here the parties would all mark themselves alive in one host file.
+    svc.env.pop("PRIVBANDIT_HEALTH_FILE", None)
     if "--dashboard-host" in svc.command[:-1]:
         # In its container the dashboard listens on every address, behind a port Docker publishes
         # on the host's loopback; a local process listens on the loopback itself.

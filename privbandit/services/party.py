@@ -194,11 +194,22 @@ class PartyService:
     async def tick(self) -> None:
         pass
 
+    def beat(self, path: str) -> None:
+        """Mark this party alive and connected (its healthcheck reads the file's age)."""
+        try:
+            Path(path).touch()
+        except OSError as exc:  # a healthcheck must never stop the party: say so, once
+            if not getattr(self, "_health_warned", False):
+                self._health_warned = True
+                log.warning("%s cannot mark itself alive in %s: %s", self.name, path, exc.strerror or exc)
+
     async def _ticker(self) -> None:
         while not self.finished:
             await asyncio.sleep(self.tick_s)
             if self.bus is None or self.bus.lost is not None:
                 continue  # retries wait for the next connection; their messages would only pile up
+            if self.settings.health_file:
+                self.beat(self.settings.health_file)
             if self.task_spec is None and self.role != "observer":
                 await self.status("ready")  # until the coordinator starts us: it may have come up later
             await self.tick()

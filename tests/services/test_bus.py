@@ -194,3 +194,41 @@ async def test_aiomqtt_internals_are_where_the_bus_reads_them(mosquitto_url):
     del stripped._queue
     with pytest.raises(RuntimeError, match="lacks _queue"):
         AiomqttInternals.check(stripped)
+
+
+def test_a_connected_party_marks_itself_alive_and_the_healthcheck_reads_it(tmp_path):
+    """PRIVBANDIT_HEALTH_FILE: touched every tick while the party is connected, not while its broker
+    is lost; `privbandit health` is healthy on a fresh mark and unhealthy on a stale or missing one."""
+    import os
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from privbandit.services.party import PartyService
+
+    alive = tmp_path / "alive"
+    party = PartyService(BusSettings(run_id="r1", health_file=str(alive)), name="analyzer")
+    party.tick_s = 0.01
+
+    async def ticks(lost) -> None:
+        party.bus, party.task_spec, party.finished = SimpleNamespace(lost=lost), {}, False
+        runner = asyncio.create_task(party._ticker())
+        await asyncio.sleep(0.1)
+        party.finished = True
+        await runner
+
+    asyncio.run(ticks(lost=aiomqtt.MqttError("gone")))
+    assert not alive.exists()  # a party without its broker is not healthy
+    asyncio.run(ticks(lost=None))
+    assert alive.exists()
+
+    def health(*extra) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "privbandit", "health", str(alive), *extra],
+                              capture_output=True, text=True, timeout=60)
+
+    assert health().returncode == 0
+    os.utime(alive, (time.time() - 60, time.time() - 60))
+    stale = health("--max-age", "15")
+    assert stale.returncode == 1 and "last marked 60" in stale.stderr and "hung" in stale.stderr
+    alive.unlink()
+    assert health().returncode == 1

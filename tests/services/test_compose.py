@@ -151,6 +151,18 @@ def test_every_container_is_locked_down_and_every_image_pinned():
     assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim", base), base
 
 
+def test_every_party_has_a_healthcheck_on_the_file_it_marks_alive():
+    services = _raw()["services"]
+    for name in PARTIES:
+        spec = services[name]
+        alive = spec["environment"]["PRIVBANDIT_HEALTH_FILE"]
+        test = spec["healthcheck"]["test"]
+        assert test[:4] == ["CMD", "privbandit", "health", alive], name
+        assert alive.startswith("/tmp/") and "/tmp" in services[name]["tmpfs"]  # writable in a read-only image
+    local = compose.load(COMPOSE, REPO)
+    assert not any("PRIVBANDIT_HEALTH_FILE" in svc.env for svc in local.values())  # `up` runs no healthchecks
+
+
 def test_the_dashboard_is_published_on_the_hosts_loopback_only():
     observer = _raw()["services"]["observer"]
     command = observer["command"]
