@@ -399,7 +399,8 @@ class ObserverService(PartyService):
                 return self.reject("bad-status", "task-done body")
             await self.maybe_finish_task()
         elif msg.state == "rounds":
-            if msg.party == "analyzer" or msg.party.startswith("users-") or msg.task is None:
+            if (msg.party == "analyzer" or msg.party.startswith("users-") or msg.task is None
+                    or not 0 <= msg.task < len(self.tasks)):  # bounded: one entry per task and intermediary
                 return self.reject("bad-status", f"round counts from {msg.party}")
             try:
                 self.round_counts[msg.task, msg.party] = _RoundCounts.model_validate(msg.body).model_dump()

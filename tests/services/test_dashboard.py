@@ -187,9 +187,10 @@ def test_round_counts_are_the_intermediaries_own_and_checked():
     before = obs.last_metrics
     asyncio.run(feed(status("aggregator", counts), status("analyzer", counts),
                      status("aggregator", {**counts, "open": -1}), status("aggregator", {**counts, "extra": 1}),
-                     status("aggregator", {**counts, "released": "2"}), status("aggregator", counts, task=None)))
+                     status("aggregator", {**counts, "released": "2"}), status("aggregator", counts, task=None),
+                     status("aggregator", counts, task=len(obs.tasks))))  # no such task: memory stays bounded
     assert obs.round_counts == {(0, "aggregator"): counts}
-    assert obs.rejected["bad-status"] == 5
+    assert obs.rejected["bad-status"] == 6
     assert obs.last_metrics == before  # round counts come whatever happens: they never put off a resync
     assert obs.heard["aggregator"] > before  # but they say the intermediary is up
 
