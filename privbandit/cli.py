@@ -45,7 +45,7 @@ def run(
     key_file: KeyFileOption = None,
     insecure_broker: InsecureBrokerOption = False,
     dashboard: DashboardOption = False,
-    dashboard_port: DashboardPortOption = 8050,
+    dashboard_port: PageOnlyPortOption = None,
 ):
     """Run an experiment file: many runs of each algorithm, then a results directory. Each task is
     kept in --out as it finishes: Ctrl-C stops at once and prints the command that resumes."""
@@ -77,7 +77,8 @@ def run(
         if timeout is not None and not timeout > 0:
             raise ConfigError(f"--timeout {timeout}: must be > 0 seconds")
         access = _broker_access(broker, run_id, credentials, ca_file, cert_file, key_file)
-        if dashboard:
+        dashboard_port = _page_port(dashboard, dashboard_port)
+        if dashboard_port is not None:
             _dashboard_port_free(dashboard_port)
         family, config = experiment_files.load(experiment, overrides)
         out = out or Path("results") / config.name
@@ -90,7 +91,7 @@ def run(
             try:
                 return _run_distributed(family, config, experiment, overrides, out, broker, shards, restart_on_crash,
                                         timeout, access=access, insecure_broker=insecure_broker, run_id=run_id,
-                                        dashboard_port=dashboard_port if dashboard else None)
+                                        dashboard_port=dashboard_port)
             finally:
                 if saved is None:
                     os.environ.pop(COMMAND_ENV, None)
@@ -276,6 +277,16 @@ def _port(text: str) -> int:
 
 
 DashboardPortOption = Annotated[int, typer.Option(parser=_port, metavar="PORT", help="the dashboard's port")]
+# With --dashboard only: given without it, it is refused rather than silently ignored.
+PageOnlyPortOption = Annotated[Optional[int], typer.Option(parser=_port, metavar="PORT",
+                                                           help="with --dashboard: its port [default: 8050]")]
+
+
+def _page_port(dashboard: bool, port: int | None) -> int | None:
+    """The dashboard's port, or None without --dashboard; --dashboard-port alone is an error."""
+    if port is not None and not dashboard:
+        raise ConfigError(f"--dashboard-port {port}: only with --dashboard")
+    return (8050 if port is None else port) if dashboard else None
 
 
 def _broker_access(broker: str | None, run_id: str | None, credentials: Path | None, ca_file: Path | None, cert_file: Path | None,
@@ -834,7 +845,7 @@ def observer(
     run_id: RunIdOption = None,
     state_dir: StateDirOption = None,
     dashboard: Annotated[bool, typer.Option("--dashboard", help="serve the session's live web page")] = False,
-    dashboard_port: DashboardPortOption = 8050,
+    dashboard_port: PageOnlyPortOption = None,
     dashboard_host: Annotated[str, typer.Option(help="the dashboard's address (0.0.0.0 in a container whose "
                                                      "port is published on the host's loopback)")] = "127.0.0.1",
 ):
@@ -847,8 +858,9 @@ def observer(
         raise typer.Exit(2)
     settings, (family, config), built = _settings(broker, run_id), _world(experiment, set_), []
     try:
-        page = Dashboard(dashboard_host, dashboard_port) if dashboard else None
-    except DashboardError as exc:
+        port = _page_port(dashboard, dashboard_port)
+        page = Dashboard(dashboard_host, port) if port is not None else None
+    except (DashboardError, ConfigError) as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(2)
     _serve(lambda: built.append(ObserverService(settings, family, config, parties.split(","), out, ready_timeout,
@@ -966,7 +978,7 @@ def demo(
     key_file: KeyFileOption = None,
     insecure_broker: InsecureBrokerOption = False,
     dashboard: DashboardOption = False,
-    dashboard_port: DashboardPortOption = 8050,
+    dashboard_port: PageOnlyPortOption = None,
 ):
     """Dist-DP-SE end to end: broker, analyzer, aggregator, user fleets and observer as separate
     processes; prints regret, ε spent and bits per user measured on the wire."""

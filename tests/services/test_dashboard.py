@@ -226,6 +226,14 @@ def test_the_dashboard_is_for_distributed_runs_only(tmp_path):
     assert result.exit_code == 2 and "--dashboard: only with --transport mqtt" in " ".join(result.output.split())
 
 
+@pytest.mark.parametrize("command", [["demo"], ["run", "experiments/demo.toml", "--transport", "mqtt"]])
+def test_a_dashboard_port_without_the_dashboard_is_refused_not_ignored(tmp_path, command):
+    result = CliRunner().invoke(app, [*command, "--dashboard-port", "9000", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2, result.output
+    assert "--dashboard-port 9000: only with --dashboard" in " ".join(result.output.split())
+    assert not (tmp_path / "o").exists()  # refused before any work
+
+
 def test_the_observer_serves_the_page_with_its_own_account_only(tmp_path):
     """The page lives in the observer's process: it gets the observer's password and no other's
     (tests/services/test_acl.py proves the broker keeps that account from reports, releases and plans)."""
