@@ -270,8 +270,10 @@ class IntermediaryService(PartyService):
                                max(1, msg.user_ids.size))
         plan = self.plans[msg.plan]
         ids, values = self.authentic(msg, plan, join)
+        before = box.rounds[msg.round].received
         box.receive(Reports(msg.round, msg.plan, ids, values))  # counts its refusals
-        self.moved[msg.round] = time.monotonic()  # its deadline counts from its opening, its idleness from here
+        if box.rounds[msg.round].received > before:  # admitted reports, not refused junk, keep it moving
+            self.moved[msg.round] = time.monotonic()  # (its deadline counts from its opening)
         if msg.block is not None:
             self.close_block(msg, plan)
         await self.release_ready()

@@ -331,7 +331,11 @@ async def test_a_round_whose_reports_are_arriving_is_not_asked_for_again():
     assert svc.box.rounds[4].received == 4, dict(svc.rejected)  # ... but its reports are arriving
     await svc.open_plan(plan)  # the analyzer's re-announcement
     assert resends() == []
-    svc.moved[4] -= IDLE_S + 0.1  # then nothing for IDLE_S: now it asks
+    svc.moved[4] -= IDLE_S + 0.1  # then nothing for IDLE_S ...
+    forged = codec.ReportsMsg(run="r1", task=0, round=4, plan=4, user_ids=np.arange(4, 8, dtype="<u4"),
+                              values=values.astype("<u1"), tags=np.zeros(4, "<u4"))
+    await svc.collect(forged)  # ... but refused junk, which must not keep the round looking alive
+    assert svc.rejected["bad-tag"] == 4 and svc.box.rounds[4].received == 4
     await svc.open_plan(plan)
     assert resends() == [4]
 
