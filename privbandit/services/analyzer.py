@@ -120,9 +120,11 @@ class AnalyzerService(PartyService):
     async def on_message(self, name: str, msg) -> None:
         if not isinstance(msg, codec.ReleaseMsg):
             return self.reject("unexpected-kind", msg.kind)
-        if not self.current(msg) or msg.round in self.decoded:
+        if not self.current(msg):
             return
         try:
+            if msg.round in self.decoded:  # a repeat: refused only if its rule cannot produce it
+                return self.party.check_repeat(codec.release_of(msg))
             record = self.party.on_release(codec.release_of(msg))
         except ProtocolError as exc:  # the round stays open: a valid release may still come
             return self.reject(exc.reason, str(exc))

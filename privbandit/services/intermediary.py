@@ -247,9 +247,7 @@ class IntermediaryService(PartyService):
     async def collect(self, msg: codec.ReportsMsg | codec.SecAggMsg) -> None:
         box = self.box
         if msg.round in box.closed or msg.round in self.failed:
-            records = msg.user_ids.size if isinstance(msg, codec.ReportsMsg) else 1
-            late = isinstance(msg, codec.ReportsMsg) and msg.plan in self.asked_plans
-            return self.reject("late-resend" if late else "round-closed", f"round {msg.round}", max(1, records))
+            return self.refuse_late(msg)
         early = msg.round not in box.rounds or (
             isinstance(msg, codec.ReportsMsg) and msg.plan not in self.plans and box.join_of(msg.round, msg.plan) is None)
         if early:  # its plan has not reached us yet: hold it (bounded) until the plan comes
@@ -277,6 +275,26 @@ class IntermediaryService(PartyService):
         if msg.block is not None:
             self.close_block(msg, plan)
         await self.release_ready()
+
+    def refuse_late(self, msg: codec.ReportsMsg | codec.SecAggMsg) -> None:
+        """A message for a round already closed. Its forged records are refused for what they are
+        (a missing or wrong MAC, an id outside the cohort), as they would have been before the
+        release, so the refusal counts do not depend on who won a race; the authentic rest are
+        late copies: of a plan this party asked for again (``late-resend``), or replayed
+        (``round-closed``)."""
+        plan = self.plans.get(msg.plan) if isinstance(msg, codec.ReportsMsg) else None
+        join = None if plan is None else next((j for j in plan.joins if j.round_id == msg.round), None)
+        if join is None or msg.user_ids.size == 0:  # nothing to check a record against, or no record
+            records = msg.user_ids.size if isinstance(msg, codec.ReportsMsg) else 1
+            return self.reject("round-closed", f"round {msg.round}", max(1, records))
+        ids, values = self.authentic(msg, plan, join)
+        if ids.size and values.shape[0] != self.box.runs:  # as the open round would: one row per run
+            return self.reject("wrong-shape", f"{ids.size} records of round {msg.round}", int(ids.size))
+        outside = (ids < join.first) | (ids >= join.first + join.count)
+        if outside.any():
+            self.reject("not-in-cohort", f"{int(outside.sum())} records of round {msg.round}", int(outside.sum()))
+        if n := int((~outside).sum()):
+            self.reject("late-resend" if msg.plan in self.asked_plans else "round-closed", f"round {msg.round}", n)
 
     def authentic(self, msg: codec.ReportsMsg, plan: Plan, join) -> tuple[np.ndarray, np.ndarray]:
         """Drop the joined users' records whose MAC is missing or wrong, so a report under another

@@ -627,3 +627,25 @@ def test_a_restarted_intermediary_still_answers_for_releases_long_past(tmp_path)
     again = box()
     assert sorted(again.released) == list(range(100))
     assert again.released[0].values.tolist() == [[0]]
+
+
+def test_a_forged_repeat_of_a_decoded_release_is_refused_for_what_it_is():
+    """A release that comes after its round was decoded is normally a repeat (an intermediary
+    answers a re-announced plan with it) and is dropped quietly; one its round's rule cannot
+    produce is refused by reason, as it would have been before the genuine one: the refusal counts
+    no longer depend on which came first."""
+    from privbandit.protocol.spine.events import Release
+
+    fam, config, label = TASKS["Dist-DP-SE"]()
+    spec = codec.TaskSpec(index=0, runs=[0], label=label, family=fam.name, public=fam.public_task(config, label, [0]),
+                          session="5e55").model_dump()
+    party = build_analyzer(spec, analyzer_master_key(config.seed))
+    (rnd, *_) = [r for p in party.next_plans() for r in p.opens]
+    genuine = Release(rnd.id, rnd.expected, np.array([[1]], dtype=np.int64))
+    party.on_release(genuine)
+    party.check_repeat(genuine)  # a repeat the rule can produce: fine
+    for forged, reason in ((Release(rnd.id, rnd.expected + 1, np.array([[1]], dtype=np.int64)), "bad-report-count"),
+                           (Release(rnd.id, rnd.expected, np.array([[rnd.m]], dtype=np.int64)), "out-of-range")):
+        with pytest.raises(ProtocolError) as refused:
+            party.check_repeat(forged)
+        assert refused.value.reason == reason

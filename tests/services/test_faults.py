@@ -347,6 +347,7 @@ async def test_late_answers_to_a_request_are_told_apart_from_replays():
     plan's reports gets (an honest run under load once showed 18 "refusals" this way)."""
     import numpy as np
 
+    from privbandit.protocol.primitives.report_auth import ReportAuthenticator
     from privbandit.protocol.spine.events import Join, Plan, Round
     from privbandit.services import codec
     from privbandit.services.bus import BusSettings
@@ -363,13 +364,18 @@ async def test_late_answers_to_a_request_are_told_apart_from_replays():
         await svc.publish_release(rid, codec.ReleaseMsg(run="r1", task=0, round=rid, n_reports=3,
                                                         values=np.array([[5]], dtype=np.int64)))
 
-    def late(rid: int) -> codec.ReportsMsg:
+    def late(rid: int, tagged: bool = True) -> codec.ReportsMsg:
+        values = np.ones((1, 3, 1), np.int64)
+        tags = ReportAuthenticator(1).tags("r1", 0, rid, rid, 0, np.arange(3), values) if tagged else None
         return codec.ReportsMsg(run="r1", task=0, round=rid, plan=rid, user_ids=np.arange(3, dtype="<u4"),
-                                values=np.ones((1, 3, 1), "<u4"))
+                                values=values.astype("<u4"), tags=tags)
 
     await svc.collect(late(1))
     await svc.collect(late(2))
     assert {k: n for k, n in svc.rejected.items() if n} == {"late-resend": 3, "round-closed": 3}
+    # A forged copy is refused for what it is, after the release as before it: not as a late copy.
+    await svc.collect(late(2, tagged=False))
+    assert {k: n for k, n in svc.rejected.items() if n} == {"late-resend": 3, "round-closed": 3, "missing-tag": 3}
 
 
 @pytest.mark.asyncio

@@ -74,6 +74,7 @@ class Analyzer:
         self.ledger = ledger
         self.runs = runs
         self.open: dict[int, Round] = {}
+        self.decoded: dict[int, Round] = {}  # rounds released and decoded: a repeat is checked against its rule
 
     def next_plans(self) -> list[Plan]:
         plans = self.logic.plans()
@@ -96,6 +97,12 @@ class Analyzer:
         """Once done: the rounds left open that will never be released (their users were served)."""
         return sorted(set(self.open) - self.awaited()) if self.done else []
 
+    def check_repeat(self, release: Release) -> None:
+        """A release of a round decoded already: a repeat the rule can produce is normal (an
+        intermediary answers a re-announced plan with it); one it cannot is refused for what it is,
+        as it would have been before the genuine one came (ProtocolError)."""
+        check_release(self.decoded[release.round_id], release, self.runs)
+
     def on_release(self, release: Release) -> Record:
         rnd = self.open.get(release.round_id)
         if rnd is None:
@@ -103,6 +110,7 @@ class Analyzer:
         check_release(rnd, release, self.runs)
         body, spend = self.logic.on_release(rnd, release)
         del self.open[rnd.id]  # only now: a malformed release leaves the round open
+        self.decoded[rnd.id] = rnd
         # A release may carry several events in different lanes (a central learner's tree leaf and
         # the optimizer calls it triggered); the record's ε is the first's, the release's own, and
         # only the first counts as releases (the observer matches records against that count).
