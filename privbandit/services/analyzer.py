@@ -8,7 +8,8 @@ With a state directory it checkpoints, after every release it decodes, the relea
 task: the analyzer logic is a deterministic function of its public task, its key and the releases
 it consumed (docs/architecture.md), so replaying them into a fresh party rebuilds the learner, the
 ledger and the open plans exactly. A release for a round it already decoded (an intermediary
-re-sending after a restart) is an idempotent no-op.
+re-sending after a restart) is an idempotent no-op, unless the round's rule cannot produce it:
+then it is refused by reason, as it would have been before the genuine one.
 """
 
 from __future__ import annotations
@@ -65,7 +66,6 @@ class AnalyzerService(PartyService):
         self.last_progress = 0.0
         self.done = False
         self.consumed: list[codec.ReleaseMsg] = []  # every release decoded, in order
-        self.decoded: set[int] = set()
         self.records: list[codec.RecordMsg] = []  # what the observer got: sent again on resync
 
     def subscriptions(self):
@@ -74,7 +74,7 @@ class AnalyzerService(PartyService):
     async def on_task(self, spec: dict) -> None:
         self.party = build_analyzer(spec, self.master_key)
         self.done = False
-        self.consumed, self.decoded, self.records = [], set(), []
+        self.consumed, self.records = [], []
         saved = self.resumable(spec)
         await self.advance(None if saved is None else self.replay(saved.get("releases")))
 
@@ -89,7 +89,6 @@ class AnalyzerService(PartyService):
             raise CheckpointError("checkpoint-inconsistent", f"{self.state.path}: its releases do not "
                                   f"replay: {exc}") from None
         self.consumed = msgs
-        self.decoded = {m.round for m in msgs}
         self.records = [codec.record_msg(self.run_id, self.task_index, r) for r in records]
         log.info("resumed task %d from %s: %d releases replayed", self.task_index, self.state.path, len(msgs))
         return plans
@@ -123,13 +122,12 @@ class AnalyzerService(PartyService):
         if not self.current(msg):
             return
         try:
-            if msg.round in self.decoded:  # a repeat: refused only if its rule cannot produce it
+            if msg.round in self.party.decoded:  # a repeat: refused only if its rule cannot produce it
                 return self.party.check_repeat(codec.release_of(msg))
             record = self.party.on_release(codec.release_of(msg))
         except ProtocolError as exc:  # the round stays open: a valid release may still come
             return self.reject(exc.reason, str(exc))
         self.consumed.append(msg)
-        self.decoded.add(msg.round)
         self.records.append(codec.record_msg(self.run_id, self.task_index, record))
         await self.bus.publish(self.t("metrics", self.name), self.records[-1])
         await self.advance()
