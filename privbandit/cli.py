@@ -286,7 +286,9 @@ def _page_port(dashboard: bool, port: int | None) -> int | None:
     """The dashboard's port, or None without --dashboard; --dashboard-port alone is an error."""
     if port is not None and not dashboard:
         raise ConfigError(f"--dashboard-port {port}: only with --dashboard")
-    return (8050 if port is None else port) if dashboard else None
+    from privbandit.services.dashboard import DEFAULT_PORT
+
+    return (DEFAULT_PORT if port is None else port) if dashboard else None
 
 
 def _broker_access(broker: str | None, run_id: str | None, credentials: Path | None, ca_file: Path | None, cert_file: Path | None,

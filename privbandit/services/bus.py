@@ -186,6 +186,13 @@ def topic_class(name: str) -> str:
     return parts[2] if len(parts) > 2 else "other"
 
 
+def topic_party(name: str) -> str:
+    """``pb/<run>/metrics/users-0`` → ``users-0``, ``pb/<run>/relay/shuffler`` → ``shuffler``: the
+    party a topic names (the broker lets only that party's account publish there), or ""."""
+    parts = name.split("/")
+    return parts[3] if len(parts) > 3 else ""
+
+
 def _varint_len(n: int) -> int:
     size = 1
     while n >= 128:

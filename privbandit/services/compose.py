@@ -361,8 +361,10 @@ def up(compose_file: Path, broker_url: str | None = None, workdir: Path | None =
                 running.append(svc)
                 print(f"[up] {name}: started, log {svc.log}", file=sys.stderr)
                 if "--dashboard" in svc.command:
+                    from privbandit.services.dashboard import DEFAULT_PORT
+
                     port = svc.command[svc.command.index("--dashboard-port") + 1] if "--dashboard-port" in svc.command \
-                        else "8050"
+                        else DEFAULT_PORT
                     print(f"[up] {name}: dashboard at http://127.0.0.1:{port}/ while the session runs", file=sys.stderr)
         _supervise(observer, running, deadline, workdir)
     code = observer.proc.returncode

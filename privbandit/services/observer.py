@@ -43,6 +43,7 @@ from privbandit.protocol.primitives.seeding import report_auth_master
 from privbandit.protocol.spine.observer import Observer, RunResult, checkpoint_grid, checkpoints_in
 from privbandit.runner.results import summarize, write_results
 from privbandit.services import codec
+from privbandit.services.bus import topic_party
 from privbandit.services.checkpoint import CheckpointError, spec_fingerprint
 from privbandit.services.dashboard import live_snapshot, merged_rejections
 from privbandit.services.party import PartyService
@@ -316,7 +317,7 @@ class ObserverService(PartyService):
         # put off the resync of a task whose metrics stopped.
         if not (isinstance(msg, codec.StatusMsg) and msg.state == "rounds"):
             self.last_metrics = now
-        sender = name.split("/")[3] if name.count("/") >= 3 else ""
+        sender = topic_party(name)
         if sender in self.parties:
             self.heard[sender] = now
         if sender not in self.parties and not (sender == self.name and isinstance(msg, codec.StatusMsg)):

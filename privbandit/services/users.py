@@ -27,6 +27,7 @@ from privbandit.protocol.primitives.seeding import USER_BLOCK, report_auth_maste
 from privbandit.protocol.spine.events import Plan, Reports, Round
 from privbandit.protocol.spine.parties import Users, blocks_of
 from privbandit.services import codec
+from privbandit.services.bus import topic_party
 from privbandit.services.party import PartyService
 from privbandit.services.secagg_rounds import FleetSecAgg
 
@@ -115,7 +116,7 @@ class UserFleetService(PartyService):
             # answered already: one serve per plan per RESERVE_S, or a restarted fleet works through
             # rounds × plan of them and misses the session's end. Only the asker's rounds are sent
             # again: another intermediary of the plan did not ask and may have closed its rounds.
-            asker = name.split("/")[3] if name.count("/") >= 3 else ""
+            asker = topic_party(name)
             if self.current(msg):
                 for plan in [p for p in self.served.values() if any(j.round_id == msg.round for j in p.joins)]:
                     recent = time.monotonic() - self.reserved.get((plan.id, asker), -math.inf) < RESERVE_S
