@@ -23,7 +23,7 @@ Three amqtt defects are patched in the child, each failing loudly if a newer amq
 replaces: unbounded per-subscriber queues (:func:`_bound_queues`, issue #20 item 10), a taken-over
 persistent session marked disconnected by its old connection's end, which left a party connected
 and deaf after a broker pause (:func:`_keep_taken_over_sessions`, item 7), and a SUBSCRIBE during
-routing that lost the message being routed (:class:`_SnapshotItems`). Packets over the size cap
+routing that lost the message being routed (:func:`_route_from_snapshots`). Packets over the size cap
 close the connection (:func:`_cap_packets`).
 
 amqtt speaks MQTT 3.1.1 only (aiomqtt's default). ``open_mode=True`` starts it without
@@ -341,9 +341,6 @@ def _bound_queues(broker_class, handler_class, max_messages: int, max_bytes: int
         if not isinstance(getattr(self, "_tasks_queue", None), deque):
             raise RuntimeError("amqtt's Broker._tasks_queue is gone: cannot bound queues")
         self._tasks_queue = _PrunedTasks()
-        if not isinstance(getattr(self, "_subscriptions", None), dict):
-            raise RuntimeError("amqtt's Broker._subscriptions is gone: cannot route safely")
-        self._subscriptions = _SnapshotItems(self._subscriptions)
 
     handler_class.mqtt_publish = bounded_publish
     broker_class._retain_broadcast_message = bounded_queue
@@ -397,6 +394,19 @@ class _SnapshotItems(dict):
         return list(super().items())
 
 
+def _route_from_snapshots(broker_class) -> None:
+    """Every broker's subscription table is a :class:`_SnapshotItems`."""
+    init = broker_class.__init__
+
+    def init_snapshots(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        if not isinstance(getattr(self, "_subscriptions", None), dict):  # a newer amqtt: fail, do not lose messages
+            raise RuntimeError("amqtt's Broker._subscriptions is gone: cannot route safely")
+        self._subscriptions = _SnapshotItems(self._subscriptions)
+
+    broker_class.__init__ = init_snapshots
+
+
 def _broker_config(port: int, *, run_id: str, password_file: str | None, open_mode: bool) -> dict:
     if open_mode:
         plugins: dict = {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}}
@@ -435,6 +445,7 @@ async def _serve(port: int, *, run_id: str, password_file: str | None, open_mode
     _cap_packets(MQTTFixedHeader, acl.MAX_PACKET_BYTES)
     _bound_queues(Broker, BrokerProtocolHandler, acl.MAX_QUEUED_MESSAGES, max_queued_bytes)
     _keep_taken_over_sessions(Broker)
+    _route_from_snapshots(Broker)
     if not open_mode:
         import amqtt.broker
 
