@@ -38,10 +38,6 @@ from privbandit.protocol.spine.family import Family
 from privbandit.protocol.spine.observer import checkpoint_grid
 from privbandit.runner.config import ConfigError
 
-# Fleets check every secure round's graph against their own threat model: one derivation per
-# cohort size, not per round.
-_graph = lru_cache(maxsize=256)(graph_for)
-
 ROUND_FIELDS = ["batch", "arm", "g", "tau", "m", "wrapped", "estimate_sum", "true_sum", "noise", "noise_bound",
                 "noise_encoded", "decode_failure", "attackers", "epsilon_coalition", "secagg_k", "secagg_t"]
 
@@ -254,7 +250,7 @@ class DistributedDpMab(Family):
         if a.intermediary != "secagg" or rnd.secagg != a.secagg_graph:
             raise ValueError(f"round {rnd.id} is a {rnd.secagg} secure round, but {label} here runs "
                              f"intermediary = {a.intermediary!r}, secagg_graph = {a.secagg_graph!r}")
-        want = _graph(a.secagg_graph, rnd.expected, a.threat_model())
+        want = graph_for(a.secagg_graph, rnd.expected, a.threat_model())  # derive() is cached per (n, threat)
         if (rnd.secagg_degree, rnd.secagg_threshold) != (want.k, want.t):
             raise ValueError(f"round {rnd.id}: graph (k, t) = ({rnd.secagg_degree}, {rnd.secagg_threshold}) for "
                              f"n = {rnd.expected}, but this experiment's threat model gives ({want.k}, {want.t})")
