@@ -263,6 +263,17 @@ class _RecordingBus:
         self.sent.append((topic_name, msg))
 
 
+async def _intermediary(role: str = "aggregator", label: str = "Dist-DP-SE"):
+    """An intermediary service of run r1 on a recording bus, running task 0 (one run)."""
+    from privbandit.services.bus import BusSettings
+    from privbandit.services.intermediary import IntermediaryService
+
+    svc = IntermediaryService(BusSettings(run_id="r1"), report_key=1, role=role)
+    svc.bus, svc.task_spec = _RecordingBus(), {"index": 0, "runs": [0], "label": label}
+    await svc.on_task(svc.task_spec)
+    return svc
+
+
 @pytest.mark.asyncio
 async def test_an_intermediary_asks_for_a_round_again_until_it_completes():
     """A fleet whose broker session was lost with the broker misses a resend request sent before
@@ -272,12 +283,9 @@ async def test_an_intermediary_asks_for_a_round_again_until_it_completes():
 
     from privbandit.protocol.spine.events import Round
     from privbandit.services import codec
-    from privbandit.services.bus import BusSettings
-    from privbandit.services.intermediary import RESEND_S, IntermediaryService
+    from privbandit.services.intermediary import RESEND_S
 
-    svc = IntermediaryService(BusSettings(run_id="r1"), report_key=1)
-    svc.bus, svc.task_spec = _RecordingBus(), {"index": 0, "runs": [0], "label": "Dist-DP-SE"}
-    await svc.on_task(svc.task_spec)
+    svc = await _intermediary()
     for rid in (20, 21):
         svc.box.open(Round(rid, "aggregator", "sum", expected=3, m=16))
         svc.opened[rid] = time.monotonic()
@@ -311,12 +319,9 @@ async def test_a_round_whose_reports_are_arriving_is_not_asked_for_again():
     from privbandit.protocol.primitives.report_auth import ReportAuthenticator
     from privbandit.protocol.spine.events import Join, Plan, Round
     from privbandit.services import codec
-    from privbandit.services.bus import BusSettings
-    from privbandit.services.intermediary import IDLE_S, IntermediaryService
+    from privbandit.services.intermediary import IDLE_S
 
-    svc = IntermediaryService(BusSettings(run_id="r1"), report_key=1)
-    svc.bus, svc.task_spec = _RecordingBus(), {"index": 0, "runs": [0], "label": "Dist-DP-SE"}
-    await svc.on_task(svc.task_spec)
+    svc = await _intermediary()
     plan = Plan(4, 0, 8, opens=(Round(4, "aggregator", "sum", expected=8, m=16),), joins=(Join(4, 0, 8, 8),))
 
     def resends():
@@ -350,12 +355,8 @@ async def test_late_answers_to_a_request_are_told_apart_from_replays():
     from privbandit.protocol.primitives.report_auth import ReportAuthenticator
     from privbandit.protocol.spine.events import Join, Plan, Round
     from privbandit.services import codec
-    from privbandit.services.bus import BusSettings
-    from privbandit.services.intermediary import IntermediaryService
 
-    svc = IntermediaryService(BusSettings(run_id="r1"), report_key=1)
-    svc.bus, svc.task_spec = _RecordingBus(), {"index": 0, "runs": [0], "label": "Dist-DP-SE"}
-    await svc.on_task(svc.task_spec)
+    svc = await _intermediary()
     for pid in (1, 2):
         await svc.open_plan(Plan(pid, 0, 3, opens=(Round(pid, "aggregator", "sum", expected=3, m=16),),
                                  joins=(Join(pid, 0, 3, 3),)))
@@ -388,12 +389,9 @@ async def test_a_restarted_intermediary_asks_again_for_a_round_whose_plan_is_ann
 
     from privbandit.protocol.spine.events import Join, Plan, Round
     from privbandit.services import codec
-    from privbandit.services.bus import BusSettings
-    from privbandit.services.intermediary import IDLE_S, IntermediaryService
+    from privbandit.services.intermediary import IDLE_S
 
-    svc = IntermediaryService(BusSettings(run_id="r1"), report_key=1, role="shuffler")
-    svc.bus, svc.task_spec = _RecordingBus(), {"index": 0, "runs": [0], "label": "Dist-RDP-shuffled"}
-    await svc.on_task(svc.task_spec)
+    svc = await _intermediary("shuffler", "Dist-RDP-shuffled")
     svc.recovering = True  # as after a restart from a checkpoint
 
     def plan(pid: int, rid: int) -> Plan:
