@@ -1,6 +1,6 @@
 """Noise-share samplers: draws per second on one core, 10⁶ draws per call, best of 3.
 
-    python benchmarks/bench_samplers.py
+    python benchmarks/bench_samplers.py [--only SUBSTRING]
 """
 
 from __future__ import annotations
@@ -13,6 +13,10 @@ import numpy as np
 
 from privbandit.protocol.primitives.noise import sample_discrete_laplace, sample_polya_shares, sample_skellam
 from privbandit.protocol.primitives.noise.discrete_gaussian import sample_discrete_gaussian
+from privbandit.protocol.primitives.noise.grid_gaussian import GAUSSIAN_GRID, sample_discrete_gaussian_fast
+
+# The linear family's grid Gaussian: σ = 1.9 (LDP's paper-code σ at ε = 1, d = 5) in steps of γ = 2⁻²⁰.
+GRID_SIGMA = 1.9 / GAUSSIAN_GRID
 
 N = 1_000_000
 
@@ -27,6 +31,11 @@ def rate(fn) -> float:
 
 
 def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="", help="run the samplers whose name contains this")
+    only = ap.parse_args().only
     rng = np.random.default_rng(0)
     print(f"machine: {platform.machine()}, python {platform.python_version()}, numpy {np.__version__}")
     cases = {
@@ -37,8 +46,14 @@ def main() -> None:
         "discrete Gaussian, exact (σ² = 100)": lambda: sample_discrete_gaussian(Fraction(100), N, rng),
         "discrete Gaussian, exact (σ² = 10⁴)": lambda: sample_discrete_gaussian(Fraction(10**4), N, rng),
         "discrete Gaussian, exact (σ² = 1/4)": lambda: sample_discrete_gaussian(Fraction(1, 4), N, rng),
+        "discrete Gaussian, exact (σ = 2·10⁶)": lambda: sample_discrete_gaussian(Fraction(GRID_SIGMA**2), N, rng),
+        "discrete Gaussian, double coins (σ = 2·10⁶)": lambda: sample_discrete_gaussian_fast(GRID_SIGMA, N, rng),
+        "discrete Gaussian, double coins (σ = 2)": lambda: sample_discrete_gaussian_fast(2.0, N, rng),
+        "float normal (numpy, no guarantee)": lambda: rng.normal(0.0, 1.0, N),
     }
     for name, fn in cases.items():
+        if only not in name:
+            continue
         print(f"{name:<40}{rate(fn):>14,.0f} draws/s")
 
 

@@ -151,15 +151,17 @@ def test_tree_changes_are_the_steps_changes(start, n):
     bit, and leave the same tree (its live nodes, by identity of their draws, and its count)."""
     from privbandit.families.shuffle_linear_bandits import mechanisms as slb
     from privbandit.families.shuffle_linear_bandits.lookahead import tree_changes
+    from privbandit.protocol.primitives.noise.grid_gaussian import to_grid
 
     rng = np.random.default_rng(start + n)
     one, many = slb.TreeAggregator(1.0, (2, 4)), slb.TreeAggregator(1.0, (2, 4))
     for _ in range(start):
-        draw = rng.normal(size=(2, 4))
+        draw = to_grid(rng.normal(size=(2, 4)))
         one.step(np.zeros((2, 4)), draw)
         many.step(np.zeros((2, 4)), draw)
-    fresh = rng.normal(size=(2, n, 4))
-    raw = rng.normal(size=(2, n, 4))
+    # the tree's noise and the analyzer's decoded sums lie on the grid (the step rounds its raw sum)
+    fresh = to_grid(rng.normal(size=(2, n, 4)))
+    raw = to_grid(rng.normal(size=(2, n, 4)))
     stepped = np.stack([one.step(raw[:, i], fresh[:, i]) for i in range(n)], axis=1)
     np.testing.assert_array_equal(raw + tree_changes(many, fresh), stepped)
     assert many.count == one.count and len(many.nodes) == len(one.nodes)

@@ -38,6 +38,7 @@ from privbandit.families.shuffle_linear_bandits.mechanisms import (
     to_upper,
 )
 from privbandit.protocol.primitives.noise.discrete_gaussian import sample_discrete_gaussian
+from privbandit.protocol.privacy.amplification import zcdp_rho  # re-exported: the tree calibration
 
 # The fixed grid of the trees' and DP-SGD's noise: 2⁻⁸. Leaves and clipped gradients are rounded
 # to it, which adds at most grid·√D to a neighbour's ℓ2 distance; that is charged in the sensitivity.
@@ -45,15 +46,6 @@ GRID = 2.0**-8
 VEC_CONSTANT = 24e4  # eq. (127)'s constant in b
 # Rényi orders of the DP-SGD noise search (a short list: the accountant's WOR bound is slow).
 SGD_ORDERS = (1.5, 2, 2.5, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 128, 256)
-
-
-def zcdp_rho(epsilon: float, delta: float) -> float:
-    """The largest ρ with ρ + 2√(ρ log(1/δ)) ≤ ε: ρ-zCDP then gives (ε, δ)-DP (Bun & Steinke 2016,
-    Prop. 1.3), the conversion the authors' tree uses."""
-    if epsilon <= 0 or not 0 < delta < 1:
-        raise ValueError(f"zCDP calibration needs ε > 0 and δ in (0, 1); got ε={epsilon}, δ={delta}")
-    L = math.log(1.0 / delta)
-    return (math.sqrt(L + epsilon) - math.sqrt(L)) ** 2
 
 
 def tree_levels(horizon: int) -> int:

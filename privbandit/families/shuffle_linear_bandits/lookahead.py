@@ -36,6 +36,7 @@ import numpy as np
 
 from privbandit.families.shuffle_linear_bandits import mechanisms as slb
 from privbandit.families.shuffle_linear_bandits.learners import Widths, _einsum, _inv, _pd
+from privbandit.protocol.primitives.noise.grid_gaussian import to_grid
 
 
 class LookAhead:
@@ -55,7 +56,9 @@ class LookAhead:
         self.raw = np.concatenate([x, ys[..., None]], axis=-1)  # (φ, y), as the users concatenate it
         self.xy = arms[:, :, None, :] * y  # φ·y, as update_rank_one multiplies it
         self.xx = arms[..., :, None] * arms[..., None, :]  # φφᵀ
-        self.entries = slb.user_entries(x, ys)  # [φy, upper(φφᵀ)]
+        # [φy, upper(φφᵀ)] on the grid, as the Gaussian randomizer and the tree round them (rounding is
+        # idempotent: the users' and the analyzer's own rounding of these gives the same bits)
+        self.entries = to_grid(slb.user_entries(x, ys))
         self.decoded = self.entries + 0.0  # JDP: the analyzer's sum over the one report
         self.mirror = slb.mirror_indices(d)  # entries index of V[i, j]
         self.decoded_v = self.decoded[..., self.mirror]  # its matrix part, mirrored (a gather: same bits)

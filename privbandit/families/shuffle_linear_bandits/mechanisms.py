@@ -38,6 +38,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from privbandit.protocol.primitives.noise.grid_gaussian import grid_gaussian_noise, to_grid
 from privbandit.protocol.primitives.seeding import stream
 
 
@@ -91,7 +92,10 @@ def split_entries(e: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass(frozen=True)
 class GaussianRandomizer:
-    """Algorithm 2 (R_Amp): independent N(0, σ²) on every entry of φy and of upper(φφᵀ).
+    """Algorithm 2 (R_Amp): Gaussian noise of standard deviation σ on every entry of φy and of
+    upper(φφᵀ), on the grid: the entries rounded to γℤ plus γ·N_ℤ(0, (σ/γ)²) each
+    (:mod:`~privbandit.protocol.primitives.noise.grid_gaussian`; the paper's N(0, σ²) in floating
+    point would not be the mechanism its theorem is about, Mironov 2012).
 
     Algorithm 2 prints σ₂ for the vector and σ₁ for the matrix (a swap, spec §11 item 4); every theorem
     sets σ₁ = σ₂, which is all we support. Noise on the upper triangle only, mirrored by the analyzer,
@@ -106,10 +110,10 @@ class GaussianRandomizer:
     # randomize = apply ∘ draw: each run draws from its own stream (a noise block at a time,
     # :class:`BlockStreams`) and the draws of all runs stacked are applied at once.
     def draw(self, shape: tuple, rng: np.random.Generator) -> np.ndarray:
-        return rng.normal(0.0, self.sigma, size=shape)
+        return grid_gaussian_noise(self.sigma, shape, rng)
 
     def apply(self, entries: np.ndarray, noise: np.ndarray) -> np.ndarray:
-        return entries + noise
+        return to_grid(entries) + noise  # both on the grid: the sum is exact
 
 
 @dataclass(frozen=True)
@@ -267,8 +271,10 @@ class TreeAggregator:
     """The central analyzer of LinUCB-JDP: prefix sums through the binary-tree mechanism
     (Chan, Shi & Song 2010; Dwork et al. 2010), as Shariff & Sheffet 2018 use it.
 
-    The c-th released prefix sum is the true sum plus the noise of the nodes of c's binary
-    decomposition, one fresh N(0, σ²) per node (per entry, upper triangle mirrored). Going from c to c+1
+    The c-th released prefix sum is the sum of the observations, each rounded to the grid γℤ, plus the
+    noise of the nodes of c's binary decomposition, one fresh γ·N_ℤ(0, (σ/γ)²) per node (per entry,
+    upper triangle mirrored; :mod:`~privbandit.protocol.primitives.noise.grid_gaussian`, so every
+    release lies on the grid). Going from c to c+1
     drops the nodes of c's trailing one-bits and opens one new node, so each step costs O(1) draws
     amortized. The authors' code instead reuses ⌊ln n⌋+1 fixed noise draws (spec §9, §11 item 18).
     """
@@ -288,8 +294,8 @@ class TreeAggregator:
 
     def step(self, raw_sum: np.ndarray, source) -> np.ndarray:
         """Absorb one observation (a batch sum); return the change of the released prefix sum.
-        ``source``: a generator, or the new node's N(0, σ²) noise already drawn (``shape``)."""
-        fresh = source if isinstance(source, np.ndarray) else source.normal(0.0, self.sigma, size=self.shape)
+        ``source``: a generator, or the new node's grid noise already drawn (``shape``)."""
+        fresh = source if isinstance(source, np.ndarray) else grid_gaussian_noise(self.sigma, self.shape, source)
         change = fresh.copy()
         c, j = self.count, 0
         while c & 1:  # the nodes of c's trailing ones merge into the new level-j node
@@ -301,7 +307,7 @@ class TreeAggregator:
             self.nodes.append(None)
         self.nodes[j] = fresh
         self.count += 1
-        return raw_sum + change
+        return to_grid(raw_sum) + change
 
     def prefix_noise(self) -> np.ndarray:
         """The noise in the current prefix sum (for tests and diagnostics)."""
@@ -435,4 +441,4 @@ def user_noise(seed: int, label: str, run: int, batch: int, randomizer, width: i
 def tree_noise(key: int, sigma: float, width: int) -> BlockStreams:
     """The trusted analyzer's tree-node noise for one run (one node per batch), from its own key."""
     return BlockStreams(lambda k: stream(key, "linear-tree", k), 1, width,
-                        lambda rng, shape: rng.normal(0.0, sigma, size=shape))
+                        lambda rng, shape: grid_gaussian_noise(sigma, shape, rng))

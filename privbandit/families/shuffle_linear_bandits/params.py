@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 
 from privbandit.families.shuffle_linear_bandits.mechanisms import VecParams, n_entries, tree_levels
+from privbandit.protocol.primitives.noise.grid_gaussian import grid_sensitivity
 from privbandit.protocol.privacy import ZCDP, ApproxDP, NonPrivate, NoneProven, PrivacyEvent
 from privbandit.protocol.privacy import amplification as amp
 
@@ -83,14 +84,15 @@ def ldp_sigma(preset: str, budget: Budget, feature_norm: float) -> float:
     return 4 * math.sqrt(2 * math.log(2.5 / delta)) / eps * max(feature_norm, feature_norm**2)
 
 
-def jdp_sigma(preset: str, budget: Budget, observations: int, feature_norm: float) -> float:
+def jdp_sigma(preset: str, budget: Budget, observations: int, feature_norm: float, d: int) -> float:
     """Per-node sd of the tree. Theory: each user sits in ≤ ⌊log₂ n⌋+1 nodes; Gaussian nodes compose
-    as ρ = levels·Δ²/(2σ²)-zCDP, solved for ρ(ε, δ) (user-level: Δ grows by M₀, Prop. 4.3)."""
+    as ρ = levels·Δ²/(2σ²)-zCDP, solved for ρ(ε, δ) (user-level: Δ grows by M₀, Prop. 4.3), Δ the
+    grid-widened sensitivity :func:`node_event` charges."""
     eps, delta = budget.epsilon, budget.delta
     if preset == "paper-code":  # the code's sd uses ln n for the node count
         return math.sqrt(math.log(observations)) * math.log(2.5 / delta) / eps
     levels = tree_levels(observations)
-    sens = report_sensitivity(feature_norm) * budget.participations
+    sens = grid_sensitivity(report_sensitivity(feature_norm), n_entries(d)) * budget.participations
     return sens * math.sqrt(levels / (2 * amp.zcdp_rho(eps, delta)))
 
 
@@ -204,8 +206,9 @@ def paper_code_noise(algorithm: str, epsilon: float, delta: float, batch: int, h
 # --- privacy events ------------------------------------------------------------------------------
 
 AMP_BASIS = ("Feldman-McMillan-Talwar 2021, Thm 3.2 numeric + Thm 3.8 (amplification by shuffling of the "
-             "Gaussian randomizer, its (ε₀, δ₀) by the analytic Gaussian curve)")
-LDP_BASIS = "analytic Gaussian mechanism (Balle & Wang 2018), one attributable report per user and batch"
+             "grid's discrete Gaussian randomizer, its (ε₀, δ₀) from ρ-zCDP, Canonne-Kamath-Steinke 2020 Thm 14)")
+LDP_BASIS = ("discrete Gaussian on the grid, ρ-zCDP (Canonne-Kamath-Steinke 2020, Thm 14), one attributable "
+             "report per user and batch")
 VEC_BASIS = "Chowdhury & Zhou 2022, Thm 3.5 / C.1 (Cheu et al. 2021 adapted)"
 
 
@@ -226,31 +229,44 @@ def vec_warnings(preset: str, budget: Budget, vec: VecParams, vec_scale: float |
     return covered, warnings
 
 
+def report_rho(feature_norm: float, d: int, sigma: float) -> float:
+    """ρ of one report through the grid Gaussian randomizer: (Δ + √D·γ)²/(2σ²), Δ the reports'
+    ℓ2 sensitivity (:func:`report_sensitivity`), widened by the rounding of D entries to the grid
+    (:func:`~privbandit.protocol.primitives.noise.grid_gaussian.grid_sensitivity`)."""
+    return grid_sensitivity(report_sensitivity(feature_norm), n_entries(d)) ** 2 / (2 * sigma**2)
+
+
 def batch_event(algorithm: str, preset: str, budget: Budget, batch: int, feature_norm: float,
-                sigma: float | None, vec: VecParams | None, vec_scale: float | None) -> PrivacyEvent:
-    """What one batch's release guarantees its users (JDP: one tree node, see :func:`node_event`)."""
-    sens = report_sensitivity(feature_norm)
+                sigma: float | None, vec: VecParams | None, vec_scale: float | None,
+                d: int | None = None) -> PrivacyEvent:
+    """What one batch's release guarantees its users (JDP: one tree node, see :func:`node_event`).
+    ``d``: the features' dimension, which the Gaussian mechanisms' grid rounding needs."""
     if algorithm == "linucb":
         return NonPrivate()
+    if algorithm != "linucb-sdp-vec" and d is None:
+        raise ValueError(f"{algorithm}: the privacy event needs the dimension d (its grid rounding widens Δ)")
     if algorithm == "linucb-sdp-amp":
-        a = amp.amplified_gaussian(batch, sens, sigma, budget.delta)
+        local = amp.discrete_gaussian_local_epsilon(report_rho(feature_norm, d, sigma))
+        a = amp.amplified_randomizer(batch, local, budget.delta)
         return ApproxDP(a["epsilon"], a["delta"], AMP_BASIS)
     if algorithm == "linucb-ldp":
-        return ApproxDP(amp.gaussian_epsilon(sens, sigma, budget.delta), budget.delta, LDP_BASIS)
+        return ZCDP(report_rho(feature_norm, d, sigma))
     if algorithm == "linucb-jdp":
-        return node_event(budget, feature_norm, sigma)
+        return node_event(budget, feature_norm, sigma, d)
     covered, warnings = vec_warnings(preset, budget, vec, vec_scale)
     if not covered:
         return NoneProven("P_Vec: " + "; ".join(warnings))
     return ApproxDP(budget.epsilon, budget.delta, VEC_BASIS)
 
 
-def node_event(budget: Budget, feature_norm: float, sigma: float) -> ZCDP:
-    """One node of JDP's Gaussian tree: Δ²/(2σ²)-zCDP (Bun & Steinke 2016) for the users whose
-    reports it sums, Δ the ℓ2 distance of two users' reports (times M₀ for returning users, Prop.
-    4.3). The analyzer records level j's nodes in lane ``level-j``: a level's nodes cover disjoint
-    batches, levels compose sequentially, so a user pays ≤ ⌊log₂ n⌋ + 1 nodes, the tree's bound."""
-    sens = report_sensitivity(feature_norm) * budget.participations
+def node_event(budget: Budget, feature_norm: float, sigma: float, d: int) -> ZCDP:
+    """One node of JDP's tree: Δ²/(2σ²)-zCDP (Bun & Steinke 2016; for the grid's discrete Gaussian,
+    Canonne-Kamath-Steinke 2020 Thm 14) for the users whose reports it sums. Δ is the ℓ2 distance of
+    two users' reports widened by the rounding of the batch sum to the grid, times M₀ for returning
+    users (Prop. 4.3). The analyzer records level j's nodes in lane ``level-j``: a level's nodes cover
+    disjoint batches, levels compose sequentially, so a user pays ≤ ⌊log₂ n⌋ + 1 nodes, the tree's
+    bound."""
+    sens = grid_sensitivity(report_sensitivity(feature_norm), n_entries(d)) * budget.participations
     return ZCDP(sens**2 / (2 * sigma**2))
 
 

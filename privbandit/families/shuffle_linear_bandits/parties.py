@@ -110,7 +110,7 @@ class Setup:
 
     def event(self) -> PrivacyEvent:
         return lp.batch_event(self.kind, self.preset, self.budget, self.batch, self.feature_norm, self.sigma,
-                              self.vec, self.vec_scale)
+                              self.vec, self.vec_scale, self.d)
 
     def describe(self) -> dict:
         out = lp.describe(self.kind, self.preset, self.epsilon, self.delta, self.budget, self.batch,
@@ -134,7 +134,7 @@ def setup(public: dict) -> Setup:
     elif kind == "linucb-ldp":
         sigma = lp.ldp_sigma(preset, budget, norm)
     elif kind == "linucb-jdp":
-        sigma = lp.jdp_sigma(preset, budget, math.ceil(T / B), norm)
+        sigma = lp.jdp_sigma(preset, budget, math.ceil(T / B), norm, d)
     elif kind == "linucb-sdp-vec":
         vec = lp.vec_params(preset, budget, B, d, entry, norm, a["vec_scale"], a["vec_span"])
     sigma_total = lp.noise_scale_total(kind, sigma or 0.0, T, B, vec)

@@ -2,24 +2,26 @@
 
 Four published bounds, each evaluated numerically so the ledger shows the ε actually obtained:
 
-- :func:`gaussian_epsilon`: the exact (ε, δ) curve of the Gaussian mechanism (Balle & Wang 2018,
-  "analytic Gaussian mechanism", Thm 8): δ(ε) = Φ(Δ/2σ − εσ/Δ) − e^ε Φ(−Δ/2σ − εσ/Δ).
-  It gives the local ε₀ of P_Amp's randomizer (Algorithm 2) and of the LDP baseline.
-- :func:`shuffle_epsilon`: amplification by shuffling, Feldman, McMillan & Talwar, "Hiding among
-  the clones" (FOCS 2021), Thm 3.2 evaluated numerically (their §5): shuffling n ε₀-LDP reports is
+- :func:`gaussian_epsilon`: the exact (ε, δ) curve of the continuous Gaussian mechanism (Balle &
+  Wang 2018, "analytic Gaussian mechanism", Thm 8): δ(ε) = Φ(Δ/2σ − εσ/Δ) − e^ε Φ(−Δ/2σ − εσ/Δ).
+  The audits compare against it; the linear family's randomizers are the grid's discrete Gaussian,
+  whose local ε₀(δ₀) is :func:`discrete_gaussian_local_epsilon` (zCDP, converted).
+- :func:`shuffle_epsilon` and :func:`amplified_randomizer`: amplification by shuffling, Feldman,
+  McMillan & Talwar, "Hiding among the clones" (FOCS 2021), Thm 3.2 evaluated numerically (their §5): shuffling n ε₀-LDP reports is
   (ε, δ)-DP when the pair P = (A+Δ, C−A+1−Δ), Q = (A+1−Δ, C−A+Δ) is (ε, δ)-indistinguishable, with
   C ~ Bin(n−1, e^{−ε₀}), A ~ Bin(C, ½), Δ ~ Bern(e^{ε₀}/(e^{ε₀}+1)). Approximate-DP randomizers
-  (Gaussian) go through their Thm 3.8: add (e^ε + 1)(1 + e^{−ε₀}/2)·n·δ₀ to δ. :func:`fmt_closed_form`
+  (the discrete Gaussian) go through their Thm 3.8: add (e^ε + 1)(1 + e^{−ε₀}/2)·n·δ₀ to δ. :func:`fmt_closed_form`
   is the closed form the paper's Lemma B.4 quotes; the numeric bound is never worse.
 - :func:`advanced_composition`: Dwork, Rothblum & Vadhan 2010 (the paper's Thm E.2 uses its
   simplified form) for returning users who take part in up to M batches.
-- :func:`zcdp_epsilon`: ρ-zCDP ⇒ (ρ + 2√(ρ log(1/δ)), δ)-DP (Bun & Steinke 2016, Prop. 1.3), for the
-  Gaussian tree mechanism of the JDP baseline.
+- :func:`zcdp_epsilon`: ρ-zCDP ⇒ (ρ + 2√(ρ log(1/δ)), δ)-DP (Bun & Steinke 2016, Prop. 1.3), which
+  calibrates the JDP baseline's tree (the ledger converts its ρ more tightly, by dp-accounting).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 from scipy import optimize, stats
@@ -117,10 +119,22 @@ def fmt_closed_form(n: int, eps0: float, delta: float) -> float | None:
     return math.log1p((e0 - 1) / (e0 + 1) * (8 * math.sqrt(e0 * math.log(4 / delta)) / math.sqrt(n) + 8 * e0 / n))
 
 
-def amplified_gaussian(n: int, sensitivity: float, sigma: float, delta: float, steps: int = 14) -> dict:
-    """The shuffled Gaussian randomizer's (ε̃, δ̃) with δ̃ ≤ δ, via FMT Thm 3.8.
+def discrete_gaussian_local_epsilon(rho: float) -> Callable[[float], float]:
+    """δ₀ ↦ ε₀ of a ρ-zCDP randomizer (the multivariate discrete Gaussian on the grid, CKS 2020
+    Thm 14), by the ledger's Rényi conversion. The analytic curve (:func:`gaussian_epsilon`) is the
+    continuous mechanism's: no theorem states it for the multivariate discrete Gaussian."""
+    from privbandit.protocol.privacy.events import ORDERS
+    from privbandit.protocol.privacy.ledger import rdp_to_dp
 
-    The randomizer is (ε₀(δ₀), δ₀)-LDP for every δ₀; Thm 3.8 then gives δ̃ = δ′ + (e^ε̃+1)(1+e^{−ε₀}/2)·n·δ₀.
+    curve = ORDERS * rho
+    return lambda d0: rdp_to_dp(curve, d0)
+
+
+def amplified_randomizer(n: int, local_epsilon: Callable[[float], float], delta: float, steps: int = 14) -> dict:
+    """The shuffled (ε₀(δ₀), δ₀)-LDP randomizer's (ε̃, δ̃) with δ̃ ≤ δ, via FMT Thm 3.8.
+
+    ``local_epsilon(δ₀)`` is the randomizer's ε₀ at δ₀, for every δ₀ (:func:`discrete_gaussian_local_epsilon`
+    for the linear family's grid Gaussian). Thm 3.8 then gives δ̃ = δ′ + (e^ε̃+1)(1+e^{−ε₀}/2)·n·δ₀.
     We fix δ′ = δ/2 and take the largest δ₀ (bisection in log δ₀) whose second term fits in δ/2: a
     larger δ₀ lowers ε₀ and hence ε̃, so that δ₀ gives the smallest ε̃ this split allows.
     """
@@ -128,7 +142,7 @@ def amplified_gaussian(n: int, sensitivity: float, sigma: float, delta: float, s
 
     def attempt(log_d0: float) -> tuple[float, float, float, float]:
         d0 = math.exp(log_d0)
-        eps0 = gaussian_epsilon(sensitivity, sigma, d0)
+        eps0 = local_epsilon(d0)
         eps_t = shuffle_epsilon(n, eps0, d_shuffle)
         slack = (math.exp(min(eps_t, 700)) + 1) * (1 + math.exp(-eps0) / 2) * n * d0
         return d0, eps0, eps_t, slack
@@ -149,7 +163,7 @@ def amplified_gaussian(n: int, sensitivity: float, sigma: float, delta: float, s
            "closed_form_epsilon": fmt_closed_form(n, eps0, d_shuffle), "amplified": True}
     # Shuffling is post-processing: the randomizer's own (ε₀(δ), δ) also holds, and wins when ε₀ is so
     # large that there are no clones to hide among.
-    local = gaussian_epsilon(sensitivity, sigma, delta)
+    local = local_epsilon(delta)
     if local < eps_t:
         out.update(epsilon=local, delta=delta, epsilon_local=local, delta_local=delta, amplified=False)
     return out
@@ -166,6 +180,10 @@ def zcdp_epsilon(rho: float, delta: float) -> float:
 
 
 def zcdp_rho(epsilon: float, delta: float) -> float:
-    """The ρ with ρ + 2√(ρ log(1/δ)) = ε (inverse of :func:`zcdp_epsilon`)."""
+    """The largest ρ with ρ + 2√(ρ log(1/δ)) ≤ ε (inverse of :func:`zcdp_epsilon`): ρ-zCDP then gives
+    (ε, δ)-DP (Bun & Steinke 2016, Prop. 1.3), the calibration of the linear JDP tree and of the GLM
+    authors' tree."""
+    if not epsilon > 0 or not 0 < delta < 1:
+        raise ValueError(f"zCDP calibration needs ε > 0 and δ in (0, 1); got ε={epsilon}, δ={delta}")
     lg = math.log(1 / delta)
     return (math.sqrt(lg + epsilon) - math.sqrt(lg)) ** 2
