@@ -6,11 +6,11 @@ Neighbouring inputs: user 0 with the pair of feasible contexts (‖φ‖ ≤ L, 
 lie farthest apart in ℓ2, among (L·e₁, 1) against (−L·e₁, 1), (L·e₂, 1) and (L·e₂, 0). The other
 users' reports are ancillary (independent, identically distributed under both inputs), so user 0's
 report is sampled alone, by the family's own randomizer, and read as its projection on the
-difference of the two honest entries vectors: the likelihood ratio of isotropic Gaussian noise is
-a function of it, so nothing is lost (and any function is post-processing: the bound stays sound).
+difference of the two honest entries vectors: the likelihood ratio of isotropic (discrete) Gaussian
+noise is a function of it, so nothing is lost (and any function is post-processing: the bound stays sound).
 
-The ledger's claim is the analyzer's batch event: the analytic Gaussian ε at the report's ℓ2
-sensitivity bound 2√(L² + L⁴). No feasible pair is that far apart: with y = y′ = 1 and
+The ledger's claim is the analyzer's batch event: the grid discrete Gaussian's ρ-zCDP converted at
+δ, at the report's ℓ2 sensitivity bound 2√(L² + L⁴) (widened by the grid's √D·γ). No feasible pair is that far apart: with y = y′ = 1 and
 φ = L·u, φ′ = L·v, u·v = c, the distance² is at most L²(2 − 2c) + L⁴(2 − 2c²), largest at
 c = −1/(2L²) (L = √2: ≈ 3.54 against the bound's 4.90; our pairs reach 3.46). So the audit cannot
 reach the claim whatever its samples: the sensitivity bound is loose, not the noise.
@@ -32,7 +32,7 @@ analyzer publishes prefix sums of the batches' entries; batch 0 sits in the node
 level j < L = ⌊log₂ n⌋ + 1 (n batches), and the prefix after 2ʲ batches is that node alone. Pair: batch
 0's user at the farthest feasible pair above. Each node is drawn by the aggregator's own ``step``
 (at the count 2ʲ − 1, whose lower nodes are the ones it merges: given as zeros, the step returns the
-raw sum plus the new node's N(0, σ²) noise); the other users' raw entries are the same under both
+raw sum plus the new node's grid Gaussian noise); the other users' raw entries are the same under both
 inputs (a common constant, dropped) and only the entries the pair moves are drawn (the others'
 noise is independent and ancillary). The L nodes are read as Σ_j ⟨x_j, e₁ − e₀⟩, the statistic
 the likelihood ratio of equal-σ Gaussians is a function of. Claim: the node event in every level's
