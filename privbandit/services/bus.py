@@ -207,22 +207,41 @@ def publish_wire_bytes(topic_name: str, payload_len: int, qos: int = QOS) -> int
     return 1 + _varint_len(remaining) + remaining + (PUBACK_BYTES if qos else 0)
 
 
+# Topic classes that name an intermediary (the one a message goes to or comes from): their traffic
+# is also counted per intermediary party, so a fleet's cost is known per shuffler of k.
+PER_INTERMEDIARY = ("report", "release", "relay")
+
+
 @dataclass
 class Traffic:
-    """Bytes and messages one party sent and received, per (direction, topic class)."""
+    """Bytes and messages one party sent and received, per (direction, topic class); for the
+    classes of :data:`PER_INTERMEDIARY` also per intermediary, in ``by_party`` under
+    ``<payload|wire|messages>.<direction>.<class>.<intermediary>`` (not in the three totals twice)."""
 
     payload: Counter = field(default_factory=Counter)
     wire: Counter = field(default_factory=Counter)
     messages: Counter = field(default_factory=Counter)
+    by_party: Counter = field(default_factory=Counter)
 
     def add(self, direction: str, topic_name: str, payload_len: int) -> None:
-        key = f"{direction}.{topic_class(topic_name)}"
+        kind = topic_class(topic_name)
+        key = f"{direction}.{kind}"
+        wire = publish_wire_bytes(topic_name, payload_len)
         self.payload[key] += payload_len
-        self.wire[key] += publish_wire_bytes(topic_name, payload_len)
+        self.wire[key] += wire
         self.messages[key] += 1
+        if kind in PER_INTERMEDIARY and (party := topic_party(topic_name)):
+            for counter, n in (("payload", payload_len), ("wire", wire), ("messages", 1)):
+                self.by_party[f"{counter}.{key}.{party}"] += n
 
     def as_dict(self) -> dict:
-        return {"payload": dict(self.payload), "wire": dict(self.wire), "messages": dict(self.messages)}
+        return {"payload": dict(self.payload), "wire": dict(self.wire), "messages": dict(self.messages),
+                "by_party": dict(self.by_party)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Traffic:
+        """The inverse of :meth:`as_dict` (a checkpoint written before ``by_party`` has none)."""
+        return cls(*(Counter(d[k]) for k in ("payload", "wire", "messages")), Counter(d.get("by_party", {})))
 
 
 @dataclass
