@@ -89,7 +89,8 @@ def main() -> None:
         mq = json.loads((Path(tmp) / "mqtt" / "summary.json").read_text())
         same = ((Path(tmp) / "mqtt" / "rounds.csv").read_bytes() == (Path(tmp) / "inproc" / "rounds.csv").read_bytes())
     print(f"n = {args.n}, ε = 1, δ = 1/(10n), bin-a, 1 run, 2 fleets, {args.broker} broker with per-shuffler "
-          f"accounts; session {wall:.0f} s; MQTT rounds.csv equals in-process: {same}")
+          f"accounts; session {wall:.0f} s; MQTT rounds.csv equals in-process: {same}; refused or resent "
+          f"(would add bytes): {mq['rejected'] or 'none'}")
     print("per user (all n users): reports, MQTT messages, payload bytes, wire bytes; theory bits (one-bit "
           "messages of M^sum), count-encoded bits")
     print("| k | shuffler | batch s_i | reports | MQTT msgs | payload B | wire B | theory bits | count bits |")
