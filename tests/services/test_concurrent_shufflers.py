@@ -3,7 +3,8 @@
 - the rules: ``shuffler-i`` is an account of its own that reads only ``report/shuffler-i`` and writes
   only its own release, relay and metrics topics; the users may report to each shuffler of the run
   and forge none's metrics; a shuffler's party id is its own account's;
-- the family: level i's rounds go to ``shuffler-i``, released only as a full batch;
+- the family: level i's rounds go to ``shuffler-i``, released only as a full batch; the server
+  answers t only once every shuffler holding a node of V_t has released it, in any release order;
 - real brokers with the generated files (Mosquitto acl_file and dynsec, the embedded broker):
   ``shuffler-1``'s account receives none of ``shuffler-2``'s reports and cannot publish its releases,
   while ``shuffler-2`` itself can;
@@ -20,9 +21,12 @@ import secrets
 import uuid
 
 import aiomqtt
+import numpy as np
 import pytest
 
-from privbandit.families.concurrent_shuffle.parties import Layout, shuffler_of
+from privbandit.families.concurrent_shuffle.parties import CounterAnalyzer, Layout, shuffler_of
+from privbandit.protocol.spine.errors import ProtocolError
+from privbandit.protocol.spine.events import Release
 from privbandit.runner import config as experiment_files
 from privbandit.services import acl
 from privbandit.services.embedded_broker import start_embedded_broker
@@ -136,6 +140,55 @@ def test_level_i_goes_to_shuffler_i_as_a_full_batch(tmp_path):
     assert seen == {"shuffler-1", "shuffler-2", "shuffler-3"}
     levels = fam.label_summary(config, "csta@k3", [])["communication_per_user"]["levels"]
     assert [x["shuffler"] for x in levels] == ["shuffler-1", "shuffler-2", "shuffler-3"]
+
+
+def _v_t(sizes, t0: int) -> list[tuple[int, int]]:
+    """V_t by Definition 3.1, written out independently of the tree: [1, t0] split greedily into
+    the largest aligned nodes, top level first: (level, node) pairs."""
+    out, covered = [], 0
+    for level in range(len(sizes), 0, -1):
+        s = sizes[level - 1]
+        out += [(level, j) for j in range(covered // s, covered // s + (t0 - covered) // s)]
+        covered += (t0 - covered) // s * s
+    return out
+
+
+def test_the_server_answers_t_only_once_every_shuffler_of_v_t_released_in_any_order(tmp_path):
+    """Releases from k independent shufflers arrive in any order: the top level's first, the
+    lowest level's last, interleaved at random. After each, Ŝ_t is available exactly when every node
+    of V_t has been released (by whichever shuffler), and it is then Σ_{v∈V_t} S_v; the end state
+    equals the in-order one (the server draws nothing)."""
+    _, fam, config = _load(tmp_path)
+    spec = fam.spec(config, "csta@k3")
+    layout = Layout(spec)
+    rounds = [r for pid in range(layout.plans) for r in layout.plan(pid).opens]
+    rng = np.random.default_rng(3)
+    totals = {r.id: rng.integers(0, r.high + 1, size=(1, 1)) for r in rounds}
+    in_order = CounterAnalyzer(spec, [0])
+    for r in rounds:
+        in_order.on_release(r, Release(r.id, r.expected, totals[r.id]))
+    by_level = sorted(rounds, key=lambda r: -int(r.intermediary.split("-")[1]))  # shuffler-3's first
+    shuffled = [rounds[i] for i in rng.permutation(len(rounds))]
+    sizes = spec.tree.sizes
+    probe_t = rng.choice(np.arange(1, spec.n + 1), 40, replace=False)
+    for order in (by_level, shuffled):
+        server = CounterAnalyzer(spec, [0])
+        released = set()
+        for step, r in enumerate(order):
+            server.on_release(r, Release(r.id, r.expected, totals[r.id]))
+            released.add(layout.node_of(r.id))
+            if step % 7 and step != len(order) - 1:
+                continue
+            for t in probe_t:
+                v_t = _v_t(sizes, int(sizes[0] * (t // sizes[0])))
+                assert server.server.ready(int(t)) == all(v in released for v in v_t), (t, step)
+                if server.server.ready(int(t)):
+                    expected = sum(in_order.server.nodes[lvl - 1][0, j] for lvl, j in v_t)
+                    assert server.server.estimate(int(t))[0] == pytest.approx(expected, abs=1e-9)
+                else:
+                    with pytest.raises(ProtocolError, match="not-ready|have not executed"):
+                        server.server.estimate(int(t))
+        np.testing.assert_array_equal(server.server.estimates(), in_order.server.estimates())
 
 
 # --- real brokers with the generated ACL ------------------------------------------------------------
