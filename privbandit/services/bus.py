@@ -39,6 +39,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from privbandit.services import codec
+from privbandit.services.acl import is_instance
 
 log = logging.getLogger("privbandit.bus")
 
@@ -151,7 +152,8 @@ class BusSettings(BaseSettings):
 
 def read_credentials(path: str | Path) -> dict[str, str]:
     """``role -> password`` from a credentials.env (``PRIVBANDIT_<ROLE>_PASSWORD=…`` lines, as
-    ``privbandit broker-config`` writes it). Raises ValueError naming the file."""
+    ``privbandit broker-config`` writes it; ``PRIVBANDIT_SHUFFLER_2_PASSWORD`` is the intermediary
+    instance ``shuffler-2``'s). Raises ValueError naming the file."""
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as exc:
@@ -162,7 +164,8 @@ def read_credentials(path: str | Path) -> dict[str, str]:
     for line in lines:
         m = _CREDENTIAL_LINE.fullmatch(line.strip())
         if m:
-            found.setdefault(m[1].lower(), m[2].strip())
+            name = m[1].lower()
+            found.setdefault(name.replace("_", "-") if is_instance(name.replace("_", "-")) else name, m[2].strip())
     return found
 
 

@@ -29,6 +29,7 @@ from privbandit.protocol.spine.errors import ProtocolError
 from privbandit.protocol.spine.events import Release
 from privbandit.runner import config as experiment_files
 from privbandit.services import acl
+from privbandit.services.bus import read_credentials
 from privbandit.services.embedded_broker import start_embedded_broker
 from privbandit.services.launcher import plan_parties
 from privbandit.services.mosquitto_process import MosquittoError, PortInUse, mosquitto_binary, start_with_broker_config
@@ -97,6 +98,10 @@ def test_generated_files_name_every_shuffler(tmp_path):
     assert acl.read_password_file(files.passwd).keys() == {*(r.value for r in acl.Role), *SHUFFLERS}
     assert files.instances == SHUFFLERS
     assert acl.password_env("shuffler-2") == "PRIVBANDIT_SHUFFLER_2_PASSWORD"
+    # a party reading the credentials file finds its own account's password by its name
+    found = read_credentials(files.credentials)
+    assert {name: found[name] for name in SHUFFLERS} == {name: files.password(name) for name in SHUFFLERS}
+    assert found["shuffler"] == files.password("shuffler") and len(set(found.values())) == len(found)
 
 
 # --- the family -----------------------------------------------------------------------------------
