@@ -30,14 +30,6 @@ MAX_INSTANCE = 999
 INSTANCE_RE = re.compile(r"(aggregator|shuffler)-([1-9][0-9]{0,2})")
 
 
-def instance_account(role: Role | str, index: int) -> str:
-    """``instance_account("shuffler", 2)`` → ``shuffler-2``."""
-    role = _intermediary(role)
-    if isinstance(index, bool) or not isinstance(index, int) or not 1 <= index <= MAX_INSTANCE:
-        raise ValueError(f"intermediary index must be an integer in 1..{MAX_INSTANCE}, got {index!r}")
-    return f"{role.value}-{index}"
-
-
 def is_instance(name: object) -> bool:
     return isinstance(name, str) and INSTANCE_RE.fullmatch(name) is not None
 
