@@ -773,6 +773,23 @@ def _report_key() -> int:
     return _required_key("PRIVBANDIT_REPORT_AUTH_KEY", "privbandit keys --party intermediary")
 
 
+IntermediaryName = Annotated[Optional[str], typer.Option(
+    "--name", help="this party's name and broker account when the session has several of its role: "
+                   "<role>-<i>, e.g. shuffler-2 (default: the role)")]
+
+
+def _intermediary_name(role: str, name: str | None) -> str:
+    """The party's name: its role, or one of several of that role (``shuffler-2``)."""
+    from privbandit.services.acl import account_role, is_instance
+
+    if name is None or name == role:
+        return role
+    if not is_instance(name) or account_role(name).value != role:
+        err.print(f"[bold red]error:[/] --name {name!r}: expected {role} or {role}-<i> with i in 1..999")
+        raise typer.Exit(2)
+    return name
+
+
 @app.command()
 def aggregator(
     deadline: Annotated[float, typer.Option(help="seconds a round may stay incomplete")] = 120.0,
@@ -782,18 +799,20 @@ def aggregator(
     broker: BrokerOption = None,
     run_id: RunIdOption = None,
     state_dir: StateDirOption = None,
+    name: IntermediaryName = None,
 ):
     """The aggregator: releases (Σ y) mod m and nothing else, as the ideal modular sum or, with
     intermediary = secagg, by running the server side of secure aggregation."""
     from privbandit.services.intermediary import IntermediaryService
 
+    party = _intermediary_name("aggregator", name)
     if not secagg_step_deadline > 0 or not deadline > 0:
         err.print("[bold red]error:[/] --deadline and --secagg-step-deadline must be > 0 seconds")
         raise typer.Exit(2)
     settings = _settings(broker, run_id)
     report_key = _report_key()
     fleets = _required_key("PRIVBANDIT_FLEET_MASTER_KEY", "privbandit keys --party fleets")  # their chunk keys
-    _serve(lambda: IntermediaryService(settings, report_key, "aggregator", deadline,
+    _serve(lambda: IntermediaryService(settings, report_key, party, deadline,
                                        secagg_step_s=secagg_step_deadline, state_dir=state_dir, fleet_master=fleets))
 
 
@@ -803,13 +822,16 @@ def shuffler(
     broker: BrokerOption = None,
     run_id: RunIdOption = None,
     state_dir: StateDirOption = None,
+    name: IntermediaryName = None,
 ):
-    """The shuffler: releases a uniformly permuted multiset, without senders, order or timing."""
+    """The shuffler: releases a uniformly permuted multiset, without senders, order or timing.
+    With ``--name shuffler-i``, the i-th of several shufflers (the concurrent-shuffle family's k)."""
     from privbandit.services.intermediary import IntermediaryService
 
+    party = _intermediary_name("shuffler", name)
     key = _key("PRIVBANDIT_SHUFFLE_KEY")
     settings = _settings(broker, run_id)
-    _serve(lambda: IntermediaryService(settings, _report_key(), "shuffler", deadline, key, state_dir=state_dir))
+    _serve(lambda: IntermediaryService(settings, _report_key(), party, deadline, key, state_dir=state_dir))
 
 
 @app.command()

@@ -106,17 +106,18 @@ def _classes(topics: list[str]) -> str:
     return ", ".join(f"{k} ({', '.join(v)})" if v else k for k, v in groups.items())
 
 
-def canary_topics(run_id: str) -> list[str]:
-    """One topic per topic class of the run (package docstring of :mod:`privbandit.services.acl`)."""
+def canary_topics(run_id: str, instances=()) -> list[str]:
+    """One topic per topic class of the run (package docstring of :mod:`privbandit.services.acl`),
+    per intermediary (the roles' and the run's ``instances``: ``shuffler-1`` …)."""
     topics = [acl.plan_topic(run_id), acl.control_topic(run_id)]
-    for i in acl.INTERMEDIARIES:
+    for i in (*acl.INTERMEDIARIES, *instances):
         topics += [acl.report_topic(run_id, i, "probe"), acl.release_topic(run_id, i, "probe"),
                    acl.relay_topic(run_id, i, "probe")]
-    return topics + [acl.metrics_topic(run_id, role, "probe") for role in Role]
+    return topics + [acl.metrics_topic(run_id, role, "probe") for role in (*Role, *instances)]
 
 
-def may_read(who: str, topic: str, run_id: str) -> bool:
-    return who != ANONYMOUS and acl.allowed(who, "read", topic, run_id)
+def may_read(who: str, topic: str, run_id: str, instances=()) -> bool:
+    return who != ANONYMOUS and acl.allowed(who, "read", topic, run_id, instances)
 
 
 async def _connect(settings: BusSettings, who: str, password: str | None, nonce: str) -> aiomqtt.Client | None:
@@ -141,12 +142,15 @@ async def _connect(settings: BusSettings, who: str, password: str | None, nonce:
 
 async def probe(settings: BusSettings, run_id: str, passwords: Mapping[str, str] | None = None) -> ProbeResult:
     """Probe the broker of ``settings`` (URL and TLS files; its username is ignored) for run
-    ``run_id`` with an anonymous client and one client per role in ``passwords``."""
+    ``run_id`` with an anonymous client and one client per account in ``passwords`` (the roles, and
+    intermediary instances such as ``shuffler-2``, whose topics are probed too)."""
     acl.validate_run_id(run_id)
     start = time.monotonic()
     nonce = secrets.token_hex(4)
-    topics = canary_topics(run_id)
-    wanted = {ANONYMOUS: None} | {str(Role(r)): pw for r, pw in (passwords or {}).items()}
+    accounts = {(r if acl.is_instance(r) else str(acl.account_role(r))): pw for r, pw in (passwords or {}).items()}
+    instances = acl.validate_instances([a for a in accounts if acl.is_instance(a)])
+    topics = canary_topics(run_id, instances)
+    wanted = {ANONYMOUS: None} | accounts
     clients: dict[str, aiomqtt.Client] = {}
     refused: list[str] = []
     received: dict[str, set[str]] = {t: set() for t in topics}
@@ -177,14 +181,14 @@ async def probe(settings: BusSettings, run_id: str, passwords: Mapping[str, str]
             listeners.append(asyncio.create_task(listen()))
         published, skipped = [], []
         for t in topics:
-            writer = next((w for w in clients if w != ANONYMOUS and acl.allowed(w, "write", t, run_id)),
+            writer = next((w for w in clients if w != ANONYMOUS and acl.allowed(w, "write", t, run_id, instances)),
                           ANONYMOUS if ANONYMOUS in clients else None)
             if writer is None:
                 skipped.append(t)
                 continue
             await clients[writer].publish(t, PAYLOAD + nonce.encode(), qos=0, retain=False)
             published.append(t)
-        allowed_readers = {t: {w for w in readers[t] if may_read(w, t, run_id)} for t in published}
+        allowed_readers = {t: {w for w in readers[t] if may_read(w, t, run_id, instances)} for t in published}
         deadline = time.monotonic() + PROBE_WAIT_S
         while time.monotonic() < deadline and not all(
                 received[t] >= allowed_readers[t] and received[t] for t in published):
@@ -199,7 +203,7 @@ async def probe(settings: BusSettings, run_id: str, passwords: Mapping[str, str]
     readable: dict[str, list[str]] = {}
     for t in topics:
         for who in sorted(received.get(t, ()), key=list(wanted).index):
-            if not may_read(who, t, run_id):
+            if not may_read(who, t, run_id, instances):
                 readable.setdefault(who, []).append(t)
     return ProbeResult(settings.broker_url, run_id, list(clients), refused,
                        {w: readable[w] for w in wanted if w in readable},

@@ -39,6 +39,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from privbandit.services import codec
+from privbandit.services.acl import is_instance
 
 log = logging.getLogger("privbandit.bus")
 
@@ -151,7 +152,8 @@ class BusSettings(BaseSettings):
 
 def read_credentials(path: str | Path) -> dict[str, str]:
     """``role -> password`` from a credentials.env (``PRIVBANDIT_<ROLE>_PASSWORD=…`` lines, as
-    ``privbandit broker-config`` writes it). Raises ValueError naming the file."""
+    ``privbandit broker-config`` writes it; ``PRIVBANDIT_SHUFFLER_2_PASSWORD`` is the intermediary
+    instance ``shuffler-2``'s). Raises ValueError naming the file."""
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as exc:
@@ -162,7 +164,8 @@ def read_credentials(path: str | Path) -> dict[str, str]:
     for line in lines:
         m = _CREDENTIAL_LINE.fullmatch(line.strip())
         if m:
-            found.setdefault(m[1].lower(), m[2].strip())
+            name = m[1].lower()
+            found.setdefault(name.replace("_", "-") if is_instance(name.replace("_", "-")) else name, m[2].strip())
     return found
 
 
@@ -207,22 +210,41 @@ def publish_wire_bytes(topic_name: str, payload_len: int, qos: int = QOS) -> int
     return 1 + _varint_len(remaining) + remaining + (PUBACK_BYTES if qos else 0)
 
 
+# Topic classes that name an intermediary (the one a message goes to or comes from): their traffic
+# is also counted per intermediary party, so a fleet's cost is known per shuffler of k.
+PER_INTERMEDIARY = ("report", "release", "relay")
+
+
 @dataclass
 class Traffic:
-    """Bytes and messages one party sent and received, per (direction, topic class)."""
+    """Bytes and messages one party sent and received, per (direction, topic class); for the
+    classes of :data:`PER_INTERMEDIARY` also per intermediary, in ``by_party`` under
+    ``<payload|wire|messages>.<direction>.<class>.<intermediary>`` (not in the three totals twice)."""
 
     payload: Counter = field(default_factory=Counter)
     wire: Counter = field(default_factory=Counter)
     messages: Counter = field(default_factory=Counter)
+    by_party: Counter = field(default_factory=Counter)
 
     def add(self, direction: str, topic_name: str, payload_len: int) -> None:
-        key = f"{direction}.{topic_class(topic_name)}"
+        kind = topic_class(topic_name)
+        key = f"{direction}.{kind}"
+        wire = publish_wire_bytes(topic_name, payload_len)
         self.payload[key] += payload_len
-        self.wire[key] += publish_wire_bytes(topic_name, payload_len)
+        self.wire[key] += wire
         self.messages[key] += 1
+        if kind in PER_INTERMEDIARY and (party := topic_party(topic_name)):
+            for counter, n in (("payload", payload_len), ("wire", wire), ("messages", 1)):
+                self.by_party[f"{counter}.{key}.{party}"] += n
 
     def as_dict(self) -> dict:
-        return {"payload": dict(self.payload), "wire": dict(self.wire), "messages": dict(self.messages)}
+        return {"payload": dict(self.payload), "wire": dict(self.wire), "messages": dict(self.messages),
+                "by_party": dict(self.by_party)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Traffic:
+        """The inverse of :meth:`as_dict` (a checkpoint written before ``by_party`` has none)."""
+        return cls(*(Counter(d[k]) for k in ("payload", "wire", "messages")), Counter(d.get("by_party", {})))
 
 
 @dataclass

@@ -120,8 +120,9 @@ def refusal(session, hashes: Mapping[str, str], run_id: str) -> str | None:
 
 
 def role_hashes(password_file: str) -> dict[str, str]:
+    """The accounts of the password file: the roles and the intermediary instances (``shuffler-2``)."""
     hashes = acl.read_password_file(password_file)
-    return {user: h for user, h in hashes.items() if user in {r.value for r in acl.Role}}
+    return {user: h for user, h in hashes.items() if user in {r.value for r in acl.Role} or acl.is_instance(user)}
 
 
 class PasswordFileAuthPlugin(BaseAuthPlugin):  # type: ignore[misc,valid-type]
@@ -181,6 +182,7 @@ class RoleTopicPlugin(BaseTopicPlugin):  # type: ignore[misc,valid-type]
     @dataclass
     class Config:
         run_id: str
+        password_file: str | None = None  # its intermediary instances (``shuffler-2``) are accounts too
 
     _CACHE_MAX = 65_536  # allowed() is pure: remember verdicts (a run uses a handful of topics)
 
@@ -188,10 +190,12 @@ class RoleTopicPlugin(BaseTopicPlugin):  # type: ignore[misc,valid-type]
         super().__init__(context)
         self._run_id = acl.validate_run_id(self.config.run_id)
         self._verdicts: dict[tuple[str, str, str], bool] = {}
+        accounts = role_hashes(self.config.password_file) if self.config.password_file else {}
+        self._instances = acl.validate_instances([a for a in accounts if acl.is_instance(a)])
 
     async def topic_filtering(self, *, session=None, topic=None, action=None) -> bool:
         username = getattr(session, "username", None)
-        if not topic or username not in acl.Role._value2member_map_:
+        if not topic or (username not in acl.Role._value2member_map_ and username not in self._instances):
             return False
         if action == Action.PUBLISH:
             kind = "write"
@@ -202,7 +206,7 @@ class RoleTopicPlugin(BaseTopicPlugin):  # type: ignore[misc,valid-type]
         key = (username, kind, topic)
         verdict = self._verdicts.get(key)
         if verdict is None:
-            verdict = acl.allowed(username, kind, topic, self._run_id)
+            verdict = acl.allowed(username, kind, topic, self._run_id, self._instances)
             if len(self._verdicts) >= self._CACHE_MAX:
                 self._verdicts.clear()
             self._verdicts[key] = verdict
@@ -413,7 +417,7 @@ def _broker_config(port: int, *, run_id: str, password_file: str | None, open_mo
     else:
         plugins = {
             f"{_MODULE}.PasswordFileAuthPlugin": {"password_file": password_file, "run_id": run_id},
-            f"{_MODULE}.RoleTopicPlugin": {"run_id": run_id},
+            f"{_MODULE}.RoleTopicPlugin": {"run_id": run_id, "password_file": password_file},
         }
     return {
         "listeners": {"default": {"type": "tcp", "bind": f"{HOST}:{port}"}},

@@ -74,7 +74,8 @@ def blocks_of(plan: Plan) -> int:
 
 
 class IntermediaryService(PartyService):
-    """One intermediary party (``role``: its broker account, ``aggregator`` or ``shuffler``)."""
+    """One intermediary party (``role``: its name and broker account: ``aggregator``, ``shuffler``,
+    or one of several of a role, ``shuffler-2``, which the family's rounds then name)."""
 
     def __init__(self, settings, report_key: int, role: str = "aggregator", deadline_s: float = DEFAULT_DEADLINE_S,
                  shuffle_key: int | None = None, secagg_step_s: float = DEFAULT_SECAGG_STEP_S,

@@ -4,7 +4,10 @@ process, then wait for the observer to write the results.
 Each process gets only what its role may know, through its environment:
 the broker URL and its role's credentials for everyone; the experiment file (world seed, arm means)
 for the user fleets and the observer only; the analyzer's own key for the analyzer; the
-shuffler's key for the shuffler. The analyzer is never given the experiment file.
+shuffler's key for the shuffler. The analyzer is never given the experiment file. The
+intermediaries are those the family names (``family.intermediaries(config)``): ``aggregator``,
+``shuffler``, or several of one role (``shuffler-1`` … ``shuffler-k``), each then its own process
+with its own broker account (``privbandit shuffler --name shuffler-2``).
 
 The analyzer and the intermediaries each checkpoint to their own ``<out>/state/<party>``; with
 ``restart_on_crash`` the launcher restarts a party that dies (SIGKILL, a crash) up to that many
@@ -41,6 +44,7 @@ from pathlib import Path
 from privbandit.protocol.primitives.report_auth import fleet_key
 from privbandit.protocol.primitives.seeding import analyzer_master_key, report_auth_master, shuffler_master_key
 from privbandit.runner.provenance import BROKER_ACL_ENV
+from privbandit.services.acl import Role, account_role, is_instance, password_env
 
 PARTY_EXIT_WAIT_S = 20.0
 USAGE_ERROR = 2  # a party's exit status for bad input: restarting cannot help
@@ -117,7 +121,8 @@ def plan_parties(family, config, experiment: Path, overrides: list[str], out: Pa
     logs.mkdir(parents=True, exist_ok=True)
 
     def state(name: str) -> list[str]:
-        return ["--state-dir", str(out / "state" / name)] if checkpoint and name in CHECKPOINTED else []
+        checkpointed = name in CHECKPOINTED or (is_instance(name) and account_role(name).value in CHECKPOINTED)
+        return ["--state-dir", str(out / "state" / name)] if checkpoint and checkpointed else []
 
     def env(role: str, **extra) -> dict[str, str]:
         base = {"PRIVBANDIT_BROKER_URL": broker_url, "PRIVBANDIT_RUN_ID": run_id}
@@ -136,13 +141,15 @@ def plan_parties(family, config, experiment: Path, overrides: list[str], out: Pa
     # Each fleet's secure-aggregation key: from a secret of this session, never the world seed all
     # fleets hold; a fleet gets its own, the aggregator the master (restarts keep them: same env).
     fleet_master = secrets.randbits(256)
-    if "aggregator" in intermediaries:
-        parties.append(Party("aggregator", ["aggregator", *state("aggregator")],
-                             env("aggregator", PRIVBANDIT_REPORT_AUTH_KEY=report_key,
-                                 PRIVBANDIT_FLEET_MASTER_KEY=hex(fleet_master)), logs / "aggregator.log"))
-    if "shuffler" in intermediaries:
-        parties.append(Party("shuffler", ["shuffler", *state("shuffler")], env("shuffler", PRIVBANDIT_SHUFFLE_KEY=hex(
-            shuffler_master_key(config.seed)), PRIVBANDIT_REPORT_AUTH_KEY=report_key), logs / "shuffler.log"))
+    for name in intermediaries:  # "aggregator", "shuffler", or one of k: "shuffler-2" (its own account)
+        role = account_role(name)
+        command = [role.value, *(["--name", name] if name != role.value else []), *state(name)]
+        keys = {"PRIVBANDIT_REPORT_AUTH_KEY": report_key}
+        if role is Role.AGGREGATOR:
+            keys["PRIVBANDIT_FLEET_MASTER_KEY"] = hex(fleet_master)
+        else:  # the in-process engine gives every intermediary the same master: same seed, same numbers
+            keys["PRIVBANDIT_SHUFFLE_KEY"] = hex(shuffler_master_key(config.seed))
+        parties.append(Party(name, command, env(name, **keys), logs / f"{name}.log"))
     for i, name in enumerate(users):
         parties.append(Party(name, ["users", "--shard", f"{i}/{shards}", *world],
                              env("users", PRIVBANDIT_FLEET_KEY=hex(fleet_key(fleet_master, i))), logs / f"{name}.log"))
@@ -183,16 +190,16 @@ def launch(family, config, experiment: Path, overrides: list[str], out: Path,
         raise ValueError("credentials and TLS files are for an external broker: give its URL (--broker)")
     if passwords and (missing := [r for r in needed if r not in passwords]):
         raise ValueError(f"credentials: no password for the {', '.join(missing)} account(s) "
-                         f"(PRIVBANDIT_{missing[0].upper()}_PASSWORD)")
+                         f"({password_env(missing[0])})")
     out.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(out / "state", ignore_errors=True)  # a new session: earlier checkpoints are another run's
     shutil.rmtree(out / "adversaries", ignore_errors=True)  # and earlier attack reports another session's
     with ExitStack() as stack:
         if broker_url is None:
-            from privbandit.services.acl import Role
             from privbandit.services.embedded_broker import start_embedded_broker
 
-            passwords = {r.value: secrets.token_urlsafe(16) for r in Role}
+            # Every role's account, and each intermediary instance's (shuffler-1 … shuffler-k)
+            passwords = {a: secrets.token_urlsafe(16) for a in dict.fromkeys([*(r.value for r in Role), *needed])}
             broker = start_embedded_broker(run_id, passwords)
             stack.callback(broker.stop)
             broker_url = broker.url

@@ -189,14 +189,16 @@ def start_on_free_port(write_conf: Callable[[int], Path], *, log: Path | None = 
 
 
 def start_with_broker_config(directory: Path, run_id: str, *, backend: str = "acl_file",
-                             binary: str | None = None, **tls) -> tuple[MosquittoProcess, acl.BrokerFiles]:
+                             binary: str | None = None, instances=(), **tls) -> tuple[MosquittoProcess, acl.BrokerFiles]:
     """A started Mosquitto with :func:`acl.write_broker_config`'s files in ``directory`` (one
-    account per role, the run's ACLs; ``tls``: its ``tls_cert``, ``tls_key``, ``client_ca``) on a
-    free port, and those files (passwords included)."""
+    account per role and per intermediary instance of ``instances``, e.g. ``shuffler-1``; the run's
+    ACLs; ``tls``: its ``tls_cert``, ``tls_key``, ``client_ca``) on a free port, and those files
+    (passwords included)."""
     written: list[acl.BrokerFiles] = []
 
     def write(port: int) -> Path:
-        written.append(acl.write_broker_config(directory, run_id, port, backend=backend, **tls))  # type: ignore[arg-type]
+        written.append(acl.write_broker_config(directory, run_id, port, backend=backend, instances=instances,
+                                               **tls))  # type: ignore[arg-type]
         return written[-1].conf
 
     return start_on_free_port(write, binary=binary), written[-1]

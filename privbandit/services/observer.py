@@ -83,6 +83,8 @@ class _Traffic(BaseModel):
     payload: dict[str, Count] = {}
     wire: dict[str, Count] = {}
     messages: dict[str, Count] = {}
+    # per intermediary party (Traffic.by_party): 3 counters × the classes a party uses × k intermediaries
+    by_party: dict[str, Count] = Field(default_factory=dict, max_length=8 * MAX_COUNTER_KEYS)
 
 
 class _Stats(BaseModel):
@@ -450,22 +452,45 @@ class ObserverService(PartyService):
 
 
 def add_wire_accounting(summary: dict, obs: ObserverService) -> None:
-    """Per algorithm and role, both directions: payload and wire bytes, per reporting user."""
+    """Per algorithm and role, both directions: payload and wire bytes, per reporting user; and what
+    the users sent, per user and per intermediary party (``per_user``: messages, payload bytes and
+    wire bytes to each of k shufflers and in total, N users a run)."""
     summary["rejected"] = merged_rejections(obs)
     summary["parties_missing_stats"] = sorted(set(obs.parties) - set(obs.stats))
     for label, comm in summary["communication"].items():
         tasks = [str(i) for i, (_, l) in enumerate(obs.tasks) if l == label]
         reports = comm["reports_per_run"] * len(tasks)
         roles: dict[str, dict[str, int]] = {}
+        by_party: dict[str, int] = {}  # the fleets' counters per intermediary
         for party, body in obs.stats.items():
             role = party.split("-")[0]
             acc = roles.setdefault(role, {})
             for t in tasks:
+                counters = body.get("traffic", {}).get(t, {})
                 for kind in ("payload", "wire"):
-                    for key, n in body.get("traffic", {}).get(t, {}).get(kind, {}).items():
+                    for key, n in counters.get(kind, {}).items():
                         acc[f"{kind}.{key}"] = acc.get(f"{kind}.{key}", 0) + n
+                if role == "users":
+                    for key, n in counters.get("by_party", {}).items():
+                        by_party[key] = by_party.get(key, 0) + n
+                    for key, n in counters.get("messages", {}).items():
+                        acc[f"messages.{key}"] = acc.get(f"messages.{key}", 0) + n
         users = roles.get("users", {})
         comm["bytes_per_user_payload"] = users.get("payload.sent.report", 0) / reports if reports else 0.0
         comm["bytes_per_user_wire"] = users.get("wire.sent.report", 0) / reports if reports else 0.0
-        comm["roles"] = {role: {k: v / reports for k, v in acc.items()} for role, acc in roles.items()} if reports else {}
+        comm["roles"] = {role: {k: v / reports for k, v in acc.items() if not k.startswith("messages.")}
+                         for role, acc in roles.items()} if reports else {}
         comm["roles_unit"] = "bytes per reporting user"
+        comm["per_user"] = users_sent_per_user(users, by_party, obs.family.users_protected(obs.config) * len(tasks))
+
+
+def users_sent_per_user(users: dict[str, int], by_party: dict[str, int], n_users: int) -> dict:
+    """The fleets' reports per user: MQTT messages (a message carries a block's records, so a
+    fraction), payload and wire bytes, in total and to each intermediary party."""
+    def per(get) -> dict[str, float]:
+        return {name: get(f"{kind}.sent.report") / n_users if n_users else 0.0
+                for name, kind in (("messages", "messages"), ("payload_bytes", "payload"), ("wire_bytes", "wire"))}
+
+    parties = sorted({key.rsplit(".", 1)[1] for key in by_party if ".sent.report." in key})
+    return {"users": n_users, "total": per(lambda key: users.get(key, 0)),
+            "by_intermediary": {p: per(lambda key, p=p: by_party.get(f"{key}.{p}", 0)) for p in parties}}

@@ -150,7 +150,7 @@ class PartyService:
         try:
             self.rejected.update({str(k): int(v) for k, v in counters.get("rejected", {}).items()})
             for i, t in counters.get("traffic", {}).items():
-                self.traffic_by_task[int(i)] = Traffic(*(Counter(t[k]) for k in ("payload", "wire", "messages")))
+                self.traffic_by_task[int(i)] = Traffic.from_dict(t)
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise CheckpointError("checkpoint-schema", f"{self.state.path}: counters: {exc}") from None
 

@@ -724,7 +724,8 @@ async def test_retained_messages_are_never_stored(broker, role, topic, reader):
 
 @pytest.mark.parametrize(("role", "client_id", "ok"), [
     (Role.ANALYZER, f"{RUN}-analyzer", True), (Role.USERS, f"{RUN}-users-3", True),
-    (Role.USERS, f"{RUN}-users", True), (Role.SHUFFLER, f"{RUN}-shuffler-2", True),
+    (Role.USERS, f"{RUN}-users", True), (Role.SHUFFLER, f"{RUN}-shuffler-2", False),  # shuffler-2's own account
+    ("shuffler-2", f"{RUN}-shuffler-2", True), (Role.SHUFFLER, f"{RUN}-shuffler", True),
     (Role.USERS, f"{RUN}-analyzer", False), (Role.USERS, f"{RUN}-aggregator", False),
     (Role.ANALYZER, f"{RUN}-observer", False), (Role.USERS, f"{RUN}-usersx", False),
     (Role.USERS, f"{RUN}-", False), (Role.USERS, "t-users-1234", True), (Role.USERS, f"{OTHER}-analyzer", True),

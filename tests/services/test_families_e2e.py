@@ -190,7 +190,7 @@ KILLED = {
     "distributed-dp-mab": ("Dist-DP-SE", 1_000_000, "aggregator", 3),
     "private-online-learning": ("anytime-lazy-ucb@distributed", 400_000, "aggregator"),
     "shuffle-linear-bandits": ("LinUCB-SDP-Vec", 4_500, "shuffler"),
-    "concurrent-shuffle": ("csta@k2", 4_000, "shuffler"),
+    "concurrent-shuffle": ("csta@k2", 4_000, "shuffler-2"),  # level 2's shuffler, its own process
     "glm-bandits": ("private-glm", 1_500, "aggregator"),
 }
 

@@ -3,8 +3,8 @@
 The schedule is the counter's (:mod:`.parties`) at the granularity Alg. 4 needs: one plan per
 (lowest-level batch b, level i), id b·k + i − 1, each carrying the broadcast (θ̂, V⁻¹, β) the batch's
 users act on (steps 2–3). The level-i plan joins the batch's s_1 users into their level-i node,
-opened by the node's first batch; every user reports once per level (at the one ``shuffler``
-party), her P_Vec counts of [φy, upper(φφᵀ)] (step 5). A node's release is its totals per label
+opened by the node's first batch; every user reports once per level (to that level's shuffler,
+``shuffler-i``, its own party), her P_Vec counts of [φy, upper(φφᵀ)] (step 5). A node's release is its totals per label
 (step 6). The server plans batch b + 1 only once every node of V_{(b+1)s_1} has executed (Alg. 1
 step 3 before 4), folds Σ_{v∈V_t} S_v into the learner (step 7; :class:`~.linucb.Alg4Server`),
 and draws nothing. The users recompute the batch's choice in each level plan from the same
@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from privbandit.families.concurrent_shuffle import linucb
+from privbandit.families.concurrent_shuffle.parties import shuffler_of
 from privbandit.families.shuffle_linear_bandits import mechanisms as slb
 from privbandit.families.shuffle_linear_bandits.learners import arm_outer, ucb_actions
 from privbandit.families.shuffle_linear_bandits.world import instances
@@ -24,7 +25,6 @@ from privbandit.protocol.spine.events import Join, Plan, Release, Round, Truth
 from privbandit.protocol.spine.family import BlockAnswer, Spend
 from privbandit.protocol.spine.observer import checkpoints_in
 
-SHUFFLER = "shuffler"
 
 
 def alg4_of(public: dict) -> linucb.Alg4:
@@ -61,9 +61,9 @@ class Schedule:
         s = self.a.tree.sizes[level - 1]
         rid = self.round_id(level, j)
         if self.a.private:
-            return Round(rid, SHUFFLER, "sum", expected=s, width=self.width, integer=True, low=0,
+            return Round(rid, shuffler_of(level), "sum", expected=s, width=self.width, integer=True, low=0,
                          high=self.a.vec[level - 1].max_count)
-        return Round(rid, SHUFFLER, "sum", expected=s, width=self.width, integer=False, low=-1.0, high=1.0)
+        return Round(rid, shuffler_of(level), "sum", expected=s, width=self.width, integer=False, low=-1.0, high=1.0)
 
     def plans(self, b: int, body: dict) -> list[Plan]:
         first = b * self.s1

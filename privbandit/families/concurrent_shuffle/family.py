@@ -21,7 +21,7 @@ from privbandit.families.concurrent_shuffle import config as cfg
 from privbandit.families.concurrent_shuffle import counter as cnt
 from privbandit.families.concurrent_shuffle import world
 from privbandit.families.concurrent_shuffle.bandit import BanditServer, BanditUsers, alg4_of
-from privbandit.families.concurrent_shuffle.parties import CounterAnalyzer, CounterUsers, spec_of
+from privbandit.families.concurrent_shuffle.parties import CounterAnalyzer, CounterUsers, shuffler_of, spec_of
 from privbandit.families.concurrent_shuffle.tree import SHUFFLE_MODES, prefix_estimates
 from privbandit.protocol.privacy import Ledger, default_delta
 from privbandit.protocol.spine.family import Family
@@ -53,14 +53,19 @@ class ConcurrentShuffle(Family):
         return spec_of(self.public_task(config, label, [0]))
 
     def intermediaries(self, config) -> list[str]:
-        names = set()
+        """``shuffler-1`` … ``shuffler-K`` (K the most levels of any counter: level i's batches go
+        to ``shuffler-i``, each its own party), and the ``aggregator`` of the baselines without one."""
+        levels, aggregator = 0, False
         for label in config.algorithms:
             if self.bandit(config, label):
-                names.add("shuffler")
+                levels = max(levels, alg4_of(self.public_task(config, label, [0])).tree.k)
                 continue
             spec = self.spec(config, label)
-            names.add("shuffler" if spec.mode in SHUFFLE_MODES else "aggregator")
-        return sorted(names)
+            if spec.mode in SHUFFLE_MODES:
+                levels = max(levels, spec.k)
+            else:
+                aggregator = True
+        return ["aggregator"] * aggregator + [shuffler_of(i) for i in range(1, levels + 1)]
 
     def users_protected(self, config) -> int:
         return config.horizon
@@ -194,12 +199,12 @@ class ConcurrentShuffle(Family):
 
 
 def communication(spec: cnt.CounterSpec) -> dict:
-    """Per user and per shuffler (level): the one-bit messages of the protocol (theory), and the
-    count encoding's bits (one integer up to the largest count)."""
+    """Per user and per shuffler (level i's party, ``shuffler-i``): the one-bit messages of the
+    protocol (theory), and the count encoding's bits (one integer up to the largest count)."""
     levels = []
     for i, m in enumerate(spec.mechanisms, start=1):
         counted = max(1, int(getattr(m, "max_report", 1)).bit_length())
-        levels.append({"shuffler": i - 1 if spec.mode in SHUFFLE_MODES else None,
+        levels.append({"shuffler": shuffler_of(i) if spec.mode in SHUFFLE_MODES else None,
                        "batch": spec.tree.sizes[i - 1], "messages_theory": m.bits_per_user(),
                        "bits_theory": m.bits_per_user(), "bits_count_encoded": counted})
     if spec.mode not in SHUFFLE_MODES:  # one attributable report per user, whatever the tree

@@ -1,8 +1,8 @@
 """Algorithm 1 with Algorithm 2/3's counter as the spine's analyzer and user logic.
 
 - :class:`CounterAnalyzer` (the server): plans the users in segments of whole top-level nodes, one
-  plan at a time. A plan opens the rounds of every node it contains, one per node at shuffler i − 1
-  for level i (``sum`` of count-encoded reports: the totals determine the shuffled multiset of
+  plan at a time. A plan opens the rounds of every node it contains, one per node at shuffler
+  ``shuffler-i`` for level i (``sum`` of count-encoded reports: the totals determine the shuffled multiset of
   one-bit messages, :mod:`.mechanisms`), and joins each of its users into the node of every level
   around her (Alg. 1 steps 1–3; exactly k rounds each, fewer only in a truncated tail). Each release
   is one executed node: :class:`~.counter.CounterServer` turns it into S_v, with no randomness.
@@ -39,15 +39,17 @@ def spec_of(public: dict) -> cnt.CounterSpec:
                             a["d_low"], a["D_tree"], a["vec_scale"])
 
 
-# The party hosting the k level shufflers (the services know one shuffler role; see the docs).
-SHUFFLER = "shuffler"
+def shuffler_of(level: int) -> str:
+    """The shuffler party collecting level ``level``'s batches (1-based): ``shuffler-<level>``, a
+    process and broker account of its own, reading only its own reports (Alg. 1: k shufflers at once)."""
+    return f"shuffler-{level}"
 
 
 class Layout:
     """Plans and rounds of one counter. Segment j = users j·P … (j+1)·P − 1 (P a multiple of s_k).
     Shuffle modes: one plan per (segment, level), id j·k + i − 1, opening level i's nodes in the
-    segment at the ``shuffler`` party (an intermediary admits one report per user and plan, and a
-    user reports to k shufflers); the level-1 plan carries the users' truth. Round ids number the
+    segment at level i's own shuffler, ``shuffler-i`` (:func:`shuffler_of`); a user reports to the
+    k shufflers active at her arrival, one plan each; the level-1 plan carries the users' truth. Round ids number the
     nodes level by level. central_tree / ldp: one plan per segment, one ``pass`` round."""
 
     def __init__(self, spec: cnt.CounterSpec):
@@ -91,7 +93,8 @@ class Layout:
         opens, joins = [], []
         for j in self.nodes_in(level, first, size):
             rid = self.round_id(level, j)
-            opens.append(Round(rid, SHUFFLER, "sum", expected=s, width=1, integer=True, low=0, high=int(m.max_report)))
+            # threshold None: a shuffler releases a full batch or nothing (no partial node)
+            opens.append(Round(rid, shuffler_of(level), "sum", expected=s, width=1, integer=True, low=0, high=int(m.max_report)))
             joins.append(Join(rid, j * s, s, s))
         return Plan(pid, first, size, body, tuple(opens), tuple(joins))
 

@@ -18,8 +18,11 @@ Topics (``<run>`` matches ``[A-Za-z0-9_-]{1,64}``)::
     pb/<run>/metrics/<party>[/…]        any party → observer only
     pb/<run>/control                    launcher/observer → everyone
 
-An intermediary owns the sub-tree below its own topic (``report/shuffler/3`` for the third of k
-concurrent shufflers hosted by the ``shuffler`` role). A party publishes metrics under its role's
+An intermediary owns the sub-tree below its own topic. Several intermediaries of one role are
+separate accounts named ``<role>-<i>`` (``shuffler-1`` … ``shuffler-k``: the concurrent-shuffle
+family's k shufflers), each owning ``report/shuffler-i``, ``release/shuffler-i``,
+``relay/shuffler-i`` and ``metrics/shuffler-i``; the rules take the run's instances as an argument,
+and the brokers learn them from the accounts they hold (the password file). A party publishes metrics under its role's
 name (``metrics/<role>`` and below). User fleets, many processes sharing the ``users`` account,
 may also use any other single-level party name (``metrics/users-3``) except another role's name:
 ``metrics/<other role>[/…]`` is explicitly denied to them, so a fleet can never forge the
@@ -57,15 +60,20 @@ from privbandit.services.acl.rules import (
     topic_matches,
 )
 from privbandit.services.acl.topics import (
+    INSTANCE_RE,
     INTERMEDIARIES,
     RUN_ID_RE,
     Role,
+    account_role,
     control_topic,
+    is_instance,
     metrics_topic,
+    password_env,
     plan_topic,
     relay_topic,
     release_topic,
     report_topic,
+    validate_instances,
     validate_run_id,
 )
 
@@ -77,6 +85,11 @@ __all__ = [
     "RUN_ID_RE",
     "Role",
     "INTERMEDIARIES",
+    "INSTANCE_RE",
+    "account_role",
+    "is_instance",
+    "password_env",
+    "validate_instances",
     "RoleTopics",
     "BrokerFiles",
     "role_topics",

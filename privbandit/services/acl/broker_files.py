@@ -12,7 +12,7 @@ from typing import Literal, Mapping
 
 from privbandit.services.acl.passwords import PASSWORD_RE, _b64, _parse_hash, hash_password
 from privbandit.services.acl.rules import acl_rules
-from privbandit.services.acl.topics import Role, _role, validate_run_id
+from privbandit.services.acl.topics import Role, account_role, is_instance, password_env, validate_instances, validate_run_id
 
 # Mosquitto's default (1000) silently drops QoS 1 messages queued for a slow or reconnecting
 # persistent session beyond that count; a round of reports must not be lost that way.
@@ -28,15 +28,15 @@ MAX_PACKET_BYTES = 8 * 2**20 + 2**17
 # rendering and writing the broker files
 
 
-def render_acl_file(run_id: str) -> str:
+def render_acl_file(run_id: str, instances=()) -> str:
     lines = [
         f"# privbandit ACL for run {run_id} (generated; Mosquitto acl_file syntax).",
         "# Default deny: a user may do only what its lines grant. Mosquitto 2.0 checks 'read' when it",
         "# delivers each message (not at SUBSCRIBE) and 'write' when it accepts a PUBLISH; 'deny'",
         "# lines win over both.",
     ]
-    for role, rules in acl_rules(run_id).items():
-        lines += ["", f"user {role.value}"]
+    for role, rules in acl_rules(run_id, instances).items():
+        lines += ["", f"user {role}"]
         lines += [f"topic deny {p}" for p in rules.deny]
         lines += [f"topic read {p}" for p in rules.read if p not in rules.write]
         lines += [f"topic write {p}" for p in rules.write if p not in rules.read]
@@ -44,14 +44,18 @@ def render_acl_file(run_id: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_password_file(hashes: Mapping[Role, str]) -> str:
-    return "".join(f"{role.value}:{h}\n" for role, h in hashes.items())
+def render_password_file(hashes: Mapping[Role | str, str]) -> str:
+    return "".join(f"{role}:{h}\n" for role, h in hashes.items())
 
 
-def render_dynsec_config(run_id: str, hashes: Mapping[Role, str]) -> dict:
-    """The same users and rules for Mosquitto's dynamic-security plugin (JSON document)."""
+def render_dynsec_config(run_id: str, hashes: Mapping[Role | str, str]) -> dict:
+    """The same users and rules for Mosquitto's dynamic-security plugin (JSON document); the
+    accounts are those of ``hashes`` (the roles, and any intermediary instances)."""
     roles, clients = [], []
-    for role, rules in acl_rules(run_id).items():
+    by_name = {str(a): h for a, h in hashes.items()}
+    instances = [a for a in by_name if is_instance(a)]
+    for role, rules in acl_rules(run_id, instances).items():
+        role = str(role)
         acls = []
         for pattern in rules.deny:  # higher priority is checked first
             for acltype in ("publishClientSend", "publishClientReceive", "subscribePattern"):
@@ -61,15 +65,15 @@ def render_dynsec_config(run_id: str, hashes: Mapping[Role, str]) -> dict:
             acls.append({"acltype": "publishClientReceive", "topic": pattern, "priority": 0, "allow": True})
         for pattern in rules.write:
             acls.append({"acltype": "publishClientSend", "topic": pattern, "priority": 0, "allow": True})
-        roles.append({"rolename": role.value, "acls": acls})
-        iterations, salt, digest = _parse_hash(hashes[role])
+        roles.append({"rolename": role, "acls": acls})
+        iterations, salt, digest = _parse_hash(by_name[role])
         clients.append({
-            "username": role.value,
-            "textname": f"privbandit {role.value}",
+            "username": role,
+            "textname": f"privbandit {role}",
             "password": _b64(digest),
             "salt": _b64(salt),
             "iterations": iterations,
-            "roles": [{"rolename": role.value}],
+            "roles": [{"rolename": role}],
         })
     return {
         "defaultACLAccess": {
@@ -115,40 +119,52 @@ class BrokerFiles:
     port: int
     host: str
     backend: str
-    passwords: dict[Role, str] = field(repr=False)
+    passwords: dict[Role | str, str] = field(repr=False)  # Role keys, and an instance's name (``shuffler-2``)
 
     def password(self, role: Role | str) -> str:
-        return self.passwords[_role(role)]
+        return self.passwords[_account(role)]
+
+    @property
+    def instances(self) -> tuple[str, ...]:
+        """The intermediary instance accounts of the run (``shuffler-1`` …), besides the roles."""
+        return tuple(a for a in self.passwords if is_instance(a))
 
 
-def _check_passwords(passwords: object) -> dict[Role, str]:
+def _account(name: object, field: str = "account") -> Role | str:
+    """A role as its :class:`Role`, an intermediary instance as its name."""
+    return name if is_instance(name) else account_role(name, field=field)
+
+
+def _check_passwords(passwords: object, instances=()) -> dict[Role | str, str]:
+    """Every account's password: the roles', the instances' (``instances``, and any instance
+    ``passwords`` names); an account without a given password gets a random one."""
     if passwords is None:
         passwords = {}
     if not isinstance(passwords, Mapping):
         raise ValueError(f"passwords must be a mapping role -> password or None, got {type(passwords).__name__}")
-    out: dict[Role, str] = {}
+    out: dict[Role | str, str] = {}
     for key, value in passwords.items():
-        role = _role(key, name="passwords key")
+        role = _account(key, field="passwords key")
         if not isinstance(value, str) or not PASSWORD_RE.fullmatch(value):
             raise ValueError(
-                f"passwords[{role.value!r}] must be 1-1024 characters from [A-Za-z0-9_.~+/=@%:,-] "
+                f"passwords[{str(role)!r}] must be 1-1024 characters from [A-Za-z0-9_.~+/=@%:,-] "
                 "(it is written unquoted to credentials.env)"
             )
         out[role] = value
-    # roles without a given password get a random one
-    return {role: out.get(role) or secrets.token_urlsafe(24) for role in Role}
+    accounts = (*Role, *validate_instances((*instances, *(a for a in out if is_instance(a)))))
+    return {a: out.get(a) or secrets.token_urlsafe(24) for a in accounts}
 
 
 def write_role_credentials(files: BrokerFiles, role: Role | str, directory: Path | str) -> Path:
     """``directory/credentials.env`` holding ``role``'s password alone (mode 0600): what a party of
     that role mounts, so that one compromised party learns no other role's password (the full
     ``credentials.env`` stays with the broker's files)."""
-    role = _role(role)
+    role = _account(role, field="role")
     directory = Path(directory).expanduser().resolve()
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "credentials.env"
-    _write(path, f"# privbandit broker credentials of role {role.value} for run {files.run_id}: keep secret\n"
-                 f"PRIVBANDIT_{role.name}_PASSWORD={files.password(role)}\n", 0o600)
+    _write(path, f"# privbandit broker credentials of role {role} for run {files.run_id}: keep secret\n"
+                 f"{password_env(role)}={files.password(role)}\n", 0o600)
     return path
 
 
@@ -182,6 +198,7 @@ def write_broker_config(
     tls_cert: Path | str | None = None,
     tls_key: Path | str | None = None,
     client_ca: Path | str | None = None,
+    instances=(),
 ) -> BrokerFiles:
     """Write a Mosquitto configuration enforcing the trust model for run ``run_id``.
 
@@ -194,6 +211,10 @@ def write_broker_config(
     grants every SUBSCRIBE and filters at delivery. ``backend="dynsec"`` loads Mosquitto's
     dynamic-security plugin (``dynsec_plugin`` or auto-detected) so forbidden SUBSCRIBEs are
     refused too; ``passwd`` and ``acl`` are still written (the embedded broker reads ``passwd``).
+
+    ``instances`` (and any ``passwords`` key naming one): intermediary instance accounts beside the
+    roles, ``shuffler-1`` … ``shuffler-k`` (:func:`~.rules.role_topics`), each with its own password
+    (``PRIVBANDIT_SHUFFLER_1_PASSWORD``) and its own rules.
 
     Mosquitto started as root drops to the user named by ``user``; the conf names the owner of the
     files, so the 0600 files stay readable to the broker.
@@ -240,7 +261,7 @@ def write_broker_config(
     for path_ in (directory, log_file, plugin, *tls.values()):
         if path_ is not None and any(c in str(path_) for c in "\n\r"):
             raise ValueError(f"path {str(path_)!r} contains a line break")
-    secrets_by_role = _check_passwords(passwords)
+    secrets_by_role = _check_passwords(passwords, validate_instances(instances))
 
     directory.mkdir(parents=True, exist_ok=True)
     conf, passwd, acl = directory / "mosquitto.conf", directory / "passwd", directory / "acl"
@@ -249,11 +270,11 @@ def write_broker_config(
 
     hashes = {role: hash_password(pw) for role, pw in secrets_by_role.items()}
     _write(passwd, render_password_file(hashes), 0o600)
-    _write(acl, render_acl_file(run_id), 0o644)
+    _write(acl, render_acl_file(run_id, [a for a in secrets_by_role if is_instance(a)]), 0o644)
     _write(
         credentials,
         f"# privbandit broker credentials for run {run_id}: keep secret\n"
-        + "".join(f"PRIVBANDIT_{role.name}_PASSWORD={pw}\n" for role, pw in secrets_by_role.items()),
+        + "".join(f"{password_env(role)}={pw}\n" for role, pw in secrets_by_role.items()),
         0o600,
     )
     if dynsec is not None:

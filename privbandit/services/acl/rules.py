@@ -22,10 +22,11 @@ ones the role may not read. The confidentiality guarantee is the same — the an
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from privbandit.services.acl.topics import INTERMEDIARIES, Role, _role, validate_run_id
+from privbandit.services.acl.topics import INTERMEDIARIES, Role, account_role, is_instance, validate_instances, validate_run_id
 
 MAX_TOPIC_BYTES = 65535
 
@@ -46,27 +47,37 @@ class RoleTopics:
 # the rules
 
 
-def role_topics(role: Role | str, run_id: str) -> RoleTopics:
-    """The (read, write) topic patterns of ``role`` in run ``run_id``: the whole trust model."""
-    role = _role(role)
+def role_topics(role: Role | str, run_id: str, instances: Iterable[str] = ()) -> RoleTopics:
+    """The (read, write) topic patterns of account ``role`` in run ``run_id``: the whole trust model.
+
+    ``instances``: the run's intermediary instance accounts (``shuffler-1`` … ``shuffler-k``, see
+    :data:`~.topics.INSTANCE_RE`). One has its role's rules under its own name; the users may report
+    to each, and may forge none's metrics. ``role`` may be one of them."""
+    own = role if is_instance(role) else None
+    role = account_role(role, field="role")
+    instances = validate_instances(instances)
+    if own is not None and own not in instances:
+        instances = validate_instances((*instances, own))
+    name = own or role.value
     run = f"pb/{validate_run_id(run_id)}"
     plan, control = f"{run}/plan", f"{run}/control"
-    own_metrics = f"{run}/metrics/{role.value}/#"  # '#' also matches metrics/<role> itself
+    own_metrics = f"{run}/metrics/{name}/#"  # '#' also matches metrics/<name> itself
+    intermediaries = [i.value for i in INTERMEDIARIES] + list(instances)
     if role is Role.ANALYZER:
         return RoleTopics(read=(f"{run}/release/#", control), write=(plan, own_metrics))
     if role in INTERMEDIARIES:
         return RoleTopics(
-            read=(plan, control, f"{run}/report/{role.value}/#"),
-            write=(f"{run}/release/{role.value}/#", f"{run}/relay/{role.value}/#", own_metrics),
+            read=(plan, control, f"{run}/report/{name}/#"),
+            write=(f"{run}/release/{name}/#", f"{run}/relay/{name}/#", own_metrics),
         )
     if role is Role.USERS:
-        reports = tuple(f"{run}/report/{i.value}/#" for i in INTERMEDIARIES)
-        relays = tuple(f"{run}/relay/{i.value}/#" for i in INTERMEDIARIES)
-        others = [r.value for r in Role if r is not Role.USERS]
+        reports = tuple(f"{run}/report/{i}/#" for i in intermediaries)
+        relays = tuple(f"{run}/relay/{i}/#" for i in intermediaries)
+        others = [r.value for r in Role if r is not Role.USERS] + list(instances)
         return RoleTopics(
             read=(plan, control, *relays),
             write=(*reports, f"{run}/metrics/+", own_metrics),
-            deny=tuple(p for name in others for p in (f"{run}/metrics/{name}", f"{run}/metrics/{name}/#")),
+            deny=tuple(p for other in others for p in (f"{run}/metrics/{other}", f"{run}/metrics/{other}/#")),
         )
     if role is Role.OBSERVER:
         return RoleTopics(read=(f"{run}/metrics/#", control), write=(control, own_metrics))
@@ -75,8 +86,10 @@ def role_topics(role: Role | str, run_id: str) -> RoleTopics:
     raise AssertionError(role)  # pragma: no cover
 
 
-def acl_rules(run_id: str) -> dict[Role, RoleTopics]:
-    return {role: role_topics(role, run_id) for role in Role}
+def acl_rules(run_id: str, instances: Iterable[str] = ()) -> dict[Role | str, RoleTopics]:
+    """Every account's rules: the roles, then the intermediary instances (by name)."""
+    instances = validate_instances(instances)
+    return {account: role_topics(account, run_id, instances) for account in (*Role, *instances)}
 
 
 def is_valid_topic_filter(topic: object) -> bool:
@@ -150,21 +163,23 @@ def filters_intersect(a: str, b: str) -> bool:
     return True
 
 
-def allowed(role: Role | str, action: Literal["read", "write"], topic: str, run_id: str) -> bool:
+def allowed(role: Role | str, action: Literal["read", "write"], topic: str, run_id: str,
+            instances: Iterable[str] = ()) -> bool:
     """May ``role`` read (subscribe to / receive) or write (publish) ``topic`` in run ``run_id``?
 
     ``read`` accepts topic filters and uses coverage (see the module docstring); ``write`` needs a
     concrete topic name (MQTT forbids publishing to a filter). ``deny`` patterns win over both; a
     filter that could match a denied topic is refused. Malformed topics are refused.
+    ``instances``: the run's intermediary instance accounts (:func:`role_topics`).
     Raises ValueError for an unknown role or action or an invalid run id.
     """
-    role = _role(role)
+    account_role(role, field="role")
     if action not in ("read", "write"):
         raise ValueError(f"action must be 'read' or 'write', got {action!r}")
     validate_run_id(run_id)
     if not is_valid_topic_filter(topic):
         return False
-    rules = role_topics(role, run_id)
+    rules = role_topics(role, run_id, instances)
     if any(filters_intersect(topic, pattern) for pattern in rules.deny):
         return False  # a concrete topic: it is denied; a filter: it could match a denied topic
     if action == "write":
@@ -180,10 +195,17 @@ def client_id_allowed(role: Role | str, client_id: str, run_id: str) -> bool:
     account's own role: otherwise one account could take over another role's party, cutting its
     connection and inheriting its session (issue #20 item 8). Ids outside the run's form name no
     party. Fleets share the ``users`` account, so one fleet's id is not protected from another's.
+    An intermediary instance's party (``shuffler-2``, or ``shuffler-2-…``) belongs to that instance's
+    account alone: the ``shuffler`` account cannot take it over, nor ``shuffler-1``.
     """
-    role = _role(role)
+    own = role if is_instance(role) else None
+    role = account_role(role, field="role")
     prefix = f"{validate_run_id(run_id)}-"
     if not isinstance(client_id, str) or not client_id.startswith(prefix):
         return True
     name = client_id[len(prefix):]
+    head = name.split("-")
+    owner = "-".join(head[:2]) if len(head) >= 2 and is_instance("-".join(head[:2])) else None
+    if own is not None or owner is not None:
+        return own == owner
     return name == role.value or name.startswith(role.value + "-")
