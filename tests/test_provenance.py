@@ -69,8 +69,10 @@ def test_an_occupied_out_is_refused_before_any_work_and_overwrite_replaces_the_o
     proc = cli("run", "experiments/quickstart.toml", *SMALL, "--out", str(out), check=False)
     assert proc.returncode == 2 and "not empty" in proc.stderr and "--overwrite" in proc.stderr
     assert (out / "summary.json").read_text() == "an earlier run's"  # nothing touched
-    cli("run", "experiments/quickstart.toml", *SMALL, "--out", str(out), "--overwrite")
+    done = cli("run", "experiments/quickstart.toml", *SMALL, "--out", str(out), "--overwrite")
     assert json.loads((out / "summary.json").read_text())["experiment"] == "quickstart"
+    listed = " ".join(done.stdout.split()).split(f"results in {out}/ (", 1)[1]
+    assert "rounds.csv" in listed and "notes.txt" not in listed  # a file of the user's is not a result
     assert (out / "rounds.csv").read_text().startswith("algorithm,run,round")
     assert (out / "notes.txt").read_text() == "mine"  # only privbandit's own files are replaced
     assert not (out / "logs").exists()  # an earlier distributed session's logs would read as this run's
@@ -83,6 +85,28 @@ def test_an_unwritable_out_is_refused_before_any_work(tmp_path, where):
     out = blocker / "sub" if where == "under-a-file" else blocker
     proc = cli("run", "experiments/quickstart.toml", "--set", "horizon=10000000", "--out", str(out), check=False)
     assert proc.returncode == 2 and f"--out {out}" in proc.stderr  # at T = 10⁷ the work would take minutes
+
+
+def test_a_refused_broker_url_stops_before_out_is_touched(tmp_path):
+    """--overwrite would remove the earlier results: a bad or unreachable --broker must stop first."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "summary.json").write_text("an earlier run's")
+    for url, code, said in (("http://127.0.0.1:1883", 2, "--broker: broker_url 'http://127.0.0.1:1883': expected "
+                                                        "mqtt://host:port"),
+                            ("mqtt://127.0.0.1:9", 1, "cannot reach the broker at mqtt://127.0.0.1:9")):
+        proc = cli("run", "experiments/quickstart.toml", "--transport", "mqtt", "--broker", url, "--out", str(out),
+                   "--overwrite", check=False)
+        assert proc.returncode == code and said in " ".join(proc.stderr.split()), proc.stderr
+        assert (out / "summary.json").read_text() == "an earlier run's"
+
+
+def test_an_error_that_quotes_brackets_is_printed_whole(tmp_path):
+    """Error text is not rich markup: "[algorithms.<label>]" must not vanish from the message."""
+    path = tmp_path / "none.toml"
+    path.write_text('name = "x"\nhorizon = 1000\n[algorithms]\n')
+    proc = cli("run", str(path), "--out", str(tmp_path / "o"), check=False)
+    assert proc.returncode == 2 and "at least one [algorithms.<label>] table is required" in proc.stderr, proc.stderr
 
 
 def test_version_and_list():
