@@ -251,3 +251,22 @@ def test_the_image_pins_every_runtime_requirement_within_its_range():
         assert key in pins, f"constraints.txt does not pin {req.name}"
         assert req.specifier.contains(pins[key]), f"{req.name}=={pins[key]} is outside {req.specifier}"
     assert "constraints.txt" in (root / "Dockerfile").read_text()
+
+
+def test_a_data_file_rewritten_in_place_is_another_experiment(tmp_path):
+    """The same config naming a means file whose bytes changed never reuses the old file's tasks."""
+    data = json.loads((ROOT / "experiments" / "data" / "mslr_standin_k50.json").read_text())
+    means = tmp_path / "means.json"
+    means.write_text(json.dumps(data))
+    path = tmp_path / "m.toml"
+    path.write_text('name = "m"\nhorizon = 3000\nruns = 1\n[environment]\nkind = "means-file"\npath = "means.json"\n'
+                    '[algorithms.DP-SE]\n')
+    out = tmp_path / "o"
+    first = privbandit.run(path, out=out)
+    privbandit.run(path, out=out, resume=True)
+    assert len(list((out / ".tasks").glob("*.pkl"))) == 1  # the same bytes: the task is reused
+    data.update(k=10, means=data["means"][:10], counts=data["counts"][:10], probabilities=data["probabilities"][:10])
+    means.write_text(json.dumps(data))
+    again = privbandit.run(path, out=out, resume=True)
+    assert len(list((out / ".tasks").glob("*.pkl"))) == 2  # computed anew beside the old file's task
+    assert again.summary["algorithms"]["DP-SE"]["regret_final_mean"] != first.summary["algorithms"]["DP-SE"]["regret_final_mean"]

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from privbandit.runner import config as experiment_files, results, tasks
 from privbandit.runner.config import ConfigError, parse_value
-from privbandit.runner.store import TaskStore
+from privbandit.runner.store import TaskStore, experiment_key
 
 EXECUTORS = ("local", "ray")
 TRANSPORTS = ("inproc", "mqtt")
@@ -217,11 +217,11 @@ def _run_sessions(path: Path, grid: list[Point], out: Path, executor: str, addre
                   progress, shards: int, timeout_s: float | None) -> dict:
     """Over MQTT: one distributed session per point not already in ``out`` with the same config."""
     summaries, failed, todo, point_of = {}, {}, [], []
+    keys = [experiment_key(p.config) for p in grid]
     for i, p in enumerate(grid):
-        kept = out / p.name
-        if (kept / "summary.json").exists() and (kept / "config.toml").exists() and \
-                (kept / "config.toml").read_text() == results.experiment_toml(p.config):
-            summaries[p.name] = json.loads((kept / "summary.json").read_text())
+        kept = _kept_session(out / p.name, keys[i])
+        if kept is not None:
+            summaries[p.name] = kept
         else:
             # The point's resolved config, not the file and its overrides: a path the file gives
             # relative to itself (a means file) must not depend on where the session runs.
@@ -239,7 +239,7 @@ def _run_sessions(path: Path, grid: list[Point], out: Path, executor: str, addre
         if code == 0 and "summary.json" in files:
             summaries[p.name] = json.loads(files["summary.json"])
             summaries[p.name]["sweep"] = {"point": p.values, "executor": executor, "transport": "mqtt",
-                                          "session_s": round(secs, 3)}
+                                          "session_s": round(secs, 3), "key": keys[point_of[k]]}
             (dest / "summary.json").write_text(json.dumps(summaries[p.name], indent=2) + "\n")
         else:
             failed[p.name] = error or f"the session failed (observer exit {code}); logs in {dest / 'logs'}"
@@ -251,6 +251,16 @@ def _run_sessions(path: Path, grid: list[Point], out: Path, executor: str, addre
         _write_table(out / "sweep.csv", done_grid, summaries)
     return {"points": {p.name: summaries[p.name] for p in done_grid}, "computed": len(todo), "reused": reused,
             "elapsed_s": elapsed, "failed": failed}
+
+
+def _kept_session(point: Path, key: str) -> dict | None:
+    """The summary of a point's finished session in ``point``, if it ran this very experiment
+    (:func:`~privbandit.runner.store.experiment_key`: its config and the bytes of its data files)."""
+    try:
+        summary = json.loads((point / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return summary if summary.get("sweep", {}).get("key") == key else None
 
 
 def _write_table(path: Path, grid: list[Point], summaries: dict) -> None:
