@@ -270,3 +270,26 @@ def test_a_data_file_rewritten_in_place_is_another_experiment(tmp_path):
     again = privbandit.run(path, out=out, resume=True)
     assert len(list((out / ".tasks").glob("*.pkl"))) == 2  # computed anew beside the old file's task
     assert again.summary["algorithms"]["DP-SE"]["regret_final_mean"] != first.summary["algorithms"]["DP-SE"]["regret_final_mean"]
+
+
+def test_a_package_inside_another_repository_claims_no_commit(tmp_path):
+    """An installed privbandit under some other checkout (a virtualenv kept in a project's
+    repository) is not that repository's commit; a tracked package is."""
+    from privbandit.runner.provenance import git_commit
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True,
+                       capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "README").write_text("another project")
+    git("add", "README")
+    git("commit", "-qm", "x")
+    package = tmp_path / ".venv" / "privbandit"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    assert git_commit(package) is None
+    git("add", "-f", ".venv/privbandit/__init__.py")
+    git("commit", "-qm", "y")
+    assert git_commit(package)["commit"] == subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"],
+                                                           capture_output=True, text=True).stdout.strip()
