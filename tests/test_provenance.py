@@ -127,6 +127,23 @@ def test_the_readme_python_example_runs(tmp_path, monkeypatch):
     assert (tmp_path / "api" / "config.toml").exists()
 
 
+def test_the_api_takes_a_path_a_dict_and_a_config_alike_and_its_table_is_runs_csv(tmp_path):
+    import csv
+
+    res = privbandit.run(ROOT / "experiments" / "quickstart.toml", ["horizon=2000", "runs=2"], out=tmp_path / "o")
+    assert isinstance(res, privbandit.Results)
+    final = {k: a["regret_final_mean"] for k, a in res.summary["algorithms"].items()}
+    for same in (res.config, res.config.model_dump(mode="json")):
+        assert {k: a["regret_final_mean"] for k, a in privbandit.run(same).summary["algorithms"].items()} == final
+    table = res.table()
+    rows = table if isinstance(table, list) else table.to_dict("records")
+    with open(tmp_path / "o" / "runs.csv") as fh:
+        written = [(r["algorithm"], int(r["run"]), int(r["t"]), float(r["pseudo"]), float(r["realized"]))
+                   for r in csv.DictReader(fh)]
+    assert [(r["algorithm"], r["run"], r["t"], r["pseudo"], r["realized"]) for r in rows] == written
+    assert len(written) == 2 * len(final) * len(res.results["SE"][0].checkpoints)
+
+
 def test_the_api_refuses_what_is_not_an_experiment():
     with pytest.raises(TypeError, match="experiment must be a path, a dict or a family's config"):
         privbandit.run(42)
