@@ -190,8 +190,9 @@ def sweep(
         _error(exc)
         raise typer.Exit(2)
     except KeyboardInterrupt:
-        err.print(f"interrupted: finished tasks kept in {out}/.tasks; to resume:\n  {_resumed(command)}",
-                  highlight=False, markup=False)
+        kept = (f"finished points in {out}/" if transport == "mqtt" else
+                f"finished tasks kept in {out}/.tasks, finished points written in {out}/")
+        err.print(f"interrupted: {kept}; to resume:\n  {_resumed(command)}", highlight=False, markup=False)
         raise typer.Exit(130)
     console = Console(width=None if sys.stdout.isatty() else 120)
     unit = "sessions" if transport == "mqtt" else "tasks"

@@ -53,6 +53,29 @@ def test_every_point_is_its_own_experiment_and_kept_tasks_are_reused_only_for_th
     assert changed["computed"] == 28 and changed["reused"] == 0  # a changed config reuses nothing
 
 
+def test_an_interrupted_sweep_keeps_its_finished_points_and_resume_completes_it(tmp_path):
+    """Each point is written as its last task comes in: interrupted after 8 of 14 tasks, the first
+    point's directory and its sweep.csv rows are there; --resume computes the 6 missing tasks only,
+    with the numbers each point gives alone."""
+    grid, out = ["epsilon=0.5,1"], tmp_path / "stopped"
+
+    def interrupt(done: int, total: int) -> None:
+        if done == 8:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(QUICK, grid, out, BASE, jobs=1, progress=interrupt)
+    assert (out / "epsilon=0.5" / "regret.png").exists() and not (out / "epsilon=1").exists()
+    assert {r["point"] for r in csv.DictReader(open(out / "sweep.csv"))} == {"epsilon=0.5"}
+    assert len(list((out / ".tasks").glob("*.pkl"))) == 8
+    again = run_sweep(QUICK, grid, out, BASE, jobs=1, resume=True)
+    assert again["computed"] == 6 and again["reused"] == 8
+    for point, eps in (("epsilon=0.5", 0.5), ("epsilon=1", 1)):
+        alone = privbandit.run(QUICK, [*BASE, f"epsilon={eps}"]).summary["algorithms"]
+        assert {k: a["regret_final_mean"] for k, a in again["points"][point]["algorithms"].items()} == \
+            {k: a["regret_final_mean"] for k, a in alone.items()}
+
+
 @pytest.mark.parametrize(("grid", "match"), [
     (["epsilon"], "expected key=v1,v2"), (["epsilon=0.5,"], "expected key=v1,v2"),
     (["epsilon=1", "epsilon=2"], "given twice"), ([], "at least one --grid"),

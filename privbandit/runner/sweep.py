@@ -28,6 +28,7 @@ import signal
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -192,25 +193,50 @@ def run_sweep(path: str | Path, grids: list[str], out: Path, overrides: list[str
                 compute[i][t.label] += kept[1]
                 reused += 1
     start = time.perf_counter()
-    run = _ray if executor == "ray" else _local
-    for done, (k, label, runs, res, secs) in enumerate(run([(t,) for t in todo], jobs, address), 1):
-        i = point_of[k]
-        stores[i].save(label, runs, res, secs)  # kept as it finishes: an interrupted sweep resumes
-        found[i][label].append(res)
-        compute[i][label] += secs
-        if progress is not None:
-            progress(done, len(todo))
-    elapsed = time.perf_counter() - start
+    missing = [point_of.count(i) for i in range(len(grid))]
     summaries = {}
-    for p, f, c in zip(grid, found, compute):
+
+    def write_point(i: int) -> None:
+        p, f = grid[i], found[i]
         for label in f:
             f[label].sort(key=lambda r: r.runs[0])
-        summary = results.summarize(p.family, p.config, f, c, elapsed)
+        summary = results.summarize(p.family, p.config, f, compute[i], time.perf_counter() - start)
         summary["sweep"] = {"point": p.values, "executor": executor}
         results.write_results(out / p.name, p.family, p.config, summary, f)
         summaries[p.name] = summary
-    _write_table(out / "sweep.csv", grid, summaries)
-    return {"points": summaries, "computed": len(todo), "reused": reused, "elapsed_s": elapsed, "failed": {}}
+
+    # A point whose every task is in is written at once, not after the whole sweep: an interrupted
+    # sweep leaves its finished points readable. One writer thread, so the loop keeps collecting
+    # tasks while a point's plot is drawn (the plot costs more than a task: docs/performance.md).
+    writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sweep-writer")
+    writes = [writer.submit(write_point, i) for i, n in enumerate(missing) if n == 0]
+    interrupted = True
+    try:
+        run = _ray if executor == "ray" else _local
+        for done, (k, label, runs, res, secs) in enumerate(run([(t,) for t in todo], jobs, address), 1):
+            i = point_of[k]
+            stores[i].save(label, runs, res, secs)  # kept as it finishes: an interrupted sweep resumes
+            found[i][label].append(res)
+            compute[i][label] += secs
+            missing[i] -= 1
+            if missing[i] == 0:
+                writes.append(writer.submit(write_point, i))
+            if progress is not None:
+                progress(done, len(todo))
+        elapsed = time.perf_counter() - start
+        interrupted = False
+    finally:
+        # Interrupted: the point being written is finished (at most one plot's wait), the points
+        # still queued for writing are not (their tasks are kept: --resume writes them), and
+        # sweep.csv lists the written ones.
+        writer.shutdown(wait=True, cancel_futures=interrupted)
+        if summaries:
+            _write_table(out / "sweep.csv", [p for p in grid if p.name in summaries], summaries)
+    for w in writes:
+        w.result()  # a point that could not be written is an error, not a silently missing directory
+    summaries = {p.name: summaries[p.name] for p in grid}
+    return {"points": summaries, "computed": len(todo), "reused": reused, "elapsed_s": elapsed,
+            "writing_s": time.perf_counter() - start - elapsed, "failed": {}}
 
 
 def _run_sessions(path: Path, grid: list[Point], out: Path, executor: str, address: str | None, jobs: int | None,
