@@ -76,6 +76,25 @@ def test_an_interrupted_sweep_keeps_its_finished_points_and_resume_completes_it(
             {k: a["regret_final_mean"] for k, a in alone.items()}
 
 
+def test_overwrite_replaces_an_earlier_sweeps_points_and_only_after_every_check(tmp_path):
+    out = tmp_path / "s"
+    for point in ("epsilon=0.5", "epsilon=9"):  # an earlier sweep's points: a results directory, a failed session
+        (out / point / "logs").mkdir(parents=True)
+    (out / "epsilon=0.5" / "summary.json").write_text("{}")
+    (out / "sweep.csv").write_text("an earlier sweep's")
+    (out / "mine").mkdir()
+    (out / "mine" / "notes.txt").write_text("the user's")
+    with pytest.raises(ConfigError, match="not empty"):
+        run_sweep(QUICK, ["epsilon=2"], out, BASE)
+    with pytest.raises(ConfigError, match="--shards 0"):
+        run_sweep(QUICK, ["epsilon=2"], out, BASE, transport="mqtt", shards=0, overwrite=True)
+    assert (out / "sweep.csv").read_text() == "an earlier sweep's"  # refused: nothing removed
+    run_sweep(QUICK, ["epsilon=2"], out, BASE, jobs=1, overwrite=True)
+    assert sorted(p.name for p in out.iterdir() if p.is_dir() and p.name != ".tasks") == ["epsilon=2", "mine"]
+    assert {r["point"] for r in csv.DictReader(open(out / "sweep.csv"))} == {"epsilon=2"}
+    assert (out / "mine" / "notes.txt").read_text() == "the user's"
+
+
 @pytest.mark.parametrize(("grid", "match"), [
     (["epsilon"], "expected key=v1,v2"), (["epsilon=0.5,"], "expected key=v1,v2"),
     (["epsilon=1", "epsilon=2"], "given twice"), ([], "at least one --grid"),

@@ -24,6 +24,7 @@ import csv
 import itertools
 import json
 import re
+import shutil
 import signal
 import tempfile
 import threading
@@ -171,12 +172,15 @@ def run_sweep(path: str | Path, grids: list[str], out: Path, overrides: list[str
     if transport not in TRANSPORTS:
         raise ConfigError(f"--transport {transport!r}: choose {' or '.join(TRANSPORTS)}")
     grid = points(path, grids, overrides)
-    results.prepare_out(out, overwrite, resume)
     if transport == "mqtt":
         if shards < 1:
             raise ConfigError(f"--shards {shards}: must be ≥ 1")
         if timeout_s is not None and not timeout_s > 0:
             raise ConfigError(f"--timeout {timeout_s}: must be > 0 seconds")
+    results.prepare_out(out, overwrite, resume)
+    if overwrite and not resume:
+        _remove_earlier_points(out)
+    if transport == "mqtt":
         return _run_sessions(Path(path), grid, out, executor, address, jobs, progress, shards, timeout_s)
     stores = [TaskStore(out, p.config) for p in grid]
     found = [{label: [] for label in p.family.labels(p.config)} for p in grid]
@@ -277,6 +281,15 @@ def _run_sessions(path: Path, grid: list[Point], out: Path, executor: str, addre
         _write_table(out / "sweep.csv", done_grid, summaries)
     return {"points": {p.name: summaries[p.name] for p in done_grid}, "computed": len(todo), "reused": reused,
             "elapsed_s": elapsed, "failed": failed}
+
+
+def _remove_earlier_points(out: Path) -> None:
+    """--overwrite: an earlier sweep's sweep.csv and point directories (a results directory, or a
+    failed session's logs) go, so none of its points is read as one of this sweep's."""
+    (out / "sweep.csv").unlink(missing_ok=True)
+    for child in out.iterdir():
+        if child.is_dir() and any((child / name).exists() for name in ("summary.json", "config.toml", "logs")):
+            shutil.rmtree(child)
 
 
 def _kept_session(point: Path, key: str) -> dict | None:
