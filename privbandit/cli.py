@@ -1226,6 +1226,16 @@ def list_() -> None:
     for kind, (where, text) in adversary_catalogue().items():
         adversaries.add_row(kind, where, text)
     console.print(adversaries)
+    from privbandit.runner.provenance import plugins
+
+    found = plugins()
+    if found:  # a plug-in learner shows nowhere else
+        table = Table(title="plug-ins from installed packages")
+        for col in ("entry point", "package"):
+            table.add_column(col)
+        for name, package in found.items():
+            table.add_row(name, package)
+        console.print(table)
 
 
 def main() -> None:  # pragma: no cover

@@ -71,7 +71,7 @@ def test_plugins_run_in_process_and_over_mqtt_identically_with_an_honest_ledger(
     for r in (r for r in rows if r["algorithm"].startswith("rr-se")):
         assert abs(float(r["noise"])) <= float(r["noise_bound"]), r
     listed = " ".join(privbandit(installed, "list").stdout.split())
-    assert "rr-se" in listed
+    assert "rr-se" in listed and "distributed-dp-mab.learner.fixed-batches" in listed and "privbandit-mab-plugins 0.1.0" in listed
 
 
 @pytest.mark.parametrize(("extra", "message"), [
