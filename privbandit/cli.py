@@ -1,4 +1,5 @@
-"""The ``privbandit`` command."""
+"""privbandit: a distributed protocol simulator for private bandit learning. `privbandit list` shows what
+it runs; `privbandit COMMAND --help` the options of a command."""
 
 from __future__ import annotations
 
@@ -338,20 +339,17 @@ def _broker_reachable(url: str) -> None:
     """Before any work: ``--broker`` is an MQTT URL whose host accepts a connection (the launcher
     then probes its accounts and ACL). A bad URL is a ConfigError; an unreachable broker exits 1
     with the launcher's words."""
-    import socket
-
+    from privbandit.runner.sweep import unreachable
     from privbandit.services.bus import BusSettings
 
     try:  # model_construct: the URL alone, not the PRIVBANDIT_* environment the parties read
         host, port = BusSettings.model_construct(broker_url=url).endpoint()
     except ValueError as exc:
         raise ConfigError(f"--broker: {exc}") from None
-    timeout = float(os.environ.get("PRIVBANDIT_CONNECT_TIMEOUT_S", 10))
-    try:
-        socket.create_connection((host, port), timeout=min(timeout, 10)).close()
-    except OSError as exc:
-        _error(f"cannot reach the broker at {url}: {exc.strerror or exc}; nothing was run, --out untouched")
-        raise typer.Exit(1) from None
+    problem = unreachable(host, port, min(float(os.environ.get("PRIVBANDIT_CONNECT_TIMEOUT_S", 10)), 10))
+    if problem is not None:
+        _error(f"cannot reach the broker at {url}: {problem}; nothing was run, --out untouched")
+        raise typer.Exit(1)
 
 
 def _dashboard_port_free(port: int) -> None:

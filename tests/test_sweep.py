@@ -111,6 +111,16 @@ def test_the_local_executor_refuses_a_ray_address(tmp_path):
         run_sweep(QUICK, ["epsilon=1"], tmp_path / "o", BASE, address="127.0.0.1:1")
 
 
+@pytest.mark.parametrize(("address", "match"), [
+    ("127.0.0.1:9", "--address 127.0.0.1:9: no Ray head answers there"),
+    ("ray://127.0.0.1:9", "no Ray Client server answers there"), ("nohost", "expected HOST:PORT")])
+def test_a_ray_address_nothing_answers_at_is_refused_before_any_work(tmp_path, address, match):
+    """Ray itself would retry it for minutes, after --out was prepared."""
+    with pytest.raises(ConfigError, match=match):
+        run_sweep(QUICK, ["epsilon=1"], tmp_path / "o", BASE, executor="ray", address=address)
+    assert not (tmp_path / "o").exists()
+
+
 def _free_port() -> int:
     """A free port below the ephemeral range: a Ray head on a port the kernel hands out for
     outgoing connections (bind to port 0) never became available here."""

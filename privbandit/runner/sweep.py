@@ -21,11 +21,13 @@ and the privacy the ledger states.
 from __future__ import annotations
 
 import csv
+import importlib.util
 import itertools
 import json
 import re
 import shutil
 import signal
+import socket
 import tempfile
 import threading
 import time
@@ -133,20 +135,50 @@ def session_indexed(i: int, text: str, name: str, shards: int, timeout_s: float 
     return i, code, error, files, time.perf_counter() - start
 
 
+def unreachable(host: str, port: int, timeout_s: float = 5.0) -> str | None:
+    """Why nothing accepts a TCP connection at ``host:port`` (None: something does)."""
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as exc:
+        return exc.strerror or str(exc) or type(exc).__name__
+    return None
+
+
+def check_executor(executor: str, address: str | None, jobs: int | None) -> None:
+    """Before any work and before ``--out`` is touched: the executor can run here. A Ray address
+    nothing listens at would otherwise leave Ray retrying for minutes after the sweep has begun."""
+    if executor not in EXECUTORS:
+        raise ConfigError(f"--executor {executor!r}: choose {' or '.join(EXECUTORS)}")
+    if executor == "local":
+        if address is not None:
+            raise ConfigError("--address: only with --executor ray")
+        return
+    if importlib.util.find_spec("ray") is None:
+        raise ConfigError("--executor ray needs Ray: pip install 'privbandit[ray]'")
+    if jobs is not None:
+        raise ConfigError("--jobs: the Ray cluster's CPUs decide how many tasks run at once; omit --jobs")
+    if address in (None, "auto"):  # a one-machine Ray started here, or the one this host runs
+        return
+    client = address.startswith("ray://")  # Ray Client's port, else the head's GCS port
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"--address {address!r}: expected HOST:PORT (the head's GCS port, 6379 by default) or "
+                          f"ray://HOST:PORT")
+    problem = unreachable(host.strip("[]"), int(port))
+    if problem is not None:
+        what = "Ray Client server" if client else "Ray head"
+        raise ConfigError(f"--address {address}: no {what} answers there ({problem}); is `ray start --head` "
+                          f"running, and this its address?")
+
+
 def _local(todo: list[tuple], jobs: int | None, address: str | None, work=execute_indexed):
     """``work(i, *args)`` for each argument tuple of ``todo``, in a local process pool."""
-    if address is not None:
-        raise ConfigError("--address: only with --executor ray")
     yield from tasks.completed(work, [(i, *args) for i, args in enumerate(todo)], max(1, min(jobs or 1, len(todo) or 1)))
 
 
 def _ray(todo: list[tuple], jobs: int | None, address: str | None, work=execute_indexed):
-    try:
-        import ray
-    except ImportError:
-        raise ConfigError("--executor ray needs Ray: pip install 'privbandit[ray]'") from None
-    if jobs is not None:
-        raise ConfigError("--jobs: the Ray cluster's CPUs decide how many tasks run at once; omit --jobs")
+    import ray  # check_executor found it
+
     try:
         ray.init(address=address, log_to_driver=False, include_dashboard=False, configure_logging=False)
     except (ConnectionError, ValueError, RuntimeError) as exc:
@@ -167,8 +199,7 @@ def run_sweep(path: str | Path, grids: list[str], out: Path, overrides: list[str
     """Run every point's missing tasks on the executor; write each point's results and sweep.csv.
     Returns the points' summaries by name, and how many tasks were computed and reused (over MQTT:
     sessions, one per point, and the points whose session failed, by name → error)."""
-    if executor not in EXECUTORS:
-        raise ConfigError(f"--executor {executor!r}: choose {' or '.join(EXECUTORS)}")
+    check_executor(executor, address, jobs)
     if transport not in TRANSPORTS:
         raise ConfigError(f"--transport {transport!r}: choose {' or '.join(TRANSPORTS)}")
     grid = points(path, grids, overrides)
