@@ -30,7 +30,7 @@ def _error(message: object) -> None:
 @app.command()
 def run(
     experiment: Annotated[Path, typer.Argument(help="experiment file (TOML)")],
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a field: dotted.name=value")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help="override a field: dotted.name=value")] = None,
     runs: Annotated[Optional[int], typer.Option(help="number of runs (overrides the file)")] = None,
     out: Annotated[Optional[Path], typer.Option(help="results directory [default: results/<name>]")] = None,
     jobs: Annotated[Optional[int], typer.Option(help="worker processes [default: all cores]")] = None,
@@ -141,9 +141,9 @@ def _resumed(command: str) -> str:
 @app.command()
 def sweep(
     experiment: Annotated[Path, typer.Argument(help="experiment file (TOML)")],
-    grid: Annotated[list[str], typer.Option("--grid", help="key=v1,v2,…: one axis of the grid (TOML values); "
+    grid: Annotated[list[str], typer.Option("--grid", metavar="KEY=V1,V2,…", help="one axis of the grid (TOML values); "
                                                          "repeat for more axes")],
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a field at every point")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help="override a field at every point")] = None,
     runs: Annotated[Optional[int], typer.Option(help="number of runs (overrides the file)")] = None,
     out: Annotated[Optional[Path], typer.Option(help="sweep directory [default: results/<name>-sweep]")] = None,
     executor: Annotated[str, typer.Option(help="local: a process pool here; ray: a Ray cluster")] = "local",
@@ -551,7 +551,7 @@ def attack(
     magnitude: Annotated[float, typer.Option(help="out-of-range: how far beyond [0, 1], in rewards")] = 1.0,
     range_check: Annotated[bool, typer.Option("--range-check", help="turn on the clear-text defences "
                                               "wherever someone sees the reports")] = False,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a field: dotted.name=value")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help="override a field: dotted.name=value")] = None,
     runs: Annotated[Optional[int], typer.Option(help="number of runs (overrides the file)")] = None,
     out: Annotated[Optional[Path], typer.Option(help="results [default: results/attack-<kind>]")] = None,
     jobs: Annotated[Optional[int], typer.Option(help="worker processes [default: all cores]")] = None,
@@ -1000,7 +1000,7 @@ def demo(
         help="mqtt://host:port or mqtts://host:port (TLS) [default: an embedded broker]")] = None,
     out: Annotated[Path, typer.Option(help="results directory")] = Path("results/demo"),
     shards: Annotated[int, typer.Option(help="user fleets")] = 2,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a field of experiments/demo.toml")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help="override a field of experiments/demo.toml")] = None,
     restart_on_crash: Annotated[int, typer.Option(help="restart a crashed party, up to N times in all")] = 0,
     overwrite: Annotated[bool, typer.Option("--overwrite/--keep", help="replace an earlier demo's results in --out "
                                                                     "(--keep refuses an occupied --out)")] = True,
@@ -1061,7 +1061,7 @@ def audit(
     family: Annotated[Optional[str], typer.Option(help="audit this family's ALGORITHM with its defaults (no file)")] = None,
     algorithm: Annotated[Optional[list[str]], typer.Option(
         help="without FILE: the algorithm to audit; with FILE: audit only this label (repeatable)")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a field: dotted.name=value")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help="override a field: dotted.name=value")] = None,
     samples: Annotated[int, typer.Option(help="releases per neighbouring input, in [100, 10^9]")] = 1_000_000,
     delta: Annotated[Optional[float], typer.Option(help="δ of the ε lower bound, in (0, 1) [default: the run's own δ]")] = None,
     confidence: Annotated[float, typer.Option(
