@@ -52,6 +52,9 @@ def test_a_run_records_its_provenance_and_its_config_toml_reruns_to_the_same_num
         assert p["git"]["commit"] == head.stdout.strip()
     assert p["libraries"]["numpy"] and p["libraries"]["dp-accounting"]
     cli("run", str(first / "config.toml"), "--out", str(second), cwd=tmp_path)
+    wrong = cli("run", str(first / "config.json"), "--out", str(tmp_path / "third"), check=False)
+    assert wrong.returncode == 2 and f"run {first / 'config.toml'}, which it holds beside it" in " ".join(
+        wrong.stderr.split())
     for name in ("runs.csv", "curves.csv", "rounds.csv"):
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
     again = json.loads((second / "summary.json").read_text())

@@ -185,7 +185,10 @@ def read_experiment_data(path: str | Path, overrides: list[str] = ()) -> dict:
     except OSError as exc:
         raise ConfigError(f"{path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        beside = path.with_suffix(".toml")
+        hint = (f" (a results directory's config.json is for reading; run {beside}, which it holds beside it)"
+                if path.suffix == ".json" and beside.is_file() else "")
+        raise ConfigError(f"{path}: not valid TOML: {exc}{hint}") from None
     for assignment in overrides:
         apply_override(data, assignment)
     return data
