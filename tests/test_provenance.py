@@ -313,3 +313,22 @@ def test_a_package_inside_another_repository_claims_no_commit(tmp_path):
     git("commit", "-qm", "y")
     assert git_commit(package)["commit"] == subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"],
                                                            capture_output=True, text=True).stdout.strip()
+
+
+def test_kept_tasks_are_keyed_by_privbandits_code_not_only_its_version(tmp_path, monkeypatch):
+    """The version stays 0.1.0 across commits: a task computed before a code change must not be
+    reused after it. The fingerprint covers every source file of the package."""
+    from privbandit.runner import store
+
+    fingerprint = store.code_fingerprint.__wrapped__  # uncached
+    _, config = experiment_files.load(ROOT / "experiments" / "quickstart.toml")
+    before = store.experiment_key(config)
+    assert store.experiment_key(config) == before  # deterministic
+    monkeypatch.setattr(store, "code_fingerprint", lambda: "another commit's code")
+    assert store.experiment_key(config) != before
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "sub" / "mechanism.py").write_text("SCALE = 1\n")
+    first = fingerprint(package)
+    (package / "sub" / "mechanism.py").write_text("SCALE = 2\n")
+    assert fingerprint(package) != first

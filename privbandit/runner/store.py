@@ -1,10 +1,11 @@
 """Finished tasks kept on disk as they finish, so no finished work is lost (issue #18).
 
 ``out/.tasks/`` holds one file per finished task, named by a hash of everything that determines
-its numbers: the experiment's full config and the content of every data file it names
-(:func:`experiment_key`), the algorithm label, the runs and the privbandit version. A run with ``--resume`` (and ``privbandit.run(..., resume=True)``) loads what is there and
-computes only what is missing; a changed config, another label or another version never matches
-a stale file. A file that cannot be read is reported, set aside and computed again.
+its numbers (:func:`experiment_key`): the experiment's full config, the content of every data file
+it names, privbandit's own code and the installed plug-ins; then the algorithm label and the runs.
+A run with ``--resume`` (and ``privbandit.run(..., resume=True)``) loads what is there and
+computes only what is missing; a changed config, data file, source file or plug-in, another label
+never matches a stale file. A file that cannot be read is reported, set aside and computed again.
 
 The files are Python pickles of :class:`~privbandit.protocol.spine.observer.RunResult`: resume
 only from results directories you made (unpickling runs code a hostile file could carry).
@@ -17,6 +18,7 @@ import json
 import logging
 import os
 import pickle
+from functools import lru_cache
 from pathlib import Path
 
 from privbandit.protocol.spine.observer import RunResult
@@ -37,15 +39,27 @@ def named_files(data) -> list[str]:
     return []
 
 
-def experiment_key(config) -> str:
-    """A hash of everything that fixes an experiment's numbers: privbandit's version, the full
-    config, and the bytes of every file it names, so a means file rewritten in place is another
-    experiment, never a reuse of the old one's results."""
-    from privbandit import __version__
+@lru_cache(maxsize=4)
+def code_fingerprint(root: Path | None = None) -> str:
+    """A hash of privbandit's own source files and of the installed plug-ins' versions. The version
+    number alone stays the same across commits: a result computed before a fix to a mechanism must
+    not be reused after it (``experiments/reproduce.py`` always resumes)."""
+    from privbandit.runner.provenance import plugins
 
+    root = root or Path(__file__).resolve().parent.parent  # the package's own directory
+    digest = hashlib.sha256(json.dumps(plugins(), sort_keys=True).encode())
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def experiment_key(config) -> str:
+    """A hash of everything that fixes an experiment's numbers: privbandit's code
+    (:func:`code_fingerprint`), the full config, and the bytes of every file it names, so a means
+    file rewritten in place is another experiment, never a reuse of the old one's results."""
     dump = config.model_dump(mode="json")
     files = {f: hashlib.sha256(Path(f).read_bytes()).hexdigest() for f in sorted(set(named_files(dump)))}
-    text = json.dumps([__version__, dump, *([files] if files else [])], sort_keys=True)
+    text = json.dumps([code_fingerprint(), dump, files], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
