@@ -2,13 +2,16 @@
 
     python benchmarks/bench_sweep.py [--tasks 200] [--jobs 2] [--ray ADDRESS|local|none] [--sessions 4]
 
-Runs a sweep whose tasks do almost nothing (the quickstart's seven algorithms at T = 200, one run,
-over a grid of seeds), so wall time / tasks is what the executor costs per task: pickling the
-task, scheduling, the worker's import and spine set-up, and the result's way back. With ``--ray
-local`` Ray starts a one-machine cluster per sweep; the per-task figure is the difference of a
-sweep of N and of 2N tasks over N, so that start-up drops out. ``--sessions N`` also times an MQTT
-sweep of N points of the same near-zero work, one and two sessions at a time: what a point costs
-over MQTT (an embedded broker and five party processes started, a session run, its files back).
+Runs a sweep whose tasks do almost nothing (the quickstart's seven algorithms at T = 200, one task
+per run and algorithm, all in one grid point, so that writing points' results directories, a plot
+each, does not compete with the tasks), so the time the tasks take / tasks is what the executor
+costs per task: pickling the task, scheduling, the worker's import and spine set-up, the result's
+way back and its file in ``.tasks/``. With ``--ray local`` Ray starts a one-machine cluster per
+sweep; the per-task figure is the difference of a sweep of N and of 2N tasks over N, so that
+start-up drops out. The load average is printed: other work on the machine inflates every figure.
+``--sessions N`` also times an MQTT sweep of N points of the same near-zero work (one run each), one
+and two sessions at a time: what a point costs over MQTT (an embedded broker and five party
+processes started, a session run, its files back).
 """
 
 from __future__ import annotations
@@ -32,9 +35,10 @@ def main() -> None:
     ap.add_argument("--ray", default="local", help="a cluster's HOST:PORT, 'local' (start one here) or 'none'")
     ap.add_argument("--sessions", type=int, default=0, help="also time an MQTT sweep of this many points")
     args = ap.parse_args()
-    seeds = ",".join(str(s) for s in range(max(1, args.tasks // 7)))
-    grid, base = [f"seed={seeds}"], ["horizon=200", "runs=1"]
-    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; {args.tasks} tasks of ~0 work")
+    runs = max(1, args.tasks // 7)
+    grid, base = ["seed=1"], ["horizon=200", f"runs={runs}"]
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load average "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}; {7 * runs} tasks of ~0 work")
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         local = run_sweep(ROOT / "experiments/quickstart.toml", grid, Path(tmp) / "local", base, jobs=args.jobs)
@@ -47,9 +51,8 @@ def main() -> None:
             address = None if args.ray == "local" else args.ray
             small = run_sweep(ROOT / "experiments/quickstart.toml", grid, Path(tmp) / "ray1", base, executor="ray",
                               address=address)
-            seeds2 = ",".join(str(s) for s in range(1000, 1000 + 2 * max(1, args.tasks // 7)))
-            large = run_sweep(ROOT / "experiments/quickstart.toml", [f"seed={seeds2}"], Path(tmp) / "ray2", base,
-                              executor="ray", address=address)
+            large = run_sweep(ROOT / "experiments/quickstart.toml", grid, Path(tmp) / "ray2",
+                              ["horizon=200", f"runs={2 * runs}"], executor="ray", address=address)
             per_task = (large["elapsed_s"] - small["elapsed_s"]) / (large["computed"] - small["computed"])
             print(f"ray ({args.ray}): {small['computed']} tasks in {small['elapsed_s']:.2f} s, {large['computed']} in "
                   f"{large['elapsed_s']:.2f} s (each with Ray's connect/start-up): {1e3 * per_task:.1f} ms/task")
@@ -57,7 +60,7 @@ def main() -> None:
             seeds = ",".join(str(s) for s in range(args.sessions))
             for jobs in (1, 2):
                 sweep = run_sweep(ROOT / "experiments/quickstart.toml", [f"seed={seeds}"], Path(tmp) / f"mqtt{jobs}",
-                                  base, jobs=jobs, transport="mqtt", timeout_s=300)
+                                  ["horizon=200", "runs=1"], jobs=jobs, transport="mqtt", timeout_s=300)
                 assert not sweep["failed"], sweep["failed"]
                 print(f"mqtt, {jobs} session(s) at a time: {sweep['computed']} sessions in {sweep['elapsed_s']:.2f} s "
                       f"({sweep['elapsed_s'] / sweep['computed']:.2f} s/point)")

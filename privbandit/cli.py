@@ -1,4 +1,5 @@
-"""The ``privbandit`` command."""
+"""privbandit: a distributed protocol simulator for private bandit learning. `privbandit list` shows what
+it runs; `privbandit COMMAND --help` the options of a command."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from privbandit.runner.config import ConfigError
 
@@ -19,10 +21,16 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, rich
 err = Console(stderr=True, soft_wrap=True)  # errors unwrapped: one line to read, grep or paste
 
 
+def _error(message: object) -> None:
+    """``error: <message>`` on stderr, the message exactly as given: never read as rich markup,
+    which would drop whatever it quotes in brackets ("[algorithms.<label>]", "[SSL: …]")."""
+    err.print(Text.assemble(("error:", "bold red"), " ", str(message)), highlight=False)
+
+
 @app.command()
 def run(
     experiment: Annotated[Path, typer.Argument(help="experiment file (TOML)")],
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a field: dotted.name=value")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help="override a field: dotted.name=value")] = None,
     runs: Annotated[Optional[int], typer.Option(help="number of runs (overrides the file)")] = None,
     out: Annotated[Optional[Path], typer.Option(help="results directory [default: results/<name>]")] = None,
     jobs: Annotated[Optional[int], typer.Option(help="worker processes [default: all cores]")] = None,
@@ -77,6 +85,8 @@ def run(
         if timeout is not None and not timeout > 0:
             raise ConfigError(f"--timeout {timeout}: must be > 0 seconds")
         access = _broker_access(broker, run_id, credentials, ca_file, cert_file, key_file)
+        if broker is not None:
+            _broker_reachable(broker)  # before --out is touched: --overwrite would remove the earlier results
         dashboard_port = _page_port(dashboard, dashboard_port)
         if dashboard_port is not None:
             _dashboard_port_free(dashboard_port)
@@ -109,7 +119,7 @@ def run(
             outcome = tasks.run_experiment(family, config, jobs=jobs, store=kept,
                                            progress=lambda label, run: bar.advance(ids[label]))
     except ConfigError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        _error(exc)
         raise typer.Exit(2)
     except KeyboardInterrupt:
         if kept is None:
@@ -131,9 +141,9 @@ def _resumed(command: str) -> str:
 @app.command()
 def sweep(
     experiment: Annotated[Path, typer.Argument(help="experiment file (TOML)")],
-    grid: Annotated[list[str], typer.Option("--grid", help="key=v1,v2,…: one axis of the grid (TOML values); "
+    grid: Annotated[list[str], typer.Option("--grid", metavar="KEY=V1,V2,…", help="one axis of the grid (TOML values); "
                                                          "repeat for more axes")],
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a field at every point")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help="override a field at every point")] = None,
     runs: Annotated[Optional[int], typer.Option(help="number of runs (overrides the file)")] = None,
     out: Annotated[Optional[Path], typer.Option(help="sweep directory [default: results/<name>-sweep]")] = None,
     executor: Annotated[str, typer.Option(help="local: a process pool here; ray: a Ray cluster")] = "local",
@@ -178,11 +188,12 @@ def sweep(
                                jobs if executor == "ray" else local_jobs, overwrite, resume, advance,
                                transport=transport, shards=2 if shards is None else shards, timeout_s=timeout)
     except ConfigError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        _error(exc)
         raise typer.Exit(2)
     except KeyboardInterrupt:
-        err.print(f"interrupted: finished tasks kept in {out}/.tasks; to resume:\n  {_resumed(command)}",
-                  highlight=False, markup=False)
+        kept = (f"finished points in {out}/" if transport == "mqtt" else
+                f"finished tasks kept in {out}/.tasks, finished points written in {out}/")
+        err.print(f"interrupted: {kept}; to resume:\n  {_resumed(command)}", highlight=False, markup=False)
         raise typer.Exit(130)
     console = Console(width=None if sys.stdout.isatty() else 120)
     unit = "sessions" if transport == "mqtt" else "tasks"
@@ -199,7 +210,7 @@ def sweep(
     console.print(table)
     console.print(f"results in {out}/ (sweep.csv and one directory per point)")
     for name, error in report["failed"].items():
-        err.print(f"[bold red]error:[/] point {name}: {error}", highlight=False)
+        _error(f"point {name}: {error}")
     if report["failed"]:
         raise typer.Exit(1)
 
@@ -232,7 +243,7 @@ def compare(
             raise ConfigError(f"{results_dir} holds one algorithm ({', '.join(curves)}): nothing to compare")
         rows = [(a, b, paired(curves[a][:, column], curves[b][:, column])) for a, b in pairs]
     except (ConfigError, ValueError) as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        _error(exc)
         raise typer.Exit(2)
     table = Table(title=f"{results_dir}: paired pseudo-regret at t = {at:,} (a − b)")
     for col in ("a", "b", "runs", "mean a − b", "stderr", "t", "a won", "b won", "verdict"):
@@ -324,6 +335,23 @@ def _broker_access(broker: str | None, run_id: str | None, credentials: Path | N
     return {"passwords": passwords or None, "tls_files": tls or None}
 
 
+def _broker_reachable(url: str) -> None:
+    """Before any work: ``--broker`` is an MQTT URL whose host accepts a connection (the launcher
+    then probes its accounts and ACL). A bad URL is a ConfigError; an unreachable broker exits 1
+    with the launcher's words."""
+    from privbandit.runner.sweep import unreachable
+    from privbandit.services.bus import BusSettings
+
+    try:  # model_construct: the URL alone, not the PRIVBANDIT_* environment the parties read
+        host, port = BusSettings.model_construct(broker_url=url).endpoint()
+    except ValueError as exc:
+        raise ConfigError(f"--broker: {exc}") from None
+    problem = unreachable(host, port, min(float(os.environ.get("PRIVBANDIT_CONNECT_TIMEOUT_S", 10)), 10))
+    if problem is not None:
+        _error(f"cannot reach the broker at {url}: {problem}; nothing was run, --out untouched")
+        raise typer.Exit(1)
+
+
 def _dashboard_port_free(port: int) -> None:
     """Before any work: the dashboard's port can be listened on (the observer listens on it)."""
     from privbandit.services.dashboard import DEFAULT_HOST, DashboardError, bind
@@ -339,8 +367,6 @@ def _run_distributed(family, config, experiment: Path, overrides: list[str], out
                      insecure_broker: bool = False, run_id: str | None = None, dashboard_port: int | None = None):
     import json
 
-    from rich.markup import escape
-
     from privbandit.services.broker_probe import BrokerInsecure, BrokerUnusable
     from privbandit.services.launcher import launch
 
@@ -351,19 +377,19 @@ def _run_distributed(family, config, experiment: Path, overrides: list[str], out
                       restart_on_crash=restart_on_crash, timeout_s=timeout, insecure_broker=insecure_broker,
                       run_id=run_id, dashboard_port=dashboard_port, **(access or {}))
     except TimeoutError as exc:
-        err.print(f"[bold red]error:[/] --timeout: {exc}")
+        _error(f"--timeout: {exc}")
         raise typer.Exit(1)
     except (BrokerInsecure, BrokerUnusable) as exc:
-        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        _error(exc)
         raise typer.Exit(1)
     except ValueError as exc:  # a TLS file, a missing role's password, a run id
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        _error(exc)
         raise typer.Exit(2)
     except RuntimeError as exc:  # a party that could not go on: the end of its log
-        err.print(f"[bold red]error:[/] the distributed run stopped: {escape(str(exc))}", highlight=False)
+        _error(f"the distributed run stopped: {exc}")
         raise typer.Exit(1)
     if code != 0:
-        err.print(f"[bold red]error:[/] the distributed run failed (observer exit {code}); logs in {out / 'logs'}")
+        _error(f"the distributed run failed (observer exit {code}); logs in {out / 'logs'}")
         raise typer.Exit(1)
     summary = json.loads((out / "summary.json").read_text())
     _print_summary(summary, out)
@@ -385,7 +411,7 @@ def _serve_results(out: Path, port: int, after_session: bool = True) -> None:
     try:
         serve_results(out, port, announce=announce)
     except DashboardError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        _error(exc)
         raise typer.Exit(1)
     err.print("dashboard stopped")
 
@@ -398,8 +424,8 @@ def dashboard(
 ):
     """Serve a finished results directory's page on 127.0.0.1 (the live page's results view) until Ctrl-C."""
     if not (results / "summary.json").is_file():
-        err.print(f"[bold red]error:[/] RESULTS {results}: no summary.json there (a results directory of "
-                  f"`privbandit run` or `demo`)", highlight=False)
+        _error(f"RESULTS {results}: no summary.json there (a results directory of "
+                  f"`privbandit run` or `demo`)")
         raise typer.Exit(2)
     _serve_results(results, port, after_session=False)
 
@@ -486,8 +512,13 @@ def _print_summary(summary: dict, out: Path) -> None:
                       highlight=False)
     elif broker.get("acl") == "unchecked":
         console.print("broker: its ACL was not checked (the parties were started by hand)", highlight=False)
-    files = ", ".join(sorted(p.name for p in out.iterdir() if p.is_file()))
-    console.print(f"results in {out}/ ({files})")
+    # Only what this run wrote: --overwrite keeps a user's own files in --out, and they are not results.
+    from privbandit.runner.results import RESULT_FILES
+
+    files = [name for name in RESULT_FILES if (out / name).is_file()]
+    if wire and (out / "logs").is_dir():
+        files.append("logs/")
+    console.print(f"results in {out}/ ({', '.join(files)})")
 
 
 def adversary_catalogue() -> dict[str, tuple[str, str]]:
@@ -520,7 +551,7 @@ def attack(
     magnitude: Annotated[float, typer.Option(help="out-of-range: how far beyond [0, 1], in rewards")] = 1.0,
     range_check: Annotated[bool, typer.Option("--range-check", help="turn on the clear-text defences "
                                               "wherever someone sees the reports")] = False,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a field: dotted.name=value")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help="override a field: dotted.name=value")] = None,
     runs: Annotated[Optional[int], typer.Option(help="number of runs (overrides the file)")] = None,
     out: Annotated[Optional[Path], typer.Option(help="results [default: results/attack-<kind>]")] = None,
     jobs: Annotated[Optional[int], typer.Option(help="worker processes [default: all cores]")] = None,
@@ -533,13 +564,13 @@ def attack(
 ):
     known = adversary_catalogue()
     if kind not in known:
-        err.print(f"[bold red]error:[/] adversary {kind!r} is not one of {', '.join(known)} "
+        _error(f"adversary {kind!r} is not one of {', '.join(known)} "
                   f"(see privbandit attack --help)")
         raise typer.Exit(2)
     if known[kind][0] == "over MQTT":
         return _attack_over_mqtt(kind, broker, run_id, username, password, duration, report)
     if experiment is None:
-        err.print(f"[bold red]error:[/] {kind} runs in-process: give an experiment file "
+        _error(f"{kind} runs in-process: give an experiment file "
                   f"(privbandit attack {kind} experiments/attacks.toml)")
         raise typer.Exit(2)
     from privbandit.families.distributed_dp_mab.attack import run_attack
@@ -553,7 +584,7 @@ def attack(
             raise ConfigError(f"--jobs {jobs}: must be ≥ 1")
         report = run_attack(experiment, overrides, kind, fraction, magnitude, range_check, out, jobs)
     except ConfigError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        _error(exc)
         raise typer.Exit(2)
     _print_attack(report, out)
 
@@ -589,7 +620,7 @@ def _attack_over_mqtt(kind: str, broker: str | None, run_id: str | None, usernam
     from privbandit.services.hostile import attack_session
 
     if not duration > 0:
-        err.print(f"[bold red]error:[/] --duration {duration}: must be > 0 seconds")
+        _error(f"--duration {duration}: must be > 0 seconds")
         raise typer.Exit(2)
     settings = _settings(broker, run_id)
     given = {k: v for k, v in (("username", username), ("password", password)) if v is not None}
@@ -597,7 +628,7 @@ def _attack_over_mqtt(kind: str, broker: str | None, run_id: str | None, usernam
     try:
         report = asyncio.run(attack_session(kind, settings, duration))
     except ConnectionError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        _error(exc)
         raise typer.Exit(1)
     text = json.dumps(report, indent=2)
     if report_file is not None:
@@ -619,12 +650,12 @@ def letor_arms(
     from privbandit.datasets import letor
 
     if arms < 1:
-        err.print(f"[bold red]error:[/] --arms {arms}: must be ≥ 1")
+        _error(f"--arms {arms}: must be ≥ 1")
         raise typer.Exit(2)
     try:
         lines = letor.write_arm_file(letor_file, out, arms, seed, max_rows, source)
     except (ValueError, OSError) as exc:  # LetorFormatError names the file and line
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        _error(exc)
         raise typer.Exit(2)
     for line in lines:
         print(line)
@@ -653,7 +684,7 @@ def _settings(broker: str | None, run_id: str | None):
         settings.tls_context()  # PRIVBANDIT_CA_FILE, _CERT_FILE, _KEY_FILE: named here, not in a traceback
         return settings
     except (ValidationError, ValueError) as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        _error(exc)
         raise typer.Exit(2)
 
 
@@ -670,7 +701,7 @@ def _serve(make_service) -> None:
     try:
         service = make_service()
     except CheckpointError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        _error(exc)
         raise typer.Exit(2)
     level = getattr(logging, os.environ.get("PRIVBANDIT_LOG_LEVEL", "INFO").upper(), logging.INFO)
     logging.basicConfig(level=level, format=f"%(asctime)s {service.name} %(levelname)s %(message)s")
@@ -678,10 +709,10 @@ def _serve(make_service) -> None:
     try:
         asyncio.run(service.serve())
     except (ConnectionError, SubscriptionDenied) as exc:
-        err.print(f"[bold red]error:[/] {service.name}: {exc}", highlight=False)
+        _error(f"{service.name}: {exc}")
         raise typer.Exit(1)
     except CheckpointError as exc:
-        err.print(f"[bold red]error:[/] {service.name}: {exc}", highlight=False)
+        _error(f"{service.name}: {exc}")
         raise typer.Exit(2)
 
 
@@ -692,7 +723,7 @@ def _world(experiment: Path, set_: list[str] | None):
     try:
         return experiment_files.load(experiment, list(set_ or []))
     except ConfigError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        _error(exc)
         raise typer.Exit(2)
 
 
@@ -716,7 +747,7 @@ def _key(name: str) -> int | None:
     try:
         return parse_key(name, text)
     except ValueError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        _error(exc)
         raise typer.Exit(2)
 
 
@@ -729,14 +760,14 @@ def _key_text(name: str) -> str | None:
     try:
         lines = Path(path).read_text().splitlines()
     except OSError as exc:
-        err.print(f"[bold red]error:[/] {name}_FILE={path}: {exc.strerror}")
+        _error(f"{name}_FILE={path}: {exc.strerror}")
         raise typer.Exit(2)
     except UnicodeDecodeError:
-        err.print(f"[bold red]error:[/] {name}_FILE={path}: not UTF-8 text")
+        _error(f"{name}_FILE={path}: not UTF-8 text")
         raise typer.Exit(2)
     found = [line.split("=", 1)[1].strip() for line in lines if line.startswith(f"{name}=")]
     if not found:
-        err.print(f"[bold red]error:[/] {name}_FILE={path} has no {name}=... line")
+        _error(f"{name}_FILE={path} has no {name}=... line")
         raise typer.Exit(2)
     return found[0]
 
@@ -751,7 +782,7 @@ def analyzer(broker: BrokerOption = None, run_id: RunIdOption = None, state_dir:
 
     key = _key("PRIVBANDIT_ANALYZER_KEY")
     if key is None:
-        err.print("[bold red]error:[/] neither PRIVBANDIT_ANALYZER_KEY nor PRIVBANDIT_ANALYZER_KEY_FILE is set "
+        _error("neither PRIVBANDIT_ANALYZER_KEY nor PRIVBANDIT_ANALYZER_KEY_FILE is set "
                   "(the launcher sets the key)")
         raise typer.Exit(2)
     settings = _settings(broker, run_id)
@@ -762,8 +793,8 @@ def _required_key(name: str, writer: str) -> int:
     """A key without which the party could check or sign nothing: it refuses to start."""
     key = _key(name)
     if key is None:
-        err.print(f"[bold red]error:[/] neither {name} nor {name}_FILE is set (`{writer}` writes it; the launcher "
-                  f"sets it)", highlight=False)
+        _error(f"neither {name} nor {name}_FILE is set (`{writer}` writes it; the launcher "
+                  f"sets it)")
         raise typer.Exit(2)
     return key
 
@@ -807,7 +838,7 @@ def aggregator(
 
     party = _intermediary_name("aggregator", name)
     if not secagg_step_deadline > 0 or not deadline > 0:
-        err.print("[bold red]error:[/] --deadline and --secagg-step-deadline must be > 0 seconds")
+        _error("--deadline and --secagg-step-deadline must be > 0 seconds")
         raise typer.Exit(2)
     settings = _settings(broker, run_id)
     report_key = _report_key()
@@ -848,7 +879,7 @@ def users(
     try:
         i, n = parse_shard(shard)
     except ValueError as exc:
-        err.print(f"[bold red]error:[/] {exc}")
+        _error(exc)
         raise typer.Exit(2)
     settings, (family, config) = _settings(broker, run_id), _world(experiment, set_)
     # The fleet's own key for its secure-aggregation chunks (no other fleet holds it).
@@ -878,14 +909,14 @@ def observer(
     from privbandit.services.observer import ObserverService, SessionFailed
 
     if not stall_timeout > 0:
-        err.print(f"[bold red]error:[/] --stall-timeout {stall_timeout}: must be > 0 seconds")
+        _error(f"--stall-timeout {stall_timeout}: must be > 0 seconds")
         raise typer.Exit(2)
     settings, (family, config), built = _settings(broker, run_id), _world(experiment, set_), []
     try:
         port = _page_port(dashboard, dashboard_port)
         page = Dashboard(dashboard_host, port) if port is not None else None
     except (DashboardError, ConfigError) as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        _error(exc)
         raise typer.Exit(2)
     _serve(lambda: built.append(ObserverService(settings, family, config, parties.split(","), out, ready_timeout,
                                                 state_dir, stall_timeout, dashboard=page)) or built[0])
@@ -893,7 +924,7 @@ def observer(
     try:
         service.write()
     except SessionFailed as exc:
-        err.print(f"[bold red]error:[/] the session failed: {exc}")
+        _error(f"the session failed: {exc}")
         raise typer.Exit(1)
 
 
@@ -956,7 +987,7 @@ def keys(
               "intermediary": ("PRIVBANDIT_REPORT_AUTH_KEY", report_auth_master)}
     if party == "fleets":
         if not fleet_dir:
-            err.print("[bold red]error:[/] --party fleets: give --fleet-dir once per fleet (its fleet.env goes there)")
+            _error("--party fleets: give --fleet-dir once per fleet (its fleet.env goes there)")
             raise typer.Exit(2)
         master = secrets.randbits(256)
         _write_key_file(out / "fleets.env", "PRIVBANDIT_FLEET_MASTER_KEY", master)
@@ -964,13 +995,13 @@ def keys(
             _write_key_file(directory / "fleet.env", "PRIVBANDIT_FLEET_KEY", fleet_key(master, i))
         return
     if party not in derive:
-        err.print(f"[bold red]error:[/] --party {party!r}: choose analyzer, shuffler, intermediary or fleets")
+        _error(f"--party {party!r}: choose analyzer, shuffler, intermediary or fleets")
         raise typer.Exit(2)
     if experiment is None:
-        err.print(f"[bold red]error:[/] --party {party}: --experiment is required (the key derives from its seed)")
+        _error(f"--party {party}: --experiment is required (the key derives from its seed)")
         raise typer.Exit(2)
     if fleet_dir:
-        err.print("[bold red]error:[/] --fleet-dir: only with --party fleets")
+        _error("--fleet-dir: only with --party fleets")
         raise typer.Exit(2)
     var, master = derive[party]
     _, config = _world(experiment, set_)
@@ -991,7 +1022,7 @@ def demo(
         help="mqtt://host:port or mqtts://host:port (TLS) [default: an embedded broker]")] = None,
     out: Annotated[Path, typer.Option(help="results directory")] = Path("results/demo"),
     shards: Annotated[int, typer.Option(help="user fleets")] = 2,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a field of experiments/demo.toml")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help="override a field of experiments/demo.toml")] = None,
     restart_on_crash: Annotated[int, typer.Option(help="restart a crashed party, up to N times in all")] = 0,
     overwrite: Annotated[bool, typer.Option("--overwrite/--keep", help="replace an earlier demo's results in --out "
                                                                     "(--keep refuses an occupied --out)")] = True,
@@ -1027,9 +1058,7 @@ def up(
     try:
         code = compose_up(file, broker, insecure_broker=insecure_broker)
     except ComposeError as exc:
-        from rich.markup import escape
-
-        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)  # "[SSL: …]" is not markup
+        _error(exc)
         raise typer.Exit(1)
     raise typer.Exit(code)
 
@@ -1054,7 +1083,7 @@ def audit(
     family: Annotated[Optional[str], typer.Option(help="audit this family's ALGORITHM with its defaults (no file)")] = None,
     algorithm: Annotated[Optional[list[str]], typer.Option(
         help="without FILE: the algorithm to audit; with FILE: audit only this label (repeatable)")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a field: dotted.name=value")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help="override a field: dotted.name=value")] = None,
     samples: Annotated[int, typer.Option(help="releases per neighbouring input, in [100, 10^9]")] = 1_000_000,
     delta: Annotated[Optional[float], typer.Option(help="δ of the ε lower bound, in (0, 1) [default: the run's own δ]")] = None,
     confidence: Annotated[float, typer.Option(
@@ -1165,7 +1194,7 @@ def audit(
                 except (ValueError, NotImplementedError) as exc:
                     raise ConfigError(f"--canary: {exc}") from None
     except ConfigError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        _error(exc)
         raise typer.Exit(2)
     report = {"command": command_line(), "samples": samples, "confidence": confidence, "seed": seed,
               "cohort": cohort, "transport": transport, "targets": results, "not_audited": skipped,
@@ -1217,6 +1246,16 @@ def list_() -> None:
     for kind, (where, text) in adversary_catalogue().items():
         adversaries.add_row(kind, where, text)
     console.print(adversaries)
+    from privbandit.runner.provenance import plugins
+
+    found = plugins()
+    if found:  # a plug-in learner shows nowhere else
+        table = Table(title="plug-ins from installed packages")
+        for col in ("entry point", "package"):
+            table.add_column(col)
+        for name, package in found.items():
+            table.add_row(name, package)
+        console.print(table)
 
 
 def main() -> None:  # pragma: no cover

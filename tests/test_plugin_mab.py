@@ -38,7 +38,7 @@ def experiment(tmp_path: Path, extra: str = "") -> Path:
 
 
 def test_without_the_package_the_names_are_refused_with_the_built_in_choices(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # this privbandit, without the example package
     done = privbandit(env, "run", str(experiment(tmp_path)), "--out", str(tmp_path / "o"))
     said = " ".join((done.stderr + done.stdout).split())
     assert done.returncode == 2 and "(got 'rr-se')" in said and "'dist-dp-se'" in said
@@ -54,6 +54,10 @@ def test_plugins_run_in_process_and_over_mqtt_identically_with_an_honest_ledger(
     for name in ("curves.csv", "rounds.csv"):
         assert (inproc / name).read_bytes() == (mqtt / name).read_bytes(), name
     summary = json.loads((inproc / "summary.json").read_text())
+    # the numbers depend on the plug-ins' code: their package and version are on record
+    assert summary["provenance"]["plugins"] == {
+        "privbandit.plugins:distributed-dp-mab.learner.fixed-batches": "privbandit-mab-plugins 0.1.0",
+        "privbandit.plugins:distributed-dp-mab.mechanism.rr-se": "privbandit-mab-plugins 0.1.0"}
     for label in ("rr-se", "rr-se@fixed"):
         priv = summary["privacy"][label]
         # the ε of the sampled law (the keep-probability on its 2^-53 grid), never above nominal
@@ -67,7 +71,7 @@ def test_plugins_run_in_process_and_over_mqtt_identically_with_an_honest_ledger(
     for r in (r for r in rows if r["algorithm"].startswith("rr-se")):
         assert abs(float(r["noise"])) <= float(r["noise_bound"]), r
     listed = " ".join(privbandit(installed, "list").stdout.split())
-    assert "rr-se" in listed
+    assert "rr-se" in listed and "distributed-dp-mab.learner.fixed-batches" in listed and "privbandit-mab-plugins 0.1.0" in listed
 
 
 @pytest.mark.parametrize(("extra", "message"), [

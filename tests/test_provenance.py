@@ -52,6 +52,9 @@ def test_a_run_records_its_provenance_and_its_config_toml_reruns_to_the_same_num
         assert p["git"]["commit"] == head.stdout.strip()
     assert p["libraries"]["numpy"] and p["libraries"]["dp-accounting"]
     cli("run", str(first / "config.toml"), "--out", str(second), cwd=tmp_path)
+    wrong = cli("run", str(first / "config.json"), "--out", str(tmp_path / "third"), check=False)
+    assert wrong.returncode == 2 and f"run {first / 'config.toml'}, which it holds beside it" in " ".join(
+        wrong.stderr.split())
     for name in ("runs.csv", "curves.csv", "rounds.csv"):
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
     again = json.loads((second / "summary.json").read_text())
@@ -69,8 +72,10 @@ def test_an_occupied_out_is_refused_before_any_work_and_overwrite_replaces_the_o
     proc = cli("run", "experiments/quickstart.toml", *SMALL, "--out", str(out), check=False)
     assert proc.returncode == 2 and "not empty" in proc.stderr and "--overwrite" in proc.stderr
     assert (out / "summary.json").read_text() == "an earlier run's"  # nothing touched
-    cli("run", "experiments/quickstart.toml", *SMALL, "--out", str(out), "--overwrite")
+    done = cli("run", "experiments/quickstart.toml", *SMALL, "--out", str(out), "--overwrite")
     assert json.loads((out / "summary.json").read_text())["experiment"] == "quickstart"
+    listed = " ".join(done.stdout.split()).split(f"results in {out}/ (", 1)[1]
+    assert "rounds.csv" in listed and "notes.txt" not in listed  # a file of the user's is not a result
     assert (out / "rounds.csv").read_text().startswith("algorithm,run,round")
     assert (out / "notes.txt").read_text() == "mine"  # only privbandit's own files are replaced
     assert not (out / "logs").exists()  # an earlier distributed session's logs would read as this run's
@@ -83,6 +88,28 @@ def test_an_unwritable_out_is_refused_before_any_work(tmp_path, where):
     out = blocker / "sub" if where == "under-a-file" else blocker
     proc = cli("run", "experiments/quickstart.toml", "--set", "horizon=10000000", "--out", str(out), check=False)
     assert proc.returncode == 2 and f"--out {out}" in proc.stderr  # at T = 10⁷ the work would take minutes
+
+
+def test_a_refused_broker_url_stops_before_out_is_touched(tmp_path):
+    """--overwrite would remove the earlier results: a bad or unreachable --broker must stop first."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "summary.json").write_text("an earlier run's")
+    for url, code, said in (("http://127.0.0.1:1883", 2, "--broker: broker_url 'http://127.0.0.1:1883': expected "
+                                                        "mqtt://host:port"),
+                            ("mqtt://127.0.0.1:9", 1, "cannot reach the broker at mqtt://127.0.0.1:9")):
+        proc = cli("run", "experiments/quickstart.toml", "--transport", "mqtt", "--broker", url, "--out", str(out),
+                   "--overwrite", check=False)
+        assert proc.returncode == code and said in " ".join(proc.stderr.split()), proc.stderr
+        assert (out / "summary.json").read_text() == "an earlier run's"
+
+
+def test_an_error_that_quotes_brackets_is_printed_whole(tmp_path):
+    """Error text is not rich markup: "[algorithms.<label>]" must not vanish from the message."""
+    path = tmp_path / "none.toml"
+    path.write_text('name = "x"\nhorizon = 1000\n[algorithms]\n')
+    proc = cli("run", str(path), "--out", str(tmp_path / "o"), check=False)
+    assert proc.returncode == 2 and "at least one [algorithms.<label>] table is required" in proc.stderr, proc.stderr
 
 
 def test_version_and_list():
@@ -103,6 +130,23 @@ def test_the_readme_python_example_runs(tmp_path, monkeypatch):
     assert (tmp_path / "api" / "config.toml").exists()
 
 
+def test_the_api_takes_a_path_a_dict_and_a_config_alike_and_its_table_is_runs_csv(tmp_path):
+    import csv
+
+    res = privbandit.run(ROOT / "experiments" / "quickstart.toml", ["horizon=2000", "runs=2"], out=tmp_path / "o")
+    assert isinstance(res, privbandit.Results)
+    final = {k: a["regret_final_mean"] for k, a in res.summary["algorithms"].items()}
+    for same in (res.config, res.config.model_dump(mode="json")):
+        assert {k: a["regret_final_mean"] for k, a in privbandit.run(same).summary["algorithms"].items()} == final
+    table = res.table()
+    rows = table if isinstance(table, list) else table.to_dict("records")
+    with open(tmp_path / "o" / "runs.csv") as fh:
+        written = [(r["algorithm"], int(r["run"]), int(r["t"]), float(r["pseudo"]), float(r["realized"]))
+                   for r in csv.DictReader(fh)]
+    assert [(r["algorithm"], r["run"], r["t"], r["pseudo"], r["realized"]) for r in rows] == written
+    assert len(written) == 2 * len(final) * len(res.results["SE"][0].checkpoints)
+
+
 def test_the_api_refuses_what_is_not_an_experiment():
     with pytest.raises(TypeError, match="experiment must be a path, a dict or a family's config"):
         privbandit.run(42)
@@ -113,10 +157,14 @@ name = "b"
 horizon = 1000
 epsilon = 0.5
 horizn = 3
+preset = "papr"
 [environment]
-kind = "uniform"
+kind = "unifrom"
 lwo = 0.2
 [algorithms.Foo]
+[algorithms.Dist-DP-SR]
+[algorithms.c]
+algorithm = "DP-SE"
 [algorithms.DP-SE]
 widht_multiplier = 2
 """
@@ -131,7 +179,14 @@ def test_misspelt_fields_get_a_did_you_mean_and_an_unknown_label_the_algorithms(
                  "environment.lwo: Extra inputs are not permitted (got 0.2); did you mean 'low'?",
                  "algorithms.DP-SE.widht_multiplier: Extra inputs are not permitted (got 2); did you mean 'width_multiplier'?",
                  "algorithms.Foo.algorithm: Field required; the label 'Foo' names no algorithm, so set algorithm = one of "
-                 "dist-dp-se, dist-rdp-se, dist-cdp-se, cdp-se, ldp-se, dp-se, se"):
+                 "dist-dp-se, dist-rdp-se, dist-cdp-se, cdp-se, ldp-se, dp-se, se",
+                 "algorithms.Dist-DP-SR.algorithm: Field required; the label 'Dist-DP-SR' names no algorithm (did you "
+                 "mean 'dist-dp-se'?)",
+                 "algorithms.c.algorithm: Input should be 'dist-dp-se', 'dist-rdp-se', 'dist-cdp-se', 'cdp-se', "
+                 "'ldp-se', 'dp-se' or 'se' (got 'DP-SE'); did you mean 'dp-se'?",
+                 "preset: Input should be 'paper' or 'paper-code' (got 'papr'); did you mean 'paper'?",
+                 "environment.kind: Input should be 'uniform', 'means' or 'means-file' (got 'unifrom'); did you mean "
+                 "'uniform'?"):
         assert line in proc.stderr, (line, proc.stderr)
     assert not (tmp_path / "o").exists()
 
@@ -216,3 +271,64 @@ def test_the_image_pins_every_runtime_requirement_within_its_range():
         assert key in pins, f"constraints.txt does not pin {req.name}"
         assert req.specifier.contains(pins[key]), f"{req.name}=={pins[key]} is outside {req.specifier}"
     assert "constraints.txt" in (root / "Dockerfile").read_text()
+
+
+def test_a_data_file_rewritten_in_place_is_another_experiment(tmp_path):
+    """The same config naming a means file whose bytes changed never reuses the old file's tasks."""
+    data = json.loads((ROOT / "experiments" / "data" / "mslr_standin_k50.json").read_text())
+    means = tmp_path / "means.json"
+    means.write_text(json.dumps(data))
+    path = tmp_path / "m.toml"
+    path.write_text('name = "m"\nhorizon = 3000\nruns = 1\n[environment]\nkind = "means-file"\npath = "means.json"\n'
+                    '[algorithms.DP-SE]\n')
+    out = tmp_path / "o"
+    first = privbandit.run(path, out=out)
+    privbandit.run(path, out=out, resume=True)
+    assert len(list((out / ".tasks").glob("*.pkl"))) == 1  # the same bytes: the task is reused
+    data.update(k=10, means=data["means"][:10], counts=data["counts"][:10], probabilities=data["probabilities"][:10])
+    means.write_text(json.dumps(data))
+    again = privbandit.run(path, out=out, resume=True)
+    assert len(list((out / ".tasks").glob("*.pkl"))) == 2  # computed anew beside the old file's task
+    assert again.summary["algorithms"]["DP-SE"]["regret_final_mean"] != first.summary["algorithms"]["DP-SE"]["regret_final_mean"]
+
+
+def test_a_package_inside_another_repository_claims_no_commit(tmp_path):
+    """An installed privbandit under some other checkout (a virtualenv kept in a project's
+    repository) is not that repository's commit; a tracked package is."""
+    from privbandit.runner.provenance import git_commit
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True,
+                       capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "README").write_text("another project")
+    git("add", "README")
+    git("commit", "-qm", "x")
+    package = tmp_path / ".venv" / "privbandit"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    assert git_commit(package) is None
+    git("add", "-f", ".venv/privbandit/__init__.py")
+    git("commit", "-qm", "y")
+    assert git_commit(package)["commit"] == subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"],
+                                                           capture_output=True, text=True).stdout.strip()
+
+
+def test_kept_tasks_are_keyed_by_privbandits_code_not_only_its_version(tmp_path, monkeypatch):
+    """The version stays 0.1.0 across commits: a task computed before a code change must not be
+    reused after it. The fingerprint covers every source file of the package."""
+    from privbandit.runner import store
+
+    fingerprint = store.code_fingerprint.__wrapped__  # uncached
+    _, config = experiment_files.load(ROOT / "experiments" / "quickstart.toml")
+    before = store.experiment_key(config)
+    assert store.experiment_key(config) == before  # deterministic
+    monkeypatch.setattr(store, "code_fingerprint", lambda: "another commit's code")
+    assert store.experiment_key(config) != before
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "sub" / "mechanism.py").write_text("SCALE = 1\n")
+    first = fingerprint(package)
+    (package / "sub" / "mechanism.py").write_text("SCALE = 2\n")
+    assert fingerprint(package) != first

@@ -53,6 +53,48 @@ def test_every_point_is_its_own_experiment_and_kept_tasks_are_reused_only_for_th
     assert changed["computed"] == 28 and changed["reused"] == 0  # a changed config reuses nothing
 
 
+def test_an_interrupted_sweep_keeps_its_finished_points_and_resume_completes_it(tmp_path):
+    """Each point is written as its last task comes in: interrupted after 8 of 14 tasks, the first
+    point's directory and its sweep.csv rows are there; --resume computes the 6 missing tasks only,
+    with the numbers the point gives alone."""
+    grid, out = ["epsilon=0.5,1"], tmp_path / "stopped"
+
+    def interrupt(done: int, total: int) -> None:
+        if done == 8:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(QUICK, grid, out, BASE, jobs=1, progress=interrupt)
+    assert (out / "epsilon=0.5" / "regret.png").exists() and not (out / "epsilon=1").exists()
+    assert {r["point"] for r in csv.DictReader(open(out / "sweep.csv"))} == {"epsilon=0.5"}
+    assert len(list((out / ".tasks").glob("*.pkl"))) == 8
+    again = run_sweep(QUICK, grid, out, BASE, jobs=1, resume=True)
+    assert again["computed"] == 6 and again["reused"] == 8
+    # epsilon=1: one task before the interrupt, six after it
+    alone = privbandit.run(QUICK, [*BASE, "epsilon=1"]).summary["algorithms"]
+    assert {k: a["regret_final_mean"] for k, a in again["points"]["epsilon=1"]["algorithms"].items()} == \
+        {k: a["regret_final_mean"] for k, a in alone.items()}
+
+
+def test_overwrite_replaces_an_earlier_sweeps_points_and_only_after_every_check(tmp_path):
+    out = tmp_path / "s"
+    for point in ("epsilon=0.5", "epsilon=9"):  # an earlier sweep's points: a results directory, a failed session
+        (out / point / "logs").mkdir(parents=True)
+    (out / "epsilon=0.5" / "summary.json").write_text("{}")
+    (out / "sweep.csv").write_text("an earlier sweep's")
+    (out / "mine").mkdir()
+    (out / "mine" / "notes.txt").write_text("the user's")
+    with pytest.raises(ConfigError, match="not empty"):
+        run_sweep(QUICK, ["epsilon=2"], out, BASE)
+    with pytest.raises(ConfigError, match="--shards 0"):
+        run_sweep(QUICK, ["epsilon=2"], out, BASE, transport="mqtt", shards=0, overwrite=True)
+    assert (out / "sweep.csv").read_text() == "an earlier sweep's"  # refused: nothing removed
+    run_sweep(QUICK, ["epsilon=2"], out, BASE, jobs=1, overwrite=True)
+    assert sorted(p.name for p in out.iterdir() if p.is_dir() and p.name != ".tasks") == ["epsilon=2", "mine"]
+    assert {r["point"] for r in csv.DictReader(open(out / "sweep.csv"))} == {"epsilon=2"}
+    assert (out / "mine" / "notes.txt").read_text() == "the user's"
+
+
 @pytest.mark.parametrize(("grid", "match"), [
     (["epsilon"], "expected key=v1,v2"), (["epsilon=0.5,"], "expected key=v1,v2"),
     (["epsilon=1", "epsilon=2"], "given twice"), ([], "at least one --grid"),
@@ -67,6 +109,16 @@ def test_a_bad_grid_is_refused_before_any_work(tmp_path, grid, match):
 def test_the_local_executor_refuses_a_ray_address(tmp_path):
     with pytest.raises(ConfigError, match="--address: only with --executor ray"):
         run_sweep(QUICK, ["epsilon=1"], tmp_path / "o", BASE, address="127.0.0.1:1")
+
+
+@pytest.mark.parametrize(("address", "match"), [
+    ("127.0.0.1:9", "--address 127.0.0.1:9: no Ray head answers there"),
+    ("ray://127.0.0.1:9", "no Ray Client server answers there"), ("nohost", "expected HOST:PORT")])
+def test_a_ray_address_nothing_answers_at_is_refused_before_any_work(tmp_path, address, match):
+    """Ray itself would retry it for minutes, after --out was prepared."""
+    with pytest.raises(ConfigError, match=match):
+        run_sweep(QUICK, ["epsilon=1"], tmp_path / "o", BASE, executor="ray", address=address)
+    assert not (tmp_path / "o").exists()
 
 
 def _free_port() -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 @dataclass
-class Outcome:
+class Results:
     """What one experiment produced: its family and config, ``summary.json``'s content, and the
     results of every task by algorithm label (:class:`~privbandit.protocol.spine.observer.RunResult`,
     each holding one or more runs)."""
@@ -33,12 +33,9 @@ class Outcome:
         return pandas.DataFrame(rows, columns=["algorithm", "run", "t", "pseudo", "realized"])
 
 
-Results = Outcome
-
-
 def run(experiment, overrides: list[str] = (), out: str | Path | None = None, jobs: int | None = 1,
-        overwrite: bool = False, progress=None, resume: bool = False) -> Outcome:
-    """Run an experiment in-process and return its :class:`Outcome`; with ``out``, also write the
+        overwrite: bool = False, progress=None, resume: bool = False) -> Results:
+    """Run an experiment in-process and return its :class:`Results`; with ``out``, also write the
     results directory (checked before any work; an earlier run's results only with ``overwrite``),
     keeping each task there as it finishes (``resume``: reuse those of an earlier, interrupted run
     of the same config, :mod:`.store`).
@@ -71,11 +68,11 @@ def run(experiment, overrides: list[str] = (), out: str | Path | None = None, jo
     summary = results.summarize(family, config, found, compute, elapsed)
     if out is not None:
         results.write_results(Path(out), family, config, summary, found)
-    return Outcome(family, config, summary, found)
+    return Results(family, config, summary, found)
 
 
 def run_file(path: str | Path, overrides: list[str] = (), out: Path | None = None, jobs: int | None = 1,
-             progress=None) -> Outcome:
+             progress=None) -> Results:
     """Load, run and (with ``out``) write an experiment file, in-process (``out`` may hold an
     earlier run's results: scripts rewrite their own, reusing the tasks of the same config)."""
     return run(path, overrides, out, jobs, overwrite=True, progress=progress, resume=True)

@@ -132,8 +132,16 @@ def field_choices(model, loc: tuple) -> list[str]:
     return [str(v) for v in typing.get_args(annotation)] if typing.get_origin(annotation) is typing.Literal else []
 
 
+def _closest(word: str, choices: list[str]) -> str | None:
+    """The choice a misspelling most likely meant (case aside: 'DP-SE' means 'dp-se'), or None."""
+    lower = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(word.lower(), list(lower), n=1, cutoff=0.6)
+    return lower[close[0]] if close else None
+
+
 def _hint(e: dict, model) -> str:
-    """Did-you-mean for a misspelt field; the choices for an algorithm a label does not imply."""
+    """Did-you-mean for a misspelt field or choice (an algorithm, a preset, a kind); the choices
+    for an algorithm a label does not imply."""
     loc = tuple(p for p in e["loc"] if not str(p).startswith("function-"))
     if model is None or not loc:
         return ""
@@ -142,10 +150,15 @@ def _hint(e: dict, model) -> str:
         names = list(getattr(owner, "model_fields", {}))
         close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.6)
         return f"; did you mean {close[0]!r}?" if close else (f"; known: {', '.join(names)}" if names else "")
+    if e["type"] == "literal_error" and isinstance(e.get("input"), str):
+        close = _closest(e["input"], field_choices(model, loc))
+        return f"; did you mean {close!r}?" if close else ""
     if e["type"] == "missing" and loc[-1] == "algorithm" and len(loc) == 3 and loc[0] == "algorithms":
         choices = field_choices(model, loc)
         if choices:
-            return (f"; the label {loc[1]!r} names no algorithm, so set algorithm = one of "
+            close = _closest(str(loc[1]), choices)
+            near = f" (did you mean {close!r}?)" if close else ""
+            return (f"; the label {loc[1]!r} names no algorithm{near}, so set algorithm = one of "
                     f"{', '.join(choices)} (or name the table after one)")
     return ""
 
@@ -172,7 +185,10 @@ def read_experiment_data(path: str | Path, overrides: list[str] = ()) -> dict:
     except OSError as exc:
         raise ConfigError(f"{path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        beside = path.with_suffix(".toml")
+        hint = (f" (a results directory's config.json is for reading; run {beside}, which it holds beside it)"
+                if path.suffix == ".json" and beside.is_file() else "")
+        raise ConfigError(f"{path}: not valid TOML: {exc}{hint}") from None
     for assignment in overrides:
         apply_override(data, assignment)
     return data

@@ -42,11 +42,15 @@ def broker_record() -> dict:
             "tls": urlsplit(os.environ.get("PRIVBANDIT_BROKER_URL", "")).scheme == "mqtts"}
 
 
-def git_commit() -> dict | None:
+def git_commit(package: Path | None = None) -> dict | None:
     """The checkout the package runs from: its commit and whether files differ from it; None when
-    the package is not in a git checkout (an installed wheel) or git is missing."""
-    here = Path(__file__).resolve().parent
+    the package is not tracked by a git checkout or git is missing. Tracked, not merely inside one:
+    a wheel installed in a virtualenv kept inside some other repository must not claim that
+    repository's commit."""
+    here = package or Path(__file__).resolve().parent.parent
     try:
+        subprocess.run(["git", "-C", str(here), "ls-files", "--error-unmatch", "__init__.py"], capture_output=True,
+                       timeout=5, check=True)
         head = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
                               timeout=5, check=True).stdout.strip()
         dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
@@ -63,6 +67,22 @@ def _version(name: str) -> str | None:
         return None
 
 
+def plugins() -> dict[str, str]:
+    """Every installed plug-in from outside privbandit (its numbers depend on their code): entry
+    point → "distribution version"."""
+    from importlib.metadata import entry_points
+
+    from privbandit.registry import FAMILIES_GROUP, PLUGINS_GROUP
+
+    out = {}
+    for group in (FAMILIES_GROUP, PLUGINS_GROUP):
+        for ep in entry_points(group=group):
+            dist = ep.dist
+            if dist is None or dist.name != "privbandit":
+                out[f"{group}:{ep.name}"] = f"{dist.name} {dist.version}" if dist is not None else ep.value
+    return dict(sorted(out.items()))
+
+
 def provenance(started: float, ended: float) -> dict:
     """``started``/``ended``: POSIX times of the work the summary describes."""
     from privbandit import __version__
@@ -77,6 +97,7 @@ def provenance(started: float, ended: float) -> dict:
         "python": platform.python_version(),
         "platform": platform.platform(terse=True),
         "libraries": {name: _version(name) for name in LIBRARIES},
+        "plugins": plugins(),
         "started": iso(started),
         "ended": iso(ended),
     }

@@ -1,10 +1,11 @@
 """Finished tasks kept on disk as they finish, so no finished work is lost (issue #18).
 
 ``out/.tasks/`` holds one file per finished task, named by a hash of everything that determines
-its numbers: the experiment's full config, the algorithm label, the runs and the privbandit
-version. A run with ``--resume`` (and ``privbandit.run(..., resume=True)``) loads what is there and
-computes only what is missing; a changed config, another label or another version never matches
-a stale file. A file that cannot be read is reported, set aside and computed again.
+its numbers (:func:`experiment_key`): the experiment's full config, the content of every data file
+it names, privbandit's own code and the installed plug-ins; then the algorithm label and the runs.
+A run with ``--resume`` (and ``privbandit.run(..., resume=True)``) loads what is there and
+computes only what is missing; a changed config, data file, source file or plug-in, another label
+never matches a stale file. A file that cannot be read is reported, set aside and computed again.
 
 The files are Python pickles of :class:`~privbandit.protocol.spine.observer.RunResult`: resume
 only from results directories you made (unpickling runs code a hostile file could carry).
@@ -17,6 +18,7 @@ import json
 import logging
 import os
 import pickle
+from functools import lru_cache
 from pathlib import Path
 
 from privbandit.protocol.spine.observer import RunResult
@@ -25,14 +27,47 @@ log = logging.getLogger(__name__)
 DIRNAME = ".tasks"
 
 
+def named_files(data) -> list[str]:
+    """The files a config names: every string in it that is an absolute path to a file (a family
+    resolves its data paths, a means file, to absolute ones when it loads the experiment)."""
+    if isinstance(data, dict):
+        return [f for v in data.values() for f in named_files(v)]
+    if isinstance(data, (list, tuple)):
+        return [f for v in data for f in named_files(v)]
+    if isinstance(data, str) and os.path.isabs(data) and os.path.isfile(data):
+        return [data]
+    return []
+
+
+@lru_cache(maxsize=4)
+def code_fingerprint(root: Path | None = None) -> str:
+    """A hash of privbandit's own source files and of the installed plug-ins' versions. The version
+    number alone stays the same across commits: a result computed before a fix to a mechanism must
+    not be reused after it (``experiments/reproduce.py`` always resumes)."""
+    from privbandit.runner.provenance import plugins
+
+    root = root or Path(__file__).resolve().parent.parent  # the package's own directory
+    digest = hashlib.sha256(json.dumps(plugins(), sort_keys=True).encode())
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def experiment_key(config) -> str:
+    """A hash of everything that fixes an experiment's numbers: privbandit's code
+    (:func:`code_fingerprint`), the full config, and the bytes of every file it names, so a means
+    file rewritten in place is another experiment, never a reuse of the old one's results."""
+    dump = config.model_dump(mode="json")
+    files = {f: hashlib.sha256(Path(f).read_bytes()).hexdigest() for f in sorted(set(named_files(dump)))}
+    text = json.dumps([code_fingerprint(), dump, files], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 class TaskStore:
     def __init__(self, out: Path, config):
-        from privbandit import __version__
-
         self.dir = Path(out) / DIRNAME
         self.dir.mkdir(parents=True, exist_ok=True)
-        text = json.dumps([__version__, config.model_dump(mode="json")], sort_keys=True)
-        self._config_key = hashlib.sha256(text.encode()).hexdigest()
+        self._config_key = experiment_key(config)
         self.unreadable = 0
 
     def path(self, label: str, runs: tuple[int, ...]) -> Path:

@@ -21,19 +21,23 @@ and the privacy the ledger states.
 from __future__ import annotations
 
 import csv
+import importlib.util
 import itertools
 import json
 import re
+import shutil
 import signal
+import socket
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from privbandit.runner import config as experiment_files, results, tasks
 from privbandit.runner.config import ConfigError, parse_value
-from privbandit.runner.store import TaskStore
+from privbandit.runner.store import TaskStore, experiment_key
 
 EXECUTORS = ("local", "ray")
 TRANSPORTS = ("inproc", "mqtt")
@@ -131,20 +135,50 @@ def session_indexed(i: int, text: str, name: str, shards: int, timeout_s: float 
     return i, code, error, files, time.perf_counter() - start
 
 
+def unreachable(host: str, port: int, timeout_s: float = 5.0) -> str | None:
+    """Why nothing accepts a TCP connection at ``host:port`` (None: something does)."""
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as exc:
+        return exc.strerror or str(exc) or type(exc).__name__
+    return None
+
+
+def check_executor(executor: str, address: str | None, jobs: int | None) -> None:
+    """Before any work and before ``--out`` is touched: the executor can run here. A Ray address
+    nothing listens at would otherwise leave Ray retrying for minutes after the sweep has begun."""
+    if executor not in EXECUTORS:
+        raise ConfigError(f"--executor {executor!r}: choose {' or '.join(EXECUTORS)}")
+    if executor == "local":
+        if address is not None:
+            raise ConfigError("--address: only with --executor ray")
+        return
+    if importlib.util.find_spec("ray") is None:
+        raise ConfigError("--executor ray needs Ray: pip install 'privbandit[ray]'")
+    if jobs is not None:
+        raise ConfigError("--jobs: the Ray cluster's CPUs decide how many tasks run at once; omit --jobs")
+    if address in (None, "auto"):  # a one-machine Ray started here, or the one this host runs
+        return
+    client = address.startswith("ray://")  # Ray Client's port, else the head's GCS port
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"--address {address!r}: expected HOST:PORT (the head's GCS port, 6379 by default) or "
+                          f"ray://HOST:PORT")
+    problem = unreachable(host.strip("[]"), int(port))
+    if problem is not None:
+        what = "Ray Client server" if client else "Ray head"
+        raise ConfigError(f"--address {address}: no {what} answers there ({problem}); is `ray start --head` "
+                          f"running, and this its address?")
+
+
 def _local(todo: list[tuple], jobs: int | None, address: str | None, work=execute_indexed):
     """``work(i, *args)`` for each argument tuple of ``todo``, in a local process pool."""
-    if address is not None:
-        raise ConfigError("--address: only with --executor ray")
     yield from tasks.completed(work, [(i, *args) for i, args in enumerate(todo)], max(1, min(jobs or 1, len(todo) or 1)))
 
 
 def _ray(todo: list[tuple], jobs: int | None, address: str | None, work=execute_indexed):
-    try:
-        import ray
-    except ImportError:
-        raise ConfigError("--executor ray needs Ray: pip install 'privbandit[ray]'") from None
-    if jobs is not None:
-        raise ConfigError("--jobs: the Ray cluster's CPUs decide how many tasks run at once; omit --jobs")
+    import ray  # check_executor found it
+
     try:
         ray.init(address=address, log_to_driver=False, include_dashboard=False, configure_logging=False)
     except (ConnectionError, ValueError, RuntimeError) as exc:
@@ -165,17 +199,19 @@ def run_sweep(path: str | Path, grids: list[str], out: Path, overrides: list[str
     """Run every point's missing tasks on the executor; write each point's results and sweep.csv.
     Returns the points' summaries by name, and how many tasks were computed and reused (over MQTT:
     sessions, one per point, and the points whose session failed, by name → error)."""
-    if executor not in EXECUTORS:
-        raise ConfigError(f"--executor {executor!r}: choose {' or '.join(EXECUTORS)}")
+    check_executor(executor, address, jobs)
     if transport not in TRANSPORTS:
         raise ConfigError(f"--transport {transport!r}: choose {' or '.join(TRANSPORTS)}")
     grid = points(path, grids, overrides)
-    results.prepare_out(out, overwrite, resume)
     if transport == "mqtt":
         if shards < 1:
             raise ConfigError(f"--shards {shards}: must be ≥ 1")
         if timeout_s is not None and not timeout_s > 0:
             raise ConfigError(f"--timeout {timeout_s}: must be > 0 seconds")
+    results.prepare_out(out, overwrite, resume)
+    if overwrite and not resume:
+        _remove_earlier_points(out)
+    if transport == "mqtt":
         return _run_sessions(Path(path), grid, out, executor, address, jobs, progress, shards, timeout_s)
     stores = [TaskStore(out, p.config) for p in grid]
     found = [{label: [] for label in p.family.labels(p.config)} for p in grid]
@@ -192,36 +228,61 @@ def run_sweep(path: str | Path, grids: list[str], out: Path, overrides: list[str
                 compute[i][t.label] += kept[1]
                 reused += 1
     start = time.perf_counter()
-    run = _ray if executor == "ray" else _local
-    for done, (k, label, runs, res, secs) in enumerate(run([(t,) for t in todo], jobs, address), 1):
-        i = point_of[k]
-        stores[i].save(label, runs, res, secs)  # kept as it finishes: an interrupted sweep resumes
-        found[i][label].append(res)
-        compute[i][label] += secs
-        if progress is not None:
-            progress(done, len(todo))
-    elapsed = time.perf_counter() - start
+    missing = [point_of.count(i) for i in range(len(grid))]
     summaries = {}
-    for p, f, c in zip(grid, found, compute):
+
+    def write_point(i: int) -> None:
+        p, f = grid[i], found[i]
         for label in f:
             f[label].sort(key=lambda r: r.runs[0])
-        summary = results.summarize(p.family, p.config, f, c, elapsed)
+        summary = results.summarize(p.family, p.config, f, compute[i], time.perf_counter() - start)
         summary["sweep"] = {"point": p.values, "executor": executor}
         results.write_results(out / p.name, p.family, p.config, summary, f)
         summaries[p.name] = summary
-    _write_table(out / "sweep.csv", grid, summaries)
-    return {"points": summaries, "computed": len(todo), "reused": reused, "elapsed_s": elapsed, "failed": {}}
+
+    # A point whose every task is in is written at once, not after the whole sweep: an interrupted
+    # sweep leaves its finished points readable. One writer thread, so the loop keeps collecting
+    # tasks while a point's plot is drawn (the plot costs more than a task: docs/performance.md).
+    writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sweep-writer")
+    writes = [writer.submit(write_point, i) for i, n in enumerate(missing) if n == 0]
+    interrupted = True
+    try:
+        run = _ray if executor == "ray" else _local
+        for done, (k, label, runs, res, secs) in enumerate(run([(t,) for t in todo], jobs, address), 1):
+            i = point_of[k]
+            stores[i].save(label, runs, res, secs)  # kept as it finishes: an interrupted sweep resumes
+            found[i][label].append(res)
+            compute[i][label] += secs
+            missing[i] -= 1
+            if missing[i] == 0:
+                writes.append(writer.submit(write_point, i))
+            if progress is not None:
+                progress(done, len(todo))
+        elapsed = time.perf_counter() - start
+        interrupted = False
+    finally:
+        # Interrupted: the point being written is finished (at most one plot's wait), the points
+        # still queued for writing are not (their tasks are kept: --resume writes them), and
+        # sweep.csv lists the written ones.
+        writer.shutdown(wait=True, cancel_futures=interrupted)
+        if summaries:
+            _write_table(out / "sweep.csv", [p for p in grid if p.name in summaries], summaries)
+    for w in writes:
+        w.result()  # a point that could not be written is an error, not a silently missing directory
+    summaries = {p.name: summaries[p.name] for p in grid}
+    return {"points": summaries, "computed": len(todo), "reused": reused, "elapsed_s": elapsed,
+            "writing_s": time.perf_counter() - start - elapsed, "failed": {}}
 
 
 def _run_sessions(path: Path, grid: list[Point], out: Path, executor: str, address: str | None, jobs: int | None,
                   progress, shards: int, timeout_s: float | None) -> dict:
     """Over MQTT: one distributed session per point not already in ``out`` with the same config."""
     summaries, failed, todo, point_of = {}, {}, [], []
+    keys = [experiment_key(p.config) for p in grid]
     for i, p in enumerate(grid):
-        kept = out / p.name
-        if (kept / "summary.json").exists() and (kept / "config.toml").exists() and \
-                (kept / "config.toml").read_text() == results.experiment_toml(p.config):
-            summaries[p.name] = json.loads((kept / "summary.json").read_text())
+        kept = _kept_session(out / p.name, keys[i])
+        if kept is not None:
+            summaries[p.name] = kept
         else:
             # The point's resolved config, not the file and its overrides: a path the file gives
             # relative to itself (a means file) must not depend on where the session runs.
@@ -239,7 +300,7 @@ def _run_sessions(path: Path, grid: list[Point], out: Path, executor: str, addre
         if code == 0 and "summary.json" in files:
             summaries[p.name] = json.loads(files["summary.json"])
             summaries[p.name]["sweep"] = {"point": p.values, "executor": executor, "transport": "mqtt",
-                                          "session_s": round(secs, 3)}
+                                          "session_s": round(secs, 3), "key": keys[point_of[k]]}
             (dest / "summary.json").write_text(json.dumps(summaries[p.name], indent=2) + "\n")
         else:
             failed[p.name] = error or f"the session failed (observer exit {code}); logs in {dest / 'logs'}"
@@ -251,6 +312,25 @@ def _run_sessions(path: Path, grid: list[Point], out: Path, executor: str, addre
         _write_table(out / "sweep.csv", done_grid, summaries)
     return {"points": {p.name: summaries[p.name] for p in done_grid}, "computed": len(todo), "reused": reused,
             "elapsed_s": elapsed, "failed": failed}
+
+
+def _remove_earlier_points(out: Path) -> None:
+    """--overwrite: an earlier sweep's sweep.csv and point directories (a results directory, or a
+    failed session's logs) go, so none of its points is read as one of this sweep's."""
+    (out / "sweep.csv").unlink(missing_ok=True)
+    for child in out.iterdir():
+        if child.is_dir() and any((child / name).exists() for name in ("summary.json", "config.toml", "logs")):
+            shutil.rmtree(child)
+
+
+def _kept_session(point: Path, key: str) -> dict | None:
+    """The summary of a point's finished session in ``point``, if it ran this very experiment
+    (:func:`~privbandit.runner.store.experiment_key`: its config and the bytes of its data files)."""
+    try:
+        summary = json.loads((point / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return summary if summary.get("sweep", {}).get("key") == key else None
 
 
 def _write_table(path: Path, grid: list[Point], summaries: dict) -> None:
