@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 import numpy as np
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
@@ -1240,6 +1241,14 @@ def list_() -> None:
         table.add_row(name, fam.title, ", ".join(field_choices(model, ("algorithms", "algorithm"))) or "-",
                       ", ".join(field_choices(model, ("preset",))) or "-")
     console.print(table)
+    algorithms = Table(title=escape("algorithms (algorithm = \"…\" in an [algorithms.<label>] table)"))
+    for col in ("family", "algorithm", "what"):
+        algorithms.add_column(col)
+    for name in registry.family_names():
+        fam = registry.family(name)
+        for algorithm in field_choices(fam.experiment_model, ("algorithms", "algorithm")):
+            algorithms.add_row(name, algorithm, fam.algorithm_lines.get(algorithm, "(a plug-in, or undescribed)"))
+    console.print(algorithms)
     adversaries = Table(title="adversaries (privbandit attack KIND …)")
     for col in ("kind", "where", "what"):
         adversaries.add_column(col)

@@ -116,8 +116,21 @@ def test_version_and_list():
     assert cli("--version").stdout.strip() == f"privbandit {privbandit.__version__}"
     text = cli("list").stdout
     for name in ("distributed-dp-mab", "private-online-learning", "shuffle-linear-bandits", "dist-rdp-se",
-                 "hybrid-ucb", "linucb-sdp-vec", "paper-code", "curious-analyzer"):
+                 "hybrid-ucb", "linucb-sdp-vec", "paper-code", "curious-analyzer", "[algorithms.<label>]"):
         assert name in text, name
+    # One line per algorithm saying what it is: every built-in family describes every algorithm it
+    # accepts, and the list prints it next to the name.
+    from privbandit import registry
+    from privbandit.runner.config import field_choices
+
+    flat = " ".join(text.split())
+    for family in ("concurrent-shuffle", "distributed-dp-mab", "glm-bandits", "private-online-learning",
+                   "shuffle-linear-bandits"):
+        fam = registry.family(family)
+        accepted = set(field_choices(fam.experiment_model, ("algorithms", "algorithm")))
+        assert accepted == set(fam.algorithm_lines), family
+        for line in fam.algorithm_lines.values():
+            assert " ".join(line.split()[:4]) in flat, line
 
 
 def test_the_readme_python_example_runs(tmp_path, monkeypatch):

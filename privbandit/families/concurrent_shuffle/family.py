@@ -33,6 +33,17 @@ ROUND_FIELDS = ["level", "node", "first", "size", "estimate", "truth", "noise"]
 class ConcurrentShuffle(Family):
     name = cfg.FAMILY
     title = "Tenenbaum, Kaplan, Mansour & Stemmer (ICML 2023), Concurrent Shuffle DP Under Continual Observation"
+    algorithm_lines = {
+        "csta_k": "Algorithm 3: k shufflers at once, level i's batches of d_low·d^(i−1) users (counter)",
+        "sequential": "Algorithm 3 with k = 1: one shuffler, the sequential shuffle model (§2.6)",
+        "csta_binary": "Algorithm 2: the binary tree, one shuffler per level, k = ⌈log₂ n⌉ − 1",
+        "lowest_k_binary": "§2.5's bad baseline: only the k lowest levels of the binary tree",
+        "highest_k_binary": "§2.5's bad baseline: only the k highest levels of the binary tree",
+        "central_tree": "the central binary-tree counter: a trusted server adds Lap_Z per node",
+        "ldp": "a local counter: randomized response per user, attributable reports",
+        "cs-linucb": "Algorithm 4: private LinUCB on the counter, P_Vec per node at (ε/k, δ/k)",
+        "cs-linucb-exact": "Algorithm 4's batches with exact sums (non-private reference)",
+    }
     experiment_model = cfg.CounterExperiment
     round_fields = ROUND_FIELDS
 

@@ -173,6 +173,15 @@ def delta_of(config) -> float:
 class DistributedDpMab(Family):
     name = "distributed-dp-mab"
     title = "Chowdhury & Zhou (ICLR 2023), Distributed Differential Privacy in Multi-Armed Bandits"
+    algorithm_lines = {
+        "dist-dp-se": "Algorithm 1 with Pólya noise shares through secure aggregation: pure ε-DP",
+        "dist-rdp-se": "Algorithm 1 with Skellam noise shares through secure aggregation: Rényi DP",
+        "dist-cdp-se": "Algorithm 1 with discrete Gaussian shares through secure aggregation: concentrated DP",
+        "cdp-se": "central: a trusted analyzer adds discrete Laplace noise to the encoded sums",
+        "ldp-se": "local: each user adds Lap_Z(g/ε) alone, attributable reports",
+        "dp-se": "Sajed & Sheffet's central DP successive elimination (grid Laplace)",
+        "se": "successive elimination without privacy (raw rewards)",
+    }
     experiment_model = cfg.ExperimentConfig
     round_fields = ROUND_FIELDS
     adversaries = adversaries.ADVERSARIES

@@ -29,6 +29,13 @@ ROUND_FIELDS = ["t", "explored", "count1", "count2", "theta_o_error", "theta_err
 class GLMBandits(Family):
     name = cfg.FAMILY
     title = "Sarmasarkar, Shuffle and joint differential privacy for generalized linear contextual bandits"
+    algorithm_lines = {
+        "private-glm": "Algorithm 2: joint DP through binary-tree noise, optimizer 𝒫_GD (shuffle) or DP-SGD",
+        "shuffle-glm": "Algorithm 1: shuffle DP, batched, P_Vec covariance and 𝒫_GD gradients",
+        "rs-glinucb": "RS-GLinUCB (Sawarni et al. 2024), non-private baseline",
+        "glm-ucb": "GLM-UCB (Filippi et al. 2010), non-private baseline",
+        "gloc": "GLOC (Jun et al. 2017), non-private baseline",
+    }
     experiment_model = cfg.GLMExperiment
     round_fields = ROUND_FIELDS
 

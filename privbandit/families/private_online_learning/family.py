@@ -50,6 +50,12 @@ def spent_per_unit_epsilon(a: cfg.OnlineAlgorithm, n_arms: int, horizon: int) ->
 class PrivateOnlineLearning(Family):
     name = "private-online-learning"
     title = "Hu, Huang & Mehta, Near-Optimal Algorithms for Private Online Learning in a Stochastic Environment"
+    algorithm_lines = {
+        "anytime-lazy-ucb": "Algorithm 1: lazy UCB on doubling arrays with Laplace sums (central or distributed)",
+        "hybrid-ucb": "Algorithm 4: tree-based and array-based private means (central)",
+        "dp-se": "Sajed & Sheffet's DP successive elimination, the paper's bandit baseline",
+        "ftnl": "Algorithms 2–3: follow the noisy leader with report noisy max (full information)",
+    }
     experiment_model = cfg.OnlineExperiment
     round_fields = ROUND_FIELDS
 

@@ -30,6 +30,13 @@ ROUND_FIELDS = ["batch", "t", "lambda_min", "clipped", "theta_error", "u_error_m
 class ShuffleLinearBandits(Family):
     name = cfg.FAMILY
     title = "Chowdhury & Zhou (ICML 2022), Shuffle Private Linear Contextual Bandits"
+    algorithm_lines = {
+        "linucb": "batched LinUCB without privacy (Algorithm 1's learner on raw statistics)",
+        "linucb-jdp": "Shariff & Sheffet's joint-DP LinUCB: a trusted tree of Gaussian prefix sums",
+        "linucb-ldp": "Zheng et al.'s local-DP LinUCB: every report Gaussian-noised, attributable",
+        "linucb-sdp-amp": "Algorithm 1 with P_Amp: Gaussian reports shuffled (amplification by shuffling)",
+        "linucb-sdp-vec": "Algorithm 1 with P_Vec: bit-sum reports, per-label totals from the shuffler",
+    }
     experiment_model = cfg.LinearExperiment
     round_fields = ROUND_FIELDS
 

@@ -91,6 +91,7 @@ class Family(ABC):
 
     name: ClassVar[str]
     title: ClassVar[str]  # the paper, one line
+    algorithm_lines: ClassVar[dict[str, str]] = {}  # algorithm name → what it is, one line (privbandit list)
     experiment_model: ClassVar[type]
     round_fields: ClassVar[list[str]] = []  # the family's rounds.csv columns, after the spine's
 
