@@ -3,7 +3,7 @@ spec §6 R1–R5, with the vectorized counter (the same numbers ``privbandit run
 
     python experiments/reproduce_concurrent.py [--runs 20] [--epsilon 1] [--out results/reproduce-concurrent]
                                                [--figures docs/figures] [--only R1 R2 ...] [--max-n 10000000]
-                                               [--r6-n 2000 8000 32000] [--r6-runs 10] [--jobs 2]
+                                               [--r6-n 2000 8000 32000] [--r6-c1-n 128000] [--r6-runs 10] [--jobs 2]
                                                [--replot results/reproduce-concurrent/summary.json]
 
 - R1: max_t |Ŝ_t − S_t| against n for k = 1…5 at exact trees n = d_low^{2k+1} (d = d_low²; the spec's
@@ -192,13 +192,16 @@ def r6(args) -> dict:
     from reproduce_linear import run_suite
 
     ns, runs, seed, arms, d, delta = args.r6_n, list(range(args.r6_runs)), 1, 100, 5, 0.1
+    c1_only = [n for n in args.r6_c1_n if n not in ns]  # larger n for the C = 1 rows only (cost)
     eps = args.epsilon
     final: dict[str, list[np.ndarray]] = {}
+    ns_of: dict[str, list[int]] = {}
     ledgers: dict[str, dict] = {}
     consts: dict[str, list] = {}
 
-    def keep(label: str, values, ledger: dict | None = None) -> None:
+    def keep(label: str, n: int, values, ledger: dict | None = None) -> None:
         final.setdefault(label, []).append(np.asarray(values, dtype=np.float64))
+        ns_of.setdefault(label, []).append(n)
         if ledger is not None:
             ledgers.setdefault(label, ledger)
 
@@ -209,50 +212,56 @@ def r6(args) -> dict:
     t_alg4 = time.perf_counter()
     inst = instances("paper", arms, d, seed, runs)
     gap = inst.means.max(axis=1) - inst.means.mean(axis=1)  # a uniformly random arm's regret per user
-    for n in ns:
-        keep("random arm", n * gap)
+    for n in sorted(ns + c1_only):
+        keep("random arm", n, n * gap)
         for k in (1, 2, 3):
             for tag, scale in (("", None), (" C1", 1.0)):
+                if n in c1_only and scale is None:
+                    continue
                 a = linucb.alg4(n, k, d, eps, delta, vec_scale=scale)
                 out = linucb.run(a, arms, seed, runs, f"r6-{k}{tag}", users="linear")
-                keep(f"Alg4 k={k}{tag}", out["final_regret"], brief(a.ledger().summary()))
+                keep(f"Alg4 k={k}{tag}", n, out["final_regret"], brief(a.ledger().summary()))
                 consts.setdefault(f"Alg4 k={k}{tag}", []).append(
                     {"n": n, "s_1": a.tree.sizes[0], "sigma_tilde": a.sigma_tilde, "lambda": a.lam})
-            e = dataclasses.replace(linucb.alg4(n, k, d, eps, delta), private=False, lam=1.0, sigma_tilde=0.0)
-            keep(f"exact k={k}", linucb.run(e, arms, seed, runs, f"r6-{k}", users="linear")["final_regret"])
+            if n in ns:
+                e = dataclasses.replace(linucb.alg4(n, k, d, eps, delta), private=False, lam=1.0, sigma_tilde=0.0)
+                keep(f"exact k={k}", n, linucb.run(e, arms, seed, runs, f"r6-{k}", users="linear")["final_regret"])
     t_alg4 = time.perf_counter() - t_alg4
     t_lin = time.perf_counter()
-    files = []
-    for n in ns:
+    files, horizons = [], sorted(ns + c1_only)
+    for n in horizons:
         b = linucb.alg4(n, 1, d, eps, delta).tree.sizes[0]
-        files.append((HERE / "cs_r6_baselines.toml",
-                      [f"horizon={n}", f"runs={args.r6_runs}", f"seed={seed}", f"epsilon={eps}", f"delta={delta}",
-                       f"algorithms.LinUCB-SDP-Vec.batch={b}", f"algorithms.{R6_C1}.batch={b}",
-                       f"algorithms.{R6_C1}.epsilon={eps}", f"name=cs-r6-baselines-n{n}"]))
-    for summary, found in run_suite(files, args.jobs):
-        for label in R6_BASELINES + [R6_C1]:
+        only = [] if n in ns else ["algorithms={}", "algorithms.LinUCB.algorithm='linucb'",
+                                   f"algorithms.{R6_C1}.algorithm='linucb-sdp-vec'", f"algorithms.{R6_C1}.vec_scale=1.0"]
+        files.append((HERE / "cs_r6_baselines.toml", only + [
+            f"horizon={n}", f"runs={args.r6_runs}", f"seed={seed}", f"epsilon={eps}", f"delta={delta}",
+            f"algorithms.{R6_C1}.batch={b}", f"algorithms.{R6_C1}.epsilon={eps}", f"name=cs-r6-baselines-n{n}"]
+            + ([f"algorithms.LinUCB-SDP-Vec.batch={b}"] if n in ns else [])))
+    for n, (summary, found) in zip(horizons, run_suite(files, args.jobs)):
+        for label in found:
             p = summary["privacy"][label]
-            keep(label, np.concatenate([r.pseudo[:, -1] for r in found[label]]),
+            keep(label, n, np.concatenate([r.pseudo[:, -1] for r in found[label]]),
                  {**brief(p), "nominal_epsilon": summary["algorithms"][label]["parameters"].get("epsilon")})
     t_lin = time.perf_counter() - t_lin
     fits, rows = {}, {}
     for label, per_n in final.items():
-        f = fit(ns, [np.maximum(v, 1e-9).tolist() for v in per_n])
+        f = fit(ns_of[label], [np.maximum(v, 1e-9).tolist() for v in per_n])
         k = int(label.split("k=")[1][0]) if label.startswith("Alg4") else None
         if k is not None:
             f["theory"] = (k + 1) / (2 * k + 1)
             f["within_2se"] = abs(f["slope"] - f["theory"]) <= 2 * f["stderr"]
         fits[label] = f
-        rows[label] = {"regret_mean": [float(v.mean()) for v in per_n],
+        rows[label] = {"n": ns_of[label], "regret_mean": [float(v.mean()) for v in per_n],
                        "regret_stderr": [float(v.std(ddof=1) / math.sqrt(v.size)) for v in per_n]}
     pairs = {}
-    for i, n in enumerate(ns):
+    for n in horizons:
         at = {}
         for tag, base in (("", R6_BASELINES), (" C1", ["LinUCB", R6_C1])):
             for k in (1, 2, 3):
                 a = f"Alg4 k={k}{tag}"
                 for b in base + ([f"Alg4 k=1{tag}"] if k > 1 else []):
-                    at[f"{a} − {b}"] = paired(final[a][i], final[b][i]).as_dict()
+                    if n in ns_of[a] and n in ns_of[b]:
+                        at[f"{a} − {b}"] = paired(final[a][ns_of[a].index(n)], final[b][ns_of[b].index(n)]).as_dict()
         pairs[n] = at
     for label in final:
         r, f = rows[label], fits[label]
@@ -262,17 +271,17 @@ def r6(args) -> dict:
                                           + (f", nominal ε {led['nominal_epsilon']:.3f}" if led.get("nominal_epsilon") else "")
                                           + "]")
         print(f"R6 {label:16s} " + ", ".join(f"n={n}: {m:.0f}±{s:.0f}" for n, m, s in
-                                             zip(ns, r["regret_mean"], r["regret_stderr"]))
+                                             zip(ns_of[label], r["regret_mean"], r["regret_stderr"]))
               + f"; slope {f['slope']:.2f} ± {2 * f['stderr']:.2f}{extra}{eps_txt}")
-    big = ns[-1]
-    print(f"R6 paired at n = {big} (a − b: mean ± se, t, runs a won / {len(runs)}):")
-    for key, p in pairs[big].items():
-        print(f"   {key:34s} {p['mean_difference']:+8.0f} ± {p['stderr']:5.0f}  t = {p['t']:+6.1f}  {p['a_won']}")
+    for big in dict.fromkeys([ns[-1], horizons[-1]]):
+        print(f"R6 paired at n = {big} (a − b: mean ± se, t, runs a won / {len(runs)}):")
+        for key, p in pairs[big].items():
+            print(f"   {key:34s} {p['mean_difference']:+8.0f} ± {p['stderr']:5.0f}  t = {p['t']:+6.1f}  {p['a_won']}")
     for label, c in consts.items():
         print(f"R6 {label} constants: " + ", ".join(f"n={x['n']}: s_1={x['s_1']}, σ̃={x['sigma_tilde']:.0f}, "
                                                         f"λ={x['lambda']:.0f}" for x in c))
     print(f"R6 wall: Alg. 4 (+ exact, C1) {t_alg4:.0f} s, linear baselines {t_lin:.0f} s")
-    return {"n": ns, "runs": len(runs), "seed": seed, "arms": arms, "d": d, "delta": delta,
+    return {"n": ns, "c1_only_n": c1_only, "runs": len(runs), "seed": seed, "arms": arms, "d": d, "delta": delta,
             "final_regret": {label: [v.tolist() for v in per_n] for label, per_n in final.items()},
             "summary": rows, "fit": fits, "ledger": ledgers, "paired": pairs, "constants": consts,
             "seconds": {"alg4": round(t_alg4, 1), "linear": round(t_lin, 1)}}
@@ -348,14 +357,16 @@ def plot_r6(r: dict, dest: Path) -> None:
     for ax, (title, labels) in zip(axes, panels):
         for label in labels + ["random arm"]:
             m, se, f = np.array(summ[label]["regret_mean"]), np.array(summ[label]["regret_stderr"]), fits[label]
+            at = summ[label].get("n", ns)
             base = label.replace(" C1", "").replace("exact", "Alg4")  # exact sums: the k's colour, dotted
             style = dict(color=colours.get(base, "grey"), marker="o", capsize=3,
                          ls=":" if label.startswith(("exact", "random")) else "-")
             theory = f", (k+1)/(2k+1) = {f['theory']:.2f}" if "theory" in f else ""
-            ax.errorbar(ns, m, yerr=se, label=f"{label}: slope {f['slope']:.2f}±{2 * f['stderr']:.2f}{theory}", **style)
+            ax.errorbar(at, m, yerr=se, label=f"{label}: slope {f['slope']:.2f}±{2 * f['stderr']:.2f}{theory}", **style)
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xticks(ns, [f"{n:,}" for n in ns])
+        ticks = sorted(set(ns) | set(r.get("c1_only_n", [])))
+        ax.set_xticks(ticks, [f"{n:,}" for n in ticks])
         ax.minorticks_off()
         ax.set_xlabel("n (users = rounds)")
         ax.set_title(title, fontsize=9)
@@ -379,6 +390,8 @@ def main() -> None:
     ap.add_argument("--max-n", type=int, default=10**7, help="largest n of R2's larger-n sweep")
     ap.add_argument("--r6-n", type=int, nargs="+", default=[2000, 8000, 32000], help="R6's horizons")
     ap.add_argument("--r6-runs", type=int, default=10, help="R6's paired runs")
+    ap.add_argument("--r6-c1-n", type=int, nargs="*", default=[128000],
+                    help="R6's extra horizons for the C = 1 rows only (Alg. 4, SDP-Vec-C1, LinUCB)")
     ap.add_argument("--jobs", type=int, default=2, help="processes for R6's linear baselines")
     ap.add_argument("--replot", type=Path, default=None,
                     help="redraw the figures from this summary.json (a finished run's) and stop")
