@@ -234,7 +234,7 @@ def r6(args) -> dict:
         only = [] if n in ns else ["algorithms={}", "algorithms.LinUCB.algorithm='linucb'",
                                    f"algorithms.{R6_C1}.algorithm='linucb-sdp-vec'", f"algorithms.{R6_C1}.vec_scale=1.0"]
         files.append((HERE / "cs_r6_baselines.toml", only + [
-            f"horizon={n}", f"runs={args.r6_runs}", f"seed={seed}", f"epsilon={eps}", f"delta={delta}",
+            "calibrate=true", f"horizon={n}", f"runs={args.r6_runs}", f"seed={seed}", f"epsilon={eps}", f"delta={delta}",
             f"algorithms.{R6_C1}.batch={b}", f"algorithms.{R6_C1}.epsilon={eps}", f"name=cs-r6-baselines-n{n}"]
             + ([f"algorithms.LinUCB-SDP-Vec.batch={b}"] if n in ns else [])))
     for n, (summary, found) in zip(horizons, run_suite(files, args.jobs)):
