@@ -3,6 +3,8 @@ spec §6 R1–R5, with the vectorized counter (the same numbers ``privbandit run
 
     python experiments/reproduce_concurrent.py [--runs 20] [--epsilon 1] [--out results/reproduce-concurrent]
                                                [--figures docs/figures] [--only R1 R2 ...] [--max-n 10000000]
+                                               [--r6-n 2000 8000 32000] [--r6-c1-n 128000] [--r6-runs 10] [--jobs 2]
+                                               [--replot results/reproduce-concurrent/summary.json]
 
 - R1: max_t |Ŝ_t − S_t| against n for k = 1…5 at exact trees n = d_low^{2k+1} (d = d_low²; the spec's
   configurations plus larger d_low for k = 4, 5 so every k has ≥ 2 points), with the fitted log-log
@@ -12,11 +14,14 @@ spec §6 R1–R5, with the vectorized counter (the same numbers ``privbandit run
 - R3: §2.5's bad baselines (the k lowest / k highest binary levels) against Alg. 3 at the same k.
 - R4: per-node noise variance against the protocol's law; per-time variance against |V_t|·V_node.
 - R5: the hard inputs Δ_{n,k} against i.i.d. and all-ones streams.
-- R6: Algorithm 4's regret against n for k = 1, 2, 3 (5 runs; :mod:`~privbandit.families.concurrent_shuffle.linucb`).
+- R6: Algorithm 4's regret against n for k = 1, 2, 3 (:mod:`~privbandit.families.concurrent_shuffle.linucb`)
+  beside LinUCB, LinUCB-JDP, LinUCB-LDP and the single-shuffler LinUCB-SDP-Vec (experiments/cs_r6_baselines.toml)
+  on the same instances and users, at equal (ε, δ) by each ledger; paired differences; slopes beside
+  (k+1)/(2k+1); the same at P_Vec's C = 1 (NOT the theorem's constant, ledgers "none proven").
 
-δ = 1/(10n). The summation protocol is ``bin-a``: a *stand-in* for Tenenbaum et al. 2021's Alg. 3
+R1–R5: δ = 1/(10n) (R6: δ = 0.1, the linear family's template). The summation protocol is ``bin-a``: a *stand-in* for Tenenbaum et al. 2021's Alg. 3
 (spec §2.2.1 option A), calibrated by exact privacy accounting; every figure says so.
-Writes summary.json under --out and concurrent_r1.png, concurrent_r2.png under --figures.
+Writes summary.json under --out and concurrent_r1.png, concurrent_r2.png, concurrent_r6.png under --figures.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -32,6 +38,7 @@ import numpy as np
 from privbandit.families.concurrent_shuffle import counter as cnt
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # R6 runs the linear baselines with reproduce_linear.run_suite
 R1_CONFIGS = {1: [10, 20, 40], 2: [4, 6, 9], 3: [3, 4, 5], 4: [2, 3, 4], 5: [2, 3]}  # d_low; n = d_low^(2k+1)
 STAND_IN = "bin-a: stand-in for M^sum_bin (Tenenbaum et al. 2021 Alg. 3 not obtained), spec option A"
 
@@ -161,32 +168,123 @@ def r5(args) -> dict:
     return out
 
 
+R6_BASELINES = ["LinUCB", "LinUCB-JDP", "LinUCB-LDP", "LinUCB-SDP-Vec"]
+R6_C1 = "SDP-Vec-C1"  # the linear family's SDP-Vec at P_Vec's C = 1 (NOT the theorem's): cs_r6_baselines.toml
+
+
 def r6(args) -> dict:
-    """Algorithm 4 (theory constants: P_Vec b with 24·10⁴, λ = 2σ̃√d) against n, k = 1, 2, 3, and the
-    same batches with exact sums (non-private): final pseudo-regret, 5 runs, 100 arms, d = 5, δ = 0.1
-    (the linear family's template), with the log-log slope beside (k+1)/(2k+1)."""
+    """Algorithm 4 against n for k = 1, 2, 3 beside the linear family's baselines, paired.
+
+    Every algorithm's run r faces the same θ*, arms (``(seed, "linear-instance", r)``, generator
+    ``paper``) and users U_t (``(seed, "linear-users", r)``: Alg. 4 with ``users="linear"``), so the
+    differences are paired (:func:`privbandit.runner.paired.paired`). Theory constants everywhere
+    (P_Vec's 24·10⁴, Alg. 4's λ = 2σ̃√d, the linear preset ``theory``); the linear baselines'
+    nominal ε is solved so that their ledgers read Alg. 4's (ε, δ) (``calibrate``). SDP-Vec's batch
+    is Alg. 4's s_1 at k = 1 (⌈n^{1/3}⌉: the same batches). Then the same at P_Vec's C = 1 ("C1":
+    NOT the theorem's constant; ledgers "none proven"), where learning shows at these n. Also the
+    same trees with exact sums (Alg. 4's learner without privacy), and a uniformly random arm's
+    regret. Slopes: least squares over every run, ± 2 se, beside (k+1)/(2k+1)."""
     import dataclasses
 
     from privbandit.families.concurrent_shuffle import linucb
+    from privbandit.families.shuffle_linear_bandits.world import instances
+    from privbandit.runner.paired import paired
+    from reproduce_linear import run_suite
 
-    ns = [2000, 8000, 32000]
-    runs = list(range(5))
-    out = {}
-    for k in (1, 2, 3):
-        errs, exact = [], []
-        for n in ns:
-            a = linucb.alg4(n, k, 5, args.epsilon, 0.1)
-            errs.append(linucb.run(a, 100, 1, runs, f"r6-{k}")["final_regret"].tolist())
-            e = dataclasses.replace(a, private=False, lam=1.0, sigma_tilde=0.0)
-            exact.append(linucb.run(e, 100, 1, runs, f"r6-{k}")["final_regret"].tolist())
-        f = fit(ns, errs)
-        out[k] = {"n": ns, "regret_mean": [float(np.mean(e)) for e in errs],
-                  "exact_regret_mean": [float(np.mean(e)) for e in exact], "fit": f,
-                  "theory": (k + 1) / (2 * k + 1)}
-        print(f"R6 k={k}: regret " + ", ".join(f"n={n}: {np.mean(e):.0f} (exact sums {np.mean(x):.0f})"
-                                             for n, e, x in zip(ns, errs, exact))
-              + f"; slope {f['slope']:.2f} ± {2 * f['stderr']:.2f} vs (k+1)/(2k+1) = {(k + 1) / (2 * k + 1):.2f}")
-    return out
+    ns, runs, seed, arms, d, delta = args.r6_n, list(range(args.r6_runs)), 1, 100, 5, 0.1
+    c1_only = [n for n in args.r6_c1_n if n not in ns]  # larger n for the C = 1 rows only (cost)
+    eps = args.epsilon
+    final: dict[str, list[np.ndarray]] = {}
+    ns_of: dict[str, list[int]] = {}
+    ledgers: dict[str, dict] = {}
+    consts: dict[str, list] = {}
+
+    def keep(label: str, n: int, values, ledger: dict | None = None) -> None:
+        final.setdefault(label, []).append(np.asarray(values, dtype=np.float64))
+        ns_of.setdefault(label, []).append(n)
+        if ledger is not None:
+            ledgers.setdefault(label, ledger)
+
+    def brief(s: dict) -> dict:
+        return {key: s.get(key) for key in ("guarantee", "trust_model", "epsilon_at_delta", "delta",
+                                             "delta_from_theorems", "epsilon_target")}
+
+    t_alg4 = time.perf_counter()
+    inst = instances("paper", arms, d, seed, runs)
+    gap = inst.means.max(axis=1) - inst.means.mean(axis=1)  # a uniformly random arm's regret per user
+    for n in sorted(ns + c1_only):
+        keep("random arm", n, n * gap)
+        for k in (1, 2, 3):
+            for tag, scale in (("", None), (" C1", 1.0)):
+                if n in c1_only and scale is None:
+                    continue
+                a = linucb.alg4(n, k, d, eps, delta, vec_scale=scale)
+                out = linucb.run(a, arms, seed, runs, f"r6-{k}{tag}", users="linear")
+                keep(f"Alg4 k={k}{tag}", n, out["final_regret"], brief(a.ledger().summary()))
+                consts.setdefault(f"Alg4 k={k}{tag}", []).append(
+                    {"n": n, "s_1": a.tree.sizes[0], "sigma_tilde": a.sigma_tilde, "lambda": a.lam})
+            if n in ns:
+                e = dataclasses.replace(linucb.alg4(n, k, d, eps, delta), private=False, lam=1.0, sigma_tilde=0.0)
+                keep(f"exact k={k}", n, linucb.run(e, arms, seed, runs, f"r6-{k}", users="linear")["final_regret"])
+    t_alg4 = time.perf_counter() - t_alg4
+    t_lin = time.perf_counter()
+    files, horizons = [], sorted(ns + c1_only)
+    for n in horizons:
+        b = linucb.alg4(n, 1, d, eps, delta).tree.sizes[0]
+        only = [] if n in ns else ["algorithms={}", "algorithms.LinUCB.algorithm='linucb'",
+                                   f"algorithms.{R6_C1}.algorithm='linucb-sdp-vec'", f"algorithms.{R6_C1}.vec_scale=1.0"]
+        files.append((HERE / "cs_r6_baselines.toml", only + [
+            "calibrate=true", f"horizon={n}", f"runs={args.r6_runs}", f"seed={seed}", f"epsilon={eps}", f"delta={delta}",
+            f"algorithms.{R6_C1}.batch={b}", f"algorithms.{R6_C1}.epsilon={eps}", f"name=cs-r6-baselines-n{n}"]
+            + ([f"algorithms.LinUCB-SDP-Vec.batch={b}"] if n in ns else [])))
+    for n, (summary, found) in zip(horizons, run_suite(files, args.jobs)):
+        for label in found:
+            p = summary["privacy"][label]
+            keep(label, n, np.concatenate([r.pseudo[:, -1] for r in found[label]]),
+                 {**brief(p), "nominal_epsilon": summary["algorithms"][label]["parameters"].get("epsilon")})
+    t_lin = time.perf_counter() - t_lin
+    fits, rows = {}, {}
+    for label, per_n in final.items():
+        f = fit(ns_of[label], [np.maximum(v, 1e-9).tolist() for v in per_n])
+        k = int(label.split("k=")[1][0]) if label.startswith("Alg4") else None
+        if k is not None:
+            f["theory"] = (k + 1) / (2 * k + 1)
+            f["within_2se"] = abs(f["slope"] - f["theory"]) <= 2 * f["stderr"]
+        fits[label] = f
+        rows[label] = {"n": ns_of[label], "regret_mean": [float(v.mean()) for v in per_n],
+                       "regret_stderr": [float(v.std(ddof=1) / math.sqrt(v.size)) for v in per_n]}
+    pairs = {}
+    for n in horizons:
+        at = {}
+        for tag, base in (("", R6_BASELINES), (" C1", ["LinUCB", R6_C1])):
+            for k in (1, 2, 3):
+                a = f"Alg4 k={k}{tag}"
+                for b in base + ([f"Alg4 k=1{tag}"] if k > 1 else []):
+                    if n in ns_of[a] and n in ns_of[b]:
+                        at[f"{a} − {b}"] = paired(final[a][ns_of[a].index(n)], final[b][ns_of[b].index(n)]).as_dict()
+        pairs[n] = at
+    for label in final:
+        r, f = rows[label], fits[label]
+        extra = f" vs (k+1)/(2k+1) = {f['theory']:.2f}" if "theory" in f else ""
+        led = ledgers.get(label)
+        eps_txt = "" if led is None else (f"  [{led['guarantee']}, {led['trust_model']}, ε at δ: {led['epsilon_at_delta']}"
+                                          + (f", nominal ε {led['nominal_epsilon']:.3f}" if led.get("nominal_epsilon") else "")
+                                          + "]")
+        print(f"R6 {label:16s} " + ", ".join(f"n={n}: {m:.0f}±{s:.0f}" for n, m, s in
+                                             zip(ns_of[label], r["regret_mean"], r["regret_stderr"]))
+              + f"; slope {f['slope']:.2f} ± {2 * f['stderr']:.2f}{extra}{eps_txt}")
+    for big in dict.fromkeys([ns[-1], horizons[-1]]):
+        print(f"R6 paired at n = {big} (a − b: mean ± se, t, runs a won / {len(runs)}):")
+        for key, p in pairs[big].items():
+            print(f"   {key:34s} {p['mean_difference']:+8.0f} ± {p['stderr']:5.0f}  t = {p['t']:+6.1f}  {p['a_won']}")
+    for label, c in consts.items():
+        print(f"R6 {label} constants: " + ", ".join(f"n={x['n']}: s_1={x['s_1']}, σ̃={x['sigma_tilde']:.0f}, "
+                                                        f"λ={x['lambda']:.0f}" for x in c))
+    print(f"R6 wall: Alg. 4 (+ exact, C1) {t_alg4:.0f} s, linear baselines {t_lin:.0f} s")
+    return {"n": ns, "c1_only_n": c1_only, "runs": len(runs), "seed": seed, "arms": arms, "d": d, "delta": delta,
+            "final_regret": {label: [v.tolist() for v in per_n] for label, per_n in final.items()},
+            "summary": rows, "fit": fits, "ledger": ledgers, "paired": pairs, "constants": consts,
+            "seconds": {"alg4": round(t_alg4, 1), "linear": round(t_lin, 1)}}
 
 
 def plots(res: dict, figures: Path) -> None:
@@ -236,6 +334,50 @@ def plots(res: dict, figures: Path) -> None:
         fig.tight_layout()
         fig.savefig(figures / "concurrent_r2.png", dpi=120)
         plt.close(fig)
+    if "R6" in res:
+        plot_r6({**res["R6"], "epsilon": res["epsilon"]}, figures / "concurrent_r6.png")
+
+
+def plot_r6(r: dict, dest: Path) -> None:
+    """Final pseudo-regret against n, log-log (mean ± se over the paired runs): theory constants
+    left, P_Vec's C = 1 (NOT the theorem's) right; a uniformly random arm's regret for scale."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ns, summ, fits = r["n"], r["summary"], r["fit"]
+    colours = {"LinUCB": "black", "LinUCB-JDP": "blue", "LinUCB-LDP": "c", "LinUCB-SDP-Vec": "green",
+               R6_C1: "green", "Alg4 k=1": "red", "Alg4 k=2": "darkorange", "Alg4 k=3": "purple"}
+    panels = ((f"theory constants, ledgers at ε = {r['epsilon']:g}, δ = {r['delta']:g}",
+               ["Alg4 k=1", "Alg4 k=2", "Alg4 k=3"] + R6_BASELINES + ["exact k=1", "exact k=3"]),
+              ("P_Vec C = 1: NOT the theorem's (ledgers: none proven)",
+               ["Alg4 k=1 C1", "Alg4 k=2 C1", "Alg4 k=3 C1", R6_C1, "LinUCB"]))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4), sharey=True)
+    for ax, (title, labels) in zip(axes, panels):
+        for label in labels + ["random arm"]:
+            m, se, f = np.array(summ[label]["regret_mean"]), np.array(summ[label]["regret_stderr"]), fits[label]
+            at = summ[label].get("n", ns)
+            base = label.replace(" C1", "").replace("exact", "Alg4")  # exact sums: the k's colour, dotted
+            style = dict(color=colours.get(base, "grey"), marker="o", capsize=3,
+                         ls=":" if label.startswith(("exact", "random")) else "-")
+            theory = f", (k+1)/(2k+1) = {f['theory']:.2f}" if "theory" in f else ""
+            ax.errorbar(at, m, yerr=se, label=f"{label}: slope {f['slope']:.2f}±{2 * f['stderr']:.2f}{theory}", **style)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ticks = sorted(set(ns) | set(r.get("c1_only_n", [])))
+        ax.set_xticks(ticks, [f"{n:,}" for n in ticks])
+        ax.minorticks_off()
+        ax.set_xlabel("n (users = rounds)")
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=6.5, loc="upper left")
+        ax.grid(alpha=0.3, which="both")
+    axes[0].set_ylabel(f"final pseudo-regret (mean ± se, {r['runs']} paired runs)")
+    fig.suptitle(f"R6: Algorithm 4 and baselines, K = {r['arms']}, d = {r['d']}, same θ*, arms and users per run",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(dest, dpi=120)
+    plt.close(fig)
 
 
 def main() -> None:
@@ -246,7 +388,17 @@ def main() -> None:
     ap.add_argument("--figures", type=Path, default=HERE.parent / "docs" / "figures")
     ap.add_argument("--only", nargs="*", default=["R1", "R2", "R3", "R4", "R5", "R6"])
     ap.add_argument("--max-n", type=int, default=10**7, help="largest n of R2's larger-n sweep")
+    ap.add_argument("--r6-n", type=int, nargs="+", default=[2000, 8000, 32000], help="R6's horizons")
+    ap.add_argument("--r6-runs", type=int, default=10, help="R6's paired runs")
+    ap.add_argument("--r6-c1-n", type=int, nargs="*", default=[128000],
+                    help="R6's extra horizons for the C = 1 rows only (Alg. 4, SDP-Vec-C1, LinUCB)")
+    ap.add_argument("--jobs", type=int, default=2, help="processes for R6's linear baselines")
+    ap.add_argument("--replot", type=Path, default=None,
+                    help="redraw the figures from this summary.json (a finished run's) and stop")
     args = ap.parse_args()
+    if args.replot is not None:
+        plots(json.loads(args.replot.read_text()), args.figures)
+        return
     start = time.perf_counter()
     res = {"epsilon": args.epsilon, "runs": args.runs, "protocol": STAND_IN}
     for name, fn in (("R1", r1), ("R2", r2), ("R3", r3), ("R4", r4), ("R5", r5), ("R6", r6)):

@@ -26,7 +26,7 @@ from privbandit.families.concurrent_shuffle.tree import Tree, tree_for
 from privbandit.families.shuffle_linear_bandits import mechanisms as slb
 from privbandit.families.shuffle_linear_bandits import params as lp
 from privbandit.families.shuffle_linear_bandits.learners import BatchedLinUCB, arm_outer, ucb_actions
-from privbandit.families.shuffle_linear_bandits.world import instances
+from privbandit.families.shuffle_linear_bandits.world import UserUniforms, instances
 from privbandit.protocol.primitives.seeding import stream
 from privbandit.protocol.privacy import Ledger, NonPrivate
 
@@ -95,8 +95,12 @@ def alg4(n: int, k: int, d: int, epsilon: float, delta: float, vec_scale: float 
     return Alg4(tree, d, epsilon, delta, vec, vec_scale, sigma_tilde, max(lam, 1.0))
 
 
+USERS = ("alg4", "linear")  # whose reward uniforms the users of :func:`run` draw
+
+
 def batch_uniforms(seed: int, label: str, runs: list[int], batch: int, size: int) -> np.ndarray:
-    """The users of lowest-level batch ``batch``: one U ~ U(0, 1) each (Bernoulli rewards 1{U < μ})."""
+    """The users of lowest-level batch ``batch``: one U ~ U(0, 1) each (Bernoulli rewards 1{U < μ}),
+    from the family's own streams keyed by ``label`` (what the spine's users draw, :mod:`.bandit`)."""
     return np.stack([stream(seed, "cs-alg4-u", label, r, batch).random(size) for r in runs])
 
 
@@ -153,10 +157,20 @@ class Alg4Server:
         self.steps += 1
 
 
-def run(a: Alg4, arms: int, seed: int, runs: list[int], label: str = "alg4", generator: str = "paper") -> dict:
+def run(a: Alg4, arms: int, seed: int, runs: list[int], label: str = "alg4", generator: str = "paper",
+        users: str = "alg4") -> dict:
     """R runs of Algorithm 4 (or, with ``a.private`` False, the same batches with exact sums):
-    cumulative pseudo-regret at every t0 (R, n/s_1), and the learner's counters. The users draw
-    from streams keyed by (run, batch[, level]), as the spine's users do (:mod:`.parties`)."""
+    cumulative pseudo-regret at every t0 (R, n/s_1), the final pseudo- and realized regret, each
+    batch's arm (R, n/s_1) and the learner's counters.
+
+    ``users``: ``"alg4"`` draws the users' reward uniforms from streams keyed by (label, run, batch),
+    as the spine's users do (:mod:`.bandit`); ``"linear"`` gives user t the linear family's common
+    random number U_t (:func:`~privbandit.families.shuffle_linear_bandits.world.user_uniforms`), so run r
+    faces the same θ*, arms *and* users as run r of every linear-family algorithm of the same seed
+    and generator, and as every other k and label: the paired comparison of R6. The P_Vec noise is
+    keyed by (label, run, level, batch) either way."""
+    if users not in USERS:
+        raise ValueError(f"users = {users!r} is not one of {', '.join(USERS)}")
     inst = instances(generator, arms, a.d, seed, runs)
     R, d, tree = len(runs), a.d, a.tree
     D = slb.n_entries(d)
@@ -167,14 +181,20 @@ def run(a: Alg4, arms: int, seed: int, runs: list[int], label: str = "alg4", gen
     server = Alg4Server(a, R)
     s1 = tree.sizes[0]
     steps = tree.n // s1
+    common = UserUniforms(seed, runs) if users == "linear" else None
     open_totals = [np.zeros((R, D)) for _ in range(tree.k)]
     regret = np.zeros((R, steps))
+    actions = np.zeros((R, steps), np.int64)
     total = np.zeros(R)
+    realized = np.zeros(R)
     for b in range(steps):
         theta, v_inv, beta = server.learner.broadcast()
         act = ucb_actions(inst.arms, theta, v_inv, beta, outer)  # one choice per run for the batch
+        actions[:, b] = act
         mu = means[ridx, act]
-        y = (batch_uniforms(seed, label, runs, b, s1) < mu[:, None]).astype(np.float64)
+        u = common.get(b * s1, s1) if common is not None else batch_uniforms(seed, label, runs, b, s1)
+        y = (u < mu[:, None]).astype(np.float64)
+        realized += ((u < best[:, None]).sum(axis=1) - y.sum(axis=1))
         x = np.broadcast_to(inst.arms[ridx, act][:, None, :], (R, s1, d))
         entries = slb.user_entries(x, y)  # (R, s1, D)
         total += s1 * (best - mu)
@@ -195,6 +215,10 @@ def run(a: Alg4, arms: int, seed: int, runs: list[int], label: str = "alg4", gen
     if left:
         theta, v_inv, beta = server.learner.broadcast()
         act = ucb_actions(inst.arms, theta, v_inv, beta, outer)
-        total = total + left * (best - means[ridx, act])
-    return {"regret_t0": regret, "final_regret": total, "clipped": server.learner.clipped.copy(),
-            "not_pd": server.learner.not_pd.copy(), "sigma_tilde": a.sigma_tilde, "lambda": a.lam}
+        mu = means[ridx, act]
+        total = total + left * (best - mu)
+        u = common.get(steps * s1, left) if common is not None else batch_uniforms(seed, label, runs, steps, left)
+        realized += (u < best[:, None]).sum(axis=1) - (u < mu[:, None]).sum(axis=1)
+    return {"regret_t0": regret, "final_regret": total, "final_realized": realized, "actions": actions,
+            "clipped": server.learner.clipped.copy(), "not_pd": server.learner.not_pd.copy(),
+            "sigma_tilde": a.sigma_tilde, "lambda": a.lam}
