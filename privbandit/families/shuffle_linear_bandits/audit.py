@@ -81,12 +81,16 @@ def linear_targets(family, config, label: str, cohort: int | None) -> list[Audit
         if users == 1:
             entries = np.broadcast_to(e1 if which else e0, (count, e0.size)).copy()
             return randomizer.randomize(entries, rng) @ direction
-        entries = np.broadcast_to(e0, (count, users, e0.size)).copy()
+        # P_Amp: only the S1 parts (φy) are drawn: the direction is zero on S2, and the randomizer
+        # noises every entry independently, so the S2 draws would be ancillary (a quarter of the
+        # work at d = 5)
+        width = s.d if amp else e0.size
+        entries = np.broadcast_to(e0[:width], (count, users, width)).copy()
         if which:
-            entries[:, 0] = e1
+            entries[:, 0] = e1[:width]
         reports = randomizer.randomize(entries, rng)
-        if amp:  # S1 parts only: the direction is zero on S2
-            return (reports[..., : s.d] @ direction[: s.d]).max(axis=1)
+        if amp:
+            return (reports @ direction[: s.d]).max(axis=1)
         return slb.LabelCountShuffler().release(reports) @ direction
 
     def claim(delta: float) -> dict:
