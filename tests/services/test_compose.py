@@ -7,6 +7,7 @@ and environments as local processes, against a local Mosquitto with the generate
 import asyncio
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -36,11 +37,16 @@ def _raw() -> dict:
     return yaml.safe_load(COMPOSE.read_text())
 
 
-def _workdir(tmp_path: Path, edit=lambda text: text) -> Path:
+def _workdir(tmp_path: Path, edit=lambda text: text, demo_sets: dict[str, str] | None = None) -> Path:
     """A copy of what the compose file needs, so the real ./deploy and ./results stay untouched,
-    with the dashboard on a free port (tests run side by side)."""
+    with the dashboard on a free port (tests run side by side). ``demo_sets``: top-level settings
+    of the copied demo.toml to replace (each must be there)."""
     (tmp_path / "experiments").mkdir()
-    shutil.copy(REPO / "experiments" / "demo.toml", tmp_path / "experiments")
+    demo = (REPO / "experiments" / "demo.toml").read_text()
+    for key, value in (demo_sets or {}).items():
+        demo, n = re.subn(rf"^{key} = .*$", f"{key} = {value}", demo, count=1, flags=re.M)
+        assert n == 1, f"demo.toml has no top-level {key}"
+    (tmp_path / "experiments" / "demo.toml").write_text(demo)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -138,8 +144,6 @@ def test_every_container_is_locked_down_and_every_image_pinned():
     """#21 section 4: no service runs with a writable image, a capability, privilege gain or
     unbounded memory and processes; the broker's image and the Dockerfile's base are pinned to a
     release (x.y.z), not a floating tag."""
-    import re
-
     services = _raw()["services"]
     for name, spec in services.items():
         assert spec.get("read_only") is True, name
@@ -247,7 +251,11 @@ def test_an_anonymous_external_broker_is_refused_naming_what_was_readable(tmp_pa
 # --- end to end ---------------------------------------------------------------------------------
 
 def test_up_runs_the_compose_topology_as_local_processes(tmp_path):
-    work = _workdir(tmp_path)
+    # A shorter demo (300,000 users × 3 runs in the file): nothing below depends on the session's
+    # size, and the demo's numbers against the in-process run are test_distributed's
+    # (test_privbandit_demo_…, at this same size); `up` then spends its time on what it tests: the
+    # one-shots, the probe, the generated accounts, the parties and their logs.
+    work = _workdir(tmp_path, demo_sets={"horizon": "40_000", "runs": "2"})
     assert compose.up(work / "docker-compose.yml", timeout_s=150) == 0
     out = work / "results" / "compose"
     summary = json.loads((out / "summary.json").read_text())
@@ -271,8 +279,9 @@ def test_up_runs_the_compose_topology_as_local_processes(tmp_path):
     assert f"dashboard at http://127.0.0.1:{port}/" in (out / "logs" / "compose-observer.log").read_text()
 
 
+# A one-shot that fails (the keys service) is test_privbandit_up_…'s case: the same session, seen
+# through the command's exit status and its output.
 @pytest.mark.parametrize("service, edit, message", [
-    ("keys", lambda t: t.replace("demo.toml, --out, /keys", "missing.toml, --out, /keys"), "no such experiment"),
     ("analyzer", lambda t: t.replace("      PRIVBANDIT_ANALYZER_KEY_FILE: /keys/analyzer.env\n", ""),
      "PRIVBANDIT_ANALYZER_KEY"),
     ("aggregator", lambda t: t.replace("      PRIVBANDIT_REPORT_AUTH_KEY_FILE: /keys/intermediary.env\n", ""),
@@ -287,11 +296,15 @@ def test_a_failing_service_is_named_with_its_log(tmp_path, service, edit, messag
 
 
 def test_privbandit_up_reports_the_failing_service_and_exits_1(tmp_path):
+    """A failing one-shot (the keys service, given an experiment that is not there) stops `up`
+    before any party: the command exits 1 naming the service, its exit code and its log's tail."""
     work = _workdir(tmp_path, lambda t: t.replace("demo.toml, --out, /keys", "missing.toml, --out, /keys"))
     result = subprocess.run([sys.executable, "-m", "privbandit", "up", "-f", str(work / "docker-compose.yml")],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1, result.stderr
-    assert "service keys exited with code 2" in " ".join(result.stderr.split())
+    said = " ".join(result.stderr.split())  # (rich wraps the log at 80 columns)
+    assert "service keys exited with code 2" in said and "no such experiment" in said
+    assert not (work / "results" / "compose" / "summary.json").exists()
 
 
 @pytest.mark.parametrize("policy, restarts", [("no", 0), (None, 0), ("on-failure", float("inf")),

@@ -16,6 +16,7 @@ from pathlib import Path
 import aiomqtt
 import msgpack
 import numpy as np
+import pytest
 
 from privbandit.runner.config import load
 from privbandit.services import codec
@@ -24,6 +25,23 @@ from privbandit.services.launcher import launch
 from tests.services.test_distributed import _experiment, _inproc, assert_same_numbers
 
 HORIZON = 30_000
+PAUSED_HORIZON = 50_000  # the paused sessions': long enough that the pause falls mid-run
+
+
+@pytest.fixture(scope="module")
+def honest(tmp_path_factory):
+    """``honest(horizon)``: the honest in-process results (one run) that a session here must
+    reproduce, computed once per horizon for the whole module; the tests only read them."""
+    made = {}
+
+    def at(horizon: int) -> Path:
+        if horizon not in made:
+            tmp = tmp_path_factory.mktemp(f"honest-{horizon}")
+            _inproc(_experiment(tmp, horizon=horizon, runs=1, extra=""), tmp / "inproc")
+            made[horizon] = tmp / "inproc"
+        return made[horizon]
+
+    return at
 
 
 class Attacker:
@@ -108,11 +126,10 @@ def _raw_reports(run: str, plan: codec.PlanMsg, ids: np.ndarray, values: np.ndar
                          use_bin_type=True)
 
 
-def test_item1_reports_whose_arrays_disagree_never_crash_an_intermediary(tmp_path):
+def test_item1_reports_whose_arrays_disagree_never_crash_an_intermediary(tmp_path, honest):
     """#20 item 1: user_ids and values (and tags) of different lengths, for a joined round of the
     running plan, from inside and outside the cohort. The codec refuses each (``schema``); the
     aggregator lives on and the result is the honest one."""
-    _inproc(_experiment(tmp_path, horizon=HORIZON, runs=1, extra=""), tmp_path / "inproc")
 
     def on_plan(plan):
         if not plan.joins:
@@ -132,7 +149,7 @@ def test_item1_reports_whose_arrays_disagree_never_crash_an_intermediary(tmp_pat
     code, out = run_attacked(tmp_path, attacker)
     assert code == 0, observer_log(out)
     assert attacker.sent >= 8
-    assert_same_numbers(tmp_path / "inproc", out)
+    assert_same_numbers(honest(HORIZON), out)
     got = rejected(out)
     # Three of every four disagree within the message (the codec); the fourth's runs axis
     # disagrees with the task's (the round refuses it: wrong-shape, or round-closed once released).
@@ -146,13 +163,12 @@ def test_item1_reports_whose_arrays_disagree_never_crash_an_intermediary(tmp_pat
     assert 0 < lines <= 3 * len(got) and lines < attacker.sent // 10, (lines, got)
 
 
-def test_item2_forged_metrics_from_the_users_account_are_refused(tmp_path):
+def test_item2_forged_metrics_from_the_users_account_are_refused(tmp_path, honest):
     """#20 item 2: with the users' account, on the metrics topics it may write (``metrics/users-0``)
     and the one it may not (``metrics/analyzer``): an error status in the analyzer's name and in a
     fleet's, counters that are not integers, truths for a block that does not exist and a forged
     truth of a real block, and, after the genuine ones, a fleet's final counters full of junk keys.
     Nothing of it reaches the results: the session ends as the honest run does, each refused."""
-    _inproc(_experiment(tmp_path, horizon=HORIZON, runs=1, extra=""), tmp_path / "inproc")
     run = lambda: attacker.run_id  # noqa: E731
 
     def status(party, state, **body):
@@ -184,7 +200,7 @@ def test_item2_forged_metrics_from_the_users_account_are_refused(tmp_path):
     attacker = Attacker(on_plan, on_shutdown)
     code, out = run_attacked(tmp_path, attacker)
     assert code == 0, observer_log(out)
-    assert_same_numbers(tmp_path / "inproc", out)
+    assert_same_numbers(honest(HORIZON), out)
     got = rejected(out)
     assert not any(k.startswith("junk-") for k in got), got
     assert got.get("impersonated-status", 0) >= 1 and got.get("bad-truth-tag", 0) == 2, got
@@ -193,13 +209,12 @@ def test_item2_forged_metrics_from_the_users_account_are_refused(tmp_path):
     assert got.get("bad-status-tag", 0) >= 2, got
 
 
-def test_item3_forged_block_complete_markers_release_nothing_early(tmp_path):
+def test_item3_forged_block_complete_markers_release_nothing_early(tmp_path, honest):
     """#20 item 3: for every plan, the moment it appears, "block complete" markers (reports with a
     block and no records) for every block of its cohort: with a guessed tag, with none, and for a
     block past the cohort. Accepted, they would declare every user that has not reported yet a
     dropout and release the round early over what came (or fail it below its threshold). Each is
     refused (``bad-block-tag``) and the result is the honest one."""
-    _inproc(_experiment(tmp_path, horizon=HORIZON, runs=1, extra=""), tmp_path / "inproc")
     none = np.zeros(0, "<u4")
 
     def on_plan(plan):
@@ -219,7 +234,7 @@ def test_item3_forged_block_complete_markers_release_nothing_early(tmp_path):
     code, out = run_attacked(tmp_path, attacker)
     assert code == 0, observer_log(out)
     assert attacker.sent >= 4
-    assert_same_numbers(tmp_path / "inproc", out)
+    assert_same_numbers(honest(HORIZON), out)
     got = rejected(out)
     # Most come after the fleets' reports have closed the round (round-closed), the last few may
     # still be in flight when the session ends; nothing else may be counted.
@@ -228,13 +243,12 @@ def test_item3_forged_block_complete_markers_release_nothing_early(tmp_path):
     assert set(got) <= {"bad-block-tag", "round-closed", "late-resend"}, got
 
 
-def test_item5_a_malformed_release_leaves_its_round_open_for_the_genuine_one(tmp_path, mosquitto_url):
+def test_item5_a_malformed_release_leaves_its_round_open_for_the_genuine_one(tmp_path, honest, mosquitto_url):
     """#20 item 5: on an anonymous broker (a compromised intermediary could do the same), for
     every round the moment its plan appears, releases the round's rule cannot produce: NaN, a
     float for a residue, one out of Z_m, the wrong shape, an impossible report count, no values.
     Each is refused and counted; the round stays open and decodes the genuine release, so the
     result is the honest one."""
-    _inproc(_experiment(tmp_path, horizon=HORIZON, runs=1, extra=""), tmp_path / "inproc")
 
     def release(task, rnd, n, values):
         msg = codec.ReleaseMsg(run=attacker.run_id, task=task, round=rnd.id, n_reports=n,
@@ -262,7 +276,7 @@ def test_item5_a_malformed_release_leaves_its_round_open_for_the_genuine_one(tmp
     code, out = run_attacked(tmp_path, attacker, broker_url=mosquitto_url)
     assert code == 0, observer_log(out)
     assert attacker.sent >= 6
-    assert_same_numbers(tmp_path / "inproc", out)
+    assert_same_numbers(honest(HORIZON), out)
     got = rejected(out)
     for reason in ("out-of-range", "wrong-shape", "bad-report-count", "schema"):
         assert got.get(reason, 0) > 0, (reason, got)
@@ -284,8 +298,7 @@ def _paused_mid_run(tmp_path, pause_s: float | None, victim: str, embedded: bool
     from privbandit.services.launcher import plan_parties
     from tests.services.test_faults import _progress, private_mosquitto
 
-    path = _experiment(tmp_path, horizon=50_000, runs=1, extra="")
-    _inproc(path, tmp_path / "inproc")
+    path = _experiment(tmp_path, horizon=PAUSED_HORIZON, runs=1, extra="")
     family, config = load(path)
     run_id, passwords = "p" + secrets.token_hex(4), None
     if embedded:
@@ -337,16 +350,16 @@ def _paused_mid_run(tmp_path, pause_s: float | None, victim: str, embedded: bool
     return parties, out, code
 
 
-def test_item6_a_broker_paused_for_10_s_crashes_no_party(tmp_path):
+def test_item6_a_broker_paused_for_10_s_crashes_no_party(tmp_path, honest):
     """#20 item 6: SIGSTOP of Mosquitto for 10 s, past the 5-s publish timeout: every party's
     publishes time out and it drops the connection while its timers run on. None may crash; the
     session completes with the honest numbers."""
     parties, out, code = _paused_mid_run(tmp_path, 10, "broker")
     assert code == 0 and [p.proc.returncode for p in parties] == [0] * len(parties), observer_log(out)
-    assert_same_numbers(tmp_path / "inproc", out)
+    assert_same_numbers(honest(PAUSED_HORIZON), out)
 
 
-def test_item7_a_session_on_a_paused_embedded_broker_finishes_with_the_honest_numbers(tmp_path):
+def test_item7_a_session_on_a_paused_embedded_broker_finishes_with_the_honest_numbers(tmp_path, honest):
     """#20 item 7: SIGSTOP of the embedded broker (amqtt) for 15 s. The parties reconnect while the
     paused broker still holds their old connections; amqtt took each persistent session over, then
     let the old connection's end mark the shared session disconnected, so it queued everything for
@@ -355,7 +368,7 @@ def test_item7_a_session_on_a_paused_embedded_broker_finishes_with_the_honest_nu
     the honest numbers; on the old broker it failed at the stall deadline."""
     parties, out, code = _paused_mid_run(tmp_path, 15, "broker", embedded=True, stall_s=25, finish_s=45)
     assert code == 0, (tmp_path / "observer.log").read_text()[-2000:]
-    assert_same_numbers(tmp_path / "inproc", out)
+    assert_same_numbers(honest(PAUSED_HORIZON), out)
 
 
 def test_item10_a_hung_analyzer_fails_the_session_loudly_within_the_stall_deadline(tmp_path):
