@@ -26,8 +26,9 @@ a double exponential. Every output is an integer whatever the input, which is wh
 needs broken; each probability is the discrete Gaussian's to within the doubles' rounding (relative
 error ~10⁻¹⁶ per coin), the same standard as the discrete Laplace the other families use. The fully
 exact sampler (:func:`~.discrete_gaussian.sample_discrete_gaussian`, rational coins in Python
-integers) runs at ~10⁵ draws/s at the σ/γ ~ 10⁶ this grid needs; this one at millions per second
-(``benchmarks/bench_linear.py``), and the linear family draws ~10⁸ entries per figure.
+integers) ran at 3.3·10⁴ draws/s at the σ/γ ~ 10⁶ this grid needs, this one at 6.5·10⁶ per second
+(``benchmarks/bench_samplers.py --only Gaussian``, loaded machine), and the linear family draws ~10⁸
+entries per figure.
 
 Sums of grid values stay exact in float64 while they are below 2³³ in magnitude.
 """
