@@ -31,6 +31,7 @@ from privbandit.runner import run_file
 from privbandit.services.acl import is_instance
 from privbandit.services.launcher import launch, plan_parties
 from privbandit.services.mosquitto_process import start_with_broker_config
+from _session import run_parties
 
 HEAD = """
 family = "concurrent-shuffle"
@@ -60,13 +61,7 @@ def session(family, config, path: Path, out: Path, broker: str) -> float:
         passwords = {str(r): p for r, p in files.passwords.items()}
         parties = plan_parties(family, config, path, [], out, mosquitto.url, run_id, 2, passwords,
                                observer_log=out.parent / "observer.log", checkpoint=False)
-        try:
-            for p in parties:
-                p.start()
-            assert parties[0].proc.wait(1800) == 0, (out.parent / "observer.log").read_text()[-2000:]
-        finally:
-            for p in parties:
-                p.stop()
+        run_parties(parties, out.parent / "observer.log")
     return time.perf_counter() - t0
 
 

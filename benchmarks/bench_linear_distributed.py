@@ -31,6 +31,7 @@ from privbandit.runner import config as experiment_files
 from privbandit.runner.tasks import Task, execute
 from privbandit.services.launcher import launch, plan_parties
 from privbandit.services.mosquitto_process import start_with_broker_config
+from _session import run_parties
 
 EXPERIMENT = """
 family = "shuffle-linear-bandits"
@@ -67,13 +68,7 @@ def run_session(family, config, path: Path, out: Path, broker: str) -> float:
         passwords = {r.value: p for r, p in files.passwords.items()}
         parties = plan_parties(family, config, path, [], out, mosquitto.url, run_id, 2, passwords,
                                observer_log=out.parent / "obs.log")
-        try:
-            for p in parties:
-                p.start()
-            assert parties[0].proc.wait(1800) == 0, (out.parent / "obs.log").read_text()[-2000:]
-        finally:
-            for p in parties:
-                p.stop()
+        run_parties(parties, out.parent / "obs.log")
         return time.perf_counter() - t0
 
 
