@@ -176,7 +176,7 @@ def r6(args) -> dict:
     """Algorithm 4 against n for k = 1, 2, 3 beside the linear family's baselines, paired.
 
     Every algorithm's run r faces the same θ*, arms (``(seed, "linear-instance", r)``, generator
-    ``paper``) and users U_t (``(seed, "linear-users", r)``: Alg. 4 with ``users="linear"``), so the
+    ``paper``) and users U_t (``(seed, "linear-users", r)``, which Alg. 4's users draw too), so the
     differences are paired (:func:`privbandit.runner.paired.paired`). Theory constants everywhere
     (P_Vec's 24·10⁴, Alg. 4's λ = 2σ̃√d, the linear preset ``theory``); the linear baselines'
     nominal ε is solved so that their ledgers read Alg. 4's (ε, δ) (``calibrate``). SDP-Vec's batch
@@ -219,13 +219,13 @@ def r6(args) -> dict:
                 if n in c1_only and scale is None:
                     continue
                 a = linucb.alg4(n, k, d, eps, delta, vec_scale=scale)
-                out = linucb.run(a, arms, seed, runs, f"r6-{k}{tag}", users="linear")
+                out = linucb.run(a, arms, seed, runs, f"r6-{k}{tag}")
                 keep(f"Alg4 k={k}{tag}", n, out["final_regret"], brief(a.ledger().summary()))
                 consts.setdefault(f"Alg4 k={k}{tag}", []).append(
                     {"n": n, "s_1": a.tree.sizes[0], "sigma_tilde": a.sigma_tilde, "lambda": a.lam})
             if n in ns:
                 e = dataclasses.replace(linucb.alg4(n, k, d, eps, delta), private=False, lam=1.0, sigma_tilde=0.0)
-                keep(f"exact k={k}", n, linucb.run(e, arms, seed, runs, f"r6-{k}", users="linear")["final_regret"])
+                keep(f"exact k={k}", n, linucb.run(e, arms, seed, runs, f"r6-{k}")["final_regret"])
     t_alg4 = time.perf_counter() - t_alg4
     t_lin = time.perf_counter()
     files, horizons = [], sorted(ns + c1_only)

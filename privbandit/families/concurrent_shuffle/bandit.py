@@ -19,7 +19,7 @@ from privbandit.families.concurrent_shuffle import linucb
 from privbandit.families.concurrent_shuffle.parties import shuffler_of
 from privbandit.families.shuffle_linear_bandits import mechanisms as slb
 from privbandit.families.shuffle_linear_bandits.learners import arm_outer, ucb_actions
-from privbandit.families.shuffle_linear_bandits.world import instances
+from privbandit.families.shuffle_linear_bandits.world import UserUniforms, instances
 from privbandit.protocol.spine.errors import ProtocolError
 from privbandit.protocol.spine.events import Join, Plan, Release, Round, Truth
 from privbandit.protocol.spine.family import BlockAnswer, Spend
@@ -137,6 +137,7 @@ class BanditUsers:
         self.best = self.means.max(axis=1)
         self.ridx = np.arange(len(runs))
         self.seed, self.runs, self.label = seed, runs, label
+        self.uniforms = UserUniforms(seed, runs)
         self.checkpoints = checkpoints
 
     def shard(self, plan: Plan, block: int, shards: int) -> int:
@@ -151,7 +152,7 @@ class BanditUsers:
             raise ValueError(f"plan {plan.id}: θ̂ {theta.shape} and V⁻¹ {v_inv.shape} do not fit {R} runs in d = {d}")
         act = ucb_actions(self.inst.arms, theta, v_inv, float(body["beta"]), self.outer)  # step 3
         mu = self.means[self.ridx, act]
-        u = linucb.batch_uniforms(self.seed, self.label, self.runs, b, plan.cohort)
+        u = self.uniforms.get(plan.first_user, plan.cohort)  # the linear family's U_t (paired with it)
         y = (u < mu[:, None]).astype(np.float64)
         truth = None
         if level == 1:

@@ -95,15 +95,6 @@ def alg4(n: int, k: int, d: int, epsilon: float, delta: float, vec_scale: float 
     return Alg4(tree, d, epsilon, delta, vec, vec_scale, sigma_tilde, max(lam, 1.0))
 
 
-USERS = ("alg4", "linear")  # whose reward uniforms the users of :func:`run` draw
-
-
-def batch_uniforms(seed: int, label: str, runs: list[int], batch: int, size: int) -> np.ndarray:
-    """The users of lowest-level batch ``batch``: one U ~ U(0, 1) each (Bernoulli rewards 1{U < μ}),
-    from the family's own streams keyed by ``label`` (what the spine's users draw, :mod:`.bandit`)."""
-    return np.stack([stream(seed, "cs-alg4-u", label, r, batch).random(size) for r in runs])
-
-
 def batch_reports(a: Alg4, level: int, entries: np.ndarray, seed: int, label: str, runs: list[int],
                   batch: int) -> np.ndarray:
     """P_Vec counts (R, s_1, D) of one lowest-level batch's users for their level-``level`` node."""
@@ -157,20 +148,16 @@ class Alg4Server:
         self.steps += 1
 
 
-def run(a: Alg4, arms: int, seed: int, runs: list[int], label: str = "alg4", generator: str = "paper",
-        users: str = "alg4") -> dict:
+def run(a: Alg4, arms: int, seed: int, runs: list[int], label: str = "alg4", generator: str = "paper") -> dict:
     """R runs of Algorithm 4 (or, with ``a.private`` False, the same batches with exact sums):
     cumulative pseudo-regret at every t0 (R, n/s_1), the final pseudo- and realized regret, each
     batch's arm (R, n/s_1) and the learner's counters.
 
-    ``users``: ``"alg4"`` draws the users' reward uniforms from streams keyed by (label, run, batch),
-    as the spine's users do (:mod:`.bandit`); ``"linear"`` gives user t the linear family's common
-    random number U_t (:func:`~privbandit.families.shuffle_linear_bandits.world.user_uniforms`), so run r
-    faces the same θ*, arms *and* users as run r of every linear-family algorithm of the same seed
-    and generator, and as every other k and label: the paired comparison of R6. The P_Vec noise is
-    keyed by (label, run, level, batch) either way."""
-    if users not in USERS:
-        raise ValueError(f"users = {users!r} is not one of {', '.join(USERS)}")
+    User t's reward is 1{U_t < μ} with the linear family's common random number U_t
+    (:class:`~privbandit.families.shuffle_linear_bandits.world.UserUniforms`), as the spine's users
+    draw it (:mod:`.bandit`): run r faces the same θ*, arms *and* users as run r of every
+    linear-family algorithm of the same seed and generator, and of every other k and label, so R6's
+    comparisons are paired. The P_Vec noise is keyed by (label, run, level, batch)."""
     inst = instances(generator, arms, a.d, seed, runs)
     R, d, tree = len(runs), a.d, a.tree
     D = slb.n_entries(d)
@@ -181,7 +168,7 @@ def run(a: Alg4, arms: int, seed: int, runs: list[int], label: str = "alg4", gen
     server = Alg4Server(a, R)
     s1 = tree.sizes[0]
     steps = tree.n // s1
-    common = UserUniforms(seed, runs) if users == "linear" else None
+    common = UserUniforms(seed, runs)
     open_totals = [np.zeros((R, D)) for _ in range(tree.k)]
     regret = np.zeros((R, steps))
     actions = np.zeros((R, steps), np.int64)
@@ -192,7 +179,7 @@ def run(a: Alg4, arms: int, seed: int, runs: list[int], label: str = "alg4", gen
         act = ucb_actions(inst.arms, theta, v_inv, beta, outer)  # one choice per run for the batch
         actions[:, b] = act
         mu = means[ridx, act]
-        u = common.get(b * s1, s1) if common is not None else batch_uniforms(seed, label, runs, b, s1)
+        u = common.get(b * s1, s1)
         y = (u < mu[:, None]).astype(np.float64)
         realized += ((u < best[:, None]).sum(axis=1) - y.sum(axis=1))
         x = np.broadcast_to(inst.arms[ridx, act][:, None, :], (R, s1, d))
@@ -217,7 +204,7 @@ def run(a: Alg4, arms: int, seed: int, runs: list[int], label: str = "alg4", gen
         act = ucb_actions(inst.arms, theta, v_inv, beta, outer)
         mu = means[ridx, act]
         total = total + left * (best - mu)
-        u = common.get(steps * s1, left) if common is not None else batch_uniforms(seed, label, runs, steps, left)
+        u = common.get(steps * s1, left)
         realized += (u < best[:, None]).sum(axis=1) - (u < mu[:, None]).sum(axis=1)
     return {"regret_t0": regret, "final_regret": total, "final_realized": realized, "actions": actions,
             "clipped": server.learner.clipped.copy(), "not_pd": server.learner.not_pd.copy(),

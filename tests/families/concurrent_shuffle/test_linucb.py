@@ -86,15 +86,16 @@ def test_spine_run_equals_the_simulation(tmp_path, label):
     assert res.reports == sum(tree.nodes(i) * s for i, s in enumerate(tree.sizes, start=1))
 
 
-def test_linear_users_pair_alg4_with_the_linear_family():
-    """users = "linear": user t's reward is 1{U_t < μ} with the linear family's U_t, whatever the
-    label or k (so R6's runs are paired with LinUCB, JDP, LDP and SDP-Vec); the realized regret
+def test_alg4_users_are_the_linear_familys_users():
+    """User t's reward is 1{U_t < μ} with the linear family's U_t, whatever the label or k (so R6's
+    runs are paired with LinUCB, JDP, LDP and SDP-Vec, and `privbandit run` too: the spine's users
+    draw the same numbers: test_spine_run_equals_the_simulation); the realized regret
     recomputed from the returned arms and those U_t matches (n = 100 batches of 10: no tail)."""
     from privbandit.families.shuffle_linear_bandits.world import instances, user_uniforms
 
     n, seed, runs = 1000, 4, [0, 3]
     a = L.alg4(n, 1, 3, 1.0, 0.1, vec_scale=1.0, d_low=10, degree=100)
-    out = L.run(a, 20, seed, runs, "one-label", users="linear")
+    out = L.run(a, 20, seed, runs, "one-label")
     inst = instances("paper", 20, 3, seed, runs)
     s1 = a.tree.sizes[0]
     for i, r in enumerate(runs):
@@ -104,12 +105,8 @@ def test_linear_users_pair_alg4_with_the_linear_family():
         assert arm.size == n
         realized = (u < mu.max()).sum() - (u < mu[arm]).sum()
         assert out["final_realized"][i] == realized
-    own = L.run(a, 20, seed, runs, "one-label")
-    assert not np.array_equal(own["final_realized"], out["final_realized"])  # the old streams differ
     # the P_Vec noise stays keyed by label, so the arms may differ; the users' draws may not
     exact = dataclasses.replace(a, private=False, lam=1.0, sigma_tilde=0.0)
-    e1 = L.run(exact, 20, seed, runs, "one-label", users="linear")
-    e2 = L.run(exact, 20, seed, runs, "another-label", users="linear")
+    e1 = L.run(exact, 20, seed, runs, "one-label")
+    e2 = L.run(exact, 20, seed, runs, "another-label")
     np.testing.assert_array_equal(e1["final_realized"], e2["final_realized"])
-    with pytest.raises(ValueError, match="users = 'both' is not one of alg4, linear"):
-        L.run(a, 20, seed, runs, users="both")
