@@ -330,9 +330,12 @@ def _broker_access(broker: str | None, run_id: str | None, credentials: Path | N
     else:
         passwords = {r.value: os.environ[f"PRIVBANDIT_{r.name}_PASSWORD"] for r in Role
                      if os.environ.get(f"PRIVBANDIT_{r.name}_PASSWORD")}
-    unknown = sorted(set(passwords) - {r.value for r in Role})
+    from privbandit.services.acl import is_instance
+
+    unknown = sorted(n for n in passwords if n not in {r.value for r in Role} and not is_instance(n))
     if unknown:
-        raise ConfigError(f"--credentials: unknown role(s) {', '.join(unknown)}; roles: {', '.join(r.value for r in Role)}")
+        raise ConfigError(f"--credentials: unknown role(s) {', '.join(unknown)}; roles: {', '.join(r.value for r in Role)}, "
+                          "or an intermediary instance such as shuffler-2")
     return {"passwords": passwords or None, "tls_files": tls or None}
 
 
@@ -946,6 +949,9 @@ def broker_config(
     role_dir: Annotated[Optional[list[str]], typer.Option(
         metavar="ROLE=DIR", help="also write DIR/credentials.env with ROLE's password alone (repeatable), "
                                  "for that role's parties to mount")] = None,
+    instance: Annotated[Optional[list[str]], typer.Option(
+        metavar="NAME", help="an intermediary instance account, e.g. shuffler-2 (repeatable): the "
+                             "concurrent-shuffle family's shuffler-1 … shuffler-k, each its own password and ACL")] = None,
 ):
     """Write a Mosquitto configuration with one account per role and the run's ACLs. The passwords
     of a credentials.env already in OUT are kept, so a broker running the earlier config still
@@ -953,7 +959,8 @@ def broker_config(
     from privbandit.services.broker_cli import broker_config_main
 
     raise typer.Exit(broker_config_main(out, run_id, port, host=host, backend=backend, tls_cert=tls_cert,
-                                        tls_key=tls_key, client_ca=client_ca, rotate=rotate, role_dirs=role_dir))
+                                        tls_key=tls_key, client_ca=client_ca, rotate=rotate, role_dirs=role_dir,
+                                        instances=instance))
 
 
 @app.command()

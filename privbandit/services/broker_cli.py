@@ -13,7 +13,7 @@ from privbandit.services.mosquitto_process import mosquitto_binary
 def broker_config_main(out_dir: Path, run_id: str, port: int, *, host: str = "127.0.0.1",
                        backend: str = "acl_file", tls_cert: Path | None = None, tls_key: Path | None = None,
                        client_ca: Path | None = None, rotate: bool = False,
-                       role_dirs: list[str] | None = None) -> int:
+                       role_dirs: list[str] | None = None, instances: list[str] | None = None) -> int:
     """Write ``mosquitto.conf``, ``passwd``, ``acl`` and ``credentials.env`` into ``out_dir``.
 
     A ``credentials.env`` already in ``out_dir`` keeps its passwords (issue #20 item 11: a broker
@@ -24,23 +24,31 @@ def broker_config_main(out_dir: Path, run_id: str, port: int, *, host: str = "12
 
     ``role_dirs``: ``ROLE=DIR`` items; each DIR gets a ``credentials.env`` with that role's
     password alone, for the parties of that role to mount (docker-compose.yml).
+
+    ``instances``: intermediary instance accounts beside the roles (``shuffler-1`` … ``shuffler-k``,
+    the concurrent-shuffle family's k shufflers), each with its own password and ACL.
     """
     kept = Path(out_dir) / "credentials.env"
     try:
+        names = list(dict.fromkeys(instances or []))
+        for name in names:
+            if not acl.is_instance(name):
+                raise ValueError(f"--instance {name!r}: must be aggregator-<i> or shuffler-<i> with i in 1..999")
+        accounts = [r.value for r in acl.Role] + names
         per_role = []
         for item in role_dirs or []:
             role, sep, where = item.partition("=")
-            if not sep or not where or role not in {r.value for r in acl.Role}:
-                raise ValueError(f"--role-dir {item!r}: must be ROLE=DIR with ROLE one of "
-                                 f"{', '.join(r.value for r in acl.Role)}")
+            if not sep or not where or role not in accounts:
+                raise ValueError(f"--role-dir {item!r}: must be ROLE=DIR with ROLE one of {', '.join(accounts)}")
             per_role.append((role, Path(where)))
         passwords = read_credentials(kept) if kept.is_file() and not rotate else {}
-        unknown = sorted(set(passwords) - {r.value for r in acl.Role})
+        unknown = sorted(set(passwords) - set(accounts))
         if unknown:
-            raise ValueError(f"{kept}: PRIVBANDIT_{unknown[0].upper()}_PASSWORD names no role "
-                             f"({', '.join(r.value for r in acl.Role)}); fix the file or pass --rotate")
+            env_name = f"PRIVBANDIT_{unknown[0].upper().replace('-', '_')}_PASSWORD"
+            raise ValueError(f"{kept}: {env_name} names no account of this configuration "
+                             f"({', '.join(accounts)}); pass its --instance, fix the file, or pass --rotate")
         files = acl.write_broker_config(out_dir, run_id, port, passwords, host=host, backend=backend,  # type: ignore[arg-type]
-                                        tls_cert=tls_cert, tls_key=tls_key, client_ca=client_ca)
+                                        tls_cert=tls_cert, tls_key=tls_key, client_ca=client_ca, instances=names)
         written = [(role, acl.write_role_credentials(files, role, where)) for role, where in per_role]
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)

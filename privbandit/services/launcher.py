@@ -190,7 +190,8 @@ def launch(family, config, experiment: Path, overrides: list[str], out: Path,
         raise ValueError("credentials and TLS files are for an external broker: give its URL (--broker)")
     if passwords and (missing := [r for r in needed if r not in passwords]):
         raise ValueError(f"credentials: no password for the {', '.join(missing)} account(s) "
-                         f"({password_env(missing[0])})")
+                         f"({password_env(missing[0])}; `privbandit broker-config --instance NAME` writes "
+                         "an intermediary instance's)")
     out.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(out / "state", ignore_errors=True)  # a new session: earlier checkpoints are another run's
     shutil.rmtree(out / "adversaries", ignore_errors=True)  # and earlier attack reports another session's

@@ -331,7 +331,7 @@ def test_broker_config_keeps_a_deployments_passwords_unless_rotated(tmp_path, ca
     # A credentials.env naming no role is an error naming the file, not a silent new password.
     (cfg / "credentials.env").write_text("PRIVBANDIT_ROOT_PASSWORD=x\n")
     assert broker_config_main(cfg, RUN, 18832) == 2
-    assert "PRIVBANDIT_ROOT_PASSWORD names no role" in capsys.readouterr().err
+    assert "PRIVBANDIT_ROOT_PASSWORD names no account" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------------------

@@ -104,6 +104,43 @@ def test_generated_files_name_every_shuffler(tmp_path):
     assert found["shuffler"] == files.password("shuffler") and len(set(found.values())) == len(found)
 
 
+def test_broker_config_writes_the_shuffler_instances_and_keeps_their_passwords(tmp_path, capsys):
+    """`privbandit broker-config --instance shuffler-i` (an external broker for k shufflers): every
+    instance gets its own password, ACL and, with --role-dir, its own credentials file; a second run
+    keeps them (#20 item 11); a kept instance password without its --instance, and a bad name, are
+    errors naming them."""
+    from typer.testing import CliRunner
+
+    from privbandit.cli import app
+
+    cfg = tmp_path / "cfg"
+    argv = ["broker-config", "--out", str(cfg), "--run-id", RUN, *(f"--instance={n}" for n in SHUFFLERS),
+            "--role-dir", f"shuffler-2={tmp_path / 's2'}"]
+    first = CliRunner().invoke(app, argv)
+    assert first.exit_code == 0, first.output
+    found = read_credentials(cfg / "credentials.env")
+    assert set(SHUFFLERS) <= set(found) and len(set(found.values())) == len(found)
+    text = (cfg / "acl").read_text()
+    for name in SHUFFLERS:
+        assert f"\nuser {name}\n" in text and f"topic read pb/{RUN}/report/{name}/#" in text
+    assert read_credentials(tmp_path / "s2" / "credentials.env") == {"shuffler-2": found["shuffler-2"]}
+    assert CliRunner().invoke(app, argv).exit_code == 0
+    assert read_credentials(cfg / "credentials.env") == found  # kept, so a running broker still accepts them
+    alone = CliRunner().invoke(app, ["broker-config", "--out", str(cfg), "--run-id", RUN])
+    assert alone.exit_code == 2 and "PRIVBANDIT_SHUFFLER_1_PASSWORD names no account" in alone.output
+    bad = CliRunner().invoke(app, ["broker-config", "--out", str(tmp_path / "x"), "--instance", "shuffler-0"])
+    assert bad.exit_code == 2 and "--instance 'shuffler-0'" in bad.output
+    # `run --broker URL --credentials FILE` takes the instances' passwords (it refused them as roles)
+    from privbandit.cli import _broker_access
+    from privbandit.runner.config import ConfigError
+
+    access = _broker_access("mqtt://127.0.0.1:1883", RUN, cfg / "credentials.env", None, None, None)
+    assert access["passwords"] == found
+    (tmp_path / "root.env").write_text("PRIVBANDIT_ROOT_PASSWORD=x\n")
+    with pytest.raises(ConfigError, match="unknown role.s. root"):
+        _broker_access("mqtt://127.0.0.1:1883", RUN, tmp_path / "root.env", None, None, None)
+
+
 # --- the family -----------------------------------------------------------------------------------
 
 COUNTERS = """
