@@ -36,32 +36,42 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for process {pid}")
 
 
-def measure(n: int, size: int, cap: int) -> tuple[float, float, float]:
-    with start_embedded_broker(RUN, open_mode=True, max_queued_bytes=cap) as broker:
-        stopped = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="stopped-reader")
-        stopped.connect("127.0.0.1", broker.port)
-        stopped.subscribe(f"pb/{RUN}/#", qos=1)
-        for _ in range(20):  # its SUBACK; it never reads again
-            stopped.loop(0.05)
-        before = rss_mb(broker.process.pid)
+def flood_stopped_reader(broker, run: str, n: int, size: int, deliver_timeout_s: float,
+                         overall_timeout_s: float = 300) -> tuple[float, float, float]:
+    """On a running embedded ``broker`` (open mode): a client subscribes to every topic of ``run``
+    and stops reading; a flooder sends ``n`` reports of ``size`` bytes; then one plan is timed to
+    another, reading client (at most ``deliver_timeout_s``). Returns the broker's resident MB before
+    and after, and that latency in seconds (tests/services/test_acl.py asserts the bound with it)."""
+    stopped = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="stopped-reader")
+    stopped.connect("127.0.0.1", broker.port)
+    stopped.subscribe(f"pb/{run}/#", qos=1)
+    for _ in range(20):  # its SUBACK; it never reads again
+        stopped.loop(0.05)
+    before = rss_mb(broker.process.pid)
 
-        async def go() -> float:
-            async with aiomqtt.Client("127.0.0.1", broker.port, identifier="flooder") as f, \
-                       aiomqtt.Client("127.0.0.1", broker.port, identifier="reader") as r:
-                await r.subscribe(f"pb/{RUN}/plan", qos=1)
-                for _ in range(n):
-                    await f.publish(f"pb/{RUN}/report/aggregator", b"x" * size, qos=0)
-                await asyncio.sleep(2)
-                sent = time.monotonic()
-                await f.publish(f"pb/{RUN}/plan", b"plan", qos=1)
+    async def go() -> float:
+        async with aiomqtt.Client("127.0.0.1", broker.port, identifier="flooder") as f, \
+                   aiomqtt.Client("127.0.0.1", broker.port, identifier="reader") as r:
+            await r.subscribe(f"pb/{run}/plan", qos=1)
+            for _ in range(n):
+                await f.publish(f"pb/{run}/report/aggregator", b"x" * size, qos=0)
+            await asyncio.sleep(2)
+            sent = time.monotonic()
+            await f.publish(f"pb/{run}/plan", b"plan", qos=1)
+            async with asyncio.timeout(deliver_timeout_s):
                 async for _ in r.messages:
                     return time.monotonic() - sent
-            raise RuntimeError("unreachable")
+        raise RuntimeError("the reader's subscription ended before the plan came")
 
-        latency = asyncio.run(asyncio.wait_for(go(), 300))
-        after = rss_mb(broker.process.pid)
-        stopped.socket().close()
-        return before, after, latency
+    latency = asyncio.run(asyncio.wait_for(go(), overall_timeout_s))
+    after = rss_mb(broker.process.pid)
+    stopped.socket().close()
+    return before, after, latency
+
+
+def measure(n: int, size: int, cap: int) -> tuple[float, float, float]:
+    with start_embedded_broker(RUN, open_mode=True, max_queued_bytes=cap) as broker:
+        return flood_stopped_reader(broker, RUN, n, size, deliver_timeout_s=300)
 
 
 def main() -> None:

@@ -25,7 +25,6 @@ import re
 import stat
 import subprocess
 import sys
-import time
 import uuid
 from dataclasses import dataclass
 
@@ -763,13 +762,6 @@ async def test_another_account_cannot_take_over_a_partys_client_id_on_the_embedd
             await inbox.close()
 
 
-def _rss_mb(pid: int) -> float:
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmRSS"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError(f"no VmRSS for {pid}")
-
-
 def test_a_flood_toward_a_stopped_subscriber_keeps_the_embedded_broker_bounded():
     """Issue #20 item 10: amqtt's queues were unbounded; a flood toward one client that stopped
     reading grew the broker to 922 MB and stalled a session. Now a subscriber's held messages are
@@ -777,34 +769,12 @@ def test_a_flood_toward_a_stopped_subscriber_keeps_the_embedded_broker_bounded()
     logged, the broker's memory stays put, and other clients are served at once. Measured here with
     a 1 MiB cap and 20 MB of flood: +15 MB resident (the flood's buffers) against +45 MB without the
     bound; the tolerance (< 0.6 of the flood) fails without it."""
-    import paho.mqtt.client as paho
+    from benchmarks.bench_broker_flood import flood_stopped_reader
 
     flood, size = 10_000, 2048
     with start_embedded_broker(RUN, open_mode=True, max_queued_bytes=2**20) as broker:
-        stuck = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="stopped-reader")
-        stuck.connect("127.0.0.1", broker.port)
-        stuck.subscribe(f"pb/{RUN}/#", qos=1)
-        for _ in range(20):  # its SUBACK; after this it never reads again
-            stuck.loop(0.05)
-        before = _rss_mb(broker.process.pid)
-
-        async def go() -> float:
-            async with aiomqtt.Client("127.0.0.1", broker.port, identifier="flooder") as f, \
-                       aiomqtt.Client("127.0.0.1", broker.port, identifier="honest") as h:
-                await h.subscribe(f"pb/{RUN}/plan", qos=1)
-                for _ in range(flood):
-                    await f.publish(f"pb/{RUN}/report/aggregator", b"x" * size, qos=0)
-                await asyncio.sleep(2)
-                sent = time.monotonic()
-                await f.publish(f"pb/{RUN}/plan", b"plan", qos=1)
-                async with asyncio.timeout(5):
-                    async for _ in h.messages:
-                        return time.monotonic() - sent
-            raise AssertionError("unreachable")
-
-        latency = asyncio.run(go())
-        grown = _rss_mb(broker.process.pid) - before
-        stuck.socket().close()
+        before, after, latency = flood_stopped_reader(broker, RUN, flood, size, deliver_timeout_s=5)
+        grown = after - before
         assert latency < 2.0, latency
         assert grown < 0.6 * flood * size / 2**20, f"the broker grew by {grown:.0f} MB"
         assert "dropped a message on" in broker.stderr()
