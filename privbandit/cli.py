@@ -816,11 +816,12 @@ IntermediaryName = Annotated[Optional[str], typer.Option(
 def _intermediary_name(role: str, name: str | None) -> str:
     """The party's name: its role, or one of several of that role (``shuffler-2``)."""
     from privbandit.services.acl import account_role, is_instance
+    from privbandit.services.acl.topics import MAX_INSTANCE
 
     if name is None or name == role:
         return role
     if not is_instance(name) or account_role(name).value != role:
-        err.print(f"[bold red]error:[/] --name {name!r}: expected {role} or {role}-<i> with i in 1..999")
+        err.print(f"[bold red]error:[/] --name {name!r}: expected {role} or {role}-<i> with i in 1..{MAX_INSTANCE}")
         raise typer.Exit(2)
     return name
 

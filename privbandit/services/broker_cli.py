@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from privbandit.services import acl
+from privbandit.services.acl.topics import MAX_INSTANCE
 from privbandit.services.bus import read_credentials
 from privbandit.services.mosquitto_process import mosquitto_binary
 
@@ -33,7 +34,8 @@ def broker_config_main(out_dir: Path, run_id: str, port: int, *, host: str = "12
         names = list(dict.fromkeys(instances or []))
         for name in names:
             if not acl.is_instance(name):
-                raise ValueError(f"--instance {name!r}: must be aggregator-<i> or shuffler-<i> with i in 1..999")
+                raise ValueError(f"--instance {name!r}: must be aggregator-<i> or shuffler-<i> with i in "
+                                 f"1..{MAX_INSTANCE}")
         accounts = [r.value for r in acl.Role] + names
         per_role = []
         for item in role_dirs or []:
