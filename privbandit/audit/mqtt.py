@@ -41,6 +41,7 @@ import asyncio
 import math
 import secrets
 import shutil
+import subprocess
 import time
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
@@ -58,10 +59,11 @@ from privbandit.protocol.spine.events import Join, Plan, Release, Reports, Round
 # One task per chunk of rounds: a plan may open at most this many (the codec's limit), and one
 # chunk's users fit in one 65,536-user block, so each round is one message closing its block, as
 # a fleet sends it. A new task also resets the intermediary's per-task bookkeeping.
-MAX_ROUNDS_PER_TASK = 1024
+MAX_ROUNDS_PER_TASK = 256
 READY_TIMEOUT_S = 60.0  # the intermediary process starts (imports numpy, scipy, pydantic) and connects
 RELEASE_TIMEOUT_S = 60.0  # a chunk's releases: far beyond any chunk's seconds, short of a hung session
 MAX_MQTT_SAMPLES = 10**6
+PARTY_EXIT_S = 10.0  # an intermediary told to shut down leaves within this, or is stopped
 LAW_BINS = 50  # χ² cells at most: pooled quantiles, each cell ≥ LAW_MIN_CELL pooled draws
 LAW_MIN_CELL = 10
 
@@ -219,6 +221,11 @@ def collect(family, config, wires: list[WireTarget], samples: int, seed: int, br
         except (TimeoutError, ConnectionError) as exc:
             tails = "\n".join(f"--- {p.name} ({p.log}) ---\n{log_tail(p.log)}" for p in parties)
             raise RuntimeError(f"--transport mqtt: {exc}\n{tails}") from None
+        for p in parties:  # told to shut down: each sends its counters and ends its broker session
+            try:
+                p.proc.wait(PARTY_EXIT_S)
+            except subprocess.TimeoutExpired:
+                pass  # the ExitStack stops it
     shutil.rmtree(out / "state", ignore_errors=True)
     return results, {"broker": kind if kind == "embedded" else url, "acl": acl_state, "run_id": run_id,
                      "intermediaries": names, "rejected": rejected}
