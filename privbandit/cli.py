@@ -1263,6 +1263,12 @@ def audit(
     for r in results:
         if mqtt and r["transport"] != "mqtt":
             console.print(f"in-process, not over MQTT: {r['name']}: {r['mqtt']['why_not']}")
+    inexact = [r for r in results if r.get("transport") == "mqtt"
+               and r["mqtt"]["exact"]["equal"] != r["mqtt"]["exact"]["releases"]]
+    for r in inexact:
+        console.print(f"over MQTT, {r['name']}: only {r['mqtt']['exact']['equal']} of {r['mqtt']['exact']['releases']} "
+                      f"releases equal the round's rule applied to the reports sent: the intermediary or the wire "
+                      f"altered them (logs in {out}/mqtt/logs)")
     if session:
         console.print(f"over MQTT: the {', '.join(session['intermediaries'])} process(es) on the "
                       f"{session['broker']} broker (ACL {session['acl']}, run {session['run_id']}); law p: the smaller "
@@ -1276,7 +1282,7 @@ def audit(
     if skipped:
         console.print(f"not audited (no audit targets yet): {', '.join(skipped)}")
     console.print(f"audit.json and one plot per mechanism in {out}/")
-    if any(r["verdict"] == "violation" for r in results + runs):
+    if any(r["verdict"] == "violation" for r in results + runs) or inexact:
         raise typer.Exit(1)
 
 

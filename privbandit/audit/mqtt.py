@@ -15,7 +15,9 @@ broker enforcing the run's ACL, and plays the three other roles through their ow
   (:func:`~privbandit.services.users.reports_message`: every record MAC'd by its user, the block
   closed with the fleets' MAC), so the intermediary admits them only as it admits a fleet's.
 
-What arrives on ``release/<intermediary>`` is decoded by the project's codec and reduced to the
+What arrives on ``release/<intermediary>`` is decoded by the project's codec, checked to be exactly
+the round's rule applied to the reports sent (``mqtt.exact``: the mechanism's own modular sum, the
+same multiset, the same reports under the same ids), and reduced to the
 very statistic the in-process target computes (the modular sum; the count of residues equal to
 g mod m in a shuffled multiset; user 0's attributable report), and the same testers turn the two
 samples into the ε lower bound (:func:`privbandit.audit.run.audit_target`).
@@ -84,6 +86,7 @@ class WireTarget:
     reports: int  # reports per round (n less the dropouts)
     randomize: Callable[[np.ndarray, np.random.Generator], np.ndarray]  # rewards (rounds, reports) → messages
     statistic: Callable[[Release, int], int | float]  # (release, the round's first user id) → statistic
+    ideal: Callable[[Release, np.ndarray, np.ndarray], bool]  # release == the rule's function of (ids, reports) sent?
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -140,7 +143,20 @@ def wire_target(family, config, label: str, target: AuditTarget, mechanism=None)
             raise RuntimeError(f"round released without user {first}'s report")
         return mine[0].item()
 
-    return WireTarget(target, rnd, body, k, randomize, statistic, notes)
+    def ideal(release: Release, ids: np.ndarray, sent: np.ndarray) -> bool:
+        """The round's functionality applied to the reports sent, exactly: the mechanism's own
+        aggregate (a modular sum), the same multiset, or the same reports under the same ids."""
+        if release.n_reports != sent.size:
+            return False
+        if rnd.rule == "sum":
+            return release.values.shape == (1, 1) and release.values[0, 0] == mechanism.aggregate(sent, q)
+        values = release.values[0, :, 0]
+        if rnd.rule == "shuffle":
+            return np.array_equal(np.sort(values), np.sort(sent))
+        order = np.argsort(release.user_ids)
+        return np.array_equal(release.user_ids[order], ids) and np.array_equal(values[order], sent)
+
+    return WireTarget(target, rnd, body, k, randomize, statistic, ideal, notes)
 
 
 def _params_body(q) -> dict:
@@ -171,6 +187,7 @@ class Collected:
     seconds: float  # from the first task's control message to the last release
     tasks: int
     bytes_received: int  # the analyzer account's payload bytes on release/<intermediary>
+    exact: int  # releases equal to the round's functionality of the reports sent
 
 
 def collect(family, config, wires: list[WireTarget], samples: int, seed: int, broker: Broker, out: Path,
@@ -253,7 +270,7 @@ async def _session(family, config, wires, samples, seed, run_id, accounts, parti
             rng = stream(seed, "audit-mqtt", w.target.name)
             n, k = w.round.expected, w.reports
             chunk = max(1, min(MAX_ROUNDS_PER_TASK, USER_BLOCK // n))
-            got = {0: [], 1: []}
+            got, exact = {0: [], 1: []}, 0
             before = traffic.payload["received.release"]
             start = time.perf_counter()
             tasks = 0
@@ -292,12 +309,14 @@ async def _session(family, config, wires, samples, seed, run_id, accounts, parti
                     if release.n_reports != k:
                         raise RuntimeError(f"{w.target.name}: round {msg.round} released over {release.n_reports} "
                                            f"reports, {k} sent")
-                    got[int(which[msg.round])].append(w.statistic(release, msg.round * n))
+                    first_id = msg.round * n
+                    exact += w.ideal(release, np.arange(first_id, first_id + k), messages[msg.round])
+                    got[int(which[msg.round])].append(w.statistic(release, first_id))
                 task += 1
                 tasks += 1
             seconds = time.perf_counter() - start
             out.append(Collected(np.asarray(got[0]), np.asarray(got[1]), seconds, tasks,
-                                 traffic.payload["received.release"] - before))
+                                 traffic.payload["received.release"] - before, exact))
         await obs.publish(topic(run_id, "control"), codec.ControlMsg(run=run_id, action="shutdown"))
         rejected = await _stats(status, names)
         inbox.close()
@@ -459,6 +478,7 @@ def audit_over_mqtt(family, config, found: list[tuple[str, AuditTarget]], sample
         r["transport"] = "mqtt"
         r["mqtt"] = {"intermediary": w.intermediary, "rule": w.round.rule, "tasks": c.tasks,
                      "release_payload_bytes": c.bytes_received / (2 * samples), "law_check": law,
+                     "exact": {"releases": 2 * samples, "equal": c.exact},
                      "notes": w.notes, **{k: v for k, v in session.items() if k != "rejected"},
                      "rejected": session["rejected"].get(w.intermediary, {})}
         results[i] = r

@@ -45,6 +45,7 @@ def acl_broker(tmp_path):
 
 
 def _law_passes(result: dict) -> None:
+    assert result["mqtt"]["exact"] == {"releases": 2 * result["samples"], "equal": 2 * result["samples"]}
     for which in ("input_0", "input_1"):
         law = result["mqtt"]["law_check"][which]
         assert law["mqtt"] == law["inproc"] == result["samples"]
