@@ -40,16 +40,15 @@ and the other families' releases, whose statistics are family-specific (docs/aud
 from __future__ import annotations
 
 import asyncio
-import math
 import secrets
-import shutil
 import subprocess
 import time
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+import aiomqtt
 import numpy as np
 
 from privbandit.audit.run import audit_target
@@ -58,9 +57,11 @@ from privbandit.protocol.primitives.report_auth import ReportAuthenticator
 from privbandit.protocol.primitives.seeding import USER_BLOCK, report_auth_master, stream
 from privbandit.protocol.spine.events import Join, Plan, Release, Reports, Round
 
-# One task per chunk of rounds: a plan may open at most this many (the codec's limit), and one
-# chunk's users fit in one 65,536-user block, so each round is one message closing its block, as
-# a fleet sends it. A new task also resets the intermediary's per-task bookkeeping.
+# One task, one plan per chunk of rounds. A plan may open 1,024 (the codec's limit), but the
+# intermediary looks at every round it holds on each message (``Intermediary.ready``), so fewer
+# open rounds cost less per report. A chunk's users fit in one 65,536-user block, so each round is
+# one message closing its block, as a fleet sends it. A new task resets the intermediary's
+# per-task bookkeeping, which grows with the releases it made.
 MAX_ROUNDS_PER_TASK = 256
 READY_TIMEOUT_S = 60.0  # the intermediary process starts (imports numpy, scipy, pydantic) and connects
 RELEASE_TIMEOUT_S = 60.0  # a chunk's releases: far beyond any chunk's seconds, short of a hung session
@@ -74,11 +75,15 @@ class NoWirePath(ValueError):
     """A target whose release does not cross the broker from an intermediary (the reason says why)."""
 
 
+class SessionFailed(RuntimeError):
+    """An intermediary process died, or gave up on a round."""
+
+
 @dataclass
 class WireTarget:
     """What the MQTT audit needs of a target beyond the :class:`AuditTarget`: the round as the
-    analyzer opens it and the plan body it sends, the users' reports of ``count`` rounds under one
-    input, and the target's statistic of a decoded release."""
+    analyzer opens it and the plan body it sends, the users' randomizer, the target's statistic of
+    a decoded release, and the round's rule to check a release against the reports sent."""
 
     target: AuditTarget
     round: Round  # its id is replaced per round
@@ -126,7 +131,7 @@ def wire_target(family, config, label: str, target: AuditTarget, mechanism=None)
         notes.append(f"secure aggregation ({rnd.secagg}) replaced by the aggregator's ideal modular sum: "
                      "the same release; the masking protocol is not exercised")
         rnd = replace(rnd, secagg=None, secagg_degree=None, secagg_threshold=None)
-    body = {"batch": 0, "arm": 0, "params": _params_body(q)}
+    body = {"batch": 0, "arm": 0, "params": asdict(q)}  # as the analyzer's plans carry it (public)
 
     def randomize(rewards: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         return mechanism.randomize(rewards.ravel(), q, rng).messages.reshape(rewards.shape)
@@ -159,19 +164,13 @@ def wire_target(family, config, label: str, target: AuditTarget, mechanism=None)
     return WireTarget(target, rnd, body, k, randomize, statistic, ideal, notes)
 
 
-def _params_body(q) -> dict:
-    from dataclasses import asdict
-
-    return asdict(q)
-
-
 # --- the session ---------------------------------------------------------------------------------
 
 
 @dataclass
 class Broker:
     """Where the session runs: a URL and the role passwords (None: anonymous), TLS files, the run id
-    its ACL is written for, and the probe's verdict once probed."""
+    its ACL is written for, and whether to run on a broker the probe finds open (``--insecure-broker``)."""
 
     url: str | None  # None: start an embedded broker with fresh accounts
     passwords: Mapping[str, str] | None = None
@@ -235,94 +234,114 @@ def collect(family, config, wires: list[WireTarget], samples: int, seed: int, br
         try:
             results, rejected = asyncio.run(_session(family, config, wires, samples, seed, run_id, accounts,
                                                      parties, progress))
-        except (TimeoutError, ConnectionError) as exc:
+        except (TimeoutError, ConnectionError, SessionFailed) as exc:
             tails = "\n".join(f"--- {p.name} ({p.log}) ---\n{log_tail(p.log)}" for p in parties)
-            raise RuntimeError(f"--transport mqtt: {exc}\n{tails}") from None
+            raise RuntimeError(f"{exc}\n{tails}") from None
         for p in parties:  # told to shut down: each sends its counters and ends its broker session
             try:
                 p.proc.wait(PARTY_EXIT_S)
             except subprocess.TimeoutExpired:
                 pass  # the ExitStack stops it
-    shutil.rmtree(out / "state", ignore_errors=True)
     return results, {"broker": kind if kind == "embedded" else url, "acl": acl_state, "run_id": run_id,
                      "intermediaries": names, "rejected": rejected}
 
 
 async def _session(family, config, wires, samples, seed, run_id, accounts, parties, progress):
-    from privbandit.services import codec
+    """The audit's three clients (the observer's, the analyzer's and the users' accounts) around
+    :func:`_rounds`; their broker sessions ended afterwards."""
     from privbandit.services.bus import Traffic, connect, end_session, topic
-    from privbandit.services.users import reports_message
 
     names = sorted({w.intermediary for w in wires})
     auth = ReportAuthenticator(report_auth_master(config.seed))
     ids = {role: f"{run_id}-{role}-audit" for role in ("observer", "analyzer", "users")}
     traffic = Traffic()
-    async with connect(accounts("observer"), ids["observer"], [topic(run_id, "metrics", n) for n in names]) as obs, \
-            connect(accounts("analyzer"), ids["analyzer"], [topic(run_id, "release", n) for n in names],
-                    traffic) as ana, \
-            connect(accounts("users"), ids["users"], []) as users:
-        inbox, status = _Inbox(ana), _Inbox(obs)
-        await _ready(status, names, parties)
-        task, out = 0, []
-        for w in wires:
-            if progress:
-                progress(w.target.name)
-            rng = stream(seed, "audit-mqtt", w.target.name)
-            n, k = w.round.expected, w.reports
-            chunk = max(1, min(MAX_ROUNDS_PER_TASK, USER_BLOCK // n))
-            got, exact = {0: [], 1: []}, 0
-            before = traffic.payload["received.release"]
-            start = time.perf_counter()
-            tasks = 0
-            for first in range(0, 2 * samples, chunk):
-                rounds = min(chunk, 2 * samples - first)
-                which = (first + np.arange(rounds)) % 2  # neighbours alternate: both see the same session
-                spec = codec.TaskSpec(index=task, runs=[0], label=w.target.label, family=family.name,
-                                      public=family.public_task(config, w.target.label, [0]))
-                await obs.publish(topic(run_id, "control"), codec.ControlMsg(
-                    run=run_id, action="task", task=task, body=spec.model_dump()))
-                opens = tuple(replace(w.round, id=i) for i in range(rounds))
-                joins = tuple(Join(i, i * n, n, n) for i in range(rounds))
-                plan = Plan(0, 0, rounds * n, w.body, opens, joins)
-                await ana.publish(topic(run_id, "plan"), codec.plan_msg(run_id, task, plan))
-                rewards = np.zeros((rounds, k))
-                rewards[:, 0] = which
-                messages = w.randomize(rewards, rng)
-                for i, rnd in enumerate(opens):
-                    # The round's first k users report (user 0 always): the others dropped out.
-                    rep = Reports(i, 0, np.arange(i * n, i * n + k, dtype=np.int64),
-                                  messages[i].reshape(1, k, 1))
-                    await users.publish(topic(run_id, "report", rnd.intermediary),
-                                        reports_message(auth, run_id, task, plan, rnd, 0, rep))
-                pending = set(range(rounds))
-                deadline = time.monotonic() + RELEASE_TIMEOUT_S
-                while pending:
-                    try:
-                        msg = await inbox.next(deadline - time.monotonic())
-                    except TimeoutError:
-                        raise TimeoutError(f"{w.target.name}: {len(pending)} of {rounds} rounds of task {task} "
-                                           f"not released in {RELEASE_TIMEOUT_S:.0f} s") from None
-                    if not isinstance(msg, codec.ReleaseMsg) or msg.task != task or msg.round not in pending:
-                        continue  # a repeat, or another task's: the intermediary re-sends on re-announced plans
-                    pending.discard(msg.round)
-                    release = codec.release_of(msg)
-                    if release.n_reports != k:
-                        raise RuntimeError(f"{w.target.name}: round {msg.round} released over {release.n_reports} "
-                                           f"reports, {k} sent")
-                    first_id = msg.round * n
-                    exact += w.ideal(release, np.arange(first_id, first_id + k), messages[msg.round])
-                    got[int(which[msg.round])].append(w.statistic(release, first_id))
-                task += 1
-                tasks += 1
-            seconds = time.perf_counter() - start
-            out.append(Collected(np.asarray(got[0]), np.asarray(got[1]), seconds, tasks,
-                                 traffic.payload["received.release"] - before, exact))
-        await obs.publish(topic(run_id, "control"), codec.ControlMsg(run=run_id, action="shutdown"))
-        rejected = await _stats(status, names)
-        inbox.close()
-        status.close()
-    for role, cid in ids.items():
-        await end_session(accounts(role), cid)
+    try:
+        async with connect(accounts("observer"), ids["observer"], [topic(run_id, "metrics", n) for n in names]) as obs, \
+                connect(accounts("analyzer"), ids["analyzer"], [topic(run_id, "release", n) for n in names],
+                        traffic) as ana, \
+                connect(accounts("users"), ids["users"], []) as users:
+            inbox, status = _Inbox(ana), _Inbox(obs)
+            try:
+                out, rejected = await _rounds(family, config, wires, samples, seed, run_id, parties, progress, auth,
+                                              traffic, obs, ana, users, inbox, status)
+            finally:
+                inbox.close()
+                status.close()
+    finally:  # whatever happened, the broker forgets the audit's sessions
+        for role, cid in ids.items():
+            await end_session(accounts(role), cid)
+    return out, rejected
+
+
+async def _rounds(family, config, wires, samples, seed, run_id, parties, progress, auth, traffic, obs, ana, users,
+                  inbox, status):
+    """Every wire target's rounds, task after task: control, plan, reports, then its releases."""
+    from privbandit.services import codec
+    from privbandit.services.bus import topic
+    from privbandit.services.users import reports_message
+
+    names = sorted({w.intermediary for w in wires})
+    await _ready(status, names, parties)
+    task, out = 0, []
+    for w in wires:
+        if progress:
+            progress(w.target.name)
+        rng = stream(seed, "audit-mqtt", w.target.name)
+        n, k = w.round.expected, w.reports
+        chunk = max(1, min(MAX_ROUNDS_PER_TASK, USER_BLOCK // n))
+        got, exact = {0: [], 1: []}, 0
+        before = traffic.payload["received.release"]
+        start = time.perf_counter()
+        tasks = 0
+        for first in range(0, 2 * samples, chunk):
+            rounds = min(chunk, 2 * samples - first)
+            which = (first + np.arange(rounds)) % 2  # neighbours alternate: both see the same session
+            spec = codec.TaskSpec(index=task, runs=[0], label=w.target.label, family=family.name,
+                                  public=family.public_task(config, w.target.label, [0]))
+            await obs.publish(topic(run_id, "control"), codec.ControlMsg(
+                run=run_id, action="task", task=task, body=spec.model_dump()))
+            opens = tuple(replace(w.round, id=i) for i in range(rounds))
+            joins = tuple(Join(i, i * n, n, n) for i in range(rounds))
+            plan = Plan(0, 0, rounds * n, w.body, opens, joins)
+            await ana.publish(topic(run_id, "plan"), codec.plan_msg(run_id, task, plan))
+            rewards = np.zeros((rounds, k))
+            rewards[:, 0] = which
+            messages = w.randomize(rewards, rng)
+            for i, rnd in enumerate(opens):
+                # The round's first k users report (user 0 always): the others dropped out.
+                rep = Reports(i, 0, np.arange(i * n, i * n + k, dtype=np.int64),
+                              messages[i].reshape(1, k, 1))
+                await users.publish(topic(run_id, "report", rnd.intermediary),
+                                    reports_message(auth, run_id, task, plan, rnd, 0, rep))
+            pending = set(range(rounds))
+            deadline = time.monotonic() + RELEASE_TIMEOUT_S
+            while pending:
+                status.raise_failure()
+                _alive(parties)
+                try:
+                    msg = await inbox.next(min(1.0, deadline - time.monotonic()))
+                except TimeoutError:
+                    if time.monotonic() < deadline:
+                        continue
+                    raise TimeoutError(f"{w.target.name}: {len(pending)} of {rounds} rounds of task {task} "
+                                       f"not released in {RELEASE_TIMEOUT_S:.0f} s") from None
+                if not isinstance(msg, codec.ReleaseMsg) or msg.task != task or msg.round not in pending:
+                    continue  # a repeat, or another task's: the intermediary re-sends on re-announced plans
+                pending.discard(msg.round)
+                release = codec.release_of(msg)
+                if release.n_reports != k:
+                    raise RuntimeError(f"{w.target.name}: round {msg.round} released over {release.n_reports} "
+                                       f"reports, {k} sent")
+                first_id = msg.round * n
+                exact += w.ideal(release, np.arange(first_id, first_id + k), messages[msg.round])
+                got[int(which[msg.round])].append(w.statistic(release, first_id))
+            task += 1
+            tasks += 1
+        seconds = time.perf_counter() - start
+        out.append(Collected(np.asarray(got[0]), np.asarray(got[1]), seconds, tasks,
+                             traffic.payload["received.release"] - before, exact))
+    await obs.publish(topic(run_id, "control"), codec.ControlMsg(run=run_id, action="shutdown"))
+    rejected = await _stats(status, names)
     return out, rejected
 
 
@@ -332,25 +351,43 @@ class _Inbox:
 
     def __init__(self, bus):
         self.queue: asyncio.Queue = asyncio.Queue()
+        self.lost: Exception | None = None
         self.task = asyncio.create_task(self._pump(bus))
 
     async def _pump(self, bus) -> None:
-        async for item in bus.messages():
-            await self.queue.put(item)
+        try:
+            async for item in bus.messages():
+                await self.queue.put(item)
+        except aiomqtt.MqttError as exc:  # surfaces in next(), once the queue is read
+            self.lost = exc
 
     async def next(self, timeout: float):
         """The next message, or TimeoutError; a lost connection is raised as ConnectionError."""
-        if self.task.done():
-            exc = self.task.exception() if not self.task.cancelled() else None
-            if self.queue.empty():
-                raise ConnectionError(f"the audit's connection to the broker was lost ({exc})")
+        if self.task.done() and self.queue.empty():
+            raise ConnectionError(f"the audit's connection to the broker was lost ({self.lost})")
         try:
             return (await asyncio.wait_for(self.queue.get(), max(0.0, timeout)))[1]
         except asyncio.TimeoutError:
             raise TimeoutError from None
 
+    def raise_failure(self) -> None:
+        """An intermediary's ``error`` status among the messages waiting (a round it gave up on):
+        raised at once as :class:`SessionFailed`, rather than waited out. Other statuses are dropped."""
+        from privbandit.services import codec
+
+        while not self.queue.empty():
+            msg = self.queue.get_nowait()[1]
+            if isinstance(msg, codec.StatusMsg) and msg.state == "error":
+                raise SessionFailed(f"the {msg.party} failed: {msg.body.get('reason', msg.body)}")
+
     def close(self) -> None:
         self.task.cancel()
+
+
+def _alive(parties) -> None:
+    dead = [p for p in parties if p.proc.poll() is not None]
+    if dead:
+        raise SessionFailed(f"the {dead[0].name} process exited with {dead[0].proc.returncode}")
 
 
 async def _ready(inbox: _Inbox, names: list[str], parties) -> None:
@@ -361,9 +398,7 @@ async def _ready(inbox: _Inbox, names: list[str], parties) -> None:
     waiting = set(names)
     deadline = time.monotonic() + READY_TIMEOUT_S
     while waiting:
-        dead = [p for p in parties if p.proc.poll() is not None]
-        if dead:
-            raise ConnectionError(f"the {dead[0].name} process exited with {dead[0].proc.returncode} before it was ready")
+        _alive(parties)
         try:
             msg = await inbox.next(min(1.0, deadline - time.monotonic()))
         except TimeoutError:

@@ -59,7 +59,7 @@ def test_the_cli_audits_secure_aggregation_through_the_real_aggregator(tmp_path,
     mosquitto, files, run_id = acl_broker
     res = CliRunner().invoke(app, [
         "audit", "--family", "distributed-dp-mab", "--algorithm", "dist-dp-se", "--transport", "mqtt",
-        "--samples", "1000", "--seed", "5", "--broker", mosquitto.url, "--run-id", run_id,
+        "--samples", "600", "--seed", "5", "--broker", mosquitto.url, "--run-id", run_id,
         "--credentials", str(files.credentials), "--out", str(tmp_path / "a")])
     assert res.exit_code == 0, res.output
     report = json.loads((tmp_path / "a" / "audit.json").read_text())
