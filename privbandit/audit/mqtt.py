@@ -108,8 +108,8 @@ def wire_target(family, config, label: str, target: AuditTarget, mechanism=None)
     public = family.public_task(config, label, [0])
     server = family.analyzer(public, [0])
     if not isinstance(server, EliminationServer):
-        raise NoWirePath(f"family {family.name}: no MQTT path for its releases yet (its targets' statistics are "
-                         f"its own; only the elimination analyzers' rounds are wired, docs/audit.md)")
+        raise NoWirePath("no MQTT path yet: only the successive-elimination analyzer's rounds are wired, and this "
+                         "release's statistic is its family's own (docs/audit.md)")
     if mechanism is not None:
         server.mechanism = mechanism
     mechanism = server.mechanism

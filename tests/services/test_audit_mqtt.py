@@ -137,7 +137,7 @@ def test_refusals_name_the_option(args, message):
 @pytest.mark.parametrize("args, message", [
     (["--family", "distributed-dp-mab", "--algorithm", "cdp-se"],
      "--transport mqtt: central model: the intermediary passes the raw rewards"),
-    (["experiments/pol_ftnl.toml"], "--transport mqtt: family private-online-learning: no MQTT path"),
+    (["experiments/pol_ftnl.toml"], "--transport mqtt: no MQTT path yet: only the successive-elimination"),
 ])
 def test_releases_without_an_intermediary_path_are_refused(args, message, tmp_path):
     """Nothing to read from the broker (the central model's privacy is drawn after the wire; a family
