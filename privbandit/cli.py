@@ -538,16 +538,28 @@ def adversary_catalogue() -> dict[str, tuple[str, str]]:
     return out | {kind: ("over MQTT", text) for kind, text in TRAFFIC_ADVERSARIES.items()}
 
 
+_ATTACK_SUMMARY = "Run an adversary and measure the damage (docs/attacks.md)."
+
+
 def _attack_help() -> str:
     lines = [f"{kind}: {text} [{where}]" for kind, (where, text) in adversary_catalogue().items()]
-    return ("Run an adversary and measure the damage (docs/attacks.md).\n\n"
+    return (_ATTACK_SUMMARY + "\n\n"
             "In-process, against an experiment file: privbandit attack KIND FILE [--fraction F] "
             "prints honest vs attacked regret, estimate error and ε side by side. Over MQTT, against "
             "a running session: privbandit attack KIND --broker URL --run RUN_ID.\n\n"
             "Adversaries:\n\n" + "\n\n".join(lines))
 
 
-@app.command(help=_attack_help())
+class _AttackCommand(typer.core.TyperCommand):
+    """The adversary list in ``attack --help`` imports every family: it is built when the help is
+    shown, not when the CLI is imported, which every party process does at start-up."""
+
+    def format_help(self, ctx, formatter) -> None:
+        self.help = _attack_help()
+        super().format_help(ctx, formatter)
+
+
+@app.command(cls=_AttackCommand, help=_ATTACK_SUMMARY)
 def attack(
     kind: Annotated[str, typer.Argument(help="the adversary (listed above)")],
     experiment: Annotated[Optional[Path], typer.Argument(help="experiment file, for the in-process adversaries")] = None,
