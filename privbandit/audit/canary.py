@@ -58,15 +58,20 @@ def epsilon_lower_bound(m: int, r: int, v: int, delta: float, beta: float) -> fl
 
 
 def guess_and_bound(scores: np.ndarray, included: np.ndarray, delta: float, confidence: float,
-                    fractions: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0)) -> dict:
+                    fractions: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0), planted: int | None = None) -> dict:
     """Guess "included" for the r/2 highest scores and "excluded" for the r/2 lowest, for each r in
     ``fractions`` of m fixed in advance; each r's bound is taken at β/len(fractions) (Bonferroni),
     so the best of them holds with the stated confidence. ``ceiling``: the bound were every guess
-    right, the most these m canaries can show (a claim above it cannot be flagged by this run)."""
+    right, the most these m canaries can show (a claim above it cannot be flagged by this run).
+    ``planted``: the canaries of the run, where some were never scored (a round never released:
+    abstentions decided by the output); Theorem 3's δ term counts them all (default: the scored)."""
     scores, included = np.asarray(scores, dtype=np.float64), np.asarray(included, dtype=bool)
     m = scores.size
     if m < 2 or included.shape != scores.shape:
         raise ValueError(f"need at least 2 canaries with one inclusion bit each, got {m}")
+    total = m if planted is None else planted
+    if total < m:
+        raise ValueError(f"planted={planted} canaries cannot be fewer than the {m} scored")
     beta = (1 - confidence) / len(fractions)
     order = np.argsort(scores, kind="stable")
     rows = []
@@ -74,12 +79,12 @@ def guess_and_bound(scores: np.ndarray, included: np.ndarray, delta: float, conf
         k = max(1, int(f * m) // 2)
         low, high = order[:k], order[m - k:]
         v = int((~included[low]).sum() + included[high].sum())
-        rows.append({"r": 2 * k, "v": v, "epsilon": epsilon_lower_bound(m, 2 * k, v, delta, beta)})
+        rows.append({"r": 2 * k, "v": v, "epsilon": epsilon_lower_bound(total, 2 * k, v, delta, beta)})
     best = max(rows, key=lambda row: row["epsilon"])  # the first of the largest
     # What the same m canaries would bound were every guess right: how far this run can see at all.
-    ceiling = max(epsilon_lower_bound(m, 2 * k, 2 * k, delta, beta)
+    ceiling = max(epsilon_lower_bound(total, 2 * k, 2 * k, delta, beta)
                   for k in {max(1, int(f * m) // 2) for f in fractions})
-    return {"canaries": m, "included": int(included.sum()), "delta": delta, "confidence": confidence,
+    return {"canaries": m, "planted": total, "included": int(included.sum()), "delta": delta, "confidence": confidence,
             "ceiling": ceiling,
             "epsilon": best["epsilon"], "guesses": best["r"], "correct": best["v"], "by_guesses": rows}
 
@@ -177,10 +182,11 @@ def canary_run(family, config, label: str, seed: int, confidence: float, hooks: 
     if len(ids) < 2:
         raise ValueError(f"algorithms.{label}: the run released {len(ids)} round(s) with a canary; the one-run "
                          f"audit needs at least 2 (a longer horizon)")
-    delta = audit_delta(analyzer.ledger, len(ids), confidence)
+    planted = len(canaries.bits)  # a canary whose round was never released is an abstention
+    delta = audit_delta(analyzer.ledger, planted, confidence)
     claim = dataclasses.replace(analyzer.ledger, delta=delta).summary()  # the ledger's own ε, at that δ
     out = guess_and_bound(np.array([tapped.scores[i] for i in ids]), np.array([canaries.bits[i] for i in ids]),
-                          delta, confidence)
+                          delta, confidence, planted=planted)
     return {"name": f"{family.name}/{label}", "label": label, "algorithm": public["algorithm"]["algorithm"],
             "horizon": config.horizon, "run_delta": analyzer.ledger.delta, **(details or {}), **out,
             "claim": {"guarantee": claim["guarantee"], "epsilon_at_delta": claim["epsilon_at_delta"],
