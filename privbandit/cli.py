@@ -1120,8 +1120,9 @@ def audit(
                                                 "own mechanisms (mqtt: not built)")] = "inproc",
     canary: Annotated[bool, typer.Option(help="also run each algorithm once with canaries and bound the whole "
                                               "run's ε (one-run audit), where the family supports it")] = False,
-    search: Annotated[bool, typer.Option(help="also search the family's candidate neighbouring pairs of each release: "
-                                              "pilot each on samples/20, audit the strongest on a fresh sample")] = False,
+    search: Annotated[bool, typer.Option(help="also search the family's candidate neighbouring pairs of each "
+                                              "release: pilot each on max(1000, samples/20), audit the strongest "
+                                              "on a fresh sample")] = False,
 ):
     """Measure the privacy each release really gives: two neighbouring inputs, many releases of what
     the analyzer receives under each, and an ε lower bound at δ with the stated confidence, set

@@ -32,8 +32,8 @@ def online(horizon: int, arms: int, **algorithms):
 
 
 def test_ceiling_is_the_bound_of_guesses_all_right_and_the_delta_keeps_the_run_s_when_small():
-    """``ceiling`` equals the bound of perfect scores (and caps noisy ones); audit_delta leaves a δ with 2mδ ≤ β/10 alone
-    and otherwise moves to β/(20m) only where the ledger states an ε there."""
+    """``ceiling`` equals the bound of perfect scores (and caps noisy ones); audit_delta leaves a δ
+    with 2mδ ≤ β/10 alone and otherwise moves to β/(20m) only where the ledger states an ε there."""
     from privbandit.protocol.privacy import ApproxDP, Ledger, PureDP
 
     inc = np.random.default_rng(0).permutation(np.arange(400) < 200)  # balanced: every guess can be right
@@ -176,8 +176,8 @@ def test_search_picks_the_pair_an_asymmetric_mechanism_makes_worst_and_is_reprod
     from privbandit.families.distributed_dp_mab.audit import CANDIDATE_PAIRS, mechanism_target
 
     fam = registry.family("distributed-dp-mab")
-    _, config = experiment_files.load_data({"family": "distributed-dp-mab", "name": "s", "horizon": 1_000_000, "epsilon": 1.0,
-                                            "algorithms": {"dist-dp-se": {}}})
+    _, config = experiment_files.load_data({"family": "distributed-dp-mab", "name": "s", "horizon": 1_000_000,
+                                            "epsilon": 1.0, "algorithms": {"dist-dp-se": {}}})
     correct = fam.audit_candidates(config, "dist-dp-se")
     assert len(correct) == 1 and [c.neighbours for c in correct[0]][0].startswith("16 users with reward 0 vs")
     public = fam.public_task(config, "dist-dp-se", [0])

@@ -185,9 +185,9 @@ def glm_canary_audit(family, config, label: str, seed: int, confidence: float, r
     kind = family.algorithm(config, label).algorithm
     if kind == "private-glm":
         raise NotImplementedError(
-            f"algorithms.{label}: no one-run audit of Private-GLM: its analyzer releases prefix sums through the trees, "
-            f"so every user's canary reaches every later release and none is one canary's (the per-release audit "
-            f"samples leaf 1's tree nodes; docs/audit.md)")
+            f"algorithms.{label}: no one-run audit of Private-GLM: its analyzer releases prefix sums through the "
+            f"trees, so every user's canary reaches every later release and none is one canary's (the per-release "
+            f"audit samples leaf 1's tree nodes; docs/audit.md)")
     if kind != "shuffle-glm":
         raise ValueError(f"algorithms.{label}: {kind} sends raw data by design: no claim for a one-run audit to test")
     s = sp.shuffle_setup(family.public_task(config, label, [run]))
