@@ -93,37 +93,44 @@ def guess_and_bound(scores: np.ndarray, included: np.ndarray, delta: float, conf
 
 
 class CanaryUsers:
-    """The spine's users of one run, with one canary per collected round: the first report each
-    round receives is replaced by ``plant(plan, rnd, bit, rng)``, the report a user holding the
-    canary's bit would send, encoded by the family's own randomizer; the bit is 1 with probability
-    ½, drawn from the audit's generator. ``plant`` returns None for a round that takes no canary.
+    """The spine's users of one run, with canaries: in the first report batch each round receives,
+    the reports at ``slots(rnd, rep)`` (default: the first only) are replaced by ``plant(plan, rnd,
+    bit, rng)``, the report a user holding the canary's bit would send, encoded by the family's own
+    randomizer; each bit is 1 with probability ½, drawn from the audit's generator. ``plant``
+    returns None for a round that takes no canary. A canary is named (round id, user id).
 
     A canary is thereby a replacement neighbour of whichever user sat in her place: the ledger's
     guarantee is per user and per change of her data, so it covers her (Steinke et al. need each
     canary's inclusion to be (ε, δ)-DP given the rest, which it is, by the same proof)."""
 
-    def __init__(self, users, plant: Callable, rng: np.random.Generator):
+    def __init__(self, users, plant: Callable, rng: np.random.Generator, slots: Callable | None = None):
         self.users, self.plant, self.rng = users, plant, rng
-        self.bits: dict[int, bool] = {}  # round id → canary included
+        self.slots = slots or (lambda rnd, rep: (0,))
+        self.seen: set[int] = set()  # rounds whose first batch has been planted
+        self.bits: dict[tuple[int, int], bool] = {}  # (round id, user id) → canary included
 
     def respond(self, plan, blocks=None, rounds=None):
         reports, truths = self.users.respond(plan, blocks, rounds)
         rounds = {**(rounds or {}), **{r.id: r for r in plan.opens}}
         for rep in reports:
-            if rep.round_id in self.bits or not rep.user_ids.size:
+            if rep.round_id in self.seen or not rep.user_ids.size:
                 continue
-            bit = bool(self.rng.random() < 0.5)
-            message = self.plant(plan, rounds[rep.round_id], bit, self.rng)
-            if message is None:
-                continue
-            rep.values[0, 0] = message  # the round's first reporter (run 0 of the one run)
-            self.bits[rep.round_id] = bit
+            self.seen.add(rep.round_id)
+            rnd = rounds[rep.round_id]
+            for at in self.slots(rnd, rep):
+                bit = bool(self.rng.random() < 0.5)
+                message = self.plant(plan, rnd, bit, self.rng)
+                if message is None:
+                    break
+                rep.values[0, at] = message  # run 0 of the one run
+                self.bits[(rep.round_id, int(rep.user_ids[at]))] = bit
         return reports, truths
 
 
 class ReleaseScores:
     """The analyzer of the canary run, tapped: ``score(release, record)`` of every release it
-    decodes (what it receives, and what it makes of it), kept per round."""
+    decodes (what it receives, and what it makes of it), kept per round: one number (the round's
+    one canary) or ``{user id: number}`` (a round with several)."""
 
     def __init__(self, analyzer, score: Callable):
         self.analyzer, self.score, self.scores = analyzer, score, {}
@@ -133,8 +140,13 @@ class ReleaseScores:
 
     def on_release(self, release):
         record = self.analyzer.on_release(release)
-        self.scores[release.round_id] = float(self.score(release, record))
+        self.scores[release.round_id] = self.score(release, record)
         return record
+
+    def of(self, canary: tuple[int, int]) -> float | None:
+        """A canary's score, None if her round was never released."""
+        got = self.scores.get(canary[0])
+        return float(got[canary[1]] if isinstance(got, dict) else got) if got is not None else None
 
 
 def audit_delta(ledger, m: int, confidence: float) -> float:
@@ -158,9 +170,10 @@ def canary_run(family, config, label: str, seed: int, confidence: float, hooks: 
     one-run bound (:func:`guess_and_bound`) against the run's own ledger, both at the run's own δ
     (or the smaller :func:`audit_delta`).
 
-    ``hooks(analyzer_logic, user_logic) -> (plant, score)``: the family's canary (see
-    :class:`CanaryUsers`) and the auditor's score of a round from its release and the analyzer's
-    record (a larger score: the canary more likely included). ``config``: the family's world
+    ``hooks(analyzer_logic, user_logic) -> (plant, score)`` or ``(plant, score, slots)``: the
+    family's canary and where in a round it goes (see :class:`CanaryUsers`), and the auditor's
+    score from a round's release and the analyzer's record (:class:`ReleaseScores`; a larger
+    score: the canary more likely included). ``config``: the family's world
     already fixed so that the other users' data is known where it can be (e.g. every mean 0).
     The analyzer gets no oracle: it must not look ahead at the users' data the canaries replace."""
     import time
@@ -174,18 +187,19 @@ def canary_run(family, config, label: str, seed: int, confidence: float, hooks: 
     if family.dropout_rate(config, label) or family.adversary(config, label, run) is not None:
         raise ValueError(f"algorithms.{label}: the canary run takes no dropouts and no adversary")
     public, analyzer, users, boxes, observer = parties(family, config, label, [run], oracle=False)
-    plant, score = hooks(analyzer.logic, users.logic)
-    canaries = CanaryUsers(users, plant, stream(seed, "audit-canary", label, run))
+    plant, score, *slots = hooks(analyzer.logic, users.logic)
+    canaries = CanaryUsers(users, plant, stream(seed, "audit-canary", label, run), *slots)
     tapped = ReleaseScores(analyzer, score)
     engine.run(tapped, canaries, boxes, observer)
-    ids = sorted(set(canaries.bits) & set(tapped.scores))
+    scored = {c: tapped.of(c) for c in sorted(canaries.bits)}
+    ids = [c for c, v in scored.items() if v is not None]
     if len(ids) < 2:
-        raise ValueError(f"algorithms.{label}: the run released {len(ids)} round(s) with a canary; the one-run "
-                         f"audit needs at least 2 (a longer horizon)")
+        raise ValueError(f"algorithms.{label}: the run released {len(ids)} canary(ies); the one-run audit needs at "
+                         f"least 2 (a longer horizon)")
     planted = len(canaries.bits)  # a canary whose round was never released is an abstention
     delta = audit_delta(analyzer.ledger, planted, confidence)
     claim = dataclasses.replace(analyzer.ledger, delta=delta).summary()  # the ledger's own ε, at that δ
-    out = guess_and_bound(np.array([tapped.scores[i] for i in ids]), np.array([canaries.bits[i] for i in ids]),
+    out = guess_and_bound(np.array([scored[i] for i in ids]), np.array([canaries.bits[i] for i in ids]),
                           delta, confidence, planted=planted)
     return {"name": f"{family.name}/{label}", "label": label, "algorithm": public["algorithm"]["algorithm"],
             "horizon": config.horizon, "run_delta": analyzer.ledger.delta, **(details or {}), **out,

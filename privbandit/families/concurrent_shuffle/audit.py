@@ -188,39 +188,55 @@ def counter_candidates(family, config, label: str, cohort: int | None) -> list[l
 
 def counter_hooks(mechanisms: tuple | None = None):
     """The counters' canary. The world's bits are all 0 (``input = "iid"``, p = 0), so a node's
-    total is its noise and its canary's bit. Shuffle modes: the first user of every executed node
+    total is its noise and its canaries' bits. Shuffle modes: the first user of every executed node
     of every level is a canary of that node, her report her bit encoded by the level's own
     mechanism (:meth:`draw`, :meth:`encode`: what :func:`.counter.user_reports` calls); the score
     is the node's estimate S_v the analyzer decodes. A user who is the first of nodes at several
     levels is a canary in each, with independent bits: each report's input is then a canary of its
     own, which the per-user composition the ledger states covers (any change of her inputs).
-    ``central_tree`` and ``ldp``: one attributable round per plan, its first user the canary (raw
-    bit, or her randomized response); scores: the sum of her nodes' estimates (central), her own
-    report (ldp). ``mechanisms``: the levels' own (default), or ones the tests break, given to
-    every user (the analyzer keeps its own and its ledger)."""
+    ``central_tree`` and ``ldp`` (one attributable round per plan): ``ldp``'s every user is a
+    canary, her randomized response her score; ``central_tree``'s canaries are the first user of
+    every leaf, their raw bits, each scored by the sum of her nodes' estimates (one per level; the
+    nodes above the leaves also hold other canaries' bits, which weakens the score, never the
+    bound). ``mechanisms``: the levels' own (default), or ones the tests break, given to every
+    user (the analyzer keeps its own and its ledger)."""
 
     def hooks(server, user_logic):
         spec = user_logic.spec
         if mechanisms is not None:
             spec = user_logic.spec = replace(spec, mechanisms=tuple(mechanisms))
-        shuffled = server.layout.shuffled
+        layout = server.layout
+        sizes = spec.tree.sizes
 
         def plant(plan, rnd, bit, rng):
-            x = np.array([[bit]], dtype=np.int8)
             if spec.mode == "central_tree":
                 return np.array([1 if bit else 0])
-            m = spec.mechanisms[int(plan.body["level"]) - 1 if shuffled else 0]
-            return m.encode(x, m.draw((1, 1), rng))[0]
+            m = spec.mechanisms[int(plan.body["level"]) - 1 if layout.shuffled else 0]
+            return m.encode(np.array([[bit]], dtype=np.int8), m.draw((1, 1), rng))[0]
+
+        def slots(rnd, rep):
+            if layout.shuffled:
+                return (0,)
+            if spec.mode == "ldp":
+                return range(rep.user_ids.size)
+            return np.flatnonzero(rep.user_ids % sizes[0] == 0)  # the first user of each leaf
 
         def score(release, record):
             b = record.body
-            if shuffled:
+            if layout.shuffled:
                 return float(np.asarray(b["estimate"])[0])
+            ids = release.user_ids
             if spec.mode == "ldp":
-                return float(release.values[0, 0, 0])
-            return float(sum(np.asarray(e)[0, 0] for e in b["estimates"] if np.asarray(e).shape[1]))
+                return dict(zip(ids.tolist(), release.values[0, :, 0].tolist()))
+            total = np.zeros(ids.size)
+            for s, first, est in zip(sizes, b["first_node"], b["estimates"]):
+                est = np.asarray(est)[0]
+                node = ids // s - first
+                inside = (node >= 0) & (node < est.size)  # a truncated tail's user has no node there
+                total[inside] += est[node[inside]]
+            return dict(zip(ids.tolist(), total.tolist()))
 
-        return plant, score
+        return plant, score, slots
 
     return hooks
 
