@@ -63,8 +63,9 @@ def guess_and_bound(scores: np.ndarray, included: np.ndarray, delta: float, conf
     ``fractions`` of m fixed in advance; each r's bound is taken at β/len(fractions) (Bonferroni),
     so the best of them holds with the stated confidence. ``ceiling``: the bound were every guess
     right, the most these m canaries can show (a claim above it cannot be flagged by this run).
-    ``planted``: the canaries of the run, where some were never scored (a round never released:
-    abstentions decided by the output); Theorem 3's δ term counts them all (default: the scored)."""
+    ``planted``: m of Theorem 3, where some canaries were never scored (a round never released,
+    or never opened: abstentions decided by the output); its δ term counts them all (default: the
+    scored)."""
     scores, included = np.asarray(scores, dtype=np.float64), np.asarray(included, dtype=bool)
     m = scores.size
     if m < 2 or included.shape != scores.shape:
@@ -164,7 +165,7 @@ def audit_delta(ledger, m: int, confidence: float) -> float:
 
 
 def canary_run(family, config, label: str, seed: int, confidence: float, hooks: Callable, run: int = 0,
-               details: dict | None = None) -> dict:
+               details: dict | None = None, most: int | None = None) -> dict:
     """One whole run of ``label`` through the spine's in-process engine (the family's analyzer,
     intermediaries, users and ledger, as ``privbandit run`` makes them), with canaries, and its
     one-run bound (:func:`guess_and_bound`) against the run's own ledger, both at the run's own δ
@@ -175,7 +176,13 @@ def canary_run(family, config, label: str, seed: int, confidence: float, hooks: 
     score from a round's release and the analyzer's record (:class:`ReleaseScores`; a larger
     score: the canary more likely included). ``config``: the family's world
     already fixed so that the other users' data is known where it can be (e.g. every mean 0).
-    The analyzer gets no oracle: it must not look ahead at the users' data the canaries replace."""
+    The analyzer gets no oracle: it must not look ahead at the users' data the canaries replace.
+
+    ``most``: where the number of rounds depends on the data (an elimination schedule, Lazy-UCB's
+    arrays), so on earlier canaries' bits, a bound on the canaries any run of this config can plant,
+    fixed before it (e.g. its users): Theorem 3 counts m canaries fixed in advance, those never
+    planted being abstentions, so its δ term and :func:`audit_delta` take this m. None: the
+    schedule is fixed, and so is the number planted."""
     import time
 
     from privbandit.audit.run import verdict
@@ -197,12 +204,16 @@ def canary_run(family, config, label: str, seed: int, confidence: float, hooks: 
         raise ValueError(f"algorithms.{label}: the run released {len(ids)} canary(ies); the one-run audit needs at "
                          f"least 2 (a longer horizon)")
     planted = len(canaries.bits)  # a canary whose round was never released is an abstention
-    delta = audit_delta(analyzer.ledger, planted, confidence)
+    if most is not None and most < planted:
+        raise RuntimeError(f"algorithms.{label}: {planted} canaries planted, above the bound of {most}")
+    m = planted if most is None else most
+    delta = audit_delta(analyzer.ledger, m, confidence)
     claim = dataclasses.replace(analyzer.ledger, delta=delta).summary()  # the ledger's own ε, at that δ
     out = guess_and_bound(np.array([scored[i] for i in ids]), np.array([canaries.bits[i] for i in ids]),
-                          delta, confidence, planted=planted)
+                          delta, confidence, planted=m)
     return {"name": f"{family.name}/{label}", "label": label, "algorithm": public["algorithm"]["algorithm"],
             "horizon": config.horizon, "run_delta": analyzer.ledger.delta, **(details or {}), **out,
+            "planted": planted, "counted": m,
             "claim": {"guarantee": claim["guarantee"], "epsilon_at_delta": claim["epsilon_at_delta"],
                       "delta": claim["delta"]},
             "verdict": verdict(out["epsilon"], claim), "seconds": time.perf_counter() - start}

@@ -166,4 +166,6 @@ def canary_audit(family, config, label: str, seed: int, confidence: float, run: 
     zero = cfg.EnvironmentConfig.model_validate({"kind": "means", "arms": arms, "means": [0.0] * arms,
                                                 "reward": "bernoulli"})  # every other reward exactly 0
     config = config.model_copy(update={"environment": zero})
-    return canary_run(family, config, label, seed, confidence, elimination_hooks(mechanism), run, {"arms": arms})
+    # the rounds follow the eliminations: at most one canary per user, whatever they decide
+    return canary_run(family, config, label, seed, confidence, elimination_hooks(mechanism), run, {"arms": arms},
+                      most=config.horizon)

@@ -317,4 +317,7 @@ def online_canary_audit(family, config, label: str, seed: int, confidence: float
         hooks = ftnl_hooks
     else:
         hooks = elimination_hooks(release) if a.algorithm == "dp-se" else lazy_hooks(release)
-    return canary_run(family, config, label, seed, confidence, hooks, run, {"arms": arms, "trust": a.trust})
+    # DP-SE's rounds follow the eliminations and Lazy-UCB's arrays the pulls: at most one canary per
+    # user, whatever they decide; FTNL's epochs are fixed by T alone
+    return canary_run(family, config, label, seed, confidence, hooks, run, {"arms": arms, "trust": a.trust},
+                      most=None if a.algorithm == "ftnl" else config.horizon)
