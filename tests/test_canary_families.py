@@ -139,13 +139,27 @@ def test_counter_canary_runs_are_consistent_and_noiseless_nodes_are_flagged():
 
 
 def test_shuffle_glm_canary_run_is_consistent_and_private_glm_is_refused():
-    """ShuffleGLM's run (audit_glm.toml, T = 20000): one canary per P_Vec round, consistent; no
-    power test (docs/audit.md: ~50 rounds, ceiling below the claim). Private-GLM is refused."""
+    """ShuffleGLM's run (audit_glm.toml, T = 20000): one canary per P_Vec round, consistent.
+    Private-GLM is refused."""
     fam, config = load("experiments/audit_glm.toml", "horizon=20000")
     r = fam.canary_audit(config, "shuffle-glm", 0, 0.95)
     assert r["canaries"] > 40 and r["verdict"] == "consistent", r
     with pytest.raises(NotImplementedError, match="Private-GLM"):
         fam.canary_audit(config, "private-glm", 0, 0.95)
+
+
+def test_shuffle_glm_with_one_noise_bit_per_label_is_flagged():
+    """T = 10⁵, ε = 4, δ = 10⁻⁶, up to 1000 𝒫_GD iterations (493 P_Vec rounds, ceiling 4.66 over
+    the claim 3.02): every user's randomizer at eq. (127)'s constant 10⁻¹² (one noise bit per label,
+    the ledger unchanged) is flagged in one run. Smaller runs cannot: their ceiling is under the
+    claim (docs/audit.md)."""
+    from privbandit.families.glm_bandits.audit import glm_canary_audit
+
+    fam, config = load("experiments/audit_glm.toml", "horizon=100000", "delta=1e-6", "epsilon=4",
+                       "algorithms.shuffle-glm.max_iterations=1000")
+    r = glm_canary_audit(fam, config, "shuffle-glm", 0, 0.95, vec_constant=1e-12)
+    assert r["ceiling"] > r["claim"]["epsilon_at_delta"] > 3
+    assert r["verdict"] == "violation" and r["epsilon"] > 3.1, r
 
 
 # --- the neighbour search (privbandit/audit/search.py) -------------------------------------------
