@@ -208,8 +208,9 @@ def vec_sum_target(family: str, label: str, algorithm: str, vec: slb.VecParams, 
 def linear_hooks(seed: int, label: str, run: int, randomizer=None):
     """Batched LinUCB's canary: the first user of every batch (a user reports in one batch, so the
     run's ε is its worst batch's) sends the entries of the pair the per-release audit uses
-    (:func:`neighbours`; bit 1: the second), randomized by the users' own randomizer, or raw (φ, y)
-    to LinUCB's trusted analyzer (no randomizer: nothing to claim). The other users act on the
+    (:func:`neighbours`, the farthest, or for P_Amp the farthest differing in φy alone; bit 1: the
+    second), randomized by the users' own randomizer, or raw (φ, y) = (±L·e₁, 1) to LinUCB's
+    trusted analyzer (no randomizer: nothing to claim). The other users act on the
     world as in any run: their reports are summed in (P_Vec) or shuffled with hers (P_Amp), which
     weakens the score, never the bound's soundness. The score reads the release as the per-release
     audit does: her attributable report (LDP) or raw φ (LinUCB), the largest S1 projection of the
@@ -223,10 +224,10 @@ def linear_hooks(seed: int, label: str, run: int, randomizer=None):
             user_logic.noise = slb.StackedStreams([slb.user_noise(seed, label, run, s.batch, randomizer, s.width)])
         own = user_logic.randomizer
         vec, amp = s.kind == "linucb-sdp-vec", s.kind == "linucb-sdp-amp"
-        e0, e1 = neighbours(s.d, min(s.feature_norm, s.entry_bound) if vec else s.feature_norm, s1_only=True)
+        e0, e1 = neighbours(s.d, min(s.feature_norm, s.entry_bound) if vec else s.feature_norm, s1_only=amp)
         direction = (e1 - e0) / np.linalg.norm(e1 - e0)
         phi = np.zeros(s.d)
-        phi[0] = s.feature_norm  # (±L·e₁, y = 1): the S1-only pair, raw
+        phi[0] = s.feature_norm  # (±L·e₁, y = 1), raw
 
         def plant(plan, rnd, bit, rng):
             if own is None:
