@@ -1120,6 +1120,9 @@ def audit(
                                                 "own mechanisms (mqtt: not built)")] = "inproc",
     canary: Annotated[bool, typer.Option(help="also run each algorithm once with canaries and bound the whole "
                                               "run's ε (one-run audit), where the family supports it")] = False,
+    search: Annotated[bool, typer.Option(help="also search the family's candidate neighbouring pairs of each "
+                                              "release: pilot each on max(1000, samples/20), audit the strongest "
+                                              "on a fresh sample")] = False,
 ):
     """Measure the privacy each release really gives: two neighbouring inputs, many releases of what
     the analyzer receives under each, and an ε lower bound at δ with the stated confidence, set
@@ -1214,12 +1217,24 @@ def audit(
                     runs.append(fam.canary_audit(config, label, seed, confidence))
                 except (ValueError, NotImplementedError) as exc:
                     raise ConfigError(f"--canary: {exc}") from None
+        searches = []
+        if search:  # privbandit/audit/search.py; docs/audit.md
+            from privbandit.audit.search import search as search_releases
+
+            try:
+                groups = [g for label in labels for g in fam.audit_candidates(config, label, cohort)]
+            except ValueError as exc:
+                raise ConfigError(f"--search: {exc}") from None
+            if not groups:
+                raise ConfigError(f"--search: family {fam.name} offers no candidate pairs for {', '.join(labels)} "
+                                  f"(docs/audit.md)")
+            searches = search_releases(groups, samples, delta, confidence, seed)
     except ConfigError as exc:
         _error(exc)
         raise typer.Exit(2)
     report = {"command": command_line(), "samples": samples, "confidence": confidence, "seed": seed,
               "cohort": cohort, "transport": transport, "targets": results, "not_audited": skipped,
-              "canary_runs": runs,
+              "canary_runs": runs, "searches": searches,
               "seconds": sum(r["seconds"]["total"] for r in results)}
     write_audit(out, report)
     console = Console(width=None if sys.stdout.isatty() else 140)
@@ -1238,10 +1253,17 @@ def audit(
         console.print(f"one run of {r['name']} ({r['horizon']:,} users, {r['canaries']} canaries): ε ≥ "
                       f"{r['epsilon']:.4g} at δ = {r['delta']:.2g} ({r['correct']}/{r['guesses']} guesses right), "
                       f"claimed {claimed}: {r['verdict']} ({r['seconds']:.1f} s)")
+    for r in searches:
+        c, pick = r["claim"], r["search"]["chosen"]
+        claimed = f"{c['epsilon_at_delta']:.4g}" if c["epsilon_at_delta"] is not None else c["guarantee"]
+        pilots = ", ".join(f"{row['pilot_epsilon']:.3g}" for row in r["search"]["candidates"])
+        console.print(f"search {r['name']}: pilots ε ≥ {pilots} ({r['search']['pilot_samples']:,} samples each); "
+                      f"chosen #{pick} ({r['neighbours']}): ε ≥ {r['audit']['epsilon']:.4g}, claimed {claimed}: "
+                      f"{r['verdict']}")
     if skipped:
         console.print(f"not audited (no audit targets yet): {', '.join(skipped)}")
     console.print(f"audit.json and one plot per mechanism in {out}/")
-    if any(r["verdict"] == "violation" for r in results + runs):
+    if any(r["verdict"] == "violation" for r in results + runs + searches):
         raise typer.Exit(1)
 
 

@@ -98,6 +98,11 @@ class GLMBandits(Family):
 
         return glm_targets(self, config, label, cohort)
 
+    def canary_audit(self, config, label: str, seed: int, confidence: float) -> dict:
+        from privbandit.families.glm_bandits.audit import glm_canary_audit  # docs/audit.md
+
+        return glm_canary_audit(self, config, label, seed, confidence)
+
     # --- what arrives from the wire ------------------------------------------------------------
     def check_plan(self, plan) -> None:
         """A plan the analyzer makes: round t = its id, finite float64 billboard arrays."""
