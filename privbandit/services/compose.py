@@ -438,7 +438,8 @@ def up(compose_file: Path, broker_url: str | None = None, workdir: Path | None =
         pending: list[Service] = []  # one-shots started and not yet waited for: they run side by side
 
         def finish(names: set[str]) -> None:
-            for one in [p for p in pending if p.name in names]:
+            """Wait for the one-shots ``names``; any one-shot that has already failed stops `up` now."""
+            for one in [p for p in pending if p.name in names or p.proc.poll() not in (None, 0)]:
                 if one.proc.wait() != 0:
                     raise _failed(one, f"exited with code {one.proc.returncode}")
                 pending.remove(one)
