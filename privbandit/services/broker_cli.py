@@ -77,6 +77,9 @@ def broker_config_main(out_dir: Path, run_id: str, port: int, *, host: str = "12
     print(f"  config       {files.conf}")
     if files.backend == "dynsec":
         print(f"  dynsec       {files.dynsec}   (users, passwords and ACL for the dynamic-security plugin)")
+        plugin = next(line.split(" ", 1)[1] for line in files.conf.read_text().splitlines() if line.startswith("plugin "))
+        if not Path(plugin).is_file():
+            print(f"  (the conf loads {plugin}, not on this machine: it must be where the broker runs)")
     print(f"  passwords    {files.passwd}   (PBKDF2-SHA512 hashes, mode 0600)")
     print(f"  acl          {files.acl}")
     print(f"  credentials  {files.credentials}   (PRIVBANDIT_<ROLE>_PASSWORD=..., mode 0600: keep secret)")

@@ -9,7 +9,7 @@ What runs is read from the compose file (``command``, ``environment``, ``env_fil
   same passwords; with ``broker_url``, not at all (that broker is used);
 - a bind mount maps its container path to its source (relative to ``workdir``), a named volume to
   ``<workdir>/deploy/<name>``; every argument or environment value under a container mount path is
-  rewritten to the host path, and ``mqtt://<broker service>:<port>`` to the local broker's URL;
+  rewritten to the host path, and ``mqtt[s]://<broker service>:<port>`` to the local broker's URL;
 - a dependency with ``condition: service_completed_successfully`` runs to completion first (such
   one-shots run side by side, as Docker runs them, each waited for when a service needs it); one
   with ``condition: service_healthy`` on the broker waits for the broker's healthcheck (a
@@ -231,10 +231,11 @@ def host_conf(broker: Service, port: int) -> Path:
             lines.append(f"listener {port} 127.0.0.1")
         elif words[:1] not in (["listener"], ["port"], ["bind_address"]):
             lines.append(" ".join(broker.to_host(word) for word in line.split(" ")))
-            if words[:1] == ["plugin"] and not Path(lines[-1].split(" ", 1)[1]).is_file():
-                raise ComposeError(f"service {broker.name}: its conf loads {lines[-1].split(' ', 1)[1]}, which is not "
-                                   f"on this machine (the dynsec backend needs Mosquitto's dynamic-security "
-                                   f"plugin: install mosquitto, or give the config service --backend acl_file)")
+            plugin = lines[-1].split(" ", 1)[1] if words[:1] == ["plugin"] else None
+            if plugin is not None and not Path(plugin).is_file():
+                raise ComposeError(f"service {broker.name}: its conf loads {plugin}, which is not on this machine "
+                                   "(the dynsec backend needs Mosquitto's dynamic-security plugin: install "
+                                   "mosquitto, or give the config service --backend acl_file)")
     if not any(w.startswith("listener ") for w in lines):
         lines.append(f"listener {port} 127.0.0.1")
     out = conf.with_name("mosquitto.host.conf")

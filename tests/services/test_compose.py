@@ -215,6 +215,23 @@ def test_the_dynsec_backend_with_the_broker_images_plugin():
     assert _option(config, "--dynsec-plugin") == "/usr/lib/mosquitto_dynamic_security.so"
 
 
+def test_broker_config_writes_the_broker_images_plugin_path_as_given(tmp_path):
+    """The image that runs `config` has no Mosquitto: --dynsec-plugin is the broker's path, not
+    looked for here; `up` gives its config step this machine's plugin instead."""
+    elsewhere = "/nowhere/mosquitto_dynamic_security.so"
+    result = CliRunner().invoke(app, ["broker-config", "--out", str(tmp_path / "a"), "--backend", "dynsec",
+                                      "--dynsec-plugin", elsewhere])
+    assert result.exit_code == 0, result.output
+    assert f"plugin {elsewhere}\n" in (tmp_path / "a" / "mosquitto.conf").read_text()
+    assert f"the conf loads {elsewhere}, not on this machine" in " ".join(result.output.split())
+    result = CliRunner().invoke(app, ["broker-config", "--out", str(tmp_path / "b"), "--backend", "dynsec",
+                                      "--dynsec-plugin", "relative.so"])  # a relative path is looked for here
+    assert result.exit_code == 2 and "mosquitto_dynamic_security.so not found (relative.so)" in result.output
+    local = compose.load(COMPOSE, tmp_path)["config"].command
+    if acl.find_dynsec_plugin() is not None:
+        assert _option(local, "--dynsec-plugin") == str(acl.find_dynsec_plugin())
+
+
 def test_every_party_restarts_and_the_checkpointing_ones_keep_their_state_for_one_session():
     """A crashed party is restarted (restart policy); the analyzer, the aggregator and the observer
     resume from a state volume of their own, which the `state` one-shot, run before each session,
