@@ -131,7 +131,8 @@ def _write_healthcheck_login(files: acl.BrokerFiles) -> Path:
 
 TLS_DAYS = 365
 RENEW_DAYS = 30  # certificates with less left are replaced, not kept
-_DNS_NAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"  # RFC 1123: letters, digits, inner hyphens
+_DNS_NAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(?:\.{_LABEL})*")
 
 
 def _subject_names(hosts: list[str]) -> list:

@@ -184,7 +184,8 @@ def test_every_party_reaches_the_broker_over_tls_verified_against_the_generated_
         tls[i + 1] for i, word in enumerate(tls) if word == "--host"}  # (its name, its healthcheck's, `up`'s)
     cert_dir, ca_dir = _option(tls, "--out"), _option(tls, "--ca-dir")
     assert mounts["tls"] == {"broker-tls": cert_dir, "ca": ca_dir}
-    assert _option(config, "--tls-cert") == f"{cert_dir}/broker.pem" and _option(config, "--tls-key") == f"{cert_dir}/broker.key"
+    assert _option(config, "--tls-cert") == f"{cert_dir}/broker.pem"
+    assert _option(config, "--tls-key") == f"{cert_dir}/broker.key"
     assert "--client-ca" not in config  # (the parties authenticate with their accounts: docs/compose.md)
     assert {name for name, m in mounts.items() if "broker-tls" in m} == {"tls", "config", "broker"}
     assert mounts["config"]["broker-tls"].endswith(":ro") and mounts["broker"]["broker-tls"] == f"{cert_dir}:ro"
