@@ -965,6 +965,9 @@ def broker_config(
     instance: Annotated[Optional[list[str]], typer.Option(
         metavar="NAME", help="an intermediary instance account, e.g. shuffler-2 (repeatable): the "
                              "concurrent-shuffle family's shuffler-1 … shuffler-k, each its own password and ACL")] = None,
+    dynsec_plugin: Annotated[Optional[Path], typer.Option(
+        help="with --backend dynsec: Mosquitto's plugin where the broker runs, written as given (e.g. "
+             "/usr/lib/mosquitto_dynamic_security.so in the eclipse-mosquitto image) [default: found here]")] = None,
 ):
     """Write a Mosquitto configuration with one account per role and the run's ACLs. The passwords
     of a credentials.env already in OUT are kept, so a broker running the earlier config still
@@ -973,7 +976,47 @@ def broker_config(
 
     raise typer.Exit(broker_config_main(out, run_id, port, host=host, backend=backend, tls_cert=tls_cert,
                                         tls_key=tls_key, client_ca=client_ca, rotate=rotate, role_dirs=role_dir,
-                                        instances=instance))
+                                        instances=instance, dynsec_plugin=dynsec_plugin))
+
+
+@app.command("tls-files")
+def tls_files(
+    out: Annotated[Path, typer.Option(help="directory for the broker's broker.pem and broker.key")],
+    ca_dir: Annotated[Path, typer.Option(help="directory for ca.pem, which every party verifies the broker with")],
+    host: Annotated[list[str], typer.Option(help="a name or address the parties reach the broker by (repeatable)")],
+    days: Annotated[int, typer.Option(help="validity in days (1..3650)")] = 365,
+    rotate: Annotated[bool, typer.Option("--rotate", help="make new files even where valid ones are")] = False,
+):
+    """Make a CA and a broker certificate it signed (ECDSA P-256), for broker-config --tls-cert/--tls-key.
+    The CA's private key is never written. Files still valid for the hosts and for 30 more days are kept."""
+    from privbandit.services.broker_cli import tls_files_main
+
+    raise typer.Exit(tls_files_main(out, ca_dir, host, days=days, rotate=rotate))
+
+
+@app.command("reset-state")
+def reset_state(
+    state_dir: Annotated[list[Path], typer.Argument(help="a party's --state-dir")],
+):
+    """Remove the checkpoints in the parties' state directories, so a new session starts afresh
+    (docker-compose.yml runs it before every session; a party restarted within one resumes). Other
+    files are left alone."""
+    from privbandit.services.checkpoint import FILE_NAME
+
+    for directory in state_dir:
+        if directory.exists() and not directory.is_dir():
+            _error(f"STATE_DIR {directory}: not a directory")
+            raise typer.Exit(2)
+        # the checkpoint, and what a writer killed mid-write left (checkpoint.atomic_write)
+        for path in [directory / FILE_NAME, *directory.glob(f".{FILE_NAME}.tmp-*")]:
+            try:
+                path.unlink()
+                err.print(f"removed {path}", highlight=False)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                _error(f"STATE_DIR {directory}: cannot remove {path.name}: {exc.strerror}")
+                raise typer.Exit(2)
 
 
 @app.command()
