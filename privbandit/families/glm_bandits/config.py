@@ -5,7 +5,8 @@ An experiment file says ``family = "glm-bandits"`` (see experiments/glm_demo.tom
 docs/glm-bandits.md): the horizon T, (ε, δ), ζ, the preset of constants, the world (link, d, K, S,
 θ* generator, whether runs share one context sequence) and ``[algorithms.<label>]`` tables, whose
 ``algorithm`` a label that is itself an algorithm name implies (``private-glm``, ``rs-glinucb``,
-``glm-ucb``, ``gloc``, ``shuffle-glm``). ``shuffle-glm`` (Algorithm 1) has no repository version:
+``glm-ucb``, ``gloc``, ``ecolog``, ``shuffle-glm``). ``ecolog`` (Faury et al. 2022) needs the logistic
+link. ``shuffle-glm`` (Algorithm 1) has no repository version:
 the presets choose only its world (θ* generator, shared contexts).
 
 Presets (spec §9.2, §11.1):
@@ -32,7 +33,7 @@ from privbandit.families.glm_bandits.world import LINKS, THETA_GENERATORS
 from privbandit.runner.config import ExperimentFile, StrictModel
 
 FAMILY = "glm-bandits"
-ALGORITHMS = ("private-glm", "rs-glinucb", "glm-ucb", "gloc", "shuffle-glm")
+ALGORITHMS = ("private-glm", "rs-glinucb", "glm-ucb", "gloc", "ecolog", "shuffle-glm")
 PRESETS = ("paper", "paper-code")
 OPTIMIZERS = ("pgd-pvec", "dp-sgd")
 
@@ -95,6 +96,9 @@ class GLMExperiment(ExperimentFile):
     @model_validator(mode="after")
     def _private_budget(self):
         for label, a in self.algorithms.items():
+            if a.algorithm == "ecolog" and self.environment.link != "logistic":
+                raise ValueError(f"algorithms.{label}.algorithm = 'ecolog' needs environment.link = 'logistic' "
+                                 f"(got {self.environment.link!r}): ECOLog is a logistic-bandit algorithm")
             eps = a.epsilon if a.epsilon is not None else self.epsilon
             if a.algorithm == "private-glm" and eps > 100:
                 raise ValueError(f"algorithms.{label}.epsilon = {eps} must be ≤ 100")

@@ -161,6 +161,8 @@ class GLMServer:
             self.learner = gl.PrivateGLM(s.spec, keys)
         elif s.kind == "glm-ucb":
             self.learner = gl.GLMUCB(s.link, s.d, s.T, self.runs, k, ks, s.zeta)
+        elif s.kind == "ecolog":
+            self.learner = gl.ECOLog(s.link, s.d, self.runs, s.S, s.zeta)
         else:
             self.learner = gl.GLOC(s.link, s.d, s.T, self.runs, k, s.S, s.zeta)
         self.planned = 0
@@ -243,7 +245,7 @@ class GLMServer:
         return dp_sgd_event(self.s, part)
 
     def summary(self) -> list[dict]:
-        if self.s.spec is not None:
+        if self.s.spec is not None or self.s.kind == "ecolog":
             return self.learner.summary()
         return [{} for _ in range(self.runs)]
 
@@ -270,7 +272,8 @@ class GLMUsers:
             raise ValueError(f"plan {plan.id}: θ {theta.shape} does not fit {R} runs in d = {d}")
         arms = self.world.arms[:, t]
         a, explored = gl.choose(arms, np.asarray(b["theta_o"]), np.asarray(b["v_inv"]), np.asarray(b["threshold"]),
-                                np.asarray(b["width_o"]), theta, np.asarray(b["h_inv"]), np.asarray(b["beta"]))
+                                np.asarray(b["width_o"]), theta, np.asarray(b["h_inv"]), np.asarray(b["beta"]),
+                                self.s.link if b.get("reward_index") else None)
         mean = self.world.means[self.ridx, t, a]
         u = self.world.uniforms[:, t]
         y = (u < mean).astype(np.float64)
