@@ -53,7 +53,7 @@ PAPER_KAPPA = {2.0: 18.39, 2.5: 56.44, 3.0: 222.15}
 ROWS = ["glm-ucb", "gloc", "private-glm@eps4", "private-glm@eps6", "private-glm@eps8", "rs-glinucb"]
 TABLE2 = {2.0: "glm_table2_S2", 2.5: "glm_table2_S25", 3.0: "glm_table2_S3"}
 FIG1 = {"a": "glm_fig1a", "b": "glm_fig1b"}
-# Read off the authors' HEAD plots Results/{Logistic,Probit}_Regret.png at T (spec §9.2); ECOLog is not built.
+# Read off the authors' HEAD plots Results/{Logistic,Probit}_Regret.png at T (spec §9.2).
 FIG1_READ_OFF = {
     "a": {"gloc": 1460, "private-glm@eps2": 1220, "ecolog": 560, "private-glm@eps4": 545, "rs-glinucb": 535,
           "private-glm@eps8": 430},
@@ -112,7 +112,7 @@ def fig1(out: Path, jobs: int, runs: int | None, figures: Path) -> None:
                   f"{'' if ref is None else ref:>15} {eps:>14}")
         missing = sorted(set(FIG1_READ_OFF[panel]) - set(algs))
         if missing:
-            print(f"  not built: {', '.join(missing)} (authors' plot ≈ "
+            print(f"  not run: {', '.join(missing)} (authors' plot ≈ "
                   + ", ".join(str(FIG1_READ_OFF[panel][m]) for m in missing) + ")")
         draw_fig1(out / stem, panel, summary, figures / f"glm_fig1{panel}.png")
 
@@ -146,7 +146,8 @@ def draw_fig1(results: Path, panel: str, summary: dict, dest: Path) -> None:
         last = value
         ax.plot([T * (1 + 0.015 * shift)], [value], marker="o", markerfacecolor="none",
                 markeredgecolor=COLOURS[label], markersize=8, linestyle="none", clip_on=False)
-    ecolog = "; brown: ECOLog, not built" if "ecolog" in FIG1_READ_OFF[panel] else ""
+    missing = ", ".join(sorted(set(FIG1_READ_OFF[panel]) - set(labels)))
+    ecolog = f"; not run: {missing}" if missing else ""
     ax.plot([], [], marker="o", markerfacecolor="none", markeredgecolor="grey", linestyle="none",
             label=f"authors' plot at T (read off{ecolog})")
     kappa = summary["algorithms"][labels[0]]["setup"]["kappa"][0]
@@ -330,9 +331,70 @@ def claims(out: Path, runs: int | None) -> None:
                            f"{kind}; ratio {both(stem, label)[kind].mean() / nominal[stem]['rs-glinucb'].mean():.2f}"))
 
 
+# --- the Figure 1 gap -----------------------------------------------------------------------------
+
+# Private-GLM variants, one ingredient of the authors' repository each (docs/glm-bandits.md, "Figure 1"):
+# their HEAD's DP-SGD schedule (epochs by the per-call ε₀, warm start), their HEAD's Criterion II (PSD
+# dominance), both, and the DEFECT of their initial commit's tree query (never a default).
+GAP_VARIANTS = {
+    "": {},
+    "head-sgd": {"sgd_schedule": "head"},
+    "psd": {"criterion2": "psd-dominance"},
+    "head": {"sgd_schedule": "head", "criterion2": "psd-dominance"},
+    "buggy-tree": {"tree_query": "paper-code-buggy-tree"},
+}
+
+
+def gap(out: Path, jobs: int, runs: int | None, epsilons: list[float], variants: list[str]) -> None:
+    """Fig. 1(a)'s Private-GLM as it is and with one repository ingredient switched, same file, same
+    runs (rewards and instance shared run by run), paired against the unchanged one."""
+    src = (HERE / "glm_fig1a.toml").read_text()
+    head = src.split("[algorithms.")[0].replace('name = "glm-fig1a"', 'name = "glm-fig1a-gap"')
+    tables, labels = [], {}
+    for eps in epsilons:
+        for v in variants:
+            label = f"private-glm@eps{eps:g}" + (f"-{v}" if v else "")
+            labels[label] = (eps, v)
+            fields = "".join(f'{k} = "{val}"\n' for k, val in GAP_VARIANTS[v].items())
+            tables.append(f'[algorithms."{label}"]\nalgorithm = "private-glm"\nepsilon = {eps}\n{fields}')
+    tables.append("[algorithms.rs-glinucb]\n")
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "glm_fig1a_gap.toml"
+    path.write_text(head + "\n".join(tables))
+    start = time.perf_counter()
+    summary = run_file(path, out=out / "glm_fig1a_gap", jobs=jobs,
+                       overrides=[] if runs is None else [f"runs={runs}"]).summary
+    secs = time.perf_counter() - start
+    fin = finals(out / "glm_fig1a_gap")
+    algs = summary["algorithms"]
+    print(f"\nFig. 1(a) gap: {summary['runs']} runs, T = {summary['horizon']}, {secs:.0f} s wall; RS-GLinUCB "
+          f"{algs['rs-glinucb']['regret_final_mean']:.0f} ± {algs['rs-glinucb']['regret_final_stderr']:.0f}")
+    print("| label | regret (mean ± se) | authors' plot ≈ | switches, θ̂_o calls (mean) | a − as Fig. 1 (paired) "
+          "| share of the gap to the plot |\n|---|---|---|---|---|---|")
+    for label, (eps, v) in labels.items():
+        a = algs[label]
+        base = f"private-glm@eps{eps:g}"
+        ref = FIG1_READ_OFF["a"].get(base)
+        learner = a.get("learner", [])
+        sw = np.mean([r["switches"] for r in learner]) if learner else float("nan")
+        c1 = np.mean([r["count1"] for r in learner]) if learner else float("nan")
+        if v:
+            p = paired(fin[label], fin[base])
+            share = (-p.mean_difference / (fin[base].mean() - ref)) if ref else float("nan")
+            cmp = f"{p.mean_difference:+.0f} ± {p.stderr:.0f} (t = {p.t:+.1f}, won {p.a_won}/{p.runs})"
+            share = f"{100 * share:.0f} %"
+        else:
+            cmp, share = "", ""
+        print(f"| {label} | {a['regret_final_mean']:.0f} ± {a['regret_final_stderr']:.0f} | {ref or ''} | "
+              f"{sw:.1f}, {c1:.1f} | {cmp} | {share} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("parts", nargs="*", choices=["table2", "fig1", "claims"], default=["table2"])
+    ap.add_argument("parts", nargs="*", choices=["table2", "fig1", "claims", "gap"], default=["table2"])
+    ap.add_argument("--gap-eps", type=float, nargs="+", default=[2.0, 8.0], help="gap: the nominal ε's")
+    ap.add_argument("--gap-variants", nargs="+", default=list(GAP_VARIANTS), choices=list(GAP_VARIANTS),
+                    help="gap: the variants ('' is Fig. 1's Private-GLM, always included)")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--runs", type=int, default=None)
     ap.add_argument("--out", type=Path, default=Path("results/glm"))
@@ -346,6 +408,8 @@ def main() -> None:
         fig1(args.out, args.jobs, args.runs, args.figures)
     if "claims" in args.parts:
         claims(args.out, args.runs)
+    if "gap" in args.parts:
+        gap(args.out, args.jobs, args.runs, args.gap_eps, [""] + [v for v in args.gap_variants if v])
     print(f"\ntotal wall time {time.perf_counter() - start:.0f} s")
 
 

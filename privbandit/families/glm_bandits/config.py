@@ -56,6 +56,13 @@ class GLMAlgorithm(StrictModel):
     sgd_burn_in: Annotated[int, Field(ge=0, le=1000)] = 10
     ucb_theta: Literal["tau", "average"] | None = None
     tau_data: Literal["unexplored", "all"] | None = None
+    # Private-GLM, the authors' HEAD (docs/glm-bandits.md, "Figure 1"): DP-SGD's epochs by the per-call
+    # ε₀ with a warm start, and Criterion II as PSD dominance. Not defects; off by default.
+    sgd_schedule: Literal["fixed", "head"] = "fixed"
+    criterion2: Literal["det-doubling", "psd-dominance"] = "det-doubling"
+    # A DEFECT of the authors' initial commit, reproduced only to measure it: its tree query
+    # (2, 3, 5, 5, 9, 9, … for unit leaves). Never a default, in no preset.
+    tree_query: Literal["correct", "paper-code-buggy-tree"] = "correct"
     # Algorithm 1 (shuffle-glm) only: M, B_1 in place of eq. (6)'s, γ in place of eq. (24)'s, and
     # eq. (127)'s constant (below 24·10⁴ Lemma S.1/S.2 do not hold: the ledger says none proven).
     batches: Annotated[int, Field(ge=2, le=12)] = 3

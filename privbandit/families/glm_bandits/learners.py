@@ -18,7 +18,7 @@ lemma behind JDP).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -142,6 +142,29 @@ class PrivateGLMSpec:
     tau_data: str               # "unexplored" ([t−1] \ T_o, the paper) | "all" (the authors' code)
     max_iterations: int
     sgd: mech.SGDSettings
+    # The authors' HEAD, for the Figure 1 gap (docs/glm-bandits.md): its DP-SGD schedule ("head":
+    # epochs by the per-call ε₀, warm start at (θ̂_o + θ̂_τ)/2), its Criterion II ("psd-dominance"),
+    # and, a defect of their initial commit, its tree query ("paper-code-buggy-tree").
+    sgd_schedule: str = "fixed"
+    criterion2: str = "det-doubling"
+    tree_query: str = "correct"
+
+
+def head_epochs(eps0: float) -> int:
+    """The authors' HEAD starts DP-SGD with 15, 25, 50, 75 or 100 epochs as the call's ε₀ is ≤ 0.1,
+    ≤ 0.3, ≤ 1, ≤ 2 or above (public: ε₀ is a constant of the run)."""
+    for bound, epochs in ((0.1, 15), (0.3, 25), (1.0, 50), (2.0, 75)):
+        if eps0 <= bound:
+            return epochs
+    return 100
+
+
+def psd_growth(h_prev_inv: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """λ_max(H_prev^{−1/2} H H_prev^{−1/2}) per run: how far H has grown past H_prev in its most-grown
+    direction (the authors' HEAD's Criterion II, with H_prev⁻¹ the released, eigenvalue-floored inverse)."""
+    w, q = np.linalg.eigh(h_prev_inv)
+    half = np.einsum("rij,rj,rkj->rik", q, np.sqrt(np.maximum(w, 0.0)), q)
+    return np.linalg.eigvalsh(half @ h @ half)[:, -1]
 
 
 class PrivateGLM:
@@ -152,8 +175,9 @@ class PrivateGLM:
         R, d, T = len(keys), s.d, s.T
         self.R = R
         self.keys = keys
-        self.tree_v = _tree(s.tree_v, T, [stream(k, "glm-tree-V") for k in keys]) or ExactSums(R, d)
-        self.tree_h = _tree(s.tree_h, T, [stream(k, "glm-tree-H") for k in keys]) or ExactSums(R, d)
+        buggy = s.tree_query == "paper-code-buggy-tree"
+        self.tree_v = _tree(s.tree_v, T, [stream(k, "glm-tree-V") for k in keys], buggy) or ExactSums(R, d)
+        self.tree_h = _tree(s.tree_h, T, [stream(k, "glm-tree-H") for k in keys], buggy) or ExactSums(R, d)
         c = s.consts
         self.lam = np.array([x.lam for x in c])
         self.gamma_sqrt_kappa = np.array([x.gamma * math.sqrt(k) for x, k in zip(c, s.kappa)])
@@ -193,8 +217,11 @@ class PrivateGLM:
         self.psd_clipped += clipped_v
         self.maxdet_all = np.maximum(self.maxdet_all, logdet(H, floor))
         calls = []
-        switch = (self.maxdet_all > np.log(2.0) + self.maxdet_tau) & (self.count2 < np.array(
-            [c.count2_cutoff for c in s.consts]))
+        if s.criterion2 == "psd-dominance":
+            grown = psd_growth(self.h_tau_inv, H) > 1 + 5 / (8 * math.sqrt(s.d)) + 0.05
+        else:
+            grown = self.maxdet_all > np.log(2.0) + self.maxdet_tau
+        switch = grown & (self.count2 < np.array([c.count2_cutoff for c in s.consts]))
         for i in np.flatnonzero(switch):
             mask = np.ones(t, dtype=bool) if s.tau_data == "all" else ~self.explored[i, :t]
             if not mask.any():
@@ -260,7 +287,11 @@ class PrivateGLM:
                 self.skipped[i] += 1
                 return None
             return mech.projected_gd_pvec(s.link, x, r, reg, s.S, plan, rng)
-        theta, _ = mech.dp_sgd(s.link, x, r, reg, s.S, eps, delta, s.sgd, rng)
+        sgd, start = s.sgd, None
+        if s.sgd_schedule == "head":
+            sgd = replace(s.sgd, epochs=head_epochs(eps))
+            start = (self.theta_o[i] + self.theta_tau[i]) / 2  # released: post-processing
+        theta, _ = mech.dp_sgd(s.link, x, r, reg, s.S, eps, delta, sgd, rng, start)
         return theta
 
     def pgd_plan(self, n: int, eps: float, delta: float, lam_max: float) -> mech.PGDPlan:
@@ -291,15 +322,17 @@ class ExactSums:
         return self.total.copy()
 
 
-def _tree(cals, T: int, rngs):
+def _tree(cals, T: int, rngs, buggy: bool = False):
     """One tree for R runs; its σ must be the same across the stacked runs (one noise law).
-    ``cals`` None: no noise (RS-GLinUCB's exact sums)."""
+    ``cals`` None: no noise (RS-GLinUCB's exact sums). ``buggy``: the authors' initial commit's
+    defective query (:class:`~.mechanisms.BuggyHeapTreeDefect`), only to measure it."""
     if cals is None:
         return None
+    kind = mech.BuggyHeapTreeDefect if buggy else mech.GridGaussianTree
     if len({c.sigma for c in cals}) != 1:
-        trees = [mech.GridGaussianTree(c, T, [g]) for c, g in zip(cals, rngs)]
+        trees = [kind(c, T, [g]) for c, g in zip(cals, rngs)]
         return _StackedTrees(trees)
-    return mech.GridGaussianTree(cals[0], T, rngs)
+    return kind(cals[0], T, rngs)
 
 
 class _StackedTrees:

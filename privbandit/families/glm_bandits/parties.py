@@ -65,6 +65,7 @@ class Setup:
         if self.spec is not None:
             s = self.spec
             out.update(optimizer=s.optimizer, ucb_theta=s.ucb_theta, tau_data=s.tau_data,
+                       sgd_schedule=s.sgd_schedule, criterion2=s.criterion2, tree_query=s.tree_query,
                        constants=[c.asdict() for c in s.consts])
         if self.spec is not None and self.spec.tree_v is not None:
             out.update(tree_sigma_V=[c.sigma for c in s.tree_v], tree_sigma_H=[c.sigma for c in s.tree_h],
@@ -92,11 +93,16 @@ def setup(public: dict) -> Setup:
         # (two PSD matrices of Frobenius norm ≤ 1) and by ≤ √2/κ* in H (weights clipped to 1/κ*).
         rho = mech.zcdp_rho(eps / 3, delta / 3)
         per_tree = rho if code else rho / 2
-        tree_v = tuple(mech.calibrate_tree(per_tree, math.sqrt(2), T, d) for _ in kappa)
-        tree_h = tuple(mech.calibrate_tree(per_tree, math.sqrt(2) / ks, T, d) for ks in kappa_star)
+        buggy = a.get("tree_query", "correct") == "paper-code-buggy-tree"
+        # the defective heap tree puts each leaf in ⌈log₂ T⌉ + 1 noisy nodes: calibrated for them
+        levels = mech.buggy_tree_levels(T) if buggy else None
+        tree_v = tuple(mech.calibrate_tree(per_tree, math.sqrt(2), T, d, levels) for _ in kappa)
+        tree_h = tuple(mech.calibrate_tree(per_tree, math.sqrt(2) / ks, T, d, levels) for ks in kappa_star)
         spec = gl.PrivateGLMSpec(link, d, T, S, R, consts, kappa, kappa_star, tree_v, tree_h, a["optimizer"],
                                  "tiny" if code else "lambda-max", a["ucb_theta"], a["tau_data"], a["max_iterations"],
-                                 mech.SGDSettings(epochs=a["sgd_epochs"], burn_in=a["sgd_burn_in"]))
+                                 mech.SGDSettings(epochs=a["sgd_epochs"], burn_in=a["sgd_burn_in"]),
+                                 a.get("sgd_schedule", "fixed"), a.get("criterion2", "det-doubling"),
+                                 a.get("tree_query", "correct"))
     return Setup(kind, d, T, link, S, eps, delta, zeta, kappa, kappa_star,
                  frozenset(int(c) for c in public["diagnostic"]), spec)
 
