@@ -1,7 +1,7 @@
 """Sarmasarkar ("Shuffle and joint differential privacy for generalized linear contextual bandits"):
 Table 2, Figure 1 and the paper's claims as paired verdicts, with the paper's numbers beside ours.
 
-    python experiments/reproduce_glm.py [table2] [fig1] [claims] [--jobs 1] [--runs 10] [--out results/glm]
+    python experiments/reproduce_glm.py [table2] [fig1] [claims] [gap] [--jobs 1] [--runs 10] [--out results/glm]
 
 - ``table2``: experiments/glm_table2_S{2,25,3}.toml (probit, d = 3, T = 5000), the paper's numbers
   beside ours. The paper's numbers (spec §9.1; they equal the authors' regret_output_table_probit.txt,
@@ -11,6 +11,10 @@ Table 2, Figure 1 and the paper's claims as paired verdicts, with the paper's nu
   (probit, d = 5, S = 3, T = 5000); draws docs/figures/glm_fig1a.png and glm_fig1b.png. The paper
   prints no numbers for Fig. 1; beside ours are the values read off the authors' repository plots
   (spec §9.2, "unknown whether identical to the paper's Fig. 1").
+- ``gap``: Fig. 1(a)'s Private-GLM at ``--gap-eps`` with one ingredient of the authors' repository
+  switched on (``GAP_VARIANTS``: their HEAD's DP-SGD schedule and Criterion II, and two named
+  defects, their initial commit's tree query and their trees' add/remove noise), paired run by run
+  against the unchanged one (docs/glm-bandits.md, "Figure 1").
 - ``claims``: "stable in κ" (Table 2 across S) and "the gap to RS-GLinUCB narrows as ε grows"
   (Table 2 and Fig. 1) as paired comparisons (mean difference, its standard error, t, runs won;
   ``privbandit.runner.paired``), at nominal ε and at equal guarantees: each Private-GLM's nominal ε
@@ -96,8 +100,10 @@ def table2(out: Path, jobs: int, runs: int | None) -> None:
     print("wall time: " + ", ".join(f"S={S}: {secs[S]:.0f} s" for S in secs) + f"; total {sum(secs.values()):.0f} s")
 
 
-def fig1(out: Path, jobs: int, runs: int | None, figures: Path) -> None:
+def fig1(out: Path, jobs: int, runs: int | None, figures: Path, panels: str = "ab") -> None:
     for panel, stem in FIG1.items():
+        if panel not in panels:
+            continue
         summary, secs = run_one(stem, out, jobs, runs)
         algs = summary["algorithms"]
         print(f"\nFig. 1({panel}) {stem}: {summary['runs']} runs, {secs:.0f} s wall; "
@@ -342,14 +348,23 @@ GAP_VARIANTS = {
     "psd": {"criterion2": "psd-dominance"},
     "head": {"sgd_schedule": "head", "criterion2": "psd-dominance"},
     "buggy-tree": {"tree_query": "paper-code-buggy-tree"},
+    "tree-noise": {"tree_noise": "paper-code-add-remove-defect"},
+    "tree-noise-head": {"tree_noise": "paper-code-add-remove-defect", "sgd_schedule": "head",
+                        "criterion2": "psd-dominance"},
+    # not the repository's: the paper's UCB centre θ̂_τ (eq. 18) in place of (θ̂_o + θ̂_τ)/2
+    "ucb-tau": {"ucb_theta": "tau"},
 }
 
 
-def gap(out: Path, jobs: int, runs: int | None, epsilons: list[float], variants: list[str]) -> None:
-    """Fig. 1(a)'s Private-GLM as it is and with one repository ingredient switched, same file, same
-    runs (rewards and instance shared run by run), paired against the unchanged one."""
-    src = (HERE / "glm_fig1a.toml").read_text()
-    head = src.split("[algorithms.")[0].replace('name = "glm-fig1a"', 'name = "glm-fig1a-gap"')
+def gap(out: Path, jobs: int, runs: int | None, epsilons: list[float], variants: list[str],
+        stem: str = "glm_fig1a") -> None:
+    """Private-GLM of ``stem`` (Fig. 1(a) or a Table 2 file) as it is and with one repository ingredient
+    switched, same file, same runs (rewards and instance shared run by run), paired against the
+    unchanged one; beside it the authors' value (their plot's read-off, or the paper's Table 2)."""
+    src = (HERE / f"{stem}.toml").read_text()
+    refs = FIG1_READ_OFF["a"] if stem == "glm_fig1a" else PAPER[{v: k for k, v in TABLE2.items()}[stem]]
+    head = src.split("[algorithms.")[0]
+    head = "\n".join(f'name = "{stem}-gap"' if ln.startswith("name = ") else ln for ln in head.splitlines()) + "\n"
     tables, labels = [], {}
     for eps in epsilons:
         for v in variants:
@@ -359,22 +374,22 @@ def gap(out: Path, jobs: int, runs: int | None, epsilons: list[float], variants:
             tables.append(f'[algorithms."{label}"]\nalgorithm = "private-glm"\nepsilon = {eps}\n{fields}')
     tables.append("[algorithms.rs-glinucb]\n")
     out.mkdir(parents=True, exist_ok=True)
-    path = out / "glm_fig1a_gap.toml"
+    path = out / f"{stem}_gap.toml"
     path.write_text(head + "\n".join(tables))
     start = time.perf_counter()
-    summary = run_file(path, out=out / "glm_fig1a_gap", jobs=jobs,
+    summary = run_file(path, out=out / f"{stem}_gap", jobs=jobs,
                        overrides=[] if runs is None else [f"runs={runs}"]).summary
     secs = time.perf_counter() - start
-    fin = finals(out / "glm_fig1a_gap")
+    fin = finals(out / f"{stem}_gap")
     algs = summary["algorithms"]
-    print(f"\nFig. 1(a) gap: {summary['runs']} runs, T = {summary['horizon']}, {secs:.0f} s wall; RS-GLinUCB "
+    print(f"\n{stem} gap: {summary['runs']} runs, T = {summary['horizon']}, {secs:.0f} s wall; RS-GLinUCB "
           f"{algs['rs-glinucb']['regret_final_mean']:.0f} ± {algs['rs-glinucb']['regret_final_stderr']:.0f}")
-    print("| label | regret (mean ± se) | authors' plot ≈ | switches, θ̂_o calls (mean) | a − as Fig. 1 (paired) "
-          "| share of the gap to the plot |\n|---|---|---|---|---|---|")
+    print("| label | regret (mean ± se) | authors' value | switches, θ̂_o calls (mean) | a − unchanged (paired) "
+          "| share of the gap to the authors' |\n|---|---|---|---|---|---|")
     for label, (eps, v) in labels.items():
         a = algs[label]
         base = f"private-glm@eps{eps:g}"
-        ref = FIG1_READ_OFF["a"].get(base)
+        ref = refs.get(base)
         learner = a.get("learner", [])
         sw = np.mean([r["switches"] for r in learner]) if learner else float("nan")
         c1 = np.mean([r["count1"] for r in learner]) if learner else float("nan")
@@ -393,23 +408,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("parts", nargs="*", choices=["table2", "fig1", "claims", "gap"], default=["table2"])
     ap.add_argument("--gap-eps", type=float, nargs="+", default=[2.0, 8.0], help="gap: the nominal ε's")
+    ap.add_argument("--gap-file", default="glm_fig1a", choices=["glm_fig1a", *TABLE2.values()],
+                    help="gap: the experiment file [default: glm_fig1a]")
     ap.add_argument("--gap-variants", nargs="+", default=list(GAP_VARIANTS), choices=list(GAP_VARIANTS),
                     help="gap: the variants ('' is Fig. 1's Private-GLM, always included)")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--runs", type=int, default=None)
     ap.add_argument("--out", type=Path, default=Path("results/glm"))
     ap.add_argument("--figures", type=Path, default=FIGURES, help="where the PNGs go [default: docs/figures]")
+    ap.add_argument("--panels", default="ab", choices=["ab", "a", "b"], help="fig1: which panels [default: ab]")
     args = ap.parse_args()
     start = time.perf_counter()
     if "table2" in args.parts:
         table2(args.out, args.jobs, args.runs)
     if "fig1" in args.parts:
         args.figures.mkdir(parents=True, exist_ok=True)
-        fig1(args.out, args.jobs, args.runs, args.figures)
+        fig1(args.out, args.jobs, args.runs, args.figures, args.panels)
     if "claims" in args.parts:
         claims(args.out, args.runs)
     if "gap" in args.parts:
-        gap(args.out, args.jobs, args.runs, args.gap_eps, [""] + [v for v in args.gap_variants if v])
+        gap(args.out, args.jobs, args.runs, args.gap_eps, [""] + [v for v in args.gap_variants if v], args.gap_file)
     print(f"\ntotal wall time {time.perf_counter() - start:.0f} s")
 
 

@@ -63,6 +63,10 @@ class GLMAlgorithm(StrictModel):
     # A DEFECT of the authors' initial commit, reproduced only to measure it: its tree query
     # (2, 3, 5, 5, 9, 9, … for unit leaves). Never a default, in no preset.
     tree_query: Literal["correct", "paper-code-buggy-tree"] = "correct"
+    # A DEFECT of the authors' trees (initial commit and HEAD), reproduced only to measure it: node noise
+    # calibrated at a leaf's add/remove sensitivity (1, 1/κ* for H), not the replace-one √2 the JDP
+    # neighbours need; the ledger charges the ρ this really gives. Never a default, in no preset.
+    tree_noise: Literal["replace-one", "paper-code-add-remove-defect"] = "replace-one"
     # Algorithm 1 (shuffle-glm) only: M, B_1 in place of eq. (6)'s, γ in place of eq. (24)'s, and
     # eq. (127)'s constant (below 24·10⁴ Lemma S.1/S.2 do not hold: the ledger says none proven).
     batches: Annotated[int, Field(ge=2, le=12)] = 3

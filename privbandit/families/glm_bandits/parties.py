@@ -96,8 +96,8 @@ def setup(public: dict) -> Setup:
         buggy = a.get("tree_query", "correct") == "paper-code-buggy-tree"
         # the defective heap tree puts each leaf in ⌈log₂ T⌉ + 1 noisy nodes: calibrated for them
         levels = mech.buggy_tree_levels(T) if buggy else None
-        tree_v = tuple(mech.calibrate_tree(per_tree, math.sqrt(2), T, d, levels) for _ in kappa)
-        tree_h = tuple(mech.calibrate_tree(per_tree, math.sqrt(2) / ks, T, d, levels) for ks in kappa_star)
+        tree_v = tuple(tree_calibration(per_tree, math.sqrt(2), T, d, levels, a) for _ in kappa)
+        tree_h = tuple(tree_calibration(per_tree, math.sqrt(2) / ks, T, d, levels, a) for ks in kappa_star)
         spec = gl.PrivateGLMSpec(link, d, T, S, R, consts, kappa, kappa_star, tree_v, tree_h, a["optimizer"],
                                  "tiny" if code else "lambda-max", a["ucb_theta"], a["tau_data"], a["max_iterations"],
                                  mech.SGDSettings(epochs=a["sgd_epochs"], burn_in=a["sgd_burn_in"]),
@@ -105,6 +105,17 @@ def setup(public: dict) -> Setup:
                                  a.get("tree_query", "correct"))
     return Setup(kind, d, T, link, S, eps, delta, zeta, kappa, kappa_star,
                  frozenset(int(c) for c in public["diagnostic"]), spec)
+
+
+def tree_calibration(rho: float, sensitivity: float, T: int, d: int, levels: int | None, a: dict):
+    """A tree's noise for ``rho``-zCDP at the replace-one ``sensitivity``; with ``tree_noise =
+    "paper-code-add-remove-defect"`` (a DEFECT, only to measure it) σ is the repository's, calibrated
+    at a leaf's add/remove sensitivity (1, and 1/κ* for H: √2 less), while ρ stays computed at the
+    replace-one sensitivity: the ledger then reads what such a tree really spends (2ρ)."""
+    if a.get("tree_noise", "replace-one") == "replace-one":
+        return mech.calibrate_tree(rho, sensitivity, T, d, levels)
+    cal = mech.calibrate_tree(rho, sensitivity / math.sqrt(2), T, d, levels)
+    return mech.TreeCalibration(cal.sigma, sensitivity, cal.levels, d)
 
 
 def tree_event(s: Setup) -> PrivacyEvent:

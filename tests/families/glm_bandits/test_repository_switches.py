@@ -37,7 +37,8 @@ def test_buggy_tree_is_calibrated_for_its_path_length():
     assert mech.buggy_tree_levels(15000) == 15 and mech.tree_levels(15000) == 14
     ours = mech.calibrate_tree(0.5, 1.0, 15000, 3)
     buggy = mech.calibrate_tree(0.5, 1.0, 15000, 3, mech.buggy_tree_levels(15000))
-    assert buggy.rho == pytest.approx(ours.rho, rel=1e-3) and buggy.sigma == pytest.approx(ours.sigma * (15 / 14) ** 0.5)
+    assert buggy.rho == pytest.approx(ours.rho, rel=1e-3)
+    assert buggy.sigma == pytest.approx(ours.sigma * (15 / 14) ** 0.5)
 
 
 def test_psd_growth_is_the_largest_generalised_eigenvalue():
@@ -52,3 +53,15 @@ def test_psd_growth_is_the_largest_generalised_eigenvalue():
 
 def test_head_epochs_follow_the_per_call_epsilon():
     assert [gl.head_epochs(e) for e in (0.05, 0.1, 0.2, 0.44, 1.5, 2.67)] == [15, 15, 25, 50, 75, 100]
+
+
+def test_add_remove_tree_noise_is_the_repositorys_sigma_and_the_ledger_charges_what_it_spends():
+    """The repository's σ is calibrated at a leaf's add/remove sensitivity (1; 1/κ* for H), √2 below
+    the replace-one √2 a user's changed leaf can move; the ρ it really gives is then twice the budget."""
+    from privbandit.families.glm_bandits.parties import tree_calibration
+
+    ours = tree_calibration(0.3, 2**0.5, 15000, 5, None, {})
+    defect = tree_calibration(0.3, 2**0.5, 15000, 5, None, {"tree_noise": "paper-code-add-remove-defect"})
+    repo = mech.calibrate_tree(0.3, 1.0, 15000, 5)
+    assert defect.sigma == repo.sigma < ours.sigma and ours.rho == pytest.approx(0.3, rel=1e-3)
+    assert defect.sensitivity == 2**0.5 and defect.rho == pytest.approx(2 * 0.3, rel=0.02)
