@@ -358,11 +358,12 @@ GAP_VARIANTS = {
 
 def gap(out: Path, jobs: int, runs: int | None, epsilons: list[float], variants: list[str],
         stem: str = "glm_fig1a") -> None:
-    """Private-GLM of ``stem`` (Fig. 1(a) or a Table 2 file) as it is and with one repository ingredient
+    """Private-GLM of ``stem`` (a Fig. 1 or Table 2 file) as it is and with one repository ingredient
     switched, same file, same runs (rewards and instance shared run by run), paired against the
     unchanged one; beside it the authors' value (their plot's read-off, or the paper's Table 2)."""
     src = (HERE / f"{stem}.toml").read_text()
-    refs = FIG1_READ_OFF["a"] if stem == "glm_fig1a" else PAPER[{v: k for k, v in TABLE2.items()}[stem]]
+    panels = {v: k for k, v in FIG1.items()}
+    refs = FIG1_READ_OFF[panels[stem]] if stem in panels else PAPER[{v: k for k, v in TABLE2.items()}[stem]]
     head = src.split("[algorithms.")[0]
     head = "\n".join(f'name = "{stem}-gap"' if ln.startswith("name = ") else ln for ln in head.splitlines()) + "\n"
     tables, labels = [], {}
@@ -408,7 +409,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("parts", nargs="*", choices=["table2", "fig1", "claims", "gap"], default=["table2"])
     ap.add_argument("--gap-eps", type=float, nargs="+", default=[2.0, 8.0], help="gap: the nominal ε's")
-    ap.add_argument("--gap-file", default="glm_fig1a", choices=["glm_fig1a", *TABLE2.values()],
+    ap.add_argument("--gap-file", default="glm_fig1a", choices=[*FIG1.values(), *TABLE2.values()],
                     help="gap: the experiment file [default: glm_fig1a]")
     ap.add_argument("--gap-variants", nargs="+", default=list(GAP_VARIANTS), choices=list(GAP_VARIANTS),
                     help="gap: the variants ('' is Fig. 1's Private-GLM, always included)")
