@@ -357,7 +357,7 @@ GAP_VARIANTS = {
 
 
 def gap(out: Path, jobs: int, runs: int | None, epsilons: list[float], variants: list[str],
-        stem: str = "glm_fig1a") -> None:
+        stem: str = "glm_fig1a", seed: int | None = None) -> None:
     """Private-GLM of ``stem`` (a Fig. 1 or Table 2 file) as it is and with one repository ingredient
     switched, same file, same runs (rewards and instance shared run by run), paired against the
     unchanged one; beside it the authors' value (their plot's read-off, or the paper's Table 2)."""
@@ -375,15 +375,17 @@ def gap(out: Path, jobs: int, runs: int | None, epsilons: list[float], variants:
             tables.append(f'[algorithms."{label}"]\nalgorithm = "private-glm"\nepsilon = {eps}\n{fields}')
     tables.append("[algorithms.rs-glinucb]\n")
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{stem}_gap.toml"
+    name = f"{stem}_gap" + ("" if seed is None else f"_seed{seed}")
+    path = out / f"{name}.toml"
     path.write_text(head + "\n".join(tables))
     start = time.perf_counter()
-    summary = run_file(path, out=out / f"{stem}_gap", jobs=jobs,
-                       overrides=[] if runs is None else [f"runs={runs}"]).summary
+    overrides = ([] if runs is None else [f"runs={runs}"]) + ([] if seed is None else [f"seed={seed}"])
+    summary = run_file(path, out=out / name, jobs=jobs, overrides=overrides).summary
     secs = time.perf_counter() - start
-    fin = finals(out / f"{stem}_gap")
+    fin = finals(out / name)
     algs = summary["algorithms"]
-    print(f"\n{stem} gap: {summary['runs']} runs, T = {summary['horizon']}, {secs:.0f} s wall; RS-GLinUCB "
+    kappa = algs["rs-glinucb"]["setup"]["kappa"][0]
+    print(f"\n{name}: κ = {kappa:.1f}, {summary['runs']} runs, T = {summary['horizon']}, {secs:.0f} s wall; RS-GLinUCB "
           f"{algs['rs-glinucb']['regret_final_mean']:.0f} ± {algs['rs-glinucb']['regret_final_stderr']:.0f}")
     print("| label | regret (mean ± se) | authors' value | switches, θ̂_o calls (mean) | a − unchanged (paired) "
           "| share of the gap to the authors' |\n|---|---|---|---|---|---|")
@@ -409,6 +411,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("parts", nargs="*", choices=["table2", "fig1", "claims", "gap"], default=["table2"])
     ap.add_argument("--gap-eps", type=float, nargs="+", default=[2.0, 8.0], help="gap: the nominal ε's")
+    ap.add_argument("--gap-seed", type=int, default=None, help="gap: another instance (the file's seed otherwise)")
     ap.add_argument("--gap-file", default="glm_fig1a", choices=[*FIG1.values(), *TABLE2.values()],
                     help="gap: the experiment file [default: glm_fig1a]")
     ap.add_argument("--gap-variants", nargs="+", default=list(GAP_VARIANTS), choices=list(GAP_VARIANTS),
@@ -428,7 +431,8 @@ def main() -> None:
     if "claims" in args.parts:
         claims(args.out, args.runs)
     if "gap" in args.parts:
-        gap(args.out, args.jobs, args.runs, args.gap_eps, [""] + [v for v in args.gap_variants if v], args.gap_file)
+        gap(args.out, args.jobs, args.runs, args.gap_eps, [""] + [v for v in args.gap_variants if v], args.gap_file,
+            args.gap_seed)
     print(f"\ntotal wall time {time.perf_counter() - start:.0f} s")
 
 
