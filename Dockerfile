@@ -23,12 +23,15 @@ COPY privbandit /tmp/src/privbandit
 RUN pip install -c /tmp/src/constraints.txt /tmp/src && rm -rf /tmp/src
 
 # Mount points. A named volume mounted on an empty directory of the image takes its owner, so the
-# unprivileged user can write /config (broker files), the roles' secrets, and the keys (a directory
-# the image lacks would be created root-owned, and the one-shot services could not write it).
+# unprivileged user can write /config (broker files), the roles' secrets, the keys, the TLS files
+# (/tls, /ca) and the parties' checkpoints (/state, /state-<party>) (a directory the image lacks
+# would be created root-owned, and the services could not write it).
 RUN mkdir /config /keys /results /experiments /secret /secret-observer /secret-analyzer /secret-aggregator \
-          /secret-users /fleet-0 /fleet-1 /fleet-keys \
+          /secret-users /fleet-0 /fleet-1 /fleet-keys /tls /ca /state /state-analyzer /state-aggregator \
+          /state-observer \
  && chown privbandit:privbandit /config /keys /results /secret /secret-observer /secret-analyzer \
-          /secret-aggregator /secret-users /fleet-0 /fleet-1 /fleet-keys
+          /secret-aggregator /secret-users /fleet-0 /fleet-1 /fleet-keys /tls /ca /state /state-analyzer \
+          /state-aggregator /state-observer
 
 USER privbandit
 WORKDIR /home/privbandit

@@ -1,7 +1,7 @@
 """Sarmasarkar ("Shuffle and joint differential privacy for generalized linear contextual bandits"):
 Table 2, Figure 1 and the paper's claims as paired verdicts, with the paper's numbers beside ours.
 
-    python experiments/reproduce_glm.py [table2] [fig1] [claims] [--jobs 1] [--runs 10] [--out results/glm]
+    python experiments/reproduce_glm.py [table2] [fig1] [claims] [gap] [--jobs 1] [--runs 10] [--out results/glm]
 
 - ``table2``: experiments/glm_table2_S{2,25,3}.toml (probit, d = 3, T = 5000), the paper's numbers
   beside ours. The paper's numbers (spec §9.1; they equal the authors' regret_output_table_probit.txt,
@@ -11,6 +11,10 @@ Table 2, Figure 1 and the paper's claims as paired verdicts, with the paper's nu
   (probit, d = 5, S = 3, T = 5000); draws docs/figures/glm_fig1a.png and glm_fig1b.png. The paper
   prints no numbers for Fig. 1; beside ours are the values read off the authors' repository plots
   (spec §9.2, "unknown whether identical to the paper's Fig. 1").
+- ``gap``: Fig. 1(a)'s Private-GLM at ``--gap-eps`` with one ingredient of the authors' repository
+  switched on (``GAP_VARIANTS``: their HEAD's DP-SGD schedule and Criterion II, and two named
+  defects, their initial commit's tree query and their trees' add/remove noise), paired run by run
+  against the unchanged one (docs/glm-bandits.md, "Figure 1").
 - ``claims``: "stable in κ" (Table 2 across S) and "the gap to RS-GLinUCB narrows as ε grows"
   (Table 2 and Fig. 1) as paired comparisons (mean difference, its standard error, t, runs won;
   ``privbandit.runner.paired``), at nominal ε and at equal guarantees: each Private-GLM's nominal ε
@@ -53,7 +57,7 @@ PAPER_KAPPA = {2.0: 18.39, 2.5: 56.44, 3.0: 222.15}
 ROWS = ["glm-ucb", "gloc", "private-glm@eps4", "private-glm@eps6", "private-glm@eps8", "rs-glinucb"]
 TABLE2 = {2.0: "glm_table2_S2", 2.5: "glm_table2_S25", 3.0: "glm_table2_S3"}
 FIG1 = {"a": "glm_fig1a", "b": "glm_fig1b"}
-# Read off the authors' HEAD plots Results/{Logistic,Probit}_Regret.png at T (spec §9.2); ECOLog is not built.
+# Read off the authors' HEAD plots Results/{Logistic,Probit}_Regret.png at T (spec §9.2).
 FIG1_READ_OFF = {
     "a": {"gloc": 1460, "private-glm@eps2": 1220, "ecolog": 560, "private-glm@eps4": 545, "rs-glinucb": 535,
           "private-glm@eps8": 430},
@@ -96,8 +100,10 @@ def table2(out: Path, jobs: int, runs: int | None) -> None:
     print("wall time: " + ", ".join(f"S={S}: {secs[S]:.0f} s" for S in secs) + f"; total {sum(secs.values()):.0f} s")
 
 
-def fig1(out: Path, jobs: int, runs: int | None, figures: Path) -> None:
+def fig1(out: Path, jobs: int, runs: int | None, figures: Path, panels: str = "ab") -> None:
     for panel, stem in FIG1.items():
+        if panel not in panels:
+            continue
         summary, secs = run_one(stem, out, jobs, runs)
         algs = summary["algorithms"]
         print(f"\nFig. 1({panel}) {stem}: {summary['runs']} runs, {secs:.0f} s wall; "
@@ -112,7 +118,7 @@ def fig1(out: Path, jobs: int, runs: int | None, figures: Path) -> None:
                   f"{'' if ref is None else ref:>15} {eps:>14}")
         missing = sorted(set(FIG1_READ_OFF[panel]) - set(algs))
         if missing:
-            print(f"  not built: {', '.join(missing)} (authors' plot ≈ "
+            print(f"  not run: {', '.join(missing)} (authors' plot ≈ "
                   + ", ".join(str(FIG1_READ_OFF[panel][m]) for m in missing) + ")")
         draw_fig1(out / stem, panel, summary, figures / f"glm_fig1{panel}.png")
 
@@ -146,7 +152,8 @@ def draw_fig1(results: Path, panel: str, summary: dict, dest: Path) -> None:
         last = value
         ax.plot([T * (1 + 0.015 * shift)], [value], marker="o", markerfacecolor="none",
                 markeredgecolor=COLOURS[label], markersize=8, linestyle="none", clip_on=False)
-    ecolog = "; brown: ECOLog, not built" if "ecolog" in FIG1_READ_OFF[panel] else ""
+    missing = ", ".join(sorted(set(FIG1_READ_OFF[panel]) - set(labels)))
+    ecolog = f"; not run: {missing}" if missing else ""
     ax.plot([], [], marker="o", markerfacecolor="none", markeredgecolor="grey", linestyle="none",
             label=f"authors' plot at T (read off{ecolog})")
     kappa = summary["algorithms"][labels[0]]["setup"]["kappa"][0]
@@ -330,22 +337,102 @@ def claims(out: Path, runs: int | None) -> None:
                            f"{kind}; ratio {both(stem, label)[kind].mean() / nominal[stem]['rs-glinucb'].mean():.2f}"))
 
 
+# --- the Figure 1 gap -----------------------------------------------------------------------------
+
+# Private-GLM variants, one ingredient of the authors' repository each (docs/glm-bandits.md, "Figure 1"):
+# their HEAD's DP-SGD schedule (epochs by the per-call ε₀, warm start), their HEAD's Criterion II (PSD
+# dominance), both, and the DEFECT of their initial commit's tree query (never a default).
+GAP_VARIANTS = {
+    "": {},
+    "head-sgd": {"sgd_schedule": "head"},
+    "psd": {"criterion2": "psd-dominance"},
+    "head": {"sgd_schedule": "head", "criterion2": "psd-dominance"},
+    "buggy-tree": {"tree_query": "paper-code-buggy-tree"},
+    "tree-noise": {"tree_noise": "paper-code-add-remove-defect"},
+    "tree-noise-head": {"tree_noise": "paper-code-add-remove-defect", "sgd_schedule": "head",
+                        "criterion2": "psd-dominance"},
+    # not the repository's: the paper's UCB centre θ̂_τ (eq. 18) in place of (θ̂_o + θ̂_τ)/2
+    "ucb-tau": {"ucb_theta": "tau"},
+}
+
+
+def gap(out: Path, jobs: int, runs: int | None, epsilons: list[float], variants: list[str],
+        stem: str = "glm_fig1a", seed: int | None = None) -> None:
+    """Private-GLM of ``stem`` (a Fig. 1 or Table 2 file) as it is and with one repository ingredient
+    switched, same file, same runs (rewards and instance shared run by run), paired against the
+    unchanged one; beside it the authors' value (their plot's read-off, or the paper's Table 2)."""
+    src = (HERE / f"{stem}.toml").read_text()
+    panels = {v: k for k, v in FIG1.items()}
+    refs = FIG1_READ_OFF[panels[stem]] if stem in panels else PAPER[{v: k for k, v in TABLE2.items()}[stem]]
+    head = src.split("[algorithms.")[0]
+    head = "\n".join(f'name = "{stem}-gap"' if ln.startswith("name = ") else ln for ln in head.splitlines()) + "\n"
+    tables, labels = [], {}
+    for eps in epsilons:
+        for v in variants:
+            label = f"private-glm@eps{eps:g}" + (f"-{v}" if v else "")
+            labels[label] = (eps, v)
+            fields = "".join(f'{k} = "{val}"\n' for k, val in GAP_VARIANTS[v].items())
+            tables.append(f'[algorithms."{label}"]\nalgorithm = "private-glm"\nepsilon = {eps}\n{fields}')
+    tables.append("[algorithms.rs-glinucb]\n")
+    out.mkdir(parents=True, exist_ok=True)
+    name = f"{stem}_gap" + ("" if seed is None else f"_seed{seed}")
+    path = out / f"{name}.toml"
+    path.write_text(head + "\n".join(tables))
+    start = time.perf_counter()
+    overrides = ([] if runs is None else [f"runs={runs}"]) + ([] if seed is None else [f"seed={seed}"])
+    summary = run_file(path, out=out / name, jobs=jobs, overrides=overrides).summary
+    secs = time.perf_counter() - start
+    fin = finals(out / name)
+    algs = summary["algorithms"]
+    kappa = algs["rs-glinucb"]["setup"]["kappa"][0]
+    print(f"\n{name}: κ = {kappa:.1f}, {summary['runs']} runs, T = {summary['horizon']}, {secs:.0f} s wall; RS-GLinUCB "
+          f"{algs['rs-glinucb']['regret_final_mean']:.0f} ± {algs['rs-glinucb']['regret_final_stderr']:.0f}")
+    print("| label | regret (mean ± se) | authors' value | switches, θ̂_o calls (mean) | a − unchanged (paired) "
+          "| share of the gap to the authors' |\n|---|---|---|---|---|---|")
+    for label, (eps, v) in labels.items():
+        a = algs[label]
+        base = f"private-glm@eps{eps:g}"
+        ref = refs.get(base)
+        learner = a.get("learner", [])
+        sw = np.mean([r["switches"] for r in learner]) if learner else float("nan")
+        c1 = np.mean([r["count1"] for r in learner]) if learner else float("nan")
+        if v:
+            p = paired(fin[label], fin[base])
+            share = (-p.mean_difference / (fin[base].mean() - ref)) if ref else float("nan")
+            cmp = f"{p.mean_difference:+.0f} ± {p.stderr:.0f} (t = {p.t:+.1f}, won {p.a_won}/{p.runs})"
+            share = f"{100 * share:.0f} %"
+        else:
+            cmp, share = "", ""
+        print(f"| {label} | {a['regret_final_mean']:.0f} ± {a['regret_final_stderr']:.0f} | {ref or ''} | "
+              f"{sw:.1f}, {c1:.1f} | {cmp} | {share} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("parts", nargs="*", choices=["table2", "fig1", "claims"], default=["table2"])
+    ap.add_argument("parts", nargs="*", choices=["table2", "fig1", "claims", "gap"], default=["table2"])
+    ap.add_argument("--gap-eps", type=float, nargs="+", default=[2.0, 8.0], help="gap: the nominal ε's")
+    ap.add_argument("--gap-seed", type=int, default=None, help="gap: another instance (the file's seed otherwise)")
+    ap.add_argument("--gap-file", default="glm_fig1a", choices=[*FIG1.values(), *TABLE2.values()],
+                    help="gap: the experiment file [default: glm_fig1a]")
+    ap.add_argument("--gap-variants", nargs="+", default=list(GAP_VARIANTS), choices=list(GAP_VARIANTS),
+                    help="gap: the variants ('' is Fig. 1's Private-GLM, always included)")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--runs", type=int, default=None)
     ap.add_argument("--out", type=Path, default=Path("results/glm"))
     ap.add_argument("--figures", type=Path, default=FIGURES, help="where the PNGs go [default: docs/figures]")
+    ap.add_argument("--panels", default="ab", choices=["ab", "a", "b"], help="fig1: which panels [default: ab]")
     args = ap.parse_args()
     start = time.perf_counter()
     if "table2" in args.parts:
         table2(args.out, args.jobs, args.runs)
     if "fig1" in args.parts:
         args.figures.mkdir(parents=True, exist_ok=True)
-        fig1(args.out, args.jobs, args.runs, args.figures)
+        fig1(args.out, args.jobs, args.runs, args.figures, args.panels)
     if "claims" in args.parts:
         claims(args.out, args.runs)
+    if "gap" in args.parts:
+        gap(args.out, args.jobs, args.runs, args.gap_eps, [""] + [v for v in args.gap_variants if v], args.gap_file,
+            args.gap_seed)
     print(f"\ntotal wall time {time.perf_counter() - start:.0f} s")
 
 

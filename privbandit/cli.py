@@ -538,16 +538,28 @@ def adversary_catalogue() -> dict[str, tuple[str, str]]:
     return out | {kind: ("over MQTT", text) for kind, text in TRAFFIC_ADVERSARIES.items()}
 
 
+_ATTACK_SUMMARY = "Run an adversary and measure the damage (docs/attacks.md)."
+
+
 def _attack_help() -> str:
     lines = [f"{kind}: {text} [{where}]" for kind, (where, text) in adversary_catalogue().items()]
-    return ("Run an adversary and measure the damage (docs/attacks.md).\n\n"
+    return (_ATTACK_SUMMARY + "\n\n"
             "In-process, against an experiment file: privbandit attack KIND FILE [--fraction F] "
             "prints honest vs attacked regret, estimate error and ε side by side. Over MQTT, against "
             "a running session: privbandit attack KIND --broker URL --run RUN_ID.\n\n"
             "Adversaries:\n\n" + "\n\n".join(lines))
 
 
-@app.command(help=_attack_help())
+class _AttackCommand(typer.core.TyperCommand):
+    """The adversary list in ``attack --help`` imports every family: it is built when the help is
+    shown, not when the CLI is imported, which every party process does at start-up."""
+
+    def format_help(self, ctx, formatter) -> None:
+        self.help = _attack_help()
+        super().format_help(ctx, formatter)
+
+
+@app.command(cls=_AttackCommand, help=_ATTACK_SUMMARY)
 def attack(
     kind: Annotated[str, typer.Argument(help="the adversary (listed above)")],
     experiment: Annotated[Optional[Path], typer.Argument(help="experiment file, for the in-process adversaries")] = None,
@@ -953,6 +965,9 @@ def broker_config(
     instance: Annotated[Optional[list[str]], typer.Option(
         metavar="NAME", help="an intermediary instance account, e.g. shuffler-2 (repeatable): the "
                              "concurrent-shuffle family's shuffler-1 … shuffler-k, each its own password and ACL")] = None,
+    dynsec_plugin: Annotated[Optional[Path], typer.Option(
+        help="with --backend dynsec: Mosquitto's plugin where the broker runs, written as given (e.g. "
+             "/usr/lib/mosquitto_dynamic_security.so in the eclipse-mosquitto image) [default: found here]")] = None,
 ):
     """Write a Mosquitto configuration with one account per role and the run's ACLs. The passwords
     of a credentials.env already in OUT are kept, so a broker running the earlier config still
@@ -961,7 +976,47 @@ def broker_config(
 
     raise typer.Exit(broker_config_main(out, run_id, port, host=host, backend=backend, tls_cert=tls_cert,
                                         tls_key=tls_key, client_ca=client_ca, rotate=rotate, role_dirs=role_dir,
-                                        instances=instance))
+                                        instances=instance, dynsec_plugin=dynsec_plugin))
+
+
+@app.command("tls-files")
+def tls_files(
+    out: Annotated[Path, typer.Option(help="directory for the broker's broker.pem and broker.key")],
+    ca_dir: Annotated[Path, typer.Option(help="directory for ca.pem, which every party verifies the broker with")],
+    host: Annotated[list[str], typer.Option(help="a name or address the parties reach the broker by (repeatable)")],
+    days: Annotated[int, typer.Option(help="validity in days (1..3650)")] = 365,
+    rotate: Annotated[bool, typer.Option("--rotate", help="make new files even where valid ones are")] = False,
+):
+    """Make a CA and a broker certificate it signed (ECDSA P-256), for broker-config --tls-cert/--tls-key.
+    The CA's private key is never written. Files still valid for the hosts and for 30 more days are kept."""
+    from privbandit.services.broker_cli import tls_files_main
+
+    raise typer.Exit(tls_files_main(out, ca_dir, host, days=days, rotate=rotate))
+
+
+@app.command("reset-state")
+def reset_state(
+    state_dir: Annotated[list[Path], typer.Argument(help="a party's --state-dir")],
+):
+    """Remove the checkpoints in the parties' state directories, so a new session starts afresh
+    (docker-compose.yml runs it before every session; a party restarted within one resumes). Other
+    files are left alone."""
+    from privbandit.services.checkpoint import FILE_NAME
+
+    for directory in state_dir:
+        if directory.exists() and not directory.is_dir():
+            _error(f"STATE_DIR {directory}: not a directory")
+            raise typer.Exit(2)
+        # the checkpoint, and what a writer killed mid-write left (checkpoint.atomic_write)
+        for path in [directory / FILE_NAME, *directory.glob(f".{FILE_NAME}.tmp-*")]:
+            try:
+                path.unlink()
+                err.print(f"removed {path}", highlight=False)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                _error(f"STATE_DIR {directory}: cannot remove {path.name}: {exc.strerror}")
+                raise typer.Exit(2)
 
 
 @app.command()
@@ -1109,6 +1164,9 @@ def audit(
                                                 "account, released by the real intermediary process")] = "inproc",
     canary: Annotated[bool, typer.Option(help="also run each algorithm once with canaries and bound the whole "
                                               "run's ε (one-run audit), where the family supports it")] = False,
+    search: Annotated[bool, typer.Option(help="also search the family's candidate neighbouring pairs of each "
+                                              "release: pilot each on max(1000, samples/20), audit the strongest "
+                                              "on a fresh sample")] = False,
     broker: Annotated[Optional[str], typer.Option(
         help="with --transport mqtt: mqtt://host:port or mqtts://host:port [default: an embedded broker]")] = None,
     run_id: RunIdForBroker = None,
@@ -1123,10 +1181,9 @@ def audit(
     against the ledger's claim (docs/audit.md). Exits 1 if any bound exceeds its claim."""
     import copy
 
-    from privbandit.audit.mqtt import MAX_MQTT_SAMPLES
-
     from privbandit import registry
     from privbandit.audit import run_audit, write_audit
+    from privbandit.audit.mqtt import MAX_MQTT_SAMPLES
     from privbandit.audit.run import run_audit_parallel
     from privbandit.runner import config as experiment_files
     from privbandit.runner.provenance import command_line
@@ -1146,6 +1203,8 @@ def audit(
                 raise ConfigError(f"--jobs {jobs}: only with --transport inproc (an MQTT audit is one session)")
             if canary:
                 raise ConfigError("--canary: only with --transport inproc (the one-run audit runs in-process)")
+            if search:
+                raise ConfigError("--search: only with --transport inproc (its pilots need in-process samples)")
             if not 100 <= samples <= MAX_MQTT_SAMPLES:
                 raise ConfigError(f"--samples {samples}: with --transport mqtt, must lie in [100, 10^6] (a few "
                                   f"hundred releases per second cross the broker; docs/audit.md)")
@@ -1233,12 +1292,24 @@ def audit(
                     runs.append(fam.canary_audit(config, label, seed, confidence))
                 except (ValueError, NotImplementedError) as exc:
                     raise ConfigError(f"--canary: {exc}") from None
+        searches = []
+        if search:  # privbandit/audit/search.py; docs/audit.md
+            from privbandit.audit.search import search as search_releases
+
+            try:
+                groups = [g for label in labels for g in fam.audit_candidates(config, label, cohort)]
+            except ValueError as exc:
+                raise ConfigError(f"--search: {exc}") from None
+            if not groups:
+                raise ConfigError(f"--search: family {fam.name} offers no candidate pairs for {', '.join(labels)} "
+                                  f"(docs/audit.md)")
+            searches = search_releases(groups, samples, delta, confidence, seed)
     except ConfigError as exc:
         _error(exc)
         raise typer.Exit(2)
     report = {"command": command_line(), "samples": samples, "confidence": confidence, "seed": seed,
               "cohort": cohort, "transport": transport, "targets": results, "not_audited": skipped,
-              "canary_runs": runs, **({"mqtt": session} if session else {}),
+              "canary_runs": runs, "searches": searches, **({"mqtt": session} if session else {}),
               "seconds": sum(r["seconds"]["total"] for r in results)}
     write_audit(out, report)
     console = Console(width=None if sys.stdout.isatty() else 140)
@@ -1279,10 +1350,17 @@ def audit(
         console.print(f"one run of {r['name']} ({r['horizon']:,} users, {r['canaries']} canaries): ε ≥ "
                       f"{r['epsilon']:.4g} at δ = {r['delta']:.2g} ({r['correct']}/{r['guesses']} guesses right), "
                       f"claimed {claimed}: {r['verdict']} ({r['seconds']:.1f} s)")
+    for r in searches:
+        c, pick = r["claim"], r["search"]["chosen"]
+        claimed = f"{c['epsilon_at_delta']:.4g}" if c["epsilon_at_delta"] is not None else c["guarantee"]
+        pilots = ", ".join(f"{row['pilot_epsilon']:.3g}" for row in r["search"]["candidates"])
+        console.print(f"search {r['name']}: pilots ε ≥ {pilots} ({r['search']['pilot_samples']:,} samples each); "
+                      f"chosen #{pick} ({r['neighbours']}): ε ≥ {r['audit']['epsilon']:.4g}, claimed {claimed}: "
+                      f"{r['verdict']}")
     if skipped:
         console.print(f"not audited (no audit targets yet): {', '.join(skipped)}")
     console.print(f"audit.json and one plot per mechanism in {out}/")
-    if any(r["verdict"] == "violation" for r in results + runs) or inexact:
+    if any(r["verdict"] == "violation" for r in results + runs + searches) or inexact:
         raise typer.Exit(1)
 
 

@@ -365,7 +365,7 @@ def test_canary_run_with_the_inverted_polya_scale_is_flagged():
     assert r["verdict"] == "violation" and r["epsilon"] > 2, r
 
 
-def test_cli_canary_writes_the_runs_and_refuses_families_without_one(tmp_path):
+def test_cli_canary_writes_the_runs_and_refuses_algorithms_without_one(tmp_path):
     import json
 
     from typer.testing import CliRunner
@@ -380,9 +380,9 @@ def test_cli_canary_writes_the_runs_and_refuses_families_without_one(tmp_path):
     runs = json.loads((tmp_path / "o" / "audit.json").read_text())["canary_runs"]
     assert [(r["label"], r["verdict"]) for r in runs] == [("cdp-se", "consistent"), ("se", "no claim")]
     assert "one run of distributed-dp-mab/cdp-se" in res.output
-    res = CliRunner().invoke(app, ["audit", "experiments/pol_ftnl.toml", "--canary", "--samples", "100",
-                                   "--out", str(tmp_path / "p")])
-    assert res.exit_code == 2 and "family private-online-learning has no one-run audit" in res.output
+    res = CliRunner().invoke(app, ["audit", "experiments/pol_setting1.toml", "--algorithm", "hybrid-ucb", "--canary",
+                                   "--samples", "100", "--out", str(tmp_path / "p")])
+    assert res.exit_code == 2 and "no one-run audit of Hybrid-UCB" in res.output
 
 
 def test_distributed_ftnl_index_is_the_intermediarys_argmax_of_the_decoded_sums():

@@ -395,3 +395,13 @@ def test_privbandit_keys_draws_each_fleet_its_own_key_and_the_aggregator_their_m
     assert own == [fleet_key(master, 0), fleet_key(master, 1)] and own[0] != own[1]
     again, _ = draw(tmp_path / "b")
     assert again != master  # drawn afresh, not derived from anything a fleet knows
+
+
+def test_importing_the_cli_imports_no_family():
+    """Every party process starts by importing the CLI: a family (and scipy behind some) imported
+    there costs each process seconds of CPU; a party imports only its task's family, on first use."""
+    code = ("import sys, privbandit.cli; "
+            "print(sorted(m for m in sys.modules if m.startswith('privbandit.families') or m == 'scipy'))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

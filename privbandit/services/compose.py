@@ -9,19 +9,27 @@ What runs is read from the compose file (``command``, ``environment``, ``env_fil
   same passwords; with ``broker_url``, not at all (that broker is used);
 - a bind mount maps its container path to its source (relative to ``workdir``), a named volume to
   ``<workdir>/deploy/<name>``; every argument or environment value under a container mount path is
-  rewritten to the host path, and ``mqtt://<broker service>:<port>`` to the local broker's URL;
-- a dependency with ``condition: service_completed_successfully`` runs to completion first.
+  rewritten to the host path, and ``mqtt[s]://<broker service>:<port>`` to the local broker's URL;
+- a dependency with ``condition: service_completed_successfully`` runs to completion first (such
+  one-shots run side by side, as Docker runs them, each waited for when a service needs it); one
+  with ``condition: service_healthy`` on the broker waits for the broker's healthcheck (a
+  ``CMD`` test, its ``-h``/``-p`` pointed at the local listener) to pass, when its program is here;
+- a broker conf with a TLS listener (``certfile``) is reached as ``mqtts://127.0.0.1:<port>`` and
+  probed with the parties' ``PRIVBANDIT_CA_FILE``; a ``--dynsec-plugin`` of the config step that is
+  not on this machine (the broker image's) becomes this machine's plugin.
 
 A service with ``restart: on-failure[:N]`` (or ``always`` / ``unless-stopped``) that exits with a
 non-zero status is started again, up to N times (unbounded without N), as Docker would; unlike
 Docker, exit status 2 (bad configuration, a foreign checkpoint) is never restarted, and a clean
-exit never is. Give the analyzer and the intermediaries ``--state-dir`` so that a restarted one
-resumes from its checkpoint (docs/distributed.md, "Faults and restarts").
+exit never is. The observer too: ``up`` ends when it exits for good. Give the analyzer, the
+intermediaries and the observer ``--state-dir`` so that a restarted one resumes from its
+checkpoint (docs/distributed.md, "Faults and restarts").
 
 An observer with ``--dashboard-host`` (0.0.0.0 in its container) serves its page on 127.0.0.1 here.
 
 Logs: ``<observer --out>/logs/compose-<service>.log``. Not reproduced: filesystem isolation (a local
-process can read any file you can; ``:ro`` is not enforced), ``user:``, networks, healthchecks.
+process can read any file you can; ``:ro`` is not enforced), ``user:``, networks, the parties'
+healthchecks.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -39,11 +48,14 @@ from pathlib import Path
 import yaml
 
 from privbandit.runner.provenance import BROKER_ACL_ENV
+from privbandit.services.acl import find_dynsec_plugin
 from privbandit.services.launcher import PARTY_EXIT_WAIT_S, USAGE_ERROR, log_tail, stop_process
 from privbandit.services.mosquitto_process import MosquittoError, mosquitto_binary, start_on_free_port
 
 BROKER_START_S = 10.0
+HEALTHCHECK_S = 10.0  # for the broker's healthcheck to pass once it listens
 ONE_SHOT = "service_completed_successfully"
+HEALTHY = "service_healthy"
 _VAR = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}")  # ${VAR}, ${VAR:-default}
 
 
@@ -62,6 +74,7 @@ class Service:
     image: str
     is_broker: bool
     restarts: float = 0  # how many more times to restart it after a failure (compose `restart:`)
+    healthcheck: list[str] | None = None  # its `CMD` test, host paths; None: none, or a shell test
     log: Path = Path(os.devnull)
     proc: subprocess.Popen | None = field(default=None, repr=False)
 
@@ -135,6 +148,16 @@ def _service(name: str, spec: dict, base: Path) -> Service:
                   _restarts(name, spec.get("restart", "no")))
     svc.command = [svc.to_host(a) for a in svc.command]
     svc.env = {k: svc.to_host(v) for k, v in svc.env.items()}
+    test = (spec.get("healthcheck") or {}).get("test")
+    if isinstance(test, list) and test[:1] == ["CMD"]:
+        svc.healthcheck = [svc.to_host(str(a)) for a in test[1:]]
+    if svc.command[:1] == ["broker-config"] and "--dynsec-plugin" in svc.command[:-1]:
+        # The plugin of the broker's image; here, this machine's (or, if none, the broker fails to
+        # start, saying so: host_conf).
+        at = svc.command.index("--dynsec-plugin") + 1
+        local = find_dynsec_plugin()
+        if not Path(svc.command[at]).is_file() and local is not None:
+            svc.command[at] = str(local)
     # Healthchecks are Docker's; here the parties would all mark themselves alive in one host file.
     svc.env.pop("PRIVBANDIT_HEALTH_FILE", None)
     if "--dashboard-host" in svc.command[:-1]:
@@ -192,13 +215,31 @@ def _conf(broker: Service) -> Path:
     return conf
 
 
+def _tls(conf: Path) -> bool:
+    """Does the conf's listener speak TLS (a ``certfile``)?"""
+    return any(line.split()[:1] == ["certfile"] for line in conf.read_text().splitlines())
+
+
 def host_conf(broker: Service, port: int) -> Path:
-    """The generated mosquitto.conf with host paths and one listener, on 127.0.0.1:``port``."""
+    """The generated mosquitto.conf with host paths and one listener, on 127.0.0.1:``port``, where
+    its first listener was (the TLS lines after it are that listener's)."""
     conf = _conf(broker)
-    lines = [" ".join(broker.to_host(word) for word in line.split(" ")) for line in conf.read_text().splitlines()
-             if line.split()[:1] not in (["listener"], ["port"], ["bind_address"])]
+    lines: list[str] = []
+    for line in conf.read_text().splitlines():
+        words = line.split()
+        if words[:1] == ["listener"] and not any(w.startswith("listener ") for w in lines):
+            lines.append(f"listener {port} 127.0.0.1")
+        elif words[:1] not in (["listener"], ["port"], ["bind_address"]):
+            lines.append(" ".join(broker.to_host(word) for word in line.split(" ")))
+            plugin = lines[-1].split(" ", 1)[1] if words[:1] == ["plugin"] else None
+            if plugin is not None and not Path(plugin).is_file():
+                raise ComposeError(f"service {broker.name}: its conf loads {plugin}, which is not on this machine "
+                                   "(the dynsec backend needs Mosquitto's dynamic-security plugin: install "
+                                   "mosquitto, or give the config service --backend acl_file)")
+    if not any(w.startswith("listener ") for w in lines):
+        lines.append(f"listener {port} 127.0.0.1")
     out = conf.with_name("mosquitto.host.conf")
-    out.write_text("\n".join(lines + [f"listener {port} 127.0.0.1", ""]))
+    out.write_text("\n".join(lines + [""]))
     return out
 
 
@@ -207,6 +248,10 @@ def start_broker(broker: Service, run_id: str, stack: ExitStack) -> str:
     binary = mosquitto_binary()
     if binary is None:
         from privbandit.services.embedded_broker import start_embedded_broker
+
+        if _tls(_conf(broker)):
+            raise ComposeError(f"service {broker.name}: its conf listens with TLS, which the embedded broker "
+                               "(used here without a mosquitto binary) does not: install mosquitto")
 
         print(f"[up] {broker.name}: no mosquitto binary, using the embedded broker (same passwords and ACL)",
               file=sys.stderr)
@@ -220,7 +265,41 @@ def start_broker(broker: Service, run_id: str, stack: ExitStack) -> str:
         raise _failed(broker, "did not start (mosquitto)") from None
     broker.proc = mosquitto.proc  # supervised, restarted and stopped like every service
     stack.callback(_stop, broker)
-    return mosquitto.url
+    return f"mqtts://127.0.0.1:{mosquitto.port}" if _tls(mosquitto.conf) else mosquitto.url
+
+
+def local_healthcheck(broker: Service, url: str) -> list[str] | None:
+    """The broker's healthcheck, its ``-h``/``-p`` (the container's own listener) pointed at
+    ``url``; None if it has no ``CMD`` healthcheck or its program is not on this machine."""
+    argv = list(broker.healthcheck or [])
+    if not argv or shutil.which(argv[0]) is None:
+        return None
+    host, port = url.split("://", 1)[1].rsplit(":", 1)
+    for option, value in (("-h", host), ("-p", port)):
+        if option in argv[:-1]:
+            argv[argv.index(option) + 1] = value
+    return argv
+
+
+def wait_healthy(broker: Service, url: str, timeout_s: float = HEALTHCHECK_S) -> bool:
+    """Run the broker's healthcheck (:func:`local_healthcheck`) until it passes; False if there is
+    none to run here. Raises ComposeError with its output if it has not passed in ``timeout_s``."""
+    argv = local_healthcheck(broker, url)
+    if argv is None:
+        return False
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PRIVBANDIT_")} | broker.env
+    end = time.monotonic() + timeout_s
+    while True:
+        try:
+            done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s)
+            if done.returncode == 0:
+                return True
+            said = f"exit status {done.returncode}: {(done.stdout + done.stderr).strip()}"
+        except subprocess.TimeoutExpired:
+            said = f"no answer in {timeout_s:g} s"
+        if time.monotonic() > end:
+            raise ComposeError(f"service {broker.name}: its healthcheck {shlex.join(argv)} failed ({said})")
+        time.sleep(0.2)
 
 
 def check_broker(services: dict[str, Service], url: str, run_id: str, insecure: bool) -> str:
@@ -239,10 +318,14 @@ def check_broker(services: dict[str, Service], url: str, run_id: str, insecure: 
             full = Path(svc.command[svc.command.index("--out") + 1]) / "credentials.env"
             if full.is_file():
                 files.add(str(full))
+    cas = sorted({s.env["PRIVBANDIT_CA_FILE"] for s in services.values() if "PRIVBANDIT_CA_FILE" in s.env})
+    if cas and not url.startswith("mqtts://"):
+        raise ComposeError(f"the parties connect with TLS (PRIVBANDIT_CA_FILE {cas[0]}), the broker at {url} without: "
+                           "give an mqtts:// broker")
     try:
         passwords = {k: v for f in sorted(files) for k, v in read_credentials(f).items()}
         settings = BusSettings(broker_url=url, run_id=run_id, username=None, password=None, credentials_file=None,
-                               ca_file=None, cert_file=None, key_file=None)
+                               ca_file=cas[0] if cas else None, cert_file=None, key_file=None)
         verdict, result = probe(settings, run_id, passwords, insecure)
     except (BrokerInsecure, BrokerUnusable, ValueError) as exc:
         raise ComposeError(str(exc)) from None
@@ -254,7 +337,7 @@ def check_broker(services: dict[str, Service], url: str, run_id: str, insecure: 
 
 def _use_broker(services: dict[str, Service], broker: str, url: str, acl_verdict: str) -> None:
     for svc in services.values():
-        svc.env = {k: re.sub(rf"^mqtt://{re.escape(broker)}(:\d+)?$", url, v) for k, v in svc.env.items()}
+        svc.env = {k: re.sub(rf"^mqtts?://{re.escape(broker)}(:\d+)?$", url, v) for k, v in svc.env.items()}
         if svc.command[:1] == ["observer"]:  # it writes summary.json: broker.acl
             svc.env[BROKER_ACL_ENV] = acl_verdict
 
@@ -288,21 +371,32 @@ def _failed(svc: Service, what: str) -> ComposeError:
     return ComposeError(f"service {svc.name} {what}; last lines of {svc.log}:\n{log_tail(svc.log)}")
 
 
+def _restartable(svc: Service, code: int | None) -> bool:
+    return code is not None and code not in (0, USAGE_ERROR) and svc.restarts > 0
+
+
+def _restart(svc: Service, code: int, workdir: Path) -> None:
+    svc.restarts -= 1
+    print(f"[up] {svc.name}: exited with code {code}; restarting it", file=sys.stderr)
+    if svc.is_broker:
+        _popen(svc, svc.proc.args)  # same conf, same port: the parties reconnect
+    else:
+        _start(svc, workdir)
+
+
 def _supervise(observer: Service, running: list[Service], deadline: float | None, workdir: Path) -> None:
-    """Until the observer exits; a service that fails (or a broker that stops) before is an error,
-    unless its restart policy lets it start again."""
-    while observer.proc.poll() is None:
+    """Until the observer exits for good; a service that fails (or a broker that stops) before is
+    an error, unless its restart policy lets it start again (the observer's too)."""
+    while observer.proc.poll() is None or _restartable(observer, observer.proc.returncode):
         for svc in running:
             code = svc.proc.poll()
-            if svc is not observer and code is not None and (code != 0 or svc.is_broker):
-                if svc.restarts <= 0 or code in (0, USAGE_ERROR):
+            if svc is observer:
+                if _restartable(svc, code):
+                    _restart(svc, code, workdir)
+            elif code is not None and (code != 0 or svc.is_broker):
+                if not _restartable(svc, code):
                     raise _failed(svc, f"exited with code {code} before the observer finished")
-                svc.restarts -= 1
-                print(f"[up] {svc.name}: exited with code {code}; restarting it", file=sys.stderr)
-                if svc.is_broker:
-                    _popen(svc, svc.proc.args)  # same conf, same port: the parties reconnect
-                else:
-                    _start(svc, workdir)
+                _restart(svc, code, workdir)
         if deadline is not None and time.monotonic() > deadline:
             raise _failed(observer, "did not finish in time")
         time.sleep(0.2)
@@ -342,10 +436,26 @@ def up(compose_file: Path, broker_url: str | None = None, workdir: Path | None =
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     with ExitStack() as stack:
         running: list[Service] = []
+        pending: list[Service] = []  # one-shots started and not yet waited for: they run side by side
+
+        def finish(names: set[str]) -> None:
+            """Wait for the one-shots ``names``; any one-shot that has already failed stops `up` now."""
+            for one in [p for p in pending if p.name in names or p.proc.poll() not in (None, 0)]:
+                if one.proc.wait() != 0:
+                    raise _failed(one, f"exited with code {one.proc.returncode}")
+                pending.remove(one)
+                print(f"[up] {one.name}: done", file=sys.stderr)
+
         for name in start_order(services):
             svc = services[name]
+            finish({d for d, condition in svc.depends.items() if condition == ONE_SHOT})
             if svc.is_broker:
                 url = broker_url or start_broker(svc, run_id, stack)
+                if not broker_url and any(s.depends.get(name) == HEALTHY for s in services.values()):
+                    # (else its listening port and the probe below are all `up` waits for)
+                    print(f"[up] {name}: healthy" if wait_healthy(svc, url) else
+                          f"[up] {name}: no healthcheck to run here ({(svc.healthcheck or ['none'])[0]})",
+                          file=sys.stderr)
                 verdict = check_broker(services, url, run_id, insecure_broker)
                 _use_broker(services, name, url, verdict)
                 running += [svc] if svc.proc else []
@@ -354,9 +464,7 @@ def up(compose_file: Path, broker_url: str | None = None, workdir: Path | None =
             _start(svc, workdir)
             stack.callback(_stop, svc)
             if name in one_shots:
-                if svc.proc.wait() != 0:
-                    raise _failed(svc, f"exited with code {svc.proc.returncode}")
-                print(f"[up] {name}: done", file=sys.stderr)
+                pending.append(svc)
             else:
                 running.append(svc)
                 print(f"[up] {name}: started, log {svc.log}", file=sys.stderr)
@@ -366,6 +474,7 @@ def up(compose_file: Path, broker_url: str | None = None, workdir: Path | None =
                     port = svc.command[svc.command.index("--dashboard-port") + 1] if "--dashboard-port" in svc.command \
                         else DEFAULT_PORT
                     print(f"[up] {name}: dashboard at http://127.0.0.1:{port}/ while the session runs", file=sys.stderr)
+        finish({p.name for p in pending})
         _supervise(observer, running, deadline, workdir)
     code = observer.proc.returncode
     print(f"[up] results in {out}" if code == 0 else

@@ -125,6 +125,7 @@ def test_the_law_check_tells_neighbours_apart():
     (["--broker", "mqtt://127.0.0.1:1883"], "--broker: only with --transport mqtt"),
     (["--transport", "mqtt", "--jobs", "2"], "--jobs 2: only with --transport inproc"),
     (["--transport", "mqtt", "--canary"], "--canary: only with --transport inproc"),
+    (["--transport", "mqtt", "--search"], "--search: only with --transport inproc"),
     (["--transport", "mqtt", "--samples", "2000000"], "--samples 2000000: with --transport mqtt, must lie in [100, 10^6]"),
     (["--transport", "mqtt", "--cohort", "100000"], "--cohort 100000: over MQTT at most 65536 users a round"),
     (["--transport", "mqtt", "--credentials", "x.env"], "--credentials: only with --broker"),

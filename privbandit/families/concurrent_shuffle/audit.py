@@ -56,16 +56,18 @@ def _claim(spec: cnt.CounterSpec, event, lane: str):
     return claim
 
 
-def node_target(spec: cnt.CounterSpec, level: int, label: str, mechanism=None, family: str = "concurrent-shuffle"
-                ) -> AuditTarget:
+def node_target(spec: cnt.CounterSpec, level: int, label: str, mechanism=None, family: str = "concurrent-shuffle",
+                others: int = 0) -> AuditTarget:
     """One node of shuffle level ``level`` (1-based). ``mechanism``: the level's own (default), or a
-    stand-in the tests break on purpose; the claim is always the one ``mechanism.event()`` states."""
+    stand-in the tests break on purpose; the claim is always the one ``mechanism.event()`` states.
+    ``others``: every other user's bit; user 0 holds it under input 0 and flips it under input 1
+    (0: the default pair; 1: the search's other candidate, the top of the count's range)."""
     m = spec.mechanisms[level - 1] if mechanism is None else mechanism
     s = spec.tree.sizes[level - 1]
 
     def sample(which: int, count: int, rng: np.random.Generator) -> np.ndarray:
-        bits = np.zeros((count, s), dtype=np.int8)
-        bits[:, 0] = which
+        bits = np.full((count, s), others, dtype=np.int8)
+        bits[:, 0] = others ^ which
         return m.encode(bits, m.draw((count, s), rng)).sum(axis=1).astype(np.int64)
 
     event = m.event()
@@ -79,7 +81,7 @@ def node_target(spec: cnt.CounterSpec, level: int, label: str, mechanism=None, f
         family=family, label=f"{label}/level-{level}", algorithm=f"{spec.mode} ({m.name})",
         release=f"one level-{level} node: the total of its {s} users' count-encoded reports (the shuffled "
                 f"multiset of one-bit messages)",
-        neighbours=f"{s} users with bit 0 vs the same with user 0's bit 1",
+        neighbours=f"{s} users with bit {others} vs the same with user 0's bit {1 - others}",
         kind="real" if wide else "integer", sample=sample, claim=_claim(spec, event, f"level-{level}"),
         delta=spec.level_delta,
         details=details)
@@ -166,3 +168,92 @@ def counter_targets(family, config, label: str, cohort: int | None) -> list[Audi
     if spec.mode == "central_tree":
         return [central_target(spec, label, family.name)]
     return [ldp_target(spec, label, family.name)]
+
+
+def counter_candidates(family, config, label: str, cohort: int | None) -> list[list[AuditTarget]]:
+    """``--search``: each shuffle level's node with every bit 0 (user 0's flipped to 1, the
+    default) and with every bit 1 (user 0's flipped to 0). The other modes offer none (the central
+    tree's and randomized response's laws are symmetric in the bit by construction)."""
+    if family.bandit(config, label):
+        return []
+    spec = family.spec(config, label)
+    if spec.mode not in SHUFFLE_MODES:
+        return []
+    return [[node_target(spec, level, label, family=family.name, others=b) for b in (0, 1)]
+            for level in range(1, spec.k + 1) if spec.tree.nodes(level)]
+
+
+# --- the one-run canary audit of a whole run (Steinke, Nasr & Jagielski 2023) --------------------
+
+
+def counter_hooks(mechanisms: tuple | None = None):
+    """The counters' canary. The world's bits are all 0 (``input = "iid"``, p = 0), so a node's
+    total is its noise and its canaries' bits. Shuffle modes: the first user of every executed node
+    of every level is a canary of that node, her report her bit encoded by the level's own
+    mechanism (:meth:`draw`, :meth:`encode`: what :func:`.counter.user_reports` calls); the score
+    is the node's estimate S_v the analyzer decodes. A user who is the first of nodes at several
+    levels is a canary in each, with independent bits: each report's input is then a canary of its
+    own, which the per-user composition the ledger states covers (any change of her inputs).
+    ``central_tree`` and ``ldp`` (one attributable round per plan): ``ldp``'s every user is a
+    canary, her randomized response her score; ``central_tree``'s canaries are the first user of
+    every leaf, their raw bits, each scored by the sum of her nodes' estimates (one per level; the
+    nodes above the leaves also hold other canaries' bits, which weakens the score, never the
+    bound). ``mechanisms``: the levels' own (default), or ones the tests break, given to every
+    user (the analyzer keeps its own and its ledger)."""
+
+    def hooks(server, user_logic):
+        spec = user_logic.spec
+        if mechanisms is not None:
+            spec = user_logic.spec = replace(spec, mechanisms=tuple(mechanisms))
+        layout = server.layout
+        sizes = spec.tree.sizes
+
+        def plant(plan, rnd, bit, rng):
+            if spec.mode == "central_tree":
+                return np.array([1 if bit else 0])
+            m = spec.mechanisms[int(plan.body["level"]) - 1 if layout.shuffled else 0]
+            return m.encode(np.array([[bit]], dtype=np.int8), m.draw((1, 1), rng))[0]
+
+        def slots(rnd, rep):
+            if layout.shuffled:
+                return (0,)
+            if spec.mode == "ldp":
+                return range(rep.user_ids.size)
+            return np.flatnonzero(rep.user_ids % sizes[0] == 0)  # the first user of each leaf
+
+        def score(release, record):
+            b = record.body
+            if layout.shuffled:
+                return float(np.asarray(b["estimate"])[0])
+            ids = release.user_ids
+            if spec.mode == "ldp":
+                return dict(zip(ids.tolist(), release.values[0, :, 0].tolist()))
+            total = np.zeros(ids.size)
+            for s, first, est in zip(sizes, b["first_node"], b["estimates"]):
+                est = np.asarray(est)[0]
+                node = ids // s - first
+                inside = (node >= 0) & (node < est.size)  # a truncated tail's user has no node there
+                total[inside] += est[node[inside]]
+            return dict(zip(ids.tolist(), total.tolist()))
+
+        return plant, score, slots
+
+    return hooks
+
+
+def counter_canary_audit(family, config, label: str, seed: int, confidence: float, run: int = 0,
+                         mechanisms: tuple | None = None) -> dict:
+    """One whole counter run with canaries (:func:`counter_hooks`,
+    :func:`~privbandit.audit.canary.canary_run`). Algorithm 4 (``cs-linucb``) is refused: not
+    built (its users' [φy, upper(φφᵀ)] reach k nodes of a tree whose prefix sums drive every later
+    plan; its nodes are audited per release)."""
+    from privbandit.audit.canary import canary_run
+
+    if family.bandit(config, label):
+        raise NotImplementedError(
+            f"algorithms.{label}: no one-run audit of Algorithm 4 yet (its nodes are audited per release; "
+            f"docs/audit.md)")
+    zero = config.model_copy(update={"input": "iid", "p": 0.0})  # every other user's bit exactly 0
+    spec = family.spec(zero, label)
+    return canary_run(family, zero, label, seed, confidence, counter_hooks(mechanisms), run,
+                      {"mode": spec.mode, "k": spec.k, "protocol": spec.protocol})

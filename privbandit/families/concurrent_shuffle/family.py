@@ -131,6 +131,16 @@ class ConcurrentShuffle(Family):
 
         return counter_targets(self, config, label, cohort)
 
+    def audit_candidates(self, config, label: str, cohort: int | None = None) -> list[list]:
+        from privbandit.families.concurrent_shuffle.audit import counter_candidates
+
+        return counter_candidates(self, config, label, cohort)
+
+    def canary_audit(self, config, label: str, seed: int, confidence: float) -> dict:
+        from privbandit.families.concurrent_shuffle.audit import counter_canary_audit  # docs/audit.md
+
+        return counter_canary_audit(self, config, label, seed, confidence)
+
     # --- the observer's side ---------------------------------------------------------------------
     def row_maker(self, config, label: str):
         if self.bandit(config, label):

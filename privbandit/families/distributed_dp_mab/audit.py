@@ -38,19 +38,22 @@ DEFAULT_COHORT = 16
 
 RELEASES = {
     "sum": "the modular sum of the cohort's residues (secure aggregation)",
-    "shuffle": "the shuffled multiset of the cohort's residues, as the count equal to g mod m",
+    "shuffle": "the shuffled multiset of the cohort's residues, as the count equal to user 0's input-1 encoding",
     "pass": "user 0's attributable report (the others are ancillary)",
     "central": "the trusted analyzer's output: the aggregate after its own noise",
 }
 
 
 def mechanism_target(mechanism: Mechanism, rnd, n: int, claim, delta: float, family: str, label: str,
-                     algorithm: str, reports: int | None = None) -> AuditTarget:
+                     algorithm: str, reports: int | None = None, others: float = 0.0,
+                     pair: tuple[float, float] = (0.0, 1.0)) -> AuditTarget:
     """The target of one mechanism's release of one round ``rnd`` (its rule and modulus) of
     ``n`` users, ``reports`` of whom report (default n; the others dropped out: user 0 stays).
     ``claim(event, delta)`` turns the release's event into the ledger's summary; ``delta``: the
     run's own δ.
-    Also how the tests audit deliberately broken mechanisms through the same path."""
+    ``others``: every other user's reward; ``pair``: user 0's reward under input 0 and under input 1
+    (default: the theorems' worst case, all 0 against user 0's 1; :func:`elimination_candidates`
+    offers the others). Also how the tests audit deliberately broken mechanisms through the same path."""
     q = mechanism.params(n)
     k = n if reports is None else reports
     if not 1 <= k <= n:
@@ -61,16 +64,18 @@ def mechanism_target(mechanism: Mechanism, rnd, n: int, claim, delta: float, fam
     event = release_event(mechanism, rnd, q, k)
 
     def rewards(which: int, count: int, users: int) -> np.ndarray:
-        r = np.zeros((count, users))
-        r[:, 0] = which
+        r = np.full((count, users), float(others))
+        r[:, 0] = pair[which]
         return r.ravel()
+
+    top = round(pair[1] * q.g) % q.m if q.m is not None else None  # user 0's encoding under input 1
 
     def sample(which: int, count: int, rng: np.random.Generator) -> np.ndarray:
         if view == "pass":
             return mechanism.randomize(rewards(which, count, 1), q, rng).messages
         messages = mechanism.randomize(rewards(which, count, k), q, rng).messages.reshape(count, k)
         if view == "shuffle":
-            return (messages == q.g % q.m).sum(axis=1).astype(np.int64)
+            return (messages == top).sum(axis=1).astype(np.int64)
         total = modular_row_sums(messages, q.m) if integer else messages.sum(axis=1)
         return mechanism.protect(total, q, rng)[0] if central else total
 
@@ -78,15 +83,19 @@ def mechanism_target(mechanism: Mechanism, rnd, n: int, claim, delta: float, fam
                "event": type(event).__name__}
     return AuditTarget(
         family=family, label=label, algorithm=algorithm, release=RELEASES[view],
-        neighbours=f"{n} users with reward 0 vs the same with user 0's reward 1 (encoded sums 0 vs g)",
+        neighbours=(f"{n} users with reward 0 vs the same with user 0's reward 1 (encoded sums 0 vs g)"
+                    if (others, *pair) == (0.0, 0.0, 1.0) else
+                    f"{n} users with reward {others:g}, user 0's {pair[0]:g} vs {pair[1]:g}"),
         kind="integer" if integer else "real", sample=sample, claim=lambda delta: claim(event, delta), delta=delta,
         details=details | {"per_release": 1 if view == "pass" else k})
 
 
-def elimination_targets(family, config, label: str, cohort: int | None) -> list[AuditTarget]:
+def elimination_targets(family, config, label: str, cohort: int | None,
+                        pairs: tuple = ((0.0, 0.0, 1.0),)) -> list[AuditTarget]:
     """The target of one algorithm whose analyzer is an :class:`~.parties.EliminationServer` (this
     family's, and DP-SE in the private-online-learning family): a round of ``cohort`` users as that
-    analyzer opens it (its intermediary's rule), the claim from ``family``'s own ledger."""
+    analyzer opens it (its intermediary's rule), the claim from ``family``'s own ledger. ``pairs``:
+    (the others' reward, user 0's under input 0, under input 1), one target each."""
     n = DEFAULT_COHORT if cohort is None else cohort
     public = family.public_task(config, label, [0])
     server = family.analyzer(public, [0])
@@ -101,48 +110,43 @@ def elimination_targets(family, config, label: str, cohort: int | None) -> list[
         return ledger.summary()
 
     return [mechanism_target(server.mechanism, rnd, n, claim, public["delta"], family.name, label,
-                             public["algorithm"]["algorithm"], reports)]
+                             public["algorithm"]["algorithm"], reports, others, (a, b)) for others, a, b in pairs]
+
+
+# The neighbour search's candidates (privbandit audit --search): (every other user's reward, user
+# 0's reward under input 0, under input 1). The first is the default pair; the second the same
+# sensitivity at the top of the range (a mechanism whose noise depends on the rewards, or an
+# encoding that saturates, differs there); the last two at half the sensitivity or with the others
+# at a mid value, whose randomized rounding adds its own noise (a correct mechanism is weaker there).
+CANDIDATE_PAIRS = ((0.0, 0.0, 1.0), (1.0, 1.0, 0.0), (0.5, 0.0, 1.0), (0.0, 0.0, 0.5))
+
+
+def elimination_candidates(family, config, label: str, cohort: int | None) -> list[AuditTarget]:
+    """:func:`elimination_targets`' release under each of :data:`CANDIDATE_PAIRS`."""
+    return elimination_targets(family, config, label, cohort, CANDIDATE_PAIRS)
 
 
 # --- the one-run canary audit of a whole run (Steinke, Nasr & Jagielski 2023) --------------------
 
 
-class _CanaryUsers:
-    """The spine's users of one run, with the first user of every collected round a canary: her
-    report is replaced by the mechanism's own randomizer applied to her canary bit (1 with
-    probability ½, drawn from the audit's generator), as a user with that reward would send it."""
+def elimination_hooks(mechanism: Mechanism | None = None):
+    """The canary of a run whose analyzer is an :class:`~.parties.EliminationServer` (this family's,
+    and DP-SE's): each collected round's first reporter sends the mechanism's own randomizer applied
+    to her canary bit, with the round's parameters from the plan; the score is the round's decoded
+    estimate, what the analyzer publishes. ``mechanism``: the algorithm's own (default), or one the
+    tests break, given to both the analyzer and the users."""
 
-    def __init__(self, users, mechanism: Mechanism, rng: np.random.Generator):
-        self.users, self.mechanism, self.rng = users, mechanism, rng
-        self.bits: dict[int, bool] = {}  # round id → canary included
+    def hooks(server, user_logic):
+        if mechanism is not None:
+            server.mechanism = user_logic.mechanism = mechanism
+        own = server.mechanism
 
-    def respond(self, plan, blocks=None, rounds=None):
-        reports, truths = self.users.respond(plan, blocks, rounds)
-        firsts = {j.round_id: j.first for j in plan.joins}
-        for rep in reports:
-            if rep.round_id not in firsts or rep.round_id in self.bits:
-                continue
-            at = np.flatnonzero(rep.user_ids == firsts[rep.round_id])
-            if at.size:
-                bit = bool(self.rng.random() < 0.5)
-                message = self.mechanism.randomize(np.array([float(bit)]), params_of(plan), self.rng).messages[0]
-                rep.values[0, at[0], 0] = message
-                self.bits[rep.round_id] = bit
-        return reports, truths
+        def plant(plan, rnd, bit, rng):
+            return own.randomize(np.array([float(bit)]), params_of(plan), rng).messages[0]
 
+        return plant, lambda release, record: record.body["estimate"]
 
-class _Records:
-    """The observer of the canary run: keeps each released round's decoded estimate."""
-
-    def __init__(self, observer):
-        self.observer, self.estimates = observer, {}
-
-    def on_truth(self, truth):
-        return self.observer.on_truth(truth)
-
-    def on_record(self, record):
-        self.estimates[record.round_id] = float(record.body["estimate"])
-        return self.observer.on_record(record)
+    return hooks
 
 
 def canary_audit(family, config, label: str, seed: int, confidence: float, run: int = 0,
@@ -154,35 +158,14 @@ def canary_audit(family, config, label: str, seed: int, confidence: float, run: 
     guesses and bound: :func:`privbandit.audit.canary.guess_and_bound`, at the run's own δ. The
     claim: the run's own ledger, as the analyzer recorded it. ``mechanism``: the algorithm's own
     (default), or one the tests break, given to both the analyzer and the users."""
-    import time
-
-    from privbandit.audit.canary import guess_and_bound
-    from privbandit.audit.run import verdict
+    from privbandit.audit.canary import canary_run
     from privbandit.families.distributed_dp_mab import config as cfg
     from privbandit.families.distributed_dp_mab.family import instance_for
-    from privbandit.protocol.primitives.seeding import stream
-    from privbandit.protocol.spine import engine
-    from privbandit.runner.tasks import parties
 
-    start = time.perf_counter()
     arms = instance_for(config, run).means.size
     zero = cfg.EnvironmentConfig.model_validate({"kind": "means", "arms": arms, "means": [0.0] * arms,
                                                 "reward": "bernoulli"})  # every other reward exactly 0
     config = config.model_copy(update={"environment": zero})
-    if family.dropout_rate(config, label) or family.algorithm(config, label).adversary is not None:
-        raise ValueError(f"algorithms.{label}: the canary run takes no dropouts and no adversary")
-    public, analyzer, users, boxes, observer = parties(family, config, label, [run], oracle=False)
-    if mechanism is not None:
-        analyzer.logic.mechanism = users.logic.mechanism = mechanism
-    canaries = _CanaryUsers(users, analyzer.logic.mechanism, stream(seed, "audit-canary", label, run))
-    records = _Records(observer)
-    engine.run(analyzer, canaries, boxes, records)
-    claim = analyzer.ledger.summary()
-    ids = sorted(set(canaries.bits) & set(records.estimates))
-    out = guess_and_bound(np.array([records.estimates[i] for i in ids]), np.array([canaries.bits[i] for i in ids]),
-                          claim["delta"], confidence)
-    return {"name": f"{family.name}/{label}", "label": label, "algorithm": public["algorithm"]["algorithm"],
-            "horizon": config.horizon, "arms": arms, **out,
-            "claim": {"guarantee": claim["guarantee"], "epsilon_at_delta": claim["epsilon_at_delta"],
-                      "delta": claim["delta"]},
-            "verdict": verdict(out["epsilon"], claim), "seconds": time.perf_counter() - start}
+    # the rounds follow the eliminations: at most one canary per user, whatever they decide
+    return canary_run(family, config, label, seed, confidence, elimination_hooks(mechanism), run, {"arms": arms},
+                      most=config.horizon)

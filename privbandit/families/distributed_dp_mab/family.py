@@ -281,6 +281,11 @@ class DistributedDpMab(Family):
 
         return elimination_targets(self, config, label, cohort)
 
+    def audit_candidates(self, config, label: str, cohort: int | None = None) -> list[list]:
+        from privbandit.families.distributed_dp_mab.audit import elimination_candidates
+
+        return [elimination_candidates(self, config, label, cohort)]
+
     def canary_audit(self, config, label: str, seed: int, confidence: float) -> dict:
         from privbandit.families.distributed_dp_mab.audit import canary_audit
 

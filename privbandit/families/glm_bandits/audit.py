@@ -129,3 +129,67 @@ def glm_targets(family, config, label: str, cohort: int | None) -> list[AuditTar
     if kind == "private-glm":
         return [tree_target(family, config, label)]
     return []  # the non-private baselines: raw data by design
+
+
+# --- the one-run canary audit of a whole run (Steinke, Nasr & Jagielski 2023) --------------------
+
+
+def shuffle_glm_hooks(vec_constant: float | None = None):
+    """ShuffleGLM's canary: the first user of every batch is a canary in each of her P_Vec rounds
+    (the covariance round and every 𝒫_GD gradient round, an independent bit each: the ledger's
+    per-user composition covers any change of her inputs, so each report is a canary of its own).
+    Her report is the pair the per-release audit uses (covariance: upper(Δ·e₁e₁ᵀ) for bit 0,
+    upper(Δ·e₂e₂ᵀ) for 1; gradient: e₁ against −e₁), counted by the family's own
+    :class:`~privbandit.families.shuffle_linear_bandits.mechanisms.BitSumRandomizer` with the
+    round's parameters. The other users act on the world (their counts are summed in: this weakens
+    the score, never the bound's soundness). Score: the released label totals on the labels the
+    pair moves, signed. ``vec_constant``: eq. (127)'s constant of the users' randomizers, theirs
+    (default) or one the tests break (the analyzer and its ledger keep theirs)."""
+    from privbandit.families.shuffle_linear_bandits.mechanisms import BitSumRandomizer
+
+    def hooks(server, user_logic):
+        if vec_constant is not None:
+            user_logic.s = replace(user_logic.s, vec_constant=vec_constant)
+        s = user_logic.s
+        d = s.d
+        e1, e2 = np.eye(d)[0], np.eye(d)[1]
+
+        def pair(plan):
+            k = int(plan.body["batch"])
+            if plan.body["phase"] == sp.PHASE_BATCH:
+                w = s.shift(k)
+                return s.cov_vec(k), to_upper(w * np.outer(e1, e1)), to_upper(w * np.outer(e2, e2))
+            return s.pgd(k).vec, e1, -e1
+
+        signs = {}
+
+        def plant(plan, rnd, bit, rng):
+            params, a, b = pair(plan)
+            signs[rnd.id] = np.sign(b - a)
+            return BitSumRandomizer(params).randomize((b if bit else a)[None], rng)[0]
+
+        return plant, lambda release, record: float(release.values[0] @ signs[release.round_id])
+
+    return hooks
+
+
+def glm_canary_audit(family, config, label: str, seed: int, confidence: float, run: int = 0,
+                     vec_constant: float | None = None) -> dict:
+    """One whole ShuffleGLM run with canaries (:func:`shuffle_glm_hooks`,
+    :func:`~privbandit.audit.canary.canary_run`). Private-GLM is refused: its trusted analyzer
+    publishes prefix sums through the trees, so every user's canary reaches every later release
+    and none is one canary's (its V tree is audited per release); the non-private baselines send
+    raw data by design, with no claim to test."""
+    from privbandit.audit.canary import canary_run
+
+    kind = family.algorithm(config, label).algorithm
+    if kind == "private-glm":
+        raise NotImplementedError(
+            f"algorithms.{label}: no one-run audit of Private-GLM: its analyzer releases prefix sums through the "
+            f"trees, so every user's canary reaches every later release and none is one canary's (the per-release "
+            f"audit samples leaf 1's tree nodes; docs/audit.md)")
+    if kind != "shuffle-glm":
+        raise ValueError(f"algorithms.{label}: {kind} sends raw data by design: no claim for a one-run audit to test")
+    s = sp.shuffle_setup(family.public_task(config, label, [run]))
+    return canary_run(family, config, label, seed, confidence, shuffle_glm_hooks(vec_constant), run,
+                      {"batches": s.batches, "d": s.d})

@@ -5,7 +5,8 @@ An experiment file says ``family = "glm-bandits"`` (see experiments/glm_demo.tom
 docs/glm-bandits.md): the horizon T, (ε, δ), ζ, the preset of constants, the world (link, d, K, S,
 θ* generator, whether runs share one context sequence) and ``[algorithms.<label>]`` tables, whose
 ``algorithm`` a label that is itself an algorithm name implies (``private-glm``, ``rs-glinucb``,
-``glm-ucb``, ``gloc``, ``shuffle-glm``). ``shuffle-glm`` (Algorithm 1) has no repository version:
+``glm-ucb``, ``gloc``, ``ecolog``, ``shuffle-glm``). ``ecolog`` (Faury et al. 2022) needs the logistic
+link. ``shuffle-glm`` (Algorithm 1) has no repository version:
 the presets choose only its world (θ* generator, shared contexts).
 
 Presets (spec §9.2, §11.1):
@@ -32,7 +33,7 @@ from privbandit.families.glm_bandits.world import LINKS, THETA_GENERATORS
 from privbandit.runner.config import ExperimentFile, StrictModel
 
 FAMILY = "glm-bandits"
-ALGORITHMS = ("private-glm", "rs-glinucb", "glm-ucb", "gloc", "shuffle-glm")
+ALGORITHMS = ("private-glm", "rs-glinucb", "glm-ucb", "gloc", "ecolog", "shuffle-glm")
 PRESETS = ("paper", "paper-code")
 OPTIMIZERS = ("pgd-pvec", "dp-sgd")
 
@@ -55,6 +56,17 @@ class GLMAlgorithm(StrictModel):
     sgd_burn_in: Annotated[int, Field(ge=0, le=1000)] = 10
     ucb_theta: Literal["tau", "average"] | None = None
     tau_data: Literal["unexplored", "all"] | None = None
+    # Private-GLM, the authors' HEAD (docs/glm-bandits.md, "Figure 1"): DP-SGD's epochs by the per-call
+    # ε₀ with a warm start, and Criterion II as PSD dominance. Not defects; off by default.
+    sgd_schedule: Literal["fixed", "head"] = "fixed"
+    criterion2: Literal["det-doubling", "psd-dominance"] = "det-doubling"
+    # A DEFECT of the authors' initial commit, reproduced only to measure it: its tree query
+    # (2, 3, 5, 5, 9, 9, … for unit leaves). Never a default, in no preset.
+    tree_query: Literal["correct", "paper-code-buggy-tree"] = "correct"
+    # A DEFECT of the authors' trees (initial commit and HEAD), reproduced only to measure it: node noise
+    # calibrated at a leaf's add/remove sensitivity (1, 1/κ* for H), not the replace-one √2 the JDP
+    # neighbours need; the ledger charges the ρ this really gives. Never a default, in no preset.
+    tree_noise: Literal["replace-one", "paper-code-add-remove-defect"] = "replace-one"
     # Algorithm 1 (shuffle-glm) only: M, B_1 in place of eq. (6)'s, γ in place of eq. (24)'s, and
     # eq. (127)'s constant (below 24·10⁴ Lemma S.1/S.2 do not hold: the ledger says none proven).
     batches: Annotated[int, Field(ge=2, le=12)] = 3
@@ -95,6 +107,9 @@ class GLMExperiment(ExperimentFile):
     @model_validator(mode="after")
     def _private_budget(self):
         for label, a in self.algorithms.items():
+            if a.algorithm == "ecolog" and self.environment.link != "logistic":
+                raise ValueError(f"algorithms.{label}.algorithm = 'ecolog' needs environment.link = 'logistic' "
+                                 f"(got {self.environment.link!r}): ECOLog is a logistic-bandit algorithm")
             eps = a.epsilon if a.epsilon is not None else self.epsilon
             if a.algorithm == "private-glm" and eps > 100:
                 raise ValueError(f"algorithms.{label}.epsilon = {eps} must be ≤ 100")

@@ -1,6 +1,6 @@
 """The GLM bandits (Sarmasarkar, "Shuffle and joint differential privacy for generalized linear
 contextual bandits") as a spine plug-in: Algorithm 2 (Private-GLM, joint DP, central trust), the
-non-private RS-GLinUCB, GLM-UCB and GLOC baselines, and Algorithm 1 (ShuffleGLM, shuffle DP, batches
+non-private RS-GLinUCB, GLM-UCB, GLOC and ECOLog baselines, and Algorithm 1 (ShuffleGLM, shuffle DP, batches
 of persistent users through the ``shuffler``; :mod:`.shuffle_parties`).
 
 Run r of every algorithm faces the world drawn from ``(seed, "glm-world", r)`` (run 0's for every
@@ -35,6 +35,7 @@ class GLMBandits(Family):
         "rs-glinucb": "RS-GLinUCB (Sawarni et al. 2024), non-private baseline",
         "glm-ucb": "GLM-UCB (Filippi et al. 2010), non-private baseline",
         "gloc": "GLOC (Jun et al. 2017), non-private baseline",
+        "ecolog": "ada-OFU-ECOLog (Faury et al. 2022, Algorithm 2), non-private logistic baseline",
     }
     experiment_model = cfg.GLMExperiment
     round_fields = ROUND_FIELDS
@@ -98,14 +99,22 @@ class GLMBandits(Family):
 
         return glm_targets(self, config, label, cohort)
 
+    def canary_audit(self, config, label: str, seed: int, confidence: float) -> dict:
+        from privbandit.families.glm_bandits.audit import glm_canary_audit  # docs/audit.md
+
+        return glm_canary_audit(self, config, label, seed, confidence)
+
     # --- what arrives from the wire ------------------------------------------------------------
     def check_plan(self, plan) -> None:
         """A plan the analyzer makes: round t = its id, finite float64 billboard arrays."""
         b = plan.body
         if "phase" in b:
             return sp.check_plan(plan)
-        if set(b) != {"t", "theta_o", "v_inv", "threshold", "width_o", "theta", "h_inv", "beta"}:
+        fields = {"t", "theta_o", "v_inv", "threshold", "width_o", "theta", "h_inv", "beta"}
+        if set(b) not in (fields, fields | {"reward_index"}):
             raise ValueError(f"plan {plan.id}: body fields {sorted(b)} are not the GLM billboard")
+        if "reward_index" in b and b["reward_index"] is not True:
+            raise ValueError(f"plan {plan.id}: reward_index must be true when present (ECOLog's reward-scale index)")
         if b["t"] != plan.id + 1 or isinstance(b["t"], bool):
             raise ValueError(f"plan {plan.id}: t = {b['t']!r} is not its id + 1")
         theta = b["theta"]

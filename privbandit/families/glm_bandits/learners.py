@@ -1,10 +1,11 @@
-"""The GLM family's learners: Private-GLM (Algorithm 2, joint DP) and two non-private baselines.
+"""The GLM family's learners: Private-GLM (Algorithm 2, joint DP) and the non-private baselines.
 
-The analyzer (:class:`PrivateGLM`, :class:`GLMUCB`, :class:`GLOC`) keeps its statistics over R runs
-stacked and publishes, before every round, the billboard every user acts on (:func:`choose`):
+The analyzer (:class:`PrivateGLM`, :class:`GLMUCB`, :class:`GLOC`, :class:`ECOLog`) keeps its statistics
+over R runs stacked and publishes, before every round, the billboard every user acts on (:func:`choose`):
 
 - Private-GLM: V_t (the V tree's prefix + λI), θ̂_o, and (θ̂_τ, H_τ) from the last switch;
-- the baselines: their θ̂, V⁻¹ and confidence width.
+- the baselines: their θ̂, V⁻¹ and confidence width (ECOLog's with ``reward_index``: it ranks arms
+  by μ(⟨x, θ̂⟩) + width, not ⟨x, θ̂⟩ + width).
 
 :func:`choose` is Algorithm 2 lines 4–15 on the user's side: Criterion I (explore the arm of largest
 ‖x‖_{V⁻¹} when max ‖x‖²_{V⁻¹} ≥ threshold), else gap-based elimination with UCB_o/LCB_o (eqs.
@@ -17,7 +18,7 @@ lemma behind JDP).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -27,10 +28,12 @@ from privbandit.protocol.primitives.seeding import stream
 
 
 def choose(arms: np.ndarray, theta_o: np.ndarray, v_inv: np.ndarray, threshold: np.ndarray, width_o: np.ndarray,
-           theta: np.ndarray, h_inv: np.ndarray, beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+           theta: np.ndarray, h_inv: np.ndarray, beta: np.ndarray, link: str | None = None
+           ) -> tuple[np.ndarray, np.ndarray]:
     """Each run's arm (R,) and whether Criterion I fired (R,): ``arms`` (R, K, d), θ's (R, d),
     inverses (R, d, d), scalars (R,). ``threshold`` inf disables Criterion I; ``width_o`` inf
-    disables the elimination."""
+    disables the elimination. The optimistic index is ⟨x, θ⟩ + β‖x‖_{H⁻¹}, or, with ``link``, the
+    reward-scale μ(⟨x, θ⟩) + β‖x‖_{H⁻¹} (ECOLog's)."""
     nv = np.sqrt(np.maximum(np.einsum("rkd,rde,rke->rk", arms, v_inv, arms), 0.0))
     explore = (nv**2).max(axis=1) >= threshold
     lin_o = np.einsum("rkd,rd->rk", arms, theta_o)
@@ -39,7 +42,8 @@ def choose(arms: np.ndarray, theta_o: np.ndarray, v_inv: np.ndarray, threshold: 
         lcb_o = lin_o - width_o[:, None] * nv
     keep = ~np.isfinite(width_o)[:, None] | (ucb_o >= lcb_o.max(axis=1, keepdims=True))
     nh = np.sqrt(np.maximum(np.einsum("rkd,rde,rke->rk", arms, h_inv, arms), 0.0))
-    ucb = np.einsum("rkd,rd->rk", arms, theta) + beta[:, None] * nh
+    lin = np.einsum("rkd,rd->rk", arms, theta)
+    ucb = (lin if link is None else mu(link, lin)) + beta[:, None] * nh
     exploit = np.where(keep, ucb, -np.inf).argmax(axis=1)
     return np.where(explore, nv.argmax(axis=1), exploit), explore
 
@@ -138,6 +142,29 @@ class PrivateGLMSpec:
     tau_data: str               # "unexplored" ([t−1] \ T_o, the paper) | "all" (the authors' code)
     max_iterations: int
     sgd: mech.SGDSettings
+    # The authors' HEAD, for the Figure 1 gap (docs/glm-bandits.md): its DP-SGD schedule ("head":
+    # epochs by the per-call ε₀, warm start at (θ̂_o + θ̂_τ)/2), its Criterion II ("psd-dominance"),
+    # and, a defect of their initial commit, its tree query ("paper-code-buggy-tree").
+    sgd_schedule: str = "fixed"
+    criterion2: str = "det-doubling"
+    tree_query: str = "correct"
+
+
+def head_epochs(eps0: float) -> int:
+    """The authors' HEAD starts DP-SGD with 15, 25, 50, 75 or 100 epochs as the call's ε₀ is ≤ 0.1,
+    ≤ 0.3, ≤ 1, ≤ 2 or above (public: ε₀ is a constant of the run)."""
+    for bound, epochs in ((0.1, 15), (0.3, 25), (1.0, 50), (2.0, 75)):
+        if eps0 <= bound:
+            return epochs
+    return 100
+
+
+def psd_growth(h_prev_inv: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """λ_max(H_prev^{−1/2} H H_prev^{−1/2}) per run: how far H has grown past H_prev in its most-grown
+    direction (the authors' HEAD's Criterion II, with H_prev⁻¹ the released, eigenvalue-floored inverse)."""
+    w, q = np.linalg.eigh(h_prev_inv)
+    half = np.einsum("rij,rj,rkj->rik", q, np.sqrt(np.maximum(w, 0.0)), q)
+    return np.linalg.eigvalsh(half @ h @ half)[:, -1]
 
 
 class PrivateGLM:
@@ -148,8 +175,9 @@ class PrivateGLM:
         R, d, T = len(keys), s.d, s.T
         self.R = R
         self.keys = keys
-        self.tree_v = _tree(s.tree_v, T, [stream(k, "glm-tree-V") for k in keys]) or ExactSums(R, d)
-        self.tree_h = _tree(s.tree_h, T, [stream(k, "glm-tree-H") for k in keys]) or ExactSums(R, d)
+        buggy = s.tree_query == "paper-code-buggy-tree"
+        self.tree_v = _tree(s.tree_v, T, [stream(k, "glm-tree-V") for k in keys], buggy) or ExactSums(R, d)
+        self.tree_h = _tree(s.tree_h, T, [stream(k, "glm-tree-H") for k in keys], buggy) or ExactSums(R, d)
         c = s.consts
         self.lam = np.array([x.lam for x in c])
         self.gamma_sqrt_kappa = np.array([x.gamma * math.sqrt(k) for x, k in zip(c, s.kappa)])
@@ -189,8 +217,11 @@ class PrivateGLM:
         self.psd_clipped += clipped_v
         self.maxdet_all = np.maximum(self.maxdet_all, logdet(H, floor))
         calls = []
-        switch = (self.maxdet_all > np.log(2.0) + self.maxdet_tau) & (self.count2 < np.array(
-            [c.count2_cutoff for c in s.consts]))
+        if s.criterion2 == "psd-dominance":
+            grown = psd_growth(self.h_tau_inv, H) > 1 + 5 / (8 * math.sqrt(s.d)) + 0.05
+        else:
+            grown = self.maxdet_all > np.log(2.0) + self.maxdet_tau
+        switch = grown & (self.count2 < np.array([c.count2_cutoff for c in s.consts]))
         for i in np.flatnonzero(switch):
             mask = np.ones(t, dtype=bool) if s.tau_data == "all" else ~self.explored[i, :t]
             if not mask.any():
@@ -256,7 +287,11 @@ class PrivateGLM:
                 self.skipped[i] += 1
                 return None
             return mech.projected_gd_pvec(s.link, x, r, reg, s.S, plan, rng)
-        theta, _ = mech.dp_sgd(s.link, x, r, reg, s.S, eps, delta, s.sgd, rng)
+        sgd, start = s.sgd, None
+        if s.sgd_schedule == "head":
+            sgd = replace(s.sgd, epochs=head_epochs(eps))
+            start = (self.theta_o[i] + self.theta_tau[i]) / 2  # released: post-processing
+        theta, _ = mech.dp_sgd(s.link, x, r, reg, s.S, eps, delta, sgd, rng, start)
         return theta
 
     def pgd_plan(self, n: int, eps: float, delta: float, lam_max: float) -> mech.PGDPlan:
@@ -287,15 +322,17 @@ class ExactSums:
         return self.total.copy()
 
 
-def _tree(cals, T: int, rngs):
+def _tree(cals, T: int, rngs, buggy: bool = False):
     """One tree for R runs; its σ must be the same across the stacked runs (one noise law).
-    ``cals`` None: no noise (RS-GLinUCB's exact sums)."""
+    ``cals`` None: no noise (RS-GLinUCB's exact sums). ``buggy``: the authors' initial commit's
+    defective query (:class:`~.mechanisms.BuggyHeapTreeDefect`), only to measure it."""
     if cals is None:
         return None
+    kind = mech.BuggyHeapTreeDefect if buggy else mech.GridGaussianTree
     if len({c.sigma for c in cals}) != 1:
-        trees = [mech.GridGaussianTree(c, T, [g]) for c, g in zip(cals, rngs)]
+        trees = [kind(c, T, [g]) for c, g in zip(cals, rngs)]
         return _StackedTrees(trees)
-    return mech.GridGaussianTree(cals[0], T, rngs)
+    return kind(cals[0], T, rngs)
 
 
 class _StackedTrees:
@@ -418,3 +455,127 @@ def rs_glinucb_constants(d: int, T: int, zeta: float, R: float, S: float, kappa:
     gamma = R * S * math.sqrt(d * math.log(T / zeta))
     beta = 4 * math.sqrt(d * math.log(T / zeta))
     return GLMConstants(lam, lam, lam, gamma, beta, 1 / (0.01 * kappa * R**4 * S**2 * d), T, T, 0.0, 0.0, 0.0, 0.0)
+
+
+# --- ECOLog (Faury, Abeille, Jun, Calauzènes 2022) --------------------------------------------------
+
+ECOLOG_LAMBDA = 10.0  # the ℓ2 regularization λ of Sarmasarkar's ECOLog baseline (Faury et al.'s own code: 1)
+
+
+def _log_loss(s: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """The logistic loss ℓ(s; r) = −r log μ(s) − (1 − r) log(1 − μ(s)), stable in the tails."""
+    return np.logaddexp(0.0, s) - r * s
+
+
+def online_newton_step(lam: np.ndarray, Q: np.ndarray, center: np.ndarray, x: np.ndarray, k: float,
+                       y: np.ndarray, S: float) -> np.ndarray:
+    """argmin_{‖θ‖ ≤ S} L(⟨x, θ⟩) + ½‖θ − center‖²_Ṽ for R runs, where Ṽ = Q diag(lam) Qᵀ (R, d, d)
+    and L is the convex scalar loss with L′(s) = k·μ(s) − y (k = 1, y = r: the logistic loss, ECOLog's
+    θ_{t+1}; k = 2, y = 1: ℓ(s; 0) + ℓ(s; 1), its companion θ̄_{t+1}). Exact up to float precision.
+
+    The KKT point is θ(ν) = (Ṽ + νI)⁻¹(Ṽ·center − L′(s)·x) with s = ⟨x, θ(ν)⟩ (a scalar equation,
+    monotone in s) and ν ≥ 0 the ball's multiplier: ν = 0 when θ(0) is inside the ball, else
+    ‖θ(ν)‖ = S, which ‖θ(ν)‖'s decrease in ν (the regularisation path of a convex loss) makes a
+    bracketed root; Newton on 1/‖θ(ν)‖ − 1/S, bisection where Newton leaves the bracket."""
+    a = np.einsum("rde,rd->re", Q, center)  # center in Ṽ's eigenbasis
+    b = np.einsum("rde,rd->re", Q, x)
+    la = lam * a
+
+    def solve(nu: np.ndarray, s: np.ndarray):
+        den = lam + nu[:, None]
+        P, q = (b * la / den).sum(-1), (b * b / den).sum(-1)
+        for _ in range(8):  # h(s) = s − P + L′(s)·q: h′ ∈ [1, 1 + kq/4], q ≤ ‖x‖²/λ_min: Newton is exact in a few
+            m = mu("logistic", s)
+            s = s - (s - P + (k * m - y) * q) / (1.0 + k * m * (1.0 - m) * q)
+        g = k * mu("logistic", s) - y
+        return s, (la - g[:, None] * b) / den, den, q
+
+    R = lam.shape[0]
+    nu = np.zeros(R)
+    s, u, den, q = solve(nu, (b * a).sum(-1))
+    norm = np.linalg.norm(u, axis=1)
+    active = norm > S * (1 + 1e-12)
+    if active.any():
+        lo = np.zeros(R)
+        hi = (np.linalg.norm(la, axis=1) + np.linalg.norm(b, axis=1)) / S  # ‖θ(ν)‖ ≤ (‖Ṽc‖ + ‖x‖)/ν: ≤ S here
+        for _ in range(60):
+            phi = 1.0 / norm - 1.0 / S
+            lo = np.where(active & (phi < 0), nu, lo)
+            hi = np.where(active & (phi > 0), nu, hi)
+            md = k * mu_dot("logistic", s)
+            ds = -(b * u / den).sum(-1) / (1.0 + md * q)
+            du = -(u + (md * ds)[:, None] * b) / den
+            dphi = -(u * du).sum(-1) / norm**3
+            with np.errstate(divide="ignore", invalid="ignore"):
+                step = nu - phi / dphi
+            bisect = ~np.isfinite(step) | (step <= lo) | (step >= hi)
+            nu = np.where(active, np.where(bisect, (lo + hi) / 2, step), 0.0)
+            s, u, den, q = solve(nu, s)
+            norm = np.linalg.norm(u, axis=1)
+            if np.all(~active | (np.abs(norm - S) <= 1e-12 * S) | (hi - lo <= 1e-15 * np.maximum(hi, 1.0))):
+                break
+    return np.einsum("rde,re->rd", Q, u)
+
+
+class ECOLog:
+    """ada-OFU-ECOLog (Faury, Abeille, Jun, Calauzènes, "Jointly Efficient and Optimal Algorithms for
+    Logistic Bandits", AISTATS 2022, Algorithm 2) as Sarmasarkar's code runs it for Fig. 1(a), non-
+    private, logistic only:
+
+    - the optimistic index in the reward scale: x_t = argmax μ(⟨x, θ_t⟩) + σ_t·‖x‖_{Ṽ_t⁻¹};
+    - the ECOLog online Newton step θ_{t+1} = argmin_{‖θ‖≤S} ℓ(⟨x_t, θ⟩; r_t) + ½‖θ − θ_t‖²_{Ṽ_t}, solved
+      exactly (:func:`online_newton_step`; the codes run projected gradient to precision 1/t), then
+      Ṽ_{t+1} = Ṽ_t + μ̇(⟨x_t, θ_{t+1}⟩)·x_t x_tᵀ, Ṽ_1 = λI;
+    - the companion θ̄_{t+1} = argmin_{‖θ‖≤S} ℓ(⟨x_t, θ⟩; 0) + ℓ(⟨x_t, θ⟩; 1) + ½‖θ − θ_{t+1}‖²_{Ṽ_t} and
+      the data-dependent radius σ_t² = 2λS² + (1 + S)²·γ_t + Σ_{s<t} [2(1 + S)(ℓ_s(θ̄_{s+1}) − ℓ_s(θ_{s+1}))
+      − ½‖θ_{s+1} − θ̄_{s+1}‖_{Ṽ_s}], γ_t = √λ/2 + (2/√λ)·log(2√(1 + t/(4λ))/ζ), with the codes' (Faury
+      et al.'s and Sarmasarkar's) unsquared norm and d-free log, and λ = 10 (Sarmasarkar's);
+    - Algorithm 2's data-dependent condition μ̇(⟨x_t, θ̄_{t+1}⟩) ≤ 2·μ̇(⟨x_t, θ_{t+1}⟩): where it fails,
+      Algorithm 2 sends the round to its ℋ_t branch (an MLE on those rounds that shrinks Θ_t); the codes
+      stop with an error, and here the failures are counted per run (:meth:`summary`) and the round
+      is learned as any other. The ℋ_t branch is not built."""
+
+    def __init__(self, link: str, d: int, R: int, S: float, zeta: float, lam: float = ECOLOG_LAMBDA):
+        if link != "logistic":
+            raise ValueError(f"ECOLog is a logistic-bandit algorithm: environment.link = {link!r} must be 'logistic'")
+        self.d, self.S, self.zeta, self.lam = d, S, zeta, lam
+        self.V = np.broadcast_to(lam * np.eye(d), (R, d, d)).copy()
+        self.eig = (np.full((R, d), lam), np.broadcast_to(np.eye(d), (R, d, d)).copy())
+        self.theta = np.zeros((R, d))
+        self.cum_loss = np.zeros(R)
+        self.failed = np.zeros(R, dtype=np.int64)
+        self.t = 0
+
+    def radius(self) -> np.ndarray:
+        lam, S, t = self.lam, self.S, self.t + 1
+        gamma = math.sqrt(lam) / 2 + 2 * math.log(2 * math.sqrt(1 + t / (4 * lam)) / self.zeta) / math.sqrt(lam)
+        return np.sqrt(np.maximum(2 * lam * S**2 + (1 + S) ** 2 * gamma + self.cum_loss, 0.0))
+
+    def v_inv(self) -> np.ndarray:
+        lam, Q = self.eig
+        return np.einsum("rdk,rk,rek->rde", Q, 1.0 / lam, Q)
+
+    def broadcast(self) -> dict:
+        R = self.theta.shape[0]
+        v_inv = self.v_inv()
+        return {"t": self.t + 1, "theta_o": self.theta.copy(), "v_inv": v_inv, "threshold": np.full(R, np.inf),
+                "width_o": np.full(R, np.inf), "theta": self.theta.copy(), "h_inv": v_inv.copy(),
+                "beta": self.radius(), "reward_index": True}
+
+    def update(self, x: np.ndarray, r: np.ndarray) -> None:
+        lam, Q = self.eig
+        theta = online_newton_step(lam, Q, self.theta, x, 1.0, r, self.S)
+        bar = online_newton_step(lam, Q, theta, x, 2.0, np.ones_like(r), self.S)
+        diff = theta - bar
+        disc = np.sqrt(np.maximum(np.einsum("rd,rde,re->r", diff, self.V, diff), 0.0))
+        s, s_bar = np.einsum("rd,rd->r", x, theta), np.einsum("rd,rd->r", x, bar)
+        w, w_bar = mu_dot("logistic", s), mu_dot("logistic", s_bar)
+        self.failed += w_bar > 2 * w
+        self.cum_loss += 2 * (1 + self.S) * (_log_loss(s_bar, r) - _log_loss(s, r)) - 0.5 * disc
+        self.V = self.V + w[:, None, None] * x[:, :, None] * x[:, None, :]
+        self.eig = np.linalg.eigh(self.V)
+        self.theta = theta
+        self.t += 1
+
+    def summary(self) -> list[dict]:
+        return [{"condition_failed": int(f)} for f in self.failed]

@@ -82,9 +82,10 @@ class TreeCalibration:
         return self.levels * self.sensitivity_on_grid**2 / (2 * float(self.sigma_on_grid_squared))
 
 
-def calibrate_tree(rho: float, sensitivity: float, horizon: int, d: int) -> TreeCalibration:
-    """The σ giving a tree ``rho``-zCDP per user: ρ_node = ρ/m and σ_grid = Δ_grid/√(2ρ_node)."""
-    m = tree_levels(horizon)
+def calibrate_tree(rho: float, sensitivity: float, horizon: int, d: int, levels: int | None = None) -> TreeCalibration:
+    """The σ giving a tree ``rho``-zCDP per user: ρ_node = ρ/m and σ_grid = Δ_grid/√(2ρ_node), with m the
+    nodes holding one leaf (``levels``; default the dyadic tree's ⌊log₂ T⌋ + 1)."""
+    m = tree_levels(horizon) if levels is None else levels
     probe = TreeCalibration(1.0, sensitivity, m, d)
     sigma = probe.sensitivity_on_grid * GRID / math.sqrt(2 * rho / m)
     return TreeCalibration(sigma, sensitivity, m, d)
@@ -131,6 +132,65 @@ class GridGaussianTree:
     def true_prefix(self) -> np.ndarray:
         """The rounded leaves' exact sum (diagnostics only; never released)."""
         return from_upper(self.raw.sum(axis=1).astype(np.float64) * self.cal.grid, self.d)
+
+
+class BuggyHeapTreeDefect:
+    """**A defect, reproduced only to measure it** (``tree_query = "paper-code-buggy-tree"``): the
+    authors' initial commit's binary tree (spec §9.2), whose query returns 2, 3, 5, 5, 9, 9, … for unit
+    leaves. Their tree is a heap (root 1, children 2i and 2i + 1) over 2^{h−1} ≥ T leaves, h =
+    ⌈log₂ T⌉ + 1; every node holds the running sum of the leaves inserted under it plus one noise
+    draw fixed up front; the query walks from leaf t to the root and adds node i − 1 whenever i is
+    *even* (a left child, where a prefix needs a right child's left sibling), then leaf t itself.
+    In the left half it adds the root (everything so far) on top; in the right half it drops the
+    left half: the value swings between 2× and a tenth of the prefix. Released values are sums of
+    noisy nodes, each leaf in h of them (post-processing): calibrated with ``levels`` = h, the zCDP
+    ρ still holds (:func:`buggy_tree_levels`)."""
+
+    def __init__(self, cal: TreeCalibration, horizon: int, rngs: list[np.random.Generator]):
+        self.cal, self.d, self.T = cal, cal.d, horizon
+        D = self.d * (self.d + 1) // 2
+        self.h = buggy_tree_levels(horizon)
+        nodes = 2**self.h
+        s2 = cal.sigma_on_grid_squared
+        self.noise = np.stack([sample_discrete_gaussian(s2, nodes * D, rng).reshape(nodes, D) for rng in rngs])
+        self.cum = np.zeros((len(rngs), horizon + 1, D), dtype=np.int64)  # prefix sums of the rounded leaves
+        self.t = 0
+
+    def insert(self, leaves: np.ndarray) -> None:
+        self.t += 1
+        q = np.rint(to_upper(leaves) / self.cal.grid).astype(np.int64)
+        self.cum[:, self.t] = self.cum[:, self.t - 1] + q
+
+    def nodes(self, count: int) -> list[int]:
+        """The heap nodes the defective query adds after ``count`` leaves."""
+        leaf = count + 2 ** (self.h - 1) - 1
+        out, cur = [], leaf
+        while cur > 0:
+            if cur % 2 == 0:
+                out.append(cur - 1)
+            cur //= 2
+        return out + [leaf]
+
+    def prefix(self) -> np.ndarray:
+        total = np.zeros(self.cum.shape[::2], dtype=np.int64)
+        if self.t == 0:
+            return from_upper(total.astype(np.float64), self.d)
+        for j in self.nodes(self.t):
+            level = j.bit_length() - 1
+            span = 2 ** (self.h - 1 - level)
+            lo = (j - 2**level) * span  # the node's leaves, 0-based: [lo, lo + span)
+            hi = min(lo + span, self.t)
+            part = self.cum[:, hi] - self.cum[:, lo] if hi > lo else 0
+            total += part + self.noise[:, j]
+        return from_upper(total.astype(np.float64) * self.cal.grid, self.d)
+
+    def true_prefix(self) -> np.ndarray:
+        return from_upper(self.cum[:, self.t].astype(np.float64) * self.cal.grid, self.d)
+
+
+def buggy_tree_levels(horizon: int) -> int:
+    """h = ⌈log₂ T⌉ + 1: the nodes on a leaf's path to the root of the authors' heap tree."""
+    return math.ceil(math.log2(max(horizon, 2))) + 1
 
 
 # --- the GLM loss ---------------------------------------------------------------------------
@@ -252,9 +312,10 @@ class SGDSettings:
 
 
 def dp_sgd(link: str, x: np.ndarray, r: np.ndarray, reg: float, radius: float, epsilon: float, delta: float,
-           s: SGDSettings, rng: np.random.Generator) -> tuple[np.ndarray, float]:
-    """DP-SGD on n points; returns (θ̂, the noise multiplier). Noise per step on the clipped,
-    grid-rounded gradient sum: grid·N_Z(0, (z·Δ/grid)²), Δ = 2·clip + grid·√d (replace-one)."""
+           s: SGDSettings, rng: np.random.Generator, start: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+    """DP-SGD on n points from ``start`` (default 0; a released θ keeps it post-processing); returns
+    (θ̂, the noise multiplier). Noise per step on the clipped, grid-rounded gradient sum:
+    grid·N_Z(0, (z·Δ/grid)²), Δ = 2·clip + grid·√d (replace-one)."""
     n, d = x.shape
     batch = min(s.batch, n)
     per_epoch = math.ceil(n / batch)
@@ -263,7 +324,7 @@ def dp_sgd(link: str, x: np.ndarray, r: np.ndarray, reg: float, radius: float, e
     sens = 2 * s.clip + GRID * math.sqrt(d)
     s2 = Fraction(math.ceil((z * sens / GRID) ** 2))  # rounded up: small-rational coins, only more noise
     noise = sample_discrete_gaussian(s2, steps * d, rng).reshape(steps, d) * GRID
-    theta = np.zeros(d)
+    theta = np.zeros(d) if start is None else project_ball(np.asarray(start, dtype=np.float64), radius)
     avg, kept = np.zeros(d), 0
     burn = min(s.burn_in, s.epochs - 1) * per_epoch
     for k in range(steps):

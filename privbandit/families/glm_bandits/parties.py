@@ -65,6 +65,7 @@ class Setup:
         if self.spec is not None:
             s = self.spec
             out.update(optimizer=s.optimizer, ucb_theta=s.ucb_theta, tau_data=s.tau_data,
+                       sgd_schedule=s.sgd_schedule, criterion2=s.criterion2, tree_query=s.tree_query,
                        constants=[c.asdict() for c in s.consts])
         if self.spec is not None and self.spec.tree_v is not None:
             out.update(tree_sigma_V=[c.sigma for c in s.tree_v], tree_sigma_H=[c.sigma for c in s.tree_h],
@@ -92,13 +93,29 @@ def setup(public: dict) -> Setup:
         # (two PSD matrices of Frobenius norm ≤ 1) and by ≤ √2/κ* in H (weights clipped to 1/κ*).
         rho = mech.zcdp_rho(eps / 3, delta / 3)
         per_tree = rho if code else rho / 2
-        tree_v = tuple(mech.calibrate_tree(per_tree, math.sqrt(2), T, d) for _ in kappa)
-        tree_h = tuple(mech.calibrate_tree(per_tree, math.sqrt(2) / ks, T, d) for ks in kappa_star)
+        buggy = a.get("tree_query", "correct") == "paper-code-buggy-tree"
+        # the defective heap tree puts each leaf in ⌈log₂ T⌉ + 1 noisy nodes: calibrated for them
+        levels = mech.buggy_tree_levels(T) if buggy else None
+        tree_v = tuple(tree_calibration(per_tree, math.sqrt(2), T, d, levels, a) for _ in kappa)
+        tree_h = tuple(tree_calibration(per_tree, math.sqrt(2) / ks, T, d, levels, a) for ks in kappa_star)
         spec = gl.PrivateGLMSpec(link, d, T, S, R, consts, kappa, kappa_star, tree_v, tree_h, a["optimizer"],
                                  "tiny" if code else "lambda-max", a["ucb_theta"], a["tau_data"], a["max_iterations"],
-                                 mech.SGDSettings(epochs=a["sgd_epochs"], burn_in=a["sgd_burn_in"]))
+                                 mech.SGDSettings(epochs=a["sgd_epochs"], burn_in=a["sgd_burn_in"]),
+                                 a.get("sgd_schedule", "fixed"), a.get("criterion2", "det-doubling"),
+                                 a.get("tree_query", "correct"))
     return Setup(kind, d, T, link, S, eps, delta, zeta, kappa, kappa_star,
                  frozenset(int(c) for c in public["diagnostic"]), spec)
+
+
+def tree_calibration(rho: float, sensitivity: float, T: int, d: int, levels: int | None, a: dict):
+    """A tree's noise for ``rho``-zCDP at the replace-one ``sensitivity``; with ``tree_noise =
+    "paper-code-add-remove-defect"`` (a DEFECT, only to measure it) σ is the repository's, calibrated
+    at a leaf's add/remove sensitivity (1, and 1/κ* for H: √2 less), while ρ stays computed at the
+    replace-one sensitivity: the ledger then reads what such a tree really spends (2ρ)."""
+    if a.get("tree_noise", "replace-one") == "replace-one":
+        return mech.calibrate_tree(rho, sensitivity, T, d, levels)
+    cal = mech.calibrate_tree(rho, sensitivity / math.sqrt(2), T, d, levels)
+    return mech.TreeCalibration(cal.sigma, sensitivity, cal.levels, d)
 
 
 def tree_event(s: Setup) -> PrivacyEvent:
@@ -161,6 +178,8 @@ class GLMServer:
             self.learner = gl.PrivateGLM(s.spec, keys)
         elif s.kind == "glm-ucb":
             self.learner = gl.GLMUCB(s.link, s.d, s.T, self.runs, k, ks, s.zeta)
+        elif s.kind == "ecolog":
+            self.learner = gl.ECOLog(s.link, s.d, self.runs, s.S, s.zeta)
         else:
             self.learner = gl.GLOC(s.link, s.d, s.T, self.runs, k, s.S, s.zeta)
         self.planned = 0
@@ -243,7 +262,7 @@ class GLMServer:
         return dp_sgd_event(self.s, part)
 
     def summary(self) -> list[dict]:
-        if self.s.spec is not None:
+        if self.s.spec is not None or self.s.kind == "ecolog":
             return self.learner.summary()
         return [{} for _ in range(self.runs)]
 
@@ -270,7 +289,8 @@ class GLMUsers:
             raise ValueError(f"plan {plan.id}: θ {theta.shape} does not fit {R} runs in d = {d}")
         arms = self.world.arms[:, t]
         a, explored = gl.choose(arms, np.asarray(b["theta_o"]), np.asarray(b["v_inv"]), np.asarray(b["threshold"]),
-                                np.asarray(b["width_o"]), theta, np.asarray(b["h_inv"]), np.asarray(b["beta"]))
+                                np.asarray(b["width_o"]), theta, np.asarray(b["h_inv"]), np.asarray(b["beta"]),
+                                self.s.link if b.get("reward_index") else None)
         mean = self.world.means[self.ridx, t, a]
         u = self.world.uniforms[:, t]
         y = (u < mean).astype(np.float64)

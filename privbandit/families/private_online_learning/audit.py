@@ -63,9 +63,11 @@ def _claim(family, public: dict, event):
     return claim
 
 
-def lazy_target(family, config, label: str, cohort: int | None, release=None) -> AuditTarget:
+def lazy_target(family, config, label: str, cohort: int | None, release=None, others: float = 0.0,
+                pair: tuple[float, float] = (0.0, 1.0)) -> AuditTarget:
     """One Anytime-Lazy-UCB array release. ``release``: the analyzer's own (default) or one the
-    tests break; the claim is always the analyzer's ``privacy_event``."""
+    tests break; the claim is always the analyzer's ``privacy_event``. ``others``, ``pair``: the
+    other rewards and user 0's under the two inputs (the search's candidates; default 0, (0, 1))."""
     public = family.public_task(config, label, [0])
     server = family.analyzer(public, [0])
     own = server.release
@@ -76,17 +78,18 @@ def lazy_target(family, config, label: str, cohort: int | None, release=None) ->
     q = None if central else release.params(n)
 
     def sample(which: int, count: int, rng: np.random.Generator) -> np.ndarray:
-        if central:  # ArraySumRelease.release, vectorized (module docstring): Σ rewards = which
-            return grid_laplace(np.full(count, float(which)), 1.0, release.epsilon, rng)[0]
-        rewards = np.zeros((count, n))
-        rewards[:, 0] = which
+        if central:  # ArraySumRelease.release, vectorized (module docstring): the raw array sum
+            return grid_laplace(np.full(count, (n - 1) * others + pair[which]), 1.0, release.epsilon, rng)[0]
+        rewards = np.full((count, n), float(others))
+        rewards[:, 0] = pair[which]
         return modular_row_sums(release.randomize(rewards.ravel(), q, rng).reshape(count, n), q.m)
 
     return AuditTarget(
         family=family.name, label=label, algorithm="anytime-lazy-ucb",
         release=("the trusted analyzer's noisy array sum (grid Laplace)" if central
                  else "the modular sum of the array's Pólya residues (secure aggregation)"),
-        neighbours=f"an array of {n} rewards 0 vs the same with user 0's reward 1",
+        neighbours=(f"an array of {n} rewards 0 vs the same with user 0's reward 1" if (others, *pair) == (0, 0, 1)
+                    else f"an array of {n} rewards {others:g}, user 0's {pair[0]:g} vs {pair[1]:g}"),
         kind="real" if central else "integer", sample=sample, claim=_claim(family, public, event),
         delta=public["delta"],
         details={"n": n, "rule": "pass" if central else "sum", "trust_model": "central" if central else "distributed",
@@ -94,14 +97,14 @@ def lazy_target(family, config, label: str, cohort: int | None, release=None) ->
                  **({} if central else {"g": q.g, "tau": q.tau, "m": q.m})})
 
 
-def ftnl_target(family, config, label: str, rnm: ReportNoisyMax | None = None) -> AuditTarget:
+def ftnl_target(family, config, label: str, rnm: ReportNoisyMax | None = None, lead: float = 3.0) -> AuditTarget:
     """FTNL's central report-noisy-max. ``rnm``: the analyzer's own (default) or a broken one;
-    the claim is always the analyzer's."""
+    the claim is always the analyzer's. ``lead``: the head start in noise scales (⌈lead·b⌉)."""
     public = family.public_task(config, label, [0])
     own = family.analyzer(public, [0]).rnm
     rnm = own if rnm is None else rnm
     k = public["arms"]
-    h = math.ceil(3 * own.scale)
+    h = math.ceil(lead * own.scale)
     base = np.zeros((2, k))
     base[0, :2] = (1, h)
     base[1, :2] = (0, h + 1)
@@ -205,6 +208,27 @@ def hybrid_target(family, config, label: str, depth: str | None = None) -> Audit
                  "event": "PureDP", "per_release": 3})
 
 
+# The search's head starts for FTNL, in noise scales: the default first; its ratio grows toward
+# e^{2ε/c} with the head start while the event it rests on grows rarer, so the best is a trade-off.
+FTNL_LEADS = (3.0, 0.0, 1.0, 6.0)
+
+
+def online_candidates(family, config, label: str, cohort: int | None) -> list[list[AuditTarget]]:
+    """``--search``: DP-SE's and Lazy-UCB's releases under the MAB family's candidate pairs
+    (:data:`~privbandit.families.distributed_dp_mab.audit.CANDIDATE_PAIRS`); central FTNL's under
+    the head starts :data:`FTNL_LEADS`. Hybrid-UCB and distributed FTNL offer none yet."""
+    from privbandit.families.distributed_dp_mab.audit import CANDIDATE_PAIRS, elimination_candidates
+
+    a = family.algorithm(config, label)
+    if a.algorithm == "dp-se":
+        return [elimination_candidates(family, config, label, cohort)]
+    if a.algorithm == "anytime-lazy-ucb":
+        return [[lazy_target(family, config, label, cohort, None, o, (x, y)) for o, x, y in CANDIDATE_PAIRS]]
+    if a.algorithm == "ftnl" and a.trust == "central":
+        return [[ftnl_target(family, config, label, None, lead) for lead in FTNL_LEADS]]
+    return []
+
+
 def online_targets(family, config, label: str, cohort: int | None) -> list[AuditTarget]:
     a = family.algorithm(config, label)
     if a.algorithm == "dp-se":
@@ -219,3 +243,81 @@ def online_targets(family, config, label: str, cohort: int | None) -> list[Audit
         return [ftnl_target(family, config, label) if a.trust == "central"
                 else ftnl_distributed_target(family, config, label, cohort)]
     return []
+
+
+# --- the one-run canary audit of a whole run (Steinke, Nasr & Jagielski 2023) --------------------
+#
+# The world is fixed so that every other user's data is known: every mean 0 and Bernoulli rewards,
+# so each reward (and each full-information reward vector) is exactly 0 except the canaries'.
+# Each released round (a Lazy-UCB array, a DP-SE batch, an FTNL epoch) takes one canary, its first
+# reporter: a user is in one round, so the run's ε is its worst round's (parallel composition).
+
+def lazy_hooks(release=None):
+    """Anytime-Lazy-UCB: the canary's reward is her bit, as she sends it (raw to the trusted
+    analyzer, or her :class:`~.mechanisms.DistributedArraySum` residues at her array's size);
+    the score is the array's noisy sum the analyzer decodes (``estimate_sum``). ``release``: the
+    analyzer's own (default), or one the tests break, given to the analyzer and the users (the
+    ledger still records the analyzer's ``privacy_event``, which a broken release keeps)."""
+
+    def hooks(server, user_logic):
+        if release is not None:
+            server.release = release
+            if not server.central:
+                user_logic.randomizer = release
+        randomizer = user_logic.randomizer
+
+        def plant(plan, rnd, bit, rng):
+            x = np.array([float(bit)])
+            return x if randomizer is None else randomizer.randomize(x, randomizer.params(rnd.expected), rng)
+
+        return plant, lambda release_, record: record.body["estimate_sum"]
+
+    return hooks
+
+
+def ftnl_hooks(server, user_logic):
+    """FTNL: the canary's reward vector is e₁ (bit 1) or e₀ (bit 0), the replacement pair the
+    ledger's 2ε/c is for, sent raw or as her K Pólya residues; the score is +1 when the next action
+    the analyzer selects is 1, −1 when it is 0, else 0 (the index is all that leaves in the central
+    model and under ``argmax_at = "intermediary"``)."""
+    randomizer, k = user_logic.randomizer, user_logic.instance.n_arms
+
+    def plant(plan, rnd, bit, rng):
+        x = np.zeros(k)
+        x[int(bit)] = 1.0
+        return x if randomizer is None else randomizer.randomize(x[None], randomizer.params(rnd.expected), rng)[0]
+
+    return plant, lambda release, record: {1: 1.0, 0: -1.0}.get(int(record.body["next"]), 0.0)
+
+
+def online_canary_audit(family, config, label: str, seed: int, confidence: float, run: int = 0,
+                        release=None) -> dict:
+    """One whole run of ``label`` with canaries (module section above; :func:`~privbandit.audit.canary.canary_run`).
+    FTNL's epochs double, so its run has at most ⌊log₂ T⌋ + 1 canaries: the result's ``ceiling``
+    (what guesses all right would bound) says how far that can see, below the claim at c = 1.
+    Hybrid-UCB is refused: every user is a release of her own, and her reward reaches every later
+    private mean through ~log T tree nodes, so a canary's score would carry the other canaries'
+    rewards; not built."""
+    from privbandit.audit.canary import canary_run
+    from privbandit.families.distributed_dp_mab.audit import elimination_hooks
+    from privbandit.families.private_online_learning import config as cfg
+
+    a = family.algorithm(config, label)
+    arms = len(config.environment.means)
+    if a.algorithm == "hybrid-ucb":
+        raise NotImplementedError(
+            f"algorithms.{label}: no one-run audit of Hybrid-UCB: each user is a release of her own and her reward "
+            f"reaches every later private mean through the tree's nodes, so a canary's score would carry the other "
+            f"canaries' rewards (docs/audit.md)")
+    zero = cfg.OnlineEnvironment(means=[0.0] * arms, reward="bernoulli")  # every other reward exactly 0
+    config = config.model_copy(update={"environment": zero})
+    if a.algorithm == "ftnl":
+        if release is not None:
+            raise ValueError("a replaced release is for Lazy-UCB and DP-SE only")
+        hooks = ftnl_hooks
+    else:
+        hooks = elimination_hooks(release) if a.algorithm == "dp-se" else lazy_hooks(release)
+    # DP-SE's rounds follow the eliminations and Lazy-UCB's arrays the pulls: at most one canary per
+    # user, whatever they decide; FTNL's epochs are fixed by T alone
+    return canary_run(family, config, label, seed, confidence, hooks, run, {"arms": arms, "trust": a.trust},
+                      most=None if a.algorithm == "ftnl" else config.horizon)

@@ -108,6 +108,16 @@ class PrivateOnlineLearning(Family):
 
         return online_targets(self, config, label, cohort)
 
+    def audit_candidates(self, config, label: str, cohort: int | None = None) -> list[list]:
+        from privbandit.families.private_online_learning.audit import online_candidates
+
+        return online_candidates(self, config, label, cohort)
+
+    def canary_audit(self, config, label: str, seed: int, confidence: float) -> dict:
+        from privbandit.families.private_online_learning.audit import online_canary_audit  # docs/audit.md
+
+        return online_canary_audit(self, config, label, seed, confidence)
+
     def users(self, config, label: str, runs: list[int]):
         (run,) = runs
         a = self.algorithm(config, label)

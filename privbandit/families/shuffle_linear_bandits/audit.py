@@ -48,30 +48,49 @@ from privbandit.families.shuffle_linear_bandits import mechanisms as slb
 from privbandit.families.shuffle_linear_bandits.calibration import batch_lane
 
 
-def neighbours(d: int, norm: float, s1_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """User 0's entries under the two inputs: the farthest apart of the candidate pairs (or the
-    pair that differs in φy alone)."""
+def pairs(d: int, norm: float, s1_only: bool = False) -> list[tuple[np.ndarray, np.ndarray]]:
+    """User 0's entries under the two inputs, for each candidate pair: (L·e₁, 1) against (−L·e₁, 1),
+    (L·e₁, 0), (L·e₂, 1) and (L·e₂, 0); ``s1_only``: those that differ in φy alone (P_Amp's
+    statistic reads S1 only)."""
     e1 = np.zeros(d)
     e1[0] = norm
     e2 = np.zeros(d)
     e2[min(1, d - 1)] = norm
     base = slb.user_entries(e1[None], np.array([1.0]))[0]
-    pairs = ((-e1, 1.0),) if s1_only else ((-e1, 1.0), (e2, 1.0), (e2, 0.0))
-    others = [slb.user_entries(x[None], np.array([y]))[0] for x, y in pairs]
-    far = max(others, key=lambda e: float(np.linalg.norm(e - base)))
-    return base, far
+    other = ((-e1, 1.0), (e1, 0.0)) if s1_only else ((-e1, 1.0), (e2, 1.0), (e2, 0.0), (e1, 0.0))
+    return [(base, slb.user_entries(x[None], np.array([y]))[0]) for x, y in other]
 
 
-def linear_targets(family, config, label: str, cohort: int | None) -> list[AuditTarget]:
+def neighbours(d: int, norm: float, s1_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The farthest apart in ℓ2 of the candidate :func:`pairs` (or of those differing in φy alone)."""
+    return max(pairs(d, norm, s1_only), key=lambda p: float(np.linalg.norm(p[1] - p[0])))
+
+
+def linear_targets(family, config, label: str, cohort: int | None, search: bool = False) -> list:
+    """The release of one algorithm at its farthest pair; ``search``: instead, the candidates of
+    ``--search``, one list per release (every pair of :func:`pairs`, the farthest first; JDP's
+    tree offers none)."""
     public = family.public_task(config, label, [0])
     server = family.analyzer(public, [0])
     s = server.s
     if s.kind == "linucb-jdp":
-        return [jdp_target(family, public, label, s)]
+        return [] if search else [jdp_target(family, public, label, s)]
     if s.kind not in ("linucb-ldp", "linucb-sdp-vec", "linucb-sdp-amp"):
         return []
     vec, amp = s.kind == "linucb-sdp-vec", s.kind == "linucb-sdp-amp"
-    e0, e1 = neighbours(s.d, min(s.feature_norm, s.entry_bound) if vec else s.feature_norm, s1_only=amp)
+    norm = min(s.feature_norm, s.entry_bound) if vec else s.feature_norm
+    if not search:
+        return [noised_target(family, public, server, label, *neighbours(s.d, norm, s1_only=amp))]
+    far = neighbours(s.d, norm, s1_only=amp)
+    rest = [p for p in pairs(s.d, norm, s1_only=amp) if not np.array_equal(p[1], far[1])]
+    return [[noised_target(family, public, server, label, e0, e1) for e0, e1 in [far] + rest]]
+
+
+def noised_target(family, public: dict, server, label: str, e0: np.ndarray, e1: np.ndarray) -> AuditTarget:
+    """LDP's report, P_Vec's label totals or P_Amp's multiset with user 0's entries ``e0`` or
+    ``e1`` (module docstring)."""
+    s = server.s
+    vec, amp = s.kind == "linucb-sdp-vec", s.kind == "linucb-sdp-amp"
     direction = (e1 - e0) / np.linalg.norm(e1 - e0)
     randomizer = s.randomizer
     event = server.event
@@ -99,7 +118,7 @@ def linear_targets(family, config, label: str, cohort: int | None) -> list[Audit
         return ledger.summary()
 
     rnd = s.round(0)
-    return [AuditTarget(
+    return AuditTarget(
         family=family.name, label=label, algorithm=s.kind,
         release={"linucb-ldp": "user 0's attributable report, projected on the two inputs' difference",
                  "linucb-sdp-vec": "the shuffler's per-label totals of 1-bits, projected on the two inputs' difference",
@@ -111,7 +130,7 @@ def linear_targets(family, config, label: str, cohort: int | None) -> list[Audit
         details={"n": s.batch, "d": s.d, "sigma": s.sigma, "rule": rnd.rule,
                  "trust_model": "local" if users == 1 else "shuffle", "event": type(event).__name__,
                  "per_release": users * e0.size, **({"g": s.vec.g, "b": s.vec.b, "p": s.vec.p} if vec else {}),
-                 "distance": float(np.linalg.norm(e1 - e0))})]
+                 "distance": float(np.linalg.norm(e1 - e0))})
 
 
 def jdp_target(family, public: dict, label: str, s, sigma: float | None = None) -> AuditTarget:
@@ -181,3 +200,69 @@ def vec_sum_target(family: str, label: str, algorithm: str, vec: slb.VecParams, 
         details={"n": users, "g": vec.g, "b": vec.b, "p": vec.p, "shift": vec.shift, "rule": "sum",
                  "trust_model": "shuffle", "labels_sampled": int(differ.size), "per_release": users * differ.size,
                  **details})
+
+
+# --- the one-run canary audit of a whole run (Steinke, Nasr & Jagielski 2023) --------------------
+
+
+def linear_hooks(seed: int, label: str, run: int, randomizer=None):
+    """Batched LinUCB's canary: the first user of every batch (a user reports in one batch, so the
+    run's ε is its worst batch's) sends the entries of the pair the per-release audit uses
+    (:func:`neighbours`, the farthest, or for P_Amp the farthest differing in φy alone; bit 1: the
+    second), randomized by the users' own randomizer, or raw (φ, y) = (±L·e₁, 1) to LinUCB's
+    trusted analyzer (no randomizer: nothing to claim). The other users act on the
+    world as in any run: their reports are summed in (P_Vec) or shuffled with hers (P_Amp), which
+    weakens the score, never the bound's soundness. The score reads the release as the per-release
+    audit does: her attributable report (LDP) or raw φ (LinUCB), the largest S1 projection of the
+    multiset (P_Amp), the label totals (P_Vec), each projected on the pair's difference.
+    ``randomizer``: the users' own (default), or one the tests break, given to every user."""
+
+    def hooks(server, user_logic):
+        s = server.s
+        if randomizer is not None:
+            user_logic.randomizer = randomizer
+            user_logic.noise = slb.StackedStreams([slb.user_noise(seed, label, run, s.batch, randomizer, s.width)])
+        own = user_logic.randomizer
+        vec, amp = s.kind == "linucb-sdp-vec", s.kind == "linucb-sdp-amp"
+        e0, e1 = neighbours(s.d, min(s.feature_norm, s.entry_bound) if vec else s.feature_norm, s1_only=amp)
+        direction = (e1 - e0) / np.linalg.norm(e1 - e0)
+        phi = np.zeros(s.d)
+        phi[0] = s.feature_norm  # (±L·e₁, y = 1), raw
+
+        def plant(plan, rnd, bit, rng):
+            if own is None:
+                return np.concatenate([phi if bit else -phi, [1.0]])
+            return own.randomize((e1 if bit else e0)[None], rng)[0]
+
+        def score(release, record):
+            v = release.values[0]
+            if own is None:
+                return v[0, 0]  # the round's first reporter, the canary: φ₀
+            if vec:
+                return v @ direction
+            if amp:
+                return (v[:, : s.d] @ direction[: s.d]).max()
+            return v[0] @ direction
+
+        return plant, score
+
+    return hooks
+
+
+def linear_canary_audit(family, config, label: str, seed: int, confidence: float, run: int = 0,
+                        randomizer=None) -> dict:
+    """One whole run of ``label`` with a canary per batch (:func:`linear_hooks`,
+    :func:`~privbandit.audit.canary.canary_run`). LinUCB-JDP is refused: its trusted analyzer
+    publishes prefix sums through the tree, so every batch's canary reaches every later release and
+    no release belongs to one canary; the tree of batch 0 is audited per release instead."""
+    from privbandit.audit.canary import canary_run
+
+    public = family.public_task(config, label, [run])
+    kind = public["algorithm"]["algorithm"]
+    if kind == "linucb-jdp":
+        raise NotImplementedError(
+            f"algorithms.{label}: no one-run audit of LinUCB-JDP: its analyzer releases prefix sums through the tree, "
+            f"so every batch's canary reaches every later release and none is one canary's (the per-release audit "
+            f"samples batch 0's tree nodes; docs/audit.md)")
+    return canary_run(family, config, label, seed, confidence, linear_hooks(config.seed, label, run, randomizer), run,
+                      {"batch": public["algorithm"]["batch"], "d": public["dim"]})

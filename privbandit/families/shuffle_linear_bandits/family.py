@@ -107,6 +107,16 @@ class ShuffleLinearBandits(Family):
 
         return linear_targets(self, config, label, cohort)
 
+    def audit_candidates(self, config, label: str, cohort: int | None = None) -> list[list]:
+        from privbandit.families.shuffle_linear_bandits.audit import linear_targets
+
+        return linear_targets(self, config, label, cohort, search=True)
+
+    def canary_audit(self, config, label: str, seed: int, confidence: float) -> dict:
+        from privbandit.families.shuffle_linear_bandits.audit import linear_canary_audit  # docs/audit.md
+
+        return linear_canary_audit(self, config, label, seed, confidence)
+
     def users(self, config, label: str, runs: list[int]) -> LinearUsers:
         env = config.environment
         return LinearUsers(setup(self.public_task(config, label, runs)),

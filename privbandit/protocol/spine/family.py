@@ -178,6 +178,12 @@ class Family(ABC):
         yet, which the audit reports as not audited."""
         return []
 
+    def audit_candidates(self, config, label: str, cohort: int | None = None) -> list[list]:
+        """``privbandit audit --search``: per release of :meth:`audit_targets` that has them, a few
+        candidate neighbouring pairs of that release (each an ``AuditTarget`` of the same name, the
+        default pair first; :mod:`privbandit.audit.search`). []: none offered."""
+        return []
+
     def canary_audit(self, config, label: str, seed: int, confidence: float) -> dict:
         """A one-run canary audit of a whole run of ``label`` (Steinke, Nasr & Jagielski 2023):
         ``privbandit audit --canary``. A family that has none raises NotImplementedError."""

@@ -195,6 +195,7 @@ def write_broker_config(
     log_file: Path | str | None = None,
     backend: Literal["acl_file", "dynsec"] = "acl_file",
     dynsec_plugin: Path | str | None = None,
+    plugin_here: bool = True,
     tls_cert: Path | str | None = None,
     tls_key: Path | str | None = None,
     client_ca: Path | str | None = None,
@@ -211,6 +212,8 @@ def write_broker_config(
     grants every SUBSCRIBE and filters at delivery. ``backend="dynsec"`` loads Mosquitto's
     dynamic-security plugin (``dynsec_plugin`` or auto-detected) so forbidden SUBSCRIBEs are
     refused too; ``passwd`` and ``acl`` are still written (the embedded broker reads ``passwd``).
+    ``plugin_here=False``: ``dynsec_plugin`` is an absolute path where the broker runs (another
+    image: docker-compose.yml's config step), written as given, not looked for here.
 
     ``instances`` (and any ``passwords`` key naming one): intermediary instance accounts beside the
     roles, ``shuffler-1`` … ``shuffler-k`` (:func:`~.rules.role_topics`), each with its own password
@@ -238,12 +241,14 @@ def write_broker_config(
     plugin: Path | None = None
     if backend == "dynsec":
         plugin = Path(dynsec_plugin) if dynsec_plugin is not None else find_dynsec_plugin()
-        if plugin is None or not plugin.is_file():
-            raise ValueError(
-                f"dynsec_plugin: Mosquitto's mosquitto_dynamic_security.so not found "
-                f"({dynsec_plugin or 'searched ' + ', '.join(_DYNSEC_CANDIDATES)})"
-            )
-        plugin = plugin.resolve()
+        # (elsewhere, the broker refuses to start without it)
+        if plugin_here or plugin is None or not plugin.is_absolute():
+            if plugin is None or not plugin.is_file():
+                raise ValueError(
+                    f"dynsec_plugin: Mosquitto's mosquitto_dynamic_security.so not found "
+                    f"({dynsec_plugin or 'searched ' + ', '.join(_DYNSEC_CANDIDATES)})"
+                )
+            plugin = plugin.resolve()
     elif dynsec_plugin is not None:
         raise ValueError("dynsec_plugin is only meaningful with backend='dynsec'")
     if log_file is not None:

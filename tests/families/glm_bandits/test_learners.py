@@ -80,6 +80,7 @@ epsilon = {eps}
 [algorithms.rs-glinucb]
 [algorithms.glm-ucb]
 [algorithms.gloc]
+[algorithms.ecolog]
 """
 
 
@@ -89,7 +90,7 @@ def _config(tmp_path, T=150, preset="paper-code", eps=6.0, extra=""):
     return validate_experiment(GLMExperiment, p)[0]
 
 
-@pytest.mark.parametrize("label", ["private-glm", "rs-glinucb", "glm-ucb", "gloc"])
+@pytest.mark.parametrize("label", ["private-glm", "rs-glinucb", "glm-ucb", "gloc", "ecolog"])
 def test_stacked_runs_equal_runs_alone(tmp_path, label):
     """The in-process engine stacks runs; over MQTT each run is alone: the numbers must agree."""
     config = _config(tmp_path, extra='optimizer = "pgd-pvec"')
