@@ -17,10 +17,10 @@ broker enforcing the run's ACL, and plays the three other roles through their ow
 
 What arrives on ``release/<intermediary>`` is decoded by the project's codec, checked to be exactly
 the round's rule applied to the reports sent (``mqtt.exact``: the mechanism's own modular sum, the
-same multiset, the same reports under the same ids), and reduced to the
-very statistic the in-process target computes (the modular sum; the count of residues equal to
-g mod m in a shuffled multiset; user 0's attributable report), and the same testers turn the two
-samples into the ε lower bound (:func:`privbandit.audit.run.audit_target`).
+same multiset, the same reports under the same ids), and reduced to the very statistic the
+in-process target computes (the modular sum; the count of residues equal to g mod m in a shuffled
+multiset; user 0's attributable report); the same testers turn the two samples into the ε lower
+bound (:func:`privbandit.audit.run.audit_target`).
 
 A round trip through two processes and a broker costs far more than a vectorized draw, so an MQTT
 audit takes 10³–10⁴ releases per neighbour where the in-process one takes 10⁶–10⁷. What justifies
