@@ -1160,12 +1160,21 @@ def audit(
                                            "depend on it), in [1, 64]")] = 1,
     out: Annotated[Path, typer.Option(help="directory for audit.json and the plots (replaced)")] = Path("results/audit"),
     transport: Annotated[str, typer.Option(help="inproc: the releases sampled in-process from the project's "
-                                                "own mechanisms (mqtt: not built)")] = "inproc",
+                                                "own mechanisms; mqtt: read from the broker with the analyzer's "
+                                                "account, released by the real intermediary process")] = "inproc",
     canary: Annotated[bool, typer.Option(help="also run each algorithm once with canaries and bound the whole "
                                               "run's ε (one-run audit), where the family supports it")] = False,
     search: Annotated[bool, typer.Option(help="also search the family's candidate neighbouring pairs of each "
                                               "release: pilot each on max(1000, samples/20), audit the strongest "
                                               "on a fresh sample")] = False,
+    broker: Annotated[Optional[str], typer.Option(
+        help="with --transport mqtt: mqtt://host:port or mqtts://host:port [default: an embedded broker]")] = None,
+    run_id: RunIdForBroker = None,
+    credentials: CredentialsOption = None,
+    ca_file: CaFileOption = None,
+    cert_file: CertFileOption = None,
+    key_file: KeyFileOption = None,
+    insecure_broker: InsecureBrokerOption = False,
 ):
     """Measure the privacy each release really gives: two neighbouring inputs, many releases of what
     the analyzer receives under each, and an ε lower bound at δ with the stated confidence, set
@@ -1174,16 +1183,34 @@ def audit(
 
     from privbandit import registry
     from privbandit.audit import run_audit, write_audit
+    from privbandit.audit.mqtt import MAX_MQTT_SAMPLES
     from privbandit.audit.run import run_audit_parallel
     from privbandit.runner import config as experiment_files
     from privbandit.runner.provenance import command_line
 
     try:
-        if transport == "mqtt":
-            raise ConfigError("--transport mqtt: not built yet (issue #17); the audit samples the project's own "
-                              "mechanisms in-process (--transport inproc), see docs/audit.md")
-        if transport != "inproc":
-            raise ConfigError(f"--transport {transport!r}: choose inproc (mqtt is not built yet)")
+        if transport not in ("inproc", "mqtt"):
+            raise ConfigError(f"--transport {transport!r}: choose inproc or mqtt")
+        if transport == "inproc":  # silently ignoring them would mislead: nothing here uses a broker
+            given = [flag for flag, value in (("--broker", broker), ("--run-id", run_id), ("--credentials", credentials),
+                                              ("--ca-file", ca_file), ("--cert-file", cert_file),
+                                              ("--key-file", key_file), ("--insecure-broker", insecure_broker or None))
+                     if value is not None]
+            if given:
+                raise ConfigError(f"{', '.join(given)}: only with --transport mqtt (this audit is in-process)")
+        else:
+            if jobs != 1:
+                raise ConfigError(f"--jobs {jobs}: only with --transport inproc (an MQTT audit is one session)")
+            if canary:
+                raise ConfigError("--canary: only with --transport inproc (the one-run audit runs in-process)")
+            if search:
+                raise ConfigError("--search: only with --transport inproc (its pilots need in-process samples)")
+            if not 100 <= samples <= MAX_MQTT_SAMPLES:
+                raise ConfigError(f"--samples {samples}: with --transport mqtt, must lie in [100, 10^6] (a few "
+                                  f"hundred releases per second cross the broker; docs/audit.md)")
+        access = _broker_access(broker, run_id, credentials, ca_file, cert_file, key_file)
+        if broker is not None:
+            _broker_reachable(broker)
         if not 100 <= samples <= 10**9:
             raise ConfigError(f"--samples {samples}: must lie in [100, 10^9]")
         if delta is not None and not 0 < delta < 1:
@@ -1224,13 +1251,14 @@ def audit(
                 raise ConfigError(f"--algorithm {', '.join(unknown)}: not a label of {experiment}; labels: "
                                   f"{', '.join(labels)}")
             labels = [label for label in labels if label in algorithm]
-        targets, specs, skipped = [], [], []
+        targets, specs, skipped, pairs = [], [], [], []
         for label in labels:
             try:
                 found = fam.audit_targets(config, label, cohort)
             except ValueError as exc:  # e.g. a cohort whose modulus the encoding cannot hold
                 raise ConfigError(f"algorithms.{label}: cannot audit with --cohort {cohort}: {exc}") from None
             targets += found
+            pairs += [(label, t) for t in found]
             specs += [(data, str(where), label, cohort, i, t.name) for i, t in enumerate(found)]
             if not found:
                 skipped.append(f"{fam.name}/{label}")
@@ -1248,7 +1276,11 @@ def audit(
                 done.append(name)
                 bar.update(task, description=name)
 
-            if jobs == 1:
+            session = None
+            if transport == "mqtt":
+                results, session = _audit_over_mqtt(fam, config, pairs, samples, delta, confidence, seed, access,
+                                                    broker, run_id, insecure_broker, out, progress)
+            elif jobs == 1:
                 results = run_audit(targets, samples, delta, confidence, seed, progress)
             else:
                 results = run_audit_parallel(specs, jobs, samples, delta, confidence, seed, progress)
@@ -1277,19 +1309,41 @@ def audit(
         raise typer.Exit(2)
     report = {"command": command_line(), "samples": samples, "confidence": confidence, "seed": seed,
               "cohort": cohort, "transport": transport, "targets": results, "not_audited": skipped,
-              "canary_runs": runs, "searches": searches,
+              "canary_runs": runs, "searches": searches, **({"mqtt": session} if session else {}),
               "seconds": sum(r["seconds"]["total"] for r in results)}
     write_audit(out, report)
     console = Console(width=None if sys.stdout.isatty() else 140)
     table = Table(title=f"audit: {samples:,} releases per neighbour, confidence {confidence:g}")
-    for col in ("mechanism", "release", "claimed ε", "audited ε ≥", "δ", "verdict", "seconds"):
-        table.add_column(col, justify="right" if col in ("claimed ε", "audited ε ≥", "δ", "seconds") else "left")
+    mqtt = transport == "mqtt"
+    for col in ("mechanism", *(["transport", "law p (0, 1)", "releases/s"] if mqtt else ["release"]),
+                "claimed ε", "audited ε ≥", "δ", "verdict", "seconds"):
+        table.add_column(col, justify="right" if col in ("claimed ε", "audited ε ≥", "δ", "seconds", "releases/s")
+                         else "left")
     for r in results:
         c, a = r["claim"], r["audit"]
         claimed = f"{c['epsilon_at_delta']:.4g}" if c["epsilon_at_delta"] is not None else c["guarantee"]
-        table.add_row(f"{r['name']} ({r['algorithm']})", r["release"], claimed, f"{a['epsilon']:.4g}",
+        extra = []
+        if mqtt:
+            law = r["mqtt"].get("law_check")
+            p = "—" if law is None else ", ".join(
+                f"{min(law[k]['p_chi2'], law[k]['p_ks']):.2g}" for k in ("input_0", "input_1"))
+            extra = [r["transport"], p, f"{r['releases_per_second']:,.0f}"]
+        table.add_row(f"{r['name']} ({r['algorithm']})", *(extra or [r["release"]]), claimed, f"{a['epsilon']:.4g}",
                       f"{a['delta']:.2g}", r["verdict"], f"{r['seconds']['total']:.1f}")
     console.print(table)
+    for r in results:
+        if mqtt and r["transport"] != "mqtt":
+            console.print(f"in-process, not over MQTT: {r['name']}: {r['mqtt']['why_not']}")
+    inexact = [r for r in results if r.get("transport") == "mqtt"
+               and r["mqtt"]["exact"]["equal"] != r["mqtt"]["exact"]["releases"]]
+    for r in inexact:
+        console.print(f"over MQTT, {r['name']}: only {r['mqtt']['exact']['equal']} of {r['mqtt']['exact']['releases']} "
+                      f"releases equal the round's rule applied to the reports sent: the intermediary or the wire "
+                      f"altered them (logs in {out}/mqtt/logs)")
+    if session:
+        console.print(f"over MQTT: the {', '.join(session['intermediaries'])} process(es) on the "
+                      f"{session['broker']} broker (ACL {session['acl']}, run {session['run_id']}); law p: the smaller "
+                      f"of the χ² and KS two-sample p-values against the in-process sampler, per input")
     for r in runs:
         c = r["claim"]
         claimed = f"{c['epsilon_at_delta']:.4g}" if c["epsilon_at_delta"] is not None else c["guarantee"]
@@ -1306,7 +1360,28 @@ def audit(
     if skipped:
         console.print(f"not audited (no audit targets yet): {', '.join(skipped)}")
     console.print(f"audit.json and one plot per mechanism in {out}/")
-    if any(r["verdict"] == "violation" for r in results + runs + searches):
+    if any(r["verdict"] == "violation" for r in results + runs + searches) or inexact:
+        raise typer.Exit(1)
+
+
+def _audit_over_mqtt(fam, config, pairs, samples, delta, confidence, seed, access, broker, run_id, insecure, out,
+                     progress):
+    """``audit --transport mqtt``'s session, its failures turned into the command's errors."""
+    from privbandit.audit.mqtt import Broker, NoWirePath, audit_over_mqtt
+    from privbandit.services.broker_probe import BrokerInsecure, BrokerUnusable
+
+    where = Broker(broker, access["passwords"], access["tls_files"], run_id, insecure)
+    try:
+        return audit_over_mqtt(fam, config, pairs, samples, delta, confidence, seed, where, out, progress)
+    except NoWirePath as exc:
+        raise ConfigError(f"--transport mqtt: {exc}; audit these releases with --transport inproc") from None
+    except (BrokerInsecure, BrokerUnusable) as exc:
+        _error(f"--transport mqtt: {exc}")
+        raise typer.Exit(1)
+    except ValueError as exc:  # a TLS file, a missing role's password
+        raise ConfigError(str(exc)) from None
+    except RuntimeError as exc:  # the session could not go on: the intermediaries' logs
+        _error(f"--transport mqtt: the audit's session stopped: {exc}")
         raise typer.Exit(1)
 
 

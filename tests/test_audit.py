@@ -226,7 +226,7 @@ def test_cli_writes_audit_json_and_plots(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--transport", "mqtt"], "--transport mqtt: not built"),
+    (["--transport", "tcp"], "--transport 'tcp': choose inproc or mqtt"),
     (["--samples", "10"], "--samples 10: must lie in [100, 10^9]"),
     (["--delta", "1.5"], "--delta 1.5: must lie in (0, 1)"),
     (["--delta", "0"], "--delta 0.0: must lie in (0, 1)"),

@@ -187,11 +187,19 @@ class UserFleetService(PartyService):
 
     async def send_reports(self, plan: Plan, rnd: Round, block: int, rep: Reports) -> None:
         """One (round, block)'s records, closing the block for that round."""
-        ids = rep.user_ids
-        msg = codec.ReportsMsg(
-            run=self.run_id, task=self.task_index, round=rnd.id, plan=plan.id, user_ids=ids_on_wire(ids),
-            values=codec.packed(rep.values, rnd.m, rnd.high, rnd.integer), block=block,
-            tags=self.auth.tags(self.run_id, self.task_index, rnd.id, plan.id, plan.first_user, ids, rep.values))
-        msg = msg.model_copy(update={"block_tag": self.auth.mac("block", self.run_id, self.task_index, rnd.id,
-                                                                plan.id, block, payload=codec.encode(msg))})
+        msg = reports_message(self.auth, self.run_id, self.task_index, plan, rnd, block, rep)
         await self.bus.publish(self.t("report", rnd.intermediary), msg)
+
+
+def reports_message(auth: ReportAuthenticator, run_id: str, task: int, plan: Plan, rnd: Round, block: int,
+                    rep: Reports) -> codec.ReportsMsg:
+    """One (round, block)'s records as a fleet sends them: each record MAC'd by its user, the
+    message closing the block for that round with the fleets' MAC (also what ``privbandit audit
+    --transport mqtt`` sends the real intermediary)."""
+    ids = rep.user_ids
+    msg = codec.ReportsMsg(
+        run=run_id, task=task, round=rnd.id, plan=plan.id, user_ids=ids_on_wire(ids),
+        values=codec.packed(rep.values, rnd.m, rnd.high, rnd.integer), block=block,
+        tags=auth.tags(run_id, task, rnd.id, plan.id, plan.first_user, ids, rep.values))
+    return msg.model_copy(update={"block_tag": auth.mac("block", run_id, task, rnd.id, plan.id, block,
+                                                        payload=codec.encode(msg))})

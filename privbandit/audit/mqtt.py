@@ -1,0 +1,525 @@
+"""``privbandit audit --transport mqtt``: the releases read from the broker with the analyzer's own
+account, as the analyzer really gets them, instead of sampled in-process.
+
+For each target whose release leaves an intermediary process, the audit runs that process as the
+launcher plans it (:func:`~privbandit.services.launcher.plan_parties`: the real ``privbandit
+aggregator`` or ``privbandit shuffler``, its own broker account, the users' report keys) against a
+broker enforcing the run's ACL, and plays the three other roles through their own accounts:
+
+- the observer (``control``): starts one task per chunk of rounds, as the observer starts tasks;
+- the analyzer (``plan``, ``release/<intermediary>``): opens the rounds as the family's analyzer
+  opens them (its own ``round_of``), and reads what the intermediary releases;
+- the users (``report/<intermediary>``): each round's cohort randomizes its reward with the
+  mechanism's randomizer, the user-side code a fleet runs, under neighbouring input 0 or 1
+  (alternating rounds), and sends one message per round as a fleet does
+  (:func:`~privbandit.services.users.reports_message`: every record MAC'd by its user, the block
+  closed with the fleets' MAC), so the intermediary admits them only as it admits a fleet's.
+
+What arrives on ``release/<intermediary>`` is decoded by the project's codec, checked to be exactly
+the round's rule applied to the reports sent (``mqtt.exact``: the mechanism's own modular sum, the
+same multiset, the same reports under the same ids), and reduced to the very statistic the
+in-process target computes (the modular sum; the count of residues equal to g mod m in a shuffled
+multiset; user 0's attributable report); the same testers turn the two samples into the ε lower
+bound (:func:`privbandit.audit.run.audit_target`).
+
+A round trip through two processes and a broker costs far more than a vectorized draw, so an MQTT
+audit takes 10³–10⁴ releases per neighbour where the in-process one takes 10⁶–10⁷. What justifies
+the large in-process samples is that both paths draw from one law: :func:`law_check` compares the
+MQTT releases with as many in-process ones, per neighbour, by a two-sample χ² test and a two-sample
+Kolmogorov–Smirnov test, and the result goes into ``audit.json`` beside the bound.
+
+Which targets have an MQTT path (:func:`wire_target`): those whose analyzer is the MAB family's
+:class:`~privbandit.families.distributed_dp_mab.parties.EliminationServer` (every algorithm of the
+distributed-DP MAB family, and DP-SE of the private-online-learning family) under distributed or
+local trust: secure-aggregation sums, shuffled multisets, attributable reports. Not: the central
+model (what crosses the broker is the raw data; its privacy is the analyzer's own noise, drawn
+after the wire by the same ``protect`` the in-process audit samples), the non-private baseline,
+and the other families' releases, whose statistics are family-specific (docs/audit.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import aiomqtt
+import numpy as np
+
+from privbandit.audit.run import audit_target
+from privbandit.audit.targets import AuditTarget
+from privbandit.protocol.primitives.report_auth import ReportAuthenticator
+from privbandit.protocol.primitives.seeding import USER_BLOCK, report_auth_master, stream
+from privbandit.protocol.spine.events import Join, Plan, Release, Reports, Round
+
+# One task, one plan per chunk of rounds. A plan may open 1,024 (the codec's limit), but the
+# intermediary looks at every round it holds on each message (``Intermediary.ready``), so fewer
+# open rounds cost less per report. A chunk's users fit in one 65,536-user block, so each round is
+# one message closing its block, as a fleet sends it. A new task resets the intermediary's
+# per-task bookkeeping, which grows with the releases it made.
+MAX_ROUNDS_PER_TASK = 256
+READY_TIMEOUT_S = 60.0  # the intermediary process starts (imports numpy, scipy, pydantic) and connects
+RELEASE_TIMEOUT_S = 60.0  # a chunk's releases: far beyond any chunk's seconds, short of a hung session
+MAX_MQTT_SAMPLES = 10**6
+PARTY_EXIT_S = 10.0  # an intermediary told to shut down leaves within this, or is stopped
+LAW_BINS = 50  # χ² cells at most: pooled quantiles, each cell ≥ LAW_MIN_CELL pooled draws
+LAW_MIN_CELL = 10
+
+
+class NoWirePath(ValueError):
+    """A target whose release does not cross the broker from an intermediary (the reason says why)."""
+
+
+class SessionFailed(RuntimeError):
+    """An intermediary process died, or gave up on a round."""
+
+
+@dataclass
+class WireTarget:
+    """What the MQTT audit needs of a target beyond the :class:`AuditTarget`: the round as the
+    analyzer opens it and the plan body it sends, the users' randomizer, the target's statistic of
+    a decoded release, and the round's rule to check a release against the reports sent."""
+
+    target: AuditTarget
+    round: Round  # its id is replaced per round
+    body: dict
+    reports: int  # reports per round (n less the dropouts)
+    randomize: Callable[[np.ndarray, np.random.Generator], np.ndarray]  # rewards (rounds, reports) → messages
+    statistic: Callable[[Release, int], int | float]  # (release, the round's first user id) → statistic
+    ideal: Callable[[Release, np.ndarray, np.ndarray], bool]  # release == the rule's function of (ids, reports) sent?
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def intermediary(self) -> str:
+        return self.round.intermediary
+
+
+def wire_target(family, config, label: str, target: AuditTarget, mechanism=None) -> WireTarget:
+    """The MQTT path of one of ``label``'s targets, or :class:`NoWirePath` saying why it has none.
+    ``mechanism``: the algorithm's own (default), or one the tests break, in the analyzer's logic
+    (its rounds) and the users' randomizer alike."""
+    from privbandit.families.distributed_dp_mab.parties import EliminationServer
+
+    public = family.public_task(config, label, [0])
+    server = family.analyzer(public, [0])
+    if not isinstance(server, EliminationServer):
+        raise NoWirePath("no MQTT path yet: only the successive-elimination analyzer's rounds are wired, and this "
+                         "release's statistic is its family's own (docs/audit.md)")
+    if mechanism is not None:
+        server.mechanism = mechanism
+    mechanism = server.mechanism
+    if mechanism.trust_model == "central":
+        raise NoWirePath("central model: the intermediary passes the raw rewards; the privacy is the analyzer's "
+                         "own noise, drawn after the wire")
+    if mechanism.trust_model == "none":
+        raise NoWirePath("non-private: the intermediary passes the raw rewards, and no claim is made")
+    n, k = int(target.details["n"]), int(target.details.get("reports", target.details["n"]))
+    if n > USER_BLOCK:
+        raise NoWirePath(f"--cohort {n}: over MQTT at most {USER_BLOCK} users a round (one block)")
+    q = mechanism.params(n)
+    rnd = server.round_of(0, n, q)
+    notes = []
+    if rnd.secagg is not None:
+        # The same release (the modular sum) by the aggregator's ideal functionality: the fleets' side
+        # of Bonawitz et al. costs milliseconds per user per round and releases exactly that sum
+        # (tests/services/test_distributed.py); the reports then reach the aggregator in the clear.
+        notes.append(f"secure aggregation ({rnd.secagg}) replaced by the aggregator's ideal modular sum: "
+                     "the same release; the masking protocol is not exercised")
+        rnd = replace(rnd, secagg=None, secagg_degree=None, secagg_threshold=None)
+    body = {"batch": 0, "arm": 0, "params": asdict(q)}  # as the analyzer's plans carry it (public)
+
+    def randomize(rewards: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return mechanism.randomize(rewards.ravel(), q, rng).messages.reshape(rewards.shape)
+
+    def statistic(release: Release, first: int) -> int | float:
+        if rnd.rule == "sum":
+            v = release.values[0, 0]
+            return int(v) if q.m is not None else float(v)
+        values = release.values[0, :, 0]
+        if rnd.rule == "shuffle":
+            return int((values == q.g % q.m).sum())
+        mine = values[release.user_ids == first]  # "pass": user 0's attributable report
+        if mine.size != 1:
+            raise RuntimeError(f"round released without user {first}'s report")
+        return mine[0].item()
+
+    def ideal(release: Release, ids: np.ndarray, sent: np.ndarray) -> bool:
+        """The round's functionality applied to the reports sent, exactly: the mechanism's own
+        aggregate (a modular sum), the same multiset, or the same reports under the same ids."""
+        if release.n_reports != sent.size:
+            return False
+        if rnd.rule == "sum":
+            return release.values.shape == (1, 1) and release.values[0, 0] == mechanism.aggregate(sent, q)
+        values = release.values[0, :, 0]
+        if rnd.rule == "shuffle":
+            return np.array_equal(np.sort(values), np.sort(sent))
+        order = np.argsort(release.user_ids)
+        return np.array_equal(release.user_ids[order], ids) and np.array_equal(values[order], sent)
+
+    return WireTarget(target, rnd, body, k, randomize, statistic, ideal, notes)
+
+
+# --- the session ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Broker:
+    """Where the session runs: a URL and the role passwords (None: anonymous), TLS files, the run id
+    its ACL is written for, and whether to run on a broker the probe finds open (``--insecure-broker``)."""
+
+    url: str | None  # None: start an embedded broker with fresh accounts
+    passwords: Mapping[str, str] | None = None
+    tls_files: Mapping[str, str] | None = None
+    run_id: str | None = None
+    insecure: bool = False
+
+
+@dataclass
+class Collected:
+    x0: np.ndarray
+    x1: np.ndarray
+    seconds: float  # from the first task's control message to the last release
+    tasks: int
+    bytes_received: int  # the analyzer account's payload bytes on release/<intermediary>
+    exact: int  # releases equal to the round's functionality of the reports sent
+
+
+def collect(family, config, wires: list[WireTarget], samples: int, seed: int, broker: Broker, out: Path,
+            progress: Callable[[str], None] | None = None) -> tuple[list[Collected], dict]:
+    """Every wire target's ``samples`` releases per neighbour, read from the broker by the analyzer's
+    account: one session (broker, intermediary processes) for all of them. Returns the samples and
+    a description of the session (broker, ACL verdict, run id)."""
+    from privbandit.services.broker_probe import check_broker
+    from privbandit.services.bus import BusSettings
+    from privbandit.services.launcher import TLS_FIELDS, log_tail, plan_parties
+
+    run_id = broker.run_id or "a" + secrets.token_hex(4)
+    names = sorted({w.intermediary for w in wires})
+    out.mkdir(parents=True, exist_ok=True)
+    with ExitStack() as stack:
+        url, passwords, kind = broker.url, broker.passwords, "external"
+        if url is None:
+            from privbandit.services.acl import Role
+            from privbandit.services.embedded_broker import start_embedded_broker
+
+            passwords = {r.value: secrets.token_urlsafe(16) for r in Role}
+            embedded = start_embedded_broker(run_id, passwords)
+            stack.callback(embedded.stop)
+            url, kind = embedded.url, "embedded"
+        settings = BusSettings(broker_url=url, run_id=run_id, username=None, password=None, credentials_file=None,
+                               **{k: None for k in TLS_FIELDS} | dict(broker.tls_files or {}))
+        settings.tls_context()
+        missing = [r for r in ("analyzer", "users", "observer", *names) if passwords and r not in passwords]
+        if missing:
+            raise ValueError(f"--credentials: no password for the {', '.join(missing)} account(s): the MQTT audit "
+                             f"logs in as the analyzer, the users and the observer, and starts the {', '.join(names)}")
+        acl_state, _ = check_broker(settings, run_id, passwords, broker.insecure)
+        # The intermediaries exactly as a session's launcher plans them; its other parties stay unstarted.
+        parties = [p for p in plan_parties(family, config, Path("audit"), [], out, url, run_id, 1, passwords,
+                                           checkpoint=False, tls_files=broker.tls_files)
+                   if p.name in names]
+        for p in parties:
+            p.start()
+            stack.callback(p.stop)
+
+        def accounts(role: str) -> BusSettings:
+            creds = {} if not passwords else {"username": role, "password": passwords[role]}
+            return settings.model_copy(update=creds)
+
+        try:
+            results, rejected = asyncio.run(_session(family, config, wires, samples, seed, run_id, accounts,
+                                                     parties, progress))
+        except (TimeoutError, ConnectionError, SessionFailed) as exc:
+            tails = "\n".join(f"--- {p.name} ({p.log}) ---\n{log_tail(p.log)}" for p in parties)
+            raise RuntimeError(f"{exc}\n{tails}") from None
+        for p in parties:  # told to shut down: each sends its counters and ends its broker session
+            try:
+                p.proc.wait(PARTY_EXIT_S)
+            except subprocess.TimeoutExpired:
+                pass  # the ExitStack stops it
+    return results, {"broker": kind if kind == "embedded" else url, "acl": acl_state, "run_id": run_id,
+                     "intermediaries": names, "rejected": rejected}
+
+
+async def _session(family, config, wires, samples, seed, run_id, accounts, parties, progress):
+    """The audit's three clients (the observer's, the analyzer's and the users' accounts) around
+    :func:`_rounds`; their broker sessions ended afterwards."""
+    from privbandit.services.bus import Traffic, connect, end_session, topic
+
+    names = sorted({w.intermediary for w in wires})
+    auth = ReportAuthenticator(report_auth_master(config.seed))
+    ids = {role: f"{run_id}-{role}-audit" for role in ("observer", "analyzer", "users")}
+    traffic = Traffic()
+    try:
+        async with connect(accounts("observer"), ids["observer"], [topic(run_id, "metrics", n) for n in names]) as obs, \
+                connect(accounts("analyzer"), ids["analyzer"], [topic(run_id, "release", n) for n in names],
+                        traffic) as ana, \
+                connect(accounts("users"), ids["users"], []) as users:
+            inbox, status = _Inbox(ana), _Inbox(obs)
+            try:
+                out, rejected = await _rounds(family, config, wires, samples, seed, run_id, parties, progress, auth,
+                                              traffic, obs, ana, users, inbox, status)
+            finally:
+                inbox.close()
+                status.close()
+    finally:  # whatever happened, the broker forgets the audit's sessions
+        for role, cid in ids.items():
+            await end_session(accounts(role), cid)
+    return out, rejected
+
+
+async def _rounds(family, config, wires, samples, seed, run_id, parties, progress, auth, traffic, obs, ana, users,
+                  inbox, status):
+    """Every wire target's rounds, task after task: control, plan, reports, then its releases."""
+    from privbandit.services import codec
+    from privbandit.services.bus import topic
+    from privbandit.services.users import reports_message
+
+    names = sorted({w.intermediary for w in wires})
+    await _ready(status, names, parties)
+    task, out = 0, []
+    for w in wires:
+        if progress:
+            progress(w.target.name)
+        rng = stream(seed, "audit-mqtt", w.target.name)
+        n, k = w.round.expected, w.reports
+        chunk = max(1, min(MAX_ROUNDS_PER_TASK, USER_BLOCK // n))
+        got, exact = {0: [], 1: []}, 0
+        before = traffic.payload["received.release"]
+        start = time.perf_counter()
+        tasks = 0
+        for first in range(0, 2 * samples, chunk):
+            rounds = min(chunk, 2 * samples - first)
+            which = (first + np.arange(rounds)) % 2  # neighbours alternate: both see the same session
+            spec = codec.TaskSpec(index=task, runs=[0], label=w.target.label, family=family.name,
+                                  public=family.public_task(config, w.target.label, [0]))
+            await obs.publish(topic(run_id, "control"), codec.ControlMsg(
+                run=run_id, action="task", task=task, body=spec.model_dump()))
+            opens = tuple(replace(w.round, id=i) for i in range(rounds))
+            joins = tuple(Join(i, i * n, n, n) for i in range(rounds))
+            plan = Plan(0, 0, rounds * n, w.body, opens, joins)
+            await ana.publish(topic(run_id, "plan"), codec.plan_msg(run_id, task, plan))
+            rewards = np.zeros((rounds, k))
+            rewards[:, 0] = which
+            messages = w.randomize(rewards, rng)
+            for i, rnd in enumerate(opens):
+                # The round's first k users report (user 0 always): the others dropped out.
+                rep = Reports(i, 0, np.arange(i * n, i * n + k, dtype=np.int64),
+                              messages[i].reshape(1, k, 1))
+                await users.publish(topic(run_id, "report", rnd.intermediary),
+                                    reports_message(auth, run_id, task, plan, rnd, 0, rep))
+            pending = set(range(rounds))
+            deadline = time.monotonic() + RELEASE_TIMEOUT_S
+            while pending:
+                status.raise_failure()
+                _alive(parties)
+                try:
+                    msg = await inbox.next(min(1.0, deadline - time.monotonic()))
+                except TimeoutError:
+                    if time.monotonic() < deadline:
+                        continue
+                    raise TimeoutError(f"{w.target.name}: {len(pending)} of {rounds} rounds of task {task} "
+                                       f"not released in {RELEASE_TIMEOUT_S:.0f} s") from None
+                if not isinstance(msg, codec.ReleaseMsg) or msg.task != task or msg.round not in pending:
+                    continue  # a repeat, or another task's: the intermediary re-sends on re-announced plans
+                pending.discard(msg.round)
+                release = codec.release_of(msg)
+                if release.n_reports != k:
+                    raise RuntimeError(f"{w.target.name}: round {msg.round} released over {release.n_reports} "
+                                       f"reports, {k} sent")
+                first_id = msg.round * n
+                exact += w.ideal(release, np.arange(first_id, first_id + k), messages[msg.round])
+                got[int(which[msg.round])].append(w.statistic(release, first_id))
+            task += 1
+            tasks += 1
+        seconds = time.perf_counter() - start
+        out.append(Collected(np.asarray(got[0]), np.asarray(got[1]), seconds, tasks,
+                             traffic.payload["received.release"] - before, exact))
+    await obs.publish(topic(run_id, "control"), codec.ControlMsg(run=run_id, action="shutdown"))
+    rejected = await _stats(status, names)
+    return out, rejected
+
+
+class _Inbox:
+    """A bus's decoded messages in a queue, so that a reader can wait for the next with a timeout
+    (a timeout cancelling the bus's own iterator would end it)."""
+
+    def __init__(self, bus):
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.lost: Exception | None = None
+        self.task = asyncio.create_task(self._pump(bus))
+
+    async def _pump(self, bus) -> None:
+        try:
+            async for item in bus.messages():
+                await self.queue.put(item)
+        except aiomqtt.MqttError as exc:  # surfaces in next(), once the queue is read
+            self.lost = exc
+
+    async def next(self, timeout: float):
+        """The next message, or TimeoutError; a lost connection is raised as ConnectionError."""
+        if self.task.done() and self.queue.empty():
+            raise ConnectionError(f"the audit's connection to the broker was lost ({self.lost})")
+        try:
+            return (await asyncio.wait_for(self.queue.get(), max(0.0, timeout)))[1]
+        except asyncio.TimeoutError:
+            raise TimeoutError from None
+
+    def raise_failure(self) -> None:
+        """An intermediary's ``error`` status among the messages waiting (a round it gave up on):
+        raised at once as :class:`SessionFailed`, rather than waited out. Other statuses are dropped."""
+        from privbandit.services import codec
+
+        while not self.queue.empty():
+            msg = self.queue.get_nowait()[1]
+            if isinstance(msg, codec.StatusMsg) and msg.state == "error":
+                raise SessionFailed(f"the {msg.party} failed: {msg.body.get('reason', msg.body)}")
+
+    def close(self) -> None:
+        self.task.cancel()
+
+
+def _alive(parties) -> None:
+    dead = [p for p in parties if p.proc.poll() is not None]
+    if dead:
+        raise SessionFailed(f"the {dead[0].name} process exited with {dead[0].proc.returncode}")
+
+
+async def _ready(inbox: _Inbox, names: list[str], parties) -> None:
+    """Until every intermediary says ``ready`` (it repeats it until a task starts): a control message
+    sent before its first subscription would never reach it."""
+    from privbandit.services import codec
+
+    waiting = set(names)
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while waiting:
+        _alive(parties)
+        try:
+            msg = await inbox.next(min(1.0, deadline - time.monotonic()))
+        except TimeoutError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{', '.join(sorted(waiting))} not ready in {READY_TIMEOUT_S:.0f} s") from None
+            continue
+        if isinstance(msg, codec.StatusMsg) and msg.state == "ready":
+            waiting.discard(msg.party)
+
+
+async def _stats(inbox: _Inbox, names: list[str]) -> dict:
+    """Each intermediary's refusal counters, from the final stats it sends on shutdown."""
+    from privbandit.services import codec
+
+    rejected = {}
+    deadline = time.monotonic() + 20.0
+    while set(rejected) != set(names):
+        try:
+            msg = await inbox.next(deadline - time.monotonic())
+        except TimeoutError:
+            raise TimeoutError(f"no final counters from {', '.join(sorted(set(names) - set(rejected)))}") from None
+        if isinstance(msg, codec.StatusMsg) and msg.state == "stats":
+            rejected[msg.party] = {k: v for k, v in msg.body.get("rejected", {}).items() if v}
+    return rejected
+
+
+# --- the audit -------------------------------------------------------------------------------------
+
+
+def law_check(mqtt: np.ndarray, inproc: np.ndarray) -> dict:
+    """Do the MQTT releases follow the in-process sampler's law? Two-sample χ² on at most
+    :data:`LAW_BINS` cells (edges at the pooled sample's quantiles, neighbouring cells merged until
+    each holds ≥ :data:`LAW_MIN_CELL` pooled draws; a modular sum's residues are binned as integers,
+    a wrap-around only splits a cell) and two-sample Kolmogorov–Smirnov (conservative for discrete
+    laws). Small p-values say the laws differ; at a fixed seed the numbers are reproducible."""
+    from scipy.stats import chi2_contingency, ks_2samp
+
+    a, b = np.asarray(mqtt, dtype=np.float64), np.asarray(inproc, dtype=np.float64)
+    pooled = np.concatenate([a, b])
+    edges = np.unique(np.quantile(pooled, np.linspace(0, 1, LAW_BINS + 1)[1:-1]))
+    cells = np.searchsorted(edges, pooled, side="right")
+    counts = np.bincount(cells, minlength=edges.size + 1)
+    merged, run = np.empty_like(counts), 0  # cell → merged cell, left to right
+    total = 0
+    for i, c in enumerate(counts):
+        merged[i] = run
+        total += c
+        if total >= LAW_MIN_CELL:
+            run, total = run + 1, 0
+    if total and run:  # a short last run joins the one before it
+        merged[merged == run] = run - 1
+    k = int(merged.max()) + 1
+    table = np.stack([np.bincount(merged[cells[: a.size]], minlength=k),
+                      np.bincount(merged[cells[a.size:]], minlength=k)])
+    if k >= 2:
+        chi2, p_chi2, dof, _ = chi2_contingency(table, correction=False)
+    else:  # one value only, on both sides: nothing tells them apart
+        chi2, p_chi2, dof = 0.0, 1.0, 0
+    ks = ks_2samp(a, b)
+    return {"mqtt": int(a.size), "inproc": int(b.size), "chi2": float(chi2), "dof": int(dof),
+            "p_chi2": float(p_chi2), "ks": float(ks.statistic), "p_ks": float(ks.pvalue)}
+
+
+class _Replay:
+    """A target's sampler replaced by the releases collected over MQTT, handed out in order."""
+
+    def __init__(self, x0: np.ndarray, x1: np.ndarray):
+        self.data, self.at = (x0, x1), [0, 0]
+
+    def __call__(self, which: int, count: int, rng) -> np.ndarray:
+        start = self.at[which]
+        if start + count > self.data[which].size:
+            raise RuntimeError(f"asked for {count} more releases of input {which}, {self.data[which].size - start} left")
+        self.at[which] += count
+        return self.data[which][start:start + count]
+
+
+def audit_over_mqtt(family, config, found: list[tuple[str, AuditTarget]], samples: int, delta: float | None,
+                    confidence: float, seed: int, broker: Broker, out: Path,
+                    progress: Callable[[str], None] | None = None,
+                    mechanisms: Mapping | None = None) -> tuple[list[dict], dict]:
+    """Audit ``found`` (label, target) pairs: those with an MQTT path over the broker, the rest
+    in-process as ``--transport inproc`` would (each result says which, and why). Raises
+    :class:`NoWirePath` if none has an MQTT path. ``mechanisms``: label → a mechanism the tests
+    break (:func:`wire_target`)."""
+    from privbandit.audit.run import run_audit
+
+    wires, at, reasons = [], [], {}  # reasons: position in ``found`` → why in-process
+    for i, (label, target) in enumerate(found):
+        try:
+            wires.append(wire_target(family, config, label, target, (mechanisms or {}).get(label)))
+            at.append(i)
+        except NoWirePath as exc:
+            reasons[i] = str(exc)
+    if not wires:
+        grouped: dict[str, list[str]] = {}
+        for i, why in reasons.items():
+            grouped.setdefault(why, []).append(found[i][1].name)
+        raise NoWirePath("; ".join(f"{why} ({', '.join(names)})" for why, names in grouped.items()))
+    collected, session = collect(family, config, wires, samples, seed, broker, out / "mqtt", progress)
+    results: list[dict | None] = [None] * len(found)
+    for i, w, c in zip(at, wires, collected):
+        t = w.target
+        reference = [t.draw(which, samples, stream(seed, "audit-mqtt-reference", t.name),
+                            int(t.details.get("per_release", 1))) for which in (0, 1)]
+        law = {f"input_{which}": law_check(x, ref) for which, x, ref in zip((0, 1), (c.x0, c.x1), reference)}
+        replayed = replace(t, sample=_Replay(c.x0, c.x1), details=t.details | {"per_release": 1})
+        r = audit_target(replayed, samples, delta, confidence, np.random.default_rng(0))
+        r["details"] = t.details
+        r["seconds"] = {**r["seconds"], "sampling": c.seconds, "total": c.seconds + r["seconds"]["testing"]}
+        r["releases_per_second"] = 2 * samples / c.seconds
+        r["transport"] = "mqtt"
+        r["mqtt"] = {"intermediary": w.intermediary, "rule": w.round.rule, "tasks": c.tasks,
+                     "release_payload_bytes": c.bytes_received / (2 * samples), "law_check": law,
+                     "exact": {"releases": 2 * samples, "equal": c.exact},
+                     "notes": w.notes, **{k: v for k, v in session.items() if k != "rejected"},
+                     "rejected": session["rejected"].get(w.intermediary, {})}
+        results[i] = r
+    rest = sorted(reasons)
+    for i, r in zip(rest, run_audit([found[i][1] for i in rest], samples, delta, confidence, seed, progress)):
+        r["transport"] = "inproc"
+        r["mqtt"] = {"why_not": reasons[i]}
+        results[i] = r
+    return results, session
