@@ -12,11 +12,16 @@ nodes), and the load average before and after (the machine is shared: read every
 On the cluster the parties are spread over the nodes (observer, analyzer, aggregator, fleets in
 turn: :func:`privbandit.services.cluster.spread`). ``--replicas``: how many nodes keep a copy of
 each QoS 1 message and session (JetStream's stream replicas; 3 survives a node's loss, 1 does not).
+
+Then the brokers' own ceiling, without the parties: QoS 1 report blocks (65,536 users' reports,
+the size the sessions sent) from a ``users`` client to an ``aggregator`` client, on one Mosquitto
+and across two nodes of the cluster (``bench_distributed.broker_rate``, with accounts).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import secrets
@@ -25,7 +30,10 @@ import time
 from pathlib import Path
 
 from _session import run_parties
+from bench_distributed import broker_rate
+from privbandit.protocol.primitives.seeding import USER_BLOCK
 from privbandit.runner import config as experiment_files
+from privbandit.services import acl
 from privbandit.services.cluster import NatsCluster, spread
 from privbandit.services.launcher import plan_parties
 from privbandit.services.mosquitto_process import start_with_broker_config
@@ -83,8 +91,26 @@ def session(kind: str, fleets: int, path: Path, tmp: Path, replicas: int = 3) ->
         stop()
     summary = json.loads((out / "summary.json").read_text())
     return {"broker": kind, "fleets": fleets, "users_per_s": summary["algorithms"][LABEL]["users_per_s"],
+            "block_bytes": int(summary["communication"][LABEL]["bytes_per_user_payload"] * USER_BLOCK),
             "session_s": wall, "broker_start_s": started_s, "broker_rss_mb": rss,
             "load_before": load_before, "load_after": _load()}
+
+
+def raw_rate(kind: str, block: int, tmp: Path, replicas: int, count: int = 200) -> float:
+    """Report blocks per second through a fresh broker of ``kind`` (module docstring)."""
+    run_id = "b" + secrets.token_hex(4)
+    if kind == "mosquitto":
+        broker, files = start_with_broker_config(tmp / f"raw-{kind}", run_id)
+        urls, stop, pw = [broker.url, broker.url], broker.stop, files.password
+    else:
+        cluster = NatsCluster(tmp / f"raw-{kind}", run_id, 3, stream_replicas=replicas).start()
+        urls, stop, pw = cluster.urls[1:], cluster.stop, cluster.files.password
+    try:
+        return asyncio.run(broker_rate(urls[0], block, count, pub_url=urls[1], topic=acl.report_topic(run_id, "aggregator"),
+                                       sub_auth={"username": "aggregator", "password": pw("aggregator")},
+                                       pub_auth={"username": "users", "password": pw("users")}))
+    finally:
+        stop()
 
 
 def main() -> None:
@@ -109,9 +135,15 @@ def main() -> None:
         for f in fleets:
             for kind in brokers:
                 r = session(kind, f, path, Path(tmp), args.replicas)
+                block = r["block_bytes"]
                 print(f"{r['broker']:<10} {r['fleets']:>6} {r['users_per_s']:>12,.0f} {r['session_s']:>10.1f} "
                       f"{r['broker_start_s']:>15.2f} {r['broker_rss_mb']:>14.1f}  {r['load_before']} → {r['load_after']}",
                       flush=True)
+        for kind in brokers:
+            load = _load()
+            rate = raw_rate(kind, block, Path(tmp), args.replicas)
+            print(f"raw {kind:<10} {rate:>8,.0f} report blocks/s of {block:,} B = {rate * USER_BLOCK:>13,.0f} users/s "
+                  f"ceiling  load {load} → {_load()}", flush=True)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from privbandit.services import acl
-from privbandit.services.acl.nats_files import ClusterFiles, NatsNode, write_nats_cluster_config
+from privbandit.services.acl.nats_files import ClusterFiles, NatsNode, jetstream_dir, write_nats_cluster_config
 from privbandit.services.embedded_broker import HOST, free_port
 from privbandit.services.launcher import stop_process
 from privbandit.services.mosquitto_process import mosquitto_binary
@@ -102,7 +103,8 @@ class NatsCluster:
     name → the argv that runs a command where that node lives (``ip netns exec pbA``); readiness is
     then checked from there too. ``passwords``/``instances``: as for Mosquitto's
     :func:`~privbandit.services.acl.write_broker_config`. ``stream_replicas``: JetStream copies of
-    the MQTT streams (NATS default: min(nodes, 3))."""
+    the MQTT streams (default min(nodes, 3), set explicitly: NATS would take the nodes it knows at the
+    first MQTT CONNECT, fewer when a node is late)."""
 
     def __init__(self, directory: Path | str, run_id: str, nodes: int | Sequence[NatsNode] = 3, *,
                  passwords: Mapping[acl.Role | str, str] | None = None, instances=(),
@@ -120,7 +122,6 @@ class NatsCluster:
         if self.binary is None:
             raise ClusterError("nats-server is not installed (not on PATH nor in /usr/sbin): "
                                "install it, e.g. `apt install nats-server`")
-        # NATS's default is min(nodes it knows at the first MQTT CONNECT, 3): fewer when a node is late
         self.stream_replicas = stream_replicas or min(self.count, 3)
         self.files: ClusterFiles | None = None
         self.procs: dict[str, subprocess.Popen] = {}
@@ -146,9 +147,11 @@ class NatsCluster:
             self.files = write_nats_cluster_config(self.directory, self.run_id, nodes, self.passwords,
                                                    instances=self.instances, stream_replicas=self.stream_replicas)
             self.passwords = dict(self.files.passwords)  # a retry keeps them
+            for node in nodes:  # a new cluster: an earlier one's sessions and Raft peers must not come back
+                shutil.rmtree(jetstream_dir(self.directory, node), ignore_errors=True)
             t0 = time.monotonic()
             for node, conf in zip(nodes, self.files.confs):
-                with open(self.log(node.name), "ab") as out:
+                with open(self.log(node.name), "wb") as out:  # this start's log alone
                     self.procs[node.name] = subprocess.Popen(
                         [*self.prefix.get(node.name, []), self.binary, "-c", str(conf)],
                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
@@ -174,6 +177,7 @@ class NatsCluster:
             if dead := self.dead():
                 raise ClusterError(f"node(s) {', '.join(dead)} exited")
             time.sleep(0.05)
+        timeout_s = max(1.0, end - time.monotonic())  # one budget for both waits
         prefixes = {tuple(self.prefix.get(n.name, ())) for n in self.nodes}
         if prefixes == {()}:
             return asyncio.run(self._watch(wait_ready(self.urls, self.run_id, password, timeout_s)))

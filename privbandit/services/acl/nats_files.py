@@ -109,6 +109,11 @@ class ClusterFiles:
         return self.passwords[account if is_instance(account) else Role(str(account))]
 
 
+def jetstream_dir(directory: Path, node: NatsNode) -> Path:
+    """Where ``node`` keeps its JetStream store (sessions, queued QoS 1 messages)."""
+    return Path(directory) / f"{node.name}.jetstream"
+
+
 def render_nats_conf(node: NatsNode, nodes: Sequence[NatsNode], run_id: str, passwords: Mapping[Role | str, str],
                      store_dir: Path, *, stream_replicas: int | None = None) -> str:
     """One node's ``nats-server`` configuration (JSON is valid NATS config syntax)."""
@@ -140,7 +145,7 @@ def write_nats_cluster_config(directory: Path | str, run_id: str, nodes: Sequenc
                               stream_replicas: int | None = None) -> ClusterFiles:
     """Write ``<node>.conf`` (mode 0600) per node and ``credentials.env`` (0600, as
     :func:`~.broker_files.write_broker_config` writes it) into ``directory``; each node's JetStream
-    store is ``directory/<node>/``. Accounts missing from ``passwords`` get a random password."""
+    store is :func:`jetstream_dir`. Accounts missing from ``passwords`` get a random password."""
     directory = Path(directory).expanduser().resolve()
     validate_run_id(run_id)
     if not nodes:
@@ -153,7 +158,7 @@ def write_nats_cluster_config(directory: Path | str, run_id: str, nodes: Sequenc
     confs = []
     for node in nodes:
         conf = directory / f"{node.name}.conf"
-        _write(conf, render_nats_conf(node, nodes, run_id, secrets_by_account, directory / node.name,
+        _write(conf, render_nats_conf(node, nodes, run_id, secrets_by_account, jetstream_dir(directory, node),
                                       stream_replicas=stream_replicas), 0o600)
         confs.append(conf)
     credentials = directory / "credentials.env"
