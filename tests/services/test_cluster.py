@@ -175,6 +175,33 @@ def test_no_role_reads_another_roles_topics_through_another_node(cluster, reader
                                                                       if may_read(reader, t, RUN))
 
 
+def test_a_forbidden_publish_is_dropped_on_every_node(cluster):
+    """A users client on node 0 publishes a plan (the analyzer's alone): NATS acknowledges it and
+    drops it, so the aggregator on node 1 gets nothing; the analyzer's own plan gets through."""
+    pw = _passwords(cluster)
+
+    async def plans_from(who: str) -> list[bytes]:
+        host, port = _endpoint(cluster.urls[0])
+        ahost, aport = _endpoint(cluster.urls[1])
+        async with aiomqtt.Client(ahost, aport, username="aggregator", password=pw["aggregator"],
+                                  identifier="p" + secrets.token_hex(4)) as agg:
+            await agg.subscribe(acl.plan_topic(RUN), qos=1)
+            async with aiomqtt.Client(host, port, username=who, password=pw[who],
+                                      identifier="p" + secrets.token_hex(4)) as client:
+                await client.publish(acl.plan_topic(RUN), b"plan from " + who.encode(), qos=1, timeout=5)
+            got = []
+            try:
+                async with asyncio.timeout(2.0):
+                    async for message in agg.messages:
+                        got.append(message.payload)
+            except TimeoutError:
+                pass
+            return got
+
+    assert asyncio.run(plans_from("users")) == []
+    assert asyncio.run(plans_from("analyzer")) == [b"plan from analyzer"]
+
+
 def test_a_will_on_a_forbidden_topic_is_never_delivered(cluster):
     """A users client whose will names the plan topic (analyzer's alone) vanishes: the aggregator,
     subscribed to the plan on another node, gets nothing; the same will on a report topic (the
