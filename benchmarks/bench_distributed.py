@@ -84,11 +84,16 @@ def checkpoint_cost(args, family, config, path: Path, tmp: Path, label: str) -> 
               f"90th percentile {times[179] * 1e3:.2f} ms")
 
 
-async def broker_rate(url: str, payload_bytes: int, count: int) -> float:
+async def broker_rate(url: str, payload_bytes: int, count: int, *, pub_url: str | None = None,
+                      topic: str | None = None, sub_auth: dict | None = None, pub_auth: dict | None = None) -> float:
+    """QoS 1 messages/s from one publisher (on ``pub_url``, default ``url``) to one subscriber on
+    ``url``; ``*_auth``: aiomqtt's ``username``/``password`` for a broker with accounts."""
     host, port = url.removeprefix("mqtt://").split(":")
-    topic = f"bench/{time.time_ns()}"
+    phost, pport = (pub_url or url).removeprefix("mqtt://").split(":")
+    topic = topic or f"bench/{time.time_ns()}"
     payload = b"\x01" * payload_bytes
-    async with aiomqtt.Client(host, int(port)) as sub, aiomqtt.Client(host, int(port)) as pub:
+    async with aiomqtt.Client(host, int(port), **(sub_auth or {})) as sub, \
+            aiomqtt.Client(phost, int(pport), **(pub_auth or {})) as pub:
         await sub.subscribe(topic, qos=1)
         got = 0
         start = time.perf_counter()

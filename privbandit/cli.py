@@ -1020,6 +1020,27 @@ def reset_state(
 
 
 @app.command()
+def cluster(
+    out: Annotated[Optional[Path], typer.Option(help="directory for the node files, logs and credentials.env "
+                                                     "[default: a new temporary directory]")] = None,
+    run_id: Annotated[str, typer.Option(help="the run id: topics live under pb/<run-id>/")] = "demo",
+    nodes: Annotated[int, typer.Option(help="how many NATS nodes (1..9)")] = 3,
+    instance: Annotated[Optional[list[str]], typer.Option(
+        metavar="NAME", help="an intermediary instance account, e.g. shuffler-2 (repeatable)")] = None,
+):
+    """Start a NATS broker cluster (MQTT on every node) with one account per role and the run's
+    ACLs, print the node URLs, and run until Ctrl-C (docs/cluster.md)."""
+    from privbandit.services.cluster import cluster_main
+
+    try:
+        code = cluster_main(out, run_id, nodes, instance or ())
+    except ValueError as exc:
+        _error(str(exc))
+        raise typer.Exit(2) from None
+    raise typer.Exit(code)
+
+
+@app.command()
 def keys(
     out: Annotated[Path, typer.Option(help="directory for <party>.env")],
     experiment: Annotated[Optional[Path], typer.Option(
