@@ -1307,11 +1307,16 @@ def audit(
                 results = run_audit_parallel(specs, jobs, samples, delta, confidence, seed, progress)
             bar.advance(task)
         runs = []
+        no_canary = []  # whole file: the algorithms that have no one-run audit, each with why
         if canary:
             for label in labels:
                 try:
                     runs.append(fam.canary_audit(config, label, seed, confidence))
-                except (ValueError, NotImplementedError) as exc:
+                except NotImplementedError as exc:
+                    if algorithm:  # asked for by name: refused, as any option it cannot honour
+                        raise ConfigError(f"--canary: {exc}") from None
+                    no_canary.append({"label": label, "why": str(exc)})
+                except ValueError as exc:
                     raise ConfigError(f"--canary: {exc}") from None
         searches = []
         if search:  # privbandit/audit/search.py; docs/audit.md
@@ -1329,7 +1334,7 @@ def audit(
         _error(exc)
         raise typer.Exit(2)
     report = {"command": command_line(), "samples": samples, "confidence": confidence, "seed": seed,
-              "cohort": cohort, "transport": transport, "targets": results, "not_audited": skipped,
+              "cohort": cohort, "transport": transport, "targets": results, "not_audited": skipped, "no_canary_run": no_canary,
               "canary_runs": runs, "searches": searches, **({"mqtt": session} if session else {}),
               "seconds": sum(r["seconds"]["total"] for r in results)}
     write_audit(out, report)
@@ -1378,6 +1383,8 @@ def audit(
         console.print(f"search {r['name']}: pilots ε ≥ {pilots} ({r['search']['pilot_samples']:,} samples each); "
                       f"chosen #{pick} ({r['neighbours']}): ε ≥ {r['audit']['epsilon']:.4g}, claimed {claimed}: "
                       f"{r['verdict']}")
+    for row in no_canary:
+        console.print(f"no one-run audit of {fam.name}/{row['label']}: {row['why']}", highlight=False)
     if skipped:
         console.print(f"not audited (no audit targets yet): {', '.join(skipped)}")
     console.print(f"audit.json and one plot per mechanism in {out}/")

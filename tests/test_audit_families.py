@@ -383,6 +383,16 @@ def test_cli_canary_writes_the_runs_and_refuses_algorithms_without_one(tmp_path)
     res = CliRunner().invoke(app, ["audit", "experiments/pol_setting1.toml", "--algorithm", "hybrid-ucb", "--canary",
                                    "--samples", "100", "--out", str(tmp_path / "p")])
     assert res.exit_code == 2 and "no one-run audit of Hybrid-UCB" in res.output
+    # a whole file: the algorithms that have a one-run audit get theirs, the others are listed with why
+    whole = tmp_path / "whole.toml"
+    whole.write_text('family = "private-online-learning"\nname = "w"\nhorizon = 20000\nruns = 1\nepsilon = 1.0\n'
+                     '[environment]\nsetting = 1\n[algorithms.dp-se]\n[algorithms.hybrid-ucb]\n')
+    res = CliRunner().invoke(app, ["audit", str(whole), "--canary", "--samples", "100", "--out", str(tmp_path / "w")])
+    assert res.exit_code == 0, res.output
+    report = json.loads((tmp_path / "w" / "audit.json").read_text())
+    assert [r["label"] for r in report["canary_runs"]] == ["dp-se"]
+    assert [r["label"] for r in report["no_canary_run"]] == ["hybrid-ucb"]
+    assert "no one-run audit of private-online-learning/hybrid-ucb" in " ".join(res.output.split())
 
 
 def test_distributed_ftnl_index_is_the_intermediarys_argmax_of_the_decoded_sums():

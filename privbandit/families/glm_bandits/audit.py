@@ -189,7 +189,8 @@ def glm_canary_audit(family, config, label: str, seed: int, confidence: float, r
             f"trees, so every user's canary reaches every later release and none is one canary's (the per-release "
             f"audit samples leaf 1's tree nodes; docs/audit.md)")
     if kind != "shuffle-glm":
-        raise ValueError(f"algorithms.{label}: {kind} sends raw data by design: no claim for a one-run audit to test")
+        raise NotImplementedError(f"algorithms.{label}: no one-run audit of {kind}: it sends raw data by design, "
+                                  f"with no claim to test")
     s = sp.shuffle_setup(family.public_task(config, label, [run]))
     return canary_run(family, config, label, seed, confidence, shuffle_glm_hooks(vec_constant), run,
                       {"batches": s.batches, "d": s.d})
