@@ -14,6 +14,7 @@ from privbandit.protocol.primitives.secagg.parameters import ThreatModel, derive
 from privbandit.runner import config as experiment_files, run_file
 from privbandit.services.launcher import launch
 from tests.services.test_distributed import OPEN_BROKER, assert_same_numbers, refusals
+from tests.services.test_faults import private_mosquitto
 
 # experiments/quickstart.toml's world and Dist-DP-SE, one run, the issue's secure-aggregation settings.
 QUICKSTART_SPARSE = """
@@ -38,16 +39,22 @@ secagg_graph = "sparse"
 dropout_rate = 0.1
 dropout_tolerance = 0.1
 """
-# Fixed, so the graphs (seeded by run, task and round) are ones the old code aborted on.
+# Fixed, so the graphs (seeded by run, task and round) are ones the old code aborted on. So the
+# session has a Mosquitto of its own: on a shared one, another session under this run id (a second
+# suite, a killed run's queued messages) would talk into it.
 RUN_ID = "r21sparse3"
 
 
-def test_sparse_secagg_with_dropouts_completes_over_mosquitto_and_equals_inproc(tmp_path, mosquitto_url):
+def test_sparse_secagg_with_dropouts_completes_over_mosquitto_and_equals_inproc(tmp_path):
     path = tmp_path / "quickstart-sparse.toml"
     path.write_text(QUICKSTART_SPARSE)
     family, config = experiment_files.load(path)
-    code = launch(family, config, path, [], tmp_path / "mqtt", broker_url=mosquitto_url, shards=2, timeout_s=120,
-                  run_id=RUN_ID, **OPEN_BROKER)
+    broker = private_mosquitto(tmp_path / "broker")
+    try:
+        code = launch(family, config, path, [], tmp_path / "mqtt", broker_url=broker.url, shards=2, timeout_s=120,
+                      run_id=RUN_ID, **OPEN_BROKER)
+    finally:
+        broker.stop()
     assert code == 0, (tmp_path / "mqtt" / "logs")
     run_file(path, out=tmp_path / "inproc")
     assert_same_numbers(tmp_path / "inproc", tmp_path / "mqtt")
