@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from _session import run_parties
-from bench_distributed import broker_rate
+from bench_distributed import EXPERIMENT, broker_rate
 from privbandit.protocol.primitives.seeding import USER_BLOCK
 from privbandit.runner import config as experiment_files
 from privbandit.services import acl
@@ -38,16 +38,6 @@ from privbandit.services.cluster import NatsCluster, spread
 from privbandit.services.launcher import plan_parties
 from privbandit.services.mosquitto_process import start_with_broker_config
 
-EXPERIMENT = """
-name = "bench-cluster"
-horizon = {horizon}
-seed = 5
-epsilon = 0.5
-runs = 1
-[environment]
-kind = "uniform"
-[algorithms.Dist-DP-SE]
-"""
 LABEL = "Dist-DP-SE"
 
 
@@ -127,7 +117,7 @@ def main() -> None:
         parser.error("--brokers: mosquitto and/or cluster; --fleets: integers in 1..64")
     with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
         path = Path(tmp) / "bench.toml"
-        path.write_text(EXPERIMENT.format(horizon=args.horizon))
+        path.write_text(EXPERIMENT.format(horizon=args.horizon, label=LABEL, extra=""))
         print(f"Dist-DP-SE, K = 10, T = {args.horizon:,}, one run, checkpoints off; {os.cpu_count()} cores; "
               f"cluster: 3 nodes, {args.replicas} replica(s)")
         print(f"{'broker':<10} {'fleets':>6} {'users/s':>12} {'session s':>10} {'broker start s':>15} "
