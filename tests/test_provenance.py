@@ -69,6 +69,8 @@ def test_an_occupied_out_is_refused_before_any_work_and_overwrite_replaces_the_o
     (out / "notes.txt").write_text("mine")
     (out / "logs").mkdir()
     (out / "logs" / "aggregator.log").write_text("an earlier session's party log")
+    (out / "audit").mkdir()
+    (out / "audit" / "audit.json").write_text("an audit of the earlier experiment")
     proc = cli("run", "experiments/quickstart.toml", *SMALL, "--out", str(out), check=False)
     assert proc.returncode == 2 and "not empty" in proc.stderr and "--overwrite" in proc.stderr
     assert (out / "summary.json").read_text() == "an earlier run's"  # nothing touched
@@ -79,6 +81,7 @@ def test_an_occupied_out_is_refused_before_any_work_and_overwrite_replaces_the_o
     assert (out / "rounds.csv").read_text().startswith("algorithm,run,round")
     assert (out / "notes.txt").read_text() == "mine"  # only privbandit's own files are replaced
     assert not (out / "logs").exists()  # an earlier distributed session's logs would read as this run's
+    assert not (out / "audit").exists()  # the dashboard would show the earlier experiment's audit as this one's
 
 
 @pytest.mark.parametrize("where", ["under-a-file", "a-file"])

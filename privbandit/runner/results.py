@@ -116,8 +116,9 @@ RESULT_FILES = ("summary.json", "config.json", "config.toml", "curves.csv", "run
 
 def prepare_out(out: Path, overwrite: bool = False, resume: bool = False) -> None:
     """Before any work: ``out`` is, or can be made, a writable directory, and holds no earlier
-    results unless ``overwrite`` (their files, the finished tasks kept in ``.tasks/`` and a
-    distributed run's ``logs/``, are then removed, so nothing is left stale beside the new ones) or ``resume`` (the result files are
+    results unless ``overwrite`` (their files, the finished tasks kept in ``.tasks/``, a
+    distributed run's ``logs/`` and an audit of the earlier experiment, ``audit/`` or
+    ``audit.json``, are then removed, so nothing is left stale beside the new ones) or ``resume`` (the result files are
     removed, the finished tasks kept for reuse, :mod:`.store`). Raises
     :class:`~privbandit.runner.config.ConfigError` naming what is wrong."""
     from privbandit.runner.config import ConfigError
@@ -137,8 +138,13 @@ def prepare_out(out: Path, overwrite: bool = False, resume: bool = False) -> Non
             (out / name).unlink(missing_ok=True)
         if overwrite and not resume and (out / DIRNAME).is_dir():
             shutil.rmtree(out / DIRNAME)
-        if overwrite and not resume and (out / "logs").is_dir():  # a distributed run's party logs
-            shutil.rmtree(out / "logs")
+        if overwrite and not resume:
+            # a distributed run's party logs, and an audit of the earlier experiment
+            # (`privbandit audit … --out <results>/audit`, which the dashboard shows beside the results)
+            for name in ("logs", "audit"):
+                if (out / name).is_dir():
+                    shutil.rmtree(out / name)
+            (out / "audit.json").unlink(missing_ok=True)
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".privbandit-write-test"
