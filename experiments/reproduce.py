@@ -5,7 +5,9 @@
 
 Runs each experiment file with ``privbandit run``'s engine, writes one results directory per file
 under ``--out``, then draws ``docs/figures/fig<k>.png`` (time-average pseudo-regret, mean ± stderr
-over runs, as the paper plots it) and prints the wall time of the whole suite.
+over runs, as the paper plots it) and prints the wall time of the whole suite. With ``--set`` the
+figures go to ``OUT/figures`` instead (``--docs`` chooses): a changed experiment never replaces
+the published ones.
 Figure 1's panels (a–c) are the ε = 0.1/0.5 easy and ε = 0.1 hard runs of Figs 2–3; (d–f) are the
 K = 50 runs (stand-in means; see experiments/data/README.md).
 """
@@ -104,15 +106,19 @@ def main() -> None:
     ap.add_argument("--figures", default="2,3,1,4")
     ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--out", type=Path, default=Path("results/reproduce"))
-    ap.add_argument("--docs", type=Path, default=HERE.parent / "docs" / "figures")
+    ap.add_argument("--docs", type=Path, default=None,
+                    help="where the figures and results.md go [default: docs/figures; with --set, OUT/figures, "
+                         "so that a changed experiment never replaces the published figures]")
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     ap.add_argument("--table-only", action="store_true", help="only rewrite docs/figures/results.md")
     args = ap.parse_args()
+    if args.docs is None:
+        args.docs = args.out / "figures" if args.overrides else HERE.parent / "docs" / "figures"
     order = list(dict.fromkeys(stem for fig in (2, 3, 1, 4) for stem in FIGURES[fig]))
     if args.table_only:
         return table(args.out, [s for s in order if (args.out / s / "summary.json").exists()], args.docs)
     start = time.perf_counter()
-    print(f"{os.cpu_count()} cores; writing to {args.out}/")
+    print(f"{os.cpu_count()} cores; writing to {args.out}/, figures to {args.docs}/")
     for fig in (int(x) for x in args.figures.split(",")):
         print(f"Fig. {fig}")
         for stem in FIGURES[fig]:
