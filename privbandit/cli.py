@@ -131,6 +131,7 @@ def run(
         raise typer.Exit(130)
     summary = results.summarize(family, config, *outcome)
     results.write_results(out, family, config, summary, outcome[0])
+    kept.prune()
     _print_summary(summary, out)
 
 

@@ -68,6 +68,7 @@ def run(experiment, overrides: list[str] = (), out: str | Path | None = None, jo
     summary = results.summarize(family, config, found, compute, elapsed)
     if out is not None:
         results.write_results(Path(out), family, config, summary, found)
+        kept.prune()
     return Results(family, config, summary, found)
 
 

@@ -69,6 +69,7 @@ class TaskStore:
         self.dir.mkdir(parents=True, exist_ok=True)
         self._config_key = experiment_key(config)
         self.unreadable = 0
+        self.used: set[Path] = set()  # this run's tasks, loaded or saved: what :meth:`prune` keeps
 
     def path(self, label: str, runs: tuple[int, ...]) -> Path:
         key = hashlib.sha256(json.dumps([self._config_key, label, list(runs)]).encode()).hexdigest()[:32]
@@ -90,6 +91,7 @@ class TaskStore:
             log.warning("%s: unreadable task file (%s: %s); computing the task again", path, type(exc).__name__, exc)
             path.replace(path.with_suffix(".damaged"))
             return None
+        self.used.add(path)
         return got["result"], float(got.get("seconds", 0.0))
 
     def save(self, label: str, runs: tuple[int, ...], result: RunResult, seconds: float) -> None:
@@ -100,3 +102,16 @@ class TaskStore:
             fh.flush()
             os.fsync(fh.fileno())
         tmp.replace(path)  # atomic: an interrupted save leaves no half file under the real name
+        self.used.add(path)
+
+    def prune(self) -> int:
+        """After the run's results are written: remove every file of ``.tasks/`` this run did not
+        use (tasks of earlier configs or code, set-aside damaged files, interrupted saves), so the
+        directory holds what ``--resume`` of this experiment would reuse and no more. Returns how
+        many were removed."""
+        removed = 0
+        for path in self.dir.iterdir():
+            if path not in self.used and path.is_file():
+                path.unlink(missing_ok=True)
+                removed += 1
+        return removed
