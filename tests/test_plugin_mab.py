@@ -86,3 +86,26 @@ def test_plugin_options_are_checked_by_name(installed, tmp_path, extra, message)
     done = privbandit(installed, "run", str(experiment(tmp_path, "\n" + extra)), "--out", str(tmp_path / "o"))
     said = " ".join((done.stderr + done.stdout).split())
     assert done.returncode == 2 and message in said, said
+
+
+def test_editing_a_plugin_without_a_new_version_changes_the_task_cache_key(installed):
+    """--resume must not reuse a task computed by a plug-in's code before an edit that kept its
+    version: the key hashes the plug-in's source file too."""
+    code = "from privbandit.runner.store import code_fingerprint, plugin_files; print(code_fingerprint()); " \
+           "print([str(p) for p in plugin_files()])"
+
+    def fingerprint() -> tuple[str, list[str]]:
+        done = subprocess.run([sys.executable, "-c", code], env=installed, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        key, files = done.stdout.splitlines()
+        return key, json.loads(files.replace("'", '"'))
+
+    key, files = fingerprint()
+    (module,) = [Path(f) for f in files if f.endswith("mab_plugins.py")]
+    original = module.read_bytes()
+    try:
+        module.write_bytes(original + b"\n# an edit that keeps the version\n")
+        assert fingerprint()[0] != key
+    finally:
+        module.write_bytes(original)
+    assert fingerprint()[0] == key

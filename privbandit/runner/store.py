@@ -39,17 +39,44 @@ def named_files(data) -> list[str]:
     return []
 
 
+def plugin_files() -> list[Path]:
+    """The source of every installed plug-in from outside privbandit: the module its entry point
+    names, or, for a package, every ``.py`` under it. Found without importing the module."""
+    from importlib.metadata import entry_points
+    from importlib.util import find_spec
+
+    from privbandit.registry import FAMILIES_GROUP, PLUGINS_GROUP
+
+    files: set[Path] = set()
+    for group in (FAMILIES_GROUP, PLUGINS_GROUP):
+        for ep in entry_points(group=group):
+            if ep.dist is not None and ep.dist.name == "privbandit":
+                continue
+            try:
+                spec = find_spec(ep.module)
+            except (ImportError, ValueError):  # the registry reports a plug-in that cannot load
+                continue
+            origin = Path(spec.origin) if spec is not None and spec.origin else None
+            if origin is None or not origin.is_file():
+                continue
+            files |= set(origin.parent.rglob("*.py")) if origin.name == "__init__.py" else {origin}
+    return sorted(files)
+
+
 @lru_cache(maxsize=4)
 def code_fingerprint(root: Path | None = None) -> str:
-    """A hash of privbandit's own source files and of the installed plug-ins' versions. The version
-    number alone stays the same across commits: a result computed before a fix to a mechanism must
-    not be reused after it (``experiments/reproduce.py`` always resumes)."""
+    """A hash of privbandit's own source files, and of the installed plug-ins' versions and source
+    files. Neither version number changes with every edit: a result computed before a fix to a
+    mechanism, privbandit's or a plug-in's, must not be reused after it (``experiments/reproduce.py``
+    always resumes)."""
     from privbandit.runner.provenance import plugins
 
     root = root or Path(__file__).resolve().parent.parent  # the package's own directory
     digest = hashlib.sha256(json.dumps(plugins(), sort_keys=True).encode())
     for path in sorted(root.rglob("*.py")):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    for path in plugin_files():
+        digest.update(str(path).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
 
