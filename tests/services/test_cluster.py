@@ -70,7 +70,7 @@ def test_nats_permissions_grant_exactly_what_the_acl_rules_allow():
     instances = ("shuffler-1", "shuffler-2")
     perms = nats_permissions(RUN, instances)
     topics = set(canary_topics(RUN, instances)) | {t.rsplit("/", 1)[0] for t in canary_topics(RUN, instances)}
-    topics |= {f"pb/{RUN}/metrics/users-3", f"pb/{RUN}/report/aggregator/a/b", f"pb/other/plan"}
+    topics |= {f"pb/{RUN}/metrics/users-3", f"pb/{RUN}/report/aggregator/a/b", "pb/other/plan"}
     checked = 0
     for account in (*acl.Role, *instances):
         for action, kind in (("read", "subscribe"), ("write", "publish")):
