@@ -289,6 +289,9 @@ def compose_nodes(hosts: Sequence[str], client_port: int, mqtt_port: int, cluste
     distinct ports, so that the same node files serve containers and local processes alike."""
     if not 1 <= len(hosts) <= MAX_NODES:
         raise ValueError(f"host: give 1..{MAX_NODES} nodes, got {len(hosts)}")
+    for h in hosts:
+        if not h or any(c in h for c in ":/ \t") or h.startswith("-"):
+            raise ValueError(f"host {h!r}: must be a host name or an IPv4 address (no ':', '/' or spaces)")
     for option, port in (("client-port", client_port), ("mqtt-port", mqtt_port), ("cluster-port", cluster_port)):
         if not 1 <= port <= 65535 - len(hosts) + 1:
             raise ValueError(f"{option} must be in 1..{65535 - len(hosts) + 1} (node i listens on it + i), got {port}")

@@ -65,7 +65,7 @@ BROKER_START_S = 10.0
 HEALTHCHECK_S = 10.0  # for the broker's healthcheck to pass once it listens
 ONE_SHOT = "service_completed_successfully"
 HEALTHY = "service_healthy"
-_VAR = re.compile(r"\$\{(\w+)(?:(:?)-([^}]*))?\}")  # ${VAR}, ${VAR:-default}, ${VAR-default}
+_VAR = re.compile(r"\$\$|\$\{(\w+)(?:(:?)-([^}]*))?\}")  # $$, ${VAR}, ${VAR:-default}, ${VAR-default}
 
 
 class ComposeError(RuntimeError):
@@ -184,15 +184,18 @@ def interpolate(text: str, variables: dict[str, str]) -> str:
     """Compose's variable substitution: ``${VAR:-default}`` when VAR is unset or empty,
     ``${VAR-default}`` when it is unset only (so an env file can set a value empty); ``$$`` is ``$``."""
     def value(m: re.Match) -> str:
+        if m[0] == "$$":  # an escaped $: `$${A}` is the text ${A}, not A's value after a $
+            return "$"
         got = variables.get(m[1])
         if got is None or (got == "" and m[2] == ":"):
             return m[3] or ""
         return got
 
-    return _VAR.sub(value, text).replace("$$", "$")
+    return _VAR.sub(value, text)
 
 
-def load(compose_file: Path, workdir: Path | None = None, *, profiles=(), env_file: Path | None = None) -> dict[str, Service]:
+def load(compose_file: Path, workdir: Path | None = None, *, profiles=(),
+         env_file: Path | None = None) -> dict[str, Service]:
     """The services of ``compose_file``, their paths already rewritten to host paths: those without
     ``profiles:`` and those with one of ``profiles``. Variables come from the environment, then
     ``env_file`` (as Compose: the shell's win)."""
@@ -200,7 +203,8 @@ def load(compose_file: Path, workdir: Path | None = None, *, profiles=(), env_fi
         variables = (read_env_file(Path(env_file)) if env_file is not None else {}) | dict(os.environ)
         doc = yaml.safe_load(interpolate(Path(compose_file).read_text(), variables)) or {}
     except (OSError, ValueError, yaml.YAMLError) as exc:  # ValueError: not UTF-8
-        raise ComposeError(f"cannot read {compose_file if not isinstance(exc, OSError) else exc.filename}: {exc}") from None
+        where = exc.filename if isinstance(exc, OSError) else compose_file  # (the env file, too)
+        raise ComposeError(f"cannot read {where}: {exc}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("services", {}), dict):
         raise ComposeError(f"{compose_file}: expected a map with a 'services' map at the top level")
     base = Path(workdir or Path(compose_file).parent).resolve()

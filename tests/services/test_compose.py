@@ -600,8 +600,32 @@ def test_the_cluster_profile_is_started_only_when_asked_and_spreads_the_parties(
     config = clustered["config"].command
     assert _option(clustered["cluster-config"].command, "--credentials") == \
         str(Path(_option(config, "--out")) / "credentials.env")
-    # The shell's variables win over the env file, as in Compose; ${VAR-default} keeps an empty value.
-    assert compose.interpolate("${A:-x} ${A-x} ${B-x} ${B:-x}", {"A": ""}) == "x  x x"
+    with pytest.raises(compose.ComposeError, match=r"cannot read .*missing\.env: .*No such file"):
+        compose.load(COMPOSE, tmp_path, profiles=["cluster"], env_file=tmp_path / "missing.env")
+    # ${VAR-default} keeps an empty value, ${VAR:-default} does not (Compose's rules).
+    assert compose.interpolate("${A:-x} ${A-x} ${B-x} ${B:-x} $${A}", {"A": ""}) == "x  x x ${A}"
+
+
+def test_cluster_config_only_writes_the_nodes_with_the_given_passwords_and_refuses_bad_input(tmp_path):
+    files = acl.write_broker_config(tmp_path / "generated", "compose", 8883)
+    argv = ["cluster", "--config-only", "--run-id", "compose", "--out", str(tmp_path / "nats"),
+            "--credentials", str(files.credentials), "--mqtt-port", "21883"]
+    (tmp_path / "nats" / "nats-0.jetstream" / "jetstream").mkdir(parents=True)  # a last session's store
+    result = CliRunner().invoke(app, [*argv, "--host", "nats-0", "--host", "nats-1"])
+    assert result.exit_code == 0, result.output
+    assert not (tmp_path / "nats" / "nats-0.jetstream").exists()  # emptied: a new session starts afresh
+    assert read_credentials(tmp_path / "nats" / "credentials.env") == read_credentials(files.credentials)
+    conf = json.loads((tmp_path / "nats" / "nats-1.conf").read_text().split("\n", 1)[1])
+    assert conf["mqtt"]["listen"] == "nats-1:21884" and conf["cluster"]["routes"] == ["nats-route://nats-0:6222"]
+    assert {u["user"]: u["password"] for u in conf["authorization"]["users"]}["users"] == files.password("users")
+    for extra, message in ((["--host", "a:1"], "host 'a:1': must be a host name"), ([], "at least one --host"),
+                           (["--host", "a", "--mqtt-port", "0"], "mqtt-port must be in 1..65535")):
+        result = CliRunner().invoke(app, [*argv, *extra])
+        assert result.exit_code == 2 and message in result.output, result.output
+    result = CliRunner().invoke(app, ["cluster", "--host", "a"])
+    assert result.exit_code == 2 and "--host and --credentials go with --config-only" in result.output
+    result = CliRunner().invoke(app, [*argv[:-4], "--credentials", str(tmp_path / "none.env"), "--host", "a"])
+    assert result.exit_code == 2 and "none.env" in result.output and "No such file" in result.output
 
 
 def _free_ports(count: int) -> int:
@@ -630,13 +654,16 @@ def test_up_with_the_cluster_profile_spreads_the_parties_over_three_nodes_and_re
 
     if nats_binary() is None:
         pytest.fail("no nats-server") if os.environ.get("CI") == "true" else pytest.skip("no nats-server")
-    bases = {old: _free_ports(3) for old in (14222, 11883, 16222)}  # (other tests run beside this one)
+    # One run of free ports for the nine node ports and the dashboard (other tests run beside this
+    # one; ports picked one by one could collide with each other, as the kernel hands out neighbours).
+    first = _free_ports(10)
+    bases = {old: first + 3 * i for i, old in enumerate((14222, 11883, 16222))}
 
     def moved(text: str) -> str:
         for old, new in bases.items():
             for i in range(3):
                 text = text.replace(str(old + i), str(new + i))
-        return text
+        return text.replace("8050", str(first + 9))  # (before _workdir picks one)
 
     work = _workdir(tmp_path / "work", moved, demo_sets=SHORT)
     (work / "cluster.env").write_text(moved((REPO / "cluster.env").read_text()))
