@@ -1028,12 +1028,35 @@ def cluster(
     nodes: Annotated[int, typer.Option(help="how many NATS nodes (1..9)")] = 3,
     instance: Annotated[Optional[list[str]], typer.Option(
         metavar="NAME", help="an intermediary instance account, e.g. shuffler-2 (repeatable)")] = None,
+    config_only: Annotated[bool, typer.Option(
+        "--config-only", help="write the node files into --out for the --host nodes and exit, starting nothing "
+                              "(docker-compose.yml's cluster profile)")] = False,
+    host: Annotated[Optional[list[str]], typer.Option(
+        metavar="NAME", help="with --config-only: a node, named and reached by this host name (repeatable)")] = None,
+    credentials: Annotated[Optional[Path], typer.Option(
+        help="with --config-only: the credentials.env whose passwords the accounts get (broker-config's)")] = None,
+    client_port: Annotated[int, typer.Option(help="with --config-only: node i's NATS port is this + i")] = 4222,
+    mqtt_port: Annotated[int, typer.Option(help="with --config-only: node i's MQTT port is this + i")] = 1883,
+    cluster_port: Annotated[int, typer.Option(help="with --config-only: node i's route port is this + i")] = 6222,
 ):
     """Start a NATS broker cluster (MQTT on every node) with one account per role and the run's
-    ACLs, print the node URLs, and run until Ctrl-C (docs/cluster.md)."""
-    from privbandit.services.cluster import cluster_main
+    ACLs, print the node URLs, and run until Ctrl-C (docs/cluster.md). With --config-only, only
+    write the node files for the named hosts (docs/compose.md, "The clustered broker profile")."""
+    from privbandit.services.cluster import cluster_main, compose_nodes, write_config_only
 
+    if not config_only and (host or credentials):
+        _error("--host and --credentials go with --config-only")
+        raise typer.Exit(2)
     try:
+        if config_only:
+            if out is None or credentials is None or not host:
+                _error("--config-only needs --out, --credentials and at least one --host")
+                raise typer.Exit(2)
+            files = write_config_only(out, run_id, compose_nodes(host, client_port, mqtt_port, cluster_port),
+                                      credentials)
+            for node, conf in zip(files.nodes, files.confs):
+                err.print(f"{node.name}: {conf} (MQTT {node.url})", highlight=False)
+            raise typer.Exit(0)
         code = cluster_main(out, run_id, nodes, instance or ())
     except ValueError as exc:
         _error(str(exc))
@@ -1137,12 +1160,16 @@ def up(
     file: Annotated[Path, typer.Option("-f", "--file", help="compose file")] = Path("docker-compose.yml"),
     broker: Annotated[Optional[str], typer.Option(help="mqtt://host:port: use this broker, not the file's")] = None,
     insecure_broker: InsecureBrokerOption = False,
+    profile: Annotated[Optional[list[str]], typer.Option(
+        metavar="NAME", help="also run the services of this compose profile, e.g. cluster (repeatable)")] = None,
+    env_file: Annotated[Optional[Path], typer.Option(
+        help="variables for the file's ${VAR} (the environment's win), e.g. cluster.env")] = None,
 ):
     """Run a docker-compose topology here, every service a local process (no Docker needed)."""
     from privbandit.services.compose import ComposeError, up as compose_up
 
     try:
-        code = compose_up(file, broker, insecure_broker=insecure_broker)
+        code = compose_up(file, broker, insecure_broker=insecure_broker, profiles=profile or (), env_file=env_file)
     except ComposeError as exc:
         _error(exc)
         raise typer.Exit(1)

@@ -284,6 +284,40 @@ def cluster_main(out: Path | None, run_id: str, nodes: int, instances: Sequence[
             signal.signal(s, h)
 
 
+def compose_nodes(hosts: Sequence[str], client_port: int, mqtt_port: int, cluster_port: int) -> list[NatsNode]:
+    """Nodes named after their hosts (compose services), node ``i`` on the three base ports ``+ i``:
+    distinct ports, so that the same node files serve containers and local processes alike."""
+    if not 1 <= len(hosts) <= MAX_NODES:
+        raise ValueError(f"host: give 1..{MAX_NODES} nodes, got {len(hosts)}")
+    for h in hosts:
+        if not h or any(c in h for c in ":/ \t") or h.startswith("-"):
+            raise ValueError(f"host {h!r}: must be a host name or an IPv4 address (no ':', '/' or spaces)")
+    for option, port in (("client-port", client_port), ("mqtt-port", mqtt_port), ("cluster-port", cluster_port)):
+        if not 1 <= port <= 65535 - len(hosts) + 1:
+            raise ValueError(f"{option} must be in 1..{65535 - len(hosts) + 1} (node i listens on it + i), got {port}")
+    return [NatsNode(h, h, client_port + i, mqtt_port + i, cluster_port + i) for i, h in enumerate(hosts)]
+
+
+def write_config_only(out: Path, run_id: str, nodes: Sequence[NatsNode], credentials: Path) -> ClusterFiles:
+    """``privbandit cluster --config-only``: the node files of a cluster whose accounts have the
+    passwords in ``credentials`` (the ``credentials.env`` that ``privbandit broker-config`` wrote),
+    so the parties log in to any node as they would to Mosquitto. Each node's JetStream store is
+    emptied, as :meth:`NatsCluster.start` does: a new session must not find the last one's MQTT
+    sessions and queued messages (the run id is fixed in docker-compose.yml). Raises ValueError
+    naming a credentials file that cannot be read."""
+    from privbandit.services.bus import read_credentials
+
+    passwords = read_credentials(credentials)
+    if not passwords:
+        raise ValueError(f"credentials {str(credentials)!r}: no PRIVBANDIT_<ROLE>_PASSWORD line")
+    files = write_nats_cluster_config(out, run_id, nodes, passwords,
+                                      instances=[a for a in passwords if acl.is_instance(a)],
+                                      stream_replicas=min(len(nodes), 3))
+    for node in nodes:
+        shutil.rmtree(jetstream_dir(files.directory, node), ignore_errors=True)
+    return files
+
+
 def _ready_main(argv: list[str]) -> int:
     """``python -m privbandit.services.cluster --ready URL RUN_ID TIMEOUT`` (the launcher's password on
     stdin): :func:`wait_ready` for one node, run where that node lives (another network namespace)."""

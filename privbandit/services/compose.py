@@ -7,6 +7,13 @@ What runs is read from the compose file (``command``, ``environment``, ``env_fil
 - the ``eclipse-mosquitto`` service runs as a local ``mosquitto`` with its generated conf, listening
   on a free port of 127.0.0.1; with no ``mosquitto`` binary, as the embedded amqtt broker with the
   same passwords; with ``broker_url``, not at all (that broker is used);
+- a ``nats`` service (a node of the ``cluster`` profile) runs as a local ``nats-server`` with its
+  conf's host names made 127.0.0.1, on the ports the conf gives; ``mqtt://<node service>:<port>``
+  becomes ``mqtt://127.0.0.1:<port>``; before any party starts, every node must be ready
+  (:func:`~privbandit.services.cluster.wait_ready`) and pass the probe;
+- a service with ``profiles:`` runs only when one of them is given (``profiles``), as in Compose;
+  ``${VAR:-default}`` / ``${VAR-default}`` take VAR from the environment, then from ``env_file``
+  (Compose's ``--env-file``);
 - a bind mount maps its container path to its source (relative to ``workdir``), a named volume to
   ``<workdir>/deploy/<name>``; every argument or environment value under a container mount path is
   rewritten to the host path, and ``mqtt[s]://<broker service>:<port>`` to the local broker's URL;
@@ -34,6 +41,8 @@ healthchecks.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import re
 import shlex
@@ -56,7 +65,7 @@ BROKER_START_S = 10.0
 HEALTHCHECK_S = 10.0  # for the broker's healthcheck to pass once it listens
 ONE_SHOT = "service_completed_successfully"
 HEALTHY = "service_healthy"
-_VAR = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}")  # ${VAR}, ${VAR:-default}
+_VAR = re.compile(r"\$\$|\$\{(\w+)(?:(:?)-([^}]*))?\}")  # $$, ${VAR}, ${VAR:-default}, ${VAR-default}
 
 
 class ComposeError(RuntimeError):
@@ -72,11 +81,15 @@ class Service:
     mounts: list[tuple[str, Path]]  # (container path, host path), longest container path first
     depends: dict[str, str]  # service → condition
     image: str
-    is_broker: bool
+    is_broker: bool  # a broker process (Mosquitto or a NATS node): supervised, not run by python
     restarts: float = 0  # how many more times to restart it after a failure (compose `restart:`)
     healthcheck: list[str] | None = None  # its `CMD` test, host paths; None: none, or a shell test
     log: Path = Path(os.devnull)
     proc: subprocess.Popen | None = field(default=None, repr=False)
+
+    @property
+    def is_nats(self) -> bool:
+        return self.is_broker and self.image.startswith("nats:")
 
     def to_host(self, value: str) -> str:
         """``value`` with a container path under a mount made the host path; also the value of a
@@ -136,8 +149,8 @@ def _service(name: str, spec: dict, base: Path) -> Service:
     if spec.get("entrypoint") not in (None, "privbandit", ["privbandit"]):
         raise ComposeError(f"service {name}: a custom entrypoint cannot run here")
     image = str(spec.get("image", ""))
-    if "build" not in spec and not image.startswith("eclipse-mosquitto"):
-        raise ComposeError(f"service {name}: image {image!r} cannot run here (only ours and eclipse-mosquitto)")
+    if "build" not in spec and not image.startswith(("eclipse-mosquitto", "nats:")):
+        raise ComposeError(f"service {name}: image {image!r} cannot run here (only ours, eclipse-mosquitto and nats)")
     command = spec.get("command") or []
     env_files = spec.get("env_file") or []
     svc = Service(name, shlex.split(command) if isinstance(command, str) else [str(c) for c in command],
@@ -167,13 +180,31 @@ def _service(name: str, spec: dict, base: Path) -> Service:
     return svc
 
 
-def load(compose_file: Path, workdir: Path | None = None) -> dict[str, Service]:
-    """The services of ``compose_file``, their paths already rewritten to host paths."""
+def interpolate(text: str, variables: dict[str, str]) -> str:
+    """Compose's variable substitution: ``${VAR:-default}`` when VAR is unset or empty,
+    ``${VAR-default}`` when it is unset only (so an env file can set a value empty); ``$$`` is ``$``."""
+    def value(m: re.Match) -> str:
+        if m[0] == "$$":  # an escaped $: `$${A}` is the text ${A}, not A's value after a $
+            return "$"
+        got = variables.get(m[1])
+        if got is None or (got == "" and m[2] == ":"):
+            return m[3] or ""
+        return got
+
+    return _VAR.sub(value, text)
+
+
+def load(compose_file: Path, workdir: Path | None = None, *, profiles=(),
+         env_file: Path | None = None) -> dict[str, Service]:
+    """The services of ``compose_file``, their paths already rewritten to host paths: those without
+    ``profiles:`` and those with one of ``profiles``. Variables come from the environment, then
+    ``env_file`` (as Compose: the shell's win)."""
     try:
-        text = _VAR.sub(lambda m: os.environ.get(m[1]) or m[2] or "", Path(compose_file).read_text())
-        doc = yaml.safe_load(text.replace("$$", "$")) or {}
+        variables = (read_env_file(Path(env_file)) if env_file is not None else {}) | dict(os.environ)
+        doc = yaml.safe_load(interpolate(Path(compose_file).read_text(), variables)) or {}
     except (OSError, ValueError, yaml.YAMLError) as exc:  # ValueError: not UTF-8
-        raise ComposeError(f"cannot read {compose_file}: {exc}") from None
+        where = exc.filename if isinstance(exc, OSError) else compose_file  # (the env file, too)
+        raise ComposeError(f"cannot read {where}: {exc}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("services", {}), dict):
         raise ComposeError(f"{compose_file}: expected a map with a 'services' map at the top level")
     base = Path(workdir or Path(compose_file).parent).resolve()
@@ -181,6 +212,8 @@ def load(compose_file: Path, workdir: Path | None = None) -> dict[str, Service]:
     for name, spec in doc.get("services", {}).items():
         if not isinstance(spec, dict):
             raise ComposeError(f"service {name}: expected a map, got {type(spec).__name__}")
+        if spec.get("profiles") and not set(map(str, spec["profiles"])) & set(profiles):
+            continue  # (Compose starts it only with one of its profiles)
         try:
             services[str(name)] = _service(str(name), spec, base)
         except (AttributeError, KeyError, TypeError, ValueError) as exc:  # a field of the wrong shape
@@ -302,10 +335,12 @@ def wait_healthy(broker: Service, url: str, timeout_s: float = HEALTHCHECK_S) ->
         time.sleep(0.2)
 
 
-def check_broker(services: dict[str, Service], url: str, run_id: str, insecure: bool) -> str:
+def check_broker(services: dict[str, Service], url: str, run_id: str, insecure: bool,
+                 users: list[Service] | None = None) -> str:
     """Probe the broker at ``url`` with the roles' passwords of the generated credentials.env
     (:mod:`privbandit.services.broker_probe`); returns the verdict for ``summary.json``. Raises
-    ComposeError saying what was readable by whom, unless ``insecure``."""
+    ComposeError saying what was readable by whom, unless ``insecure``. ``users``: the services
+    that connect to it, whose CA file the probe uses (default: every service)."""
     from privbandit.services.broker_probe import BrokerInsecure, BrokerUnusable, check_broker as probe
     from privbandit.services.bus import BusSettings, read_credentials
 
@@ -318,7 +353,8 @@ def check_broker(services: dict[str, Service], url: str, run_id: str, insecure: 
             full = Path(svc.command[svc.command.index("--out") + 1]) / "credentials.env"
             if full.is_file():
                 files.add(str(full))
-    cas = sorted({s.env["PRIVBANDIT_CA_FILE"] for s in services.values() if "PRIVBANDIT_CA_FILE" in s.env})
+    cas = sorted({s.env["PRIVBANDIT_CA_FILE"] for s in (services.values() if users is None else users)
+                  if s.env.get("PRIVBANDIT_CA_FILE")})  # (set empty: none, as BusSettings reads it)
     if cas and not url.startswith("mqtts://"):
         raise ComposeError(f"the parties connect with TLS (PRIVBANDIT_CA_FILE {cas[0]}), the broker at {url} without: "
                            "give an mqtts:// broker")
@@ -335,11 +371,90 @@ def check_broker(services: dict[str, Service], url: str, run_id: str, insecure: 
     return verdict
 
 
-def _use_broker(services: dict[str, Service], broker: str, url: str, acl_verdict: str) -> None:
+def _broker_users(services: dict[str, Service], broker: str) -> list[Service]:
+    """The services whose PRIVBANDIT_BROKER_URL names the service ``broker``."""
+    named = re.compile(rf"^mqtts?://{re.escape(broker)}(:\d+)?$")
+    return [s for s in services.values() if named.match(s.env.get("PRIVBANDIT_BROKER_URL", ""))]
+
+
+def _use_broker(services: dict[str, Service], broker: str, url: str) -> None:
     for svc in services.values():
         svc.env = {k: re.sub(rf"^mqtts?://{re.escape(broker)}(:\d+)?$", url, v) for k, v in svc.env.items()}
-        if svc.command[:1] == ["observer"]:  # it writes summary.json: broker.acl
-            svc.env[BROKER_ACL_ENV] = acl_verdict
+
+
+# --- the NATS nodes of the cluster profile ------------------------------------------------------
+
+def _nats_conf(node: Service) -> tuple[Path, dict]:
+    conf = _conf(node)
+    try:  # JSON after the generated comment line (nats_files.render_nats_conf)
+        return conf, json.loads("\n".join(ln for ln in conf.read_text().splitlines() if not ln.startswith("#")))
+    except ValueError as exc:
+        raise ComposeError(f"service {node.name}: {conf} is not the JSON `privbandit cluster --config-only` "
+                           f"writes ({exc})") from None
+
+
+def nats_host_conf(node: Service, names: set[str]) -> tuple[Path, str]:
+    """The node's conf with the nodes' host names (``names``, their compose services) made
+    127.0.0.1 on the same ports and container paths made host paths, written beside it (0600: it
+    holds the passwords); returns (that file, the node's MQTT URL here)."""
+    conf, doc = _nats_conf(node)
+
+    def here(address: str) -> str:
+        scheme, sep, rest = address.rpartition("://")
+        host, _, port = rest.rpartition(":")
+        return f"{scheme}{sep}127.0.0.1:{port}" if host in names else address
+
+    for section in (doc, doc.get("mqtt", {}), doc.get("cluster", {})):
+        if "listen" in section:
+            section["listen"] = here(section["listen"])
+    if "cluster" in doc:
+        doc["cluster"]["routes"] = [here(r) for r in doc["cluster"].get("routes", [])]
+    if "jetstream" in doc:
+        doc["jetstream"]["store_dir"] = node.to_host(doc["jetstream"]["store_dir"])
+    if "listen" not in doc.get("mqtt", {}):
+        raise ComposeError(f"service {node.name}: {conf} has no MQTT listener (mqtt.listen)")
+    out = conf.with_name(f"{conf.stem}.host.conf")
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(doc, f, indent=2)
+    return out, f"mqtt://{doc['mqtt']['listen']}"
+
+
+def start_nats(node: Service, names: set[str], stack: ExitStack) -> str:
+    """Start the NATS node service here, on its conf's ports; returns its MQTT URL."""
+    from privbandit.services.cluster import nats_binary
+
+    binary = nats_binary()
+    if binary is None:
+        raise ComposeError(f"service {node.name}: nats-server is not installed (apt install nats-server)")
+    conf, url = nats_host_conf(node, names)
+    _popen(node, [binary, "-c", str(conf)])
+    stack.callback(_stop, node)
+    return url
+
+
+def wait_cluster(nodes: list[Service], urls: list[str], run_id: str, timeout_s: float | None = None) -> None:
+    """Until the nodes form a cluster that carries a QoS 1 message from the first node to every
+    node (:func:`~privbandit.services.cluster.wait_ready`, as the launcher's account); raises
+    ComposeError with the nodes' logs if a node exits or it is not ready in time."""
+    from privbandit.services.bus import read_credentials
+    from privbandit.services.cluster import _LEADER_LINE, READY_TIMEOUT_S, ClusterError, wait_ready
+
+    end = time.monotonic() + (timeout_s or READY_TIMEOUT_S)
+    # An MQTT CONNECT before the JetStream metadata leader is elected blocks and fails: wait for
+    # the election first (as NatsCluster does), failing at once if a node died.
+    while len(nodes) > 1 and time.monotonic() < end and not any(
+            _LEADER_LINE in n.log.read_text(errors="replace") for n in nodes if n.log.exists()):
+        if dead := [n for n in nodes if n.proc.poll() is not None]:
+            raise _failed(dead[0], f"exited with code {dead[0].proc.returncode} before the cluster was ready")
+        time.sleep(0.05)
+    try:
+        password = read_credentials(_conf(nodes[0]).with_name("credentials.env"))["launcher"]
+        asyncio.run(wait_ready(urls, run_id, password, max(1.0, end - time.monotonic())))
+    except (ClusterError, KeyError, ValueError) as exc:
+        tails = "\n".join(f"--- {n.log} ---\n{log_tail(n.log)}" for n in nodes)
+        raise ComposeError(f"the NATS nodes {', '.join(n.name for n in nodes)} did not become a cluster: "
+                           f"{exc!r}\n{tails}") from None
 
 
 # --- the processes ------------------------------------------------------------------------------
@@ -410,17 +525,19 @@ def _supervise(observer: Service, running: list[Service], deadline: float | None
 
 
 def up(compose_file: Path, broker_url: str | None = None, workdir: Path | None = None,
-       *, timeout_s: float | None = None, insecure_broker: bool = False) -> int:
+       *, timeout_s: float | None = None, insecure_broker: bool = False, profiles=(),
+       env_file: Path | None = None) -> int:
     """Run the compose topology as local processes; returns the observer's exit code.
 
     ``broker_url``: a running broker to use instead of the file's broker service; the parties
     log in with the generated credentials, so that broker must run the generated conf
     (``deploy/generated/mosquitto.conf``) or at least accept them. Either broker is probed before
     any party starts: one that lets a role or an anonymous client read what the ACL denies is
-    refused (ComposeError) unless ``insecure_broker``.
+    refused (ComposeError) unless ``insecure_broker``; so is every NATS node (``profiles``
+    ``cluster``), once the nodes form a cluster. ``profiles``, ``env_file``: as :func:`load`.
     """
     workdir = Path(workdir or Path(compose_file).parent).resolve()
-    services = load(compose_file, workdir)
+    services = load(compose_file, workdir, profiles=profiles, env_file=env_file)
     observer = next((s for s in services.values() if s.command[:1] == ["observer"] and "--out" in s.command),
                     None)
     if observer is None:
@@ -446,9 +563,20 @@ def up(compose_file: Path, broker_url: str | None = None, workdir: Path | None =
                 pending.remove(one)
                 print(f"[up] {one.name}: done", file=sys.stderr)
 
-        for name in start_order(services):
+        verdicts: list[str] = []  # the probes' of every broker a party uses
+        nats = {n: s for n, s in services.items() if s.is_nats}
+        nodes: list[tuple[Service, str]] = []  # NATS nodes started, not yet checked
+        order = start_order(services)
+        # The parties last, once every broker (the NATS nodes too: no party depends on them) is up.
+        parties = [n for n in order if not services[n].is_broker and n not in one_shots]
+        for name in [n for n in order if n not in parties] + parties:
             svc = services[name]
             finish({d for d, condition in svc.depends.items() if condition == ONE_SHOT})
+            if svc.is_nats:
+                nodes.append((svc, start_nats(svc, set(nats), stack)))
+                running.append(svc)
+                print(f"[up] {name}: started, log {svc.log}", file=sys.stderr)
+                continue
             if svc.is_broker:
                 url = broker_url or start_broker(svc, run_id, stack)
                 if not broker_url and any(s.depends.get(name) == HEALTHY for s in services.values()):
@@ -456,11 +584,25 @@ def up(compose_file: Path, broker_url: str | None = None, workdir: Path | None =
                     print(f"[up] {name}: healthy" if wait_healthy(svc, url) else
                           f"[up] {name}: no healthcheck to run here ({(svc.healthcheck or ['none'])[0]})",
                           file=sys.stderr)
-                verdict = check_broker(services, url, run_id, insecure_broker)
-                _use_broker(services, name, url, verdict)
+                if users := _broker_users(services, name):
+                    verdicts.append(check_broker(services, url, run_id, insecure_broker, users))
+                    print(f"[up] {name}: {url} (ACL {verdicts[-1]})", file=sys.stderr)
+                else:
+                    print(f"[up] {name}: {url} (no party connects to it: not probed)", file=sys.stderr)
+                _use_broker(services, name, url)
                 running += [svc] if svc.proc else []
-                print(f"[up] {name}: {url} (ACL {verdict})", file=sys.stderr)
                 continue
+            if nodes and name not in one_shots:  # the first party: the cluster must be ready, each node probed
+                wait_cluster([n for n, _ in nodes], [u for _, u in nodes], run_id)
+                for node, url in nodes:
+                    users = _broker_users(services, node.name)
+                    verdicts.append(check_broker(services, url, run_id, insecure_broker, users))
+                    _use_broker(services, node.name, url)
+                    print(f"[up] {node.name}: {url} (ACL {verdicts[-1]}; parties: "
+                          f"{', '.join(s.name for s in users) or 'none'})", file=sys.stderr)
+                nodes = []
+            if svc.command[:1] == ["observer"] and verdicts:  # it writes summary.json: broker.acl
+                svc.env[BROKER_ACL_ENV] = "insecure" if "insecure" in verdicts else "enforced"
             _start(svc, workdir)
             stack.callback(_stop, svc)
             if name in one_shots:

@@ -7,6 +7,7 @@ file's restart policy says.
 """
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -41,8 +42,9 @@ CHECKPOINTING = ("observer", "analyzer", "aggregator")  # the parties with a --s
 SHORT = {"horizon": "40_000", "runs": "2"}  # the demo the `up` sessions run (300,000 × 3 in the file)
 
 
-def _raw() -> dict:
-    return yaml.safe_load(COMPOSE.read_text())
+def _raw(variables: dict[str, str] | None = None) -> dict:
+    """The file as Compose reads it with no variable set (``variables``: these set)."""
+    return yaml.safe_load(compose.interpolate(COMPOSE.read_text(), variables or {}))
 
 
 def _mounts() -> dict[str, dict[str, str]]:
@@ -74,13 +76,14 @@ def _workdir(tmp_path: Path, edit=lambda text: text, demo_sets: dict[str, str] |
 
 # --- the file -----------------------------------------------------------------------------------
 
-def test_docker_compose_validates_the_file():
+@pytest.mark.parametrize("options", [[], ["--profile", "cluster"], ["--profile", "cluster", "--env-file", "cluster.env"]])
+def test_docker_compose_validates_the_file(options):
     if shutil.which("docker-compose") is None:
         message = "docker-compose is not installed (apt-get install docker-compose)"
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
-    result = subprocess.run(["docker-compose", "-f", str(COMPOSE), "config", "-q"], cwd=REPO,
+    result = subprocess.run(["docker-compose", "-f", str(COMPOSE), *options, "config", "-q"], cwd=REPO,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
 
@@ -117,7 +120,7 @@ def test_the_analyzer_is_never_given_the_experiment(tmp_path):
 def test_every_command_matches_the_cli():
     commands = typer.main.get_command(app).commands
     used = {}
-    for name, svc in compose.load(COMPOSE).items():
+    for name, svc in compose.load(COMPOSE, profiles=["cluster"]).items():
         if not svc.is_broker:
             cmd, *args = svc.command
             assert cmd in commands, f"service {name}: `privbandit {cmd}` does not exist"
@@ -125,7 +128,7 @@ def test_every_command_matches_the_cli():
             for arg in args:
                 assert not arg.startswith("-") or arg in options, f"service {name}: `privbandit {cmd}` has no {arg}"
             used[cmd] = name
-    assert set(used) >= {"broker-config", "keys", "observer", "analyzer", "aggregator", "users"}
+    assert set(used) >= {"broker-config", "keys", "observer", "analyzer", "aggregator", "users", "cluster"}
     runner = CliRunner()
     for cmd, name in used.items():
         result = runner.invoke(app, [cmd, "--help"])
@@ -373,7 +376,8 @@ def test_the_local_broker_enforces_the_generated_passwords(tmp_path, monkeypatch
 
 def _plain(text: str) -> str:
     """The compose file without TLS between the parties and the broker."""
-    return text.replace("mqtts://broker:8883", "mqtt://broker:8883").replace("  PRIVBANDIT_CA_FILE: /ca/ca.pem\n", "")
+    return text.replace("mqtts://broker:8883", "mqtt://broker:8883").replace(
+        "  PRIVBANDIT_CA_FILE: ${PRIVBANDIT_CA_FILE-/ca/ca.pem}\n", "")
 
 
 def test_an_anonymous_external_broker_is_refused_naming_what_was_readable(tmp_path, mosquitto_url):
@@ -570,3 +574,135 @@ def test_a_bad_restart_policy_names_the_service(tmp_path):
                                                   "    command: [aggregator, --state-dir, /state]\n    restart: sometimes\n"))
     with pytest.raises(compose.ComposeError, match="service aggregator: restart 'sometimes'"):
         compose.load(work / "docker-compose.yml", work)
+
+
+# --- the clustered broker profile (#21 section 3) -----------------------------------------------
+
+NODES = ("nats-0", "nats-1", "nats-2")
+
+
+def test_the_cluster_profile_is_started_only_when_asked_and_spreads_the_parties(tmp_path):
+    """Without --profile cluster, `up` loads (and so starts) none of its services and every party
+    uses Mosquitto over TLS, as before; with it and cluster.env, the nodes and their one-shot, and
+    the parties on three nodes, without a CA (the nodes speak plain MQTT)."""
+    default = compose.load(COMPOSE, tmp_path)
+    assert not set(default) & {"cluster-config", *NODES}
+    assert {default[p].env["PRIVBANDIT_BROKER_URL"] for p in PARTIES} == {"mqtts://broker:8883"}
+    assert all(default[p].env["PRIVBANDIT_CA_FILE"].endswith("/deploy/ca/ca.pem") for p in PARTIES)
+    clustered = compose.load(COMPOSE, tmp_path, profiles=["cluster"], env_file=REPO / "cluster.env")
+    assert set(clustered) == set(default) | {"cluster-config", *NODES}
+    assert all(clustered[n].is_nats and clustered[n].depends == {"cluster-config": compose.ONE_SHOT} for n in NODES)
+    urls = {p: clustered[p].env["PRIVBANDIT_BROKER_URL"] for p in PARTIES}
+    assert {u.split("://")[1].split(":")[0] for u in urls.values()} == set(NODES), urls
+    assert urls["analyzer"] != urls["aggregator"] and urls["users-0"] != urls["users-1"]  # neighbours apart
+    assert all(clustered[p].env["PRIVBANDIT_CA_FILE"] == "" for p in PARTIES)  # set empty: BusSettings reads none
+    # The nodes get the passwords `config` wrote: the one-shot reads its credentials.env.
+    config = clustered["config"].command
+    assert _option(clustered["cluster-config"].command, "--credentials") == \
+        str(Path(_option(config, "--out")) / "credentials.env")
+    with pytest.raises(compose.ComposeError, match=r"cannot read .*missing\.env: .*No such file"):
+        compose.load(COMPOSE, tmp_path, profiles=["cluster"], env_file=tmp_path / "missing.env")
+    # ${VAR-default} keeps an empty value, ${VAR:-default} does not (Compose's rules).
+    assert compose.interpolate("${A:-x} ${A-x} ${B-x} ${B:-x} $${A}", {"A": ""}) == "x  x x ${A}"
+
+
+def test_cluster_config_only_writes_the_nodes_with_the_given_passwords_and_refuses_bad_input(tmp_path):
+    files = acl.write_broker_config(tmp_path / "generated", "compose", 8883)
+    argv = ["cluster", "--config-only", "--run-id", "compose", "--out", str(tmp_path / "nats"),
+            "--credentials", str(files.credentials), "--mqtt-port", "21883"]
+    (tmp_path / "nats" / "nats-0.jetstream" / "jetstream").mkdir(parents=True)  # a last session's store
+    result = CliRunner().invoke(app, [*argv, "--host", "nats-0", "--host", "nats-1"])
+    assert result.exit_code == 0, result.output
+    assert not (tmp_path / "nats" / "nats-0.jetstream").exists()  # emptied: a new session starts afresh
+    assert read_credentials(tmp_path / "nats" / "credentials.env") == read_credentials(files.credentials)
+    conf = json.loads((tmp_path / "nats" / "nats-1.conf").read_text().split("\n", 1)[1])
+    assert conf["mqtt"]["listen"] == "nats-1:21884" and conf["cluster"]["routes"] == ["nats-route://nats-0:6222"]
+    assert {u["user"]: u["password"] for u in conf["authorization"]["users"]}["users"] == files.password("users")
+    for extra, message in ((["--host", "a:1"], "host 'a:1': must be a host name"), ([], "at least one --host"),
+                           (["--host", "a", "--mqtt-port", "0"], "mqtt-port must be in 1..65535")):
+        result = CliRunner().invoke(app, [*argv, *extra])
+        assert result.exit_code == 2 and message in result.output, result.output
+    result = CliRunner().invoke(app, ["cluster", "--host", "a"])
+    assert result.exit_code == 2 and "--host and --credentials go with --config-only" in result.output
+    result = CliRunner().invoke(app, [*argv[:-4], "--credentials", str(tmp_path / "none.env"), "--host", "a"])
+    assert result.exit_code == 2 and "none.env" in result.output and "No such file" in result.output
+
+
+def _free_ports(count: int) -> int:
+    """A base port such that base .. base + count - 1 were free a moment ago."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + count > 65535:
+            continue
+        try:
+            with ExitStack() as stack:
+                for port in range(base, base + count):
+                    stack.enter_context(socket.socket()).bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+    raise AssertionError("no run of free ports")
+
+
+def test_up_with_the_cluster_profile_spreads_the_parties_over_three_nodes_and_reproduces_the_numbers(tmp_path):
+    """`privbandit up --profile cluster --env-file cluster.env`: three local nats-server nodes with
+    the config service's passwords, every node probed, each party connected (its TCP connection,
+    seen from outside) to the node cluster.env gives it, and the numbers of the in-process run."""
+    from privbandit.services.cluster import nats_binary
+
+    if nats_binary() is None:
+        pytest.fail("no nats-server") if os.environ.get("CI") == "true" else pytest.skip("no nats-server")
+    # One run of free ports for the nine node ports and the dashboard (other tests run beside this
+    # one; ports picked one by one could collide with each other, as the kernel hands out neighbours).
+    first = _free_ports(10)
+    bases = {old: first + 3 * i for i, old in enumerate((14222, 11883, 16222))}
+
+    def moved(text: str) -> str:
+        for old, new in bases.items():
+            for i in range(3):
+                text = text.replace(str(old + i), str(new + i))
+        return text.replace("8050", str(first + 9))  # (before _workdir picks one)
+
+    work = _workdir(tmp_path / "work", moved, demo_sets=SHORT)
+    (work / "cluster.env").write_text(moved((REPO / "cluster.env").read_text()))
+    env_urls = compose.read_env_file(work / "cluster.env")
+    expected = {p: int(env_urls[f"PRIVBANDIT_{p.upper().replace('-', '_')}_BROKER_URL"].rsplit(":", 1)[1])
+                for p in PARTIES}
+    with open(work / "up.err", "w") as err:
+        up = subprocess.Popen([sys.executable, "-m", "privbandit", "up", "-f", str(work / "docker-compose.yml"),
+                               "--profile", "cluster", "--env-file", str(work / "cluster.env")],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+    seen: dict[str, set[int]] = {}  # party → the MQTT ports it was connected to
+    try:
+        end = time.monotonic() + 150
+        while up.poll() is None and time.monotonic() < end:
+            with contextlib.suppress(psutil.Error):
+                for child in psutil.Process(up.pid).children():
+                    argv = child.cmdline()[3:]
+                    party = f"users-{argv[2][0]}" if argv[:1] == ["users"] else argv[0] if argv else ""
+                    if party in PARTIES:
+                        seen.setdefault(party, set()).update(
+                            c.raddr.port for c in child.net_connections("tcp") if c.raddr and c.status == "ESTABLISHED")
+            time.sleep(0.1)
+        assert up.wait(timeout=5) == 0, (work / "up.err").read_text()
+    finally:
+        if up.poll() is None:
+            up.kill()
+    said = (work / "up.err").read_text()
+    nodes = {m[1]: int(m[2]) for m in re.finditer(r"\[up\] (nats-\d): mqtt://127\.0\.0\.1:(\d+) \(ACL enforced", said)}
+    assert nodes == {f"nats-{i}": bases[11883] + i for i in range(3)}, said  # all three probed, enforced
+    assert "[up] broker: mqtts://127.0.0.1:" in said and "no party connects to it: not probed" in said
+    node_ports = set(nodes.values())
+    assert {p: seen.get(p, set()) & node_ports for p in PARTIES} == {p: {port} for p, port in expected.items()}, seen
+    out = work / "results" / "compose"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["broker"] == {"acl": "enforced", "tls": False}  # the cluster path has no TLS: said so
+    assert refusals(summary) == {}, summary["rejected"]
+    _inproc(work / "experiments" / "demo.toml", tmp_path / "inproc")
+    assert_same_numbers(tmp_path / "inproc", out)
+    # The nodes were a cluster: each logged its routes to the two others.
+    for name in NODES:
+        log = (out / "logs" / f"compose-{name}.log").read_text()
+        assert "Listening for MQTT clients on mqtt://127.0.0.1:" in log and log.count("Route connection created") >= 2, name
