@@ -3,10 +3,10 @@
 A test that needs Mosquitto fails, never skips, when CI=true: CI installs and starts it (.ci/run).
 """
 
-import os
 import socket
 
 import pytest
+from tests.needs import missing
 
 SYSTEM_MOSQUITTO = ("127.0.0.1", 1883)
 
@@ -23,8 +23,5 @@ def _reachable(host: str, port: int) -> bool:
 def mosquitto_url() -> str:
     """The system Mosquitto at 127.0.0.1:1883 (anonymous, local only)."""
     if not _reachable(*SYSTEM_MOSQUITTO):
-        message = "no Mosquitto at 127.0.0.1:1883 (start it: mosquitto -d)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        missing("no Mosquitto at 127.0.0.1:1883 (start it: mosquitto -d)")
     return "mqtt://127.0.0.1:1883"

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import os
 import re
 import stat
 import subprocess
@@ -37,6 +36,7 @@ from privbandit.services.broker_cli import broker_config_main
 from privbandit.services.bus import read_credentials
 from privbandit.services.embedded_broker import start_embedded_broker
 from privbandit.services.mosquitto_process import MosquittoError, PortInUse, mosquitto_binary, start_with_broker_config
+from tests.needs import missing
 
 RUN = "t-run_1"
 OTHER = "other-run"
@@ -338,9 +338,7 @@ def test_broker_config_keeps_a_deployments_passwords_unless_rotated(tmp_path, ca
 
 
 def _missing(what: str):
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"{what} is required when CI=true but was not found (install mosquitto)", pytrace=False)
-    pytest.skip(f"{what} not installed")
+    missing(f"{what} not installed (apt-get install mosquitto)")
 
 
 @dataclass

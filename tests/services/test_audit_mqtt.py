@@ -9,7 +9,6 @@ p-values are reproducible, so each threshold below is a property of the code, no
 from __future__ import annotations
 
 import json
-import os
 import secrets
 from dataclasses import replace
 
@@ -23,6 +22,7 @@ from privbandit.runner import config as experiment_files
 from privbandit.services.embedded_broker import free_port
 from privbandit.services.mosquitto_process import mosquitto_binary, start_with_broker_config
 from tests.test_audit import InvertedPolya, broken_target, target
+from tests.needs import missing
 
 # A law check failing below this p-value would flag the MQTT path as drawing from another law. At a
 # fixed seed the p-values are fixed numbers; test_the_law_check_tells_neighbours_apart shows the
@@ -34,10 +34,7 @@ LAW_P = 1e-3
 def acl_broker(tmp_path):
     """Mosquitto with `privbandit broker-config`'s accounts and ACL for one fresh run id."""
     if mosquitto_binary() is None:
-        message = "mosquitto is not installed (apt-get install mosquitto)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        missing("mosquitto is not installed (apt-get install mosquitto)")
     run_id = "a" + secrets.token_hex(4)
     mosquitto, files = start_with_broker_config(tmp_path / "broker", run_id)
     with mosquitto:

@@ -26,6 +26,7 @@ from privbandit.services.bus import BusSettings
 from privbandit.services.cluster import NatsCluster, nats_binary, spread
 from privbandit.services.launcher import plan_parties
 from tests.services.test_distributed import _experiment, _inproc, _wait, assert_same_numbers
+from tests.needs import missing
 
 RUN = "c" + secrets.token_hex(4)
 
@@ -33,10 +34,7 @@ RUN = "c" + secrets.token_hex(4)
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     if nats_binary() is None:
-        message = "nats-server is not installed (apt install nats-server)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        missing("nats-server is not installed (apt install nats-server)")
     with NatsCluster(tmp_path_factory.mktemp("cluster"), RUN, 3) as c:
         yield c
 

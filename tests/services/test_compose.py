@@ -34,6 +34,7 @@ from privbandit.services.broker_cli import make_tls_files
 from privbandit.services.bus import BusSettings, connect, read_credentials
 from privbandit.services.checkpoint import FILE_NAME, progress
 from tests.services.test_distributed import _inproc, assert_same_numbers, refusals
+from tests.needs import missing
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "docker-compose.yml"
@@ -79,10 +80,7 @@ def _workdir(tmp_path: Path, edit=lambda text: text, demo_sets: dict[str, str] |
 @pytest.mark.parametrize("options", [[], ["--profile", "cluster"], ["--profile", "cluster", "--env-file", "cluster.env"]])
 def test_docker_compose_validates_the_file(options):
     if shutil.which("docker-compose") is None:
-        message = "docker-compose is not installed (apt-get install docker-compose)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        missing("docker-compose is not installed (apt-get install docker-compose)")
     result = subprocess.run(["docker-compose", "-f", str(COMPOSE), *options, "config", "-q"], cwd=REPO,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -358,7 +356,7 @@ async def _connect(url: str, username: str, password: str) -> None:
 @pytest.mark.parametrize("kind", ["mosquitto", "embedded"])
 def test_the_local_broker_enforces_the_generated_passwords(tmp_path, monkeypatch, kind):
     if kind == "mosquitto" and compose.mosquitto_binary() is None:
-        pytest.fail("no mosquitto binary") if os.environ.get("CI") == "true" else pytest.skip("no mosquitto binary")
+        missing("no mosquitto binary")
     if kind == "embedded":
         monkeypatch.setattr(compose, "mosquitto_binary", lambda: None)
     broker = compose.load(COMPOSE, tmp_path)["broker"]
@@ -486,7 +484,7 @@ def test_the_broker_healthcheck_passes_on_a_live_broker_and_fails_on_a_dead_one(
     Mosquitto with the generated conf: it needs TLS with the generated CA and the launcher's login;
     a party with another CA is refused at once, naming TLS."""
     if compose.mosquitto_binary() is None:
-        pytest.fail("no mosquitto binary") if os.environ.get("CI") == "true" else pytest.skip("no mosquitto binary")
+        missing("no mosquitto binary")
     work = _workdir(tmp_path)
     services = compose.load(work / "docker-compose.yml", work)
     for name in ("tls", "config"):  # the one-shots the broker needs, as `up` runs them
@@ -653,7 +651,7 @@ def test_up_with_the_cluster_profile_spreads_the_parties_over_three_nodes_and_re
     from privbandit.services.cluster import nats_binary
 
     if nats_binary() is None:
-        pytest.fail("no nats-server") if os.environ.get("CI") == "true" else pytest.skip("no nats-server")
+        missing("no nats-server")
     # One run of free ports for the nine node ports and the dashboard (other tests run beside this
     # one; ports picked one by one could collide with each other, as the kernel hands out neighbours).
     first = _free_ports(10)

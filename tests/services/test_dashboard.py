@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import csv
 import json
-import os
 import shutil
 import signal
 import socket
@@ -39,6 +38,7 @@ from privbandit.services.observer import ObserverService
 from privbandit import registry
 from tests.services.test_checkpoint import RUN_ID, _mab, _Net, _services
 from tests.services.test_families_e2e import EXPERIMENTS
+from tests.needs import missing
 
 PARTIES = ["analyzer", "aggregator", "users-0", "users-1"]
 
@@ -304,17 +304,14 @@ def test_the_server_serves_the_page_the_stream_and_only_the_result_files(tmp_pat
 # --- end to end: a real session in headless Chromium ----------------------------------------------
 
 def _browser():
-    missing = [name for name in ("chromium", "chromedriver") if shutil.which(name) is None]
+    absent = [name for name in ("chromium", "chromedriver") if shutil.which(name) is None]
     try:
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
     except ImportError:
-        missing.append("selenium (pip install -e '.[test]')")
-    if missing:
-        message = f"not installed: {', '.join(missing)} (apt-get install chromium chromium-driver)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        absent.append("selenium (pip install -e '.[test]')")
+    if absent:
+        missing(f"not installed: {', '.join(absent)} (apt-get install chromium chromium-driver)")
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium")
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,2000"):

@@ -22,6 +22,7 @@ from privbandit.services.acl.nats_files import NatsNode
 from privbandit.services.cluster import NatsCluster, nats_binary
 from privbandit.services.launcher import Party, _inherited_env, plan_parties
 from tests.services.test_distributed import _experiment, _inproc, _log_tails, assert_same_numbers
+from tests.needs import missing
 
 # RFC 2544's benchmarking range: no real host has it, and it exists only inside the namespaces.
 SUBNET = "198.18.213"
@@ -40,10 +41,7 @@ def hosts():
     switch namespace holding the bridge. Yields host → (namespace, address); deleted afterwards,
     whatever happened (deleting a namespace deletes its interfaces)."""
     if os.geteuid() != 0 or shutil.which("ip") is None or nats_binary() is None:
-        message = "needs root, iproute2 (ip netns) and nats-server"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        missing("needs root, iproute2 (ip netns) and nats-server")
     tag = secrets.token_hex(3)
     switch = f"pbsw{tag}"
     made = []
