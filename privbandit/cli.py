@@ -1077,6 +1077,9 @@ def keys(
         "--fleet-dir", help="with --party fleets: fleet i's directory for its fleet.env, once per fleet in "
                             "shard order")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set")] = None,
+    name: Annotated[Optional[str], typer.Option(
+        "--name", help="with --party shuffler: which shuffler, shuffler-<i> (each has its own key) "
+                       "[default: shuffler]")] = None,
 ):
     """Write a party's key file: derived from the run seed, so compose deployments reproduce
     `privbandit run` (analyzer, shuffler, intermediary), or drawn afresh (fleets).
@@ -1112,9 +1115,16 @@ def keys(
     if fleet_dir:
         _error("--fleet-dir: only with --party fleets")
         raise typer.Exit(2)
+    if name is not None and party != "shuffler":
+        _error("--name: only with --party shuffler")
+        raise typer.Exit(2)
     var, master = derive[party]
     _, config = _world(experiment, set_)
-    _write_key_file(out / f"{party}.env", var, master(config.seed))
+    if party == "shuffler":
+        name = _intermediary_name("shuffler", name)
+        _write_key_file(out / f"{name}.env", var, master(config.seed, name))
+    else:
+        _write_key_file(out / f"{party}.env", var, master(config.seed))
 
 
 def _write_key_file(path: Path, var: str, key: int) -> None:

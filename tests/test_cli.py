@@ -405,3 +405,37 @@ def test_importing_the_cli_imports_no_family():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_each_shuffler_has_its_own_permutation_key_as_keys_the_launcher_and_the_engine_give_it(tmp_path):
+    """The concurrent-shuffle family's shufflers are separate parties: one that is compromised must
+    not hold another's permutation key. `privbandit keys --name`, the launcher and the in-process
+    engine give shuffler-i the same key, and no two shufflers the same one."""
+    from typer.testing import CliRunner
+
+    from privbandit.cli import app
+    from privbandit.protocol.primitives.seeding import derive_key, shuffler_master_key
+    from privbandit.runner.tasks import parties
+    from privbandit.services.launcher import plan_parties
+
+    exp = ROOT / "experiments" / "audit_concurrent.toml"
+    family, config = experiment_files.load(exp)
+    planned = {p.name: p.env for p in plan_parties(family, config, exp, [], tmp_path / "o", "mqtt://127.0.0.1:1",
+                                                   "r1", 1, None) if p.name.startswith("shuffler")}
+    assert len(planned) >= 2
+    label = family.labels(config)[0]
+    _, _, _, boxes, _ = parties(family, config, label, [0])
+    masters = {}
+    for name, env in planned.items():
+        master = int(env["PRIVBANDIT_SHUFFLE_KEY"], 16)
+        assert master == shuffler_master_key(config.seed, name)
+        assert boxes[name].shuffle_keys == [derive_key(master, 0, label)]  # the engine's, for its run 0
+        result = CliRunner().invoke(app, ["keys", "--experiment", str(exp), "--out", str(tmp_path), "--party",
+                                          "shuffler", "--name", name])
+        assert result.exit_code == 0, result.output
+        assert (tmp_path / f"{name}.env").read_text() == f"PRIVBANDIT_SHUFFLE_KEY={hex(master)}\n"
+        masters[name] = master
+    assert len(set(masters.values())) == len(masters)
+    refused = CliRunner().invoke(app, ["keys", "--experiment", str(exp), "--out", str(tmp_path), "--party", "analyzer",
+                                       "--name", "shuffler-2"])
+    assert refused.exit_code == 2 and "--name: only with --party shuffler" in refused.output

@@ -29,9 +29,10 @@ def analyzer_keys(seed: int, label: str, runs: list[int]) -> list[int]:
     return [derive_key(master, r, label) for r in runs]
 
 
-def shuffle_keys(seed: int, label: str, runs: list[int]) -> list[int]:
-    """Each run's permutation key: simulations shuffle reproducibly (only the shuffler holds it)."""
-    master = shuffler_master_key(seed)
+def shuffle_keys(seed: int, label: str, runs: list[int], name: str = "shuffler") -> list[int]:
+    """Intermediary ``name``'s permutation key per run: simulations shuffle reproducibly (only that
+    intermediary holds its master)."""
+    master = shuffler_master_key(seed, name)
     return [derive_key(master, r, label) for r in runs]
 
 
@@ -53,8 +54,8 @@ def parties(fam, config, label: str, runs: list[int], oracle: bool = True):
     single = len(runs) == 1
     users = Users(user_logic, config.seed, (runs[0], label) if single else (),
                   fam.dropout_rate(config, label), fam.adversary(config, label, runs[0]) if single else None)
-    keys = shuffle_keys(config.seed, label, runs)
-    boxes = {name: Intermediary(name, len(runs), keys) for name in fam.intermediaries(config)}
+    boxes = {name: Intermediary(name, len(runs), shuffle_keys(config.seed, label, runs, name))
+             for name in fam.intermediaries(config)}
     return public, analyzer, users, boxes, Observer(checkpoint_grid(config.horizon, config.checkpoints), len(runs))
 
 

@@ -147,8 +147,8 @@ def plan_parties(family, config, experiment: Path, overrides: list[str], out: Pa
         keys = {"PRIVBANDIT_REPORT_AUTH_KEY": report_key}
         if role is Role.AGGREGATOR:
             keys["PRIVBANDIT_FLEET_MASTER_KEY"] = hex(fleet_master)
-        else:  # the in-process engine gives every intermediary the same master: same seed, same numbers
-            keys["PRIVBANDIT_SHUFFLE_KEY"] = hex(shuffler_master_key(config.seed))
+        else:  # its own master, the one the in-process engine gives it: same seed, same numbers
+            keys["PRIVBANDIT_SHUFFLE_KEY"] = hex(shuffler_master_key(config.seed, name))
         parties.append(Party(name, command, env(name, **keys), logs / f"{name}.log"))
     for i, name in enumerate(users):
         parties.append(Party(name, ["users", "--shard", f"{i}/{shards}", *world],

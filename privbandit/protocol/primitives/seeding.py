@@ -44,9 +44,13 @@ def analyzer_master_key(seed: int) -> int:
     return _wide_key(np.random.SeedSequence(seed, spawn_key=(_key("analyzer"),)))
 
 
-def shuffler_master_key(seed: int) -> int:
-    """The shuffler's master key for reproducible permutations, handed only to the shuffler."""
-    return _wide_key(np.random.SeedSequence(seed, spawn_key=(_key("shuffler"),)))
+def shuffler_master_key(seed: int, name: str = "shuffler") -> int:
+    """Intermediary ``name``'s master key for reproducible permutations, handed to it alone. Each
+    of the concurrent-shuffle family's shufflers (``shuffler-1`` … ``shuffler-k``) has its own, so
+    one that is compromised cannot undo another's permutations; ``shuffler`` keeps the key it had
+    before instances existed (the same numbers)."""
+    path = (_key("shuffler"),) if name == "shuffler" else (_key("shuffler"), _key(name))
+    return _wide_key(np.random.SeedSequence(seed, spawn_key=path))
 
 
 def users_identity_master(seed: int) -> bytes:
