@@ -43,13 +43,13 @@ class _Part:
     values: list[np.ndarray] = field(default_factory=list)  # (R, k, width) each
     accepted: int = 0
 
-    def collected(self) -> tuple[np.ndarray, np.ndarray]:
-        """(slots, values) of every accepted record, in slot order."""
+    def collected(self, ordered: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """(slots, values) of every accepted record, in slot order (``ordered``), else as they came."""
         if not self.slots:
             return np.zeros(0, np.int64), None
         slots = np.concatenate(self.slots)
         values = np.concatenate(self.values, axis=1)
-        if slots.size > 1 and not bool(np.all(slots[1:] > slots[:-1])):
+        if ordered and slots.size > 1 and not bool(np.all(slots[1:] > slots[:-1])):
             order = np.argsort(slots, kind="stable")
             slots, values = slots[order], values[:, order]
         return slots, values
@@ -298,7 +298,11 @@ class Intermediary:
             raise ProtocolError("below-threshold", f"round {round_id}: {n} of {rnd.expected} reports, "
                                 f"threshold {rnd.min_reports}; nothing released")
         parts = [state.parts[p] for p in sorted(state.parts)]
-        got = [p.collected() for p in parts]
+        # An integer sum is exact in any order: sorting a round of 2^25 reports whose blocks two
+        # fleets interleaved was 16 % of the aggregator's time at T = 10^8 (py-spy). A float sum, a
+        # shuffle (its keyed permutation applies to the order) and a pass keep slot order.
+        exact = rnd.rule in ("sum", "argmax") and rnd.integer and rnd.secagg is None
+        got = [p.collected(ordered=not exact) for p in parts]
         dtype = np.int64 if rnd.integer else np.float64
         values = np.concatenate([v for _, v in got if v is not None] or [np.zeros((self.runs, 0, rnd.width), dtype)],
                                 axis=1).astype(dtype, copy=False)
