@@ -246,11 +246,8 @@ class Intermediary:
             done = state.complete
             answered = not done and self.fully_answered(state)
             enough = state.received >= state.round.min_reports
-            for book, member in ((self._ready, done or (answered and enough)), (self._starved, answered and not enough)):
-                if member:
-                    book.add(rid)
-                else:
-                    book.discard(rid)
+            (self._ready.add if done or (answered and enough) else self._ready.discard)(rid)
+            (self._starved.add if answered and not enough else self._starved.discard)(rid)
         self._touched.clear()
 
     def ready(self) -> list[int]:
