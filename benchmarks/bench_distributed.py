@@ -2,6 +2,7 @@
 
     python benchmarks/bench_distributed.py [--broker mqtt://127.0.0.1:1883] [--horizon 1000000]
     python benchmarks/bench_distributed.py --checkpoint-cost [--intermediary shuffler]
+    python benchmarks/bench_distributed.py --arms 256  # many rounds open at once (one per arm)
 
 Prints, for the same experiment and seed:
 - users/s of the in-process engine (one process) and of the MQTT run (observer's wall time for the
@@ -40,6 +41,7 @@ epsilon = 0.5
 runs = 1
 [environment]
 kind = "uniform"
+{arms}
 [algorithms.{label}]
 {extra}"""
 SHUFFLED = 'algorithm = "dist-rdp-se"\nintermediary = "shuffler"\n'
@@ -120,12 +122,14 @@ def main() -> None:
     ap.add_argument("--checkpoint-cost", action="store_true", help="measure what checkpointing costs per round")
     ap.add_argument("--intermediary", choices=("aggregator", "shuffler"), default="aggregator")
     ap.add_argument("--repeat", type=int, default=3, help="sessions of each kind, with --checkpoint-cost")
+    ap.add_argument("--arms", type=int, default=None, help="K (default: the uniform environment's)")
     args = ap.parse_args()
     print(f"machine: {platform.machine()}, python {platform.python_version()}, broker {args.broker}")
     label = "Dist-DP-SE" if args.intermediary == "aggregator" else "Dist-RDP-shuffled"
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.toml"
         path.write_text(EXPERIMENT.format(horizon=args.horizon, label=label,
+                                          arms="" if args.arms is None else f"arms = {args.arms}",
                                           extra=SHUFFLED if args.intermediary == "shuffler" else ""))
         family, config = experiment_files.load(path)
         if args.checkpoint_cost:

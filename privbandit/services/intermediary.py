@@ -31,7 +31,8 @@ import hmac
 import logging
 import math
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from itertools import islice
 
 import numpy as np
 
@@ -91,12 +92,13 @@ class IntermediaryService(PartyService):
         self.secagg_step_s = secagg_step_s
         self.box: Intermediary | None = None
         self.plans: dict[int, Plan] = {}  # plans that joined rounds here, for MACs and blocks
-        self.closing: dict[tuple[int, int], set[int]] = {}  # (round, plan) → blocks answered
+        self.closing: dict[int, dict[int, set[int]]] = {}  # round → plan → blocks answered
         self.opened: dict[int, float] = {}  # open round → when
         self.waiting: dict[tuple, list] = {}  # (round, plan) → reports that arrived before their plan
         self.failed: set[int] = set()
         self.released: OrderedDict[int, codec.ReleaseMsg] = OrderedDict()
         self.released_data: dict[int, bytes] = {}  # each release encoded once, for the checkpoints
+        self.forget_kept()
         self.secagg: AggregatorSecAgg | None = None
         # Reports acknowledged to the broker but not checkpointed die with the process (or the
         # broker): the rounds opened until the next release are asked for again.
@@ -127,6 +129,7 @@ class IntermediaryService(PartyService):
         self.plans, self.closing, self.opened, self.failed, self.asked = {}, {}, {}, set(), {}
         self.asked_plans, self.moved = set(), {}
         self.released, self.released_data = OrderedDict(), {}
+        self.forget_kept()
         saved = self.resumable(spec)
         if saved is not None:
             self.restore(saved)
@@ -135,16 +138,27 @@ class IntermediaryService(PartyService):
         self.checkpoint_round()
 
     # --- checkpoints ---------------------------------------------------------------------------
+    def forget_kept(self) -> None:
+        # The releases a checkpoint keeps: the longest run of the latest ones within
+        # KEEP_RELEASE_BYTES (at least the last one), kept up to date as releases are made rather
+        # than found again by walking every release of the task at every round boundary.
+        self.kept: deque[int] = deque()
+        self.kept_bytes = 0
+        self.kept_seen = 0  # how many of ``released`` (in order) ``kept`` has taken in
+
     def checkpoint_round(self) -> None:
         """At a round boundary: closed and failed rounds, and the recent releases."""
-        kept, size = [], 0
-        for rid in reversed(self.released):
-            data = self.released_data[rid]
-            if kept and size + len(data) > KEEP_RELEASE_BYTES:
-                break
-            kept.append(data)
-            size += len(data)
-        self.save_state({"closed": sorted(self.box.closed), "failed": sorted(self.failed), "releases": kept[::-1]})
+        if self.state is None:
+            return  # nothing is persisted: nothing to gather
+        new = len(self.released) - self.kept_seen
+        for rid in reversed(list(islice(reversed(self.released), new))):
+            self.kept.append(rid)
+            self.kept_bytes += len(self.released_data[rid])
+            while len(self.kept) > 1 and self.kept_bytes > KEEP_RELEASE_BYTES:
+                self.kept_bytes -= len(self.released_data[self.kept.popleft()])
+        self.kept_seen = len(self.released)
+        self.save_state({"closed": sorted(self.box.closed), "failed": sorted(self.failed),
+                         "releases": [self.released_data[rid] for rid in self.kept]})
 
     def restore(self, saved: dict) -> None:
         try:
@@ -204,8 +218,9 @@ class IntermediaryService(PartyService):
     async def open_plan(self, plan: Plan) -> None:
         box = self.box
         mine = [r for r in plan.opens if r.intermediary == self.role]
-        here = {r.id for r in mine} | set(box.rounds) | box.closed | self.failed
-        joins = [j for j in plan.joins if j.round_id in here]
+        mine_ids = {r.id for r in mine}
+        joins = [j for j in plan.joins if j.round_id in mine_ids or j.round_id in box.rounds
+                 or j.round_id in box.closed or j.round_id in self.failed]
         if not joins:
             return
         for j in joins:  # a re-announced plan of a round released: the analyzer may have lost it
@@ -320,7 +335,7 @@ class IntermediaryService(PartyService):
                                  payload=codec.encode(msg.model_copy(update={"block_tag": b""})))
         if msg.block >= blocks_of(plan) or not hmac.compare_digest(msg.block_tag, expected):
             return self.reject("bad-block-tag", f"round {msg.round}, plan {plan.id}, block {msg.block}")
-        closed = self.closing.setdefault((msg.round, plan.id), set())
+        closed = self.closing.setdefault(msg.round, {}).setdefault(plan.id, set())
         closed.add(msg.block)
         if len(closed) == blocks_of(plan):
             self.box.answered(plan.id, msg.round)
@@ -342,7 +357,8 @@ class IntermediaryService(PartyService):
         self.box.close(round_id)
         self.forget_round(round_id)
         self.released[round_id] = msg
-        self.released_data[round_id] = codec.encode(msg)
+        if self.state is not None:  # the encoding is for the checkpoints only
+            self.released_data[round_id] = codec.encode(msg)
         self.recovering = False
         self.checkpoint_round()
 
@@ -355,8 +371,7 @@ class IntermediaryService(PartyService):
         self.opened.pop(round_id, None)
         self.moved.pop(round_id, None)
         self.asked.pop(round_id, None)
-        for key in [k for k in self.closing if k[0] == round_id]:
-            del self.closing[key]
+        self.closing.pop(round_id, None)
 
     async def fail(self, round_id: int, reason: str) -> None:
         self.failed.add(round_id)
