@@ -834,7 +834,7 @@ def _intermediary_name(role: str, name: str | None) -> str:
     if name is None or name == role:
         return role
     if not is_instance(name) or account_role(name).value != role:
-        err.print(f"[bold red]error:[/] --name {name!r}: expected {role} or {role}-<i> with i in 1..{MAX_INSTANCE}")
+        _error(f"--name {name!r}: expected {role} or {role}-<i> with i in 1..{MAX_INSTANCE}")
         raise typer.Exit(2)
     return name
 
@@ -1384,8 +1384,7 @@ def audit(
         table.add_column(col, justify="right" if col in ("claimed ε", "audited ε ≥", "δ", "seconds", "releases/s")
                          else "left")
     for r in results:
-        c, a = r["claim"], r["audit"]
-        claimed = f"{c['epsilon_at_delta']:.4g}" if c["epsilon_at_delta"] is not None else c["guarantee"]
+        a, claimed = r["audit"], _claimed(r["claim"])
         extra = []
         if mqtt:
             law = r["mqtt"].get("law_check")
@@ -1409,14 +1408,12 @@ def audit(
                       f"{session['broker']} broker (ACL {session['acl']}, run {session['run_id']}); law p: the smaller "
                       f"of the χ² and KS two-sample p-values against the in-process sampler, per input")
     for r in runs:
-        c = r["claim"]
-        claimed = f"{c['epsilon_at_delta']:.4g}" if c["epsilon_at_delta"] is not None else c["guarantee"]
+        claimed = _claimed(r["claim"])
         console.print(f"one run of {r['name']} ({r['horizon']:,} users, {r['canaries']} canaries): ε ≥ "
                       f"{r['epsilon']:.4g} at δ = {r['delta']:.2g} ({r['correct']}/{r['guesses']} guesses right), "
                       f"claimed {claimed}: {r['verdict']} ({r['seconds']:.1f} s)")
     for r in searches:
-        c, pick = r["claim"], r["search"]["chosen"]
-        claimed = f"{c['epsilon_at_delta']:.4g}" if c["epsilon_at_delta"] is not None else c["guarantee"]
+        claimed, pick = _claimed(r["claim"]), r["search"]["chosen"]
         pilots = ", ".join(f"{row['pilot_epsilon']:.3g}" for row in r["search"]["candidates"])
         console.print(f"search {r['name']}: pilots ε ≥ {pilots} ({r['search']['pilot_samples']:,} samples each); "
                       f"chosen #{pick} ({r['neighbours']}): ε ≥ {r['audit']['epsilon']:.4g}, claimed {claimed}: "
@@ -1428,6 +1425,11 @@ def audit(
     console.print(f"audit.json and one plot per mechanism in {out}/")
     if any(r["verdict"] == "violation" for r in results + runs + searches) or inexact:
         raise typer.Exit(1)
+
+
+def _claimed(claim: dict) -> str:
+    """The ledger's ε at the audit's δ as the audit prints it, or its guarantee where it states none."""
+    return f"{claim['epsilon_at_delta']:.4g}" if claim["epsilon_at_delta"] is not None else claim["guarantee"]
 
 
 def _audit_over_mqtt(fam, config, pairs, samples, delta, confidence, seed, access, broker, run_id, insecure, out,
