@@ -67,19 +67,24 @@ def _version(name: str) -> str | None:
         return None
 
 
-def plugins() -> dict[str, str]:
-    """Every installed plug-in from outside privbandit (its numbers depend on their code): entry
-    point → "distribution version"."""
+def plugin_entry_points():
+    """(group, entry point) of every installed plug-in from outside privbandit: its families and
+    its mechanisms, learners and adversaries."""
     from importlib.metadata import entry_points
 
     from privbandit.registry import FAMILIES_GROUP, PLUGINS_GROUP
 
-    out = {}
     for group in (FAMILIES_GROUP, PLUGINS_GROUP):
         for ep in entry_points(group=group):
-            dist = ep.dist
-            if dist is None or dist.name != "privbandit":
-                out[f"{group}:{ep.name}"] = f"{dist.name} {dist.version}" if dist is not None else ep.value
+            if ep.dist is None or ep.dist.name != "privbandit":
+                yield group, ep
+
+
+def plugins() -> dict[str, str]:
+    """Every installed plug-in from outside privbandit (its numbers depend on their code): entry
+    point → "distribution version"."""
+    out = {f"{group}:{ep.name}": f"{ep.dist.name} {ep.dist.version}" if ep.dist is not None else ep.value
+           for group, ep in plugin_entry_points()}
     return dict(sorted(out.items()))
 
 

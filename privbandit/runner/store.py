@@ -42,24 +42,20 @@ def named_files(data) -> list[str]:
 def plugin_files() -> list[Path]:
     """The source of every installed plug-in from outside privbandit: the module its entry point
     names, or, for a package, every ``.py`` under it. Found without importing the module."""
-    from importlib.metadata import entry_points
     from importlib.util import find_spec
 
-    from privbandit.registry import FAMILIES_GROUP, PLUGINS_GROUP
+    from privbandit.runner.provenance import plugin_entry_points
 
     files: set[Path] = set()
-    for group in (FAMILIES_GROUP, PLUGINS_GROUP):
-        for ep in entry_points(group=group):
-            if ep.dist is not None and ep.dist.name == "privbandit":
-                continue
-            try:
-                spec = find_spec(ep.module)
-            except (ImportError, ValueError):  # the registry reports a plug-in that cannot load
-                continue
-            origin = Path(spec.origin) if spec is not None and spec.origin else None
-            if origin is None or not origin.is_file():
-                continue
-            files |= set(origin.parent.rglob("*.py")) if origin.name == "__init__.py" else {origin}
+    for _, ep in plugin_entry_points():
+        try:
+            spec = find_spec(ep.module)
+        except (ImportError, ValueError):  # the registry reports a plug-in that cannot load
+            continue
+        origin = Path(spec.origin) if spec is not None and spec.origin else None
+        if origin is None or not origin.is_file():
+            continue
+        files |= set(origin.parent.rglob("*.py")) if origin.name == "__init__.py" else {origin}
     return sorted(files)
 
 
