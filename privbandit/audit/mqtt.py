@@ -28,7 +28,8 @@ the large in-process samples is that both paths draw from one law: :func:`law_ch
 MQTT releases with as many in-process ones, per neighbour, by a two-sample χ² test and a two-sample
 Kolmogorov–Smirnov test, and the result goes into ``audit.json`` beside the bound.
 
-Which targets have an MQTT path (:func:`wire_target`): those whose analyzer is the MAB family's
+Which targets have an MQTT path is the family's to say (:meth:`~privbandit.protocol.spine.family.Family.wire_target`,
+the :class:`~privbandit.audit.targets.WireTarget` of a release). Today: those whose analyzer is the MAB family's
 :class:`~privbandit.families.distributed_dp_mab.parties.EliminationServer` (every algorithm of the
 distributed-DP MAB family, and DP-SE of the private-online-learning family) under distributed or
 local trust: secure-aggregation sums, shuffled multisets, attributable reports. Not: the central
@@ -45,17 +46,17 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import aiomqtt
 import numpy as np
 
 from privbandit.audit.run import audit_target
-from privbandit.audit.targets import AuditTarget
+from privbandit.audit.targets import AuditTarget, NoWirePath, WireTarget
 from privbandit.protocol.primitives.report_auth import ReportAuthenticator
 from privbandit.protocol.primitives.seeding import USER_BLOCK, report_auth_master, stream
-from privbandit.protocol.spine.events import Join, Plan, Release, Reports, Round
+from privbandit.protocol.spine.events import Join, Plan, Reports
 
 # One task, one plan per chunk of rounds. A plan may open 1,024 (the codec's limit), but the
 # intermediary looks at every round it holds on each message (``Intermediary.ready``), so fewer
@@ -71,97 +72,8 @@ LAW_BINS = 50  # χ² cells at most: pooled quantiles, each cell ≥ LAW_MIN_CEL
 LAW_MIN_CELL = 10
 
 
-class NoWirePath(ValueError):
-    """A target whose release does not cross the broker from an intermediary (the reason says why)."""
-
-
 class SessionFailed(RuntimeError):
     """An intermediary process died, or gave up on a round."""
-
-
-@dataclass
-class WireTarget:
-    """What the MQTT audit needs of a target beyond the :class:`AuditTarget`: the round as the
-    analyzer opens it and the plan body it sends, the users' randomizer, the target's statistic of
-    a decoded release, and the round's rule to check a release against the reports sent."""
-
-    target: AuditTarget
-    round: Round  # its id is replaced per round
-    body: dict
-    reports: int  # reports per round (n less the dropouts)
-    randomize: Callable[[np.ndarray, np.random.Generator], np.ndarray]  # rewards (rounds, reports) → messages
-    statistic: Callable[[Release, int], int | float]  # (release, the round's first user id) → statistic
-    ideal: Callable[[Release, np.ndarray, np.ndarray], bool]  # release == the rule's function of (ids, reports) sent?
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def intermediary(self) -> str:
-        return self.round.intermediary
-
-
-def wire_target(family, config, label: str, target: AuditTarget, mechanism=None) -> WireTarget:
-    """The MQTT path of one of ``label``'s targets, or :class:`NoWirePath` saying why it has none.
-    ``mechanism``: the algorithm's own (default), or one the tests break, in the analyzer's logic
-    (its rounds) and the users' randomizer alike."""
-    from privbandit.families.distributed_dp_mab.parties import EliminationServer
-
-    public = family.public_task(config, label, [0])
-    server = family.analyzer(public, [0])
-    if not isinstance(server, EliminationServer):
-        raise NoWirePath("no MQTT path yet: only the successive-elimination analyzer's rounds are wired, and this "
-                         "release's statistic is its family's own (docs/audit.md)")
-    if mechanism is not None:
-        server.mechanism = mechanism
-    mechanism = server.mechanism
-    if mechanism.trust_model == "central":
-        raise NoWirePath("central model: the intermediary passes the raw rewards; the privacy is the analyzer's "
-                         "own noise, drawn after the wire")
-    if mechanism.trust_model == "none":
-        raise NoWirePath("non-private: the intermediary passes the raw rewards, and no claim is made")
-    n, k = int(target.details["n"]), int(target.details.get("reports", target.details["n"]))
-    if n > USER_BLOCK:
-        raise NoWirePath(f"--cohort {n}: over MQTT at most {USER_BLOCK} users a round (one block)")
-    q = mechanism.params(n)
-    rnd = server.round_of(0, n, q)
-    notes = []
-    if rnd.secagg is not None:
-        # The same release (the modular sum) by the aggregator's ideal functionality: the fleets' side
-        # of Bonawitz et al. costs milliseconds per user per round and releases exactly that sum
-        # (tests/services/test_distributed.py); the reports then reach the aggregator in the clear.
-        notes.append(f"secure aggregation ({rnd.secagg}) replaced by the aggregator's ideal modular sum: "
-                     "the same release; the masking protocol is not exercised")
-        rnd = replace(rnd, secagg=None, secagg_degree=None, secagg_threshold=None)
-    body = {"batch": 0, "arm": 0, "params": asdict(q)}  # as the analyzer's plans carry it (public)
-
-    def randomize(rewards: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        return mechanism.randomize(rewards.ravel(), q, rng).messages.reshape(rewards.shape)
-
-    def statistic(release: Release, first: int) -> int | float:
-        if rnd.rule == "sum":
-            v = release.values[0, 0]
-            return int(v) if q.m is not None else float(v)
-        values = release.values[0, :, 0]
-        if rnd.rule == "shuffle":
-            return int((values == q.g % q.m).sum())
-        mine = values[release.user_ids == first]  # "pass": user 0's attributable report
-        if mine.size != 1:
-            raise RuntimeError(f"round released without user {first}'s report")
-        return mine[0].item()
-
-    def ideal(release: Release, ids: np.ndarray, sent: np.ndarray) -> bool:
-        """The round's functionality applied to the reports sent, exactly: the mechanism's own
-        aggregate (a modular sum), the same multiset, or the same reports under the same ids."""
-        if release.n_reports != sent.size:
-            return False
-        if rnd.rule == "sum":
-            return release.values.shape == (1, 1) and release.values[0, 0] == mechanism.aggregate(sent, q)
-        values = release.values[0, :, 0]
-        if rnd.rule == "shuffle":
-            return np.array_equal(np.sort(values), np.sort(sent))
-        order = np.argsort(release.user_ids)
-        return np.array_equal(release.user_ids[order], ids) and np.array_equal(values[order], sent)
-
-    return WireTarget(target, rnd, body, k, randomize, statistic, ideal, notes)
 
 
 # --- the session ---------------------------------------------------------------------------------
@@ -483,13 +395,13 @@ def audit_over_mqtt(family, config, found: list[tuple[str, AuditTarget]], sample
     """Audit ``found`` (label, target) pairs: those with an MQTT path over the broker, the rest
     in-process as ``--transport inproc`` would (each result says which, and why). Raises
     :class:`NoWirePath` if none has an MQTT path. ``mechanisms``: label → a mechanism the tests
-    break (:func:`wire_target`)."""
+    break (:meth:`~privbandit.protocol.spine.family.Family.wire_target`)."""
     from privbandit.audit.run import run_audit
 
     wires, at, reasons = [], [], {}  # reasons: position in ``found`` → why in-process
     for i, (label, target) in enumerate(found):
         try:
-            wires.append(wire_target(family, config, label, target, (mechanisms or {}).get(label)))
+            wires.append(family.wire_target(config, label, target, (mechanisms or {}).get(label)))
             at.append(i)
         except NoWirePath as exc:
             reasons[i] = str(exc)

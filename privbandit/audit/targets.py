@@ -15,6 +15,8 @@ from typing import Literal
 
 import numpy as np
 
+from privbandit.protocol.spine.events import Release, Round
+
 # Draws per sampler call: bounds the memory one chunk of releases takes (cohort × releases).
 CHUNK_DRAWS = 1 << 20
 
@@ -61,3 +63,33 @@ def modular_row_sums(messages: np.ndarray, m: int) -> np.ndarray:
     if messages.shape[1] * (m - 1) < 2**63 - 1:
         return messages.sum(axis=1) % m
     return np.array([sum(int(v) for v in row) % m for row in messages], dtype=np.int64)
+
+
+class NoWirePath(ValueError):
+    """A target whose release does not cross the broker from an intermediary (the reason says why)."""
+
+
+# Why a release with no wired MQTT path is audited in-process (every family but the ones whose
+# analyzer is the successive-elimination one).
+NOT_WIRED = ("no MQTT path yet: only the successive-elimination analyzer's rounds are wired, and this release's "
+             "statistic is its family's own (docs/audit.md)")
+
+
+@dataclass
+class WireTarget:
+    """What the MQTT audit needs of a target beyond the :class:`AuditTarget`: the round as the
+    analyzer opens it and the plan body it sends, the users' randomizer, the target's statistic of
+    a decoded release, and the round's rule to check a release against the reports sent."""
+
+    target: AuditTarget
+    round: Round  # its id is replaced per round
+    body: dict
+    reports: int  # reports per round (n less the dropouts)
+    randomize: Callable[[np.ndarray, np.random.Generator], np.ndarray]  # rewards (rounds, reports) → messages
+    statistic: Callable[[Release, int], int | float]  # (release, the round's first user id) → statistic
+    ideal: Callable[[Release, np.ndarray, np.ndarray], bool]  # release == the rule's function of (ids, reports) sent?
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def intermediary(self) -> str:
+        return self.round.intermediary

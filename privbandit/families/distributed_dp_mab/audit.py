@@ -26,11 +26,15 @@ the event the analyzer's logic spends for that release (:func:`.parties.release_
 
 from __future__ import annotations
 
+from dataclasses import asdict, replace
+
 import numpy as np
 
-from privbandit.audit.targets import AuditTarget, modular_row_sums
+from privbandit.audit.targets import NOT_WIRED, AuditTarget, NoWirePath, WireTarget, modular_row_sums
 from privbandit.families.distributed_dp_mab.base import Mechanism
-from privbandit.families.distributed_dp_mab.parties import params_of, release_event
+from privbandit.families.distributed_dp_mab.parties import EliminationServer, params_of, release_event
+from privbandit.protocol.primitives.seeding import USER_BLOCK
+from privbandit.protocol.spine.events import Release
 
 # n = 16 keeps a distributed release at 16 users' shares (≈ 2·10⁵ releases/s on one core) while
 # every guarantee the family states holds for any n; ``--cohort`` sets it.
@@ -169,3 +173,70 @@ def canary_audit(family, config, label: str, seed: int, confidence: float, run: 
     # the rounds follow the eliminations: at most one canary per user, whatever they decide
     return canary_run(family, config, label, seed, confidence, elimination_hooks(mechanism), run, {"arms": arms},
                       most=config.horizon)
+
+
+# --- the MQTT audit's path (privbandit audit --transport mqtt) ---------------------------------------
+
+
+def elimination_wire(family, config, label: str, target: AuditTarget, mechanism=None) -> WireTarget:
+    """``privbandit audit --transport mqtt``'s path for one of ``label``'s targets (the family
+    hook :meth:`~privbandit.protocol.spine.family.Family.wire_target`, of this family and of the
+    online family's DP-SE, whose analyzer is this one), or :class:`NoWirePath` saying why it has none.
+    ``mechanism``: the algorithm's own (default), or one the tests break, in the analyzer's logic
+    (its rounds) and the users' randomizer alike."""
+    public = family.public_task(config, label, [0])
+    server = family.analyzer(public, [0])
+    if not isinstance(server, EliminationServer):
+        raise NoWirePath(NOT_WIRED)
+    if mechanism is not None:
+        server.mechanism = mechanism
+    mechanism = server.mechanism
+    if mechanism.trust_model == "central":
+        raise NoWirePath("central model: the intermediary passes the raw rewards; the privacy is the analyzer's "
+                         "own noise, drawn after the wire")
+    if mechanism.trust_model == "none":
+        raise NoWirePath("non-private: the intermediary passes the raw rewards, and no claim is made")
+    n, k = int(target.details["n"]), int(target.details.get("reports", target.details["n"]))
+    if n > USER_BLOCK:
+        raise NoWirePath(f"--cohort {n}: over MQTT at most {USER_BLOCK} users a round (one block)")
+    q = mechanism.params(n)
+    rnd = server.round_of(0, n, q)
+    notes = []
+    if rnd.secagg is not None:
+        # The same release (the modular sum) by the aggregator's ideal functionality: the fleets' side
+        # of Bonawitz et al. costs milliseconds per user per round and releases exactly that sum
+        # (tests/services/test_distributed.py); the reports then reach the aggregator in the clear.
+        notes.append(f"secure aggregation ({rnd.secagg}) replaced by the aggregator's ideal modular sum: "
+                     "the same release; the masking protocol is not exercised")
+        rnd = replace(rnd, secagg=None, secagg_degree=None, secagg_threshold=None)
+    body = {"batch": 0, "arm": 0, "params": asdict(q)}  # as the analyzer's plans carry it (public)
+
+    def randomize(rewards: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return mechanism.randomize(rewards.ravel(), q, rng).messages.reshape(rewards.shape)
+
+    def statistic(release: Release, first: int) -> int | float:
+        if rnd.rule == "sum":
+            v = release.values[0, 0]
+            return int(v) if q.m is not None else float(v)
+        values = release.values[0, :, 0]
+        if rnd.rule == "shuffle":
+            return int((values == q.g % q.m).sum())
+        mine = values[release.user_ids == first]  # "pass": user 0's attributable report
+        if mine.size != 1:
+            raise RuntimeError(f"round released without user {first}'s report")
+        return mine[0].item()
+
+    def ideal(release: Release, ids: np.ndarray, sent: np.ndarray) -> bool:
+        """The round's functionality applied to the reports sent, exactly: the mechanism's own
+        aggregate (a modular sum), the same multiset, or the same reports under the same ids."""
+        if release.n_reports != sent.size:
+            return False
+        if rnd.rule == "sum":
+            return release.values.shape == (1, 1) and release.values[0, 0] == mechanism.aggregate(sent, q)
+        values = release.values[0, :, 0]
+        if rnd.rule == "shuffle":
+            return np.array_equal(np.sort(values), np.sort(sent))
+        order = np.argsort(release.user_ids)
+        return np.array_equal(release.user_ids[order], ids) and np.array_equal(values[order], sent)
+
+    return WireTarget(target, rnd, body, k, randomize, statistic, ideal, notes)

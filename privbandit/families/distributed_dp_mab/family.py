@@ -291,6 +291,11 @@ class DistributedDpMab(Family):
 
         return canary_audit(self, config, label, seed, confidence)
 
+    def wire_target(self, config, label: str, target, mechanism=None):
+        from privbandit.families.distributed_dp_mab.audit import elimination_wire
+
+        return elimination_wire(self, config, label, target, mechanism)
+
     # --- the observer's extras ---------------------------------------------------------------
     def row_maker(self, config, label: str):
         """Per released round: g, τ, m, wrap-around, the noise realised against Assumption 1's

@@ -118,6 +118,11 @@ class PrivateOnlineLearning(Family):
 
         return online_canary_audit(self, config, label, seed, confidence)
 
+    def wire_target(self, config, label: str, target, mechanism=None):
+        from privbandit.families.distributed_dp_mab.audit import elimination_wire  # DP-SE's analyzer is that family's
+
+        return elimination_wire(self, config, label, target, mechanism)
+
     def users(self, config, label: str, runs: list[int]):
         (run,) = runs
         a = self.algorithm(config, label)

@@ -189,6 +189,17 @@ class Family(ABC):
         ``privbandit audit --canary``. A family that has none raises NotImplementedError."""
         raise NotImplementedError(f"family {self.name} has no one-run audit (docs/audit.md)")
 
+    def wire_target(self, config, label: str, target, mechanism=None):
+        """``privbandit audit --transport mqtt``: how the real intermediary process is fed and read
+        for ``target``, one of :meth:`audit_targets`' (:class:`privbandit.audit.targets.WireTarget`:
+        the round, the users' randomizer, the statistic of a decoded release, the rule's check).
+        ``mechanism``: one the tests break, in place of the algorithm's. A release with no such
+        path raises :class:`~privbandit.audit.targets.NoWirePath` saying why; it is then audited
+        in-process."""
+        from privbandit.audit.targets import NOT_WIRED, NoWirePath
+
+        raise NoWirePath(NOT_WIRED)
+
     # --- the observer's extras ---------------------------------------------------------------
     def row_maker(self, config, label: str) -> Callable:
         """``row(record, truths) -> dict | None``: one ``rounds.csv`` row for a released round (its
