@@ -1128,10 +1128,10 @@ def keys(
 
 
 def _write_key_file(path: Path, var: str, key: int) -> None:
+    from privbandit.services.acl.broker_files import write_with_mode
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # never readable by others
-    with os.fdopen(fd, "w") as fh:
-        fh.write(f"{var}={hex(key)}\n")
+    write_with_mode(path, f"{var}={hex(key)}\n", 0o600)  # never readable by others, even if it was before
     err.print(f"wrote {path}")
 
 

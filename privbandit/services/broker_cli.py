@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from privbandit.services import acl
-from privbandit.services.acl.broker_files import _write
+from privbandit.services.acl.broker_files import write_with_mode
 from privbandit.services.acl.topics import MAX_INSTANCE, Role, password_env
 from privbandit.services.bus import read_credentials
 from privbandit.services.mosquitto_process import mosquitto_binary
@@ -121,7 +121,7 @@ def _write_healthcheck_login(files: acl.BrokerFiles) -> Path:
     """``mosquitto_sub`` beside the broker's files: the launcher account's login. No compose party
     uses that account, and it may read only the run's control topic."""
     path = files.directory / HEALTHCHECK_LOGIN
-    _write(path, f"# privbandit: the broker healthcheck's login for run {files.run_id} "
+    write_with_mode(path, f"# privbandit: the broker healthcheck's login for run {files.run_id} "
                  f"({password_env(Role.LAUNCHER)}): keep secret\n"
                  f"-u {Role.LAUNCHER.value}\n-P {files.password(Role.LAUNCHER)}\n", 0o600)
     return path
@@ -229,7 +229,7 @@ def make_tls_files(out_dir: Path, ca_dir: Path, hosts: list[str], *, days: int =
 
 
 def _write_bytes(path: Path, data: bytes, mode: int) -> None:
-    _write(path, data.decode("ascii"), mode)  # PEM is ASCII
+    write_with_mode(path, data.decode("ascii"), mode)  # PEM is ASCII
 
 
 def tls_files_main(out_dir: Path, ca_dir: Path, hosts: list[str], *, days: int = TLS_DAYS,

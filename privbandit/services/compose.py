@@ -58,6 +58,7 @@ import yaml
 
 from privbandit.runner.provenance import BROKER_ACL_ENV
 from privbandit.services.acl import find_dynsec_plugin
+from privbandit.services.acl.broker_files import write_with_mode
 from privbandit.services.launcher import PARTY_EXIT_WAIT_S, USAGE_ERROR, log_tail, stop_process
 from privbandit.services.mosquitto_process import MosquittoError, mosquitto_binary, start_on_free_port
 
@@ -414,9 +415,7 @@ def nats_host_conf(node: Service, names: set[str]) -> tuple[Path, str]:
     if "listen" not in doc.get("mqtt", {}):
         raise ComposeError(f"service {node.name}: {conf} has no MQTT listener (mqtt.listen)")
     out = conf.with_name(f"{conf.stem}.host.conf")
-    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f, indent=2)
+    write_with_mode(out, json.dumps(doc, indent=2), 0o600)  # it holds the accounts' passwords
     return out, f"mqtt://{doc['mqtt']['listen']}"
 
 

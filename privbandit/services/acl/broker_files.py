@@ -135,7 +135,7 @@ def _account(name: object, field: str = "account") -> Role | str:
     return name if is_instance(name) else account_role(name, field=field)
 
 
-def _check_passwords(passwords: object, instances=()) -> dict[Role | str, str]:
+def check_passwords(passwords: object, instances=()) -> dict[Role | str, str]:
     """Every account's password: the roles', the instances' (``instances``, and any instance
     ``passwords`` names); an account without a given password gets a random one."""
     if passwords is None:
@@ -163,7 +163,7 @@ def write_role_credentials(files: BrokerFiles, role: Role | str, directory: Path
     directory = Path(directory).expanduser().resolve()
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "credentials.env"
-    _write(path, f"# privbandit broker credentials of role {role} for run {files.run_id}: keep secret\n"
+    write_with_mode(path, f"# privbandit broker credentials of role {role} for run {files.run_id}: keep secret\n"
                  f"{password_env(role)}={files.password(role)}\n", 0o600)
     return path
 
@@ -177,7 +177,9 @@ def _owner_name() -> str | None:
         return None
 
 
-def _write(path: Path, text: str, mode: int) -> None:
+def write_with_mode(path: Path, text: str, mode: int) -> None:
+    """Write ``text`` to ``path`` with permissions ``mode`` (0o600 for anything secret), new or
+    replaced."""
     # create with the final mode, so secrets are never world-readable even briefly
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     os.fchmod(fd, mode)  # an existing file keeps its old mode through O_CREAT: fix it before writing
@@ -266,7 +268,7 @@ def write_broker_config(
     for path_ in (directory, log_file, plugin, *tls.values()):
         if path_ is not None and any(c in str(path_) for c in "\n\r"):
             raise ValueError(f"path {str(path_)!r} contains a line break")
-    secrets_by_role = _check_passwords(passwords, validate_instances(instances))
+    secrets_by_role = check_passwords(passwords, validate_instances(instances))
 
     directory.mkdir(parents=True, exist_ok=True)
     conf, passwd, acl = directory / "mosquitto.conf", directory / "passwd", directory / "acl"
@@ -274,16 +276,16 @@ def write_broker_config(
     dynsec = directory / "dynamic-security.json" if backend == "dynsec" else None
 
     hashes = {role: hash_password(pw) for role, pw in secrets_by_role.items()}
-    _write(passwd, render_password_file(hashes), 0o600)
-    _write(acl, render_acl_file(run_id, [a for a in secrets_by_role if is_instance(a)]), 0o644)
-    _write(
+    write_with_mode(passwd, render_password_file(hashes), 0o600)
+    write_with_mode(acl, render_acl_file(run_id, [a for a in secrets_by_role if is_instance(a)]), 0o644)
+    write_with_mode(
         credentials,
         f"# privbandit broker credentials for run {run_id}: keep secret\n"
         + "".join(f"{password_env(role)}={pw}\n" for role, pw in secrets_by_role.items()),
         0o600,
     )
     if dynsec is not None:
-        _write(dynsec, json.dumps(render_dynsec_config(run_id, hashes), indent=2) + "\n", 0o600)
+        write_with_mode(dynsec, json.dumps(render_dynsec_config(run_id, hashes), indent=2) + "\n", 0o600)
 
     lines = [
         f"# privbandit broker for run {run_id} (generated). Start with: mosquitto -c {conf}",
@@ -316,7 +318,7 @@ def write_broker_config(
     owner = _owner_name()
     if owner:
         lines += ["# only used when started as root: keep the 0600 files readable", f"user {owner}"]
-    _write(conf, "\n".join(lines) + "\n", 0o644)
+    write_with_mode(conf, "\n".join(lines) + "\n", 0o644)
 
     return BrokerFiles(
         directory=directory,

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from privbandit.services.acl.broker_files import MAX_PACKET_BYTES, _check_passwords, _write
+from privbandit.services.acl.broker_files import MAX_PACKET_BYTES, check_passwords, write_with_mode
 from privbandit.services.acl.rules import acl_rules, is_valid_topic_filter
 from privbandit.services.acl.topics import Role, is_instance, password_env, validate_instances, validate_run_id
 
@@ -153,15 +153,15 @@ def write_nats_cluster_config(directory: Path | str, run_id: str, nodes: Sequenc
     names = [n.name for n in nodes]
     if len(set(names)) != len(names):
         raise ValueError(f"nodes: names must be distinct, got {names}")
-    secrets_by_account = _check_passwords(passwords, validate_instances(instances))
+    secrets_by_account = check_passwords(passwords, validate_instances(instances))
     directory.mkdir(parents=True, exist_ok=True)
     confs = []
     for node in nodes:
         conf = directory / f"{node.name}.conf"
-        _write(conf, render_nats_conf(node, nodes, run_id, secrets_by_account, jetstream_dir(directory, node),
+        write_with_mode(conf, render_nats_conf(node, nodes, run_id, secrets_by_account, jetstream_dir(directory, node),
                                       stream_replicas=stream_replicas), 0o600)
         confs.append(conf)
     credentials = directory / "credentials.env"
-    _write(credentials, f"# privbandit broker credentials for run {run_id}: keep secret\n"
+    write_with_mode(credentials, f"# privbandit broker credentials for run {run_id}: keep secret\n"
            + "".join(f"{password_env(a)}={pw}\n" for a, pw in secrets_by_account.items()), 0o600)
     return ClusterFiles(directory, tuple(confs), credentials, run_id, tuple(nodes), secrets_by_account)
