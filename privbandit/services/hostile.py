@@ -7,7 +7,12 @@ result. Report attacks go to the report topic of the intermediary the running ta
 aggregator, or the shuffler when the task spec says so). What each kind sends (the message
 builders are sans-I/O: :class:`TrafficAttacker`):
 
-- ``replay``: reports for rounds and tasks that already closed (``round-closed``, ``wrong-task``);
+- ``replay``: reports for rounds and tasks that already closed (``round-closed``, ``wrong-task``).
+  A user sees no release, so it knows a round closed only from a later task, or from a pause of
+  more than ``WAVE_GAP_S`` between bursts of plans (the analyzer plans again only after the
+  releases it waits for). A one-task session whose plans never pause gives it nothing it can be
+  sure of, and it then sends nothing rather than race open rounds (that is ``impersonate``);
+  its report says so with ``messages_sent`` 0;
 - ``sybil``: reports from ids outside the invited cohort (``not-in-cohort``);
 - ``impersonate``: reports under invited ids, sent the moment the plan appears, racing the fleets,
   once without MACs and once with guessed ones (``missing-tag``, ``bad-tag``: the users' one-time

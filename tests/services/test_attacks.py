@@ -19,6 +19,14 @@ from privbandit.services.hostile import TrafficAttacker
 from tests.services.test_acl import BrokerUnderTest, _mosquitto, connected
 from tests.services.test_distributed import _experiment, _inproc, _start, _wait, assert_same_numbers
 
+# A second task: its plans tell the replay attacker that every round of the first closed. Within
+# one task it can only infer closed rounds from pauses between bursts of plans, and a fast machine
+# may have none (CI once saw a 3 s session give it nothing to replay).
+SECOND_TASK = """
+[algorithms.Dist-DP-SE-again]
+algorithm = "dist-dp-se"
+"""
+
 
 def _hostile(kind: str, url: str, run_id: str, *extra: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "privbandit", "attack", kind, "--broker", url, "--run", run_id,
@@ -28,7 +36,7 @@ def _hostile(kind: str, url: str, run_id: str, *extra: str) -> subprocess.Popen:
 def test_replay_sybil_impersonation_and_flood_processes_leave_the_honest_result_unchanged(tmp_path, mosquitto_url):
     """Three hostile processes attack one session from its first plan to its shutdown: every
     forged message is refused and counted by reason, and the numbers equal the honest in-process run's."""
-    path = _experiment(tmp_path, horizon=60_000, runs=2, extra="")
+    path = _experiment(tmp_path, horizon=60_000, runs=2, extra=SECOND_TASK)
     _inproc(path, tmp_path / "inproc")
     run_id = "h" + secrets.token_hex(4)
     hostile = [_hostile(kind, mosquitto_url, run_id) for kind in ("replay", "sybil", "impersonate", "flood")]
@@ -70,7 +78,7 @@ def test_an_experiment_files_traffic_adversaries_run_next_to_the_parties_and_cha
     from privbandit.services.launcher import launch
 
     kinds = list(TRAFFIC_ADVERSARY_KINDS)
-    path = _experiment(tmp_path, horizon=300_000, runs=1, extra="")
+    path = _experiment(tmp_path, horizon=300_000, runs=1, extra=SECOND_TASK)
     path.write_text(f"traffic_adversaries = {kinds}\n" + path.read_text())
     family, config = load(path)
     tmp_honest = tmp_path / "honest.toml"
@@ -88,6 +96,7 @@ def test_an_experiment_files_traffic_adversaries_run_next_to_the_parties_and_cha
     rejected = json.loads((out / "summary.json").read_text())["rejected"]
     for reason in ("not-in-cohort", "missing-tag", "bad-tag", "not-msgpack", "schema", "too-large"):
         assert rejected.get(reason, 0) > 0, (reason, rejected)
+    assert rejected.get("round-closed", 0) + rejected.get("wrong-task", 0) > 0, rejected  # the replays
 
 
 def _plan(plan_id: int, first: int, round_id: int, task: int = 1) -> codec.PlanMsg:
