@@ -72,6 +72,12 @@ class RateLimitedLog:
             self.logger.warning("%s refused a message: %s %s (%d so far)", what, reason, detail[:200], count)
 
 
+# TCP_NODELAY on every client's socket (paho leaves Nagle's algorithm on): a plan → report →
+# release chain of small QoS 1 messages otherwise waits on Nagle against delayed ACKs, ~40 ms a hop
+# (benchmarks/bench_latency.py). The broker's end needs the same: the generated Mosquitto config
+# says `set_tcp_nodelay true`; asyncio (the embedded broker) sets it by default.
+NO_DELAY = ((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),)
+
 
 class BusSettings(BaseSettings):
     """Broker URL, credentials and TLS files, from PRIVBANDIT_* environment variables or the CLI.
@@ -147,7 +153,7 @@ class BusSettings(BaseSettings):
         host, port = self.endpoint()
         return aiomqtt.Client(host, port, identifier=client_id, clean_session=clean_session,
                               username=self.username, password=self.password, tls_context=self.tls_context(),
-                              **kwargs)
+                              **{"socket_options": NO_DELAY, **kwargs})
 
 
 def read_credentials(path: str | Path) -> dict[str, str]:
@@ -379,15 +385,6 @@ class AiomqttInternals:
         return out
 
 
-def _no_delay(client: aiomqtt.Client) -> None:
-    """TCP_NODELAY on the client's socket: a plan → report → release chain of small QoS 1 messages
-    otherwise waits on Nagle's algorithm against delayed ACKs (~40 ms a hop); the generated Mosquitto
-    config sets the same on the broker side (``set_tcp_nodelay``)."""
-    sock = AiomqttInternals.paho(client).socket()
-    if isinstance(sock, socket.socket):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-
 class SubscriptionDenied(RuntimeError):
     pass
 
@@ -411,7 +408,6 @@ async def connect(
         AiomqttInternals.check(client)
         try:
             await client.__aenter__()
-            _no_delay(client)
             break
         except aiomqtt.MqttError as exc:
             if (tls := tls_failure(exc)) is not None:
