@@ -216,13 +216,13 @@ async def _rounds(family, config, wires, samples, seed, run_id, parties, progres
             joins = tuple(Join(i, i * n, n, n) for i in range(rounds))
             plan = Plan(0, 0, rounds * n, w.body, opens, joins)
             await ana.publish(topic(run_id, "plan"), codec.plan_msg(run_id, task, plan))
-            rewards = np.zeros((rounds, k))
-            rewards[:, 0] = which
-            messages = w.randomize(rewards, rng)
+            inputs = np.zeros((rounds, k))  # every user's input: 0, but user 0's is the round's neighbour
+            inputs[:, 0] = which
+            messages = w.randomize(inputs, rng)
             for i, rnd in enumerate(opens):
                 # The round's first k users report (user 0 always): the others dropped out.
                 rep = Reports(i, 0, np.arange(i * n, i * n + k, dtype=np.int64),
-                              messages[i].reshape(1, k, 1))
+                              messages[i].reshape(1, k, -1))
                 await users.publish(topic(run_id, "report", rnd.intermediary),
                                     reports_message(auth, run_id, task, plan, rnd, 0, rep))
             pending = set(range(rounds))
