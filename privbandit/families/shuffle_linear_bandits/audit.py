@@ -47,7 +47,7 @@ from privbandit.audit.targets import (AuditTarget, NoWirePath, WireTarget, neigh
                                       wire_round)
 from privbandit.families.shuffle_linear_bandits import mechanisms as slb
 from privbandit.families.shuffle_linear_bandits.calibration import batch_lane
-from privbandit.protocol.spine.events import Release
+from privbandit.protocol.spine.events import Release, Round
 
 
 def pairs(d: int, norm: float, s1_only: bool = False) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -218,6 +218,32 @@ def vec_sum_target(family: str, label: str, algorithm: str, vec: slb.VecParams, 
 
 
 # --- the MQTT audit's path (privbandit audit --transport mqtt) ---------------------------------------
+
+
+def vec_sum_wire(target: AuditTarget, rnd: Round, body: dict, vec: slb.VecParams, e0: np.ndarray, e1: np.ndarray,
+                 randomizer=None) -> WireTarget:
+    """The MQTT path of a :func:`vec_sum_target` round (ShuffleGLM's, Algorithm 4's nodes): the
+    analyzer's own round ``rnd`` (a shuffler's ``sum`` of every label's counts) under its plan
+    ``body``; each of its users counts every label of its entries (user 0 ``e0`` or ``e1``, the
+    others ``e0``) with :class:`~.mechanisms.BitSumRandomizer` (``randomizer``, if the tests break
+    it); a release is read as the target reads it, the signed total of the labels the pair moves.
+    Every label crosses the wire; the others' totals are ancillary, as in-process."""
+    rnd = wire_round(rnd)
+    if rnd.rule != "sum" or rnd.width != e0.size or rnd.expected != target.details["n"]:
+        raise ValueError(f"{target.name}: round {rnd} is not the {target.details['n']} users' P_Vec round the target "
+                         f"samples")
+    differ = np.flatnonzero(e0 != e1)
+    sign = np.sign(e1[differ] - e0[differ]).astype(np.int64)
+    randomizer = slb.BitSumRandomizer(vec) if randomizer is None else randomizer
+
+    def randomize(inputs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return randomizer.randomize(neighbour_rows(inputs, e0, e1), rng)
+
+    def statistic(release: Release, first: int) -> int:
+        return int(release.values[0][differ] @ sign)
+
+    return WireTarget(target, rnd, body, rnd.expected, randomize, statistic,
+                      rule_check(rnd, slb.LabelCountShuffler().release))
 
 
 def linear_wire(family, config, label: str, target: AuditTarget, mechanism=None) -> WireTarget:
