@@ -119,7 +119,8 @@ def collect(family, config, wires: list[WireTarget], samples: int, seed: int, br
             from privbandit.services.acl import Role
             from privbandit.services.embedded_broker import start_embedded_broker
 
-            passwords = {r.value: secrets.token_urlsafe(16) for r in Role}
+            # Every role's account, and each intermediary instance's (the counters' shuffler-1 … shuffler-k)
+            passwords = {a: secrets.token_urlsafe(16) for a in dict.fromkeys([*(r.value for r in Role), *names])}
             embedded = start_embedded_broker(run_id, passwords)
             stack.callback(embedded.stop)
             url, kind = embedded.url, "embedded"
@@ -208,8 +209,9 @@ async def _rounds(family, config, wires, samples, seed, run_id, parties, progres
         for first in range(0, 2 * samples, chunk):
             rounds = min(chunk, 2 * samples - first)
             which = (first + np.arange(rounds)) % 2  # neighbours alternate: both see the same session
-            spec = codec.TaskSpec(index=task, runs=[0], label=w.target.label, family=family.name,
-                                  public=family.public_task(config, w.target.label, [0]))
+            label = w.label or w.target.label
+            spec = codec.TaskSpec(index=task, runs=[0], label=label, family=family.name,
+                                  public=family.public_task(config, label, [0]))
             await obs.publish(topic(run_id, "control"), codec.ControlMsg(
                 run=run_id, action="task", task=task, body=spec.model_dump()))
             opens = tuple(replace(w.round, id=i) for i in range(rounds))
@@ -401,7 +403,7 @@ def audit_over_mqtt(family, config, found: list[tuple[str, AuditTarget]], sample
     wires, at, reasons = [], [], {}  # reasons: position in ``found`` → why in-process
     for i, (label, target) in enumerate(found):
         try:
-            wires.append(family.wire_target(config, label, target, (mechanisms or {}).get(label)))
+            wires.append(replace(family.wire_target(config, label, target, (mechanisms or {}).get(label)), label=label))
             at.append(i)
         except NoWirePath as exc:
             reasons[i] = str(exc)

@@ -97,6 +97,7 @@ class WireTarget:
     statistic: Callable[[Release, int], int | float]  # (release, the round's first user id) → statistic
     ideal: Callable[[Release, np.ndarray, np.ndarray], bool]  # release == the rule's function of (ids, reports) sent?
     notes: list[str] = field(default_factory=list)
+    label: str = ""  # the algorithm's label in the experiment, its task's (a target's may add "/level-2")
 
     @property
     def intermediary(self) -> str:
