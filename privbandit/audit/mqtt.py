@@ -8,19 +8,23 @@ broker enforcing the run's ACL, and plays the three other roles through their ow
 
 - the observer (``control``): starts one task per chunk of rounds, as the observer starts tasks;
 - the analyzer (``plan``, ``release/<intermediary>``): opens the rounds as the family's analyzer
-  opens them (its own ``round_of``), and reads what the intermediary releases;
-- the users (``report/<intermediary>``): each round's cohort randomizes its reward with the
-  mechanism's randomizer, the user-side code a fleet runs, under neighbouring input 0 or 1
+  opens them (its own round: ``round_of``, ``Setup.round``, ``cov_round``, …), and reads what the
+  intermediary releases;
+- the users (``report/<intermediary>``): each round's cohort randomizes its input (a reward, a bit,
+  an entries vector) with the mechanism's randomizer, the user-side code a fleet runs, under
+  neighbouring input 0 or 1
   (alternating rounds), and sends one message per round as a fleet does
   (:func:`~privbandit.services.users.reports_message`: every record MAC'd by its user, the block
   closed with the fleets' MAC), so the intermediary admits them only as it admits a fleet's.
 
 What arrives on ``release/<intermediary>`` is decoded by the project's codec, checked to be exactly
-the round's rule applied to the reports sent (``mqtt.exact``: the mechanism's own modular sum, the
-same multiset, the same reports under the same ids), and reduced to the very statistic the
-in-process target computes (the modular sum; the count of residues equal to g mod m in a shuffled
-multiset; user 0's attributable report); the same testers turn the two samples into the ε lower
-bound (:func:`privbandit.audit.run.audit_target`).
+the round's rule applied to the reports sent (``mqtt.exact``: the mechanism's own modular sum or the
+per-label totals, the same multiset in every column group the round permutes, the same reports
+under the same ids), and reduced to the very statistic the in-process target computes (the modular
+sum; the count of residues equal to g mod m in a shuffled multiset; user 0's attributable report;
+P_Vec's label totals or P_Amp's largest S1 projection on the pair's difference; a counter node's
+total); the same testers turn the two samples into the ε lower bound
+(:func:`privbandit.audit.run.audit_target`).
 
 A round trip through two processes and a broker costs far more than a vectorized draw, so an MQTT
 audit takes 10³–10⁴ releases per neighbour where the in-process one takes 10⁶–10⁷. What justifies
@@ -29,13 +33,18 @@ MQTT releases with as many in-process ones, per neighbour, by a two-sample χ² 
 Kolmogorov–Smirnov test, and the result goes into ``audit.json`` beside the bound.
 
 Which targets have an MQTT path is the family's to say (:meth:`~privbandit.protocol.spine.family.Family.wire_target`,
-the :class:`~privbandit.audit.targets.WireTarget` of a release). Today: those whose analyzer is the MAB family's
+the :class:`~privbandit.audit.targets.WireTarget` of a release; the users' inputs are each one's
+neighbour index, so a family's randomizer maps them to rewards, bits or entries vectors, and a
+report may be a vector). Today: the rounds of the MAB family's
 :class:`~privbandit.families.distributed_dp_mab.parties.EliminationServer` (every algorithm of the
 distributed-DP MAB family, and DP-SE of the private-online-learning family) under distributed or
-local trust: secure-aggregation sums, shuffled multisets, attributable reports. Not: the central
-model (what crosses the broker is the raw data; its privacy is the analyzer's own noise, drawn
-after the wire by the same ``protect`` the in-process audit samples), the non-private baseline,
-and the other families' releases, whose statistics are family-specific (docs/audit.md).
+local trust; the shuffle-linear family's LinUCB-SDP-Amp, LinUCB-SDP-Vec (the shuffler) and
+LinUCB-LDP (the aggregator, attributable); the concurrent-shuffle family's nodes (``shuffler-i``,
+several intermediary processes in one session), Algorithm 4's nodes and randomized response; and
+ShuffleGLM's P_Vec rounds. Not: the central model (what crosses the broker is the raw data; its
+privacy is the analyzer's own noise, drawn after the wire by the code the in-process audit
+samples: CDP-SE, DP-SE, LinUCB-JDP's and Private-GLM's trees, the counters' central tree), the
+non-private baselines, and the releases no family hook wires yet (docs/audit.md).
 """
 
 from __future__ import annotations
