@@ -192,7 +192,7 @@ def test_shuffle_glm_rounds_through_the_real_shuffler(tmp_path, acl_broker):
     flagged = results["glm-bandits/broken/covariance-1"]
     over_mqtt(flagged, "shuffler", "sum")
     assert flagged["claim"]["epsilon_at_delta"] == pytest.approx(2.0)
-    assert flagged["verdict"] == "violation" and flagged["audit"]["epsilon"] > 2.5, flagged["audit"]
+    assert flagged["verdict"] == "violation" and flagged["audit"]["epsilon"] > 2.2, flagged["audit"]  # 2.51
     tree = results["glm-bandits/private-glm/tree-V"]
     assert tree["transport"] == "inproc" and tree["mqtt"]["why_not"].startswith("central model")
 
