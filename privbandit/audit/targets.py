@@ -154,10 +154,14 @@ def neighbour_rows(inputs: np.ndarray, e0: np.ndarray, e1: np.ndarray) -> np.nda
 
 
 def wire_round(rnd: Round) -> Round:
-    """``rnd`` if one round's users fit one block (one message, as a fleet sends it), else
-    :class:`NoWirePath`."""
+    """``rnd`` if one round's reports fit one message as a fleet sends it (its users one block,
+    their entries within the codec's array limit), else :class:`NoWirePath`."""
     from privbandit.protocol.primitives.seeding import USER_BLOCK
+    from privbandit.services.codec import MAX_ARRAY_ELEMENTS
 
     if rnd.expected > USER_BLOCK:
         raise NoWirePath(f"a round of {rnd.expected} users: over MQTT at most {USER_BLOCK} users a round (one block)")
+    if rnd.expected * rnd.width > MAX_ARRAY_ELEMENTS:
+        raise NoWirePath(f"a round of {rnd.expected} reports of {rnd.width} entries: over MQTT at most "
+                         f"{MAX_ARRAY_ELEMENTS} entries a round (one message)")
     return rnd

@@ -139,6 +139,8 @@ def test_refusals_name_the_option(args, message):
     (["--family", "shuffle-linear-bandits", "--algorithm", "linucb-jdp"],
      "--transport mqtt: central model: the aggregator passes the raw (φ, y); the privacy is the trusted analyzer's "
      "tree noise"),
+    (["experiments/audit_glm.toml", "--algorithm", "shuffle-glm", "--cohort", "70000"],
+     "--transport mqtt: a round of 70000 users: over MQTT at most 65536 users a round (one block)"),
 ])
 def test_releases_without_an_intermediary_path_are_refused(args, message, tmp_path):
     """Nothing to read from the broker (the central model's privacy is drawn after the wire, the MAB's
