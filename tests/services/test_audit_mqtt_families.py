@@ -181,7 +181,8 @@ def test_shuffle_glm_rounds_through_the_real_shuffler(tmp_path, acl_broker):
     vec, c0, c1 = round_pair(s, 0, "covariance")
     one_bit = replace(vec, b=1)
     pairs.append(("broken", vec_sum_target(fam.name, "broken/covariance-1", "shuffle-glm", one_bit, c0, c1,
-                                           s.schedule[0], real.claim, real.delta, real.release, {"batch": 1})))
+                                           s.schedule[0], real.claim, real.delta, real.release,
+                                           {"batch": 1, "round": "covariance"})))
     results, _ = audited(fam, config, pairs, acl_broker(), tmp_path, seed=6,
                          mechanisms={"broken": slb.BitSumRandomizer(one_bit)})
     for k in (1, 2):

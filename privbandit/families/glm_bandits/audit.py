@@ -71,15 +71,15 @@ def shuffle_glm_targets(family, config, label: str, cohort: int | None) -> list[
             family.name, f"{label}/covariance-{k + 1}", "shuffle-glm", cov, c0, c1, n,
             claim_of(event, "covariance"), s.delta / 2 if event.status == "proven" else s.delta,
             f"batch {k + 1}'s covariance round: P_Vec label totals of upper(w·x xᵀ), {D} labels",
-            {"batch": k + 1, "event": type(event).__name__}))
+            {"batch": k + 1, "round": "covariance", "event": type(event).__name__}))
         p, gevent = s.pgd(k), s.grad_event(k)
         _, g0, g1 = round_pair(s, k, "gradient")
         out.append(vec_sum_target(
             family.name, f"{label}/gradient-{k + 1}", "shuffle-glm", p.vec, g0, g1, n,
             claim_of(gevent, "optimizer", k), p.delta_iter if gevent.status == "proven" else s.delta,
             f"one 𝒫_GD gradient round of batch {k + 1} ({p.iterations} in all): P_Vec label totals of the "
-            f"gradients, {d} labels", {"batch": k + 1, "event": type(gevent).__name__, "eps_iter": p.eps_iter,
-                                       "iterations": p.iterations}))
+            f"gradients, {d} labels", {"batch": k + 1, "round": "gradient", "event": type(gevent).__name__,
+                                       "eps_iter": p.eps_iter, "iterations": p.iterations}))
     return out
 
 
@@ -119,7 +119,7 @@ def shuffle_glm_wire(family, config, label: str, target: AuditTarget, mechanism=
     if s.schedule[k] != n:  # --cohort: every batch that size, P_Vec calibrated for it (as the target)
         s = replace(s, schedule=tuple(n for _ in s.schedule))
     (first,) = server.plans()  # batch 1's plan: its billboard, as every plan carries it
-    phase = target.label.rsplit("/", 1)[1].split("-")[0]
+    phase = target.details["round"]
     vec, e0, e1 = round_pair(s, k, phase)
     if phase == "covariance":
         rnd, body = s.cov_round(0, k), first.body
