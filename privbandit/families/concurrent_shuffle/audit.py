@@ -194,8 +194,9 @@ def counter_wire(family, config, label: str, target: AuditTarget, mechanism=None
 
     - a shuffle mode's node: the level's shuffler ``shuffler-i`` sums its s_i users' count-encoded
       reports, each user's bit (user 0's the neighbour's, the others 0) encoded by the level's
-      mechanism (:meth:`draw`, :meth:`encode`; ``mechanism``, if the tests break it); read as the
-      node total, as :func:`node_target`;
+      mechanism (:meth:`draw`, :meth:`encode`; ``mechanism``, if the tests break it, serves every
+      level of the label: they break a one-level counter's); read as the node total, as
+      :func:`node_target`;
     - Algorithm 4's node: the level's P_Vec round, by
       :func:`~privbandit.families.shuffle_linear_bandits.audit.vec_sum_wire` (``mechanism``: a
       randomizer);
