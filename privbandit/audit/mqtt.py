@@ -8,19 +8,23 @@ broker enforcing the run's ACL, and plays the three other roles through their ow
 
 - the observer (``control``): starts one task per chunk of rounds, as the observer starts tasks;
 - the analyzer (``plan``, ``release/<intermediary>``): opens the rounds as the family's analyzer
-  opens them (its own ``round_of``), and reads what the intermediary releases;
-- the users (``report/<intermediary>``): each round's cohort randomizes its reward with the
-  mechanism's randomizer, the user-side code a fleet runs, under neighbouring input 0 or 1
+  opens them (its own round: ``round_of``, ``Setup.round``, ``cov_round``, …), and reads what the
+  intermediary releases;
+- the users (``report/<intermediary>``): each round's cohort randomizes its input (a reward, a bit,
+  an entries vector) with the mechanism's randomizer, the user-side code a fleet runs, under
+  neighbouring input 0 or 1
   (alternating rounds), and sends one message per round as a fleet does
   (:func:`~privbandit.services.users.reports_message`: every record MAC'd by its user, the block
   closed with the fleets' MAC), so the intermediary admits them only as it admits a fleet's.
 
 What arrives on ``release/<intermediary>`` is decoded by the project's codec, checked to be exactly
-the round's rule applied to the reports sent (``mqtt.exact``: the mechanism's own modular sum, the
-same multiset, the same reports under the same ids), and reduced to the very statistic the
-in-process target computes (the modular sum; the count of residues equal to g mod m in a shuffled
-multiset; user 0's attributable report); the same testers turn the two samples into the ε lower
-bound (:func:`privbandit.audit.run.audit_target`).
+the round's rule applied to the reports sent (``mqtt.exact``: the mechanism's own modular sum or the
+per-label totals, the same multiset in every column group the round permutes, the same reports
+under the same ids), and reduced to the very statistic the in-process target computes (the modular
+sum; the count of residues equal to g mod m in a shuffled multiset; user 0's attributable report;
+P_Vec's label totals or P_Amp's largest S1 projection on the pair's difference; a counter node's
+total); the same testers turn the two samples into the ε lower bound
+(:func:`privbandit.audit.run.audit_target`).
 
 A round trip through two processes and a broker costs far more than a vectorized draw, so an MQTT
 audit takes 10³–10⁴ releases per neighbour where the in-process one takes 10⁶–10⁷. What justifies
@@ -29,13 +33,18 @@ MQTT releases with as many in-process ones, per neighbour, by a two-sample χ² 
 Kolmogorov–Smirnov test, and the result goes into ``audit.json`` beside the bound.
 
 Which targets have an MQTT path is the family's to say (:meth:`~privbandit.protocol.spine.family.Family.wire_target`,
-the :class:`~privbandit.audit.targets.WireTarget` of a release). Today: those whose analyzer is the MAB family's
+the :class:`~privbandit.audit.targets.WireTarget` of a release; the users' inputs are each one's
+neighbour index, so a family's randomizer maps them to rewards, bits or entries vectors, and a
+report may be a vector). Today: the rounds of the MAB family's
 :class:`~privbandit.families.distributed_dp_mab.parties.EliminationServer` (every algorithm of the
 distributed-DP MAB family, and DP-SE of the private-online-learning family) under distributed or
-local trust: secure-aggregation sums, shuffled multisets, attributable reports. Not: the central
-model (what crosses the broker is the raw data; its privacy is the analyzer's own noise, drawn
-after the wire by the same ``protect`` the in-process audit samples), the non-private baseline,
-and the other families' releases, whose statistics are family-specific (docs/audit.md).
+local trust; the shuffle-linear family's LinUCB-SDP-Amp, LinUCB-SDP-Vec (the shuffler) and
+LinUCB-LDP (the aggregator, attributable); the concurrent-shuffle family's nodes (``shuffler-i``,
+several intermediary processes in one session), Algorithm 4's nodes and randomized response; and
+ShuffleGLM's P_Vec rounds. Not: the central model (what crosses the broker is the raw data; its
+privacy is the analyzer's own noise, drawn after the wire by the code the in-process audit
+samples: CDP-SE, DP-SE, LinUCB-JDP's and Private-GLM's trees, the counters' central tree), the
+non-private baselines, and the releases no family hook wires yet (docs/audit.md).
 """
 
 from __future__ import annotations
@@ -119,7 +128,8 @@ def collect(family, config, wires: list[WireTarget], samples: int, seed: int, br
             from privbandit.services.acl import Role
             from privbandit.services.embedded_broker import start_embedded_broker
 
-            passwords = {r.value: secrets.token_urlsafe(16) for r in Role}
+            # Every role's account, and each intermediary instance's (the counters' shuffler-1 … shuffler-k)
+            passwords = {a: secrets.token_urlsafe(16) for a in dict.fromkeys([*(r.value for r in Role), *names])}
             embedded = start_embedded_broker(run_id, passwords)
             stack.callback(embedded.stop)
             url, kind = embedded.url, "embedded"
@@ -208,21 +218,22 @@ async def _rounds(family, config, wires, samples, seed, run_id, parties, progres
         for first in range(0, 2 * samples, chunk):
             rounds = min(chunk, 2 * samples - first)
             which = (first + np.arange(rounds)) % 2  # neighbours alternate: both see the same session
-            spec = codec.TaskSpec(index=task, runs=[0], label=w.target.label, family=family.name,
-                                  public=family.public_task(config, w.target.label, [0]))
+            label = w.label or w.target.label
+            spec = codec.TaskSpec(index=task, runs=[0], label=label, family=family.name,
+                                  public=family.public_task(config, label, [0]))
             await obs.publish(topic(run_id, "control"), codec.ControlMsg(
                 run=run_id, action="task", task=task, body=spec.model_dump()))
             opens = tuple(replace(w.round, id=i) for i in range(rounds))
             joins = tuple(Join(i, i * n, n, n) for i in range(rounds))
             plan = Plan(0, 0, rounds * n, w.body, opens, joins)
             await ana.publish(topic(run_id, "plan"), codec.plan_msg(run_id, task, plan))
-            rewards = np.zeros((rounds, k))
-            rewards[:, 0] = which
-            messages = w.randomize(rewards, rng)
+            inputs = np.zeros((rounds, k))  # every user's input: 0, but user 0's is the round's neighbour
+            inputs[:, 0] = which
+            messages = w.randomize(inputs, rng)
             for i, rnd in enumerate(opens):
                 # The round's first k users report (user 0 always): the others dropped out.
                 rep = Reports(i, 0, np.arange(i * n, i * n + k, dtype=np.int64),
-                              messages[i].reshape(1, k, 1))
+                              messages[i].reshape(1, k, -1))
                 await users.publish(topic(run_id, "report", rnd.intermediary),
                                     reports_message(auth, run_id, task, plan, rnd, 0, rep))
             pending = set(range(rounds))
@@ -401,7 +412,7 @@ def audit_over_mqtt(family, config, found: list[tuple[str, AuditTarget]], sample
     wires, at, reasons = [], [], {}  # reasons: position in ``found`` → why in-process
     for i, (label, target) in enumerate(found):
         try:
-            wires.append(family.wire_target(config, label, target, (mechanisms or {}).get(label)))
+            wires.append(replace(family.wire_target(config, label, target, (mechanisms or {}).get(label)), label=label))
             at.append(i)
         except NoWirePath as exc:
             reasons[i] = str(exc)

@@ -38,10 +38,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from privbandit.audit.targets import AuditTarget
+from privbandit.audit.targets import AuditTarget, NoWirePath, WireTarget, own_report, rule_check, wire_round
 from privbandit.families.concurrent_shuffle import counter as cnt
 from privbandit.families.concurrent_shuffle.tree import SHUFFLE_MODES
 from privbandit.protocol.privacy import PureDP
+from privbandit.protocol.spine.events import Release
 
 WIDE_VARIANCE = 50.0**2  # node totals with a noise sd above 50 values are binned (node_target)
 
@@ -181,6 +182,65 @@ def counter_candidates(family, config, label: str, cohort: int | None) -> list[l
         return []
     return [[node_target(spec, level, label, family=family.name, others=b) for b in (0, 1)]
             for level in range(1, spec.k + 1) if spec.tree.nodes(level)]
+
+
+# --- the MQTT audit's path (privbandit audit --transport mqtt) ---------------------------------------
+
+
+def counter_wire(family, config, label: str, target: AuditTarget, mechanism=None) -> WireTarget:
+    """``privbandit audit --transport mqtt``'s path for one of ``label``'s targets (the family hook
+    :meth:`~privbandit.protocol.spine.family.Family.wire_target`), or :class:`NoWirePath` saying why
+    it has none. Rounds and bodies are the analyzer's own (segment 0's plans: node 0 of the level):
+
+    - a shuffle mode's node: the level's shuffler ``shuffler-i`` sums its s_i users' count-encoded
+      reports, each user's bit (user 0's the neighbour's, the others 0) encoded by the level's
+      mechanism (:meth:`draw`, :meth:`encode`; ``mechanism``, if the tests break it, serves every
+      level of the label: they break a one-level counter's); read as the node total, as
+      :func:`node_target`;
+    - Algorithm 4's node: the level's P_Vec round, by
+      :func:`~privbandit.families.shuffle_linear_bandits.audit.vec_sum_wire` (``mechanism``: a
+      randomizer);
+    - ``ldp``: the aggregator passes attributable randomized responses; one user a round, as the
+      in-process target samples (the plan's other users are ancillary), read as user 0's report.
+
+    The central tree has none: what crosses the wire is every user's raw bit, and its privacy is
+    the trusted server's Laplace noise, added after the wire."""
+    from privbandit.families.shuffle_linear_bandits.audit import neighbours, vec_sum_wire
+
+    public = family.public_task(config, label, [0])
+    server = family.analyzer(public, [0])
+    if family.bandit(config, label):
+        level = int(target.details["level"])
+        plan = server.plans()[level - 1]  # batch 0's plan at this level: it opens the level's node 0
+        (rnd,) = plan.opens
+        a = server.a
+        e0, e1 = neighbours(a.d, 1.0)
+        return vec_sum_wire(target, rnd, plan.body, a.vec[level - 1], e0, e1, mechanism)
+    spec = server.spec
+    if spec.mode == "central_tree":
+        raise NoWirePath("central model: the aggregator passes every user's raw bit; the privacy is the trusted "
+                         "server's Laplace node noise, added after the wire")
+    if spec.mode in SHUFFLE_MODES:
+        level = int(target.details["level"])
+        plan = server.layout.plan(level - 1)  # segment 0's plan of this level
+        rnd = wire_round(plan.opens[0])  # node 0 of the level
+        m = spec.mechanisms[level - 1] if mechanism is None else mechanism
+    else:  # ldp: one attributable pass round per plan, cut to user 0's
+        plan = server.layout.plan(0)
+        rnd = replace(plan.opens[0], expected=int(target.details["n"]))
+        m = spec.mechanisms[0] if mechanism is None else mechanism
+
+    def randomize(inputs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        bits = np.asarray(inputs, dtype=np.int8)
+        return m.encode(bits, m.draw(bits.shape, rng))
+
+    def statistic(release: Release, first: int) -> int:
+        if rnd.rule == "sum":
+            return int(release.values[0, 0])
+        return int(own_report(release, first)[0])
+
+    notes = [] if rnd.rule == "sum" else ["one user a round: the plan's other users' responses are ancillary"]
+    return WireTarget(target, rnd, plan.body, rnd.expected, randomize, statistic, rule_check(rnd), notes)
 
 
 # --- the one-run canary audit of a whole run (Steinke, Nasr & Jagielski 2023) --------------------

@@ -131,6 +131,11 @@ class ConcurrentShuffle(Family):
 
         return counter_targets(self, config, label, cohort)
 
+    def wire_target(self, config, label: str, target, mechanism=None):
+        from privbandit.families.concurrent_shuffle.audit import counter_wire  # docs/audit.md
+
+        return counter_wire(self, config, label, target, mechanism)
+
     def audit_candidates(self, config, label: str, cohort: int | None = None) -> list[list]:
         from privbandit.families.concurrent_shuffle.audit import counter_candidates
 

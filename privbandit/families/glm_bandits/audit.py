@@ -39,7 +39,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from privbandit.audit.targets import AuditTarget
+from privbandit.audit.targets import AuditTarget, NoWirePath, WireTarget
 from privbandit.families.glm_bandits import mechanisms as mech
 from privbandit.families.glm_bandits import parties as gp
 from privbandit.families.glm_bandits import shuffle_parties as sp
@@ -62,25 +62,71 @@ def shuffle_glm_targets(family, config, label: str, cohort: int | None) -> list[
         return claim
 
     D, d = s.d * (s.d + 1) // 2, s.d
-    e1, e2 = np.eye(d)[0], np.eye(d)[1]
     out = []
     for k in range(min(2, s.batches - 1)):  # the warm-up (Δ = 1) and the first clipped batch (Δ = 1/κ*)
-        n, w = s.schedule[k], s.shift(k)
-        cov, event = s.cov_vec(k), s.cov_event(k)
+        n = s.schedule[k]
+        cov, c0, c1 = round_pair(s, k, "covariance")
+        event = s.cov_event(k)
         out.append(vec_sum_target(
-            family.name, f"{label}/covariance-{k + 1}", "shuffle-glm", cov,
-            to_upper(w * np.outer(e1, e1)), to_upper(w * np.outer(e2, e2)), n,
+            family.name, f"{label}/covariance-{k + 1}", "shuffle-glm", cov, c0, c1, n,
             claim_of(event, "covariance"), s.delta / 2 if event.status == "proven" else s.delta,
             f"batch {k + 1}'s covariance round: P_Vec label totals of upper(w·x xᵀ), {D} labels",
-            {"batch": k + 1, "event": type(event).__name__}))
+            {"batch": k + 1, "round": "covariance", "event": type(event).__name__}))
         p, gevent = s.pgd(k), s.grad_event(k)
+        _, g0, g1 = round_pair(s, k, "gradient")
         out.append(vec_sum_target(
-            family.name, f"{label}/gradient-{k + 1}", "shuffle-glm", p.vec, e1, -e1, n,
+            family.name, f"{label}/gradient-{k + 1}", "shuffle-glm", p.vec, g0, g1, n,
             claim_of(gevent, "optimizer", k), p.delta_iter if gevent.status == "proven" else s.delta,
             f"one 𝒫_GD gradient round of batch {k + 1} ({p.iterations} in all): P_Vec label totals of the "
-            f"gradients, {d} labels", {"batch": k + 1, "event": type(gevent).__name__, "eps_iter": p.eps_iter,
-                                       "iterations": p.iterations}))
+            f"gradients, {d} labels", {"batch": k + 1, "round": "gradient", "event": type(gevent).__name__,
+                                       "eps_iter": p.eps_iter, "iterations": p.iterations}))
     return out
+
+
+def round_pair(s: sp.ShuffleSetup, k: int, kind: str):
+    """(P_Vec parameters, user 0's entries under input 0, under input 1) of batch k's ``kind``
+    round (module docstring): ``covariance``, upper(w·e₁e₁ᵀ) against upper(w·e₂e₂ᵀ); ``gradient``,
+    e₁ against −e₁."""
+    e1, e2 = np.eye(s.d)[0], np.eye(s.d)[1]
+    if kind == "covariance":
+        w = s.shift(k)
+        return s.cov_vec(k), to_upper(w * np.outer(e1, e1)), to_upper(w * np.outer(e2, e2))
+    return s.pgd(k).vec, e1, -e1
+
+
+def shuffle_glm_wire(family, config, label: str, target: AuditTarget, mechanism=None) -> WireTarget:
+    """``privbandit audit --transport mqtt``'s path for one of ShuffleGLM's P_Vec rounds (the
+    family hook :meth:`~privbandit.protocol.spine.family.Family.wire_target`), or
+    :class:`NoWirePath` saying why a release has none: the shuffler sums the batch's users' label
+    counts of the round the analyzer opens (:meth:`.shuffle_parties.ShuffleSetup.cov_round` or
+    ``grad_round``, under its plan body's phase), each user's entries counted by
+    :class:`~privbandit.families.shuffle_linear_bandits.mechanisms.BitSumRandomizer` with the
+    round's parameters (``mechanism``: a randomizer the tests break), through
+    :func:`~privbandit.families.shuffle_linear_bandits.audit.vec_sum_wire`. Private-GLM's tree is
+    the trusted analyzer's noise, added after the wire."""
+    from privbandit.families.shuffle_linear_bandits.audit import vec_sum_wire
+
+    kind = family.algorithm(config, label).algorithm
+    if kind == "private-glm":
+        raise NoWirePath("central model: the aggregator passes the raw (x, r); the privacy is the trusted analyzer's "
+                         "tree noise, added after the wire")
+    if kind != "shuffle-glm":
+        raise NoWirePath("non-private: the aggregator passes the raw (x, r), and no claim is made")
+    public = family.public_task(config, label, [0])
+    server = family.analyzer(public, [0])
+    s, n = server.s, int(target.details["n"])
+    k = int(target.details["batch"]) - 1
+    if s.schedule[k] != n:  # --cohort: every batch that size, P_Vec calibrated for it (as the target)
+        s = replace(s, schedule=tuple(n for _ in s.schedule))
+    (first,) = server.plans()  # batch 1's plan: its billboard, as every plan carries it
+    phase = target.details["round"]
+    vec, e0, e1 = round_pair(s, k, phase)
+    if phase == "covariance":
+        rnd, body = s.cov_round(0, k), first.body
+    else:
+        rnd = s.grad_round(0, k)
+        body = {**first.body, "phase": sp.PHASE_GRADIENT, "point": np.zeros((1, s.d))}
+    return vec_sum_wire(target, rnd, body, vec, e0, e1, mechanism)
 
 
 def tree_target(family, config, label: str, cal: mech.TreeCalibration | None = None) -> AuditTarget:
@@ -151,15 +197,10 @@ def shuffle_glm_hooks(vec_constant: float | None = None):
         if vec_constant is not None:
             user_logic.s = replace(user_logic.s, vec_constant=vec_constant)
         s = user_logic.s
-        d = s.d
-        e1, e2 = np.eye(d)[0], np.eye(d)[1]
 
         def pair(plan):
-            k = int(plan.body["batch"])
-            if plan.body["phase"] == sp.PHASE_BATCH:
-                w = s.shift(k)
-                return s.cov_vec(k), to_upper(w * np.outer(e1, e1)), to_upper(w * np.outer(e2, e2))
-            return s.pgd(k).vec, e1, -e1
+            return round_pair(s, int(plan.body["batch"]), "covariance" if plan.body["phase"] == sp.PHASE_BATCH
+                              else "gradient")
 
         signs = {}
 

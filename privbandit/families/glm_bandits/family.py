@@ -99,6 +99,11 @@ class GLMBandits(Family):
 
         return glm_targets(self, config, label, cohort)
 
+    def wire_target(self, config, label: str, target, mechanism=None):
+        from privbandit.families.glm_bandits.audit import shuffle_glm_wire  # docs/audit.md
+
+        return shuffle_glm_wire(self, config, label, target, mechanism)
+
     def canary_audit(self, config, label: str, seed: int, confidence: float) -> dict:
         from privbandit.families.glm_bandits.audit import glm_canary_audit  # docs/audit.md
 

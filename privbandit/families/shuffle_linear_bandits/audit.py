@@ -43,9 +43,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from privbandit.audit.targets import AuditTarget
+from privbandit.audit.targets import (AuditTarget, NoWirePath, WireTarget, neighbour_rows, own_report, rule_check,
+                                      wire_round)
 from privbandit.families.shuffle_linear_bandits import mechanisms as slb
 from privbandit.families.shuffle_linear_bandits.calibration import batch_lane
+from privbandit.protocol.spine.events import Release, Round
 
 
 def pairs(d: int, norm: float, s1_only: bool = False) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -77,22 +79,35 @@ def linear_targets(family, config, label: str, cohort: int | None, search: bool 
         return [] if search else [jdp_target(family, public, label, s)]
     if s.kind not in ("linucb-ldp", "linucb-sdp-vec", "linucb-sdp-amp"):
         return []
-    vec, amp = s.kind == "linucb-sdp-vec", s.kind == "linucb-sdp-amp"
-    norm = min(s.feature_norm, s.entry_bound) if vec else s.feature_norm
     if not search:
-        return [noised_target(family, public, server, label, *neighbours(s.d, norm, s1_only=amp))]
-    far = neighbours(s.d, norm, s1_only=amp)
-    rest = [p for p in pairs(s.d, norm, s1_only=amp) if not np.array_equal(p[1], far[1])]
+        return [noised_target(family, public, server, label, *default_pair(s))]
+    far = default_pair(s)
+    rest = [p for p in pairs(*_pair_space(s)) if not np.array_equal(p[1], far[1])]
     return [[noised_target(family, public, server, label, e0, e1) for e0, e1 in [far] + rest]]
 
 
-def noised_target(family, public: dict, server, label: str, e0: np.ndarray, e1: np.ndarray) -> AuditTarget:
+def _pair_space(s) -> tuple[int, float, bool]:
+    """(d, the norm of user 0's contexts, whether the pair may differ in φy only) for setup ``s``:
+    P_Vec keeps every entry within its randomizer's range, P_Amp's statistic reads S1 only."""
+    vec, amp = s.kind == "linucb-sdp-vec", s.kind == "linucb-sdp-amp"
+    return s.d, min(s.feature_norm, s.entry_bound) if vec else s.feature_norm, amp
+
+
+def default_pair(s) -> tuple[np.ndarray, np.ndarray]:
+    """The pair a release of setup ``s`` is audited at: the farthest of :func:`pairs`."""
+    d, norm, s1_only = _pair_space(s)
+    return neighbours(d, norm, s1_only=s1_only)
+
+
+def noised_target(family, public: dict, server, label: str, e0: np.ndarray, e1: np.ndarray,
+                  randomizer=None) -> AuditTarget:
     """LDP's report, P_Vec's label totals or P_Amp's multiset with user 0's entries ``e0`` or
-    ``e1`` (module docstring)."""
+    ``e1`` (module docstring). ``randomizer``: the users' own (default), or one the tests break;
+    the claim is always the analyzer's batch event."""
     s = server.s
     vec, amp = s.kind == "linucb-sdp-vec", s.kind == "linucb-sdp-amp"
     direction = (e1 - e0) / np.linalg.norm(e1 - e0)
-    randomizer = s.randomizer
+    randomizer = s.randomizer if randomizer is None else randomizer
     event = server.event
     users = 1 if s.kind == "linucb-ldp" else s.batch
 
@@ -202,6 +217,79 @@ def vec_sum_target(family: str, label: str, algorithm: str, vec: slb.VecParams, 
                  **details})
 
 
+# --- the MQTT audit's path (privbandit audit --transport mqtt) ---------------------------------------
+
+
+def vec_sum_wire(target: AuditTarget, rnd: Round, body: dict, vec: slb.VecParams, e0: np.ndarray, e1: np.ndarray,
+                 randomizer=None) -> WireTarget:
+    """The MQTT path of a :func:`vec_sum_target` round (ShuffleGLM's, Algorithm 4's nodes): the
+    analyzer's own round ``rnd`` (a shuffler's ``sum`` of every label's counts) under its plan
+    ``body``; each of its users counts every label of its entries (user 0 ``e0`` or ``e1``, the
+    others ``e0``) with :class:`~.mechanisms.BitSumRandomizer` (``randomizer``, if the tests break
+    it); a release is read as the target reads it, the signed total of the labels the pair moves.
+    Every label crosses the wire; the others' totals are ancillary, as in-process."""
+    rnd = wire_round(rnd)
+    if rnd.rule != "sum" or rnd.width != e0.size or rnd.expected != target.details["n"]:
+        raise ValueError(f"{target.name}: round {rnd} is not the {target.details['n']} users' P_Vec round the target "
+                         f"samples")
+    differ = np.flatnonzero(e0 != e1)
+    sign = np.sign(e1[differ] - e0[differ]).astype(np.int64)
+    randomizer = slb.BitSumRandomizer(vec) if randomizer is None else randomizer
+
+    def randomize(inputs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return randomizer.randomize(neighbour_rows(inputs, e0, e1), rng)
+
+    def statistic(release: Release, first: int) -> int:
+        return int(release.values[0][differ] @ sign)
+
+    return WireTarget(target, rnd, body, rnd.expected, randomize, statistic,
+                      rule_check(rnd, slb.LabelCountShuffler().release))
+
+
+def linear_wire(family, config, label: str, target: AuditTarget, mechanism=None) -> WireTarget:
+    """``privbandit audit --transport mqtt``'s path for ``label``'s release (the family hook
+    :meth:`~privbandit.protocol.spine.family.Family.wire_target`), or :class:`NoWirePath` saying why
+    it has none. The round is the analyzer's batch round (:meth:`.parties.Setup.round`: P_Vec's
+    ``sum`` of the users' label counts and P_Amp's ``shuffle`` of S1 and S2 at the shuffler,
+    LDP's attributable ``pass`` at the aggregator), opened under its first plan's body (the
+    broadcast model); each of the B users randomizes the entries of its input (user 0 the pair's
+    ``e0`` or ``e1``, the others ``e0``, as the in-process target) with the users' own randomizer
+    (Algorithm 2 or 5), ``mechanism`` if the tests break it. A release is read as the in-process
+    target reads it (:func:`noised_target`): the label totals, the multiset's largest S1
+    projection, user 0's report, each on the pair's difference."""
+    public = family.public_task(config, label, [0])
+    server = family.analyzer(public, [0])
+    s = server.s
+    if s.kind == "linucb":
+        raise NoWirePath("non-private: the aggregator passes the raw (φ, y), and no claim is made")
+    if s.kind == "linucb-jdp":
+        raise NoWirePath("central model: the aggregator passes the raw (φ, y); the privacy is the trusted "
+                         "analyzer's tree noise, added after the wire")
+    e0, e1 = default_pair(s)
+    if not np.isclose(np.linalg.norm(e1 - e0), target.details["distance"]):
+        raise ValueError(f"{target.name}: not the pair this release is audited at (its --search candidates "
+                         f"are audited in-process)")
+    randomizer = s.randomizer if mechanism is None else mechanism
+    direction = (e1 - e0) / np.linalg.norm(e1 - e0)
+    rnd = wire_round(s.round(0))
+    (plan,) = server.plans()  # batch 0's plan: the broadcast (θ̂, V⁻¹, β) of a fresh learner
+    d, rule = s.d, rnd.rule
+
+    def randomize(inputs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return randomizer.randomize(neighbour_rows(inputs, e0, e1), rng)
+
+    def statistic(release: Release, first: int) -> float:
+        if rule == "sum":  # P_Vec: the per-label totals
+            return float(release.values[0] @ direction)
+        if rule == "shuffle":  # P_Amp: S1 rows, whatever their order
+            return float((release.values[0][:, :d] @ direction[:d]).max())
+        return float(own_report(release, first) @ direction)  # LDP: user 0's report
+
+    # P_Vec's release is the shuffler's per-label totals (LabelCountShuffler, Algorithm 6 as the analyzer sees it)
+    total = slb.LabelCountShuffler().release if rule == "sum" else None
+    return WireTarget(target, rnd, plan.body, rnd.expected, randomize, statistic, rule_check(rnd, total))
+
+
 # --- the one-run canary audit of a whole run (Steinke, Nasr & Jagielski 2023) --------------------
 
 
@@ -224,7 +312,7 @@ def linear_hooks(seed: int, label: str, run: int, randomizer=None):
             user_logic.noise = slb.StackedStreams([slb.user_noise(seed, label, run, s.batch, randomizer, s.width)])
         own = user_logic.randomizer
         vec, amp = s.kind == "linucb-sdp-vec", s.kind == "linucb-sdp-amp"
-        e0, e1 = neighbours(s.d, min(s.feature_norm, s.entry_bound) if vec else s.feature_norm, s1_only=amp)
+        e0, e1 = default_pair(s)
         direction = (e1 - e0) / np.linalg.norm(e1 - e0)
         phi = np.zeros(s.d)
         phi[0] = s.feature_norm  # (±L·e₁, y = 1), raw

@@ -117,6 +117,11 @@ class ShuffleLinearBandits(Family):
 
         return linear_canary_audit(self, config, label, seed, confidence)
 
+    def wire_target(self, config, label: str, target, mechanism=None):
+        from privbandit.families.shuffle_linear_bandits.audit import linear_wire  # docs/audit.md
+
+        return linear_wire(self, config, label, target, mechanism)
+
     def users(self, config, label: str, runs: list[int]) -> LinearUsers:
         env = config.environment
         return LinearUsers(setup(self.public_task(config, label, runs)),
