@@ -33,7 +33,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from privbandit.protocol.primitives.secagg.errors import SecAggError
 from privbandit.protocol.primitives.secagg.graph import MaskingGraph
-from privbandit.protocol.primitives.secagg.keys import KeyAdvertisement
+from privbandit.protocol.primitives.secagg.keys import CheckedAdverts, KeyAdvertisement
 from privbandit.protocol.primitives.secagg.protocol import (
     LIMBS,
     EncryptedShares,
@@ -198,13 +198,19 @@ def concat(batches: list, cls):
 
 class FleetRound:
     """One fleet's users in one round. ``values`` maps each *reporting* user to its residue; the
-    ``dropouts`` take part in rounds 0–1 and then vanish (their device went offline)."""
+    ``dropouts`` take part in rounds 0–1 and then vanish (their device went offline).
+
+    The users share one :class:`~.keys.CheckedAdverts`: each advertisement in the directory is
+    verified once in the fleet instead of once by each of its k neighbours here (the same verdict,
+    for 1/k of the Ed25519 work). A device verifies its k neighbours itself;
+    benchmarks/bench_secagg.py reports the fleet's CPU and a device's apart."""
 
     def __init__(self, config: RoundConfig, graph: MaskingGraph, identities: UserIdentities,
                  values: Mapping[int, int], dropouts: Iterable[int] = ()):
         pki = identities.pki
         hosted = sorted({*map(int, values), *map(int, dropouts)})
-        self.users = {u: SecAggUser(u, identities.private(u), pki, config, graph) for u in hosted}
+        self.adverts = CheckedAdverts(pki, run_id=config.run_id, round_id=config.round_id)
+        self.users = {u: SecAggUser(u, identities.private(u), pki, config, graph, self.adverts) for u in hosted}
         self.values = {int(u): int(v) for u, v in values.items()}
         self.aborted: Counter[str] = Counter()  # users that stopped, by the check that failed
 

@@ -50,10 +50,10 @@ from privbandit.protocol.primitives.secagg.graph import MaskingGraph
 from privbandit.protocol.primitives.secagg.keys import (
     PURPOSE_ENCRYPTION,
     PURPOSE_MASK,
+    CheckedAdverts,
     KeyAdvertisement,
     RoundKeys,
     pairwise_key,
-    verify_advertisement,
 )
 from privbandit.protocol.primitives.secagg.prg import uniform_mod, uniform_mod_rows
 from privbandit.protocol.primitives.secagg.shamir import (
@@ -184,7 +184,12 @@ def self_mask(seed: bytes, config: RoundConfig) -> np.ndarray:
 
 
 class SecAggUser:
-    """One user's side of the round. Call the four methods in order; each one at most once."""
+    """One user's side of the round. Call the four methods in order; each one at most once.
+
+    ``adverts``: a :class:`~.keys.CheckedAdverts` shared by the users one process simulates (a
+    fleet), so each neighbour's advertisement is verified once there; by default the user has its
+    own and verifies every neighbour itself, as a device does.
+    """
 
     def __init__(
         self,
@@ -193,6 +198,7 @@ class SecAggUser:
         pki: Mapping[int, Ed25519PublicKey],
         config: RoundConfig,
         graph: MaskingGraph,
+        adverts: CheckedAdverts | None = None,
     ):
         self.id = int(user_id)
         self.identity = identity
@@ -200,7 +206,8 @@ class SecAggUser:
         self.config = config
         self.graph = graph
         self.t = graph.threshold
-        self.neighbours = frozenset(graph.neighbours(self.id))
+        self.neighbours = graph.neighbours(self.id)
+        self.adverts = CheckedAdverts(pki, run_id=config.run_id, round_id=config.round_id) if adverts is None else adverts
         self.keys = RoundKeys.generate()
         self._peers: dict[int, KeyAdvertisement] = {}  # live neighbours after round 0 (U₁ view)
         self._shared_with: frozenset[int] = frozenset()  # neighbours in U₂ view
@@ -223,12 +230,14 @@ class SecAggUser:
     def share_keys(self, directory: KeyDirectory) -> EncryptedShares:
         """Round 1: verify neighbours' keys, share ``s^SK`` and a fresh ``b`` t-of-h, encrypt shares."""
         self._advance(1)
-        cfg = self.config
-        peers = {v: a for v, a in directory.adverts.items() if v in self.neighbours}
+        # Look up the k neighbours, not scan the directory: a fleet hands all its users one
+        # directory of every user in U₁, and a scan per user was O(n) each, O(n²) per fleet.
+        listed = directory.adverts
+        peers = {v: listed[v] for v in self.neighbours if v in listed}
         for v, advert in peers.items():
             if advert.user_id != v:
                 raise SecAggAbort(f"user {self.id}: directory entry {v} carries user {advert.user_id}'s keys")
-            verify_advertisement(advert, self.pki, run_id=cfg.run_id, round_id=cfg.round_id)
+            self.adverts.check(advert)
         _require(len(peers) + 1 >= self.t, f"user {self.id}: {len(peers) + 1} live holders after round 0, threshold {self.t}")
         self._peers = peers
         self._b = os.urandom(SECRET_BYTES)
@@ -251,7 +260,7 @@ class SecAggUser:
         for a few sampled recipients only, through this same code.
         """
         cfg, v = self.config, peer.user_id
-        key = pairwise_key(self.keys.c_private, peer.c_public, run_id=cfg.run_id, round_id=cfg.round_id, me=self.id, peer=v, purpose=PURPOSE_ENCRYPTION)
+        key = pairwise_key(self.keys.c_private, self.adverts.public(peer.c_public), run_id=cfg.run_id, round_id=cfg.round_id, me=self.id, peer=v, purpose=PURPOSE_ENCRYPTION)
         self._share_keys[v] = key
         plain = _SHARE_PLAIN.pack(self.id, v, *sk_share.tolist(), *b_share.tolist())
         return ChaCha20Poly1305(key).encrypt(_aead_nonce(self.id), plain, _aad(cfg, self.id, v))
@@ -279,7 +288,7 @@ class SecAggUser:
         _require(len(self._shared_with) + 1 >= self.t, f"user {self.id}: {len(self._shared_with) + 1} live holders after round 1, threshold {self.t}")
         peers = sorted(self._shared_with)
         # Key agreement stays per pair; the k masks are expanded and summed in one batch.
-        seeds = [pairwise_key(self.keys.s_private, self._peers[v].s_public, run_id=cfg.run_id, round_id=cfg.round_id,
+        seeds = [pairwise_key(self.keys.s_private, self.adverts.public(self._peers[v].s_public), run_id=cfg.run_id, round_id=cfg.round_id,
                               me=self.id, peer=v, purpose=PURPOSE_MASK) for v in peers]
         masks = uniform_mod_rows(seeds, cfg.length, cfg.m, round_id=cfg.round_id, purpose=PURPOSE_PAIR)
         up = np.asarray([v > self.id for v in peers], dtype=bool)  # _sign: + for v > u, − for v < u
