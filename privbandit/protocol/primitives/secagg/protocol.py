@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
     Ed25519PublicKey,
 )
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.serialization import (
     Encoding,
@@ -59,7 +59,6 @@ from privbandit.protocol.primitives.secagg.prg import uniform_mod, uniform_mod_r
 from privbandit.protocol.primitives.secagg.shamir import (
     LIMB_BYTES,
     combine_many,
-    combine_secret,
     limbs_to_secrets,
     split_secrets,
 )
@@ -387,9 +386,29 @@ class SecAggServer:
         _require(self.graph.connected(u3), "round 2: survivor graph is disconnected; round aborted, nothing released")
         return UnmaskRequest(u3)
 
+    def _reconstruct(self, owners: list[int], shares: dict[int, dict[int, np.ndarray]], what: str) -> list[bytes]:
+        """Each owner's secret from the first t of its shares (by holder), all in one Lagrange
+        batch. Fewer than t shares abort the round; a share at an x-coordinate its owner never
+        issued raises :class:`ShareError`."""
+        t = self.graph.threshold
+        if not owners:
+            return []
+        xs = np.empty((len(owners), t), dtype=np.int64)
+        ys = np.empty((len(owners), t, LIMBS), dtype=np.int64)
+        for row, v in enumerate(owners):
+            got = shares.get(v, {})
+            _require(len(got) >= t, f"round 4: {len(got)} shares of {what} of user {v}, threshold {t}; nothing released")
+            holders = sorted(got)
+            foreign = set(holders) - self._shared_to.get(v, frozenset()) - {v}
+            if foreign:
+                raise ShareError(f"shares at x-coordinates {sorted(h + 1 for h in foreign)} were never issued")
+            xs[row] = np.asarray(holders[:t], dtype=np.int64) + 1
+            ys[row] = np.stack([got[h] for h in holders[:t]])
+        return limbs_to_secrets(combine_many(xs, ys), SECRET_BYTES)
+
     def finalize(self, responses: Iterable[UnmaskResponse]) -> SecAggResult:
         """After round 4: reconstruct the needed secrets and release Σ_{U₃} y mod m (and nothing else)."""
-        cfg, t = self.config, self.graph.threshold
+        cfg = self.config
         u3 = frozenset(self._inputs)
         responses = list(responses)
         ok = set(self._admit((r.sender for r in responses), u3))
@@ -405,37 +424,28 @@ class SecAggServer:
             for v, s in r.mask_key_shares.items():
                 sk_shares.setdefault(v, {})[r.sender] = s
 
-        def reconstruct(owner: int, shares: dict[int, np.ndarray], what: str) -> bytes:
-            _require(len(shares) >= t, f"round 4: {len(shares)} shares of {what} of user {owner}, threshold {t}; nothing released")
-            holders = sorted(shares)
-            xs = np.asarray(holders, dtype=np.int64) + 1
-            issued = np.asarray(sorted(self._shared_to.get(owner, ())) + [owner], dtype=np.int64) + 1
-            return combine_secret(xs, np.stack([shares[h] for h in holders]), t, SECRET_BYTES, holders=issued.tolist())
-
         total = _column_sums(np.stack([self._inputs[u] for u in sorted(u3)]), cfg.m)
         # Remove every survivor's self mask: all b_v rebuilt in one Lagrange batch, their masks
         # expanded in one batch (Bonawitz et al. Fig. 4, round 4, "Unmasking").
-        survivors = sorted(u3)
-        xs = np.empty((len(survivors), t), dtype=np.int64)
-        ys = np.empty((len(survivors), t, LIMBS), dtype=np.int64)
-        for row, v in enumerate(survivors):
-            shares = b_shares.get(v, {})
-            _require(len(shares) >= t, f"round 4: {len(shares)} shares of b of user {v}, threshold {t}; nothing released")
-            holders = sorted(shares)
-            foreign = set(holders) - self._shared_to.get(v, frozenset()) - {v}
-            if foreign:
-                raise ShareError(f"shares at x-coordinates {sorted(h + 1 for h in foreign)} were never issued")
-            xs[row] = np.asarray(holders[:t], dtype=np.int64) + 1
-            ys[row] = np.stack([shares[h] for h in holders[:t]])
-        seeds = limbs_to_secrets(combine_many(xs, ys), SECRET_BYTES)
+        seeds = self._reconstruct(sorted(u3), b_shares, "b")
         selfs = uniform_mod_rows(seeds, cfg.length, cfg.m, round_id=cfg.round_id, purpose=PURPOSE_SELF)
         total = (total - _column_sums(selfs, cfg.m)) % cfg.m
-        for u in sorted(self._u2 - u3):  # dropped after sharing: cancel the masks survivors added for u
-            partners = [v for v in sorted(self._shared_to.get(u, ())) if v in u3]  # got u's shares, so masked with u
-            if not partners:
-                continue
-            s_sk = X25519PrivateKey.from_private_bytes(reconstruct(u, sk_shares.get(u, {}), "s^SK"))
-            for v in partners:
-                seed = pairwise_key(s_sk, self._adverts[v].s_public, run_id=cfg.run_id, round_id=cfg.round_id, me=u, peer=v, purpose=PURPOSE_MASK)
-                total = (total - _sign(v, u) * pair_mask(seed, cfg)) % cfg.m
+        # Users that dropped after sharing: cancel the masks the survivors that got their shares
+        # (and so masked with them) added. Their s^SK are rebuilt in one Lagrange batch and the
+        # dangling masks expanded in one batch; the key agreement stays one per pair.
+        dropped = [u for u in sorted(self._u2 - u3) if any(v in u3 for v in self._shared_to.get(u, ()))]
+        pair_seeds, signs, peers = [], [], {}
+        for u, key in zip(dropped, self._reconstruct(dropped, sk_shares, "s^SK")):
+            s_sk = X25519PrivateKey.from_private_bytes(key)
+            for v in sorted(self._shared_to[u]):
+                if v in u3:
+                    if v not in peers:
+                        peers[v] = X25519PublicKey.from_public_bytes(self._adverts[v].s_public)
+                    pair_seeds.append(pairwise_key(s_sk, peers[v], run_id=cfg.run_id, round_id=cfg.round_id,
+                                                   me=u, peer=v, purpose=PURPOSE_MASK))
+                    signs.append(_sign(v, u))
+        if pair_seeds:
+            masks = uniform_mod_rows(pair_seeds, cfg.length, cfg.m, round_id=cfg.round_id, purpose=PURPOSE_PAIR)
+            up = np.asarray(signs) > 0  # v added +PRG(s_uv) for u > v: remove it; −PRG for u < v: add it back
+            total = (total - _column_sums(masks[up], cfg.m) + _column_sums(masks[~up], cfg.m)) % cfg.m
         return SecAggResult(total, tuple(sorted(u3)))
