@@ -45,6 +45,7 @@ from privbandit.protocol.primitives.secagg.protocol import (
     SharesDelivery,
     UnmaskRequest,
     UnmaskResponse,
+    apply_masks,
 )
 
 ADVERT_RECORD = 32 + 32 + 64  # c^PK ‖ s^PK ‖ Ed25519 signature
@@ -212,6 +213,7 @@ class FleetRound:
         self.adverts = CheckedAdverts(pki, run_id=config.run_id, round_id=config.round_id)
         self.users = {u: SecAggUser(u, identities.private(u), pki, config, graph, self.adverts) for u in hosted}
         self.values = {int(u): int(v) for u, v in values.items()}
+        self.config = config
         self.aborted: Counter[str] = Counter()  # users that stopped, by the check that failed
 
     def _each(self, step: str, users: Iterable[int], call):
@@ -239,8 +241,9 @@ class FleetRound:
         stay = [u for u in self.users if u in self.values]
         for u in set(self.users) - set(stay):
             self.users.pop(u)  # a dropout: gone before round 2
-        sent = self._each("round 2", stay, lambda s: s.masked_input(SharesDelivery(inbox.get(s.id, {})),
-                                                                    np.array([self.values[s.id]], dtype=np.int64)))
+        seeds = self._each("round 2", stay, lambda s: s.mask_seeds(SharesDelivery(inbox.get(s.id, {})),
+                                                                   np.array([self.values[s.id]], dtype=np.int64)))
+        sent = apply_masks(seeds, self.config)  # every user's masks in one batch
         return Masked(np.array([m.sender for m in sent], dtype=np.int64),
                       np.array([int(m.y[0]) for m in sent], dtype=np.int64))
 

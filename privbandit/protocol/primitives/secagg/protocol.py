@@ -68,6 +68,7 @@ AdvertiseKeys = KeyAdvertisement  # round 0 message (keys.py owns signing and ve
 SECRET_BYTES = 32
 LIMBS = -(-SECRET_BYTES // LIMB_BYTES)
 _SHARE_PLAIN = struct.Struct(f">QQ{2 * LIMBS}I")  # sender, recipient, s^SK share, b share
+_SHARE_ADDRESS = struct.Struct(">QQ")  # its first two fields
 PURPOSE_SELF = b"self-mask"
 PURPOSE_PAIR = b"pair-mask"
 
@@ -174,6 +175,46 @@ def _column_sums(rows: np.ndarray, m: int) -> np.ndarray:
     return np.asarray([modular_sum(rows[:, c], m) for c in range(rows.shape[1])], dtype=np.int64)
 
 
+@dataclass(frozen=True)
+class MaskSeeds:
+    """One user's round-2 input to :func:`apply_masks`: its input, its self-mask seed ``b`` and one
+    seed per neighbour in U₂, with ``up[i]`` true where that neighbour's id is above the user's."""
+
+    sender: int
+    y: np.ndarray
+    self_seed: bytes
+    pair_seeds: list[bytes]
+    up: np.ndarray
+
+
+def apply_masks(users: list[MaskSeeds], config: RoundConfig) -> list[MaskedInput]:
+    """``y_u + PRG(b_u) + Σ_{v>u} PRG(s_uv) − Σ_{v<u} PRG(s_uv) mod m`` for each user (Bonawitz et
+    al. 2017, Fig. 4, round 2), with every user's masks expanded in two batches (self masks, pair
+    masks) and added in one pass per neighbour slot.
+
+    Each seed still keys its own ChaCha20 (:func:`~.prg.uniform_mod_rows`); what is batched across
+    users is the numpy work after the keystream and the Python around it. Residues are < m ≤ 2⁶²,
+    so adding two of them never overflows int64 and the running sum is reduced after each slot.
+    """
+    m, length = config.m, config.length
+    if not users:
+        return []
+    count = np.asarray([len(u.pair_seeds) for u in users], dtype=np.int64)
+    acc = np.stack([u.y for u in users]) + uniform_mod_rows(
+        [u.self_seed for u in users], length, m, round_id=config.round_id, purpose=PURPOSE_SELF)
+    acc %= m
+    pairs = uniform_mod_rows([s for u in users for s in u.pair_seeds], length, m, round_id=config.round_id,
+                             purpose=PURPOSE_PAIR)
+    up = np.concatenate([u.up for u in users]) if pairs.size else np.zeros(0, dtype=bool)
+    pairs[~up] = (m - pairs[~up]) % m  # − PRG(s_uv) for v < u, as a residue
+    slots = np.zeros((len(users), int(count.max()), length), dtype=np.int64)
+    slots[np.arange(slots.shape[1]) < count[:, None]] = pairs  # user i's masks in row i, in order
+    for j in range(slots.shape[1]):
+        acc += slots[:, j]
+        acc %= m
+    return [MaskedInput(u.sender, row) for u, row in zip(users, acc)]
+
+
 def pair_mask(seed: bytes, config: RoundConfig) -> np.ndarray:
     return uniform_mod(seed, config.length, config.m, round_id=config.round_id, purpose=PURPOSE_PAIR)
 
@@ -266,6 +307,12 @@ class SecAggUser:
 
     def masked_input(self, delivery: SharesDelivery, y: np.ndarray) -> MaskedInput:
         """Round 2: store the shares received, then mask ``y`` with every neighbour in U₂."""
+        return apply_masks([self.mask_seeds(delivery, y)], self.config)[0]
+
+    def mask_seeds(self, delivery: SharesDelivery, y: np.ndarray) -> MaskSeeds:
+        """Round 2 up to the masks: store the shares received (one AEAD opening per neighbour) and
+        agree a mask seed with every neighbour in U₂ (one X25519 + HKDF per pair).
+        :func:`apply_masks` expands and adds the masks, for one user or for a whole fleet at once."""
         self._advance(2)
         cfg = self.config
         y = np.asarray(y, dtype=np.int64).reshape(-1)
@@ -278,22 +325,17 @@ class SecAggUser:
                 plain = ChaCha20Poly1305(key).decrypt(_aead_nonce(v), ct, _aad(cfg, v, self.id))
             except InvalidTag:
                 raise SecAggAbort(f"user {self.id}: shares from {v} fail authentication") from None
-            fields = _SHARE_PLAIN.unpack(plain)
-            _require(fields[:2] == (v, self.id), f"user {self.id}: misaddressed shares from {v}")
-            limbs = np.asarray(fields[2:], dtype=np.int64)
+            _require(len(plain) == _SHARE_PLAIN.size and _SHARE_ADDRESS.unpack_from(plain) == (v, self.id),
+                     f"user {self.id}: misaddressed shares from {v}")
+            limbs = np.frombuffer(plain, dtype=">u4", offset=_SHARE_ADDRESS.size).astype(np.int64)
             self._held[v] = (limbs[:LIMBS], limbs[LIMBS:])
         self._share_keys.clear()  # transport keys have no further use this round
         self._shared_with = frozenset(delivery.ciphertexts)
         _require(len(self._shared_with) + 1 >= self.t, f"user {self.id}: {len(self._shared_with) + 1} live holders after round 1, threshold {self.t}")
         peers = sorted(self._shared_with)
-        # Key agreement stays per pair; the k masks are expanded and summed in one batch.
-        seeds = [pairwise_key(self.keys.s_private, self.adverts.public(self._peers[v].s_public), run_id=cfg.run_id, round_id=cfg.round_id,
-                              me=self.id, peer=v, purpose=PURPOSE_MASK) for v in peers]
-        masks = uniform_mod_rows(seeds, cfg.length, cfg.m, round_id=cfg.round_id, purpose=PURPOSE_PAIR)
-        up = np.asarray([v > self.id for v in peers], dtype=bool)  # _sign: + for v > u, − for v < u
-        acc = (y + self_mask(self._b, cfg)) % cfg.m
-        acc = (acc + _column_sums(masks[up], cfg.m) - _column_sums(masks[~up], cfg.m)) % cfg.m
-        return MaskedInput(self.id, acc)
+        seeds = [pairwise_key(self.keys.s_private, self.adverts.public(self._peers[v].s_public), run_id=cfg.run_id,
+                              round_id=cfg.round_id, me=self.id, peer=v, purpose=PURPOSE_MASK) for v in peers]
+        return MaskSeeds(self.id, y, self._b, seeds, np.asarray([v > self.id for v in peers], dtype=bool))
 
     def unmask(self, request: UnmaskRequest) -> UnmaskResponse:
         """Round 4: for each neighbour that shared with us, reveal exactly one of its two shares."""
