@@ -46,6 +46,7 @@ from privbandit.protocol.primitives.secagg.protocol import (
     UnmaskRequest,
     UnmaskResponse,
     apply_masks,
+    deal_shares,
 )
 
 ADVERT_RECORD = 32 + 32 + 64  # c^PK ‖ s^PK ‖ Ed25519 signature
@@ -231,7 +232,9 @@ class FleetRound:
 
     def share(self, directory: Adverts) -> Shares:
         adverts = {a.user_id: a for a in directory.unpack()}
-        shared = self._each("round 1", list(self.users), lambda s: s.share_keys(KeyDirectory(adverts)))
+        directory = KeyDirectory(adverts)
+        dealers = self._each("round 1", list(self.users), lambda s: s.share_holders(directory))
+        shared = deal_shares(dealers)  # every user's dealing in one Horner pass per holder count
         return Shares.of([(m.sender, v, ct) for m in shared for v, ct in m.ciphertexts.items()])
 
     def mask(self, delivery: Shares) -> Masked:

@@ -60,7 +60,7 @@ from privbandit.protocol.primitives.secagg.shamir import (
     LIMB_BYTES,
     combine_many,
     limbs_to_secrets,
-    split_secrets,
+    split_secrets_many,
 )
 
 AdvertiseKeys = KeyAdvertisement  # round 0 message (keys.py owns signing and verification)
@@ -69,6 +69,8 @@ SECRET_BYTES = 32
 LIMBS = -(-SECRET_BYTES // LIMB_BYTES)
 _SHARE_PLAIN = struct.Struct(f">QQ{2 * LIMBS}I")  # sender, recipient, s^SK share, b share
 _SHARE_ADDRESS = struct.Struct(">QQ")  # its first two fields
+_SHARE_ROW = np.dtype([("sender", ">u8"), ("recipient", ">u8"), ("limbs", ">u4", (2 * LIMBS,))])  # the same, packed
+assert _SHARE_ROW.itemsize == _SHARE_PLAIN.size
 PURPOSE_SELF = b"self-mask"
 PURPOSE_PAIR = b"pair-mask"
 
@@ -175,6 +177,44 @@ def _column_sums(rows: np.ndarray, m: int) -> np.ndarray:
     return np.asarray([modular_sum(rows[:, c], m) for c in range(rows.shape[1])], dtype=np.int64)
 
 
+def _share_plaintexts(sender: int, recipients: list[int], sk_shares: np.ndarray, b_shares: np.ndarray) -> bytes:
+    """The share plaintexts (``_SHARE_PLAIN``: sender, recipient, s^SK share, b share) for each
+    recipient, back to back, built in one numpy pass."""
+    rows = np.empty(len(recipients), dtype=_SHARE_ROW)
+    rows["sender"] = sender
+    rows["recipient"] = recipients
+    rows["limbs"][:, :LIMBS] = sk_shares
+    rows["limbs"][:, LIMBS:] = b_shares
+    return rows.tobytes()
+
+
+@dataclass(frozen=True)
+class ShareHolders:
+    """One user's round-1 input to :func:`deal_shares`: its two secrets (s^SK, b) and its live
+    holders (its live neighbours and itself, sorted)."""
+
+    user: SecAggUser
+    secrets: tuple[bytes, bytes]
+    holders: list[int]
+
+
+def deal_shares(dealers: list[ShareHolders]) -> list[EncryptedShares]:
+    """Round 1's dealing and sealing for each user (Bonawitz et al. 2017, Fig. 4, "ShareKeys"):
+    both secrets Shamir-shared t-of-h at x = holder id + 1, every user with the same number of live
+    holders in one Horner pass (:func:`~.shamir.split_secrets_many`), then sealed per holder."""
+    out: list[EncryptedShares | None] = [None] * len(dealers)
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, d in enumerate(dealers):
+        groups.setdefault((d.user.t, len(d.holders)), []).append(i)
+    for (t, _), members in groups.items():
+        xs = np.asarray([dealers[i].holders for i in members], dtype=np.int64) + 1
+        shares = split_secrets_many([dealers[i].secrets for i in members], t, xs)
+        for i, rows in zip(members, shares):
+            d = dealers[i]
+            out[i] = d.user.seal_shares(d.holders, rows[:, :LIMBS], rows[:, LIMBS:])
+    return out
+
+
 @dataclass(frozen=True)
 class MaskSeeds:
     """One user's round-2 input to :func:`apply_masks`: its input, its self-mask seed ``b`` and one
@@ -269,6 +309,11 @@ class SecAggUser:
 
     def share_keys(self, directory: KeyDirectory) -> EncryptedShares:
         """Round 1: verify neighbours' keys, share ``s^SK`` and a fresh ``b`` t-of-h, encrypt shares."""
+        return deal_shares([self.share_holders(directory)])[0]
+
+    def share_holders(self, directory: KeyDirectory) -> ShareHolders:
+        """Round 1 up to the dealing: verify the live neighbours' keys, check the threshold and draw
+        ``b``. :func:`deal_shares` then deals and seals, for one user or a whole fleet at once."""
         self._advance(1)
         # Look up the k neighbours, not scan the directory: a fleet hands all its users one
         # directory of every user in U₁, and a scan per user was O(n) each, O(n²) per fleet.
@@ -282,27 +327,31 @@ class SecAggUser:
         self._peers = peers
         self._b = os.urandom(SECRET_BYTES)
         s_sk = self.keys.s_private.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
-        holders = sorted((*peers, self.id))
-        xs = np.asarray(holders, dtype=np.int64) + 1
-        sk_shares, b_shares = split_secrets([s_sk, self._b], self.t, xs)
+        return ShareHolders(self, (s_sk, self._b), sorted((*peers, self.id)))
+
+    def seal_shares(self, holders: list[int], sk_shares: np.ndarray, b_shares: np.ndarray) -> EncryptedShares:
+        """Keep the own share, encrypt each other holder's (one key agreement and one AEAD per pair)."""
+        plains = _share_plaintexts(self.id, holders, sk_shares, b_shares)
         cts = {}
         for row, v in enumerate(holders):
             if v == self.id:
                 self._held[v] = (sk_shares[row], b_shares[row])  # own share stays local
-                continue
-            cts[v] = self._seal(peers[v], sk_shares[row], b_shares[row])
+            else:
+                cts[v] = self._seal_plain(self._peers[v], plains[row * _SHARE_PLAIN.size: (row + 1) * _SHARE_PLAIN.size])
         return EncryptedShares(self.id, cts)
 
     def _seal(self, peer: KeyAdvertisement, sk_share: np.ndarray, b_share: np.ndarray) -> bytes:
         """Encrypt this user's two shares for ``peer`` (AEAD, bound to sender, recipient, round).
 
-        Separate from :meth:`share_keys` so benchmarks/bench_secagg.py can have a user seal shares
-        for a few sampled recipients only, through this same code.
+        For benchmarks/bench_secagg.py, which has a user seal shares for a few sampled recipients
+        only, through this same code.
         """
+        return self._seal_plain(peer, _share_plaintexts(self.id, [peer.user_id], sk_share[None], b_share[None]))
+
+    def _seal_plain(self, peer: KeyAdvertisement, plain: bytes) -> bytes:
         cfg, v = self.config, peer.user_id
         key = pairwise_key(self.keys.c_private, self.adverts.public(peer.c_public), run_id=cfg.run_id, round_id=cfg.round_id, me=self.id, peer=v, purpose=PURPOSE_ENCRYPTION)
         self._share_keys[v] = key
-        plain = _SHARE_PLAIN.pack(self.id, v, *sk_share.tolist(), *b_share.tolist())
         return ChaCha20Poly1305(key).encrypt(_aead_nonce(self.id), plain, _aad(cfg, self.id, v))
 
     def masked_input(self, delivery: SharesDelivery, y: np.ndarray) -> MaskedInput:
