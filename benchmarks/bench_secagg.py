@@ -400,6 +400,69 @@ def fleet_round(n: int, fleets: int, step_deadline_s: float, seed: int, keep: Pa
     }
 
 
+def wire_round(n: int, seed: int = 1) -> dict:
+    """The round of :func:`fleet_round` (n users, ⌊dropout_rate·n⌋ of them dropping after sharing,
+    (k, t) from the threat model) through the services' step machines (``FleetSecAgg``, one fleet
+    hosting the cohort as in the distributed run, and ``AggregatorSecAgg``) in this one process,
+    every message encoded and decoded by the codec, no broker: each side's CPU
+    (``time.process_time``) without the broker's and the other processes' noise. Long-term
+    identities are derived before the clock starts (the PKI)."""
+    import asyncio
+    from collections import Counter
+
+    from privbandit.protocol.primitives.report_auth import FleetKeys, ReportAuthenticator, fleet_key
+    from privbandit.protocol.primitives.secagg.batch import UserIdentities
+    from privbandit.protocol.spine.events import Round
+    from privbandit.services import codec
+    from privbandit.services.secagg_rounds import AggregatorSecAgg, FleetSecAgg
+
+    g = graph_for("sparse", n, THREAT)
+    rnd = Round(7, "aggregator", "sum", n, m=M, secagg="sparse", secagg_degree=g.k, secagg_threshold=g.t)
+    rng = np.random.default_rng(seed)
+    values = {u: int(v) for u, v in enumerate(rng.integers(0, M, n))}
+    dropped = sorted(rng.choice(n, int(THREAT.dropout_rate * n), replace=False).tolist())
+    for u in dropped:
+        values.pop(u)
+    identities = UserIdentities(bytes(range(32)))
+    for u in range(n):
+        identities.public(u)
+    queue, out, cpu = [], [], Counter()
+
+    async def up(msg):
+        queue.append(("aggregator", codec.decode(codec.encode(msg))))
+
+    async def down(msg):
+        queue.append(("fleet", codec.decode(codec.encode(msg))))
+
+    async def release(round_id, value, count):
+        out.append((value, count))
+
+    async def abort(round_id, why):
+        raise RuntimeError(why)
+
+    agg = AggregatorSecAgg("bench", 0, 1e9, down, release, abort, Counter(), FleetKeys(5))
+    fleet = FleetSecAgg("bench", 0, 0, 1, identities, up, ReportAuthenticator(fleet_key(5, 0)))
+
+    async def run():
+        agg.open(rnd, 0)
+        t0 = time.process_time()
+        await fleet.start(rnd, 0, values, dropped)
+        cpu["fleet"] += time.process_time() - t0
+        while queue:
+            where, msg = queue.pop(0)
+            t0 = time.process_time()
+            await (agg if where == "aggregator" else fleet).on_message(msg)
+            cpu[where] += time.process_time() - t0
+
+    wall = time.perf_counter()
+    _without_gc(asyncio.run)(run())
+    wall = time.perf_counter() - wall
+    assert out == [(sum(values.values()) % M, len(values))], "the round released a wrong sum"
+    return {"n": n, "k": g.k, "t": g.t, "survivors": len(values), "fleet_cpu_s": cpu["fleet"],
+            "aggregator_cpu_s": cpu["aggregator"], "user_cpu_ms": 1e3 * cpu["fleet"] / n, "wall_s": wall,
+            "load": os.getloadavg()}
+
+
 def print_fleet_rows(rows: list[dict]) -> None:
     print(f"{'n':>6} {'k':>3} {'t':>3} {'kept':>6} | {'fleet CPU s (users hosted)':>34} | {'agg CPU s':>9} | "
           f"{'user CPU ms':>11} | {'KB sent/user':>12} | {'round wall s':>12} | {'idle est. s':>11} | load before/after")
@@ -471,6 +534,8 @@ def main() -> None:
     ap.add_argument("--fleets", type=int, help="instead: one sparse round of each --n between real processes over a "
                     "private Mosquitto, the users in this many fleets (as privbandit run --transport mqtt runs it; "
                     "dropout_rate users of the cohort really drop out after sharing)")
+    ap.add_argument("--wire", action="store_true", help="instead: the round of --fleets through the services' "
+                    "step machines and the codec in this one process, no broker (each side's CPU alone)")
     ap.add_argument("--step-deadline", type=float, default=600.0, help="--fleets: the aggregator's "
                     "--secagg-step-deadline (s)")
     ap.add_argument("--seed", type=int, default=3, help="--fleets: the experiment's seed")
@@ -479,6 +544,13 @@ def main() -> None:
     THREAT = ThreatModel(args.corrupt_fraction, args.dropout_rate)
     print(f"threat model: corrupt_fraction = {THREAT.corrupt_fraction:g}, dropout_rate = {THREAT.dropout_rate:g}, "
           f"security 2^-{THREAT.security_bits:g}, failure 2^-{THREAT.failure_bits:g}", flush=True)
+    if args.wire:
+        for n in args.n:
+            r = wire_round(n)
+            print(f"wire, one process: n = {n}, k = {r['k']}, t = {r['t']}, survivors {r['survivors']}: fleet CPU "
+                  f"{r['fleet_cpu_s']:.2f} s ({r['user_cpu_ms']:.2f} ms/user), aggregator CPU {r['aggregator_cpu_s']:.2f} s, "
+                  f"wall {r['wall_s']:.1f} s, load {r['load'][0]:.2f}", flush=True)
+        return
     if args.fleets:
         rows = []
         for n in args.n:
