@@ -397,16 +397,11 @@ class AggregatorSecAgg:
         # block b of a cohort lives on fleet b mod N), so a fleet gets its own users' mail only.
         shards = self.shards or 1
         host = ((shares.recipients - self.first_user[round_id]) // USER_BLOCK) % shards
+        rows = np.frombuffer(shares.ciphertexts, dtype=np.uint8).reshape(-1, CIPHERTEXT_BYTES)
         for i in range(shards):
             mine = host == i
-            part = Shares(shares.senders[mine], shares.recipients[mine],
-                          b"".join(c for c, keep in zip(_split(shares.ciphertexts), mine) if keep))
+            part = Shares(shares.senders[mine], shares.recipients[mine], rows[mine].tobytes())
             for msg in to_messages("delivery", part, run=self.run, task=self.task, round_id=round_id,
                                    shard=i, shards=shards):
                 self._sent(round_id, "delivery", msg)
                 await self.send(msg)
-
-
-def _split(blob: bytes):
-    for i in range(0, len(blob), CIPHERTEXT_BYTES):
-        yield blob[i: i + CIPHERTEXT_BYTES]

@@ -242,3 +242,14 @@ def test_a_shared_advert_book_verifies_each_advertisement_once_and_remembers_fai
     alone.advertise()
     alone.share_keys(directory)  # not a neighbour of the victim: every key it reads is genuine
     assert alone.adverts is not book and alone.adverts.verified == len(graph.neighbours(u)) == SPARSE["degree"]
+
+
+def test_live_holders_count_each_users_live_holders():
+    """The server's vectorized holder count equals counting N(u) ∪ {u} ∩ live user by user."""
+    g = MaskingGraph(SPARSE_IDS, "sparse", seed=b"live", **SPARSE)
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        live = {u for u in SPARSE_IDS if rng.random() < 0.7}
+        ids, h = g.live_holders(live)
+        assert ids.tolist() == sorted(live)
+        assert h.tolist() == [sum(1 for v in g.holders(u) if v in live) for u in sorted(live)]

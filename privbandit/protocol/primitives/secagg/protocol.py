@@ -419,9 +419,11 @@ class SecAggServer:
         t = self.graph.threshold
         _require(len(live) >= t, f"{step}: {len(live)} live users, threshold {t}; round aborted, nothing released")
         if not self.graph.complete:
-            for u in live:
-                h = sum(1 for v in self.graph.holders(u) if v in live)
-                _require(h >= t, f"{step}: user {u} has {h} live holders, threshold {t}; round aborted, nothing released")
+            ids, h = self.graph.live_holders(live)
+            low = np.flatnonzero(h < t)
+            if low.size:
+                u, got = int(ids[low[0]]), int(h[low[0]])
+                raise SecAggAbort(f"{step}: user {u} has {got} live holders, threshold {t}; round aborted, nothing released")
 
     def _admit(self, senders: Iterable[int], allowed: Iterable[int]) -> list[int]:
         allowed, seen, out = set(allowed), set(), []
