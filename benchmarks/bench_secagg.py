@@ -4,10 +4,13 @@
     .venv/bin/python benchmarks/bench_secagg.py --plot docs/figures/secagg_cost.png --json out.json
     .venv/bin/python benchmarks/bench_secagg.py --largest-in 60           # bisection, both modes
     .venv/bin/python benchmarks/bench_secagg.py --corrupt-fraction 0.05 --dropout-rate 0.1   # the threat model
+    .venv/bin/python benchmarks/bench_secagg.py --fleets 2 --n 100 1000 10000   # between real processes
+    .venv/bin/python benchmarks/bench_secagg.py --wire --n 10000          # the services' code, one process
 
 The graph's degree k and threshold t come from a threat model (``parameters.graph_for``; defaults
 γ = 0.05 corrupt, δ = 0.1 dropouts, 2⁻⁴⁰ / 2⁻²⁰): what a run with those settings would use. The
-rounds measured have no dropouts; δ only sets (k, t).
+in-process rounds measured have no dropouts; δ only sets (k, t). The ``--fleets`` and ``--wire``
+rounds are a run's: ⌊δ·n⌋ users drop out after sharing (:func:`fleet_round`, :func:`wire_round`).
 
 One round of Bonawitz et al. 2017 (rounds 0–2 and 4; SecAgg+ graph of Bell et al. 2020 in sparse
 mode), no dropouts, m = 2⁶² − 57, ``--length`` residues per user, every party in this one process.
