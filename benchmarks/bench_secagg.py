@@ -4,10 +4,13 @@
     .venv/bin/python benchmarks/bench_secagg.py --plot docs/figures/secagg_cost.png --json out.json
     .venv/bin/python benchmarks/bench_secagg.py --largest-in 60           # bisection, both modes
     .venv/bin/python benchmarks/bench_secagg.py --corrupt-fraction 0.05 --dropout-rate 0.1   # the threat model
+    .venv/bin/python benchmarks/bench_secagg.py --fleets 2 --n 100 1000 10000   # between real processes
+    .venv/bin/python benchmarks/bench_secagg.py --wire --n 10000          # the services' code, one process
 
 The graph's degree k and threshold t come from a threat model (``parameters.graph_for``; defaults
 γ = 0.05 corrupt, δ = 0.1 dropouts, 2⁻⁴⁰ / 2⁻²⁰): what a run with those settings would use. The
-rounds measured have no dropouts; δ only sets (k, t).
+in-process rounds measured have no dropouts; δ only sets (k, t). The ``--fleets`` and ``--wire``
+rounds are a run's: ⌊δ·n⌋ users drop out after sharing (:func:`fleet_round`, :func:`wire_round`).
 
 One round of Bonawitz et al. 2017 (rounds 0–2 and 4; SecAgg+ graph of Bell et al. 2020 in sparse
 mode), no dropouts, m = 2⁶² − 57, ``--length`` residues per user, every party in this one process.
@@ -39,7 +42,13 @@ import argparse
 import gc
 import json
 import math
+import os
+import re
+import secrets
+import tempfile
+import threading
 import time
+from pathlib import Path
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -239,6 +248,239 @@ def largest_in(mode: str, seconds: float, length: int, start: int) -> tuple[int,
     return lo, hi, trials
 
 
+# --- --fleets: one secure round between real processes over Mosquitto ------------------------------
+
+FLEET_EXPERIMENT = """
+name = "bench-secagg-fleets"
+horizon = {horizon}
+seed = {seed}
+epsilon = 0.5
+runs = 1
+[environment]
+kind = "means"
+means = [0.5, 0.5]
+[algorithms.Dist-DP-SE]
+intermediary = "secagg"
+secagg_graph = "sparse"
+batch_growth = {eta!r}
+dropout_rate = {dropout}
+corrupt_fraction = {corrupt}
+"""
+COST_LINE = re.compile(r"secagg cost: (?P<party>\S+) round (?P<round>\d+) (?P<outcome>\w+): users (?P<users>\d+)"
+                       r"(?:, survivors (?P<survivors>\d+))?, k (?P<k>\d+), t (?P<t>\d+), cpu_s (?P<cpu>[\d.]+) "
+                       r"\((?P<steps>[^)]*)\), sent_bytes (?P<sent>\d+) \((?P<sent_steps>[^)]*)\), wall_s (?P<wall>[\d.]+)")
+
+
+def batches_ending_at(n: int) -> tuple[float, list[int]]:
+    """A batch growth η ≤ 64 (the experiment's limit) whose batches ⌈η^b⌉, b = 1 … B, end at
+    exactly n users: Dist-DP-SE's last batch is then one secure round of n users per arm."""
+    for last in range(1, 64):
+        eta = n ** (1 / last)
+        if eta > 64:
+            continue
+        while math.ceil(eta ** last) > n:  # float rounding: step to the largest η with ⌈η^B⌉ = n
+            eta = math.nextafter(eta, 0)
+        while math.ceil(eta ** last) < n:
+            eta = math.nextafter(eta, math.inf)
+        sizes = [math.ceil(eta ** b) for b in range(1, last + 1)]
+        if eta > 1 and sizes[-1] == n:
+            return eta, sizes
+    raise ValueError(f"no batch growth ends at n = {n}")
+
+
+class CpuSampler(threading.Thread):
+    """Each process's user + system CPU seconds, sampled every ``period`` s until stopped (the last
+    sample before a process exits is kept: a process's final ``period`` can be missed)."""
+
+    def __init__(self, pids: dict[str, int], period: float = 0.2):
+        import psutil
+
+        super().__init__(daemon=True)
+        self.procs = {name: psutil.Process(pid) for name, pid in pids.items()}
+        self.cpu = dict.fromkeys(pids, 0.0)
+        self.period, self.halt = period, threading.Event()
+
+    def run(self):
+        while not self.halt.is_set():
+            for name, proc in self.procs.items():
+                try:
+                    t = proc.cpu_times()
+                    self.cpu[name] = t.user + t.system
+                except Exception:  # exited (psutil.NoSuchProcess) or a zombie: keep the last sample
+                    pass
+            self.halt.wait(self.period)
+
+    def stop(self) -> dict[str, float]:
+        self.halt.set()
+        self.join()
+        return dict(self.cpu)
+
+
+def fleet_round(n: int, fleets: int, step_deadline_s: float, seed: int, keep: Path | None = None) -> dict:
+    """One sparse secure round of ``n`` users, as ``privbandit run FILE --transport mqtt`` runs it:
+    the analyzer, the aggregator, ``fleets`` user fleets and the observer, each its own process,
+    over a private Mosquitto with the run's ACLs. The experiment is Dist-DP-SE on two equal arms
+    whose last batch is n users per arm and whose horizon ends after arm 0's round of it, so the
+    session's last secure round has n users (the batches before it are smaller rounds).
+
+    Per-party CPU and bytes of that round come from the ``secagg cost:`` lines the aggregator and
+    the fleets log (:class:`privbandit.services.secagg_rounds.RoundCost`); whole-session CPU per
+    process (start-up and the smaller rounds included) from sampling /proc."""
+    from privbandit.runner import config as experiment_files
+    from privbandit.services.launcher import plan_parties
+    from privbandit.services.mosquitto_process import start_with_broker_config
+
+    eta, sizes = batches_ending_at(n)
+    horizon = 2 * sum(sizes[:-1]) + n
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(keep) if keep else Path(tmp)
+        base.mkdir(parents=True, exist_ok=True)
+        path = base / "bench-secagg-fleets.toml"
+        path.write_text(FLEET_EXPERIMENT.format(horizon=horizon, seed=seed, eta=eta, dropout=THREAT.dropout_rate,
+                                                corrupt=THREAT.corrupt_fraction))
+        family, config = experiment_files.load(path)
+        out = base / f"out-{n}"
+        run_id = "s" + secrets.token_hex(4)
+        load_before = os.getloadavg()
+        mosquitto, files = start_with_broker_config(base / f"broker-{run_id}", run_id)
+        with mosquitto:
+            passwords = {str(r): p for r, p in files.passwords.items()}
+            parties = plan_parties(family, config, path, [], out, mosquitto.url, run_id, fleets, passwords,
+                                   observer_log=out / "observer.log", checkpoint=False)
+            for p in parties:  # a fleet may need longer than the default 30 s for one step of a large round
+                if p.name == "aggregator":
+                    p.argv += ["--secagg-step-deadline", str(step_deadline_s)]
+            wall = time.perf_counter()
+            sampler = None
+            try:
+                for p in parties:
+                    p.start()
+                sampler = CpuSampler({p.name: p.proc.pid for p in parties} | {"mosquitto": mosquitto.proc.pid})
+                sampler.start()
+                code = parties[0].proc.wait(3600)
+                if code != 0:
+                    raise RuntimeError(f"the session failed ({code}): see {out}/observer.log and {out}/logs")
+            finally:
+                session_cpu = sampler.stop() if sampler else {}
+                for p in parties:
+                    p.stop()
+            wall = time.perf_counter() - wall
+        load_after = os.getloadavg()
+        lines = {}
+        for log in sorted((out / "logs").glob("*.log")):
+            for m in COST_LINE.finditer(log.read_text()):
+                lines.setdefault(int(m["round"]), []).append(m.groupdict())
+        summary = json.loads((out / "summary.json").read_text())
+    target = [r for r, ls in lines.items() if any(x["party"] == "aggregator" and int(x["users"]) == n for x in ls)]
+    if not target:
+        raise RuntimeError(f"no secure round of {n} users in the logs (rounds: {sorted(lines)})")
+    rows = lines[max(target)]
+    agg = next(x for x in rows if x["party"] == "aggregator")
+    if agg["outcome"] != "released":
+        raise RuntimeError(f"the round of {n} users was not released: {agg}")
+    fleet_rows = sorted((x for x in rows if x["party"].startswith("users-")), key=lambda x: x["party"])
+
+    def steps(text: str) -> dict[str, float]:
+        return {k: float(v) for k, v in (item.rsplit(" ", 1) for item in text.split(", ") if item)}
+
+    fleet_cpu = {x["party"]: float(x["cpu"]) for x in fleet_rows}
+    fleet_sent = {x["party"]: int(x["sent"]) for x in fleet_rows}
+    return {
+        "n": n, "fleets": fleets, "k": int(agg["k"]), "t": int(agg["t"]), "survivors": int(agg["survivors"]),
+        "hosted": {x["party"]: int(x["users"]) for x in fleet_rows},
+        "fleet_cpu_s": fleet_cpu, "fleet_steps_s": {x["party"]: steps(x["steps"]) for x in fleet_rows},
+        "aggregator_cpu_s": float(agg["cpu"]), "aggregator_steps_s": steps(agg["steps"]),
+        "user_cpu_ms": 1e3 * sum(fleet_cpu.values()) / n, "user_bytes": sum(fleet_sent.values()) / n,
+        "fleet_sent_bytes": fleet_sent, "aggregator_sent_bytes": int(agg["sent"]),
+        "round_wall_s": float(agg["wall"]), "fleet_wall_s": {x["party"]: float(x["wall"]) for x in fleet_rows},
+        # On an idle machine the round's steps run one after another along fleet → aggregator →
+        # fleet …, and only the fleet hosting the cohort works, so its CPU plus the aggregator's is
+        # the round's wall time without the broker's transfers: an estimate, not a measurement.
+        "idle_estimate_s": max(fleet_cpu.values()) + float(agg["cpu"]),
+        "session_wall_s": wall, "session_cpu_s": session_cpu, "load_before": load_before, "load_after": load_after,
+        "eta": eta, "batches": sizes, "horizon": horizon,
+        "reports_dropped": summary["algorithms"]["Dist-DP-SE"].get("reports_dropped"),
+    }
+
+
+def wire_round(n: int, seed: int = 1) -> dict:
+    """The round of :func:`fleet_round` (n users, ⌊dropout_rate·n⌋ of them dropping after sharing,
+    (k, t) from the threat model) through the services' step machines (``FleetSecAgg``, one fleet
+    hosting the cohort as in the distributed run, and ``AggregatorSecAgg``) in this one process,
+    every message encoded and decoded by the codec, no broker: each side's CPU
+    (``time.process_time``) without the broker's and the other processes' noise. Long-term
+    identities are derived before the clock starts (the PKI)."""
+    import asyncio
+    from collections import Counter
+
+    from privbandit.protocol.primitives.report_auth import FleetKeys, ReportAuthenticator, fleet_key
+    from privbandit.protocol.primitives.secagg.batch import UserIdentities
+    from privbandit.protocol.spine.events import Round
+    from privbandit.services import codec
+    from privbandit.services.secagg_rounds import AggregatorSecAgg, FleetSecAgg
+
+    g = graph_for("sparse", n, THREAT)
+    rnd = Round(7, "aggregator", "sum", n, m=M, secagg="sparse", secagg_degree=g.k, secagg_threshold=g.t)
+    rng = np.random.default_rng(seed)
+    values = {u: int(v) for u, v in enumerate(rng.integers(0, M, n))}
+    dropped = sorted(rng.choice(n, int(THREAT.dropout_rate * n), replace=False).tolist())
+    for u in dropped:
+        values.pop(u)
+    identities = UserIdentities(bytes(range(32)))
+    for u in range(n):
+        identities.public(u)
+    queue, out, cpu = [], [], Counter()
+
+    async def up(msg):
+        queue.append(("aggregator", codec.decode(codec.encode(msg))))
+
+    async def down(msg):
+        queue.append(("fleet", codec.decode(codec.encode(msg))))
+
+    async def release(round_id, value, count):
+        out.append((value, count))
+
+    async def abort(round_id, why):
+        raise RuntimeError(why)
+
+    agg = AggregatorSecAgg("bench", 0, 1e9, down, release, abort, Counter(), FleetKeys(5))
+    fleet = FleetSecAgg("bench", 0, 0, 1, identities, up, ReportAuthenticator(fleet_key(5, 0)))
+
+    async def run():
+        agg.open(rnd, 0)
+        t0 = time.process_time()
+        await fleet.start(rnd, 0, values, dropped)
+        cpu["fleet"] += time.process_time() - t0
+        while queue:
+            where, msg = queue.pop(0)
+            t0 = time.process_time()
+            await (agg if where == "aggregator" else fleet).on_message(msg)
+            cpu[where] += time.process_time() - t0
+
+    wall = time.perf_counter()
+    _without_gc(asyncio.run)(run())
+    wall = time.perf_counter() - wall
+    assert out == [(sum(values.values()) % M, len(values))], "the round released a wrong sum"
+    return {"n": n, "k": g.k, "t": g.t, "survivors": len(values), "fleet_cpu_s": cpu["fleet"],
+            "aggregator_cpu_s": cpu["aggregator"], "user_cpu_ms": 1e3 * cpu["fleet"] / n, "wall_s": wall,
+            "load": os.getloadavg()}
+
+
+def print_fleet_rows(rows: list[dict]) -> None:
+    print(f"{'n':>6} {'k':>3} {'t':>3} {'kept':>6} | {'fleet CPU s (users hosted)':>34} | {'agg CPU s':>9} | "
+          f"{'user CPU ms':>11} | {'KB sent/user':>12} | {'round wall s':>12} | {'idle est. s':>11} | load before/after")
+    for r in rows:
+        fleets = ", ".join(f"{r['fleet_cpu_s'][f]:.2f} ({r['hosted'][f]})" for f in sorted(r["fleet_cpu_s"]))
+        print(f"{r['n']:>6} {r['k']:>3} {r['t']:>3} {r['survivors']:>6} | {fleets:>34} | {r['aggregator_cpu_s']:>9.2f} | "
+              f"{r['user_cpu_ms']:>11.2f} | {r['user_bytes'] / 1e3:>12.2f} | {r['round_wall_s']:>12.1f} | "
+              f"{r['idle_estimate_s']:>11.1f} | {r['load_before'][0]:.2f} / {r['load_after'][0]:.2f}", flush=True)
+        print("       per step, fleet CPU s: " + "; ".join(
+            f"{f}: " + ", ".join(f"{k} {v:.2f}" for k, v in r["fleet_steps_s"][f].items()) for f in sorted(r["fleet_steps_s"]))
+            + " | aggregator: " + ", ".join(f"{k} {v:.2f}" for k, v in r["aggregator_steps_s"].items()))
+        print("       whole session, CPU s per process: " + ", ".join(f"{k} {v:.1f}" for k, v in r["session_cpu_s"].items())
+              + f" | session wall {r['session_wall_s']:.1f} s", flush=True)
+
+
 def plot(rows: list[dict], path: str) -> None:
     import matplotlib
 
@@ -292,10 +534,35 @@ def main() -> None:
     ap.add_argument("--start", type=int, help="--largest-in: first n tried (default 200 complete, 2000 sparse)")
     ap.add_argument("--corrupt-fraction", type=float, default=THREAT.corrupt_fraction)
     ap.add_argument("--dropout-rate", type=float, default=THREAT.dropout_rate)
+    ap.add_argument("--fleets", type=int, help="instead: one sparse round of each --n between real processes over a "
+                    "private Mosquitto, the users in this many fleets (as privbandit run --transport mqtt runs it; "
+                    "dropout_rate users of the cohort really drop out after sharing)")
+    ap.add_argument("--wire", action="store_true", help="instead: the round of --fleets through the services' "
+                    "step machines and the codec in this one process, no broker (each side's CPU alone)")
+    ap.add_argument("--step-deadline", type=float, default=600.0, help="--fleets: the aggregator's "
+                    "--secagg-step-deadline (s)")
+    ap.add_argument("--seed", type=int, default=3, help="--fleets: the experiment's seed")
+    ap.add_argument("--keep", help="--fleets: keep the sessions' files (logs, summaries) under this directory")
     args = ap.parse_args()
     THREAT = ThreatModel(args.corrupt_fraction, args.dropout_rate)
     print(f"threat model: corrupt_fraction = {THREAT.corrupt_fraction:g}, dropout_rate = {THREAT.dropout_rate:g}, "
           f"security 2^-{THREAT.security_bits:g}, failure 2^-{THREAT.failure_bits:g}", flush=True)
+    if args.wire:
+        for n in args.n:
+            r = wire_round(n)
+            print(f"wire, one process: n = {n}, k = {r['k']}, t = {r['t']}, survivors {r['survivors']}: fleet CPU "
+                  f"{r['fleet_cpu_s']:.2f} s ({r['user_cpu_ms']:.2f} ms/user), aggregator CPU {r['aggregator_cpu_s']:.2f} s, "
+                  f"wall {r['wall_s']:.1f} s, load {r['load'][0]:.2f}", flush=True)
+        return
+    if args.fleets:
+        rows = []
+        for n in args.n:
+            rows.append(fleet_round(n, args.fleets, args.step_deadline, args.seed, args.keep and Path(args.keep) / str(n)))
+            print_fleet_rows(rows[-1:])
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
+        return
     if args.largest_in:
         for mode in args.modes:
             lo, hi, _ = largest_in(mode, args.largest_in, args.length, start=args.start or (200 if mode == "complete" else 2000))

@@ -10,9 +10,11 @@ are dropouts, and Bonawitz et al.'s recovery (or a loud abort) follows.
 from __future__ import annotations
 
 import hmac
+import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -42,6 +44,56 @@ NEXT = {"advertise": "directory", "shares": "delivery", "masked": "survivors", "
 FLEET_STEPS = ("advertise", "shares", "masked", "unmask")
 
 Send = Callable[[codec.SecAggMsg], Awaitable[None]]
+
+log = logging.getLogger("privbandit.secagg")
+
+
+@dataclass
+class RoundCost:
+    """What one party spent on one secure round, logged when the round ends (one line per party;
+    benchmarks/bench_secagg.py --fleets reads it).
+
+    ``cpu``: seconds of this process's CPU (``time.process_time``) while it handled the round's
+    messages, per step: decoding and checking chunks, the protocol's work, encoding, MACs and
+    handing the chunks to the bus; CPU the process spent meanwhile on anything else (another
+    round's messages, the bus's own I/O while it waited) counts too, so it is an upper bound when
+    rounds overlap. ``sent``: payload bytes of the chunks it published, per step. ``wall``: seconds
+    from the round's start here (a fleet's round 0, the aggregator's opening) to its end."""
+
+    round_id: int
+    users: int  # a fleet: its users in the round; the aggregator: the round's cohort
+    degree: int = 0  # the graph's k and t
+    threshold: int = 0
+    survivors: int | None = None  # the aggregator, once released: |U₃|, whose inputs the sum covers
+    cpu: Counter = field(default_factory=Counter)
+    sent: Counter = field(default_factory=Counter)
+    started: float = field(default_factory=time.monotonic)
+    wall: float | None = None
+
+    def end(self) -> None:
+        self.wall = time.monotonic() - self.started
+
+    def line(self, party: str, outcome: str) -> str:
+        steps = ", ".join(f"{k} {v:.3f}" for k, v in self.cpu.items())
+        sent = ", ".join(f"{k} {v}" for k, v in self.sent.items())
+        kept = "" if self.survivors is None else f", survivors {self.survivors}"
+        return (f"secagg cost: {party} round {self.round_id} {outcome}: users {self.users}{kept}, k {self.degree}, "
+                f"t {self.threshold}, cpu_s {sum(self.cpu.values()):.3f} ({steps}), sent_bytes {sum(self.sent.values())} ({sent}), "
+                f"wall_s {self.wall:.3f}")
+
+
+class _Timed:
+    """``with _Timed(cost, step):`` adds the block's process CPU to ``cost.cpu[step]``."""
+
+    def __init__(self, cost: RoundCost | None, step: str):
+        self.cost, self.step = cost, step
+
+    def __enter__(self):
+        self.t0 = time.process_time()
+
+    def __exit__(self, *exc):
+        if self.cost is not None:
+            self.cost.cpu[self.step] += time.process_time() - self.t0
 
 
 def _u(a) -> np.ndarray:
@@ -147,21 +199,30 @@ class FleetSecAgg:
         self.rounds: dict[int, FleetRound] = {}
         self.inboxes: dict[tuple[int, str], _Inbox] = {}
         self.aborted: dict[str, int] = {}
+        self.costs: dict[int, RoundCost] = {}  # rounds in flight; finished ones go to the log
+        self.finished: deque[RoundCost] = deque(maxlen=256)  # … and the last ones here
 
     async def _publish(self, step: str, round_id: int, batch) -> None:
+        cost = self.costs.get(round_id)
         for msg in to_messages(step, batch, run=self.run, task=self.task, round_id=round_id,
                                shard=self.shard, shards=self.shards):
-            await self.send(msg.model_copy(update={"tag": self.auth.mac(
-                "secagg-chunk", self.run, self.task, self.shard, payload=codec.encode(msg))}))
+            signed = msg.model_copy(update={"tag": self.auth.mac(
+                "secagg-chunk", self.run, self.task, self.shard, payload=codec.encode(msg))})
+            if cost is not None:
+                cost.sent[step] += len(codec.encode(signed))
+            await self.send(signed)
 
     async def start(self, rnd, first_user: int, values: dict[int, int], dropouts: list[int]) -> None:
         """Round 0 for this fleet's users of round ``rnd`` (the cohort ``first_user`` …
         ``first_user + rnd.expected − 1``; possibly none of them here: an empty final chunk)."""
-        config, graph = round_setup(self.run, self.task, rnd.id, first_user, rnd.expected, rnd.m, rnd.secagg,
-                                    rnd.secagg_degree, rnd.secagg_threshold)
-        fleet = FleetRound(config, graph, self.identities, values, dropouts)
-        self.rounds[rnd.id] = fleet
-        await self._publish("advertise", rnd.id, fleet.advertise())
+        cost = self.costs[rnd.id] = RoundCost(rnd.id, len({*values, *dropouts}))
+        with _Timed(cost, "advertise"):
+            config, graph = round_setup(self.run, self.task, rnd.id, first_user, rnd.expected, rnd.m, rnd.secagg,
+                                        rnd.secagg_degree, rnd.secagg_threshold)
+            cost.degree, cost.threshold = graph.degree, graph.threshold
+            fleet = FleetRound(config, graph, self.identities, values, dropouts)
+            self.rounds[rnd.id] = fleet
+            await self._publish("advertise", rnd.id, fleet.advertise())
 
     async def on_message(self, msg: codec.SecAggMsg) -> str | None:
         """Returns a rejection reason, or None."""
@@ -172,27 +233,34 @@ class FleetSecAgg:
             return "secagg-wrong-direction"
         if msg.step == "delivery" and msg.shard != self.shard:
             return None  # another fleet's mail
-        try:
-            from_messages(msg.step, [msg])
-        except BatchError:
-            return "secagg-malformed"
-        box = self.inboxes.setdefault((msg.round, msg.step), _Inbox())
-        refused = box.add(msg)
-        if refused:
-            return refused
-        if not msg.final:
-            return None
-        batch = from_messages(msg.step, box.messages())
-        del self.inboxes[msg.round, msg.step]
-        if msg.step == "directory":
-            await self._publish("shares", msg.round, fleet.share(batch))
-        elif msg.step == "delivery":
-            await self._publish("masked", msg.round, fleet.mask(batch))
-        else:
-            await self._publish("unmask", msg.round, fleet.unmask(batch))
-            for reason, count in fleet.aborted.items():
-                self.aborted[reason] = self.aborted.get(reason, 0) + count
-            del self.rounds[msg.round]
+        answer = {"directory": "shares", "delivery": "masked", "survivors": "unmask"}[msg.step]
+        cost = self.costs.get(msg.round)
+        with _Timed(cost, answer):
+            try:
+                from_messages(msg.step, [msg])
+            except BatchError:
+                return "secagg-malformed"
+            box = self.inboxes.setdefault((msg.round, msg.step), _Inbox())
+            refused = box.add(msg)
+            if refused:
+                return refused
+            if not msg.final:
+                return None
+            batch = from_messages(msg.step, box.messages())
+            del self.inboxes[msg.round, msg.step]
+            if msg.step == "directory":
+                await self._publish("shares", msg.round, fleet.share(batch))
+            elif msg.step == "delivery":
+                await self._publish("masked", msg.round, fleet.mask(batch))
+            else:
+                await self._publish("unmask", msg.round, fleet.unmask(batch))
+                for reason, count in fleet.aborted.items():
+                    self.aborted[reason] = self.aborted.get(reason, 0) + count
+                del self.rounds[msg.round]
+        if msg.step == "survivors" and cost is not None:
+            cost.end()
+            self.finished.append(self.costs.pop(msg.round))
+            log.info(cost.line(f"users-{self.shard}", "done"))
         return None
 
 
@@ -212,6 +280,9 @@ class AggregatorSecAgg:
         self.rounds: dict[int, tuple[AggregatorRound, str, _Inbox]] = {}
         self.first_user: dict[int, int] = {}
         self.shards: int | None = None
+        self.costs: dict[int, RoundCost] = {}  # rounds in flight; finished ones go to the log
+        self.finished: deque[RoundCost] = deque(maxlen=256)  # … and the last ones here
+        self._closing: list[tuple[RoundCost, str]] = []
 
     def open(self, rnd, first_user: int) -> None:
         """A secure round of ``rnd.expected`` users from ``first_user`` (its one join)."""
@@ -219,12 +290,18 @@ class AggregatorSecAgg:
                                     rnd.secagg_degree, rnd.secagg_threshold)
         self.rounds[rnd.id] = (AggregatorRound(config, graph), "advertise", _Inbox())
         self.first_user[rnd.id] = first_user
+        self.costs[rnd.id] = RoundCost(rnd.id, rnd.expected, graph.degree, graph.threshold)
 
     async def on_message(self, msg: codec.SecAggMsg) -> str | None:
         state = self.rounds.get(msg.round)
         if state is None:
             return "secagg-unknown-round"
-        server, step, box = state
+        with _Timed(self.costs.get(msg.round), state[1]):
+            reason = await self._on_chunk(msg, *state)
+        self._log_closed()
+        return reason
+
+    async def _on_chunk(self, msg: codec.SecAggMsg, server: AggregatorRound, step: str, box: _Inbox) -> str | None:
         if msg.step not in FLEET_STEPS:
             return "secagg-wrong-direction"
         if not hmac.compare_digest(msg.tag, self.auth.mac(
@@ -254,9 +331,11 @@ class AggregatorSecAgg:
 
     async def tick(self) -> None:
         """Steps past their deadline go on with what came: the silent users are dropouts."""
-        for round_id, (_, _, box) in list(self.rounds.items()):
+        for round_id, (_, step, box) in list(self.rounds.items()):
             if time.monotonic() - box.opened > self.step_deadline_s:
-                await self._advance(round_id)
+                with _Timed(self.costs.get(round_id), step):
+                    await self._advance(round_id)
+                self._log_closed()
 
     async def _advance(self, round_id: int) -> None:
         server, step, box = self.rounds[round_id]
@@ -271,8 +350,10 @@ class AggregatorSecAgg:
                 out = ("survivors", server.survivors(batch))
             else:
                 value, n = server.finalize(batch)
+                if (cost := self.costs.get(round_id)) is not None:
+                    cost.survivors = n
                 self._count(server, before)
-                self._close(round_id)
+                self._close(round_id, "released")
                 return await self.release(round_id, value, n)
         except (SecAggError, BatchError) as exc:
             self._count(server, before)
@@ -285,30 +366,42 @@ class AggregatorSecAgg:
             await self._deliver(round_id, batch)
         else:
             for msg in to_messages(name, batch, run=self.run, task=self.task, round_id=round_id, shard=0, shards=1):
+                self._sent(round_id, name, msg)
                 await self.send(msg)
 
     def _count(self, server: AggregatorRound, before: int) -> None:
         if server.rejected > before:  # senders outside the round, or repeating themselves
             self.rejected["secagg-not-admitted"] += server.rejected - before
 
-    def _close(self, round_id: int) -> None:
+    def _sent(self, round_id: int, step: str, msg: codec.SecAggMsg) -> None:
+        if (cost := self.costs.get(round_id)) is not None:
+            cost.sent[step] += len(codec.encode(msg))
+
+    def _close(self, round_id: int, outcome: str = "aborted") -> None:
         del self.rounds[round_id]
         del self.first_user[round_id]
+        cost = self.costs.pop(round_id, None)
+        if cost is not None:
+            self._closing.append((cost, outcome))
+
+    def _log_closed(self) -> None:
+        """Log the rounds that ended during the step just timed (so the step's CPU is all in)."""
+        for cost, outcome in self._closing:
+            cost.end()
+            self.finished.append(cost)
+            log.info(cost.line("aggregator", outcome))
+        self._closing.clear()
 
     async def _deliver(self, round_id: int, shares: Shares) -> None:
         # Route each ciphertext to the fleet hosting its recipient (the block layout is public:
         # block b of a cohort lives on fleet b mod N), so a fleet gets its own users' mail only.
         shards = self.shards or 1
         host = ((shares.recipients - self.first_user[round_id]) // USER_BLOCK) % shards
+        rows = np.frombuffer(shares.ciphertexts, dtype=np.uint8).reshape(-1, CIPHERTEXT_BYTES)
         for i in range(shards):
             mine = host == i
-            part = Shares(shares.senders[mine], shares.recipients[mine],
-                          b"".join(c for c, keep in zip(_split(shares.ciphertexts), mine) if keep))
+            part = Shares(shares.senders[mine], shares.recipients[mine], rows[mine].tobytes())
             for msg in to_messages("delivery", part, run=self.run, task=self.task, round_id=round_id,
                                    shard=i, shards=shards):
+                self._sent(round_id, "delivery", msg)
                 await self.send(msg)
-
-
-def _split(blob: bytes):
-    for i in range(0, len(blob), CIPHERTEXT_BYTES):
-        yield blob[i: i + CIPHERTEXT_BYTES]

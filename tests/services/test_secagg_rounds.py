@@ -191,3 +191,45 @@ def test_malformed_and_misdirected_chunks_are_refused_by_reason():
     assert asyncio.run(s.agg.on_message(good)) is None
     assert asyncio.run(s.agg.on_message(good)) == "duplicate"  # QoS 1 may deliver twice
     assert asyncio.run(s.agg.on_message(msg(records=b"\0" * 256, shards=3, chunk=1))) == "secagg-shard-count"
+
+
+def test_each_party_logs_what_a_round_cost_it(caplog):
+    """One 'secagg cost:' line per fleet and one for the aggregator when a round ends (what
+    benchmarks/bench_secagg.py --fleets reads): the users each fleet hosts, the bytes each party
+    sent equal to its chunks' encoded sizes, CPU per step, and the aggregator's survivors."""
+    import importlib.util
+    import logging
+    from pathlib import Path
+
+    values = {u: 3 * u for u in range(40) if u != 9}
+    s = _Session(40, "sparse", values, dropouts=[9])
+    sent = Counter()
+
+    def counting(send, party):
+        async def wrapped(msg):
+            sent[party] += len(codec.encode(msg))
+            await send(msg)
+        return wrapped
+
+    for f in s.fleets:
+        f.send = counting(f.send, f"users-{f.shard}")
+    s.agg.send = counting(s.agg.send, "aggregator")
+    with caplog.at_level(logging.INFO, logger="privbandit.secagg"):
+        asyncio.run(s.run())
+    assert s.released == [(7, sum(values.values()) % M, 39)]
+    costs = {f"users-{f.shard}": f.finished[-1] for f in s.fleets} | {"aggregator": s.agg.finished[-1]}
+    assert {p: c.users for p, c in costs.items()} == {"users-0": 40, "users-1": 0, "aggregator": 40}
+    assert {p: sum(c.sent.values()) for p, c in costs.items()} == sent
+    assert costs["aggregator"].survivors == 39 and costs["users-0"].cpu["shares"] > 0
+    assert len({(c.degree, c.threshold) for c in costs.values()}) == 1  # the round's one public graph
+    # The benchmark's parser reads the same figures back from the log.
+    spec = importlib.util.spec_from_file_location("bench_secagg", Path(__file__).parents[2] / "benchmarks" / "bench_secagg.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    parsed = {m["party"]: m for m in bench.COST_LINE.finditer(caplog.text)}
+    assert set(parsed) == set(costs) and parsed["aggregator"]["outcome"] == "released"
+    for party, cost in costs.items():
+        row = parsed[party]
+        assert int(row["users"]) == cost.users and int(row["sent"]) == sent[party]
+        assert (int(row["k"]), int(row["t"])) == (cost.degree, cost.threshold) and cost.degree > 0
+        assert abs(float(row["cpu"]) - sum(cost.cpu.values())) < 2e-3

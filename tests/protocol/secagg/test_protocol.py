@@ -179,3 +179,77 @@ def test_steps_out_of_order_rejected():
     users, _ = make_round(IDS, "complete", 101, length=1)
     with pytest.raises(Exception, match="step"):
         users[IDS[0]].unmask(UnmaskRequest(frozenset(IDS)))
+
+
+@pytest.mark.parametrize("m", MODULI)
+def test_masks_applied_for_many_users_at_once_equal_the_formula(m):
+    """apply_masks, which a fleet calls once for all its users, gives each user exactly
+    y + PRG(b) + Σ_{v>u} PRG(s_uv) − Σ_{v<u} PRG(s_uv) mod m, computed here in Python integers one
+    user at a time; users with different neighbour counts (none included) share the batch."""
+    import os
+
+    from privbandit.protocol.primitives.secagg.protocol import (
+        MaskSeeds,
+        RoundConfig,
+        apply_masks,
+        pair_mask,
+        self_mask,
+    )
+
+    cfg = RoundConfig(run_id=b"test-run", round_id=3, m=m, length=4)
+    rng = np.random.default_rng(m % 1000)
+    users = []
+    for u, k in enumerate([5, 0, 12, 1, 7]):
+        users.append(MaskSeeds(u, rng.integers(0, m, size=4, dtype=np.int64), os.urandom(32),
+                               [os.urandom(32) for _ in range(k)], rng.random(k) < 0.5))
+    got = apply_masks(users, cfg)
+    for u, out in zip(users, got):
+        want = [int(y) + int(b) for y, b in zip(u.y, self_mask(u.self_seed, cfg))]
+        for seed, up in zip(u.pair_seeds, u.up):
+            want = [w + (1 if up else -1) * int(p) for w, p in zip(want, pair_mask(seed, cfg))]
+        assert out.sender == u.sender and out.y.tolist() == [w % m for w in want]
+    assert [x.y.tolist() for x in apply_masks(users[2:3], cfg)] == [got[2].y.tolist()]  # alone or together
+
+
+def test_a_shared_advert_book_verifies_each_advertisement_once_and_remembers_failures():
+    """A fleet's users share one CheckedAdverts: one signature check per advertisement instead of
+    one per reader, and a substituted key fails for every reader, as if each had checked it."""
+    from privbandit.protocol.primitives.secagg.keys import CheckedAdverts
+    from privbandit.protocol.primitives.secagg.protocol import SecAggUser
+    from tests.protocol.secagg.helpers import identity
+
+    users, server = make_round(SPARSE_IDS, "sparse", 2**32 + 15, **SPARSE)
+    pki = {u: identity(u).public_key() for u in SPARSE_IDS}
+    cfg, graph = users[SPARSE_IDS[0]].config, users[SPARSE_IDS[0]].graph
+    book = CheckedAdverts(pki, run_id=cfg.run_id, round_id=cfg.round_id)
+    users = {u: SecAggUser(u, identity(u), pki, cfg, graph, book) for u in SPARSE_IDS}
+    adverts = {u: users[u].advertise() for u in SPARSE_IDS}
+    victim = SPARSE_IDS[3]
+    forged = dataclasses.replace(adverts[victim], s_public=raw_public(X25519PrivateKey.generate().public_key()))
+    directory = KeyDirectory({**adverts, victim: forged})
+    aborted = []
+    for u in SPARSE_IDS:
+        try:
+            users[u].share_keys(directory)
+        except KeySubstitutionError as exc:
+            aborted.append(u)
+            assert f"user {victim}" in str(exc)
+    assert sorted(aborted) == sorted(graph.neighbours(victim))  # each reader of the forged key, alone
+    assert book.verified == N_SPARSE  # one check per advertisement, not one per (reader, advertisement)
+    # A user on its own (a device) gets its own book and checks each of its k neighbours itself.
+    u = next(u for u in SPARSE_IDS if u != victim and u not in aborted)
+    alone = SecAggUser(u, identity(u), pki, cfg, graph)
+    alone.advertise()
+    alone.share_keys(directory)  # not a neighbour of the victim: every key it reads is genuine
+    assert alone.adverts is not book and alone.adverts.verified == len(graph.neighbours(u)) == SPARSE["degree"]
+
+
+def test_live_holders_count_each_users_live_holders():
+    """The server's vectorized holder count equals counting N(u) ∪ {u} ∩ live user by user."""
+    g = MaskingGraph(SPARSE_IDS, "sparse", seed=b"live", **SPARSE)
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        live = {u for u in SPARSE_IDS if rng.random() < 0.7}
+        ids, h = g.live_holders(live)
+        assert ids.tolist() == sorted(live)
+        assert h.tolist() == [sum(1 for v in g.holders(u) if v in live) for u in sorted(live)]

@@ -19,6 +19,7 @@ from privbandit.protocol.primitives.secagg.shamir import (
     combine_secret,
     lagrange_at_zero,
     split_field,
+    split_field_many,
     split_secret,
     split_secrets,
     limbs_to_secrets,
@@ -177,3 +178,30 @@ def test_batched_reconstruction_equals_one_at_a_time(t):
     assert (out[0] != limbs[0]).any() and (out[1:] == limbs[1:]).all()
     with pytest.raises(ShareError, match="duplicate"):
         combine_many(np.stack([np.full(t + 1, 5)]), np.zeros((1, t + 1, 11), dtype=np.int64))
+
+
+def test_many_dealers_in_one_pass_equal_each_dealing_alone():
+    """split_field_many (a fleet dealing all its users' secrets at once, each at its own x set) is
+    split_field per dealer with the same coefficients, large x included (no int64 overflow)."""
+    rng = np.random.default_rng(5)
+    dealers, h, t, L = 6, 9, 5, 4
+    xs = np.stack([rng.choice(PRIME - 1, size=h, replace=False) + 1 for _ in range(dealers)])
+    xs[1] = np.arange(1, h + 1)  # small x: the lazy reduction path
+    values = rng.integers(0, PRIME, size=(dealers, L))
+    coeffs = rng.integers(0, PRIME, size=(t - 1, dealers, L))
+    many = split_field_many(values, t, xs, coefficients=coeffs)
+    assert many.shape == (dealers, h, L)
+    for d in range(dealers):
+        np.testing.assert_array_equal(many[d], split_field(values[d], t, xs[d], coefficients=coeffs[:, d]))
+    # Fresh coefficients: any t shares of each dealer give back its own values.
+    shares = split_field_many(values, t, xs)
+    for d in range(dealers):
+        np.testing.assert_array_equal(combine_field(xs[d, 2:2 + t], shares[d, 2:2 + t], t), values[d])
+    # Two dealers may use the same x; one dealer may not use an x twice.
+    split_field_many(values[:2], t, np.stack([np.arange(1, h + 1)] * 2))
+    twice = xs[:2].copy()
+    twice[1, 3] = twice[1, 4]
+    with pytest.raises(ShareError, match="duplicate"):
+        split_field_many(values[:2], t, twice)
+    with pytest.raises(ShareError, match="threshold"):
+        split_field_many(values, h + 1, xs)

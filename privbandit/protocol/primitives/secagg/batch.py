@@ -33,7 +33,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from privbandit.protocol.primitives.secagg.errors import SecAggError
 from privbandit.protocol.primitives.secagg.graph import MaskingGraph
-from privbandit.protocol.primitives.secagg.keys import KeyAdvertisement
+from privbandit.protocol.primitives.secagg.keys import CheckedAdverts, KeyAdvertisement
 from privbandit.protocol.primitives.secagg.protocol import (
     LIMBS,
     EncryptedShares,
@@ -45,6 +45,8 @@ from privbandit.protocol.primitives.secagg.protocol import (
     SharesDelivery,
     UnmaskRequest,
     UnmaskResponse,
+    apply_masks,
+    deal_shares,
 )
 
 ADVERT_RECORD = 32 + 32 + 64  # c^PK ‖ s^PK ‖ Ed25519 signature
@@ -198,14 +200,21 @@ def concat(batches: list, cls):
 
 class FleetRound:
     """One fleet's users in one round. ``values`` maps each *reporting* user to its residue; the
-    ``dropouts`` take part in rounds 0–1 and then vanish (their device went offline)."""
+    ``dropouts`` take part in rounds 0–1 and then vanish (their device went offline).
+
+    The users share one :class:`~.keys.CheckedAdverts`: each advertisement in the directory is
+    verified once in the fleet instead of once by each of its k neighbours here (the same verdict,
+    for 1/k of the Ed25519 work). A device verifies its k neighbours itself;
+    benchmarks/bench_secagg.py reports the fleet's CPU and a device's apart."""
 
     def __init__(self, config: RoundConfig, graph: MaskingGraph, identities: UserIdentities,
                  values: Mapping[int, int], dropouts: Iterable[int] = ()):
         pki = identities.pki
         hosted = sorted({*map(int, values), *map(int, dropouts)})
-        self.users = {u: SecAggUser(u, identities.private(u), pki, config, graph) for u in hosted}
+        self.adverts = CheckedAdverts(pki, run_id=config.run_id, round_id=config.round_id)
+        self.users = {u: SecAggUser(u, identities.private(u), pki, config, graph, self.adverts) for u in hosted}
         self.values = {int(u): int(v) for u, v in values.items()}
+        self.config = config
         self.aborted: Counter[str] = Counter()  # users that stopped, by the check that failed
 
     def _each(self, step: str, users: Iterable[int], call):
@@ -223,7 +232,9 @@ class FleetRound:
 
     def share(self, directory: Adverts) -> Shares:
         adverts = {a.user_id: a for a in directory.unpack()}
-        shared = self._each("round 1", list(self.users), lambda s: s.share_keys(KeyDirectory(adverts)))
+        directory = KeyDirectory(adverts)
+        dealers = self._each("round 1", list(self.users), lambda s: s.share_holders(directory))
+        shared = deal_shares(dealers)  # every user's dealing in one Horner pass per holder count
         return Shares.of([(m.sender, v, ct) for m in shared for v, ct in m.ciphertexts.items()])
 
     def mask(self, delivery: Shares) -> Masked:
@@ -233,8 +244,9 @@ class FleetRound:
         stay = [u for u in self.users if u in self.values]
         for u in set(self.users) - set(stay):
             self.users.pop(u)  # a dropout: gone before round 2
-        sent = self._each("round 2", stay, lambda s: s.masked_input(SharesDelivery(inbox.get(s.id, {})),
-                                                                    np.array([self.values[s.id]], dtype=np.int64)))
+        seeds = self._each("round 2", stay, lambda s: s.mask_seeds(SharesDelivery(inbox.get(s.id, {})),
+                                                                   np.array([self.values[s.id]], dtype=np.int64)))
+        sent = apply_masks(seeds, self.config)  # every user's masks in one batch
         return Masked(np.array([m.sender for m in sent], dtype=np.int64),
                       np.array([int(m.y[0]) for m in sent], dtype=np.int64))
 

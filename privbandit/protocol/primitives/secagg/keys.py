@@ -104,9 +104,48 @@ def verify_advertisement(
         ) from None
 
 
+class CheckedAdverts:
+    """Advertisements of one round, each verified and parsed once for every user that reads it.
+
+    Bonawitz et al.'s users each verify every neighbour's signed keys (round 1). A fleet process
+    simulates many users, and k of them read each advertisement: the signature check is a function
+    of public bytes only (the PKI's key, the signed payload, the signature), so its verdict is the
+    same for all k and is computed once, then remembered, failures included (every reader of a
+    substituted key still aborts, with the same error). Parsing the two X25519 public keys is
+    shared likewise. A user run on its own (one object per device) gets its own book, so it still
+    verifies each of its neighbours itself.
+    """
+
+    def __init__(self, pki: Mapping[int, Ed25519PublicKey], *, run_id: bytes, round_id: int):
+        self.pki, self.run_id, self.round_id = pki, run_id, round_id
+        self._verdicts: dict[KeyAdvertisement, str | None] = {}  # advert → None (valid) or why not
+        self._parsed: dict[bytes, X25519PublicKey] = {}
+        self.verified = 0  # signatures actually checked (the benchmark reports it)
+
+    def check(self, advert: KeyAdvertisement) -> None:
+        """:func:`verify_advertisement`, once per distinct advertisement."""
+        if advert not in self._verdicts:
+            self.verified += 1
+            try:
+                verify_advertisement(advert, self.pki, run_id=self.run_id, round_id=self.round_id)
+                self._verdicts[advert] = None
+            except KeySubstitutionError as exc:
+                self._verdicts[advert] = str(exc)
+        why = self._verdicts[advert]
+        if why is not None:
+            raise KeySubstitutionError(why)
+
+    def public(self, raw: bytes) -> X25519PublicKey:
+        """The X25519 public key of a checked advertisement's 32 raw bytes."""
+        key = self._parsed.get(raw)
+        if key is None:
+            key = self._parsed[raw] = X25519PublicKey.from_public_bytes(raw)
+        return key
+
+
 def pairwise_key(
     private: X25519PrivateKey,
-    peer_public: bytes,
+    peer_public: X25519PublicKey | bytes,
     *,
     run_id: bytes,
     round_id: int,
@@ -120,7 +159,9 @@ def pairwise_key(
     """
     if me == peer:
         raise ValueError("no pairwise key with oneself")
-    shared = private.exchange(X25519PublicKey.from_public_bytes(peer_public))
+    if isinstance(peer_public, bytes):
+        peer_public = X25519PublicKey.from_public_bytes(peer_public)
+    shared = private.exchange(peer_public)
     lo, hi = min(me, peer), max(me, peer)
     info = (
         _KDF_LABEL

@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
     Ed25519PublicKey,
 )
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.serialization import (
     Encoding,
@@ -50,18 +50,17 @@ from privbandit.protocol.primitives.secagg.graph import MaskingGraph
 from privbandit.protocol.primitives.secagg.keys import (
     PURPOSE_ENCRYPTION,
     PURPOSE_MASK,
+    CheckedAdverts,
     KeyAdvertisement,
     RoundKeys,
     pairwise_key,
-    verify_advertisement,
 )
 from privbandit.protocol.primitives.secagg.prg import uniform_mod, uniform_mod_rows
 from privbandit.protocol.primitives.secagg.shamir import (
     LIMB_BYTES,
     combine_many,
-    combine_secret,
     limbs_to_secrets,
-    split_secrets,
+    split_secrets_many,
 )
 
 AdvertiseKeys = KeyAdvertisement  # round 0 message (keys.py owns signing and verification)
@@ -69,6 +68,9 @@ AdvertiseKeys = KeyAdvertisement  # round 0 message (keys.py owns signing and ve
 SECRET_BYTES = 32
 LIMBS = -(-SECRET_BYTES // LIMB_BYTES)
 _SHARE_PLAIN = struct.Struct(f">QQ{2 * LIMBS}I")  # sender, recipient, s^SK share, b share
+_SHARE_ADDRESS = struct.Struct(">QQ")  # its first two fields
+_SHARE_ROW = np.dtype([("sender", ">u8"), ("recipient", ">u8"), ("limbs", ">u4", (2 * LIMBS,))])  # the same, packed
+assert _SHARE_ROW.itemsize == _SHARE_PLAIN.size
 PURPOSE_SELF = b"self-mask"
 PURPOSE_PAIR = b"pair-mask"
 
@@ -175,6 +177,84 @@ def _column_sums(rows: np.ndarray, m: int) -> np.ndarray:
     return np.asarray([modular_sum(rows[:, c], m) for c in range(rows.shape[1])], dtype=np.int64)
 
 
+def _share_plaintexts(sender: int, recipients: list[int], sk_shares: np.ndarray, b_shares: np.ndarray) -> bytes:
+    """The share plaintexts (``_SHARE_PLAIN``: sender, recipient, s^SK share, b share) for each
+    recipient, back to back, built in one numpy pass."""
+    rows = np.empty(len(recipients), dtype=_SHARE_ROW)
+    rows["sender"] = sender
+    rows["recipient"] = recipients
+    rows["limbs"][:, :LIMBS] = sk_shares
+    rows["limbs"][:, LIMBS:] = b_shares
+    return rows.tobytes()
+
+
+@dataclass(frozen=True)
+class ShareHolders:
+    """One user's round-1 input to :func:`deal_shares`: its two secrets (s^SK, b) and its live
+    holders (its live neighbours and itself, sorted)."""
+
+    user: SecAggUser
+    secrets: tuple[bytes, bytes]
+    holders: list[int]
+
+
+def deal_shares(dealers: list[ShareHolders]) -> list[EncryptedShares]:
+    """Round 1's dealing and sealing for each user (Bonawitz et al. 2017, Fig. 4, "ShareKeys"):
+    both secrets Shamir-shared t-of-h at x = holder id + 1, every user with the same number of live
+    holders in one Horner pass (:func:`~.shamir.split_secrets_many`), then sealed per holder."""
+    out: list[EncryptedShares | None] = [None] * len(dealers)
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, d in enumerate(dealers):
+        groups.setdefault((d.user.t, len(d.holders)), []).append(i)
+    for (t, _), members in groups.items():
+        xs = np.asarray([dealers[i].holders for i in members], dtype=np.int64) + 1
+        shares = split_secrets_many([dealers[i].secrets for i in members], t, xs)
+        for i, rows in zip(members, shares):
+            d = dealers[i]
+            out[i] = d.user.seal_shares(d.holders, rows[:, :LIMBS], rows[:, LIMBS:])
+    return out
+
+
+@dataclass(frozen=True)
+class MaskSeeds:
+    """One user's round-2 input to :func:`apply_masks`: its input, its self-mask seed ``b`` and one
+    seed per neighbour in U₂, with ``up[i]`` true where that neighbour's id is above the user's."""
+
+    sender: int
+    y: np.ndarray
+    self_seed: bytes
+    pair_seeds: list[bytes]
+    up: np.ndarray
+
+
+def apply_masks(users: list[MaskSeeds], config: RoundConfig) -> list[MaskedInput]:
+    """``y_u + PRG(b_u) + Σ_{v>u} PRG(s_uv) − Σ_{v<u} PRG(s_uv) mod m`` for each user (Bonawitz et
+    al. 2017, Fig. 4, round 2), with every user's masks expanded in two batches (self masks, pair
+    masks) and added in one pass per neighbour slot.
+
+    Each seed still keys its own ChaCha20 (:func:`~.prg.uniform_mod_rows`); what is batched across
+    users is the numpy work after the keystream and the Python around it. Residues are < m ≤ 2⁶²,
+    so adding two of them never overflows int64 and the running sum is reduced after each slot.
+    """
+    m, length = config.m, config.length
+    if not users:
+        return []
+    count = np.asarray([len(u.pair_seeds) for u in users], dtype=np.int64)
+    acc = np.stack([u.y for u in users]) + uniform_mod_rows(
+        [u.self_seed for u in users], length, m, round_id=config.round_id, purpose=PURPOSE_SELF)
+    acc %= m
+    pairs = uniform_mod_rows([s for u in users for s in u.pair_seeds], length, m, round_id=config.round_id,
+                             purpose=PURPOSE_PAIR)
+    up = np.concatenate([u.up for u in users]) if pairs.size else np.zeros(0, dtype=bool)
+    pairs[~up] = (m - pairs[~up]) % m  # − PRG(s_uv) for v < u, as a residue
+    slots = np.zeros((len(users), int(count.max()), length), dtype=np.int64)
+    slots[np.arange(slots.shape[1]) < count[:, None]] = pairs  # user i's masks in row i, in order
+    for j in range(slots.shape[1]):
+        acc += slots[:, j]
+        acc %= m
+    return [MaskedInput(u.sender, row) for u, row in zip(users, acc)]
+
+
 def pair_mask(seed: bytes, config: RoundConfig) -> np.ndarray:
     return uniform_mod(seed, config.length, config.m, round_id=config.round_id, purpose=PURPOSE_PAIR)
 
@@ -184,7 +264,12 @@ def self_mask(seed: bytes, config: RoundConfig) -> np.ndarray:
 
 
 class SecAggUser:
-    """One user's side of the round. Call the four methods in order; each one at most once."""
+    """One user's side of the round. Call the four methods in order; each one at most once.
+
+    ``adverts``: a :class:`~.keys.CheckedAdverts` shared by the users one process simulates (a
+    fleet), so each neighbour's advertisement is verified once there; by default the user has its
+    own and verifies every neighbour itself, as a device does.
+    """
 
     def __init__(
         self,
@@ -193,6 +278,7 @@ class SecAggUser:
         pki: Mapping[int, Ed25519PublicKey],
         config: RoundConfig,
         graph: MaskingGraph,
+        adverts: CheckedAdverts | None = None,
     ):
         self.id = int(user_id)
         self.identity = identity
@@ -200,7 +286,8 @@ class SecAggUser:
         self.config = config
         self.graph = graph
         self.t = graph.threshold
-        self.neighbours = frozenset(graph.neighbours(self.id))
+        self.neighbours = graph.neighbours(self.id)
+        self.adverts = CheckedAdverts(pki, run_id=config.run_id, round_id=config.round_id) if adverts is None else adverts
         self.keys = RoundKeys.generate()
         self._peers: dict[int, KeyAdvertisement] = {}  # live neighbours after round 0 (U₁ view)
         self._shared_with: frozenset[int] = frozenset()  # neighbours in U₂ view
@@ -222,42 +309,59 @@ class SecAggUser:
 
     def share_keys(self, directory: KeyDirectory) -> EncryptedShares:
         """Round 1: verify neighbours' keys, share ``s^SK`` and a fresh ``b`` t-of-h, encrypt shares."""
+        return deal_shares([self.share_holders(directory)])[0]
+
+    def share_holders(self, directory: KeyDirectory) -> ShareHolders:
+        """Round 1 up to the dealing: verify the live neighbours' keys, check the threshold and draw
+        ``b``. :func:`deal_shares` then deals and seals, for one user or a whole fleet at once."""
         self._advance(1)
-        cfg = self.config
-        peers = {v: a for v, a in directory.adverts.items() if v in self.neighbours}
+        # Look up the k neighbours, not scan the directory: a fleet hands all its users one
+        # directory of every user in U₁, and a scan per user was O(n) each, O(n²) per fleet.
+        listed = directory.adverts
+        peers = {v: listed[v] for v in self.neighbours if v in listed}
         for v, advert in peers.items():
             if advert.user_id != v:
                 raise SecAggAbort(f"user {self.id}: directory entry {v} carries user {advert.user_id}'s keys")
-            verify_advertisement(advert, self.pki, run_id=cfg.run_id, round_id=cfg.round_id)
+            self.adverts.check(advert)
         _require(len(peers) + 1 >= self.t, f"user {self.id}: {len(peers) + 1} live holders after round 0, threshold {self.t}")
         self._peers = peers
         self._b = os.urandom(SECRET_BYTES)
         s_sk = self.keys.s_private.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
-        holders = sorted((*peers, self.id))
-        xs = np.asarray(holders, dtype=np.int64) + 1
-        sk_shares, b_shares = split_secrets([s_sk, self._b], self.t, xs)
+        return ShareHolders(self, (s_sk, self._b), sorted((*peers, self.id)))
+
+    def seal_shares(self, holders: list[int], sk_shares: np.ndarray, b_shares: np.ndarray) -> EncryptedShares:
+        """Keep the own share, encrypt each other holder's (one key agreement and one AEAD per pair)."""
+        plains = _share_plaintexts(self.id, holders, sk_shares, b_shares)
         cts = {}
         for row, v in enumerate(holders):
             if v == self.id:
                 self._held[v] = (sk_shares[row], b_shares[row])  # own share stays local
-                continue
-            cts[v] = self._seal(peers[v], sk_shares[row], b_shares[row])
+            else:
+                cts[v] = self._seal_plain(self._peers[v], plains[row * _SHARE_PLAIN.size: (row + 1) * _SHARE_PLAIN.size])
         return EncryptedShares(self.id, cts)
 
     def _seal(self, peer: KeyAdvertisement, sk_share: np.ndarray, b_share: np.ndarray) -> bytes:
         """Encrypt this user's two shares for ``peer`` (AEAD, bound to sender, recipient, round).
 
-        Separate from :meth:`share_keys` so benchmarks/bench_secagg.py can have a user seal shares
-        for a few sampled recipients only, through this same code.
+        For benchmarks/bench_secagg.py, which has a user seal shares for a few sampled recipients
+        only, through this same code.
         """
+        return self._seal_plain(peer, _share_plaintexts(self.id, [peer.user_id], sk_share[None], b_share[None]))
+
+    def _seal_plain(self, peer: KeyAdvertisement, plain: bytes) -> bytes:
         cfg, v = self.config, peer.user_id
-        key = pairwise_key(self.keys.c_private, peer.c_public, run_id=cfg.run_id, round_id=cfg.round_id, me=self.id, peer=v, purpose=PURPOSE_ENCRYPTION)
+        key = pairwise_key(self.keys.c_private, self.adverts.public(peer.c_public), run_id=cfg.run_id, round_id=cfg.round_id, me=self.id, peer=v, purpose=PURPOSE_ENCRYPTION)
         self._share_keys[v] = key
-        plain = _SHARE_PLAIN.pack(self.id, v, *sk_share.tolist(), *b_share.tolist())
         return ChaCha20Poly1305(key).encrypt(_aead_nonce(self.id), plain, _aad(cfg, self.id, v))
 
     def masked_input(self, delivery: SharesDelivery, y: np.ndarray) -> MaskedInput:
         """Round 2: store the shares received, then mask ``y`` with every neighbour in U₂."""
+        return apply_masks([self.mask_seeds(delivery, y)], self.config)[0]
+
+    def mask_seeds(self, delivery: SharesDelivery, y: np.ndarray) -> MaskSeeds:
+        """Round 2 up to the masks: store the shares received (one AEAD opening per neighbour) and
+        agree a mask seed with every neighbour in U₂ (one X25519 + HKDF per pair).
+        :func:`apply_masks` expands and adds the masks, for one user or for a whole fleet at once."""
         self._advance(2)
         cfg = self.config
         y = np.asarray(y, dtype=np.int64).reshape(-1)
@@ -270,22 +374,17 @@ class SecAggUser:
                 plain = ChaCha20Poly1305(key).decrypt(_aead_nonce(v), ct, _aad(cfg, v, self.id))
             except InvalidTag:
                 raise SecAggAbort(f"user {self.id}: shares from {v} fail authentication") from None
-            fields = _SHARE_PLAIN.unpack(plain)
-            _require(fields[:2] == (v, self.id), f"user {self.id}: misaddressed shares from {v}")
-            limbs = np.asarray(fields[2:], dtype=np.int64)
+            _require(len(plain) == _SHARE_PLAIN.size and _SHARE_ADDRESS.unpack_from(plain) == (v, self.id),
+                     f"user {self.id}: misaddressed shares from {v}")
+            limbs = np.frombuffer(plain, dtype=">u4", offset=_SHARE_ADDRESS.size).astype(np.int64)
             self._held[v] = (limbs[:LIMBS], limbs[LIMBS:])
         self._share_keys.clear()  # transport keys have no further use this round
         self._shared_with = frozenset(delivery.ciphertexts)
         _require(len(self._shared_with) + 1 >= self.t, f"user {self.id}: {len(self._shared_with) + 1} live holders after round 1, threshold {self.t}")
         peers = sorted(self._shared_with)
-        # Key agreement stays per pair; the k masks are expanded and summed in one batch.
-        seeds = [pairwise_key(self.keys.s_private, self._peers[v].s_public, run_id=cfg.run_id, round_id=cfg.round_id,
-                              me=self.id, peer=v, purpose=PURPOSE_MASK) for v in peers]
-        masks = uniform_mod_rows(seeds, cfg.length, cfg.m, round_id=cfg.round_id, purpose=PURPOSE_PAIR)
-        up = np.asarray([v > self.id for v in peers], dtype=bool)  # _sign: + for v > u, − for v < u
-        acc = (y + self_mask(self._b, cfg)) % cfg.m
-        acc = (acc + _column_sums(masks[up], cfg.m) - _column_sums(masks[~up], cfg.m)) % cfg.m
-        return MaskedInput(self.id, acc)
+        seeds = [pairwise_key(self.keys.s_private, self.adverts.public(self._peers[v].s_public), run_id=cfg.run_id,
+                              round_id=cfg.round_id, me=self.id, peer=v, purpose=PURPOSE_MASK) for v in peers]
+        return MaskSeeds(self.id, y, self._b, seeds, np.asarray([v > self.id for v in peers], dtype=bool))
 
     def unmask(self, request: UnmaskRequest) -> UnmaskResponse:
         """Round 4: for each neighbour that shared with us, reveal exactly one of its two shares."""
@@ -320,9 +419,11 @@ class SecAggServer:
         t = self.graph.threshold
         _require(len(live) >= t, f"{step}: {len(live)} live users, threshold {t}; round aborted, nothing released")
         if not self.graph.complete:
-            for u in live:
-                h = sum(1 for v in self.graph.holders(u) if v in live)
-                _require(h >= t, f"{step}: user {u} has {h} live holders, threshold {t}; round aborted, nothing released")
+            ids, h = self.graph.live_holders(live)
+            low = np.flatnonzero(h < t)
+            if low.size:
+                u, got = int(ids[low[0]]), int(h[low[0]])
+                raise SecAggAbort(f"{step}: user {u} has {got} live holders, threshold {t}; round aborted, nothing released")
 
     def _admit(self, senders: Iterable[int], allowed: Iterable[int]) -> list[int]:
         allowed, seen, out = set(allowed), set(), []
@@ -378,9 +479,29 @@ class SecAggServer:
         _require(self.graph.connected(u3), "round 2: survivor graph is disconnected; round aborted, nothing released")
         return UnmaskRequest(u3)
 
+    def _reconstruct(self, owners: list[int], shares: dict[int, dict[int, np.ndarray]], what: str) -> list[bytes]:
+        """Each owner's secret from the first t of its shares (by holder), all in one Lagrange
+        batch. Fewer than t shares abort the round; a share at an x-coordinate its owner never
+        issued raises :class:`ShareError`."""
+        t = self.graph.threshold
+        if not owners:
+            return []
+        xs = np.empty((len(owners), t), dtype=np.int64)
+        ys = np.empty((len(owners), t, LIMBS), dtype=np.int64)
+        for row, v in enumerate(owners):
+            got = shares.get(v, {})
+            _require(len(got) >= t, f"round 4: {len(got)} shares of {what} of user {v}, threshold {t}; nothing released")
+            holders = sorted(got)
+            foreign = set(holders) - self._shared_to.get(v, frozenset()) - {v}
+            if foreign:
+                raise ShareError(f"shares at x-coordinates {sorted(h + 1 for h in foreign)} were never issued")
+            xs[row] = np.asarray(holders[:t], dtype=np.int64) + 1
+            ys[row] = np.stack([got[h] for h in holders[:t]])
+        return limbs_to_secrets(combine_many(xs, ys), SECRET_BYTES)
+
     def finalize(self, responses: Iterable[UnmaskResponse]) -> SecAggResult:
         """After round 4: reconstruct the needed secrets and release Σ_{U₃} y mod m (and nothing else)."""
-        cfg, t = self.config, self.graph.threshold
+        cfg = self.config
         u3 = frozenset(self._inputs)
         responses = list(responses)
         ok = set(self._admit((r.sender for r in responses), u3))
@@ -396,37 +517,28 @@ class SecAggServer:
             for v, s in r.mask_key_shares.items():
                 sk_shares.setdefault(v, {})[r.sender] = s
 
-        def reconstruct(owner: int, shares: dict[int, np.ndarray], what: str) -> bytes:
-            _require(len(shares) >= t, f"round 4: {len(shares)} shares of {what} of user {owner}, threshold {t}; nothing released")
-            holders = sorted(shares)
-            xs = np.asarray(holders, dtype=np.int64) + 1
-            issued = np.asarray(sorted(self._shared_to.get(owner, ())) + [owner], dtype=np.int64) + 1
-            return combine_secret(xs, np.stack([shares[h] for h in holders]), t, SECRET_BYTES, holders=issued.tolist())
-
         total = _column_sums(np.stack([self._inputs[u] for u in sorted(u3)]), cfg.m)
         # Remove every survivor's self mask: all b_v rebuilt in one Lagrange batch, their masks
         # expanded in one batch (Bonawitz et al. Fig. 4, round 4, "Unmasking").
-        survivors = sorted(u3)
-        xs = np.empty((len(survivors), t), dtype=np.int64)
-        ys = np.empty((len(survivors), t, LIMBS), dtype=np.int64)
-        for row, v in enumerate(survivors):
-            shares = b_shares.get(v, {})
-            _require(len(shares) >= t, f"round 4: {len(shares)} shares of b of user {v}, threshold {t}; nothing released")
-            holders = sorted(shares)
-            foreign = set(holders) - self._shared_to.get(v, frozenset()) - {v}
-            if foreign:
-                raise ShareError(f"shares at x-coordinates {sorted(h + 1 for h in foreign)} were never issued")
-            xs[row] = np.asarray(holders[:t], dtype=np.int64) + 1
-            ys[row] = np.stack([shares[h] for h in holders[:t]])
-        seeds = limbs_to_secrets(combine_many(xs, ys), SECRET_BYTES)
+        seeds = self._reconstruct(sorted(u3), b_shares, "b")
         selfs = uniform_mod_rows(seeds, cfg.length, cfg.m, round_id=cfg.round_id, purpose=PURPOSE_SELF)
         total = (total - _column_sums(selfs, cfg.m)) % cfg.m
-        for u in sorted(self._u2 - u3):  # dropped after sharing: cancel the masks survivors added for u
-            partners = [v for v in sorted(self._shared_to.get(u, ())) if v in u3]  # got u's shares, so masked with u
-            if not partners:
-                continue
-            s_sk = X25519PrivateKey.from_private_bytes(reconstruct(u, sk_shares.get(u, {}), "s^SK"))
-            for v in partners:
-                seed = pairwise_key(s_sk, self._adverts[v].s_public, run_id=cfg.run_id, round_id=cfg.round_id, me=u, peer=v, purpose=PURPOSE_MASK)
-                total = (total - _sign(v, u) * pair_mask(seed, cfg)) % cfg.m
+        # Users that dropped after sharing: cancel the masks the survivors that got their shares
+        # (and so masked with them) added. Their s^SK are rebuilt in one Lagrange batch and the
+        # dangling masks expanded in one batch; the key agreement stays one per pair.
+        dropped = [u for u in sorted(self._u2 - u3) if any(v in u3 for v in self._shared_to.get(u, ()))]
+        pair_seeds, signs, peers = [], [], {}
+        for u, key in zip(dropped, self._reconstruct(dropped, sk_shares, "s^SK")):
+            s_sk = X25519PrivateKey.from_private_bytes(key)
+            for v in sorted(self._shared_to[u]):
+                if v in u3:
+                    if v not in peers:
+                        peers[v] = X25519PublicKey.from_public_bytes(self._adverts[v].s_public)
+                    pair_seeds.append(pairwise_key(s_sk, peers[v], run_id=cfg.run_id, round_id=cfg.round_id,
+                                                   me=u, peer=v, purpose=PURPOSE_MASK))
+                    signs.append(_sign(v, u))
+        if pair_seeds:
+            masks = uniform_mod_rows(pair_seeds, cfg.length, cfg.m, round_id=cfg.round_id, purpose=PURPOSE_PAIR)
+            up = np.asarray(signs) > 0  # v added +PRG(s_uv) for u > v: remove it; −PRG for u < v: add it back
+            total = (total - _column_sums(masks[up], cfg.m) + _column_sums(masks[~up], cfg.m)) % cfg.m
         return SecAggResult(total, tuple(sorted(u3)))

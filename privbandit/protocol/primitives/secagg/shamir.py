@@ -66,26 +66,59 @@ def split_field(
     """
     secret = np.asarray(values, dtype=np.int64).ravel()
     x = _check_xs(xs, prime)
-    if not 1 <= t <= x.size:
-        raise ShareError(f"threshold t={t} must satisfy 1 ≤ t ≤ n={x.size}")
+    if coefficients is not None:
+        coefficients = np.asarray(coefficients, dtype=np.int64)
+        if coefficients.shape != (t - 1, secret.size):
+            raise ValueError(f"coefficients must have shape {(t - 1, secret.size)}")
+        coefficients = coefficients[:, None, :]
+    return split_field_many(secret[None, :], t, x[None, :], prime=prime, coefficients=coefficients)[0]
+
+
+def split_field_many(
+    values: np.ndarray,
+    t: int,
+    xs: np.ndarray,
+    *,
+    prime: int = PRIME,
+    coefficients: np.ndarray | None = None,
+) -> np.ndarray:
+    """:func:`split_field` for D dealers at once: dealer d shares the L elements ``values[d]`` at
+    its own h x-coordinates ``xs[d]``; returns the (D, h, L) shares. Every element of every dealer
+    gets its own independent random polynomial (``coefficients``: (t − 1, D, L), or None for the
+    CSPRNG), so this is D separate dealings, done as one Horner pass.
+    """
+    secret = np.asarray(values, dtype=np.int64)
+    x = np.asarray(xs, dtype=np.int64)
+    if secret.ndim != 2 or x.ndim != 2 or x.shape[0] != secret.shape[0]:
+        raise ValueError("need (D, L) values and (D, h) x-coordinates")
+    dealers, h = x.shape
+    if x.size and (x.min() < 1 or x.max() >= prime):
+        raise ShareError(f"x-coordinates must lie in [1, {prime}); got range [{x.min()}, {x.max()}]")
+    if h > 1 and (np.diff(np.sort(x, axis=1), axis=1) == 0).any():
+        raise ShareError("duplicate x-coordinates")
+    if not 1 <= t <= h:
+        raise ShareError(f"threshold t={t} must satisfy 1 ≤ t ≤ n={h}")
     if secret.size and (secret.min() < 0 or secret.max() >= prime):
         raise ShareError("secret elements must lie in [0, p)")
-    coeffs = random_field((t - 1, secret.size), prime) if coefficients is None else np.asarray(coefficients, dtype=np.int64)
-    if coeffs.shape != (t - 1, secret.size):
-        raise ValueError(f"coefficients must have shape {(t - 1, secret.size)}")
+    shape = (t - 1, *secret.shape)
+    coeffs = random_field(shape, prime) if coefficients is None else np.asarray(coefficients, dtype=np.int64)
+    if coeffs.shape != shape:
+        raise ValueError(f"coefficients must have shape {shape}")
+    acc = np.empty((dealers, h, secret.shape[1]), dtype=np.int64)
+    if not acc.size:
+        return acc
     # Horner's rule over all recipients at once, in place. The dealer's cost is this loop (t steps
     # over an h × L array), so the `%` pass is skipped while the next step provably cannot overflow
     # int64: with acc < bound, acc·x + c < bound·max(x) + p. For x = id + 1 < 2¹⁶ that reduces
     # every other step; for large x every step, as before. Results are identical either way.
-    acc = np.empty((x.size, secret.size), dtype=np.int64)
-    acc[:] = coeffs[-1] if t > 1 else secret
-    xcol, xmax, bound = x[:, None], int(x.max()), prime
+    acc[:] = (coeffs[-1] if t > 1 else secret)[:, None, :]
+    xcol, xmax, bound = x[:, :, None], int(x.max()), prime
     for k in range(t - 3, -2, -1):
         if bound * xmax + prime >= 2**63:
             np.remainder(acc, prime, out=acc)
             bound = prime
         np.multiply(acc, xcol, out=acc)
-        acc += coeffs[k] if k >= 0 else secret
+        acc += (coeffs[k] if k >= 0 else secret)[:, None, :]
         bound = bound * xmax + prime
     np.remainder(acc, prime, out=acc)
     return acc
@@ -193,6 +226,14 @@ def split_secrets(secrets: Sequence[bytes], t: int, xs: Sequence[int] | np.ndarr
     limbs = [secret_to_limbs(s) for s in secrets]
     shares = split_field(np.concatenate(limbs), t, xs)
     return np.split(shares, np.cumsum([piece.size for piece in limbs])[:-1], axis=1)
+
+
+def split_secrets_many(secrets: Sequence[Sequence[bytes]], t: int, xs: np.ndarray) -> np.ndarray:
+    """Dealer d shares the byte strings ``secrets[d]`` (the same count and lengths for every
+    dealer) among its x-coordinates ``xs[d]``: returns (D, h, L₁ + L₂ + …) shares whose columns
+    are each secret's limbs in turn, from one :func:`split_field_many` pass."""
+    limbs = np.stack([np.concatenate([secret_to_limbs(s) for s in mine]) for mine in secrets])
+    return split_field_many(limbs, t, xs)
 
 
 def combine_secret(
