@@ -382,7 +382,7 @@ def test_an_anonymous_external_broker_is_refused_naming_what_was_readable(tmp_pa
     """What `up --broker` does before starting any party (the one-shot services have run): the
     probe with the generated accounts; test_up_runs_… shows the verdict reaching summary.json."""
     with pytest.raises(compose.ComposeError, match=r"the parties connect with TLS \(PRIVBANDIT_CA_FILE .*/deploy/ca/"
-                                                   r"ca.pem\), the broker at mqtt://127.0.0.1:1883 without"):
+                                                   rf"ca.pem\), the broker at {re.escape(mosquitto_url)} without"):
         compose.check_broker(compose.load(COMPOSE, tmp_path), mosquitto_url, "compose", insecure=True)
     work = _workdir(tmp_path / "plain", _plain)
     files = acl.write_broker_config(work / "deploy" / "generated", "compose", 1883, host="0.0.0.0")
