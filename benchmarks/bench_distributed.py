@@ -16,6 +16,8 @@ Prints, for the same experiment and seed:
 ``--only-mqtt`` skips the in-process engine and the broker rates (the MQTT session alone, e.g. to
 compare two commits' parties back to back); ``--py-spy PARTY`` records that party's stacks at
 100 Hz (py-spy's raw format, to ``--py-spy-out``) and prints the functions holding most samples.
+To time another commit, run from its worktree with it on PYTHONPATH: the parties start as
+``python -m privbandit``, which imports from the working directory first.
 
 With ``--checkpoint-cost``: the same session with and without checkpoints (state directories for
 the analyzer and the intermediary), alternating, ``--repeat`` times each; the wall-time difference
