@@ -151,3 +151,13 @@ def test_ids_and_reports_must_match():
         AUTH.tags("run", 0, 1, 2, 0, np.arange(5), np.zeros(1, np.int64))  # would broadcast
     with pytest.raises(ValueError, match="one id per report"):
         AUTH.tags("run", 0, 1, 2, 0, np.arange(4).reshape(2, 2), np.zeros(4, np.int64))
+
+
+def test_a_message_of_no_record_has_no_tag():
+    """A block none of whose users report into a round is still sent, to close the block: its
+    (runs, 0, width) reports used to make report_words raise (reshape(0, -1)), in the fleet and the
+    aggregator alike."""
+    for shape in [(1, 0, 1), (2, 0, 3), (0,)]:
+        none = np.zeros(shape, np.int64)
+        assert AUTH.tags("run", 0, 1, 2, 0, np.zeros(0, np.int64), none).shape == (0,)
+        assert AUTH.verify("run", 0, 1, 2, 0, np.zeros(0, np.int64), none, np.zeros(0, "<u4")).shape == (0,)
