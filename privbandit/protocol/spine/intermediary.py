@@ -271,8 +271,8 @@ class Intermediary:
     def _admit_run(self, reports: Reports, state: _Collecting, part: _Part, idx: np.ndarray, values: np.ndarray,
                    ok: np.ndarray, seen: np.ndarray | None) -> bool:
         """A fleet's message, admitted whole by slices: every record valid, slots increasing without
-        a gap, none reported before, within the quota. What :meth:`receive` would do with gathers
-        (``duplicate`` counted, by nothing); False, having changed nothing, for any other message."""
+        a gap, none reported before, within the quota. Leaves the state and counts receive's gathers
+        would leave; returns False, having changed nothing, for any other message."""
         n = idx.size
         low = int(idx[0])
         if (int(idx[-1]) - low != n - 1 or n > part.join.reports - part.accepted or not bool(ok.all())
