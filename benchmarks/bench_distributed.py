@@ -3,13 +3,21 @@
     python benchmarks/bench_distributed.py [--broker mqtt://127.0.0.1:1883] [--horizon 1000000]
     python benchmarks/bench_distributed.py --checkpoint-cost [--intermediary shuffler]
     python benchmarks/bench_distributed.py --arms 256  # many rounds open at once (one per arm)
+    python benchmarks/bench_distributed.py --horizon 100000000 --only-mqtt --py-spy aggregator
 
 Prints, for the same experiment and seed:
 - users/s of the in-process engine (one process) and of the MQTT run (observer's wall time for the
   task, from the first plan to the last truth), and their ratio;
+- the CPU seconds (user + system) each party's process used, start-up included;
 - wire bytes per user against the budget 2·(⌈log₂ m⌉/8) + 8;
 - the raw broker rate measured with the same client library: QoS 1 messages of one report block
   (65,536 users) from one publisher to one subscriber — the ceiling for users/s.
+
+``--only-mqtt`` skips the in-process engine and the broker rates (the MQTT session alone, e.g. to
+compare two commits' parties back to back); ``--py-spy PARTY`` records that party's stacks at
+100 Hz (py-spy's raw format, to ``--py-spy-out``) and prints the functions holding most samples.
+To time another commit, run from its worktree with it on PYTHONPATH: the parties start as
+``python -m privbandit``, which imports from the working directory first.
 
 With ``--checkpoint-cost``: the same session with and without checkpoints (state directories for
 the analyzer and the intermediary), alternating, ``--repeat`` times each; the wall-time difference
@@ -22,9 +30,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import platform
+import re
+import subprocess
+import sys
 import tempfile
+import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import aiomqtt
@@ -45,6 +59,63 @@ kind = "uniform"
 [algorithms.{label}]
 {extra}"""
 SHUFFLED = 'algorithm = "dist-rdp-se"\nintermediary = "shuffler"\n'
+
+
+class PartyCPU:
+    """CPU seconds (user + system) of every party's process, read from /proc every ``every_s`` while
+    it runs; the last reading stands (after the session a party does nothing but leave). Pass
+    :meth:`started` as :func:`launch`'s ``started``. ``py_spy``: a party to record with py-spy."""
+
+    def __init__(self, every_s: float = 0.1, py_spy: str | None = None, py_spy_out: Path | None = None):
+        self.every_s = every_s
+        self.cpu: dict[str, float] = {}
+        self.py_spy, self.py_spy_out = py_spy, py_spy_out
+        self.spy: subprocess.Popen | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def started(self, parties) -> None:
+        if self.py_spy is not None:
+            party = next((p for p in parties if p.name == self.py_spy), None)
+            if party is None:
+                raise ValueError(f"--py-spy: no party named {self.py_spy!r} (parties: {[p.name for p in parties]})")
+            spy = Path(sys.executable).with_name("py-spy")
+            self.spy = subprocess.Popen([str(spy), "record", "--pid", str(party.proc.pid), "--rate", "100",
+                                         "--format", "raw", "--output", str(self.py_spy_out)],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self._thread = threading.Thread(target=self._watch, args=(parties,), daemon=True)
+        self._thread.start()
+
+    def _watch(self, parties) -> None:
+        tick = os.sysconf("SC_CLK_TCK")
+        while not self._stop.is_set():
+            for p in parties:
+                try:
+                    with open(f"/proc/{p.proc.pid}/stat") as fh:
+                        fields = fh.read().rsplit(")", 1)[1].split()
+                except (OSError, IndexError):
+                    continue  # gone (reaped) or not yet readable: the last reading stands
+                self.cpu[p.name] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+            self._stop.wait(self.every_s)
+
+    def finish(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.spy is not None:
+            self.spy.wait(60)  # py-spy ends when its party exits, and writes its file then
+
+
+def top_functions(raw: Path, count: int = 15) -> tuple[int, list[tuple[str, int]]]:
+    """Samples in a py-spy raw file, and the functions in most of them (each counted once per
+    sample: the share of time inside it, callees included)."""
+    total, inside = 0, Counter()
+    for line in raw.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        total += int(n)
+        # a frame is "function (path/file.py:line)": the line number would split one function
+        inside.update(dict.fromkeys({re.sub(r":\d+\)$", ")", f) for f in stack.split(";")}, int(n)))
+    return total, inside.most_common(count)
 
 
 def _session(family, config, path: Path, out: Path, broker: str, shards: int, checkpoint: bool) -> tuple[float, dict]:
@@ -123,6 +194,9 @@ def main() -> None:
     ap.add_argument("--intermediary", choices=("aggregator", "shuffler"), default="aggregator")
     ap.add_argument("--repeat", type=int, default=3, help="sessions of each kind, with --checkpoint-cost")
     ap.add_argument("--arms", type=int, default=None, help="K (default: the uniform environment's)")
+    ap.add_argument("--only-mqtt", action="store_true", help="the MQTT session only: no in-process engine, no broker rates")
+    ap.add_argument("--py-spy", metavar="PARTY", default=None, help="record this party (e.g. aggregator) with py-spy")
+    ap.add_argument("--py-spy-out", type=Path, default=Path("py-spy.raw"), help="py-spy's raw output (with --py-spy)")
     args = ap.parse_args()
     print(f"machine: {platform.machine()}, python {platform.python_version()}, broker {args.broker}")
     label = "Dist-DP-SE" if args.intermediary == "aggregator" else "Dist-RDP-shuffled"
@@ -134,24 +208,41 @@ def main() -> None:
         family, config = experiment_files.load(path)
         if args.checkpoint_cost:
             return checkpoint_cost(args, family, config, path, Path(tmp), label)
-        tasks.run_experiment(family, config, jobs=1)  # warm: the first task pays lazy imports (dp-accounting, scipy)
-        _, compute, _ = tasks.run_experiment(family, config, jobs=1)
-        inproc = args.horizon / compute["Dist-DP-SE"]
+        if not args.only_mqtt:
+            tasks.run_experiment(family, config, jobs=1)  # warm: the first task pays lazy imports (dp-accounting, scipy)
+            _, compute, _ = tasks.run_experiment(family, config, jobs=1)
+            inproc = args.horizon / compute[label]
+        cpu = PartyCPU(py_spy=args.py_spy, py_spy_out=args.py_spy_out)
         t0 = time.perf_counter()
-        assert launch(family, config, path, [], Path(tmp) / "out", broker_url=args.broker, shards=args.shards,
-                      insecure_broker=True) == 0
+        try:
+            assert launch(family, config, path, [], Path(tmp) / "out", broker_url=args.broker, shards=args.shards,
+                          insecure_broker=True, started=cpu.started) == 0
+        finally:
+            cpu.finish()
         wall = time.perf_counter() - t0
         summary = json.loads((Path(tmp) / "out" / "summary.json").read_text())
-    a = summary["algorithms"]["Dist-DP-SE"]
-    comm = summary["communication"]["Dist-DP-SE"]
+    a = summary["algorithms"][label]
+    comm = summary["communication"][label]
     mqtt = a["users_per_s"]
     budget = 2 * comm["bits_per_user_protocol_max"] / 8 + 8
-    print(f"in-process engine       {inproc:>12,.0f} users/s")
+    if not args.only_mqtt:
+        print(f"in-process engine       {inproc:>12,.0f} users/s")
     print(f"MQTT, {args.shards} fleets          {mqtt:>12,.0f} users/s   (whole session incl. process start: "
           f"{args.horizon / wall:,.0f} users/s, {wall:.1f} s)")
-    print(f"ratio in-process/MQTT   {inproc / mqtt:>12.1f}×")
+    print("CPU seconds per party   " + ", ".join(f"{name} {s:.2f}" for name, s in cpu.cpu.items()))
+    if args.py_spy is not None:
+        total, top = top_functions(args.py_spy_out)
+        task_s = args.horizon / mqtt
+        print(f"py-spy, {args.py_spy}: {total} samples at 100 Hz over a task of {task_s:.1f} s "
+              f"(busy ≈ {total / (100 * task_s):.0%} of it, start-up included); functions in most samples:")
+        for frame, n in top:
+            print(f"  {n / total:6.1%}  {frame}")
     print(f"wire bytes per user     {comm['bytes_per_user_wire']:>12.2f}   (payload {comm['bytes_per_user_payload']:.2f}; "
           f"budget 2·({comm['bits_per_user_protocol_max']}/8) + 8 = {budget:.2f})")
+    print(f"load average            {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if args.only_mqtt:
+        return
+    print(f"ratio in-process/MQTT   {inproc / mqtt:>12.1f}×")
     block = int(comm["bytes_per_user_payload"] * USER_BLOCK)
     rate = asyncio.run(broker_rate(args.broker, block, 300))
     print(f"raw broker rate         {rate:>12,.0f} msgs/s of {block:,} B (one block) "

@@ -318,15 +318,20 @@ class IntermediaryService(PartyService):
         go on to the round, which refuses them as ``not-in-cohort``."""
         ids = msg.user_ids.astype(np.int64)
         values = codec.as_values(msg.values)
-        inside = (ids >= join.first) & (ids < join.first + join.count)
-        if msg.tags is None:
-            reason, good = "missing-tag", ~inside
+        path = (self.run_id, self.task_index, msg.round, plan.id, plan.first_user)
+        if msg.tags is not None and (not ids.size or (int(ids.min()) >= join.first
+                                                      and int(ids.max()) < join.first + join.count)):
+            # a fleet's message: every id joined, so every record is checked as it came (no copies)
+            reason, good = "bad-tag", self.auth.verify(*path, ids, values, msg.tags)
         else:
-            reason, good = "bad-tag", ~inside
-            good[inside] = self.auth.verify(self.run_id, self.task_index, msg.round, plan.id, plan.first_user,
-                                            ids[inside], values[:, inside], msg.tags[inside])
-        if not good.all():
-            self.reject(reason, f"{int((~good).sum())} records of round {msg.round}", int((~good).sum()))
+            inside = (ids >= join.first) & (ids < join.first + join.count)
+            reason, good = "missing-tag", ~inside
+            if msg.tags is not None:
+                reason = "bad-tag"
+                good[inside] = self.auth.verify(*path, ids[inside], values[:, inside], msg.tags[inside])
+        if (bad := ids.size - int(np.count_nonzero(good))) == 0:
+            return ids, values
+        self.reject(reason, f"{bad} records of round {msg.round}", bad)
         return ids[good], values[:, good]
 
     def close_block(self, msg: codec.ReportsMsg, plan: Plan) -> None:

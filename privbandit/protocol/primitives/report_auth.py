@@ -15,7 +15,10 @@ residue). The tag of the report's words split into 22-bit limbs (l₁ … l_{3W}
 The inner product is a universal hash and b a one-time pad, so a forger who has seen at most one
 tag under a key succeeds with probability at most 1/p ≈ 4.7·10⁻¹⁰ per attempt (Wegman & Carter
 1981). Every key is used for one record only, because a user reports once per round and plan. Limbs
-keep every product below 2⁵³, so numpy computes the tags of a whole block at once, exactly.
+keep every product of a key word (taken as its 32 raw bits, ≡ a_j mod p) and a limb below 2⁵⁴, so
+numpy computes the tags of a whole block at once, exactly, in uint64. A message's usual records
+(one block, ids increasing and contiguous) take their key words straight from the keystream,
+entered at the first user's ChaCha20 block.
 
 A fleet closes a block of a plan's cohort (everyone there has answered; the missing users dropped
 out) with a message whose ``block_tag`` is such an HMAC too: holding the users' broker account is
@@ -44,19 +47,60 @@ LIMB_MASK = (1 << LIMB_BITS) - 1
 TAG_DTYPE = "<u4"
 
 
+# A product of a raw 32-bit key word and a 22-bit limb is below 2⁵⁴, so 1023 of them and a 32-bit
+# b (or a partial sum already reduced below p) add up below 2⁶⁴: exact in uint64, reduced mod p only
+# once per 1023 terms (once per tag for every report up to 341 words).
+_TERMS = 1023
+# The keystream is ChaCha20 applied to zeros, read from this many zero bytes at a time (memory stays
+# bounded whatever the report's width); 1 MiB is one 65,536-user block of one-word reports.
+_ZEROS = bytes(1 << 20)
+_CHACHA_BLOCK = 64  # bytes of keystream per ChaCha20 counter value (RFC 7539 §2.3)
+
+
 def report_words(values: np.ndarray) -> np.ndarray:
     """The 64-bit words a report's tag covers, one row per user: residues and counts as they are,
-    floats by their bits. ``values`` is (n,) or (runs, n, width)."""
+    floats by their bits. ``values`` is (n,) or (runs, n, width). A view of ``values`` where its
+    bits already are the words (int64, uint64, float64 with one word per user), else a copy."""
     values = np.asarray(values)
-    if values.ndim == 3:
-        values = np.moveaxis(values, 1, 0).reshape(values.shape[1], -1)
+    if values.ndim == 3:  # the shape spelled out: -1 cannot be inferred for a message of no record
+        runs, n, width = values.shape
+        values = np.moveaxis(values, 1, 0).reshape(n, runs * width)
     else:
         values = values.reshape(-1, 1)
     if values.dtype.kind == "f":
-        return values.astype(np.float64).view(np.uint64)
+        return values.astype(np.float64, copy=False).view(np.uint64)
     if values.dtype.kind in "iu":
+        if values.dtype.itemsize == 8 and values.dtype.isnative:  # int64 → uint64: astype's bits, no copy
+            return values.view(np.uint64)
         return values.astype(np.uint64)
     raise TypeError(f"reports of dtype {values.dtype} cannot be authenticated")
+
+
+def _inner(keys: np.ndarray, words: np.ndarray) -> np.ndarray:
+    """Σ a_j l_j + b mod p per row, for (n, 3W + 1) raw keystream words (a₁ … a_{3W}, b) and (n, W)
+    report words (module docstring). A key word enters as its raw 32 bits, congruent mod p to the
+    a_j it stands for: the tag is the same as with every key word reduced first, without that pass."""
+    w = words.shape[1]
+    acc = keys[:, 3 * w].astype(np.uint64)
+    limb = np.empty_like(words)
+    terms = 0  # products added to acc since it was last below 2³²
+    for i in range(3):  # limb i of every word: bits 22i … 22i + 21 (the last one has 20)
+        np.right_shift(words, np.uint64(LIMB_BITS * i), out=limb)
+        if i < 2:
+            limb &= np.uint64(LIMB_MASK)
+        if w == 1:  # one word per report (a residue, a count): in place, no row sums
+            limb[:, 0] *= keys[:, i]
+            acc += limb[:, 0]
+            continue
+        for lo in range(0, w, _TERMS):
+            hi = min(w, lo + _TERMS)
+            if terms + hi - lo > _TERMS:
+                acc %= np.uint64(PRIME)
+                terms = 0
+            acc += np.multiply(keys[:, i * w + lo:i * w + hi], limb[:, lo:hi], dtype=np.uint64).sum(axis=1)
+            terms += hi - lo
+    acc %= np.uint64(PRIME)
+    return acc
 
 
 class ReportAuthenticator:
@@ -85,34 +129,61 @@ class ReportAuthenticator:
         mac.update(payload)
         return mac.finalize()[:16]
 
-    def _keys(self, key: bytes, block: int, upto: int, words: int) -> np.ndarray:
-        """(upto, words) key words of the first ``upto`` users of ``block``, each reduced below p."""
-        nonce = (0).to_bytes(8, "little") + int(block).to_bytes(8, "little")
-        stream = Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor().update(bytes(4 * words * upto))
-        return (np.frombuffer(stream, "<u4").reshape(upto, words) % PRIME).astype(np.uint64)
+    def _keys(self, key: bytes, block: int, start: int, stop: int, words: int) -> np.ndarray:
+        """(stop − start, words) raw keystream words of the users at offsets start … stop − 1 of
+        ``block``: user u's are the 4·words bytes at 4·words·u of the block's keystream, which is
+        entered at its 64-byte ChaCha20 block (the counter, the nonce's first 4 bytes) instead of
+        being generated from the start of the block and thrown away up to there."""
+        first = 4 * words * start
+        counter, skip = divmod(first, _CHACHA_BLOCK)
+        nonce = counter.to_bytes(4, "little") + bytes(4) + int(block).to_bytes(8, "little")
+        enc = Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor()
+        out = np.empty(skip + 4 * words * (stop - start), dtype=np.uint8)
+        zeros = memoryview(_ZEROS)
+        for at in range(0, out.size, len(zeros)):
+            end = min(out.size, at + len(zeros))
+            enc.update_into(zeros[:end - at], out[at:end])
+        return out[skip:].view("<u4").reshape(stop - start, words)
 
     def tags(self, run_id: str, task: int, round_id: int, plan_id: int, first_user: int, user_ids: np.ndarray,
              values: np.ndarray) -> np.ndarray:
         """Tags of records (user_ids[i], values[.., i, ..]); every id must lie in the plan's cohort
-        from first_user."""
+        from first_user. Ids in any order, from any blocks; a message's usual ids (one block,
+        increasing, contiguous) take the keystream as it comes, with no gather."""
         index = np.asarray(user_ids, dtype=np.int64) - int(first_user)
-        if index.size and index.min() < 0:
-            raise ValueError("a user id below the cohort's first user has no key")
         words = report_words(values)
-        w = words.shape[1]
-        limbs = np.concatenate([(words >> np.uint64(LIMB_BITS * i)) & np.uint64(LIMB_MASK) for i in range(3)], axis=1)
+        if index.ndim != 1 or words.shape[0] != index.size:
+            raise ValueError(f"user_ids must be 1-D with one id per report: {index.shape} ids, "
+                             f"{words.shape[0]} reports")
+        out = np.empty(index.size, dtype=TAG_DTYPE)
+        if not index.size:
+            return out
+        low, high = int(index.min()), int(index.max())
+        if low < 0:
+            raise ValueError("a user id below the cohort's first user has no key")
         key = self._round_key(run_id, task, round_id, plan_id)
-        out = np.empty(index.size, dtype=np.uint64)
-        blocks, offsets = np.divmod(index, USER_BLOCK)
-        for block in np.unique(blocks):  # one keystream per block: a message carries one block
-            sel = blocks == block
-            k = self._keys(key, int(block), int(offsets[sel].max()) + 1, 3 * w + 1)[offsets[sel]]
-            # Each partial sum < 3·2⁵³·W/3 + 2³¹; reduce every three terms to stay exact in uint64.
-            acc = k[:, -1].copy()
-            for j in range(0, 3 * w, 3):
-                acc = (acc + (k[:, j:j + 3] * limbs[sel][:, j:j + 3]).sum(axis=1)) % np.uint64(PRIME)
-            out[sel] = acc
-        return out.astype(TAG_DTYPE)
+        if low // USER_BLOCK == high // USER_BLOCK:  # one block, the usual message: no masks, no sort
+            block = low // USER_BLOCK
+            out[:] = self._block_tags(key, block, index - block * USER_BLOCK, low % USER_BLOCK, high % USER_BLOCK,
+                                      words)
+            return out
+        blocks = index // USER_BLOCK
+        for block in np.unique(blocks):
+            sel = np.flatnonzero(blocks == block)
+            offsets = index[sel] - int(block) * USER_BLOCK
+            out[sel] = self._block_tags(key, int(block), offsets, int(offsets.min()), int(offsets.max()), words[sel])
+        return out
+
+    def _block_tags(self, key: bytes, block: int, offsets: np.ndarray, low: int, high: int,
+                    words: np.ndarray) -> np.ndarray:
+        """Tags of the records at ``offsets`` of one block, in any order (``low``, ``high``: their
+        least and greatest)."""
+        keys = self._keys(key, block, low, high + 1, 3 * words.shape[1] + 1)
+        # min, max and size say the offsets fill low … high; increasing, they are low, low + 1, …
+        contiguous = offsets.size == high - low + 1 and bool(np.all(offsets[1:] > offsets[:-1]))
+        if not contiguous:  # np.take gathers rows several times faster than keys[offsets - low]
+            keys = np.take(keys, offsets - low, axis=0)
+        return _inner(keys, words)
 
     def verify(self, run_id: str, task: int, round_id: int, plan_id: int, first_user: int, user_ids: np.ndarray,
                values: np.ndarray, tags: np.ndarray) -> np.ndarray:
@@ -120,7 +191,9 @@ class ReportAuthenticator:
         tags = np.asarray(tags)
         if tags.shape != np.shape(user_ids):
             return np.zeros(np.shape(user_ids), dtype=bool)
-        return self.tags(run_id, task, round_id, plan_id, first_user, user_ids, values) == tags.astype(np.uint64)
+        if tags.dtype != np.dtype(TAG_DTYPE):  # compared as uint64, as a <u4 tag is (negatives wrap)
+            tags = tags.astype(np.uint64)
+        return self.tags(run_id, task, round_id, plan_id, first_user, user_ids, values) == tags
 
 
 def fleet_key(master: int, shard: int) -> int:
