@@ -39,6 +39,11 @@ FTNL), and the tests check that its law is the method's. Claims: the event the a
   and read as Σ(|k − s| − |k|), s = round(1/g) each: every release is (⌊v/g⌉ + L)·g with the same
   unit steps L ~ Lap_Z(2²⁰), so this is their likelihood ratio, up to a factor. Claim: the analyzer's per-user
   spend, ``epsilon_spent()``: 1.5ε at depth r, ε at depth r + 1.
+
+Over MQTT (``privbandit audit --transport mqtt``, :func:`online_wire`): the distributed Lazy-UCB
+array and FTNL epoch go through the real aggregator process, fed by the same randomizers and read
+as these targets read them; DP-SE through the MAB family's ``elimination_wire``. The central
+releases (and Hybrid-UCB, central only) have no such path: what crosses the wire is raw data.
 """
 
 from __future__ import annotations
