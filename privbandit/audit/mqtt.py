@@ -18,9 +18,10 @@ broker enforcing the run's ACL, and plays the three other roles through their ow
   closed with the fleets' MAC), so the intermediary admits them only as it admits a fleet's.
 
 What arrives on ``release/<intermediary>`` is decoded by the project's codec, checked to be exactly
-the round's rule applied to the reports sent (``mqtt.exact``: the mechanism's own modular sum or the
-per-label totals, the same multiset in every column group the round permutes, the same reports
-under the same ids), and reduced to the very statistic the in-process target computes (the modular
+the round's rule applied to the reports sent (``mqtt.exact``, by
+:func:`~privbandit.audit.targets.rule_check`: the modular sum or the per-label totals, the index of
+the largest decoded modular sum, the same multiset in every column group the round permutes, the
+same reports under the same ids), and reduced to the very statistic the in-process target computes (the modular
 sum; the count of residues equal to g mod m in a shuffled multiset; user 0's attributable report;
 P_Vec's label totals or P_Amp's largest S1 projection on the pair's difference; a counter node's
 total); the same testers turn the two samples into the ε lower bound
@@ -38,13 +39,15 @@ neighbour index, so a family's randomizer maps them to rewards, bits or entries 
 report may be a vector). Today: the rounds of the MAB family's
 :class:`~privbandit.families.distributed_dp_mab.parties.EliminationServer` (every algorithm of the
 distributed-DP MAB family, and DP-SE of the private-online-learning family) under distributed or
-local trust; the shuffle-linear family's LinUCB-SDP-Amp, LinUCB-SDP-Vec (the shuffler) and
+local trust; the online family's distributed Anytime-Lazy-UCB arrays and FTNL epochs (the aggregator's
+``sum`` and ``argmax``); the shuffle-linear family's LinUCB-SDP-Amp, LinUCB-SDP-Vec (the shuffler) and
 LinUCB-LDP (the aggregator, attributable); the concurrent-shuffle family's nodes (``shuffler-i``,
 several intermediary processes in one session), Algorithm 4's nodes and randomized response; and
 ShuffleGLM's P_Vec rounds. Not: the central model (what crosses the broker is the raw data; its
 privacy is the analyzer's own noise, drawn after the wire by the code the in-process audit
-samples: CDP-SE, DP-SE, LinUCB-JDP's and Private-GLM's trees, the counters' central tree), the
-non-private baselines, and the releases no family hook wires yet (docs/audit.md).
+samples: CDP-SE, DP-SE, the central Anytime-Lazy-UCB and FTNL, Hybrid-UCB, LinUCB-JDP's and
+Private-GLM's trees, the counters' central tree), the non-private baselines, and the releases no
+family hook wires yet (docs/audit.md).
 """
 
 from __future__ import annotations

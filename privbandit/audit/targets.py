@@ -73,7 +73,8 @@ class NoWirePath(ValueError):
 # ``Family.wire_target``, and a wiring family's release outside what it wires). A release with a
 # reason of its own (the central model, no claim, …) is refused with that reason instead.
 NOT_WIRED = ("no MQTT path yet: the wired releases are those an intermediary process hands the analyzer in the "
-             "distributed-DP MAB family and DP-SE, the shuffle-linear family (LinUCB-LDP, SDP-Amp, SDP-Vec), the "
+             "distributed-DP MAB family, the private-online-learning family (DP-SE, Anytime-Lazy-UCB's array sums, "
+             "FTNL's argmax or K sums), the shuffle-linear family (LinUCB-LDP, SDP-Amp, SDP-Vec), the "
              "concurrent-shuffle family (shuffled counter nodes, Algorithm 4's nodes, randomized response) and "
              "ShuffleGLM's P_Vec rounds; this release is not one of them (docs/audit.md)")
 
@@ -108,15 +109,23 @@ def rule_check(rnd: Round, total: Callable[[np.ndarray], np.ndarray] | None = No
                ) -> Callable[[Release, np.ndarray, np.ndarray], bool]:
     """``ideal(release, ids, sent)`` for a round whose reports are vectors of ``rnd.width`` entries
     (``sent``: (reports,) or (reports, width)): is the release exactly the round's rule applied to
-    them? ``sum``: ``total(sent)`` (default the entrywise sum, as integers or floats: a shuffler's
-    per-label totals of count-encoded reports); ``shuffle``: the same multiset of rows in every
-    column group the round permutes independently (``rnd.groups``; P_Amp's S1 and S2); ``pass``:
-    the same reports under the same ids."""
+    them? ``sum``: ``total(sent)`` (default the entrywise sum, as integers or floats, and mod m when
+    the round has a modulus: a secure aggregator's sum of residues; ``total``: e.g. a shuffler's
+    per-label totals of count-encoded reports); ``argmax``: the index of the largest entry of that
+    modular sum, each read as its representative in the round's ``decode`` interval; ``shuffle``:
+    the same multiset of rows in every column group the round permutes independently
+    (``rnd.groups``; P_Amp's S1 and S2); ``pass``: the same reports under the same ids."""
     width = rnd.width
     groups = np.cumsum((0, *(rnd.groups or (width,))))
 
     def rows(a: np.ndarray) -> np.ndarray:  # a (n, w) array's rows in lexicographic order
         return a[np.lexsort(a.T[::-1])] if a.shape[1] else a
+
+    def summed(sent: np.ndarray) -> np.ndarray:
+        if total is not None:
+            return total(sent)
+        # per column, exact for any n (modular_row_sums falls back to Python ints where int64 could overflow)
+        return sent.sum(axis=0) if rnd.m is None else modular_row_sums(sent.T, rnd.m)
 
     def ideal(release: Release, ids: np.ndarray, sent: np.ndarray) -> bool:
         sent = np.asarray(sent).reshape(len(ids), width)
@@ -124,8 +133,11 @@ def rule_check(rnd: Round, total: Callable[[np.ndarray], np.ndarray] | None = No
             return False
         values = np.asarray(release.values)
         if rnd.rule == "sum":
-            want = sent.sum(axis=0) if total is None else total(sent)
-            return values.shape == (1, width) and np.array_equal(values[0], want)
+            return values.shape == (1, width) and np.array_equal(values[0], summed(sent))
+        if rnd.rule == "argmax":
+            lo, _ = rnd.decode
+            signed = (summed(sent) - lo) % rnd.m + lo
+            return values.shape == (1, 1) and int(values[0, 0]) == int(np.argmax(signed))
         if values.shape != (1, len(ids), width):
             return False
         if rnd.rule == "shuffle":

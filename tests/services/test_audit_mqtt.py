@@ -135,7 +135,10 @@ def test_refusals_name_the_option(args, message):
 @pytest.mark.parametrize("args, message", [
     (["--family", "distributed-dp-mab", "--algorithm", "cdp-se"],
      "--transport mqtt: central model: the intermediary passes the raw rewards"),
-    (["experiments/pol_ftnl.toml"], "--transport mqtt: no MQTT path yet: the wired releases are"),
+    (["experiments/pol_ftnl.toml", "--algorithm", "ftnl", "--algorithm", "ftnl@c=2"],
+     "--transport mqtt: central model: the aggregator passes every user's raw reward vector"),
+    (["experiments/pol_setting1.toml", "--algorithm", "hybrid-ucb"],
+     "--transport mqtt: central model (Hybrid-UCB has no other)"),
     (["--family", "shuffle-linear-bandits", "--algorithm", "linucb-jdp"],
      "--transport mqtt: central model: the aggregator passes the raw (φ, y); the privacy is the trusted analyzer's "
      "tree noise"),
@@ -143,9 +146,10 @@ def test_refusals_name_the_option(args, message):
      "--transport mqtt: a round of 70000 users: over MQTT at most 65536 users a round (one block)"),
 ])
 def test_releases_without_an_intermediary_path_are_refused(args, message, tmp_path):
-    """Nothing to read from the broker (the central model's privacy is drawn after the wire, the MAB's
-    or the linear JDP's tree; a release no family hook wires): refused before any broker or process
-    starts."""
+    """Nothing to read from the broker (the central model's privacy is drawn after the wire: the MAB's,
+    the online family's FTNL and Hybrid-UCB, the linear JDP's tree; a round over one block): refused
+    before any broker or process starts. Every release of the tree's families now has a wire or a
+    reason of its own; the generic NOT_WIRED is test_audit_mqtt_families.py's."""
     res = CliRunner().invoke(app, ["audit", *args, "--transport", "mqtt", "--out", str(tmp_path)])
     assert res.exit_code == 2 and message in res.output and "--transport inproc" in res.output, res.output
     assert not (tmp_path / "mqtt").exists()

@@ -1,7 +1,8 @@
 """``privbandit audit --transport mqtt`` beyond the MAB family (issue #17): the shuffle-linear
 family's shuffler and aggregator releases (LinUCB-SDP-Amp's shuffled reports, LinUCB-SDP-Vec's label
 totals, LinUCB-LDP's attributable reports), the concurrent-shuffle family's nodes at k shufflers
-(and Algorithm 4's, and randomized response) and ShuffleGLM's P_Vec rounds, each released by the
+(and Algorithm 4's, and randomized response), ShuffleGLM's P_Vec rounds and the online family's
+distributed Anytime-Lazy-UCB array sums and FTNL epochs (argmax or K sums), each released by the
 real intermediary process on a Mosquitto enforcing the run's ACL and read with the analyzer's
 account. Every release must equal the round's rule applied to the reports sent, and the releases
 must follow the in-process sampler's law; a broken randomizer is flagged over MQTT as in-process.
@@ -198,18 +199,133 @@ def test_shuffle_glm_rounds_through_the_real_shuffler(tmp_path, acl_broker):
     assert tree["transport"] == "inproc" and tree["mqtt"]["why_not"].startswith("central model")
 
 
+# --- private-online-learning -----------------------------------------------------------------------
+
+
+def test_online_array_sums_through_the_real_aggregator(tmp_path, acl_broker):
+    """`pol_setting1.toml` in one session: distributed Anytime-Lazy-UCB's array (16 Pólya residues,
+    the aggregator's modular `sum`) and DP-SE's distributed batch, exact, in law and within their
+    claims (ε = 1); and a Lazy-UCB array whose users' Pólya shares are calibrated for ε = 20 (noise
+    1/20 of a reward, the analyzer's claim of 1 kept): flagged over MQTT. The central Lazy-UCB and
+    DP-SE and Hybrid-UCB pass raw rewards: audited in-process, each saying why."""
+    from privbandit.families.private_online_learning.audit import lazy_target
+    from privbandit.families.private_online_learning.mechanisms import DistributedArraySum
+
+    data = experiment_files.read_experiment_data("experiments/pol_setting1.toml", [])
+    data["algorithms"]["broken"] = dict(data["algorithms"]["anytime-lazy-ucb@distributed"],
+                                        algorithm="anytime-lazy-ucb")
+    fam, config = experiment_files.load_data(data, "pol_setting1.toml + broken")
+    shares = DistributedArraySum(20.0, 1.0 / config.horizon)
+    pairs = [(label, t) for label in fam.labels(config) if label != "broken" for t in fam.audit_targets(config, label)]
+    pairs.append(("broken", lazy_target(fam, config, "broken", None, shares)))
+    results, session = audited(fam, config, pairs, acl_broker(), tmp_path, seed=7, mechanisms={"broken": shares})
+    assert session["intermediaries"] == ["aggregator"]
+    name = "private-online-learning/{}".format
+    for label in ("anytime-lazy-ucb@distributed", "dp-se@distributed"):
+        r = results[name(label)]
+        over_mqtt(r, "aggregator", "sum")
+        assert r["verdict"] == "consistent" and r["claim"]["epsilon_pure"] == pytest.approx(1.0), r["audit"]
+    flagged = results[name("broken")]
+    over_mqtt(flagged, "aggregator", "sum")
+    assert flagged["claim"]["epsilon_pure"] == pytest.approx(1.0)
+    assert flagged["verdict"] == "violation" and flagged["audit"]["epsilon"] > 2, flagged["audit"]
+    for label, why in (("anytime-lazy-ucb", "central model: the aggregator passes the array's raw rewards"),
+                       ("dp-se", "central model: the intermediary passes the raw rewards"),
+                       ("hybrid-ucb", "central model (Hybrid-UCB has no other)")):
+        r = results[name(label)]
+        assert r["transport"] == "inproc" and r["mqtt"]["why_not"].startswith(why), (label, r["mqtt"])
+
+
+def test_ftnl_argmax_and_sums_through_the_real_aggregator(tmp_path, acl_broker):
+    """`pol_ftnl.toml` in one session: distributed FTNL's epoch of 16 users × K = 5 Pólya residues
+    through the aggregator, its `argmax` rule releasing the index (claim 2ε/c = 2) and, with
+    `argmax_at = "analyzer"`, the K modular sums (claim Kε/c = 5), exact, in law and consistent;
+    and an argmax released without noise in effect (every user's shares calibrated for ε = 10⁴,
+    no head start, the claim of 2 kept): the index tells the inputs apart, a violation over MQTT.
+    The central FTNLs pass raw reward vectors: in-process, saying why."""
+    from privbandit.families.private_online_learning.audit import ftnl_distributed_target
+    from privbandit.families.private_online_learning.mechanisms import DistributedNoisyMax
+
+    data = experiment_files.read_experiment_data("experiments/pol_ftnl.toml", [])
+    data["algorithms"]["noiseless"] = dict(data["algorithms"]["ftnl@distributed"], algorithm="ftnl")
+    fam, config = experiment_files.load_data(data, "pol_ftnl.toml + noiseless")
+    noiseless = DistributedNoisyMax(1e4, 1.0 / config.horizon)
+    pairs = [(label, t) for label in fam.labels(config) if label != "noiseless"
+             for t in fam.audit_targets(config, label)]
+    pairs.append(("noiseless", ftnl_distributed_target(fam, config, "noiseless", None, noiseless, lead=0.0)))
+    results, _ = audited(fam, config, pairs, acl_broker(), tmp_path, seed=9, mechanisms={"noiseless": noiseless})
+    name = "private-online-learning/{}".format
+    for label, rule, claim in (("ftnl@distributed", "argmax", 2.0), ("ftnl@distributed-analyzer", "sum", 5.0)):
+        r = results[name(label)]
+        over_mqtt(r, "aggregator", rule)
+        assert r["claim"]["epsilon_pure"] == pytest.approx(claim)
+        assert r["verdict"] == "consistent", r["audit"]
+    # the index alone crosses the wire: a few bytes, where the K sums are K integers
+    assert results[name("ftnl@distributed")]["mqtt"]["release_payload_bytes"] < \
+        results[name("ftnl@distributed-analyzer")]["mqtt"]["release_payload_bytes"]
+    flagged = results[name("noiseless")]
+    over_mqtt(flagged, "aggregator", "argmax")
+    assert flagged["claim"]["epsilon_pure"] == pytest.approx(2.0)
+    assert flagged["verdict"] == "violation" and flagged["audit"]["epsilon"] > 2.2, flagged["audit"]
+    for label in ("ftnl", "ftnl@c=2"):
+        r = results[name(label)]
+        assert r["transport"] == "inproc" and r["mqtt"]["why_not"].startswith(
+            "central model: the aggregator passes every user's raw reward vector"), (label, r["mqtt"])
+
+
+def test_the_online_familys_central_releases_have_no_wire_and_say_why():
+    """No broker: every central release of the online family is refused by `wire_target` with its
+    own reason (the analyzer's noise is drawn after the wire), never the generic NOT_WIRED, which
+    a family without the hook still gives (naming the wired releases); a --search candidate of
+    distributed Lazy-UCB (another pair) is refused as not the wired pair."""
+    from privbandit.audit.targets import NOT_WIRED, NoWirePath
+    from privbandit.protocol.spine.family import Family
+
+    reasons = {}
+    for path in ("experiments/pol_setting1.toml", "experiments/pol_ftnl.toml"):
+        fam, config = load(path)
+        for label in fam.labels(config):
+            if fam.algorithm(config, label).trust != "central":
+                continue
+            for t in fam.audit_targets(config, label):
+                with pytest.raises(NoWirePath) as info:
+                    fam.wire_target(config, label, t)
+                reasons[label] = str(info.value)
+    assert set(reasons) == {"anytime-lazy-ucb", "hybrid-ucb", "dp-se", "ftnl", "ftnl@c=2"}
+    for label, why in reasons.items():
+        assert why.startswith("central model") and why != NOT_WIRED and "after the wire" in why, (label, why)
+    assert "grid Laplace on the array sum" in reasons["anytime-lazy-ucb"]
+    assert "report-noisy-max" in reasons["ftnl"] and "tree and array noise" in reasons["hybrid-ucb"]
+    fam, config = load("experiments/pol_setting1.toml")
+    label = "anytime-lazy-ucb@distributed"
+    (target,) = fam.audit_targets(config, label)
+    # a family without the hook (every family in the tree has one): the generic reason, naming what is wired
+    with pytest.raises(NoWirePath, match="no MQTT path yet: .*Anytime-Lazy-UCB's array sums"):
+        Family.wire_target(fam, config, label, target)
+    other = fam.audit_candidates(config, label)[0][1]  # (1; 1 vs 0)
+    with pytest.raises(ValueError, match="not the pair this release is audited at"):
+        fam.wire_target(config, label, other)
+
+
 def test_the_wired_releases_read_what_the_in_process_targets_sample():
     """Without a broker: each new family's wire target, fed through the spine's own Intermediary,
     gives releases equal to the rule applied to the reports sent, and statistics in the law of the
     in-process target: a fast check of the same wiring (and `rule_check` refuses an altered
-    release: a shuffled multiset with one S1 row changed, a sum off by one count)."""
+    release: a shuffled multiset with one S1 row changed, a sum off by one count, another index, an
+    attributable report changed). The online family's array sums and FTNL rounds and the MAB rounds
+    checked by the same `rule_check`: a modular sum, an argmax of decoded modular sums, a multiset of
+    residues, attributable reports."""
     from privbandit.audit.mqtt import law_check
     from privbandit.protocol.spine.events import Join, Plan, Release, Reports
     from privbandit.protocol.spine.intermediary import Intermediary
 
     cases = [("experiments/linear_fig1b_eps1.toml", "LinUCB-SDP-Amp"), ("experiments/linear_fig1b_eps1.toml",
                                                                         "LinUCB-SDP-Vec"),
-             ("experiments/audit_concurrent.toml", "csta@k2"), ("experiments/audit_glm.toml", "shuffle-glm")]
+             ("experiments/audit_concurrent.toml", "csta@k2"), ("experiments/audit_glm.toml", "shuffle-glm"),
+             ("experiments/pol_setting1.toml", "anytime-lazy-ucb@distributed"),
+             ("experiments/pol_ftnl.toml", "ftnl@distributed"), ("experiments/pol_ftnl.toml", "ftnl@distributed-analyzer"),
+             ("experiments/audit_mab.toml", "dist-dp-se"), ("experiments/audit_mab.toml", "dist-dp-se-shuffled"),
+             ("experiments/audit_mab.toml", "ldp-se")]
     rng = np.random.default_rng(8)
     for path, label in cases:
         fam, config = load(path)

@@ -30,7 +30,8 @@ from dataclasses import asdict, replace
 
 import numpy as np
 
-from privbandit.audit.targets import NOT_WIRED, AuditTarget, NoWirePath, WireTarget, modular_row_sums
+from privbandit.audit.targets import (NOT_WIRED, AuditTarget, NoWirePath, WireTarget, modular_row_sums, own_report,
+                                      rule_check)
 from privbandit.families.distributed_dp_mab.base import Mechanism
 from privbandit.families.distributed_dp_mab.parties import EliminationServer, params_of, release_event
 from privbandit.protocol.primitives.seeding import USER_BLOCK
@@ -221,22 +222,9 @@ def elimination_wire(family, config, label: str, target: AuditTarget, mechanism=
         values = release.values[0, :, 0]
         if rnd.rule == "shuffle":
             return int((values == q.g % q.m).sum())
-        mine = values[release.user_ids == first]  # "pass": user 0's attributable report
-        if mine.size != 1:
-            raise RuntimeError(f"round released without user {first}'s report")
-        return mine[0].item()
+        return own_report(release, first)[0].item()  # "pass": user 0's attributable report
 
-    def ideal(release: Release, ids: np.ndarray, sent: np.ndarray) -> bool:
-        """The round's functionality applied to the reports sent, exactly: the mechanism's own
-        aggregate (a modular sum), the same multiset, or the same reports under the same ids."""
-        if release.n_reports != sent.size:
-            return False
-        if rnd.rule == "sum":
-            return release.values.shape == (1, 1) and release.values[0, 0] == mechanism.aggregate(sent, q)
-        values = release.values[0, :, 0]
-        if rnd.rule == "shuffle":
-            return np.array_equal(np.sort(values), np.sort(sent))
-        order = np.argsort(release.user_ids)
-        return np.array_equal(release.user_ids[order], ids) and np.array_equal(values[order], sent)
-
-    return WireTarget(target, rnd, body, k, randomize, statistic, ideal, notes)
+    # The exact check is the round's rule (``rule_check``): the modular sum of the residues (the
+    # aggregator's, which every modular mechanism's ``aggregate`` is), the same multiset, or the same
+    # reports under the same ids.
+    return WireTarget(target, rnd, body, k, randomize, statistic, rule_check(rnd), notes)

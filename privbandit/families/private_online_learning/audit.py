@@ -39,6 +39,11 @@ FTNL), and the tests check that its law is the method's. Claims: the event the a
   and read as Σ(|k − s| − |k|), s = round(1/g) each: every release is (⌊v/g⌉ + L)·g with the same
   unit steps L ~ Lap_Z(2²⁰), so this is their likelihood ratio, up to a factor. Claim: the analyzer's per-user
   spend, ``epsilon_spent()``: 1.5ε at depth r, ε at depth r + 1.
+
+Over MQTT (``privbandit audit --transport mqtt``, :func:`online_wire`): the distributed Lazy-UCB
+array and FTNL epoch go through the real aggregator process, fed by the same randomizers and read
+as these targets read them; DP-SE through the MAB family's ``elimination_wire``. The central
+releases (and Hybrid-UCB, central only) have no such path: what crosses the wire is raw data.
 """
 
 from __future__ import annotations
@@ -47,10 +52,12 @@ import math
 
 import numpy as np
 
-from privbandit.audit.targets import AuditTarget, modular_row_sums
+from privbandit.audit.targets import (NOT_WIRED, AuditTarget, NoWirePath, WireTarget, modular_row_sums, rule_check,
+                                      wire_round)
 from privbandit.families.private_online_learning.mechanisms import ArraySumRelease, ReportNoisyMax
 from privbandit.protocol.primitives.noise import grid_laplace
 from privbandit.protocol.privacy import PureDP
+from privbandit.protocol.spine.events import Release
 
 DEFAULT_COHORT = 16
 
@@ -93,7 +100,7 @@ def lazy_target(family, config, label: str, cohort: int | None, release=None, ot
         kind="real" if central else "integer", sample=sample, claim=_claim(family, public, event),
         delta=public["delta"],
         details={"n": n, "rule": "pass" if central else "sum", "trust_model": "central" if central else "distributed",
-                 "event": type(event).__name__, "per_release": 1 if central else n,
+                 "event": type(event).__name__, "per_release": 1 if central else n, "pair": [others, *pair],
                  **({} if central else {"g": q.g, "tau": q.tau, "m": q.m})})
 
 
@@ -124,9 +131,11 @@ def ftnl_target(family, config, label: str, rnm: ReportNoisyMax | None = None, l
                  "trust_model": "central", "event": "PureDP", "per_release": k})
 
 
-def ftnl_distributed_target(family, config, label: str, cohort: int | None, rnm=None) -> AuditTarget:
+def ftnl_distributed_target(family, config, label: str, cohort: int | None, rnm=None, lead: float = 3.0
+                            ) -> AuditTarget:
     """FTNL's distributed release (see the module docstring). ``rnm``: the analyzer's own
-    :class:`~.mechanisms.DistributedNoisyMax` (default) or one the tests break."""
+    :class:`~.mechanisms.DistributedNoisyMax` (default) or one the tests break. ``lead``: the head
+    start in noise scales of the analyzer's own mechanism (⌈lead·c/ε⌉ rewards)."""
     from privbandit.families.private_online_learning.parties import modular_round
     from privbandit.protocol.spine.events import Join, Plan, Reports
     from privbandit.protocol.spine.intermediary import Intermediary
@@ -136,7 +145,7 @@ def ftnl_distributed_target(family, config, label: str, cohort: int | None, rnm=
     rnm = own if rnm is None else rnm
     n = DEFAULT_COHORT if cohort is None else cohort
     k = public["arms"]
-    h = math.ceil(3 * own.multiplier / own.epsilon)
+    h = math.ceil(lead * own.multiplier / own.epsilon)
     if h + 1 > n:
         raise ValueError(f"the head start of {h} rewards needs more than {n} users per epoch")
     q = rnm.params(n)
@@ -321,3 +330,110 @@ def online_canary_audit(family, config, label: str, seed: int, confidence: float
     # user, whatever they decide; FTNL's epochs are fixed by T alone
     return canary_run(family, config, label, seed, confidence, hooks, run, {"arms": arms, "trust": a.trust},
                       most=None if a.algorithm == "ftnl" else config.horizon)
+
+
+# --- the MQTT audit's path (privbandit audit --transport mqtt) ---------------------------------------
+
+CENTRAL_WHY = {
+    "anytime-lazy-ucb": "central model: the aggregator passes the array's raw rewards; the privacy is the trusted "
+                        "analyzer's grid Laplace on the array sum (eq. 3), drawn after the wire",
+    "ftnl": "central model: the aggregator passes every user's raw reward vector; the privacy is the trusted "
+            "analyzer's report-noisy-max (grid Laplace at ε/c on the K sums), drawn after the wire",
+    "hybrid-ucb": "central model (Hybrid-UCB has no other): the aggregator passes each user's raw reward; the "
+                  "privacy is the trusted analyzer's tree and array noise, drawn after the wire",
+}
+
+
+def online_wire(family, config, label: str, target: AuditTarget, mechanism=None) -> WireTarget:
+    """``privbandit audit --transport mqtt``'s path for one of ``label``'s targets (the family hook
+    :meth:`~privbandit.protocol.spine.family.Family.wire_target`), or :class:`NoWirePath` saying why
+    it has none. DP-SE's rounds are the MAB family's analyzer's
+    (:func:`~privbandit.families.distributed_dp_mab.audit.elimination_wire`); the distributed
+    Anytime-Lazy-UCB and FTNL rounds are the aggregator's (:func:`lazy_wire`, :func:`ftnl_wire`);
+    the central versions pass raw data, their privacy the analyzer's own noise after the wire.
+    ``mechanism``: the algorithm's own (default), or one the tests break, in the analyzer's round
+    and the users' randomizer alike."""
+    a = family.algorithm(config, label)
+    if a.algorithm == "dp-se":
+        from privbandit.families.distributed_dp_mab.audit import elimination_wire  # DP-SE's analyzer is that family's
+
+        return elimination_wire(family, config, label, target, mechanism)
+    if a.trust == "central":
+        raise NoWirePath(CENTRAL_WHY[a.algorithm])
+    if a.algorithm == "anytime-lazy-ucb":
+        return lazy_wire(family, config, label, target, mechanism)
+    if a.algorithm == "ftnl":
+        return ftnl_wire(family, config, label, target, mechanism)
+    raise NoWirePath(NOT_WIRED)
+
+
+def lazy_wire(family, config, label: str, target: AuditTarget, release=None) -> WireTarget:
+    """Distributed Anytime-Lazy-UCB's array (Alg. 1, eq. 3 under distributed trust): the round the
+    analyzer opens for an array of n users (:func:`.parties.modular_round` at the mechanism's
+    parameters for n, as :meth:`.parties.LazyServer.round_for` opens it), at the aggregator, whose
+    ``sum`` rule releases the modular sum of the users' Pólya residues. Each user randomizes its
+    reward (user 0's the neighbour's, the others 0) with :meth:`~.mechanisms.DistributedArraySum.randomize`
+    at the array's parameters, as :class:`.parties.OnlineBanditUsers` does; the release is read as
+    :func:`lazy_target` samples it, the modular sum itself. ``release``: the analyzer's own
+    :class:`~.mechanisms.DistributedArraySum` (default) or one the tests break."""
+    from privbandit.families.private_online_learning.parties import modular_round
+
+    if target.details.get("pair") != [0.0, 0.0, 1.0]:
+        raise ValueError(f"{target.name}: not the pair this release is audited at over MQTT (its --search "
+                         f"candidates are audited in-process)")
+    public = family.public_task(config, label, [0])
+    server = family.analyzer(public, [0])
+    release = server.release if release is None else release
+    n, k = int(target.details["n"]), public["arms"]
+    q = release.params(n)
+    rnd = wire_round(modular_round(0, n, q))
+    # The plan's public body as LazyServer broadcasts it: arm 0's filling array is round 0, of n users
+    # (the size the users read their parameters from), the other arms' none.
+    rounds, sizes = np.full(k, -1, dtype=np.int64), np.zeros(k, dtype=np.int64)
+    rounds[0], sizes[0] = 0, n
+    body = {"kind": "arms", "t0": 1, "arms": np.zeros((1, n), dtype=np.int64), "round_of_arm": rounds,
+            "array_size": sizes}
+
+    def randomize(inputs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return release.randomize(np.asarray(inputs, dtype=np.float64).ravel(), q, rng).reshape(inputs.shape)
+
+    def statistic(out: Release, first: int) -> int:
+        return int(out.values[0, 0])
+
+    return WireTarget(target, rnd, body, n, randomize, statistic, rule_check(rnd))
+
+
+def ftnl_wire(family, config, label: str, target: AuditTarget, rnm=None) -> WireTarget:
+    """Distributed FTNL's epoch (Alg. 2–3 under distributed trust): the analyzer's round
+    (:func:`.parties.modular_round`, width K: ``argmax`` when ``argmax_at = "intermediary"``, else
+    ``sum``) at the aggregator. Each of the n users sends its reward vector's K Pólya residues
+    (:meth:`~.mechanisms.DistributedNoisyMax.randomize`): user 0 e₀ or e₁ (the neighbour's), the
+    target's ``head_start`` users after her e₁, the rest 0, as :func:`ftnl_distributed_target`
+    samples them. Read as that target reads its release: the index, or (y₀ − y₁) mod m of the K
+    modular sums. ``rnm``: the analyzer's own :class:`~.mechanisms.DistributedNoisyMax` (default)
+    or one the tests break."""
+    from privbandit.families.private_online_learning.parties import modular_round
+
+    public = family.public_task(config, label, [0])
+    server = family.analyzer(public, [0])
+    own = server.rnm
+    rnm = own if rnm is None else rnm
+    n, k, h = int(target.details["n"]), public["arms"], int(target.details["head_start"])
+    q = rnm.params(n)
+    rule = "argmax" if own.argmax_at == "intermediary" else "sum"
+    rnd = wire_round(modular_round(0, n, q, width=k, rule=rule))
+    # FtnlServer's plan body: epoch of n users (the size the users read their parameters from)
+    body = {"kind": "epoch", "t0": 1, "action": server.learner.action, "epoch": 0, "n": n}
+
+    def randomize(inputs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        rounds = inputs.shape[0]
+        vectors = np.zeros((rounds, n, k))
+        vectors[np.arange(rounds), 0, np.asarray(inputs[:, 0], dtype=np.int64)] = 1.0  # user 0: e₀ or e₁
+        vectors[:, 1:h + 1, 1] = 1.0  # the head start of action 1
+        return rnm.randomize(vectors.reshape(rounds * n, k), q, rng).reshape(rounds, n, k)
+
+    def statistic(out: Release, first: int) -> int:
+        v = out.values[0]
+        return int(v[0]) if rule == "argmax" else int((v[0] - v[1]) % q.m)
+
+    return WireTarget(target, rnd, body, n, randomize, statistic, rule_check(rnd))

@@ -119,9 +119,9 @@ class PrivateOnlineLearning(Family):
         return online_canary_audit(self, config, label, seed, confidence)
 
     def wire_target(self, config, label: str, target, mechanism=None):
-        from privbandit.families.distributed_dp_mab.audit import elimination_wire  # DP-SE's analyzer is that family's
+        from privbandit.families.private_online_learning.audit import online_wire  # docs/audit.md
 
-        return elimination_wire(self, config, label, target, mechanism)
+        return online_wire(self, config, label, target, mechanism)
 
     def users(self, config, label: str, runs: list[int]):
         (run,) = runs
