@@ -25,8 +25,6 @@ import hashlib
 from collections.abc import Iterable, Sequence
 
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import connected_components
 
 from privbandit.protocol.primitives.secagg.parameters import ThreatModel, derive
 
@@ -127,6 +125,9 @@ class MaskingGraph:
                     if v in idx:
                         rows.append(idx[u])
                         cols.append(idx[v])
+            from scipy.sparse import csr_matrix  # here: scipy costs every party ~0.4 s of start-up
+            from scipy.sparse.csgraph import connected_components
+
             adj = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(s), len(s)))
             self._connected_memo[s] = connected_components(adj, directed=False)[0] == 1
         return self._connected_memo[s]

@@ -53,7 +53,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy.special import gammaln
 
 # ⌊γn⌋ and ⌊δn⌋ computed from floats: a hair of slack so that 0.1·30 = 3.0000000000000004 and
 # 0.7·10 both count the users the simulation drops (⌊q·size⌋ of spine/parties.py), or more.
@@ -129,6 +128,8 @@ def log_hypergeom_tails(population: int, successes: int, draws: int) -> np.ndarr
     xs = x[ok]
     logpmf = np.full(d + 1, -np.inf)
 
+    from scipy.special import gammaln  # here: importing scipy costs every party start-up time
+
     def lbinom(a, b):
         return gammaln(a + 1) - gammaln(b + 1) - gammaln(a - b + 1)
 
@@ -141,6 +142,8 @@ def log_disconnect_bound(n: int, k: int, removed: int) -> float:
     """ln of the bound on P[H(n, k) minus ``removed`` random nodes is disconnected] (S2/F2 above)."""
     if k >= n - 1 or removed < k:
         return -math.inf  # a complete graph never splits; fewer than k removed cannot cover two runs
+    from scipy.special import gammaln
+
     pairs = math.log(n) + math.log(n - k - 1) - math.log(2)
     # C(n − k, B − k)/C(n, B) = B!(n − k)! / (n!(B − k)!)
     return pairs + float(gammaln(removed + 1) + gammaln(n - k + 1) - gammaln(n + 1) - gammaln(removed - k + 1))
