@@ -398,9 +398,11 @@ def test_privbandit_keys_draws_each_fleet_its_own_key_and_the_aggregator_their_m
 
 
 def test_importing_the_cli_imports_no_family():
-    """Every party process starts by importing the CLI: a family (and scipy behind some) imported
-    there costs each process seconds of CPU; a party imports only its task's family, on first use."""
-    code = ("import sys, privbandit.cli; "
+    """Every party process starts by importing the CLI and its service: a family (and scipy behind
+    some, or behind the secure-aggregation graph) imported there costs each process seconds of CPU;
+    a party imports only its task's family, and scipy, on first use."""
+    code = ("import sys, privbandit.cli, privbandit.services.intermediary, privbandit.services.users, "
+            "privbandit.services.analyzer, privbandit.services.observer; "
             "print(sorted(m for m in sys.modules if m.startswith('privbandit.families') or m == 'scipy'))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
