@@ -188,7 +188,10 @@ KILLED = {
     # Dist-DP-SE's batches double, so one run has few rounds (52 at T = 10⁶): three runs, so
     # that every kill still finds releases to wait for.
     "distributed-dp-mab": ("Dist-DP-SE", 1_000_000, "aggregator", 3),
-    "private-online-learning": ("anytime-lazy-ucb@distributed", 400_000, "aggregator"),
+    # Lazy-UCB's arrays double too (63 rounds at T = 10⁶): ten runs make each round long enough
+    # that the observer, killed last, still finds the run going (one run ended first once the
+    # tests' broker stopped adding ~40 ms per message).
+    "private-online-learning": ("anytime-lazy-ucb@distributed", 1_000_000, "aggregator", 10),
     "shuffle-linear-bandits": ("LinUCB-SDP-Vec", 4_500, "shuffler"),
     "concurrent-shuffle": ("csta@k2", 4_000, "shuffler-2"),  # level 2's shuffler, its own process
     "glm-bandits": ("private-glm", 1_500, "aggregator"),
