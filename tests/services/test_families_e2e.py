@@ -206,6 +206,17 @@ def _wait_for_progress(journal, since: float, parties, timeout: float = 120.0) -
         time.sleep(0.05)
 
 
+def _wait_for_save(checkpoint, since: float, timeout: float = 2.5) -> None:
+    """Until ``checkpoint`` was saved after ``since``, or ``timeout`` s: the observer saves its
+    accepted truths at its first tick a second or more after its last save, so a save a second
+    after a fleet's restart holds every truth that fleet sent before it (delivered in
+    milliseconds). Not a fixed 2.5-s sleep: with the tests' low-latency broker a run could end
+    within it ("the run ended before observer was killed")."""
+    end = time.monotonic() + timeout
+    while not (checkpoint.exists() and checkpoint.stat().st_mtime > since) and time.monotonic() < end:
+        time.sleep(0.05)
+
+
 def _write(tmp_path, case: str, keep: str | None = None, horizon: int | None = None, runs: int = 1):
     text = EXPERIMENTS[case]
     if keep is not None:  # only one algorithm's table, at another horizon and number of runs
@@ -261,8 +272,8 @@ def test_every_party_killed_mid_run_restarts_to_the_same_numbers(family, tmp_pat
         restarted = 0.0
         for victim in ("analyzer", intermediary, "users-0", "observer"):
             _wait_for_progress(journal, since=restarted, parties=parties)
-            if victim == "observer":
-                time.sleep(2.5)  # the observer's truth checkpoint lags at most about two seconds
+            if victim == "observer":  # once its truth checkpoint holds the truths the fleet sent before its restart
+                _wait_for_save(out / "state" / "observer" / "checkpoint.bin", since=restarted + 1.0)
             party = by_name[victim]
             assert all(p.proc.poll() is None for p in parties), f"the run ended before {victim} was killed"
             party.proc.kill()  # no goodbye: work in flight is lost; the checkpoint and the broker's session remain
