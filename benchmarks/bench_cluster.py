@@ -117,7 +117,7 @@ def main() -> None:
         parser.error("--brokers: mosquitto and/or cluster; --fleets: integers in 1..64")
     with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
         path = Path(tmp) / "bench.toml"
-        path.write_text(EXPERIMENT.format(horizon=args.horizon, label=LABEL, extra=""))
+        path.write_text(EXPERIMENT.format(horizon=args.horizon, label=LABEL, arms="", extra=""))
         print(f"Dist-DP-SE, K = 10, T = {args.horizon:,}, one run, checkpoints off; {os.cpu_count()} cores; "
               f"cluster: 3 nodes, {args.replicas} replica(s)")
         print(f"{'broker':<10} {'fleets':>6} {'users/s':>12} {'session s':>10} {'broker start s':>15} "
