@@ -36,7 +36,7 @@ def _hostile(kind: str, url: str, run_id: str, *extra: str) -> subprocess.Popen:
 def test_replay_sybil_impersonation_and_flood_processes_leave_the_honest_result_unchanged(tmp_path, mosquitto_url):
     """Three hostile processes attack one session from its first plan to its shutdown: every
     forged message is refused and counted by reason, and the numbers equal the honest in-process run's."""
-    path = _experiment(tmp_path, horizon=60_000, runs=2, extra=SECOND_TASK)
+    path = _experiment(tmp_path, horizon=30_000, runs=2, extra=SECOND_TASK)
     _inproc(path, tmp_path / "inproc")
     run_id = "h" + secrets.token_hex(4)
     hostile = [_hostile(kind, mosquitto_url, run_id) for kind in ("replay", "sybil", "impersonate", "flood")]
@@ -78,7 +78,7 @@ def test_an_experiment_files_traffic_adversaries_run_next_to_the_parties_and_cha
     from privbandit.services.launcher import launch
 
     kinds = list(TRAFFIC_ADVERSARY_KINDS)
-    path = _experiment(tmp_path, horizon=300_000, runs=1, extra=SECOND_TASK)
+    path = _experiment(tmp_path, horizon=150_000, runs=1, extra=SECOND_TASK)
     path.write_text(f"traffic_adversaries = {kinds}\n" + path.read_text())
     family, config = load(path)
     tmp_honest = tmp_path / "honest.toml"
