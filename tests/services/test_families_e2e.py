@@ -1,7 +1,8 @@
 """Every algorithm of every registered family, end to end: each party its own OS process over a
 real Mosquitto, against the in-process engine on the same experiment. The numbers must be the
-same bytes (curves.csv, rounds.csv, the ledger, the communication counts), and a party killed with
-SIGKILL mid-run and started again must leave them unchanged.
+same bytes (curves.csv, rounds.csv, the ledger, the communication counts). A party killed with
+SIGKILL mid-run and started again must leave them unchanged: test_families_restart_e2e.py, a file
+of its own so that the two test workers share these sessions.
 
 These are the one-spine proofs of issue #14: no family has its own services, so a family passes
 here only through the generic analyzer, users, intermediary and observer processes. Horizons are
@@ -14,12 +15,11 @@ costs milliseconds of CPU per user per round and has its own end-to-end test
 from __future__ import annotations
 
 import secrets
-import time
 
 import pytest
 
 from privbandit.registry import family_names
-from tests.services.test_distributed import _inproc, _log_tails, _start, _wait, assert_same_numbers
+from tests.services.test_distributed import _inproc, _start, _wait, assert_same_numbers
 
 # One small experiment per family with every algorithm (and every trust model) it offers.
 EXPERIMENTS = {
@@ -182,41 +182,6 @@ warmup = 20
 max_iterations = 3
 """,
 }
-# A longer run of one algorithm per family, long enough to kill every party in turn mid-run, and
-# the intermediary that collects its rounds.
-KILLED = {
-    # Dist-DP-SE's batches double, so one run has few rounds (52 at T = 10⁶): three runs, so
-    # that every kill still finds releases to wait for.
-    "distributed-dp-mab": ("Dist-DP-SE", 1_000_000, "aggregator", 3),
-    # Lazy-UCB's arrays double too (63 rounds at T = 10⁶): ten runs make each round long enough
-    # that the observer, killed last, still finds the run going (one run ended first once the
-    # tests' broker stopped adding ~40 ms per message).
-    "private-online-learning": ("anytime-lazy-ucb@distributed", 1_000_000, "aggregator", 10),
-    "shuffle-linear-bandits": ("LinUCB-SDP-Vec", 4_500, "shuffler"),
-    "concurrent-shuffle": ("csta@k2", 4_000, "shuffler-2"),  # level 2's shuffler, its own process
-    "glm-bandits": ("private-glm", 1_500, "aggregator"),
-}
-
-
-def _wait_for_progress(journal, since: float, parties, timeout: float = 120.0) -> None:
-    """Until the analyzer's journal was rewritten after ``since`` (a release decoded)."""
-    end = time.monotonic() + timeout
-    while not (journal.exists() and journal.stat().st_mtime > since):
-        assert time.monotonic() < end, "no release decoded after the restart\n" + _log_tails(parties)
-        time.sleep(0.05)
-
-
-def _wait_for_save(checkpoint, since: float, timeout: float = 2.5) -> None:
-    """Until ``checkpoint`` was saved after ``since``, or ``timeout`` s: the observer saves its
-    accepted truths at its first tick a second or more after its last save, so a save a second
-    after a fleet's restart holds every truth that fleet sent before it (delivered in
-    milliseconds). Not a fixed 2.5-s sleep: with the tests' low-latency broker a run could end
-    within it ("the run ended before observer was killed")."""
-    end = time.monotonic() + timeout
-    while not (checkpoint.exists() and checkpoint.stat().st_mtime > since) and time.monotonic() < end:
-        time.sleep(0.05)
-
-
 def _write(tmp_path, case: str, keep: str | None = None, horizon: int | None = None, runs: int = 1):
     text = EXPERIMENTS[case]
     if keep is not None:  # only one algorithm's table, at another horizon and number of runs
@@ -242,45 +207,6 @@ def test_every_algorithm_over_mosquitto_equals_in_process(case, tmp_path, mosqui
     _inproc(path, tmp_path / "inproc")
     parties, out = _start(tmp_path, path, mosquitto_url, "f" + secrets.token_hex(4))
     try:
-        assert _wait(parties, timeout=300) == 0, (tmp_path / "observer.log").read_text()[-3000:]
-    finally:
-        for p in parties:
-            p.stop()
-    assert_same_numbers(tmp_path / "inproc", out)
-
-
-@pytest.mark.parametrize("family", sorted(KILLED))
-def test_every_party_killed_mid_run_restarts_to_the_same_numbers(family, tmp_path, mosquitto_url):
-    """SIGKILL each party once, in turn, while the run goes on: the analyzer, the intermediary, a
-    user fleet and the observer. Each restarts from its checkpoint (the analyzer by replaying its
-    releases, the fleet from the broker's queued plans, the observer from its truths and a resync)
-    and the numbers are the in-process run's."""
-    label, horizon, intermediary, *runs = KILLED[family]
-    path = _write(tmp_path, family, keep=label, horizon=horizon, runs=runs[0] if runs else 1)
-    _inproc(path, tmp_path / "inproc")
-    parties, out = _start(tmp_path, path, mosquitto_url, "k" + secrets.token_hex(4))
-    by_name = {p.name: p for p in parties}
-    journal = out / "state" / "analyzer" / "checkpoint.bin"  # rewritten at every release decoded
-    try:
-        # Each kill lands mid-run: only once the analyzer has decoded a release since the last
-        # restart (so the restarted party is back in the session and the run moves again); parties
-        # take seconds to start, and a kill timed by the clock alone can fall before the first
-        # round, testing nothing.
-        # A fleet before the observer: the restarted fleet has lost the truths it sent before, so
-        # the observer restarted after it gets those from its own checkpoint (truths older than
-        # about two seconds are in it), not from the fleets' resync.
-        restarted = 0.0
-        for victim in ("analyzer", intermediary, "users-0", "observer"):
-            _wait_for_progress(journal, since=restarted, parties=parties)
-            if victim == "observer":  # once its truth checkpoint holds the truths the fleet sent before its restart
-                _wait_for_save(out / "state" / "observer" / "checkpoint.bin", since=restarted + 1.0)
-            party = by_name[victim]
-            assert all(p.proc.poll() is None for p in parties), f"the run ended before {victim} was killed"
-            party.proc.kill()  # no goodbye: work in flight is lost; the checkpoint and the broker's session remain
-            party.proc.wait()
-            time.sleep(0.3)
-            restarted = time.time()
-            party.start()
         assert _wait(parties, timeout=300) == 0, (tmp_path / "observer.log").read_text()[-3000:]
     finally:
         for p in parties:
