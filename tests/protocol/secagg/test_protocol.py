@@ -188,15 +188,20 @@ def test_masks_applied_for_many_users_at_once_equal_the_formula(m):
     user at a time; users with different neighbour counts (none included) share the batch."""
     import os
 
+    from privbandit.protocol.primitives.secagg.prg import uniform_mod
     from privbandit.protocol.primitives.secagg.protocol import (
+        PURPOSE_PAIR,
+        PURPOSE_SELF,
         MaskSeeds,
         RoundConfig,
         apply_masks,
-        pair_mask,
-        self_mask,
     )
 
     cfg = RoundConfig(run_id=b"test-run", round_id=3, m=m, length=4)
+
+    def mask(seed: bytes, purpose: bytes) -> np.ndarray:  # one seed's PRG expansion, as Bonawitz et al. define it
+        return uniform_mod(seed, cfg.length, cfg.m, round_id=cfg.round_id, purpose=purpose)
+
     rng = np.random.default_rng(m % 1000)
     users = []
     for u, k in enumerate([5, 0, 12, 1, 7]):
@@ -204,9 +209,9 @@ def test_masks_applied_for_many_users_at_once_equal_the_formula(m):
                                [os.urandom(32) for _ in range(k)], rng.random(k) < 0.5))
     got = apply_masks(users, cfg)
     for u, out in zip(users, got):
-        want = [int(y) + int(b) for y, b in zip(u.y, self_mask(u.self_seed, cfg))]
+        want = [int(y) + int(b) for y, b in zip(u.y, mask(u.self_seed, PURPOSE_SELF))]
         for seed, up in zip(u.pair_seeds, u.up):
-            want = [w + (1 if up else -1) * int(p) for w, p in zip(want, pair_mask(seed, cfg))]
+            want = [w + (1 if up else -1) * int(p) for w, p in zip(want, mask(seed, PURPOSE_PAIR))]
         assert out.sender == u.sender and out.y.tolist() == [w % m for w in want]
     assert [x.y.tolist() for x in apply_masks(users[2:3], cfg)] == [got[2].y.tolist()]  # alone or together
 

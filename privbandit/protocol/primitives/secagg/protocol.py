@@ -55,7 +55,7 @@ from privbandit.protocol.primitives.secagg.keys import (
     RoundKeys,
     pairwise_key,
 )
-from privbandit.protocol.primitives.secagg.prg import uniform_mod, uniform_mod_rows
+from privbandit.protocol.primitives.secagg.prg import uniform_mod_rows
 from privbandit.protocol.primitives.secagg.shamir import (
     LIMB_BYTES,
     combine_many,
@@ -253,14 +253,6 @@ def apply_masks(users: list[MaskSeeds], config: RoundConfig) -> list[MaskedInput
         acc += slots[:, j]
         acc %= m
     return [MaskedInput(u.sender, row) for u, row in zip(users, acc)]
-
-
-def pair_mask(seed: bytes, config: RoundConfig) -> np.ndarray:
-    return uniform_mod(seed, config.length, config.m, round_id=config.round_id, purpose=PURPOSE_PAIR)
-
-
-def self_mask(seed: bytes, config: RoundConfig) -> np.ndarray:
-    return uniform_mod(seed, config.length, config.m, round_id=config.round_id, purpose=PURPOSE_SELF)
 
 
 class SecAggUser:
