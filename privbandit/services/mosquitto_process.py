@@ -3,8 +3,8 @@
 For ``privbandit up``, the tests and the benchmarks, which each need a broker of their own rather
 than the system one: :class:`MosquittoProcess` starts it and waits until it listens (or raises
 with the tail of its log), SIGKILLs it and starts it again on the same port, and waits for it to
-save its database. :func:`start_on_free_port` picks the port; :func:`write_persistent_conf` and
-:func:`start_with_broker_config` write the two configurations they use.
+save its database. :func:`start_on_free_port` picks the port; :func:`write_open_conf` (anonymous, persistent or not)
+and :func:`start_with_broker_config` (the run's accounts and ACL) write the configurations they use.
 """
 
 from __future__ import annotations
@@ -204,18 +204,26 @@ def start_with_broker_config(directory: Path, run_id: str, *, backend: str = "ac
     return start_on_free_port(write, binary=binary), written[-1]
 
 
-def write_persistent_conf(directory: Path, port: int) -> Path:
-    """Write ``directory/mosquitto.conf``: an anonymous Mosquitto on 127.0.0.1:``port`` that
-    persists its sessions and queues to ``directory`` (``autosave_interval 1``; Mosquitto 2.0 in
-    fact saves every 2 s), so that it can be SIGKILLed and started again from what it saved."""
+def write_open_conf(directory: Path, port: int, *, persistent: bool = False) -> Path:
+    """Write ``directory/mosquitto.conf``: an anonymous Mosquitto on 127.0.0.1:``port`` with the
+    generated config's limits and ``set_tcp_nodelay true`` (without it each message the broker
+    sends waits up to 40 ms on Nagle's algorithm). ``persistent``: it persists its sessions and
+    queues to ``directory`` (``autosave_interval 1``; Mosquitto 2.0 in fact saves every 2 s), so that
+    it can be SIGKILLed and started again from what it saved."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     conf = directory / "mosquitto.conf"
+    saved = (["persistence true", f"persistence_location {directory.resolve()}/", "autosave_interval 1"]
+             if persistent else ["persistence false"])
     conf.write_text("\n".join([
-        f"listener {port} {HOST}", "allow_anonymous true",
-        "persistence true", f"persistence_location {directory.resolve()}/", "autosave_interval 1",
+        f"listener {port} {HOST}", "allow_anonymous true", *saved,
         f"max_queued_messages {acl.MAX_QUEUED_MESSAGES}", f"max_packet_size {acl.MAX_PACKET_BYTES}", "log_dest stderr",
-        "set_tcp_nodelay true",  # as the generated ACL config: no ~40 ms Nagle wait per message
+        "set_tcp_nodelay true",
         f"user {getpass.getuser()}",  # started as root, Mosquitto would drop to an account that cannot write here
         ""]))
     return conf
+
+
+def write_persistent_conf(directory: Path, port: int) -> Path:
+    """:func:`write_open_conf` with persistence: a broker the fault tests kill and start again."""
+    return write_open_conf(directory, port, persistent=True)
