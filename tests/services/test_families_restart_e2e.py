@@ -28,24 +28,14 @@ KILLED = {
 }
 
 
-def _wait_for_progress(journal, since: float, parties, timeout: float = 120.0) -> None:
-    """Until the analyzer's journal was rewritten after ``since`` (a release decoded)."""
+def _saved_after(path, since: float, timeout: float) -> bool:
+    """Whether ``path`` was (re)written after ``since`` (a wall-clock time) within ``timeout`` s."""
     end = time.monotonic() + timeout
-    while not (journal.exists() and journal.stat().st_mtime > since):
-        assert time.monotonic() < end, "no release decoded after the restart\n" + _log_tails(parties)
+    while not (path.exists() and path.stat().st_mtime > since):
+        if time.monotonic() >= end:
+            return False
         time.sleep(0.05)
-
-
-def _wait_for_save(checkpoint, since: float, timeout: float = 2.5) -> None:
-    """Until ``checkpoint`` was saved after ``since``, or ``timeout`` s: the observer saves its
-    accepted truths at its first tick a second or more after its last save, so a save a second
-    after a fleet's restart holds every truth that fleet sent before it (delivered in
-    milliseconds). Not a fixed 2.5-s sleep: with the tests' low-latency broker a run could end
-    within it ("the run ended before observer was killed")."""
-    end = time.monotonic() + timeout
-    while not (checkpoint.exists() and checkpoint.stat().st_mtime > since) and time.monotonic() < end:
-        time.sleep(0.05)
-
+    return True
 
 
 @pytest.mark.parametrize("family", sorted(KILLED))
@@ -70,9 +60,14 @@ def test_every_party_killed_mid_run_restarts_to_the_same_numbers(family, tmp_pat
         # about two seconds are in it), not from the fleets' resync.
         restarted = 0.0
         for victim in ("analyzer", intermediary, "users-0", "observer"):
-            _wait_for_progress(journal, since=restarted, parties=parties)
-            if victim == "observer":  # once its truth checkpoint holds the truths the fleet sent before its restart
-                _wait_for_save(out / "state" / "observer" / "checkpoint.bin", since=restarted + 1.0)
+            # the analyzer's journal is rewritten at every release decoded
+            assert _saved_after(journal, restarted, 120.0), "no release decoded after the restart\n" + _log_tails(parties)
+            if victim == "observer":
+                # Once its truth checkpoint was saved a second after the fleet's restart (it saves its
+                # accepted truths at its first tick a second or more after its last save), it holds
+                # every truth the fleet sent before that restart, delivered in milliseconds. Not a
+                # fixed 2.5-s sleep: on the tests' low-latency broker a run could end within it.
+                _saved_after(out / "state" / "observer" / "checkpoint.bin", restarted + 1.0, 2.5)
             party = by_name[victim]
             assert all(p.proc.poll() is None for p in parties), f"the run ended before {victim} was killed"
             party.proc.kill()  # no goodbye: work in flight is lost; the checkpoint and the broker's session remain
