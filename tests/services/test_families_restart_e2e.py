@@ -60,7 +60,6 @@ def test_every_party_killed_mid_run_restarts_to_the_same_numbers(family, tmp_pat
         # about two seconds are in it), not from the fleets' resync.
         restarted = 0.0
         for victim in ("analyzer", intermediary, "users-0", "observer"):
-            # the analyzer's journal is rewritten at every release decoded
             assert _saved_after(journal, restarted, 120.0), "no release decoded after the restart\n" + _log_tails(parties)
             if victim == "observer":
                 # Once its truth checkpoint was saved a second after the fleet's restart (it saves its
