@@ -62,6 +62,7 @@ from privbandit.protocol.primitives.secagg import (
 from privbandit.protocol.primitives.secagg.parameters import ThreatModel, graph_for
 from privbandit.protocol.primitives.secagg.protocol import LIMBS, SharesDelivery, UnmaskRequest
 from privbandit.protocol.primitives.secagg.shamir import random_field
+from privbandit.protocol.primitives.seeding import USER_BLOCK
 
 M = 2**62 - 57
 ADVERT_BYTES = 8 + 32 + 32 + 64
@@ -447,9 +448,10 @@ def wire_round(n: int, seed: int = 1) -> dict:
     fleet = FleetSecAgg("bench", 0, 0, 1, identities, up, ReportAuthenticator(fleet_key(5, 0)))
 
     async def run():
-        agg.open(rnd, 0)
+        cohort = np.arange(rnd.expected)
+        agg.open(rnd, cohort, cohort // USER_BLOCK)
         t0 = time.process_time()
-        await fleet.start(rnd, 0, values, dropped)
+        await fleet.start(rnd, cohort, values, dropped)
         cpu["fleet"] += time.process_time() - t0
         while queue:
             where, msg = queue.pop(0)

@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal, Union
 import msgpack
 import numpy as np
 from pydantic import (BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, ValidationError,
-                      model_validator)
+                      model_serializer, model_validator)
 
 from privbandit.protocol.spine.events import RULES, Join, Plan, Record, Release, Reports, Round, Truth
 
@@ -216,17 +216,46 @@ def round_spec(r: Round) -> RoundSpec:
                      secagg_threshold=r.secagg_threshold)
 
 
+def ids_on_wire(ids: np.ndarray) -> np.ndarray:
+    """User ids as the narrowest unsigned dtype that holds them (4 bytes each below 2³²)."""
+    return ids.astype("<u4" if ids.size == 0 or ids[-1] < 2**32 else "<u8")
+
+
 class JoinSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
     round: NonNeg
     first: NonNeg
     count: Positive
     reports: NonNeg
+    users: Array | None = None  # the named reporters of a secure round (Join.users)
+
+    @model_serializer(mode="wrap")
+    def _unnamed_joins_stay_as_they_were(self, handler):
+        # A join naming nobody goes on the wire without the field, byte for byte as before it existed.
+        out = handler(self)
+        if self.users is None:
+            out.pop("users")
+        return out
 
     @model_validator(mode="after")
     def _quota(self):
         _require(self.reports <= self.count, "a join cannot promise more reports than users")
+        if self.users is not None:
+            u = self.users
+            _require(u.ndim == 1 and u.dtype.kind == "u" and u.size == self.reports, "a join names its reports' users")
+            _require(u.size == 0 or (int(u[0]) >= self.first and int(u[-1]) < self.first + self.count
+                                     and bool(np.all(u[1:] > u[:-1]))),
+                     "a join's users must be increasing ids inside its range")
         return self
+
+    def to_join(self) -> Join:
+        return Join(self.round, self.first, self.count, self.reports,
+                    None if self.users is None else tuple(self.users.tolist()))
+
+
+def join_spec(j: Join) -> JoinSpec:
+    users = None if j.users is None else ids_on_wire(np.asarray(j.users, dtype=np.int64))
+    return JoinSpec(round=j.round_id, first=j.first, count=j.count, reports=j.reports, users=users)
 
 
 class PlanMsg(_Msg):
@@ -250,14 +279,13 @@ class PlanMsg(_Msg):
 
     def to_plan(self) -> Plan:
         return Plan(self.plan, self.first_user, self.cohort, self.body, tuple(r.to_round() for r in self.opens),
-                    tuple(Join(j.round, j.first, j.count, j.reports) for j in self.joins))
+                    tuple(j.to_join() for j in self.joins))
 
 
 def plan_msg(run: str, task: int, plan: Plan) -> PlanMsg:
     return PlanMsg(run=run, task=task, plan=plan.id, first_user=plan.first_user, cohort=plan.cohort,
                    body=body_from_wire(body_to_wire(plan.body)), opens=[round_spec(r) for r in plan.opens],
-                   joins=[JoinSpec(round=j.round_id, first=j.first, count=j.count, reports=j.reports)
-                          for j in plan.joins])
+                   joins=[join_spec(j) for j in plan.joins])
 
 
 class ReportsMsg(_Msg):

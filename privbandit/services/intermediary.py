@@ -100,6 +100,7 @@ class IntermediaryService(PartyService):
         self.released_data: dict[int, bytes] = {}  # each release encoded once, for the checkpoints
         self.forget_kept()
         self.secagg: AggregatorSecAgg | None = None
+        self.secure_joined: dict[int, dict[int, tuple]] = {}  # secure round → plan → its join's (members, blocks)
         # Reports acknowledged to the broker but not checkpointed die with the process (or the
         # broker): the rounds opened until the next release are asked for again.
         self.recovering = self.checkpoint is not None
@@ -127,7 +128,7 @@ class IntermediaryService(PartyService):
         self.box = Intermediary(self.role, len(runs), keys, self.rejected)
         self.forget_waiting()
         self.plans, self.closing, self.opened, self.failed, self.asked = {}, {}, {}, set(), {}
-        self.asked_plans, self.moved = set(), {}
+        self.asked_plans, self.moved, self.secure_joined = set(), {}, {}
         self.released, self.released_data = OrderedDict(), {}
         self.forget_kept()
         saved = self.resumable(spec)
@@ -239,25 +240,41 @@ class IntermediaryService(PartyService):
                 if rnd.secagg is not None and self.fleet_keys is None:
                     raise ProtocolError("no-fleet-keys", f"secure round {rnd.id}: this {self.role} holds no fleet keys "
                                                          f"(PRIVBANDIT_FLEET_MASTER_KEY) to check the fleets' chunks")
-                if rnd.secagg is not None:
-                    join = next((j for j in plan.joins if j.round_id == rnd.id), None)
-                    if join is None or join.count != rnd.expected or len([j for j in plan.joins if j.round_id == rnd.id]) != 1:
-                        raise ProtocolError("bad-join", f"secure round {rnd.id} needs one join of its whole cohort")
                 box.open(rnd)
+            for j in joins:
+                state = box.rounds.get(j.round_id)
+                if state is not None and state.round.secagg is not None and j.members().size != j.reports:
+                    raise ProtocolError("bad-join", f"secure round {j.round_id}: a join must name its {j.reports} "
+                                                    f"reporters, or every user of its range must report")
             box.open_plan(plan)
         except ProtocolError as exc:
             return self.reject(exc.reason, exc.detail)
         self.plans[plan.id] = plan
         for rnd in new:
             self.opened[rnd.id] = time.monotonic()
-            if rnd.secagg is not None:
-                self.secagg.open(rnd, next(j.first for j in plan.joins if j.round_id == rnd.id))
             log.debug("%s opened round %d (%d reports)", self.name, rnd.id, rnd.expected)
             if self.recovering:
                 await self.ask_again(rnd.id)
+        self.open_secure(plan, joins)
         for j in joins:  # reports that overtook this plan (MQTT orders per topic only)
             for early in self.waiting.pop((j.round_id, plan.id), []) + self.waiting.pop((j.round_id, None), []):
                 await self.collect(early)
+
+    def open_secure(self, plan: Plan, joins) -> None:
+        """A secure round runs among its joins' members once the last join has come (one join for
+        a cohort round; many for an array filled over many plans), so its cohort is complete."""
+        for j in joins:
+            state = self.box.rounds.get(j.round_id)
+            if (state is None or state.round.secagg is None or j.round_id in self.secagg.rounds
+                    or plan.id in self.secure_joined.get(j.round_id, {})):
+                continue  # not secure, running already, or a re-announced plan
+            members = j.members()
+            parts = self.secure_joined.setdefault(j.round_id, {})
+            parts[plan.id] = (members, (members - plan.first_user) // USER_BLOCK)
+            if sum(m.size for m, _ in parts.values()) == state.round.expected:
+                del self.secure_joined[j.round_id]
+                self.secagg.open(state.round, np.concatenate([m for m, _ in parts.values()]),
+                                 np.concatenate([b for _, b in parts.values()]))
 
     # --- reports ---------------------------------------------------------------------------------
     async def collect(self, msg: codec.ReportsMsg | codec.SecAggMsg) -> None:
@@ -265,8 +282,9 @@ class IntermediaryService(PartyService):
         if msg.round in box.closed or msg.round in self.failed:
             return self.refuse_late(msg)
         early = msg.round not in box.rounds or (
-            isinstance(msg, codec.ReportsMsg) and msg.plan not in self.plans and box.join_of(msg.round, msg.plan) is None)
-        if early:  # its plan has not reached us yet: hold it (bounded) until the plan comes
+            isinstance(msg, codec.ReportsMsg) and msg.plan not in self.plans and box.join_of(msg.round, msg.plan) is None
+        ) or (isinstance(msg, codec.SecAggMsg) and msg.round in self.secure_joined)
+        if early:  # its plan (a secure round's last join) has not reached us yet: hold it (bounded) until it comes
             key = (msg.round, msg.plan if isinstance(msg, codec.ReportsMsg) else None)
             if sum(len(v) for v in self.waiting.values()) >= self.MAX_EARLY:
                 return self.reject("early-overflow", f"round {msg.round}")

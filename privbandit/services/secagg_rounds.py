@@ -34,7 +34,6 @@ from privbandit.protocol.primitives.secagg.batch import (
 )
 from privbandit.protocol.primitives.secagg.errors import SecAggError
 from privbandit.protocol.primitives.secagg.protocol import LIMBS
-from privbandit.protocol.primitives.seeding import USER_BLOCK
 from privbandit.services import codec
 
 CHUNK_BYTES = 4 * 2**20  # well under codec.MAX_MESSAGE_BYTES
@@ -212,12 +211,13 @@ class FleetSecAgg:
                 cost.sent[step] += len(codec.encode(signed))
             await self.send(signed)
 
-    async def start(self, rnd, first_user: int, values: dict[int, int], dropouts: list[int]) -> None:
-        """Round 0 for this fleet's users of round ``rnd`` (the cohort ``first_user`` …
-        ``first_user + rnd.expected − 1``; possibly none of them here: an empty final chunk)."""
+    async def start(self, rnd, cohort: np.ndarray, values: dict[int, int], dropouts: list[int]) -> None:
+        """Round 0 for this fleet's users of round ``rnd``, whose users are ``cohort`` (its joins'
+        members, ``rnd.expected`` of them); ``values`` and ``dropouts`` are the ones hosted here,
+        possibly none: an empty final chunk."""
         cost = self.costs[rnd.id] = RoundCost(rnd.id, len({*values, *dropouts}))
         with _Timed(cost, "advertise"):
-            config, graph = round_setup(self.run, self.task, rnd.id, first_user, rnd.expected, rnd.m, rnd.secagg,
+            config, graph = round_setup(self.run, self.task, rnd.id, cohort, rnd.m, rnd.secagg,
                                         rnd.secagg_degree, rnd.secagg_threshold)
             cost.degree, cost.threshold = graph.degree, graph.threshold
             fleet = FleetRound(config, graph, self.identities, values, dropouts)
@@ -278,18 +278,21 @@ class AggregatorSecAgg:
         self.step_deadline_s = step_deadline_s
         self.send, self.release, self.abort = send, release, abort
         self.rounds: dict[int, tuple[AggregatorRound, str, _Inbox]] = {}
-        self.first_user: dict[int, int] = {}
+        self.cohorts: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # round → (its users, sorted; their blocks)
         self.shards: int | None = None
         self.costs: dict[int, RoundCost] = {}  # rounds in flight; finished ones go to the log
         self.finished: deque[RoundCost] = deque(maxlen=256)  # … and the last ones here
         self._closing: list[tuple[RoundCost, str]] = []
 
-    def open(self, rnd, first_user: int) -> None:
-        """A secure round of ``rnd.expected`` users from ``first_user`` (its one join)."""
-        config, graph = round_setup(self.run, self.task, rnd.id, first_user, rnd.expected, rnd.m, rnd.secagg,
+    def open(self, rnd, cohort: np.ndarray, blocks: np.ndarray) -> None:
+        """A secure round among ``cohort`` (its joins' members, ``rnd.expected`` of them);
+        ``blocks[i]``: the block of its plan that user ``cohort[i]`` belongs to, which says the fleet
+        hosting it (block b of a plan lives on fleet b mod N)."""
+        config, graph = round_setup(self.run, self.task, rnd.id, cohort, rnd.m, rnd.secagg,
                                     rnd.secagg_degree, rnd.secagg_threshold)
         self.rounds[rnd.id] = (AggregatorRound(config, graph), "advertise", _Inbox())
-        self.first_user[rnd.id] = first_user
+        order = np.argsort(cohort, kind="stable")
+        self.cohorts[rnd.id] = (np.asarray(cohort, dtype=np.int64)[order], np.asarray(blocks, dtype=np.int64)[order])
         self.costs[rnd.id] = RoundCost(rnd.id, rnd.expected, graph.degree, graph.threshold)
 
     async def on_message(self, msg: codec.SecAggMsg) -> str | None:
@@ -379,7 +382,7 @@ class AggregatorSecAgg:
 
     def _close(self, round_id: int, outcome: str = "aborted") -> None:
         del self.rounds[round_id]
-        del self.first_user[round_id]
+        del self.cohorts[round_id]
         cost = self.costs.pop(round_id, None)
         if cost is not None:
             self._closing.append((cost, outcome))
@@ -394,9 +397,11 @@ class AggregatorSecAgg:
 
     async def _deliver(self, round_id: int, shares: Shares) -> None:
         # Route each ciphertext to the fleet hosting its recipient (the block layout is public:
-        # block b of a cohort lives on fleet b mod N), so a fleet gets its own users' mail only.
+        # block b of a plan lives on fleet b mod N), so a fleet gets its own users' mail only. The
+        # server delivers only to users of the round's graph, so every recipient is in the cohort.
         shards = self.shards or 1
-        host = ((shares.recipients - self.first_user[round_id]) // USER_BLOCK) % shards
+        users, blocks = self.cohorts[round_id]
+        host = blocks[np.searchsorted(users, shares.recipients)] % shards
         rows = np.frombuffer(shares.ciphertexts, dtype=np.uint8).reshape(-1, CIPHERTEXT_BYTES)
         for i in range(shards):
             mine = host == i

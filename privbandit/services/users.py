@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -53,8 +54,14 @@ def status_tag(auth: ReportAuthenticator, msg: codec.StatusMsg) -> bytes:
     return auth.mac("status", msg.run, msg.party, payload=codec.encode(msg.model_copy(update={"tag": b""})))
 
 
-def ids_on_wire(ids: np.ndarray) -> np.ndarray:
-    return ids.astype("<u4" if ids.size == 0 or ids[-1] < 2**32 else "<u8")
+@dataclass
+class _SecureInputs:
+    """A secure round's inputs this fleet holds until the round's last join comes: Anytime-Lazy-UCB's
+    array fills over many plans, and its users stay reachable (here) until it is full."""
+
+    cohort: list[np.ndarray] = field(default_factory=list)  # every join's members, all fleets'
+    values: dict[int, int] = field(default_factory=dict)  # this fleet's reporting users' residues
+    dropouts: list[int] = field(default_factory=list)  # this fleet's members who did not report
 
 
 class UserFleetService(PartyService):
@@ -71,6 +78,7 @@ class UserFleetService(PartyService):
         self.truths: dict[tuple[int, int], codec.TruthMsg] = {}  # what the observer got: sent again on resync
         self.reserved: dict[tuple[int, str], float] = {}  # (plan, asker) → when last served again on request
         self.secagg: FleetSecAgg | None = None
+        self.secure_inputs: dict[int, _SecureInputs] = {}  # secure rounds whose cohort is not complete yet
         self.identities = UserIdentities(users_identity_master(config.seed))
         self.auth = ReportAuthenticator(report_auth_master(config.seed))
         # The fleet's own key for its secure-aggregation chunks: another fleet cannot sign for it.
@@ -88,7 +96,7 @@ class UserFleetService(PartyService):
         fam, config = self.family, self.config
         self.users = Users(fam.users(config, label, [run]), config.seed, (run, label),
                            fam.dropout_rate(config, label), fam.adversary(config, label, run))
-        self.rounds, self.served, self.truths, self.reserved = {}, {}, {}, {}
+        self.rounds, self.served, self.truths, self.reserved, self.secure_inputs = {}, {}, {}, {}, {}
         self.secagg = FleetSecAgg(self.run_id, spec["index"], self.shard, self.shards, self.identities,
                                   self.publish_secagg, self.chunk_auth)
 
@@ -151,8 +159,8 @@ class UserFleetService(PartyService):
         mine = [b for b in blocks_of(plan) if fam.shard(plan, b, self.shards) == self.shard]
         log.debug("%s serves plan %d: blocks %s", self.name, plan.id, mine)
         secure = {j.round_id: j for j in plan.joins if self.rounds[j.round_id].secagg is not None}
-        values: dict[int, dict[int, int]] = {rid: {} for rid in secure}
-        dropouts: dict[int, list[int]] = {rid: [] for rid in secure}
+        for rid in secure:
+            self.secure_inputs.setdefault(rid, _SecureInputs())
         for block in mine:  # one block at a time: bounded memory, steady traffic
             reports, truths = self.users.respond(plan, [block], self.rounds)
             # Truth first: once a round's reports are all in, it can be released and the analyzer
@@ -171,18 +179,23 @@ class UserFleetService(PartyService):
                 rnd = self.rounds[j.round_id]
                 rep = by_round.get(j.round_id) or Reports(j.round_id, plan.id, np.zeros(0, np.int64),
                                                           np.zeros((1, 0, rnd.width), np.int64 if rnd.integer else np.float64))
-                if j.round_id in secure:  # they join the key rounds, then vanish
-                    values[j.round_id].update(zip(rep.user_ids.tolist(), rep.values[0, :, 0].tolist()))
-                    inside = block_ids[(block_ids >= j.first) & (block_ids < j.first + j.count)]
-                    dropouts[j.round_id] += np.setdiff1d(inside, rep.user_ids).tolist()
+                if j.round_id in secure:  # held until the round's cohort is complete
+                    held = self.secure_inputs[j.round_id]
+                    held.values.update(zip(rep.user_ids.tolist(), rep.values[0, :, 0].tolist()))
+                    # The join's members here who did not report join the key rounds, then vanish.
+                    held.dropouts += np.setdiff1d(np.intersect1d(j.members(), block_ids), rep.user_ids).tolist()
                     continue
                 if only is None or rnd.intermediary == only:
                     await self.send_reports(plan, rnd, block, rep)
         if secure and self.chunk_auth is None:
             raise ValueError(f"plan {plan.id} joins a secure round, and this fleet holds no key to sign its chunks "
                              f"(PRIVBANDIT_FLEET_KEY)")
-        for rid, join in secure.items():  # every fleet answers round 0, with no users if it hosts none
-            await self.secagg.start(self.rounds[rid], join.first, values[rid], dropouts[rid])
+        for rid, join in secure.items():
+            held = self.secure_inputs[rid]
+            held.cohort.append(join.members())
+            if sum(c.size for c in held.cohort) == self.rounds[rid].expected:  # the last join has come
+                del self.secure_inputs[rid]  # every fleet answers round 0, with no users if it hosts none
+                await self.secagg.start(self.rounds[rid], np.concatenate(held.cohort), held.values, held.dropouts)
         self.served[plan.id] = plan
 
     async def send_reports(self, plan: Plan, rnd: Round, block: int, rep: Reports) -> None:
@@ -198,7 +211,7 @@ def reports_message(auth: ReportAuthenticator, run_id: str, task: int, plan: Pla
     --transport mqtt`` sends the real intermediary)."""
     ids = rep.user_ids
     msg = codec.ReportsMsg(
-        run=run_id, task=task, round=rnd.id, plan=plan.id, user_ids=ids_on_wire(ids),
+        run=run_id, task=task, round=rnd.id, plan=plan.id, user_ids=codec.ids_on_wire(ids),
         values=codec.packed(rep.values, rnd.m, rnd.high, rnd.integer), block=block,
         tags=auth.tags(run_id, task, rnd.id, plan.id, plan.first_user, ids, rep.values))
     return msg.model_copy(update={"block_tag": auth.mac("block", run_id, task, rnd.id, plan.id, block,

@@ -10,6 +10,7 @@ is what licenses the substitution in the in-process engine."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
@@ -185,3 +186,75 @@ def test_a_whole_distributed_task_releases_what_real_secagg_releases(algorithm, 
     assert got.rounds == want.rounds and got.privacy == want.privacy
     np.testing.assert_array_equal(got.pseudo, want.pseudo)
     np.testing.assert_array_equal(got.realized, want.realized)
+
+
+# --- intermediary = "secagg": the real protocol inside the task ------------------------------------
+
+def _lazy_config(fam, horizon: int, **extra):
+    return fam.load({"family": fam.name, "horizon": horizon, "seed": 3, "epsilon": 1.0, "checkpoints": 8,
+                     "environment": {"means": [0.8, 0.5, 0.3]},
+                     "algorithms": {"a": {"algorithm": "anytime-lazy-ucb", "trust": "distributed", **extra}}}, "x.toml")
+
+
+@pytest.mark.parametrize("graph", ["complete", "sparse"])
+def test_secagg_lazy_ucb_runs_real_rounds_among_the_named_users_and_equals_the_ideal_task(graph, monkeypatch):
+    """With ``intermediary = "secagg"`` every array of at least two users is released by a real
+    Bonawitz et al. round (the in-process intermediary calls the protocol's driver), among exactly
+    the users its joins name, though they arrived over several plans; nobody drops out; the task's
+    results are the ideal task's, bit for bit."""
+    from privbandit.protocol.primitives.secagg import driver
+
+    fam = registry.family("private-online-learning")
+    calls = []
+    real = driver.secure_sum
+
+    def spy(ids, values, m, **kw):
+        calls.append((np.asarray(ids).copy(), kw["dropped"].size, kw["mode"]))
+        return real(ids, values, m, **kw)
+
+    monkeypatch.setattr(driver, "secure_sum", spy)
+    secure = tasks.execute(tasks.Task(fam.name, _lazy_config(fam, 300, intermediary="secagg", secagg_graph=graph),
+                                      "a", (0,)))[2]
+    ideal = tasks.execute(tasks.Task(fam.name, _lazy_config(fam, 300), "a", (0,)))[2]
+    assert secure.rounds == ideal.rounds and secure.privacy == ideal.privacy
+    np.testing.assert_array_equal(secure.pseudo, ideal.pseudo)
+    np.testing.assert_array_equal(secure.realized, ideal.realized)
+    arrays = [r for r in ideal.rounds if int(r["array"]) >= 1]  # 2^array users
+    assert len(calls) == len(arrays) >= 10 and {mode for _, _, mode in calls} == {graph}
+    assert all(dropped == 0 for _, dropped, _ in calls)
+    assert sorted(ids.size for ids, _, _ in calls) == sorted(2 ** int(r["array"]) for r in arrays)
+    # Some array was filled by users who are not one contiguous range (other arms' users between).
+    assert any(ids[-1] - ids[0] + 1 > ids.size for ids, _, _ in calls)
+
+
+def test_a_secure_lazy_plan_names_each_arrays_reporters_and_only_they_are_admitted():
+    fam = registry.family("private-online-learning")
+    config = _lazy_config(fam, 300, intermediary="secagg")
+    plans = []
+
+    class Recording(Intermediary):
+        def open_plan(self, plan):
+            plans.append(plan)
+            super().open_plan(plan)
+
+    public, analyzer, users, _, observer = tasks.parties(fam, config, "a", [0])
+    engine.run(analyzer, users, {"aggregator": Recording("aggregator")}, observer)
+    named = [(p, j) for p in plans for j in p.joins if j.users is not None]
+    assert named, "no secure array joined"
+    for plan, j in named:
+        assert len(j.users) == j.reports and all(j.first <= u < j.first + j.count for u in j.users)
+    rnd = next(r for p in plans for r in p.opens if r.secagg is not None)
+    assert rnd.secagg == "sparse" and rnd.secagg_degree is not None
+    fam.check_secure_round(config, "a", rnd)  # the users accept the analyzer's graph …
+    with pytest.raises(ValueError, match="threat model gives"):  # … and refuse another one
+        fam.check_secure_round(config, "a", dataclasses.replace(rnd, secagg_threshold=1))
+    # The intermediary admits a named user, refuses a user of the range the join does not name.
+    plan, j = next((p, j) for p, j in named if j.reports < j.count)  # other arms' users in its range
+    box = Intermediary("aggregator")
+    box.open(dataclasses.replace(rnd, id=j.round_id, expected=j.reports, secagg=None, secagg_degree=None,
+                                 secagg_threshold=None))
+    box.join(plan, j)
+    outsider = next(u for u in range(j.first, j.first + j.count) if u not in set(j.users))
+    ids = np.array([j.users[0], outsider])
+    assert box.receive(Reports(j.round_id, plan.id, ids, np.ones((1, 2, 1), np.int64))) == 1
+    assert box.rejected["not-named"] == 1

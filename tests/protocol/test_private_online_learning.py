@@ -494,3 +494,36 @@ def test_hybrid_and_dp_se_runs():
     assert d.privacy["epsilon_pure"] == 8.0 and d.pseudo[0, -1] > 0
     with pytest.raises(ValueError, match="central model only"):
         run_task("hybrid-ucb", T, 8.0, seed=2, trust="distributed")
+
+
+@pytest.mark.parametrize(("table", "why"), [
+    ({"algorithm": "anytime-lazy-ucb", "intermediary": "secagg"}, "needs trust = 'distributed'"),
+    ({"algorithm": "ftnl", "trust": "distributed", "intermediary": "secagg"}, "not built for ftnl"),
+    ({"algorithm": "dp-se", "trust": "distributed", "intermediary": "secagg", "secagg_graph": "ring"},
+     "secagg_graph"),
+    ({"algorithm": "dp-se", "trust": "distributed", "intermediary": "secagg", "corrupt_fraction": 1.5},
+     "corrupt_fraction"),
+])
+def test_secure_aggregation_options_are_refused_where_they_cannot_hold(table, why):
+    fam = FAMILY
+    with pytest.raises(ValueError, match=why):
+        fam.load({"family": fam.name, "horizon": 100, "epsilon": 1.0, "environment": {"setting": 1},
+                  "algorithms": {"a": table}}, "x.toml")
+
+
+def test_secure_dp_se_opens_secure_rounds_with_the_threat_models_graph():
+    """DP-SE's distributed twin under intermediary = "secagg": every batch is one cohort round
+    (the distributed-DP MAB family's secure path), its graph the one the users accept."""
+    fam = FAMILY
+    config = fam.load({"family": fam.name, "horizon": 5000, "epsilon": 1.0, "environment": {"setting": 2},
+                       "algorithms": {"a": {"algorithm": "dp-se", "trust": "distributed", "intermediary": "secagg",
+                                            "secagg_graph": "complete"}}}, "x.toml")
+    analyzer = fam.analyzer(fam.public_task(config, "a", [0]), [1])
+    (plan, *_) = analyzer.plans()
+    (rnd,) = plan.opens
+    assert rnd.secagg == "complete" and rnd.secagg_threshold == (2 * rnd.expected) // 3 + 1
+    fam.check_secure_round(config, "a", rnd)
+    ideal = fam.load({**config.model_dump(), "algorithms": {"a": {"algorithm": "dp-se", "trust": "distributed"}}},
+                     "x.toml")
+    with pytest.raises(ValueError, match="intermediary = 'auto'"):
+        fam.check_secure_round(ideal, "a", rnd)  # users running the ideal sum refuse a secure round

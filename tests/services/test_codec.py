@@ -4,6 +4,7 @@ the kind and the invariant it breaks."""
 
 import msgpack
 import numpy as np
+from pydantic import BaseModel
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -27,7 +28,8 @@ PLAN = codec.PlanMsg(run="r1", task=1, plan=2, first_user=10, cohort=8,
                      opens=[ROUND, codec.RoundSpec(id=4, intermediary="aggregator", rule="sum", expected=8,
                                                    m=2**40 + 15, secagg="complete")],
                      joins=[codec.JoinSpec(round=3, first=10, count=8, reports=8),
-                            codec.JoinSpec(round=4, first=10, count=8, reports=8)])
+                            codec.JoinSpec(round=4, first=10, count=8, reports=3,
+                                           users=np.array([10, 13, 17], dtype="<u4"))])
 TRUTH = codec.TruthMsg(run="r1", task=0, plan=1, block=0, first_user=0, size=4, pseudo=np.array([0.1]),
                        realized=np.array([0.3]), pseudo_at=np.array([[0.05, 0.1]]), realized_at=np.array([[0.1, 0.2]]),
                        extras={"reward_sum": 2.0, "noise_sum": -3, "true": np.array([[1, 2]], dtype="<i8")},
@@ -65,6 +67,8 @@ def same(a, b) -> bool:
         return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, BaseModel) and isinstance(b, BaseModel):  # a nested model may hold arrays
+        return type(a) is type(b) and same(dict(a), dict(b))
     return type(a) is type(b) and a == b
 
 
@@ -85,9 +89,9 @@ def test_the_spine_events_cross_the_wire_unchanged():
     plan = Plan(2, 10, 8, {"arm": 1, "theta": np.array([[0.5, -1.0]])},
                 (Round(3, "aggregator", "sum", 8, m=2**31 - 1, threshold=5),
                  Round(4, "shuffler", "shuffle", 4, width=3, groups=(1, 2), integer=False, low=0.0, high=1.0)),
-                (Join(3, 10, 8, 8), Join(4, 12, 4, 4)))
+                (Join(3, 10, 8, 8), Join(4, 12, 4, 2, users=(12, 15))))
     back = decode(encode(codec.plan_msg("r1", 1, plan))).to_plan()
-    assert back.opens == plan.opens and back.joins == plan.joins
+    assert back.opens == plan.opens and back.joins == plan.joins and back.joins[1].users == (12, 15)
     assert (back.id, back.first_user, back.cohort) == (2, 10, 8) and same(back.body, plan.body)
 
     truth = Truth(2, 1, 65536, 7, np.array([0.5]), np.array([1.0]), np.array([[0.25]]), np.array([[0.5]]),
@@ -306,3 +310,22 @@ def test_fuzz_structured_maps(obj):
         decode(msgpack.packb(obj, use_bin_type=True))
     except DecodeError as exc:
         assert exc.reason in REASONS
+
+
+@pytest.mark.parametrize(("users", "why"), [
+    ([10, 13], "names its reports' users"),  # 2 names for 3 reports
+    ([13, 10, 17], "increasing ids inside its range"),
+    ([10, 13, 13], "increasing ids inside its range"),
+    ([9, 13, 17], "increasing ids inside its range"),
+    ([10, 13, 18], "increasing ids inside its range"),
+])
+def test_a_join_naming_users_it_cannot_have_is_refused(users, why):
+    """A secure round's join names its reporters (Anytime-Lazy-UCB's arrays): the names must be the
+    join's ``reports`` distinct ids of its range, increasing, or the plan is refused on decoding,
+    and the event refuses them too."""
+    named = {"dtype": "<u4", "shape": [len(users)], "data": np.array(users, dtype="<u4").tobytes()}
+    with pytest.raises(DecodeError, match=why) as exc:
+        decode(_mutate(PLAN, {("joins", 1, "users"): named}))
+    assert exc.value.reason == "schema"
+    with pytest.raises(ValueError, match="increasing ids in"):
+        Join(4, 10, 8, 3, users=tuple(users))

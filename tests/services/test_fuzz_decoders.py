@@ -10,6 +10,7 @@ import os
 from collections import Counter
 
 import msgpack
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from privbandit.cli import parse_key
 from privbandit.protocol.primitives.report_auth import ReportAuthenticator
 from privbandit.protocol.primitives.secagg.batch import BatchError, UserIdentities
+from privbandit.protocol.primitives.seeding import USER_BLOCK
 from privbandit.protocol.spine.events import Round
 from privbandit.runner.config import ConfigError, load
 from privbandit.services import codec
@@ -92,9 +94,10 @@ class _Round:
         self.fleets = [FleetSecAgg("r1", 0, i, 2, ident, up, AUTH) for i in range(2)]
 
     async def start(self):
-        self.agg.open(self.round, 0)
-        await self.fleets[0].start(self.round, 0, self.values, [])  # every user in block 0: fleet 0
-        await self.fleets[1].start(self.round, 0, {}, [])
+        cohort = np.arange(self.round.expected)
+        self.agg.open(self.round, cohort, cohort // USER_BLOCK)
+        await self.fleets[0].start(self.round, cohort, self.values, [])  # every user in block 0: fleet 0
+        await self.fleets[1].start(self.round, cohort, {}, [])
 
     async def deliver(self, where: str, msg) -> None:
         targets = [self.agg] if where == "agg" else self.fleets

@@ -68,11 +68,15 @@ class _Session:
         self.fleets = [FleetSecAgg("r1", 0, i, fleets, IDENTITY, up, fleet_auth(i)) for i in range(fleets)]
         self.values, self.dropouts = values, set(dropouts)
 
+    def cohort(self) -> np.ndarray:
+        return np.arange(self.first_user, self.first_user + self.round.expected)
+
     async def run(self):
-        self.agg.open(self.round, self.first_user)
+        cohort = self.cohort()
+        self.agg.open(self.round, cohort, (cohort - self.first_user) // USER_BLOCK)
         for i, fleet in enumerate(self.fleets):
             mine = lambda u: ((u - self.first_user) // USER_BLOCK) % len(self.fleets) == i  # noqa: E731
-            await fleet.start(self.round, self.first_user, {u: v for u, v in self.values.items() if mine(u)},
+            await fleet.start(self.round, cohort, {u: v for u, v in self.values.items() if mine(u)},
                               [u for u in self.dropouts if mine(u)])
         while self.queue:
             where, msg = self.queue.pop(0)
@@ -115,12 +119,13 @@ def test_fleets_route_mail_by_the_public_block_layout():
     async def capture(msg):
         shares.append(_wire(msg))
 
-    s.agg.open(s.round, first)
+    recipients = np.array([first, first + USER_BLOCK - 1, first + USER_BLOCK, first + 3 * USER_BLOCK])
+    cohort = np.sort(np.concatenate([recipients, first + 1 + np.arange(8)]))  # 12 users, one plan's, over 4 blocks
+    s.agg.open(s.round, cohort, (cohort - first) // USER_BLOCK)
     s.agg.shards = 2
     s.agg.send = capture
     from privbandit.protocol.primitives.secagg.batch import CIPHERTEXT_BYTES, Shares
 
-    recipients = np.array([first, first + USER_BLOCK - 1, first + USER_BLOCK, first + 3 * USER_BLOCK])
     asyncio.run(s.agg._deliver(7, Shares(np.zeros(4, np.int64), recipients, b"c" * CIPHERTEXT_BYTES * 4)))
     got = {m.shard: np.asarray(m.peers).tolist() for m in shares}
     assert got == {0: [first, first + USER_BLOCK - 1], 1: [first + USER_BLOCK, first + 3 * USER_BLOCK]}
@@ -162,7 +167,7 @@ def test_an_empty_step_is_one_final_chunk():
 
 def test_malformed_and_misdirected_chunks_are_refused_by_reason():
     s = _Session(6, "complete", {u: 1 for u in range(6)})
-    s.agg.open(s.round, 0)
+    s.agg.open(s.round, s.cohort(), s.cohort() // USER_BLOCK)
 
     def msg(signer=None, **kw):
         base = dict(run="r1", task=0, round=7, step="advertise", shard=0, shards=1, chunk=0, final=True,

@@ -164,8 +164,9 @@ async def _session(url, run_id, spec, step: str | None, gone: set[int], slow: fl
 
         await announce()
         start = time.monotonic()
-        await fleets[0].start(rnd, 0, VALUES, [])
-        await fleets[1].start(rnd, 0, {}, [])
+        cohort = np.arange(rnd.expected)
+        await fleets[0].start(rnd, cohort, VALUES, [])
+        await fleets[1].start(rnd, cohort, {}, [])
         async with asyncio.timeout(30):
             async for message in c.messages:
                 msg = codec.decode(message.payload)

@@ -22,7 +22,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from privbandit import registry
-from privbandit.protocol.primitives.secagg.parameters import ThreatModel
+from privbandit.protocol.primitives.secagg.parameters import ThreatModel, graph_for
 from privbandit.runner.config import ConfigError, ExperimentFile, StrictModel
 
 FAMILY_NAME = "distributed-dp-mab"
@@ -78,7 +78,39 @@ class AdversaryConfig(StrictModel):
     magnitude: Annotated[float, Field(gt=0, le=1e6)] = 1.0
 
 
-class AlgorithmConfig(StrictModel):
+class SecureAggregationOptions(StrictModel):
+    """The threat model ``intermediary = "secagg"`` picks its graph for (docs/secure-aggregation.md;
+    protocol/primitives/secagg/parameters.py): at most ``corrupt_fraction`` of a cohort colludes with
+    the aggregator (0.05: the setting of Bell et al. 2020's headline result, and the default
+    fraction of the simulated colluders), the given dropout rate of it drops out, and the graph's
+    degree and threshold keep P[an input leaks] ≤ 2^−secagg_security_bits, P[an honest round
+    aborts] ≤ 2^−secagg_failure_bits (fcp's 2⁻⁴⁰ and 2⁻²⁰). Shared by every family whose
+    aggregator can run real secure aggregation."""
+
+    secagg_graph: Literal["complete", "sparse"] = "sparse"  # with intermediary = "secagg"
+    corrupt_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.05
+    secagg_security_bits: Annotated[float, Field(ge=1, le=128)] = 40.0
+    secagg_failure_bits: Annotated[float, Field(ge=1, le=128)] = 20.0
+
+    def secagg_threat(self, dropout_rate: float) -> ThreatModel:
+        return ThreatModel(self.corrupt_fraction, dropout_rate, self.secagg_security_bits, self.secagg_failure_bits)
+
+    def check_secure_round(self, label: str, rnd) -> None:
+        """Raise ValueError unless a secure round (``rnd.secagg`` set) has the graph this table's
+        threat model gives (the analyzer chooses it; the users check it). A subclass has
+        ``intermediary`` and ``threat_model()``."""
+        if rnd.secagg is None:
+            return
+        if self.intermediary != "secagg" or rnd.secagg != self.secagg_graph:
+            raise ValueError(f"round {rnd.id} is a {rnd.secagg} secure round, but {label} here runs "
+                             f"intermediary = {self.intermediary!r}, secagg_graph = {self.secagg_graph!r}")
+        want = graph_for(self.secagg_graph, rnd.expected, self.threat_model())  # derive() is cached per (n, threat)
+        if (rnd.secagg_degree, rnd.secagg_threshold) != (want.k, want.t):
+            raise ValueError(f"round {rnd.id}: graph (k, t) = ({rnd.secagg_degree}, {rnd.secagg_threshold}) for "
+                             f"n = {rnd.expected}, but this experiment's threat model gives ({want.k}, {want.t})")
+
+
+class AlgorithmConfig(SecureAggregationOptions):
     algorithm: Literal[ALGORITHM_CHOICES]  # type: ignore[valid-type]
     learner: Literal[LEARNER_CHOICES] = "auto"  # type: ignore[valid-type]
     # A plug-in mechanism's or learner's own parameters (what it reads is its documentation's).
@@ -91,21 +123,13 @@ class AlgorithmConfig(StrictModel):
     tau_rule: Literal["sqrt-log", "log"] | None = None
     ldp_c: Annotated[float, Field(gt=0)] = 2.0
     intermediary: Literal["auto", "shuffler", "secagg"] = "auto"  # auto: the mechanism's own (aggregator)
-    secagg_graph: Literal["complete", "sparse"] = "sparse"  # with intermediary = "secagg"
     # Simulated dropouts: this fraction of every collected cohort never reports. Below 1/3, so the
     # ⌊2n/3⌋ + 1 release threshold always holds for the ideal intermediary.
     dropout_rate: Annotated[float, Field(ge=0, lt=1 / 3)] = 0.0
     # ρ: distributed noise shares calibrated for ⌈(1−ρ)n⌉ survivors (dist-* algorithms only).
     dropout_tolerance: Annotated[float, Field(ge=0, le=0.9)] = 0.0
-    # The threat model intermediary = "secagg" picks its graph for (docs/secure-aggregation.md;
-    # protocol/primitives/secagg/parameters.py): at most this fraction of a cohort colludes with the
-    # aggregator (0.05: the setting of Bell et al. 2020's headline result, and the default fraction
-    # of the simulated colluders), dropout_rate of it drops out, and the graph's degree and
-    # threshold keep P[an input leaks] ≤ 2^−secagg_security_bits, P[an honest round aborts] ≤
-    # 2^−secagg_failure_bits (fcp's 2⁻⁴⁰ and 2⁻²⁰).
-    corrupt_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.05
-    secagg_security_bits: Annotated[float, Field(ge=1, le=128)] = 40.0
-    secagg_failure_bits: Annotated[float, Field(ge=1, le=128)] = 20.0
+    # secagg_graph, corrupt_fraction, secagg_security_bits, secagg_failure_bits: the threat model
+    # of intermediary = "secagg" (SecureAggregationOptions), with dropout_rate as its dropouts.
     adversary: AdversaryConfig | None = None
     # The clear-text defences (adversaries/defences.py): reject reports outside [−B, g + B] and
     # sum visible reports as bounded integers. Only where someone sees the reports.
@@ -136,8 +160,7 @@ class AlgorithmConfig(StrictModel):
 
     def threat_model(self) -> ThreatModel:
         """What the secure-aggregation graph withstands (intermediary = "secagg")."""
-        return ThreatModel(self.corrupt_fraction, self.dropout_rate, self.secagg_security_bits,
-                           self.secagg_failure_bits)
+        return self.secagg_threat(self.dropout_rate)
 
     @model_validator(mode="after")
     def _range_check_needs_visible_reports(self):

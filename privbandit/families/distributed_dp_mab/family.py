@@ -253,16 +253,7 @@ class DistributedDpMab(Family):
         return self.algorithm(config, label).dropout_rate
 
     def check_secure_round(self, config, label: str, rnd) -> None:
-        if rnd.secagg is None:
-            return
-        a = self.algorithm(config, label)
-        if a.intermediary != "secagg" or rnd.secagg != a.secagg_graph:
-            raise ValueError(f"round {rnd.id} is a {rnd.secagg} secure round, but {label} here runs "
-                             f"intermediary = {a.intermediary!r}, secagg_graph = {a.secagg_graph!r}")
-        want = graph_for(a.secagg_graph, rnd.expected, a.threat_model())  # derive() is cached per (n, threat)
-        if (rnd.secagg_degree, rnd.secagg_threshold) != (want.k, want.t):
-            raise ValueError(f"round {rnd.id}: graph (k, t) = ({rnd.secagg_degree}, {rnd.secagg_threshold}) for "
-                             f"n = {rnd.expected}, but this experiment's threat model gives ({want.k}, {want.t})")
+        self.algorithm(config, label).check_secure_round(label, rnd)
 
     def adversary(self, config, label: str, run: int):
         a = self.algorithm(config, label)

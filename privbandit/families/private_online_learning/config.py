@@ -8,7 +8,10 @@ see ``experiments/reproduce_online.py``), the arm means, and ``[algorithms.<labe
 - ``trust``: ``central`` (the paper) or ``distributed`` (one Pólya secure sum per block);
   Hybrid-UCB is central only;
 - ``tree_depth`` (Hybrid: ``r`` as printed, or ``r+1``), ``rnm_multiplier`` and ``argmax_at`` (FTNL),
-  ``beta`` (DP-SE; default 1/T as in §6), ``p`` (distributed decode failure; default 1/T).
+  ``beta`` (DP-SE; default 1/T as in §6), ``p`` (distributed decode failure; default 1/T);
+- ``intermediary = "secagg"`` (distributed Anytime-Lazy-UCB and DP-SE): real secure aggregation
+  instead of the ideal sum, with ``secagg_graph`` and the threat model's ``corrupt_fraction``,
+  ``secagg_security_bits``, ``secagg_failure_bits`` (as in the distributed-DP MAB family).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
+from privbandit.families.distributed_dp_mab.config import SecureAggregationOptions
+from privbandit.protocol.primitives.secagg.parameters import ThreatModel
 from privbandit.runner.config import ExperimentFile, StrictModel
 
 FAMILY = "private-online-learning"
@@ -34,9 +39,13 @@ class OnlineEnvironment(StrictModel):
     sd: Annotated[float, Field(ge=0, le=10)] = 0.1
 
 
-class OnlineAlgorithm(StrictModel):
+class OnlineAlgorithm(SecureAggregationOptions):
     algorithm: Literal["anytime-lazy-ucb", "hybrid-ucb", "dp-se", "ftnl"]
     trust: Literal["central", "distributed"] = "central"
+    # The distributed twins' aggregator: "auto", the ideal modular sum in the aggregator's process;
+    # "secagg", real secure aggregation (Bonawitz et al.; SecAgg+ with secagg_graph = "sparse")
+    # among each release's users, its graph from the threat model (SecureAggregationOptions).
+    intermediary: Literal["auto", "secagg"] = "auto"
     epsilon: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     tree_depth: Literal["r", "r+1"] = "r"
     rnm_multiplier: Annotated[float, Field(gt=0, le=100)] = 1.0
@@ -48,7 +57,17 @@ class OnlineAlgorithm(StrictModel):
     def _supported(self):
         if self.algorithm == "hybrid-ucb" and self.trust != "central":
             raise ValueError("hybrid-ucb runs in the central model only (trust = 'central')")
+        if self.intermediary == "secagg" and self.trust != "distributed":
+            raise ValueError("intermediary = 'secagg' needs trust = 'distributed' (the central model's analyzer "
+                             "reads the raw rewards)")
+        if self.intermediary == "secagg" and self.algorithm == "ftnl":
+            raise ValueError("intermediary = 'secagg' is not built for ftnl: its epoch releases K sums or their "
+                             "argmax, and secure aggregation here sums one residue per user (use intermediary = 'auto')")
         return self
+
+    def threat_model(self) -> ThreatModel:
+        """What the secure-aggregation graph withstands: this family simulates no dropouts."""
+        return self.secagg_threat(0.0)
 
 
 class OnlineExperiment(ExperimentFile):

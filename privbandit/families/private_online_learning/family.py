@@ -83,21 +83,26 @@ class PrivateOnlineLearning(Family):
         a = cfg.OnlineAlgorithm.model_validate(public["algorithm"])
         horizon, k, key = public["horizon"], public["arms"], keys[0]
         p = a.p if a.p is not None else 1.0 / horizon  # decode failure per release: 1/T (§6)
+        secagg = a.secagg_graph if a.intermediary == "secagg" else None
         if a.algorithm == "anytime-lazy-ucb":
-            return LazyServer(k, a.epsilon, horizon, key, a.trust, p)
+            return LazyServer(k, a.epsilon, horizon, key, a.trust, p, secagg, a.threat_model())
         if a.algorithm == "hybrid-ucb":
             return HybridServer(k, a.epsilon, a.tree_depth, horizon, key, oracle)
         if a.algorithm == "ftnl":
             return FtnlServer(k, a.epsilon, horizon, key, a.trust, p, a.rnm_multiplier, a.argmax_at)
         beta = a.beta if a.beta is not None else 1.0 / horizon
         learner = SuccessiveElimination(k, SajedSheffetSchedule(a.epsilon, beta), sajed_sheffet_width(beta))
-        return EliminationServer(learner, self.dp_se_mechanism(a, beta), horizon, key)
+        return EliminationServer(learner, self.dp_se_mechanism(a, beta), horizon, key, secagg=secagg,
+                                 threat=a.threat_model())
 
     @staticmethod
     def dp_se_mechanism(a: cfg.OnlineAlgorithm, beta: float):
         """DP-SE (Sajed & Sheffet 2019, β = 1/T as Hu et al. §6): central Laplace, or Dist-DP-SE's
         Pólya shares under DP-SE's epoch schedule and radius (distributed)."""
         return CentralLaplace(a.epsilon) if a.trust == "central" else PolyaSecAgg(a.epsilon, beta)
+
+    def check_secure_round(self, config, label: str, rnd) -> None:
+        self.algorithm(config, label).check_secure_round(label, rnd)
 
     def ledger(self, public: dict) -> Ledger:
         a = cfg.OnlineAlgorithm.model_validate(public["algorithm"])

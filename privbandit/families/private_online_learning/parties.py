@@ -44,6 +44,7 @@ from privbandit.families.private_online_learning.mechanisms import (
 from privbandit.families.private_online_learning.world import OnlineUsers
 from privbandit.families.private_online_learning.world import rewards_from_uniforms
 from privbandit.protocol.primitives.noise.grid_laplace import sample_grid_steps
+from privbandit.protocol.primitives.secagg.parameters import GraphParameters, ThreatModel, graph_for
 from privbandit.protocol.primitives.seeding import stream
 from privbandit.protocol.privacy import PureDP
 from privbandit.protocol.spine.errors import ProtocolError
@@ -58,17 +59,26 @@ def raw_round(rid: int, n: int, width: int = 1) -> Round:
     return Round(rid, "aggregator", "pass", expected=n, width=width, integer=False, low=0.0, high=1.0)
 
 
-def modular_round(rid: int, n: int, q: RoundParams, width: int = 1, rule: str = "sum") -> Round:
-    """Pólya-noised residues summed mod m by the aggregator (``argmax``: only the index leaves)."""
+def modular_round(rid: int, n: int, q: RoundParams, width: int = 1, rule: str = "sum",
+                  secure: GraphParameters | None = None, mode: str | None = None) -> Round:
+    """Pólya-noised residues summed mod m by the aggregator (``argmax``: only the index leaves),
+    ideally or, with a ``secure`` graph, by secure aggregation over a ``mode`` graph."""
     decode = (-q.tau, q.n * q.g + q.tau) if rule == "argmax" else None
-    return Round(rid, "aggregator", rule, expected=n, width=width, m=q.m, decode=decode)
+    return Round(rid, "aggregator", rule, expected=n, width=width, m=q.m, decode=decode,
+                 secagg=None if secure is None else mode, secagg_degree=None if secure is None else secure.k,
+                 secagg_threshold=None if secure is None else secure.t)
 
 
 class LazyServer:
     """Anytime-Lazy-UCB's analyzer (see the module docstring)."""
 
-    def __init__(self, n_arms: int, epsilon: float, horizon: int, key: int, trust: str, p: float):
+    def __init__(self, n_arms: int, epsilon: float, horizon: int, key: int, trust: str, p: float,
+                 secagg: str | None = None, threat: ThreatModel | None = None):
         self.learner = AnytimeLazyUCB(n_arms, epsilon)
+        # Secure aggregation ("complete" | "sparse") of every array of at least two users, among
+        # exactly the users who pull the arm: the joins name them. An array of one user (array 0)
+        # has no one to mask with; its sum is its one report, which the release is anyway.
+        self.secagg, self.threat = secagg, threat
         self.horizon = horizon
         self.key = key
         self.release = ArraySumRelease(epsilon) if trust == "central" else DistributedArraySum(epsilon, p)
@@ -93,7 +103,9 @@ class LazyServer:
             return None, self.filling[arm][0]
         _, n = self.learner.filling(arm)
         rid, self.next_round = self.next_round, self.next_round + 1
-        rnd = raw_round(rid, n) if self.central else modular_round(rid, n, self.release.params(n))
+        secure = graph_for(self.secagg, n, self.threat) if self.secagg is not None and n >= 2 else None
+        rnd = raw_round(rid, n) if self.central else modular_round(rid, n, self.release.params(n), secure=secure,
+                                                                    mode=self.secagg)
         self.filling[arm] = (rid, n)
         self.arm_of[rid] = arm
         return rnd, rid
@@ -109,7 +121,9 @@ class LazyServer:
             rnd, rid = self.round_for(int(j))
             if rnd is not None:
                 opens.append(rnd)
-            joins.append(Join(rid, t0 - 1, arms.size, int(counts[j])))
+            secure = self.secagg is not None and self.filling[int(j)][1] >= 2
+            users = tuple((t0 - 1 + np.flatnonzero(arms == j)).tolist()) if secure else None
+            joins.append(Join(rid, t0 - 1, arms.size, int(counts[j]), users))
         rounds = np.full(self.learner.n_arms, -1, dtype=np.int64)
         sizes = np.zeros(self.learner.n_arms, dtype=np.int64)
         for j, (rid, n) in self.filling.items():

@@ -106,12 +106,33 @@ class Round:
 @dataclass(frozen=True)
 class Join:
     """``reports`` of the plan's users ``first … first + count − 1`` report into round ``round_id``
-    (each of them at most once per plan and intermediary)."""
+    (each of them at most once per plan and intermediary).
+
+    ``users``: None, or the ids (increasing, inside the range, ``reports`` of them) of the only users
+    who may report. A secure round's joins name them when its reporters are not a whole range:
+    Anytime-Lazy-UCB's array of arm j is filled by the users who pull j, spread over many plans,
+    and secure aggregation must run among exactly those users (the others are not dropouts). The
+    arms are a public function of the broadcast policy, so naming them tells no one anything new."""
 
     round_id: int
     first: int
     count: int
     reports: int
+    users: tuple[int, ...] | None = None
+
+    def __post_init__(self):
+        if self.users is not None:
+            u = self.users
+            if (len(u) != self.reports or any(b <= a for a, b in zip(u, u[1:]))
+                    or (u and (u[0] < self.first or u[-1] >= self.first + self.count))):
+                raise ValueError(f"round {self.round_id}: a join's users must be {self.reports} increasing ids in "
+                                 f"[{self.first}, {self.first + self.count})")
+
+    def members(self) -> np.ndarray:
+        """Who may report: the named users, else the whole range."""
+        if self.users is not None:
+            return np.asarray(self.users, dtype=np.int64)
+        return np.arange(self.first, self.first + self.count, dtype=np.int64)
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,7 @@ class _Part:
 
     join: Join
     received: np.ndarray  # (count,) bool
+    named: np.ndarray | None = None  # (count,) bool: who may report, when the join names its users
     slots: list[np.ndarray] = field(default_factory=list)
     values: list[np.ndarray] = field(default_factory=list)  # (R, k, width) each
     accepted: int = 0
@@ -182,7 +183,11 @@ class Intermediary:
             raise ProtocolError("bad-join", f"plan {plan.id}: {join} lies outside its cohort")
         if state.joined + join.reports > state.round.expected:
             raise ProtocolError("bad-join", f"round {join.round_id}: joins promise more than {state.round.expected} reports")
-        state.parts[plan.id] = _Part(join, np.zeros(join.count, dtype=bool))
+        named = None
+        if join.users is not None:
+            named = np.zeros(join.count, dtype=bool)
+            named[join.members() - join.first] = True
+        state.parts[plan.id] = _Part(join, np.zeros(join.count, dtype=bool), named)
         state.joined += join.reports
         self._touched.add(join.round_id)
         joined = self.plan_joins.setdefault(plan.id, [])
@@ -233,6 +238,11 @@ class Intermediary:
         idx = ids.astype(np.int64) - join.first
         ok = (idx >= 0) & (idx < join.count)
         self.rejected["not-in-cohort"] += n - int(np.count_nonzero(ok))
+        if part.named is not None:  # in the range, but not a user the join names
+            named = ok.copy()
+            named[ok] = part.named[idx[ok]]
+            self.rejected["not-named"] += int(np.count_nonzero(ok & ~named))
+            ok = named
         valid, reason = valid_entries(rnd, values)
         self.rejected[reason] += int(np.count_nonzero(ok & ~valid))
         ok &= valid
@@ -403,22 +413,23 @@ class Intermediary:
         return values.sum(axis=1)
 
     def _secure_sum(self, rnd: Round, parts: list[_Part]) -> np.ndarray:
-        """The same modular sum by a real Bonawitz et al. round among the joined users; those whose
-        report never came take part in the key rounds and drop out (the recovery path)."""
+        """The same modular sum by a real Bonawitz et al. round among the joined users (those the
+        joins name, else their whole ranges); those whose report never came take part in the key
+        rounds and drop out (the recovery path)."""
         from privbandit.protocol.primitives.secagg.driver import secure_sum
         from privbandit.protocol.primitives.secagg.errors import SecAggAbort
 
         if self.runs != 1 or rnd.width != 1:
             raise ProtocolError("secagg-shape", f"round {rnd.id}: secure aggregation runs one run, one entry")
-        ids = np.concatenate([p.join.first + np.arange(p.join.count) for p in parts])
-        got = np.concatenate([p.received for p in parts])
+        ids = np.concatenate([p.join.members() for p in parts])  # the joins' named users, else their ranges
+        got = np.concatenate([p.received[p.join.members() - p.join.first] for p in parts])
         vals = np.zeros(ids.size, dtype=np.int64)  # the dropouts' entries are never read
         at = 0
         for p in parts:
             slots, v = p.collected()
-            if v is not None:
-                vals[at + slots] = v[0, :, 0]
-            at += p.join.count
+            if v is not None:  # a slot's place among the part's members (every admitted slot is one)
+                vals[at + np.searchsorted(p.join.members() - p.join.first, slots)] = v[0, :, 0]
+            at += p.join.members().size
         try:
             total = secure_sum(ids, vals, rnd.m, mode=rnd.secagg, round_id=rnd.id, dropped=ids[~got],
                                degree=rnd.secagg_degree, threshold=rnd.secagg_threshold)

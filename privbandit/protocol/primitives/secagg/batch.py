@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import struct
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -299,13 +299,14 @@ class AggregatorRound:
         return int(result.value[0]), len(result.survivors)
 
 
-def round_setup(run: str, task: int, round_id: int, first_user: int, cohort: int, m: int, mode: str,
+def round_setup(run: str, task: int, round_id: int, cohort: Sequence[int] | np.ndarray, m: int, mode: str,
                 degree: int | None = None, threshold: int | None = None) -> tuple[RoundConfig, MaskingGraph]:
-    """The public parameters both sides derive from a round's plan: the run, task and round
-    identify the keys' context; the graph's public randomness is tied to them too; ``degree`` and
-    ``threshold`` are the (k, t) the plan carries (:mod:`.parameters`)."""
+    """The public parameters both sides derive from a round's plans: the run, task and round
+    identify the keys' context; the graph's public randomness is tied to them too; ``cohort`` is
+    the round's users (its joins' members); ``degree`` and ``threshold`` are the (k, t) the plan
+    carries (:mod:`.parameters`)."""
     context = f"{run}/{task}".encode()
     config = RoundConfig(run_id=context, round_id=round_id, m=m, length=1)
-    graph = MaskingGraph(range(first_user, first_user + cohort), mode, seed=context + struct.pack(">Q", round_id),
+    graph = MaskingGraph(np.asarray(cohort).tolist(), mode, seed=context + struct.pack(">Q", round_id),
                          degree=degree, threshold=threshold)
     return config, graph
