@@ -47,6 +47,10 @@ def run(
                                                           "experiment finished in --out; compute the rest")] = False,
     timeout: Annotated[Optional[float], typer.Option(
         help="with --transport mqtt: stop every party and fail if the session has not ended in this many seconds")] = None,
+    secagg_step_deadline: Annotated[Optional[float], typer.Option(
+        help="with --transport mqtt and intermediary = secagg: seconds a protocol step waits for every fleet "
+             "before treating the silent users as dropouts [default: 30; a 10^4-user round's share step "
+             "takes about 20 s on 2 cores, docs/secagg-performance.md]")] = None,
     run_id: RunIdForBroker = None,
     credentials: CredentialsOption = None,
     ca_file: CaFileOption = None,
@@ -74,6 +78,7 @@ def run(
             given = [flag for flag, value in (("--broker", broker), ("--shards", shards),
                                               ("--restart-on-crash", restart_on_crash or None),
                                               ("--timeout", timeout), ("--run-id", run_id),
+                                              ("--secagg-step-deadline", secagg_step_deadline),
                                               ("--insecure-broker", insecure_broker or None),
                                               ("--dashboard", dashboard or None)) if value is not None]
             if given:
@@ -85,6 +90,8 @@ def run(
             raise ConfigError(f"--restart-on-crash {restart_on_crash}: must be ≥ 0")
         if timeout is not None and not timeout > 0:
             raise ConfigError(f"--timeout {timeout}: must be > 0 seconds")
+        if secagg_step_deadline is not None and not secagg_step_deadline > 0:
+            raise ConfigError(f"--secagg-step-deadline {secagg_step_deadline}: must be > 0 seconds")
         access = _broker_access(broker, run_id, credentials, ca_file, cert_file, key_file)
         if broker is not None:
             _broker_reachable(broker)  # before --out is touched: --overwrite would remove the earlier results
@@ -102,7 +109,7 @@ def run(
             try:
                 return _run_distributed(family, config, experiment, overrides, out, broker, shards, restart_on_crash,
                                         timeout, access=access, insecure_broker=insecure_broker, run_id=run_id,
-                                        dashboard_port=dashboard_port)
+                                        dashboard_port=dashboard_port, secagg_step_s=secagg_step_deadline)
             finally:
                 if saved is None:
                     os.environ.pop(COMMAND_ENV, None)
@@ -369,7 +376,8 @@ def _dashboard_port_free(port: int) -> None:
 
 def _run_distributed(family, config, experiment: Path, overrides: list[str], out: Path, broker: str | None, shards: int,
                      restart_on_crash: int = 0, timeout: float | None = None, *, access: dict | None = None,
-                     insecure_broker: bool = False, run_id: str | None = None, dashboard_port: int | None = None):
+                     insecure_broker: bool = False, run_id: str | None = None, dashboard_port: int | None = None,
+                     secagg_step_s: float | None = None):
     import json
 
     from privbandit.services.broker_probe import BrokerInsecure, BrokerUnusable
@@ -380,7 +388,7 @@ def _run_distributed(family, config, experiment: Path, overrides: list[str], out
     try:
         code = launch(family, config, experiment, overrides, out, broker_url=broker, shards=shards,
                       restart_on_crash=restart_on_crash, timeout_s=timeout, insecure_broker=insecure_broker,
-                      run_id=run_id, dashboard_port=dashboard_port, **(access or {}))
+                      run_id=run_id, dashboard_port=dashboard_port, secagg_step_s=secagg_step_s, **(access or {}))
     except TimeoutError as exc:
         _error(f"--timeout: {exc}")
         raise typer.Exit(1)

@@ -111,6 +111,10 @@ def test_bad_files_and_overrides_name_the_field_and_what_it_allows(tmp_path, tex
     (["users", "--shard", "x", "--experiment", "experiments/demo.toml"], "--shard 'x': expected i/N"),
     (["run", "experiments/demo.toml", "--insecure-broker"], "--insecure-broker: only with --transport mqtt"),
     (["run", "experiments/demo.toml", "--run-id", "r1"], "--run-id: only with --transport mqtt"),
+    (["run", "experiments/demo.toml", "--secagg-step-deadline", "60"],
+     "--secagg-step-deadline: only with --transport mqtt"),
+    (["run", "experiments/demo.toml", "--transport", "mqtt", "--secagg-step-deadline", "0"],
+     "--secagg-step-deadline 0.0: must be > 0 seconds"),
     (["run", "experiments/demo.toml", "--transport", "mqtt", "--run-id", "a b"],
      "--run-id must be 1-64 characters from [A-Za-z0-9_-]"),
     (["demo", "--credentials", "deploy/credentials.env"], "--credentials: only with --broker"),
@@ -441,3 +445,17 @@ def test_each_shuffler_has_its_own_permutation_key_as_keys_the_launcher_and_the_
     refused = CliRunner().invoke(app, ["keys", "--experiment", str(exp), "--out", str(tmp_path), "--party", "analyzer",
                                        "--name", "shuffler-2"])
     assert refused.exit_code == 2 and "--name: only with --party shuffler" in refused.output
+
+
+def test_the_secagg_step_deadline_reaches_the_aggregator_only(tmp_path):
+    from privbandit.services.launcher import plan_parties
+
+    exp = ROOT / "experiments" / "pol_secagg.toml"
+    family, config = experiment_files.load(exp)
+    plan = {p.name: p.argv for p in plan_parties(family, config, exp, [], tmp_path, "mqtt://127.0.0.1:1", "r1", 2,
+                                                 None, secagg_step_s=90)}
+    assert plan["aggregator"][-2:] == ["--secagg-step-deadline", "90.0"]
+    assert not any("--secagg-step-deadline" in argv for name, argv in plan.items() if name != "aggregator")
+    default = {p.name: p.argv for p in plan_parties(family, config, exp, [], tmp_path, "mqtt://127.0.0.1:1", "r1", 2,
+                                                    None)}
+    assert "--secagg-step-deadline" not in default["aggregator"]

@@ -108,10 +108,11 @@ def plan_parties(family, config, experiment: Path, overrides: list[str], out: Pa
                  broker_url: str, run_id: str, shards: int, passwords: Mapping[str, str] | None,
                  observer_log: Path | None = None, checkpoint: bool = True,
                  tls_files: Mapping[str, str] | None = None, broker_acl: str | None = None,
-                 dashboard_port: int | None = None) -> list[Party]:
+                 dashboard_port: int | None = None, secagg_step_s: float | None = None) -> list[Party]:
     """The parties of a session, not started. ``tls_files``: BusSettings' ``ca_file``, ``cert_file``,
     ``key_file`` for every party; ``broker_acl``: the probe's verdict, for the observer's summary;
-    ``dashboard_port``: the observer serves its web page there, on 127.0.0.1."""
+    ``dashboard_port``: the observer serves its web page there, on 127.0.0.1; ``secagg_step_s``: the
+    aggregator's ``--secagg-step-deadline`` (None: its default)."""
     sets = [x for o in overrides for x in ("--set", o)]
     world = ["--experiment", str(experiment), *sets]
     intermediaries = family.intermediaries(config)
@@ -147,6 +148,8 @@ def plan_parties(family, config, experiment: Path, overrides: list[str], out: Pa
         keys = {"PRIVBANDIT_REPORT_AUTH_KEY": report_key}
         if role is Role.AGGREGATOR:
             keys["PRIVBANDIT_FLEET_MASTER_KEY"] = hex(fleet_master)
+            if secagg_step_s is not None:
+                command += ["--secagg-step-deadline", repr(float(secagg_step_s))]
         else:  # its own master, the one the in-process engine gives it: same seed, same numbers
             keys["PRIVBANDIT_SHUFFLE_KEY"] = hex(shuffler_master_key(config.seed, name))
         parties.append(Party(name, command, env(name, **keys), logs / f"{name}.log"))
@@ -168,7 +171,7 @@ def launch(family, config, experiment: Path, overrides: list[str], out: Path,
            restart_on_crash: int = 0, started: Callable[[list[Party]], None] | None = None,
            checkpoint: bool = True, *, passwords: Mapping[str, str] | None = None,
            tls_files: Mapping[str, str] | None = None, insecure_broker: bool = False,
-           run_id: str | None = None, dashboard_port: int | None = None) -> int:
+           run_id: str | None = None, dashboard_port: int | None = None, secagg_step_s: float | None = None) -> int:
     """Run the experiment distributed; returns the observer's exit code (0 on success).
 
     ``broker_url``: an external broker (default: an embedded one started here). ``passwords``
@@ -180,7 +183,9 @@ def launch(family, config, experiment: Path, overrides: list[str], out: Path,
     ``restart_on_crash``: how many party crashes in all to survive by restarting the party.
     ``started``: called with the parties once they are all started (fault-injection tests).
     ``checkpoint``: give the analyzer and intermediaries state directories (benchmarks turn it off).
-    ``dashboard_port``: the observer serves the session's web page on 127.0.0.1 there."""
+    ``dashboard_port``: the observer serves the session's web page on 127.0.0.1 there.
+    ``secagg_step_s``: how long a secure-aggregation step waits for every fleet (the aggregator's
+    ``--secagg-step-deadline``; None: its default)."""
     from privbandit.services.broker_probe import check_broker
     from privbandit.services.bus import BusSettings
 
@@ -213,7 +218,7 @@ def launch(family, config, experiment: Path, overrides: list[str], out: Path,
                   f"({probe.describe()}); running anyway", file=sys.stderr)
         parties = plan_parties(family, config, experiment, overrides, out, broker_url, run_id, shards, passwords,
                                checkpoint=checkpoint, tls_files=tls_files, broker_acl=acl_state,
-                               dashboard_port=dashboard_port)
+                               dashboard_port=dashboard_port, secagg_step_s=secagg_step_s)
         for p in parties:
             p.start()
             stack.callback(p.stop)

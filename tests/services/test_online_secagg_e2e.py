@@ -40,7 +40,7 @@ def test_secure_lazy_ucb_over_mosquitto_equals_the_ideal_in_process_run(tmp_path
     path.write_text(EXPERIMENT)
     family, config = experiment_files.load(path)
     assert launch(family, config, path, [], tmp_path / "mqtt", broker_url=mosquitto_url, shards=2, timeout_s=240,
-                  **OPEN_BROKER) == 0
+                  secagg_step_s=60, **OPEN_BROKER) == 0  # the aggregator takes --secagg-step-deadline
     run_file(path, [f"algorithms.{LABEL}.intermediary=auto"], out=tmp_path / "ideal")
     for name in ("curves.csv", "rounds.csv"):
         assert (tmp_path / "mqtt" / name).read_bytes() == (tmp_path / "ideal" / name).read_bytes(), name
