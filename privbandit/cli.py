@@ -38,7 +38,7 @@ def run(
     transport: Annotated[str, typer.Option(help="inproc: one process, vectorized; mqtt: every party its own process")] = "inproc",
     broker: Annotated[Optional[str], typer.Option(
         help="mqtt://host:port or mqtts://host:port (TLS) [default: an embedded broker]")] = None,
-    shards: Annotated[Optional[int], typer.Option(help="user fleets, with --transport mqtt [default: 2]")] = None,
+    shards: Annotated[Optional[int], typer.Option(help="user fleets (--transport mqtt) [default: 2]")] = None,
     restart_on_crash: Annotated[int, typer.Option(
         help="with --transport mqtt: restart a party that crashes, up to N times in all; the observer, "
              "the analyzer and the intermediaries resume from their checkpoints")] = 0,
