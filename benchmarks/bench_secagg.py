@@ -62,7 +62,6 @@ from privbandit.protocol.primitives.secagg import (
 from privbandit.protocol.primitives.secagg.parameters import ThreatModel, graph_for
 from privbandit.protocol.primitives.secagg.protocol import LIMBS, SharesDelivery, UnmaskRequest
 from privbandit.protocol.primitives.secagg.shamir import random_field
-from privbandit.protocol.primitives.seeding import USER_BLOCK
 
 M = 2**62 - 57
 ADVERT_BYTES = 8 + 32 + 32 + 64
@@ -449,7 +448,7 @@ def wire_round(n: int, seed: int = 1) -> dict:
 
     async def run():
         cohort = np.arange(rnd.expected)
-        agg.open(rnd, cohort, cohort // USER_BLOCK)
+        agg.open(rnd, cohort)
         t0 = time.process_time()
         await fleet.start(rnd, cohort, values, dropped)
         cpu["fleet"] += time.process_time() - t0

@@ -100,7 +100,7 @@ class IntermediaryService(PartyService):
         self.released_data: dict[int, bytes] = {}  # each release encoded once, for the checkpoints
         self.forget_kept()
         self.secagg: AggregatorSecAgg | None = None
-        self.secure_joined: dict[int, dict[int, tuple]] = {}  # secure round → plan → its join's (members, blocks)
+        self.secure_joined: dict[int, dict[int, np.ndarray]] = {}  # secure round → plan → its join's members
         # Reports acknowledged to the broker but not checkpointed die with the process (or the
         # broker): the rounds opened until the next release are asked for again.
         self.recovering = self.checkpoint is not None
@@ -268,13 +268,11 @@ class IntermediaryService(PartyService):
             if (state is None or state.round.secagg is None or j.round_id in self.secagg.rounds
                     or plan.id in self.secure_joined.get(j.round_id, {})):
                 continue  # not secure, running already, or a re-announced plan
-            members = j.members()
             parts = self.secure_joined.setdefault(j.round_id, {})
-            parts[plan.id] = (members, (members - plan.first_user) // USER_BLOCK)
-            if sum(m.size for m, _ in parts.values()) == state.round.expected:
+            parts[plan.id] = j.members()
+            if sum(m.size for m in parts.values()) == state.round.expected:
                 del self.secure_joined[j.round_id]
-                self.secagg.open(state.round, np.concatenate([m for m, _ in parts.values()]),
-                                 np.concatenate([b for _, b in parts.values()]))
+                self.secagg.open(state.round, np.concatenate(list(parts.values())))
 
     # --- reports ---------------------------------------------------------------------------------
     async def collect(self, msg: codec.ReportsMsg | codec.SecAggMsg) -> None:

@@ -47,6 +47,13 @@ Send = Callable[[codec.SecAggMsg], Awaitable[None]]
 log = logging.getLogger("privbandit.secagg")
 
 
+def secure_host(users: np.ndarray, shards: int) -> np.ndarray:
+    """The fleet that runs each user's side of a secure round: user u on fleet u mod N. Public, so
+    the aggregator routes each share ciphertext to its recipient's fleet; by id rather than by
+    65,536-user block, so a round's protocol work is spread over every fleet."""
+    return np.asarray(users, dtype=np.int64) % shards
+
+
 @dataclass
 class RoundCost:
     """What one party spent on one secure round, logged when the round ends (one line per party;
@@ -278,21 +285,16 @@ class AggregatorSecAgg:
         self.step_deadline_s = step_deadline_s
         self.send, self.release, self.abort = send, release, abort
         self.rounds: dict[int, tuple[AggregatorRound, str, _Inbox]] = {}
-        self.cohorts: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # round → (its users, sorted; their blocks)
         self.shards: int | None = None
         self.costs: dict[int, RoundCost] = {}  # rounds in flight; finished ones go to the log
         self.finished: deque[RoundCost] = deque(maxlen=256)  # … and the last ones here
         self._closing: list[tuple[RoundCost, str]] = []
 
-    def open(self, rnd, cohort: np.ndarray, blocks: np.ndarray) -> None:
-        """A secure round among ``cohort`` (its joins' members, ``rnd.expected`` of them);
-        ``blocks[i]``: the block of its plan that user ``cohort[i]`` belongs to, which says the fleet
-        hosting it (block b of a plan lives on fleet b mod N)."""
+    def open(self, rnd, cohort: np.ndarray) -> None:
+        """A secure round among ``cohort`` (its joins' members, ``rnd.expected`` of them)."""
         config, graph = round_setup(self.run, self.task, rnd.id, cohort, rnd.m, rnd.secagg,
                                     rnd.secagg_degree, rnd.secagg_threshold)
         self.rounds[rnd.id] = (AggregatorRound(config, graph), "advertise", _Inbox())
-        order = np.argsort(cohort, kind="stable")
-        self.cohorts[rnd.id] = (np.asarray(cohort, dtype=np.int64)[order], np.asarray(blocks, dtype=np.int64)[order])
         self.costs[rnd.id] = RoundCost(rnd.id, rnd.expected, graph.degree, graph.threshold)
 
     async def on_message(self, msg: codec.SecAggMsg) -> str | None:
@@ -382,7 +384,6 @@ class AggregatorSecAgg:
 
     def _close(self, round_id: int, outcome: str = "aborted") -> None:
         del self.rounds[round_id]
-        del self.cohorts[round_id]
         cost = self.costs.pop(round_id, None)
         if cost is not None:
             self._closing.append((cost, outcome))
@@ -396,12 +397,10 @@ class AggregatorSecAgg:
         self._closing.clear()
 
     async def _deliver(self, round_id: int, shares: Shares) -> None:
-        # Route each ciphertext to the fleet hosting its recipient (the block layout is public:
-        # block b of a plan lives on fleet b mod N), so a fleet gets its own users' mail only. The
-        # server delivers only to users of the round's graph, so every recipient is in the cohort.
+        # Route each ciphertext to the fleet hosting its recipient (secure_host), so a fleet gets
+        # its own users' mail only.
         shards = self.shards or 1
-        users, blocks = self.cohorts[round_id]
-        host = blocks[np.searchsorted(users, shares.recipients)] % shards
+        host = secure_host(shares.recipients, shards)
         rows = np.frombuffer(shares.ciphertexts, dtype=np.uint8).reshape(-1, CIPHERTEXT_BYTES)
         for i in range(shards):
             mine = host == i

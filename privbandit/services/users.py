@@ -30,7 +30,7 @@ from privbandit.protocol.spine.parties import Users, blocks_of
 from privbandit.services import codec
 from privbandit.services.bus import topic_party
 from privbandit.services.party import PartyService
-from privbandit.services.secagg_rounds import FleetSecAgg
+from privbandit.services.secagg_rounds import FleetSecAgg, secure_host
 
 log = logging.getLogger("privbandit.users")
 
@@ -161,12 +161,18 @@ class UserFleetService(PartyService):
         secure = {j.round_id: j for j in plan.joins if self.rounds[j.round_id].secagg is not None}
         for rid in secure:
             self.secure_inputs.setdefault(rid, _SecureInputs())
-        for block in mine:  # one block at a time: bounded memory, steady traffic
+        # A secure round's users are spread over the fleets by id (secure_host), not by block: a
+        # cohort under 65,536 users is one block, and its protocol's CPU would all fall on one
+        # fleet. So every fleet computes every block of such a plan (the same draws: a block's are
+        # keyed by the plan and the block), keeps its own users' inputs, and sends the rest only
+        # from the blocks it hosts.
+        for block in blocks_of(plan) if secure else mine:  # one block at a time: bounded memory, steady traffic
+            hosted = block in mine
             reports, truths = self.users.respond(plan, [block], self.rounds)
             # Truth first: once a round's reports are all in, it can be released and the analyzer
             # moves on, never re-announcing its plan; a fleet killed between the two would leave
             # the observer without that truth for good. The other way round, it re-serves both.
-            for t in truths:
+            for t in truths if hosted else ():
                 msg = codec.truth_msg(self.run_id, self.task_index, t)
                 msg = msg.model_copy(update={"tag": self.auth.mac("truth", self.run_id, self.task_index, t.plan_id,
                                                                   t.block, payload=codec.encode(msg))})
@@ -179,13 +185,15 @@ class UserFleetService(PartyService):
                 rnd = self.rounds[j.round_id]
                 rep = by_round.get(j.round_id) or Reports(j.round_id, plan.id, np.zeros(0, np.int64),
                                                           np.zeros((1, 0, rnd.width), np.int64 if rnd.integer else np.float64))
-                if j.round_id in secure:  # held until the round's cohort is complete
+                if j.round_id in secure:  # this fleet's users' inputs, held until the round's cohort is complete
                     held = self.secure_inputs[j.round_id]
-                    held.values.update(zip(rep.user_ids.tolist(), rep.values[0, :, 0].tolist()))
+                    own = secure_host(rep.user_ids, self.shards) == self.shard
+                    held.values.update(zip(rep.user_ids[own].tolist(), rep.values[0, own, 0].tolist()))
                     # The join's members here who did not report join the key rounds, then vanish.
-                    held.dropouts += np.setdiff1d(np.intersect1d(j.members(), block_ids), rep.user_ids).tolist()
+                    silent = np.setdiff1d(np.intersect1d(j.members(), block_ids), rep.user_ids)
+                    held.dropouts += silent[secure_host(silent, self.shards) == self.shard].tolist()
                     continue
-                if only is None or rnd.intermediary == only:
+                if hosted and (only is None or rnd.intermediary == only):
                     await self.send_reports(plan, rnd, block, rep)
         if secure and self.chunk_auth is None:
             raise ValueError(f"plan {plan.id} joins a secure round, and this fleet holds no key to sign its chunks "

@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from privbandit.cli import parse_key
 from privbandit.protocol.primitives.report_auth import ReportAuthenticator
 from privbandit.protocol.primitives.secagg.batch import BatchError, UserIdentities
-from privbandit.protocol.primitives.seeding import USER_BLOCK
 from privbandit.protocol.spine.events import Round
 from privbandit.runner.config import ConfigError, load
 from privbandit.services import codec
@@ -95,9 +94,9 @@ class _Round:
 
     async def start(self):
         cohort = np.arange(self.round.expected)
-        self.agg.open(self.round, cohort, cohort // USER_BLOCK)
-        await self.fleets[0].start(self.round, cohort, self.values, [])  # every user in block 0: fleet 0
-        await self.fleets[1].start(self.round, cohort, {}, [])
+        self.agg.open(self.round, cohort)
+        for i, fleet in enumerate(self.fleets):  # user u on fleet u mod 2 (secure_host)
+            await fleet.start(self.round, cohort, {u: v for u, v in self.values.items() if u % 2 == i}, [])
 
     async def deliver(self, where: str, msg) -> None:
         targets = [self.agg] if where == "agg" else self.fleets

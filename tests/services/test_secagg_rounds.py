@@ -73,9 +73,9 @@ class _Session:
 
     async def run(self):
         cohort = self.cohort()
-        self.agg.open(self.round, cohort, (cohort - self.first_user) // USER_BLOCK)
+        self.agg.open(self.round, cohort)
         for i, fleet in enumerate(self.fleets):
-            mine = lambda u: ((u - self.first_user) // USER_BLOCK) % len(self.fleets) == i  # noqa: E731
+            mine = lambda u: u % len(self.fleets) == i  # noqa: E731  (secure_host)
             await fleet.start(self.round, cohort, {u: v for u, v in self.values.items() if mine(u)},
                               [u for u in self.dropouts if mine(u)])
         while self.queue:
@@ -108,27 +108,25 @@ def test_dropouts_after_sharing_are_recovered():
     assert s.released == [(7, sum(values.values()) % M, 28)]
 
 
-def test_fleets_route_mail_by_the_public_block_layout():
-    """Block b of a cohort lives on fleet b mod N; the aggregator routes each ciphertext to the
-    fleet hosting its recipient. (A cohort of several 65,536-user blocks is too costly to run a
-    whole secure round with here, so this drives the router directly.)"""
-    first = 5
-    s = _Session(12, "complete", {u: 1 for u in range(12)}, first_user=first)
+def test_fleets_route_mail_by_the_public_host_rule():
+    """User u runs its side of a secure round on fleet u mod N (secure_host), whatever block of
+    whatever plan it came in: the aggregator routes each ciphertext to its recipient's fleet."""
+    s = _Session(12, "complete", {u: 1 for u in range(12)})
     shares = []
 
     async def capture(msg):
         shares.append(_wire(msg))
 
-    recipients = np.array([first, first + USER_BLOCK - 1, first + USER_BLOCK, first + 3 * USER_BLOCK])
-    cohort = np.sort(np.concatenate([recipients, first + 1 + np.arange(8)]))  # 12 users, one plan's, over 4 blocks
-    s.agg.open(s.round, cohort, (cohort - first) // USER_BLOCK)
+    recipients = np.array([5, 6, 5 + USER_BLOCK, 8 + 3 * USER_BLOCK])  # over several blocks
+    cohort = np.sort(np.concatenate([recipients, 10 + np.arange(8)]))
+    s.agg.open(s.round, cohort)
     s.agg.shards = 2
     s.agg.send = capture
     from privbandit.protocol.primitives.secagg.batch import CIPHERTEXT_BYTES, Shares
 
     asyncio.run(s.agg._deliver(7, Shares(np.zeros(4, np.int64), recipients, b"c" * CIPHERTEXT_BYTES * 4)))
     got = {m.shard: np.asarray(m.peers).tolist() for m in shares}
-    assert got == {0: [first, first + USER_BLOCK - 1], 1: [first + USER_BLOCK, first + 3 * USER_BLOCK]}
+    assert got == {0: [6, 8 + 3 * USER_BLOCK], 1: [5, 5 + USER_BLOCK]}
 
 
 def test_a_substituted_key_is_detected_and_nothing_is_released():
@@ -167,7 +165,7 @@ def test_an_empty_step_is_one_final_chunk():
 
 def test_malformed_and_misdirected_chunks_are_refused_by_reason():
     s = _Session(6, "complete", {u: 1 for u in range(6)})
-    s.agg.open(s.round, s.cohort(), s.cohort() // USER_BLOCK)
+    s.agg.open(s.round, s.cohort())
 
     def msg(signer=None, **kw):
         base = dict(run="r1", task=0, round=7, step="advertise", shard=0, shards=1, chunk=0, final=True,
@@ -223,7 +221,7 @@ def test_each_party_logs_what_a_round_cost_it(caplog):
         asyncio.run(s.run())
     assert s.released == [(7, sum(values.values()) % M, 39)]
     costs = {f"users-{f.shard}": f.finished[-1] for f in s.fleets} | {"aggregator": s.agg.finished[-1]}
-    assert {p: c.users for p, c in costs.items()} == {"users-0": 40, "users-1": 0, "aggregator": 40}
+    assert {p: c.users for p, c in costs.items()} == {"users-0": 20, "users-1": 20, "aggregator": 40}  # u mod 2
     assert {p: sum(c.sent.values()) for p, c in costs.items()} == sent
     assert costs["aggregator"].survivors == 39 and costs["users-0"].cpu["shares"] > 0
     assert len({(c.degree, c.threshold) for c in costs.values()}) == 1  # the round's one public graph
