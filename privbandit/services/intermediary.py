@@ -100,6 +100,8 @@ class IntermediaryService(PartyService):
         self.released_data: dict[int, bytes] = {}  # each release encoded once, for the checkpoints
         self.forget_kept()
         self.secagg: AggregatorSecAgg | None = None
+        self.box_task: int | None = None  # the task ``box`` collects
+        self.previous: tuple[int, dict[int, Plan]] | None = None  # (the last task, its plans asked again)
         self.secure_joined: dict[int, dict[int, np.ndarray]] = {}  # secure round → plan → its join's members
         # Reports acknowledged to the broker but not checkpointed die with the process (or the
         # broker): the rounds opened until the next release are asked for again.
@@ -121,6 +123,11 @@ class IntermediaryService(PartyService):
         await super().start_task(spec)
 
     async def on_task(self, spec: dict) -> None:
+        # The plans of the task that ends which this party asked the fleets for again: their copies
+        # can still come after the next task starts (an analyzer that re-announced under load).
+        self.previous = None if self.box is None else (
+            self.box_task, {p: self.plans[p] for p in self.asked_plans if p in self.plans})
+        self.box_task = spec["index"]
         runs = spec["runs"]
         # The permutation key never travels on the bus: the shuffler derives it from its own
         # master key (reproducible runs), or draws permutations from the OS CSPRNG.
@@ -308,33 +315,48 @@ class IntermediaryService(PartyService):
             self.close_block(msg, plan)
         await self.release_ready()
 
-    def refuse_late(self, msg: codec.ReportsMsg | codec.SecAggMsg) -> None:
+    def current(self, msg) -> bool:
+        """The running task's messages, as every party; besides, a report of the last task's plans
+        this party asked for again is a late copy, refused as :meth:`refuse_late` refuses one
+        within its task (not as ``wrong-task``, which an honest run should never show)."""
+        last = self.previous
+        if last is not None and isinstance(msg, codec.ReportsMsg) and msg.task == last[0] and msg.plan in last[1]:
+            self.refuse_late(msg, last[1], set(last[1]), last[0])
+            return False
+        return super().current(msg)
+
+    def refuse_late(self, msg: codec.ReportsMsg | codec.SecAggMsg, plans: dict[int, Plan] | None = None,
+                    asked: set[int] | None = None, task: int | None = None) -> None:
         """A message for a round already closed. Its forged records are refused for what they are
         (a missing or wrong MAC, an id outside the cohort), as they would have been before the
         release, so the refusal counts do not depend on who won a race; the authentic rest are
         late copies: of a plan this party asked for again (``late-resend``), or replayed
-        (``round-closed``)."""
-        plan = self.plans.get(msg.plan) if isinstance(msg, codec.ReportsMsg) else None
+        (``round-closed``). ``plans``, ``asked`` and ``task``: the last task's, for its late copies."""
+        plans = self.plans if plans is None else plans
+        asked = self.asked_plans if asked is None else asked
+        plan = plans.get(msg.plan) if isinstance(msg, codec.ReportsMsg) else None
         join = None if plan is None else next((j for j in plan.joins if j.round_id == msg.round), None)
         if join is None or msg.user_ids.size == 0:  # nothing to check a record against, or no record
             records = msg.user_ids.size if isinstance(msg, codec.ReportsMsg) else 1
             return self.reject("round-closed", f"round {msg.round}", max(1, records))
-        ids, values = self.authentic(msg, plan, join)
+        ids, values = self.authentic(msg, plan, join, task)
         if ids.size and values.shape[0] != self.box.runs:  # as the open round would: one row per run
             return self.reject("wrong-shape", f"{ids.size} records of round {msg.round}", int(ids.size))
         outside = (ids < join.first) | (ids >= join.first + join.count)
         if outside.any():
             self.reject("not-in-cohort", f"{int(outside.sum())} records of round {msg.round}", int(outside.sum()))
         if n := int((~outside).sum()):
-            self.reject("late-resend" if msg.plan in self.asked_plans else "round-closed", f"round {msg.round}", n)
+            self.reject("late-resend" if msg.plan in asked else "round-closed", f"round {msg.round}", n)
 
-    def authentic(self, msg: codec.ReportsMsg, plan: Plan, join) -> tuple[np.ndarray, np.ndarray]:
+    def authentic(self, msg: codec.ReportsMsg, plan: Plan, join, task: int | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
         """Drop the joined users' records whose MAC is missing or wrong, so a report under another
         user's id never takes the place of the user's own. Ids outside the join have no key; they
-        go on to the round, which refuses them as ``not-in-cohort``."""
+        go on to the round, which refuses them as ``not-in-cohort``. ``task``: the MACs' task (the
+        running one by default)."""
         ids = msg.user_ids.astype(np.int64)
         values = codec.as_values(msg.values)
-        path = (self.run_id, self.task_index, msg.round, plan.id, plan.first_user)
+        path = (self.run_id, self.task_index if task is None else task, msg.round, plan.id, plan.first_user)
         if msg.tags is not None and (not ids.size or (int(ids.min()) >= join.first
                                                       and int(ids.max()) < join.first + join.count)):
             # a fleet's message: every id joined, so every record is checked as it came (no copies)

@@ -413,3 +413,36 @@ async def test_a_restarted_intermediary_asks_again_for_a_round_whose_plan_is_ann
     assert resends() == [3, 6]
     await svc.open_plan(plan(6, 6))  # already asked: the timer repeats it (every RESEND_S), not each plan
     assert resends() == [3, 6]
+
+
+@pytest.mark.asyncio
+async def test_late_copies_of_the_last_tasks_plans_asked_again_are_not_counted_as_wrong_task():
+    """An analyzer that re-announced its plans under load gets them served again; the copies can
+    arrive after the next task started. Those of plans this party asked for again, with valid MACs,
+    are ``late-resend`` as within a task; another plan's, or a forged copy, are refused as before."""
+    import numpy as np
+
+    from privbandit.protocol.primitives.report_auth import ReportAuthenticator
+    from privbandit.protocol.spine.events import Join, Plan, Round
+    from privbandit.services import codec
+
+    svc = await _intermediary()
+    for pid in (1, 2):
+        await svc.open_plan(Plan(pid, 0, 3, opens=(Round(pid, "aggregator", "sum", expected=3, m=16),),
+                                 joins=(Join(pid, 0, 3, 3),)))
+    await svc.ask_again(1)
+    svc.task_spec = {"index": 1, "runs": [0], "label": "Dist-DP-SE"}
+    await svc.on_task(svc.task_spec)  # task 1 starts; task 0's copies are still on their way
+
+    def late(rid: int, tagged: bool = True) -> codec.ReportsMsg:
+        values = np.ones((1, 3, 1), np.int64)
+        tags = ReportAuthenticator(1).tags("r1", 0, rid, rid, 0, np.arange(3), values) if tagged else None
+        return codec.ReportsMsg(run="r1", task=0, round=rid, plan=rid, user_ids=np.arange(3, dtype="<u4"),
+                                values=values.astype("<u4"), tags=tags)
+
+    await svc.on_message("pb/r1/report/aggregator", late(1))
+    assert {k: n for k, n in svc.rejected.items() if n} == {"late-resend": 3}
+    await svc.on_message("pb/r1/report/aggregator", late(1, tagged=False))  # forged: refused for that
+    await svc.on_message("pb/r1/report/aggregator", late(2))  # never asked for: a replay
+    assert {k: n for k, n in svc.rejected.items() if n} == {"late-resend": 3, "missing-tag": 3, "wrong-task": 1}
+    assert not svc.box.rounds  # nothing of task 0 reached task 1's rounds
