@@ -499,6 +499,44 @@ def test_a_restarted_observer_keeps_the_truths_it_had_checkpointed(tmp_path, mon
     assert third.rejected["bad-truth-tag"] == 1 and len(third.observer.truths) == len(truths) - 1
 
 
+def test_an_observer_ignores_the_last_tasks_truths_served_again_and_refuses_any_other():
+    """A fleet asked for a plan again near a task's end serves its truths again, and they can reach
+    the observer after it moved on: a byte-identical copy of a truth it accepted in the last task
+    is ignored, as a duplicate within a task is; a different one is ``wrong-task``."""
+    from privbandit.services.observer import ObserverService
+    from privbandit.services.users import UserFleetService
+
+    fam, config, label = TASKS["Dist-DP-SE"]()
+    net = _Net()
+    obs = ObserverService(BusSettings(run_id=RUN_ID), fam, config, ["analyzer", "aggregator", "users-0"], Path("unused"))
+    obs.bus = _Bus(net)
+    asyncio.run(obs.next_task())
+    spec = obs.task_body
+    fleet = UserFleetService(BusSettings(run_id=RUN_ID), fam, config, 0, 1)
+    fleet.bus = _Bus(net)
+    plan = codec.plan_msg(RUN_ID, 0, build_analyzer(spec, analyzer_master_key(config.seed)).next_plans()[0])
+
+    async def serve():
+        await fleet.start_task(spec)
+        await fleet.handle(f"pb/{RUN_ID}/plan", plan)
+
+    asyncio.run(serve())
+    truths = [(t, m) for t, m in net.seen if isinstance(m, codec.TruthMsg)]
+    assert truths
+    for topic, msg in truths:
+        asyncio.run(obs.handle(topic, msg))
+    asyncio.run(obs.next_task())  # the next task (or the session's end)
+    for topic, msg in truths:  # served again, late
+        asyncio.run(obs.handle(topic, msg))
+    assert obs.rejected["wrong-task"] == 0
+    topic, msg = truths[0]
+    other = msg.model_copy(update={"pseudo": msg.pseudo + 1.0})
+    other = other.model_copy(update={"tag": fleet.auth.mac("truth", RUN_ID, 0, other.plan, other.block,
+                                                           payload=codec.encode(other.model_copy(update={"tag": b""})))})
+    asyncio.run(obs.handle(topic, other))
+    assert obs.rejected["wrong-task"] == 1
+
+
 def test_a_fleet_serves_a_plan_again_once_for_a_burst_of_requests(monkeypatch):
     """A restarted intermediary asks for every open round again, and one plan may join hundreds:
     serving the plan once answers them all, so a burst of requests costs one serve, not one each
