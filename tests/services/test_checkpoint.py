@@ -438,6 +438,24 @@ def test_progress_counts_an_intermediarys_closed_rounds_and_the_analyzers_releas
     assert progress(tmp_path / "g") == (1, 3)
 
 
+def _first_plans_truths(fleets, spec, config, net, observer) -> list:
+    """The fleets serve the task's first plan; the observer takes in the truths they send."""
+    plan = codec.plan_msg(RUN_ID, 0, build_analyzer(spec, analyzer_master_key(config.seed)).next_plans()[0])
+
+    async def serve():
+        for fleet in fleets:
+            fleet.bus = _Bus(net)
+            await fleet.start_task(spec)
+            await fleet.handle(f"pb/{RUN_ID}/plan", plan)
+
+    asyncio.run(serve())
+    truths = [(t, m) for t, m in net.seen if isinstance(m, codec.TruthMsg)]
+    assert truths
+    for topic, msg in truths:
+        asyncio.run(observer.handle(topic, msg))
+    return truths
+
+
 def test_a_restarted_observer_keeps_the_truths_it_had_checkpointed(tmp_path, monkeypatch):
     """A fleet keeps its truths only in memory: a fleet restarted earlier in the task cannot send
     again, on the observer's resync, the truths it sent before. So the observer checkpoints the
@@ -467,20 +485,7 @@ def test_a_restarted_observer_keeps_the_truths_it_had_checkpointed(tmp_path, mon
     asyncio.run(first.next_task())  # task 0, as when every party said ready
     spec = first.task_body
     fleets = [UserFleetService(BusSettings(run_id=RUN_ID), fam, config, i, 2) for i in range(2)]
-    analyzer = build_analyzer(spec, analyzer_master_key(config.seed))
-    plan = codec.plan_msg(RUN_ID, 0, analyzer.next_plans()[0])
-
-    async def serve():
-        for fleet in fleets:
-            fleet.bus = _Bus(net)
-            await fleet.start_task(spec)
-            await fleet.handle(f"pb/{RUN_ID}/plan", plan)
-
-    asyncio.run(serve())
-    truths = [(t, m) for t, m in net.seen if isinstance(m, codec.TruthMsg)]
-    assert truths
-    for topic, msg in truths:
-        asyncio.run(first.handle(topic, msg))
+    truths = _first_plans_truths(fleets, spec, config, net, first)
     served = first.observer.served()
     assert served > 0
     assert restarted().observer.served() == 0  # not saved yet: a restart here would lose them
@@ -511,20 +516,8 @@ def test_an_observer_ignores_the_last_tasks_truths_served_again_and_refuses_any_
     obs = ObserverService(BusSettings(run_id=RUN_ID), fam, config, ["analyzer", "aggregator", "users-0"], Path("unused"))
     obs.bus = _Bus(net)
     asyncio.run(obs.next_task())
-    spec = obs.task_body
     fleet = UserFleetService(BusSettings(run_id=RUN_ID), fam, config, 0, 1)
-    fleet.bus = _Bus(net)
-    plan = codec.plan_msg(RUN_ID, 0, build_analyzer(spec, analyzer_master_key(config.seed)).next_plans()[0])
-
-    async def serve():
-        await fleet.start_task(spec)
-        await fleet.handle(f"pb/{RUN_ID}/plan", plan)
-
-    asyncio.run(serve())
-    truths = [(t, m) for t, m in net.seen if isinstance(m, codec.TruthMsg)]
-    assert truths
-    for topic, msg in truths:
-        asyncio.run(obs.handle(topic, msg))
+    truths = _first_plans_truths([fleet], obs.task_body, config, net, obs)
     asyncio.run(obs.next_task())  # the next task (or the session's end)
     for topic, msg in truths:  # served again, late
         asyncio.run(obs.handle(topic, msg))
