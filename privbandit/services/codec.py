@@ -81,6 +81,32 @@ def _array_to_wire(a: np.ndarray) -> dict:
 
 
 Array = Annotated[np.ndarray, PlainValidator(_array_from_wire), PlainSerializer(_array_to_wire)]
+
+
+def _ids_from_wire(value: Any) -> np.ndarray:
+    """User ids: an array, or ``{"first", "count"}`` for the consecutive ids a fleet's block sends."""
+    if isinstance(value, dict) and set(value) == {"first", "count"}:
+        first, count = value["first"], value["count"]
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (first, count)):
+            raise ValueError("an id run's first and count must be non-negative ints")
+        if count > MAX_ARRAY_ELEMENTS or first + count > 2**63:
+            raise ValueError(f"an id run of {count} ids from {first} is out of bounds")
+        return np.arange(first, first + count, dtype="<u4" if first + count <= 2**32 else "<u8")
+    return _array_from_wire(value)
+
+
+def _ids_to_wire(a: np.ndarray) -> dict:
+    # A fleet's block without a dropout is one run of ids: 16 bytes instead of 4 per user (a
+    # quarter of a report's wire bytes). Decoding gives the same dtype back (ids_on_wire's).
+    n = a.size
+    if (n > 1 and a.ndim == 1 and a.dtype == np.dtype("<u4" if int(a[-1]) < 2**32 else "<u8")
+            and int(a[-1]) - int(a[0]) == n - 1 and bool(np.all(a[1:] > a[:-1]))):
+        return {"first": int(a[0]), "count": n}
+    return _array_to_wire(a)
+
+
+# The user ids of a report message: on the wire as a run when they are one.
+Ids = Annotated[np.ndarray, PlainValidator(_ids_from_wire), PlainSerializer(_ids_to_wire)]
 RunId = Annotated[str, Field(pattern=RUN_ID_PATTERN)]
 NonNeg = Annotated[int, Field(ge=0)]
 Positive = Annotated[int, Field(ge=1)]
@@ -298,7 +324,7 @@ class ReportsMsg(_Msg):
     task: NonNeg
     round: NonNeg
     plan: NonNeg
-    user_ids: Array
+    user_ids: Ids
     values: Array
     block: NonNeg | None = None
     # One per record: the user's one-time MAC over its report (protocol/primitives/report_auth.py),

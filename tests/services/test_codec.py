@@ -14,9 +14,12 @@ from privbandit.services import codec
 from privbandit.services.codec import DecodeError, decode, encode, packed
 
 
-def _reports(n=5, m=5000, runs=1):
+def _reports(n=5, m=5000, runs=1, run_of_ids=False):
+    """A report message; its ids have gaps (a block with dropouts: ids on the wire as an array)
+    unless ``run_of_ids`` (a block without dropouts: one run of ids)."""
     values = packed(np.arange(runs * n).reshape(runs, n, 1) % m, m)
-    return codec.ReportsMsg(run="r1", task=0, round=3, plan=2, user_ids=np.arange(n, dtype="<u4"), values=values,
+    ids = np.arange(n, dtype="<u4") * (1 if run_of_ids else 2)
+    return codec.ReportsMsg(run="r1", task=0, round=3, plan=2, user_ids=ids, values=values,
                             block=0, tags=np.arange(n, dtype="<u4"), block_tag=b"t" * 16)
 
 
@@ -133,6 +136,32 @@ def test_report_bytes_per_user_are_the_ids_and_values_plus_a_constant():
     assert 10_000 * (4 + 2) <= big - small <= 10_000 * (4 + 2) + 16
     # a user's MAC tag is 4 more bytes
     assert 10_000 * (4 + 2 + 4) <= len(encode(_reports(10_010))) - len(encode(_reports(10))) <= 10_000 * 10 + 24
+    # a block without dropouts sends its ids as one run: the residues and tags alone grow
+    whole = [len(encode(_reports(n, run_of_ids=True))) for n in (10, 10_010)]
+    assert 10_000 * (2 + 4) <= whole[1] - whole[0] <= 10_000 * (2 + 4) + 24
+
+
+@pytest.mark.parametrize("ids", [np.arange(7, 7 + 65_536, dtype="<u4"), np.arange(2**32 - 3, 2**32 + 3, dtype="<u8"),
+                                 np.array([4, 5], dtype="<u4")])
+def test_a_run_of_ids_goes_as_first_and_count_and_comes_back_as_it_was(ids):
+    msg = _reports(ids.size).model_copy(update={"user_ids": ids, "tags": None})
+    wire = msgpack.unpackb(encode(msg), raw=False)["user_ids"]
+    assert wire == {"first": int(ids[0]), "count": ids.size}
+    back = decode(encode(msg))
+    assert same(back.user_ids, ids) and encode(back) == encode(msg)
+
+
+@pytest.mark.parametrize(("ids", "why"), [
+    ({"first": -1, "count": 3}, "non-negative"),
+    ({"first": 0, "count": True}, "non-negative"),
+    ({"first": 0, "count": 2.0}, "non-negative"),
+    ({"first": 0, "count": codec.MAX_ARRAY_ELEMENTS + 1}, "out of bounds"),
+    ({"first": 2**63, "count": 5}, "out of bounds"),
+    ({"first": 0, "count": 5, "step": 2}, "exactly dtype, shape, data"),
+])
+def test_a_bad_run_of_ids_is_refused(ids, why):
+    with pytest.raises(DecodeError, match=why):
+        decode(_mutate(_reports(5, run_of_ids=True), {"user_ids": ids}))
 
 
 def _mutate(msg, changes: dict) -> bytes:
