@@ -1,0 +1,143 @@
+"""RabbitMQ 3.10 nodes with the MQTT plugin, for timing only (docs/cluster.md, "What it costs"):
+started as root's own processes from ``/usr/lib/rabbitmq/bin`` (``/usr/sbin/rabbitmq-server``
+would switch to the ``rabbitmq`` user and the system node's directories), each with its own
+directory, ports, Erlang cookie and node name, so the machine's own RabbitMQ is not touched.
+
+    with RabbitNode(directory) as node:      # one node; node.url is its MQTT listener
+        node.add_user("users", "pw")         # every permission on the default vhost
+    with rabbit_cluster(directory, 2) as nodes: ...   # nodes 1.. joined to node 0 (join_cluster)
+
+No ACL: the accounts get every permission (a RabbitMQ port of the project's rules would be topic
+permissions, not built; docs/cluster.md says what it would need).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import subprocess
+import time
+from pathlib import Path
+
+from privbandit.services.embedded_broker import HOST, free_port
+from privbandit.services.launcher import stop_process
+
+BIN = Path("/usr/lib/rabbitmq/bin")
+START_TIMEOUT_S = 120  # one node took 11 s to its MQTT listener at load 11.5
+
+
+class RabbitNode:
+    """One RabbitMQ node in ``directory``: AMQP, MQTT and Erlang distribution ports free a moment
+    ago; a context manager (started on entry, stopped on exit)."""
+
+    def __init__(self, directory: Path, cookie: str | None = None, name: str | None = None, conf: str = ""):
+        self.directory = Path(directory).resolve()
+        self.name = f"{name or 'pbrmq-' + secrets.token_hex(3)}@localhost"
+        self.cookie = cookie or secrets.token_hex(16)
+        self.amqp_port, self.mqtt_port, self.dist_port = free_port(HOST), free_port(HOST), free_port(HOST)
+        self.conf = conf  # more rabbitmq.conf lines
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"mqtt://{HOST}:{self.mqtt_port}"
+
+    def env(self) -> dict[str, str]:
+        d = self.directory
+        return {**os.environ, "HOME": str(d), "RABBITMQ_NODENAME": self.name, "RABBITMQ_NODE_IP_ADDRESS": HOST,
+                "RABBITMQ_NODE_PORT": str(self.amqp_port), "RABBITMQ_DIST_PORT": str(self.dist_port),
+                "RABBITMQ_MNESIA_BASE": str(d / "mnesia"), "RABBITMQ_LOG_BASE": str(d / "log"),
+                "RABBITMQ_CONFIG_FILE": str(d / "rabbitmq.conf"), "RABBITMQ_CONF_ENV_FILE": str(d / "env.conf"),
+                "RABBITMQ_ENABLED_PLUGINS_FILE": str(d / "enabled_plugins"), "RABBITMQ_PID_FILE": str(d / "pid"),
+                "RABBITMQ_ADVANCED_CONFIG_FILE": str(d / "advanced.config")}
+
+    def start(self) -> RabbitNode:
+        d = self.directory
+        d.mkdir(parents=True, exist_ok=True)
+        cookie = d / ".erlang.cookie"
+        cookie.write_text(self.cookie)
+        cookie.chmod(0o400)
+        (d / "env.conf").write_text("")  # not /etc/rabbitmq's, which names the system node
+        (d / "enabled_plugins").write_text("[rabbitmq_mqtt].\n")
+        (d / "rabbitmq.conf").write_text(
+            f"listeners.tcp.default = {HOST}:{self.amqp_port}\n"
+            f"mqtt.listeners.tcp.default = {HOST}:{self.mqtt_port}\n"
+            "mqtt.allow_anonymous = false\n"
+            "loopback_users = none\n" + self.conf)
+        with open(d / "stdout.log", "wb") as out:
+            self.proc = subprocess.Popen([str(BIN / "rabbitmq-server")], env=self.env(), stdin=subprocess.DEVNULL,
+                                         stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self.await_startup()
+        return self
+
+    def await_startup(self) -> None:
+        """Until the node runs its apps (``await_startup`` fails at once while the VM has not yet
+        registered its name): RuntimeError with the log's tail if it exits or takes too long."""
+        end = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                self.ctl("await_startup", timeout=max(1.0, end - time.monotonic()))
+                return
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                log = (self.directory / "stdout.log").read_text(errors="replace")[-2000:]
+                if self.proc.poll() is not None or time.monotonic() > end:
+                    raise RuntimeError(f"RabbitMQ node {self.name} did not start: {exc}\n{log}") from None
+            time.sleep(0.5)
+
+    def ctl(self, *args: str, timeout: float = 60) -> str:
+        """``rabbitmqctl -n NODE ARGS``: its output; RuntimeError with it when it fails."""
+        proc = subprocess.run([str(BIN / "rabbitmqctl"), "-n", self.name, *args], env=self.env(),
+                              capture_output=True, text=True, timeout=timeout)
+        if proc.returncode != 0:
+            raise RuntimeError(f"rabbitmqctl {' '.join(args)} on {self.name}: {proc.stdout}{proc.stderr}")
+        return proc.stdout
+
+    def add_user(self, user: str, password: str) -> None:
+        self.ctl("add_user", user, password)
+        self.ctl("set_permissions", "-p", "/", user, ".*", ".*", ".*")
+
+    def pid(self) -> int:
+        """The Erlang VM's process id (the start script's child)."""
+        return int((self.directory / "pid").read_text().strip())
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
+            self.ctl("stop", timeout=30)
+        stop_process(self.proc)
+
+    def __enter__(self) -> RabbitNode:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def rabbit_cluster(directory: Path, count: int, conf: str = ""):
+    """``count`` nodes sharing one cookie, nodes 1.. joined to node 0 (stop_app, join_cluster,
+    start_app); users added on any node exist on all. ``conf``: more rabbitmq.conf lines."""
+    cookie = secrets.token_hex(16)
+    nodes = [RabbitNode(Path(directory) / f"n{i}", cookie, conf=conf) for i in range(count)]
+    try:
+        for node in nodes:
+            node.start()
+        for node in nodes[1:]:
+            node.ctl("stop_app")
+            node.ctl("join_cluster", nodes[0].name)
+            node.ctl("start_app")
+            node.await_startup()
+        yield nodes
+    finally:
+        for node in reversed(nodes):
+            node.stop()
+
+
+if __name__ == "__main__":  # a smoke test: start a node, print its URL and start-up time
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="pb-rabbit-") as tmp:
+        t0 = time.monotonic()
+        with RabbitNode(Path(tmp)) as n:
+            print(f"{n.name} MQTT at {n.url}, started in {time.monotonic() - t0:.1f} s")
