@@ -51,6 +51,7 @@ from rabbitmq_node import rabbit_cluster
 BLOCK_BYTES = 915_735  # one report block as the T = 10^7 sessions sent it (bench_cluster.py prints it)
 TMPFS = Path("/dev/shm")
 RABBIT = r"rabbitmq([1-3]?)(\+quorum)?"
+QUORUM = "mqtt.durable_queue_type = quorum\n"  # persistent sessions' queues replicated on every node
 
 
 def cluster_options(config: str) -> dict:
@@ -104,8 +105,7 @@ def ceiling(config: str, publishers: int, blocks: int, block_bytes: int, tmp: Pa
             stack.callback(broker.stop)
             sub_url, pub_urls, pids, pw = broker.url, [broker.url] * publishers, [broker.proc.pid], files.password
         elif m := re.fullmatch(RABBIT, config):
-            conf = "mqtt.durable_queue_type = quorum\n" if m[2] else ""
-            nodes = stack.enter_context(rabbit_cluster(tmp / f"{run_id}-rabbitmq", int(m[1] or 1), conf))
+            nodes = stack.enter_context(rabbit_cluster(tmp / f"{run_id}-rabbitmq", int(m[1] or 1), QUORUM if m[2] else ""))
             secret = {a: secrets.token_hex(8) for a in ("users", "aggregator")}
             for account, password in secret.items():
                 nodes[0].add_user(account, password)
