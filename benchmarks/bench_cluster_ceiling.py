@@ -37,6 +37,8 @@ import os
 import re
 import secrets
 import shutil
+import signal
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -44,7 +46,8 @@ from pathlib import Path
 from bench_distributed import broker_rate
 from privbandit.protocol.primitives.seeding import USER_BLOCK
 from privbandit.services import acl
-from privbandit.services.cluster import NatsCluster
+from goprofile import top_functions
+from privbandit.services.cluster import NatsCluster, nats_binary
 from privbandit.services.mosquitto_process import start_with_broker_config
 from rabbitmq_node import rabbit_cluster
 
@@ -97,7 +100,8 @@ def cpu_s(pids) -> dict[int, float]:
     return out
 
 
-def ceiling(config: str, publishers: int, blocks: int, block_bytes: int, tmp: Path, persistent: bool = True) -> dict:
+def ceiling(config: str, publishers: int, blocks: int, block_bytes: int, tmp: Path, persistent: bool = True,
+            perf: bool = False) -> dict:
     run_id = "b" + secrets.token_hex(4)
     with contextlib.ExitStack() as stack:
         if config == "mosquitto":
@@ -118,6 +122,11 @@ def ceiling(config: str, publishers: int, blocks: int, block_bytes: int, tmp: Pa
             sub_url, pub_urls = urls[2], [urls[i % 3] for i in range(publishers)]
             pids, pw = [p.pid for p in cluster.procs.values()], cluster.files.password
         load = os.getloadavg()[0]
+        recorder = None
+        if perf and config not in ("mosquitto",) and not config.startswith("rabbitmq"):
+            recorder = subprocess.Popen(["perf", "record", "-F", "499", "-g", "-o", str(tmp / "perf.data"), "-p",
+                                         ",".join(map(str, pids))], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1)  # perf attaches
         before, own_before, t0 = cpu_s(pids), os.times(), time.perf_counter()
         rate = asyncio.run(broker_rate(sub_url, block_bytes, blocks, pub_urls=pub_urls,
                                        topic=acl.report_topic(run_id, "aggregator"),
@@ -125,9 +134,24 @@ def ceiling(config: str, publishers: int, blocks: int, block_bytes: int, tmp: Pa
                                        pub_auth={"username": "users", "password": pw("users")},
                                        persistent=persistent))
         wall, after, own_after = time.perf_counter() - t0, cpu_s(pids), os.times()
+        if recorder is not None:
+            recorder.send_signal(signal.SIGINT)
+            # perf record -p ends on SIGINT, writing its file; it may report the signal as its status
+            if recorder.wait(60) not in (0, -signal.SIGINT) or not (tmp / "perf.data").stat().st_size:
+                raise RuntimeError(f"perf record exited with {recorder.returncode}")
     own = (own_after.user + own_after.system - own_before.user - own_before.system) / wall
     return {"rate": rate, "broker_cpu": [(after[p] - before[p]) / wall for p in pids], "client_cpu": own,
-            "load": (load, os.getloadavg()[0])}
+            "load": (load, os.getloadavg()[0]), "profile": tmp / "perf.data" if recorder else None}
+
+
+def print_profile(perf_data: Path) -> None:
+    total, own, inside = top_functions(perf_data, nats_binary())
+    print(f"  perf, all nodes: {total} samples at 499 Hz; self time:")
+    for name, share in own[:12]:
+        print(f"    {share:6.1%}  {name}")
+    print("  inclusive (the function and what it calls):")
+    for name, share in inside[:30]:
+        print(f"    {share:6.1%}  {name}")
 
 
 def main() -> None:
@@ -136,6 +160,8 @@ def main() -> None:
     parser.add_argument("--publishers", default="1,2,4", help="comma-separated publisher counts")
     parser.add_argument("--blocks", type=int, default=240, help="messages per row, shared among the publishers")
     parser.add_argument("--block-bytes", type=int, default=BLOCK_BYTES)
+    parser.add_argument("--perf", action="store_true",
+                        help="profile the NATS nodes with perf during each cluster row (goprofile.py) and print where they spend")
     parser.add_argument("--clean", action="store_true", help="clean sessions instead of persistent ones")
     parser.add_argument("--repeat", type=int, default=1, help="rows per config and publisher count, alternating")
     args = parser.parse_args()
@@ -156,12 +182,14 @@ def main() -> None:
         for p in publishers:
             for _ in range(args.repeat):
                 for c in configs:
-                    r = ceiling(c, p, args.blocks, args.block_bytes, Path(tmp), not args.clean)
+                    r = ceiling(c, p, args.blocks, args.block_bytes, Path(tmp), not args.clean, args.perf)
                     cpu = "/".join(f"{x * 100:.0f}" for x in r["broker_cpu"])
                     print(f"{c:<22} {p:>4} {r['rate']:>9.1f} {r['rate'] * args.block_bytes / 1e6:>7.1f} "
                           f"{r['rate'] * USER_BLOCK:>12,.0f}  {cpu:<18} {r['client_cpu'] * 100:>12.0f} "
                           f"{sum(r['broker_cpu']) / r['rate'] * 1e3:>12.1f}  "
                           f"{r['load'][0]:.2f} → {r['load'][1]:.2f}", flush=True)
+                    if r["profile"] is not None:
+                        print_profile(r["profile"])
 
 
 if __name__ == "__main__":
