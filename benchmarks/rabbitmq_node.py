@@ -7,6 +7,8 @@ directory, ports, Erlang cookie and node name, so the machine's own RabbitMQ is 
         node.add_user("users", "pw")         # every permission on the default vhost
     with rabbit_cluster(directory, 2) as nodes: ...   # nodes 1.. joined to node 0 (join_cluster)
 
+    python benchmarks/rabbitmq_node.py --nodes 3 --quorum   # start-up time, a QoS 1 session's queue
+
 No ACL: the accounts get every permission (a RabbitMQ port of the project's rules would be topic
 permissions, not built; docs/cluster.md says what it would need).
 """
@@ -135,9 +137,37 @@ def rabbit_cluster(directory: Path, count: int, conf: str = ""):
             node.stop()
 
 
-if __name__ == "__main__":  # a smoke test: start a node, print its URL and start-up time
+def _main() -> None:
+    """Start ``--nodes`` joined nodes (``--quorum``: quorum queues for the MQTT plugin's durable
+    queues), print the start-up time, subscribe a persistent QoS 1 session on the last node and
+    print the queue RabbitMQ made for it (its type and members), then stop."""
+    import argparse
+    import asyncio
     import tempfile
+
+    import aiomqtt
+
+    parser = argparse.ArgumentParser(description=_main.__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=1, choices=(1, 2, 3))
+    parser.add_argument("--quorum", action="store_true")
+    args = parser.parse_args()
+
+    async def subscribe(url: str, password: str) -> None:
+        host, port = url.removeprefix("mqtt://").split(":")
+        async with aiomqtt.Client(host, int(port), username="probe", password=password,
+                                  identifier="pb-queue-probe", clean_session=False) as client:
+            await client.subscribe("pb/r/report/aggregator", qos=1)
+
     with tempfile.TemporaryDirectory(prefix="pb-rabbit-") as tmp:
         t0 = time.monotonic()
-        with RabbitNode(Path(tmp)) as n:
-            print(f"{n.name} MQTT at {n.url}, started in {time.monotonic() - t0:.1f} s")
+        with rabbit_cluster(Path(tmp), args.nodes, "mqtt.durable_queue_type = quorum\n" if args.quorum else "") as nodes:
+            print(f"{len(nodes)} node(s) ready in {time.monotonic() - t0:.1f} s (load {os.getloadavg()[0]:.1f}): "
+                  + ", ".join(n.url for n in nodes))
+            password = secrets.token_hex(8)
+            nodes[0].add_user("probe", password)
+            asyncio.run(subscribe(nodes[-1].url, password))
+            print(nodes[0].ctl("list_queues", "name", "type", "durable", "members").strip())
+
+
+if __name__ == "__main__":
+    _main()
