@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -52,7 +53,9 @@ class RabbitNode:
                 "RABBITMQ_MNESIA_BASE": str(d / "mnesia"), "RABBITMQ_LOG_BASE": str(d / "log"),
                 "RABBITMQ_CONFIG_FILE": str(d / "rabbitmq.conf"), "RABBITMQ_CONF_ENV_FILE": str(d / "env.conf"),
                 "RABBITMQ_ENABLED_PLUGINS_FILE": str(d / "enabled_plugins"), "RABBITMQ_PID_FILE": str(d / "pid"),
-                "RABBITMQ_ADVANCED_CONFIG_FILE": str(d / "advanced.config")}
+                "RABBITMQ_ADVANCED_CONFIG_FILE": str(d / "advanced.config"),
+                # a VM that fails to start writes erl_crash.dump into its working directory: keep it here
+                "ERL_CRASH_DUMP": str(d / "erl_crash.dump")}
 
     def start(self) -> RabbitNode:
         d = self.directory
@@ -68,7 +71,7 @@ class RabbitNode:
             "mqtt.allow_anonymous = false\n"
             "loopback_users = none\n" + self.conf)
         with open(d / "stdout.log", "wb") as out:
-            self.proc = subprocess.Popen([str(BIN / "rabbitmq-server")], env=self.env(), stdin=subprocess.DEVNULL,
+            self.proc = subprocess.Popen([str(BIN / "rabbitmq-server")], env=self.env(), cwd=d, stdin=subprocess.DEVNULL,
                                          stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         self.await_startup()
         return self
@@ -96,6 +99,8 @@ class RabbitNode:
         return proc.stdout
 
     def add_user(self, user: str, password: str) -> None:
+        if password.startswith("-"):
+            raise ValueError("password: rabbitmqctl would read one starting with '-' as an option")
         self.ctl("add_user", user, password)
         self.ctl("set_permissions", "-p", "/", user, ".*", ".*", ".*")
 
@@ -104,11 +109,18 @@ class RabbitNode:
         return int((self.directory / "pid").read_text().strip())
 
     def stop(self) -> None:
+        """``rabbitmqctl stop``; if the VM outlives it, SIGTERM then SIGKILL to the start script's
+        process group (its own session: the VM is the script's child)."""
         if self.proc is None:
             return
         with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
             self.ctl("stop", timeout=30)
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
         stop_process(self.proc)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
 
     def __enter__(self) -> RabbitNode:
         return self.start()
