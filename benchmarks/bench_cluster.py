@@ -140,7 +140,8 @@ def main() -> None:
     parser.add_argument("--horizon", type=int, default=10_000_000)
     parser.add_argument("--fleets", default="1,2,4", help="comma-separated fleet counts")
     parser.add_argument("--brokers", default="mosquitto,cluster",
-                        help="mosquitto, cluster, or cluster configurations (r3+cr1, r1+shm: bench_cluster_ceiling.py)")
+                        help="mosquitto, cluster, NATS configurations (r3+cr1, r1+shm) or RabbitMQ "
+                             "(rabbitmq3+quorum, no ACL): bench_cluster_ceiling.py's names")
     parser.add_argument("--replicas", type=int, default=3, choices=(1, 2, 3),
                         help="the cluster's JetStream copies of each QoS 1 message and session")
     parser.add_argument("--repeat", type=int, default=1, help="sessions per broker and fleet count, brokers alternating")

@@ -1,31 +1,34 @@
 """The brokers' own ceiling for report blocks, by configuration and by number of publishers
-(docs/cluster.md, "What it costs"): which NATS setting costs, and whether the cluster's ceiling
-grows with concurrent publishers.
+(docs/cluster.md, "What it costs"): which NATS setting costs, whether the cluster's ceiling grows
+with concurrent publishers, where the nodes spend their CPU, and how RabbitMQ compares.
 
     python benchmarks/bench_cluster_ceiling.py [--configs mosquitto,r3,r3+shm,...] [--publishers 1,2,4]
                                                [--blocks 240] [--block-bytes 915735] [--repeat 1]
+                                               [--clean] [--perf]
 
-A config is ``mosquitto``, ``rabbitmq`` (one RabbitMQ 3.10 node with its MQTT plugin, accounts
-without ACL: ``rabbitmq_node.py``), ``rabbitmqN`` (N joined RabbitMQ nodes, the subscriber on the
-last, publishers on the nodes in turn; ``+quorum``: the QoS 1 subscriptions' durable queues are
-quorum queues, replicated on every node, instead of classic queues on one node), or a 3-node NATS
-cluster written as ``+``-joined tokens:
-``r1``/``r2``/``r3`` (JetStream stream replicas, default r3), ``shm`` (JetStream stores on tmpfs,
-/dev/shm, instead of the disk), ``memcons`` (``consumer_memory_storage: true``: the MQTT
-subscriptions' consumer state in memory), ``cr1`` (``consumer_replicas: 1``), ``mapN``
-(``max_ack_pending: N``). Each row is a fresh broker with the project's accounts and ACLs: QoS 1
-messages of ``--block-bytes`` (one report block of 65,536 users at T = 10^7) from ``users``
-clients to one ``aggregator`` client, all with persistent sessions as the parties' bus connects
-(``--clean``: clean sessions, as ``bench_cluster.py``'s ceiling), ``--blocks`` in all shared among the publishers; every
-publisher awaits each PUBACK before its next message, as a fleet's bus does. On the cluster the
-subscriber is on n2 and the publishers on n0, n1, n2, n0, … (where ``spread`` puts the aggregator
-and the fleets of a session). Configs alternate within each publisher count (the machine is shared).
+A config is ``mosquitto``; a 3-node NATS cluster written as ``+``-joined tokens: ``r1``/``r2``/``r3``
+(JetStream stream replicas, default r3), ``shm`` (JetStream stores on tmpfs, /dev/shm, instead of
+the disk), ``memcons`` (``consumer_memory_storage: true``: the MQTT subscriptions' consumer state in
+memory), ``cr1`` (``consumer_replicas: 1``), ``mapN`` (``max_ack_pending: N``); or ``rabbitmq``
+(one RabbitMQ 3.10 node with its MQTT plugin), ``rabbitmqN`` (N joined nodes), ``+quorum`` (the QoS
+1 subscriptions' durable queues are quorum queues, a member on every node, instead of classic
+queues on one node): ``rabbitmq_node.py``, accounts with every permission, no ACL. Mosquitto and NATS
+get the project's accounts and ACLs.
+
+Each row is a fresh broker: QoS 1 messages of ``--block-bytes`` (one report block of 65,536 users
+at T = 10^7) from ``users`` clients to one ``aggregator`` client, ``--blocks`` in all shared among
+the publishers, every client with a persistent session as the parties' bus connects (``--clean``:
+clean sessions, as ``bench_cluster.py``'s ceiling); every publisher awaits each PUBACK before its
+next message, as a fleet's bus does. The subscriber is on the last node and the publishers on the
+nodes in turn (NATS: n0, n1, n2, n0, …, where ``spread`` puts the aggregator and 4 fleets). Configs
+alternate within each publisher count (the machine is shared).
 
 Prints blocks/s, MB/s, users/s, and the CPU each broker process used over the row (utime + stime
 from /proc, connect and subscribe included) as a share of the row's wall time (100 % = one core),
 with this process's own (the clients') share and the load average; and the brokers' CPU per block
 (all processes, ms): on a shared machine the rate moves with the neighbours' load, the CPU a
-message costs much less.
+message costs much less. ``--perf``: ``perf record`` the NATS nodes during each cluster row and
+print the functions they spend in (``goprofile.py``).
 """
 
 from __future__ import annotations
@@ -44,9 +47,9 @@ import time
 from pathlib import Path
 
 from bench_distributed import broker_rate
+from goprofile import top_functions
 from privbandit.protocol.primitives.seeding import USER_BLOCK
 from privbandit.services import acl
-from goprofile import top_functions
 from privbandit.services.cluster import NatsCluster, nats_binary
 from privbandit.services.mosquitto_process import start_with_broker_config
 from rabbitmq_node import rabbit_cluster
