@@ -95,7 +95,14 @@ def _broker(stack: contextlib.ExitStack, kind: str, directory: Path, run_id: str
     return cluster.urls, [p.pid for p in cluster.procs.values()], cluster.files.passwords
 
 
-def session(kind: str, fleets: int, path: Path, tmp: Path, replicas: int = 3) -> dict:
+def pin(pids, cpus: set[int]) -> None:
+    """Every thread of the processes ``pids`` onto ``cpus`` (threads they start later inherit it)."""
+    for pid in pids:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            os.sched_setaffinity(int(tid), cpus)
+
+
+def session(kind: str, fleets: int, path: Path, tmp: Path, replicas: int = 3, pinned: bool = False) -> dict:
     family, config = experiment_files.load(path)
     run_id = "b" + secrets.token_hex(4)
     out = tmp / f"{kind}-{fleets}"
@@ -104,6 +111,8 @@ def session(kind: str, fleets: int, path: Path, tmp: Path, replicas: int = 3) ->
         t0 = time.perf_counter()
         urls, pids, passwords = _broker(stack, kind, tmp / f"broker-{kind}-{fleets}", run_id, replicas)
         started_s = time.perf_counter() - t0
+        if pinned:  # the broker on CPU 1; this process, and so the parties it starts, on CPU 0 (main)
+            pin(pids, {1})
         parties = plan_parties(family, config, path, [], out, urls[0], run_id, fleets,
                                {str(a): pw for a, pw in passwords.items()},
                                observer_log=out / "observer.log", checkpoint=False,
@@ -145,6 +154,8 @@ def main() -> None:
     parser.add_argument("--replicas", type=int, default=3, choices=(1, 2, 3),
                         help="the cluster's JetStream copies of each QoS 1 message and session")
     parser.add_argument("--repeat", type=int, default=1, help="sessions per broker and fleet count, brokers alternating")
+    parser.add_argument("--pin", action="store_true",
+                        help="the broker's processes on CPU 1, the parties on CPU 0: as if the broker had a host of its own")
     parser.add_argument("--no-raw", action="store_true", help="skip the brokers' ceilings after the sessions")
     args = parser.parse_args()
     fleets = [int(x) for x in args.fleets.split(",")]
@@ -156,15 +167,20 @@ def main() -> None:
             b in ("mosquitto", "cluster") or re.fullmatch(RABBIT, b) or cluster_options(b)
         except ValueError as exc:
             parser.error(f"--brokers: {exc}")
+    if args.pin:
+        if os.cpu_count() < 2:
+            parser.error("--pin needs 2 CPUs")
+        os.sched_setaffinity(0, {0})
     with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
         path = Path(tmp) / "bench.toml"
         path.write_text(EXPERIMENT.format(horizon=args.horizon, label=LABEL, arms="", extra=""))
         print(f"Dist-DP-SE, K = 10, T = {args.horizon:,}, one run, checkpoints off; {os.cpu_count()} cores; "
-              f"cluster: 3 nodes, {args.replicas} replica(s)")
+              f"cluster: 3 nodes, {args.replicas} replica(s)"
+              + ("; pinned: broker on CPU 1, parties on CPU 0" if args.pin else ""))
         print(f"{'broker':<14} {'fleets':>6} {'users/s':>12} {'session s':>10} {'broker start s':>15} "
               f"{'broker RSS MB':>14} {'broker CPU s':>16} {'busy':>5}  load before → after")
         for f, _, kind in ((f, i, k) for f in fleets for i in range(args.repeat) for k in brokers):
-            r = session(kind, f, path, Path(tmp), args.replicas)
+            r = session(kind, f, path, Path(tmp), args.replicas, args.pin)
             block = r["block_bytes"]
             cpu = "/".join(f"{c:.1f}" for c in r["broker_cpu_s"])
             print(f"{r['broker']:<14} {r['fleets']:>6} {r['users_per_s']:>12,.0f} {r['session_s']:>10.1f} "
