@@ -3,6 +3,7 @@
     python benchmarks/bench_cluster.py [--horizon 10000000] [--fleets 1,2,4] [--brokers mosquitto,cluster]
                                        [--replicas 3]
     python benchmarks/bench_cluster.py --fleets 4 --brokers mosquitto,r3+cr1,r1   # cluster settings
+    python benchmarks/bench_cluster.py --fleets 4 --repeat 2 --no-raw --pin       # the broker on a core of its own
 
 Dist-DP-SE, K = 10, one run, every party its own process, checkpoints off. For each broker and
 fleet count: a fresh broker with the project's accounts and ACLs (Mosquitto with
@@ -18,7 +19,9 @@ each QoS 1 message and session (JetStream's stream replicas; 3 survives a node's
 A broker may also be a cluster configuration as ``bench_cluster_ceiling.py`` writes them (``r3+cr1``,
 ``r1+shm``: replicas and NATS settings; ``cluster`` is ``r<--replicas>``), or RabbitMQ
 (``rabbitmq``, ``rabbitmq3+quorum``: ``rabbitmq_node.py``) for timing only: its accounts have
-every permission (no ACL; the summary records ``"acl": "insecure"``).
+every permission (no ACL; the summary records ``"acl": "insecure"``). ``--pin``: the broker's
+processes (every thread) on CPU 1, this process and the parties it starts on CPU 0, the nearest
+this machine comes to a broker on a host of its own (other processes still run on both).
 
 Then the brokers' own ceiling, without the parties: QoS 1 report blocks (65,536 users' reports,
 the size the sessions sent) from a ``users`` client to an ``aggregator`` client, on one Mosquitto
