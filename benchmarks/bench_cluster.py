@@ -13,8 +13,9 @@ process start-up, the broker's start-up time, its resident memory after the sess
 nodes), the CPU seconds (user + system) each broker process used during the session (per node on
 the cluster: n0/n1/n2), how busy the machine's cores were meanwhile (every process's, from
 /proc/stat: near 100 %, the parties and the broker compete for the CPU), and the load average
-before and after (the machine is shared: read every figure with it). On the cluster the parties are spread over the nodes (observer, analyzer, aggregator, fleets in
-turn: :func:`privbandit.services.cluster.spread`). ``--replicas``: how many nodes keep a copy of
+before and after (the machine is shared: read every figure with it). On the cluster the parties
+are spread over the nodes (observer, analyzer, aggregator, fleets in turn:
+:func:`privbandit.services.cluster.spread`). ``--replicas``: how many nodes keep a copy of
 each QoS 1 message and session (JetStream's stream replicas; 3 survives a node's loss, 1 does not).
 A broker may also be a cluster configuration as ``bench_cluster_ceiling.py`` writes them (``r3+cr1``,
 ``r1+shm``: replicas and NATS settings; ``cluster`` is ``r<--replicas>``), or RabbitMQ
@@ -142,7 +143,8 @@ def raw_rate(kind: str, block: int, tmp: Path, replicas: int, count: int = 200) 
         urls, _, passwords = _broker(stack, kind, tmp / f"raw-{kind}", run_id, replicas)
         pw = {str(a): p for a, p in passwords.items()}
         sub_url, pub_url = (urls[0], urls[0]) if len(urls) == 1 else (urls[1], urls[2])
-        return asyncio.run(broker_rate(sub_url, block, count, pub_urls=[pub_url], topic=acl.report_topic(run_id, "aggregator"),
+        return asyncio.run(broker_rate(sub_url, block, count, pub_urls=[pub_url],
+                                       topic=acl.report_topic(run_id, "aggregator"),
                                        sub_auth={"username": "aggregator", "password": pw["aggregator"]},
                                        pub_auth={"username": "users", "password": pw["users"]}))
 
@@ -156,9 +158,11 @@ def main() -> None:
                              "(rabbitmq3+quorum, no ACL): bench_cluster_ceiling.py's names")
     parser.add_argument("--replicas", type=int, default=3, choices=(1, 2, 3),
                         help="the cluster's JetStream copies of each QoS 1 message and session")
-    parser.add_argument("--repeat", type=int, default=1, help="sessions per broker and fleet count, brokers alternating")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="sessions per broker and fleet count, brokers alternating")
     parser.add_argument("--pin", action="store_true",
-                        help="the broker's processes on CPU 1, the parties on CPU 0: as if the broker had a host of its own")
+                        help="the broker's processes on CPU 1, the parties on CPU 0: "
+                             "as if the broker had a host of its own")
     parser.add_argument("--no-raw", action="store_true", help="skip the brokers' ceilings after the sessions")
     args = parser.parse_args()
     fleets = [int(x) for x in args.fleets.split(",")]

@@ -112,7 +112,8 @@ def ceiling(config: str, publishers: int, blocks: int, block_bytes: int, tmp: Pa
             stack.callback(broker.stop)
             sub_url, pub_urls, pids, pw = broker.url, [broker.url] * publishers, [broker.proc.pid], files.password
         elif m := re.fullmatch(RABBIT, config):
-            nodes = stack.enter_context(rabbit_cluster(tmp / f"{run_id}-rabbitmq", int(m[1] or 1), QUORUM if m[2] else ""))
+            nodes = stack.enter_context(rabbit_cluster(tmp / f"{run_id}-rabbitmq", int(m[1] or 1),
+                                                       QUORUM if m[2] else ""))
             secret = {a: secrets.token_hex(8) for a in ("users", "aggregator")}
             for account, password in secret.items():
                 nodes[0].add_user(account, password)
@@ -127,8 +128,9 @@ def ceiling(config: str, publishers: int, blocks: int, block_bytes: int, tmp: Pa
         load = os.getloadavg()[0]
         recorder = None
         if perf and config not in ("mosquitto",) and not config.startswith("rabbitmq"):
-            recorder = subprocess.Popen(["perf", "record", "-F", "499", "-g", "-o", str(tmp / "perf.data"), "-p",
-                                         ",".join(map(str, pids))], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            recorder = subprocess.Popen(["perf", "record", "-F", "499", "-g", "-o", str(tmp / "perf.data"),
+                                         "-p", ",".join(map(str, pids))],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(1)  # perf attaches
         before, own_before, t0 = cpu_s(pids), os.times(), time.perf_counter()
         rate = asyncio.run(broker_rate(sub_url, block_bytes, blocks, pub_urls=pub_urls,
@@ -164,7 +166,8 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=240, help="messages per row, shared among the publishers")
     parser.add_argument("--block-bytes", type=int, default=BLOCK_BYTES)
     parser.add_argument("--perf", action="store_true",
-                        help="profile the NATS nodes with perf during each cluster row (goprofile.py) and print where they spend")
+                        help="profile the NATS nodes with perf during each cluster row (goprofile.py) "
+                             "and print where they spend")
     parser.add_argument("--clean", action="store_true", help="clean sessions instead of persistent ones")
     parser.add_argument("--repeat", type=int, default=1, help="rows per config and publisher count, alternating")
     args = parser.parse_args()

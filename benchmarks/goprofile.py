@@ -37,7 +37,8 @@ class GoSymbols:
             table = fh.read(size)
         magic, = struct.unpack_from("<I", table, 0)
         if magic != GO118_MAGIC or table[7] != 8:
-            raise ValueError(f"{binary}: .gopclntab magic {magic:#x}, pointer size {table[7]}: not Go 1.18-1.19 on 64 bits")
+            raise ValueError(f"{binary}: .gopclntab magic {magic:#x}, pointer size {table[7]}: "
+                             "not Go 1.18-1.19 on 64 bits")
         nfunc, _, text_start, funcnames, _, _, _, functab = struct.unpack_from("<8Q", table, 8)
         entries = []
         for i in range(nfunc):

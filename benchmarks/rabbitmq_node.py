@@ -71,7 +71,8 @@ class RabbitNode:
             "mqtt.allow_anonymous = false\n"
             "loopback_users = none\n" + self.conf)
         with open(d / "stdout.log", "wb") as out:
-            self.proc = subprocess.Popen([str(BIN / "rabbitmq-server")], env=self.env(), cwd=d, stdin=subprocess.DEVNULL,
+            self.proc = subprocess.Popen([str(BIN / "rabbitmq-server")], env=self.env(), cwd=d,
+                                         stdin=subprocess.DEVNULL,
                                          stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         self.await_startup()
         return self
@@ -172,7 +173,8 @@ def _main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="pb-rabbit-") as tmp:
         t0 = time.monotonic()
-        with rabbit_cluster(Path(tmp), args.nodes, "mqtt.durable_queue_type = quorum\n" if args.quorum else "") as nodes:
+        conf = "mqtt.durable_queue_type = quorum\n" if args.quorum else ""
+        with rabbit_cluster(Path(tmp), args.nodes, conf) as nodes:
             print(f"{len(nodes)} node(s) ready in {time.monotonic() - t0:.1f} s (load {os.getloadavg()[0]:.1f}): "
                   + ", ".join(n.url for n in nodes))
             password = secrets.token_hex(8)

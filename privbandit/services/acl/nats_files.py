@@ -119,7 +119,8 @@ def jetstream_dir(directory: Path, node: NatsNode) -> Path:
 
 
 def render_nats_conf(node: NatsNode, nodes: Sequence[NatsNode], run_id: str, passwords: Mapping[Role | str, str],
-                     store_dir: Path, *, stream_replicas: int | None = None, mqtt_options: Mapping | None = None) -> str:
+                     store_dir: Path, *, stream_replicas: int | None = None,
+                     mqtt_options: Mapping | None = None) -> str:
     """One node's ``nats-server`` configuration (JSON is valid NATS config syntax). ``mqtt_options``:
     more settings of its ``mqtt`` block, keys from :data:`MQTT_OPTIONS`."""
     unknown = set(mqtt_options or ()) - MQTT_OPTIONS
