@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -39,6 +40,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 import aiomqtt
@@ -157,16 +159,32 @@ def checkpoint_cost(args, family, config, path: Path, tmp: Path, label: str) -> 
               f"90th percentile {times[179] * 1e3:.2f} ms")
 
 
-async def broker_rate(url: str, payload_bytes: int, count: int, *, pub_url: str | None = None,
-                      topic: str | None = None, sub_auth: dict | None = None, pub_auth: dict | None = None) -> float:
-    """QoS 1 messages/s from one publisher (on ``pub_url``, default ``url``) to one subscriber on
-    ``url``; ``*_auth``: aiomqtt's ``username``/``password`` for a broker with accounts."""
+async def broker_rate(url: str, payload_bytes: int, count: int, *, pub_urls: Sequence[str] | None = None,
+                      topic: str | None = None, sub_auth: dict | None = None, pub_auth: dict | None = None,
+                      persistent: bool = False) -> float:
+    """QoS 1 messages/s from publishers (one per URL in ``pub_urls``, default one on ``url``) to one
+    subscriber on ``url``, ``count`` messages in all, shared out among the publishers. Each publisher
+    awaits a message's PUBACK before sending the next, as a fleet's bus does: with one publisher
+    the rate is bound by the round trip, with several it shows whether the broker has capacity left.
+    ``*_auth``: aiomqtt's ``username``/``password`` for a broker with accounts. ``persistent``: every
+    client connects with a client id and ``clean_session=False``, as the parties' bus does (a
+    broker may then store QoS 1 messages durably: RabbitMQ's durable queues), not as clean sessions."""
     host, port = url.removeprefix("mqtt://").split(":")
-    phost, pport = (pub_url or url).removeprefix("mqtt://").split(":")
+    pub_urls = list(pub_urls or [url])
     topic = topic or f"bench/{time.time_ns()}"
     payload = b"\x01" * payload_bytes
-    async with aiomqtt.Client(host, int(port), **(sub_auth or {})) as sub, \
-            aiomqtt.Client(phost, int(pport), **(pub_auth or {})) as pub:
+    nonce = time.time_ns()
+
+    def session(i: int) -> dict:
+        return {"identifier": f"rate-{nonce}-{i}", "clean_session": False} if persistent else {}
+
+    async with contextlib.AsyncExitStack() as stack:
+        sub = await stack.enter_async_context(aiomqtt.Client(host, int(port), **(sub_auth or {}), **session(0)))
+        pubs = []
+        for i, purl in enumerate(pub_urls, 1):
+            phost, pport = purl.removeprefix("mqtt://").split(":")
+            pubs.append(await stack.enter_async_context(aiomqtt.Client(phost, int(pport), **(pub_auth or {}),
+                                                                       **session(i))))
         await sub.subscribe(topic, qos=1)
         got = 0
         start = time.perf_counter()
@@ -178,9 +196,13 @@ async def broker_rate(url: str, payload_bytes: int, count: int, *, pub_url: str 
                 if got == count:
                     return
 
+        async def send(pub, n: int):
+            for _ in range(n):
+                await pub.publish(topic, payload, qos=1)
+
         receiver = asyncio.create_task(receive())
-        for _ in range(count):
-            await pub.publish(topic, payload, qos=1)
+        shares = [count // len(pubs) + (i < count % len(pubs)) for i in range(len(pubs))]
+        await asyncio.gather(*(send(p, n) for p, n in zip(pubs, shares)))
         await asyncio.wait_for(receiver, 120)
         return count / (time.perf_counter() - start)
 

@@ -104,12 +104,15 @@ class NatsCluster:
     then checked from there too. ``passwords``/``instances``: as for Mosquitto's
     :func:`~privbandit.services.acl.write_broker_config`. ``stream_replicas``: JetStream copies of
     the MQTT streams (default min(nodes, 3), set explicitly: NATS would take the nodes it knows at the
-    first MQTT CONNECT, fewer when a node is late)."""
+    first MQTT CONNECT, fewer when a node is late). ``mqtt_options``: more settings of each node's
+    ``mqtt`` block (:data:`~privbandit.services.acl.nats_files.MQTT_OPTIONS`). ``store``: where the
+    nodes' JetStream stores go (default ``directory``)."""
 
     def __init__(self, directory: Path | str, run_id: str, nodes: int | Sequence[NatsNode] = 3, *,
                  passwords: Mapping[acl.Role | str, str] | None = None, instances=(),
                  prefix: Mapping[str, Sequence[str]] | None = None, binary: str | None = None,
-                 stream_replicas: int | None = None):
+                 stream_replicas: int | None = None, mqtt_options: Mapping | None = None,
+                 store: Path | str | None = None):
         self.directory = Path(directory).expanduser().resolve()
         self.run_id = acl.validate_run_id(run_id)
         self.count = nodes if isinstance(nodes, int) else len(nodes)
@@ -123,6 +126,8 @@ class NatsCluster:
             raise ClusterError("nats-server is not installed (not on PATH nor in /usr/sbin): "
                                "install it, e.g. `apt install nats-server`")
         self.stream_replicas = stream_replicas or min(self.count, 3)
+        self.mqtt_options = dict(mqtt_options or {})
+        self.store = self.directory if store is None else Path(store).expanduser().resolve()
         self.files: ClusterFiles | None = None
         self.procs: dict[str, subprocess.Popen] = {}
         self.started_s: float | None = None  # start-up wall time, nodes spawned → cluster ready
@@ -145,10 +150,11 @@ class NatsCluster:
         for attempt in range(1 if self.fixed else START_ATTEMPTS):
             nodes = self.fixed or loopback_nodes(self.count)
             self.files = write_nats_cluster_config(self.directory, self.run_id, nodes, self.passwords,
-                                                   instances=self.instances, stream_replicas=self.stream_replicas)
+                                                   instances=self.instances, stream_replicas=self.stream_replicas,
+                                                   mqtt_options=self.mqtt_options, store=self.store)
             self.passwords = dict(self.files.passwords)  # a retry keeps them
             for node in nodes:  # a new cluster: an earlier one's sessions and Raft peers must not come back
-                shutil.rmtree(jetstream_dir(self.directory, node), ignore_errors=True)
+                shutil.rmtree(jetstream_dir(self.store, node), ignore_errors=True)
             t0 = time.monotonic()
             for node, conf in zip(nodes, self.files.confs):
                 with open(self.log(node.name), "wb") as out:  # this start's log alone

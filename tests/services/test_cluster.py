@@ -20,7 +20,9 @@ import pytest
 
 from privbandit.runner import config as experiment_files
 from privbandit.services import acl
-from privbandit.services.acl.nats_files import QOS1_DELIVERY, nats_permissions, nats_subjects
+from privbandit.services.acl.broker_files import check_passwords
+from privbandit.services.acl.nats_files import (MQTT_OPTIONS, QOS1_DELIVERY, NatsNode, jetstream_dir, nats_permissions,
+                                                nats_subjects, render_nats_conf)
 from privbandit.services.broker_probe import ANONYMOUS, canary_topics, may_read, probe
 from privbandit.services.bus import BusSettings
 from privbandit.services.cluster import NatsCluster, nats_binary, spread
@@ -85,6 +87,30 @@ def test_nats_permissions_grant_exactly_what_the_acl_rules_allow():
     with pytest.raises(ValueError, match="level 'a.b'"):
         nats_subjects("pb/a.b/plan")
     assert all(QOS1_DELIVERY in p["subscribe"]["allow"] for p in perms.values())
+
+
+def test_mqtt_options_reach_the_mqtt_block_and_unknown_ones_are_refused(tmp_path):
+    node = NatsNode("n0", "127.0.0.1", 4222, 1883, 6222)
+    conf = json.loads(render_nats_conf(node, [node], RUN, check_passwords(None), tmp_path, stream_replicas=1,
+                                       mqtt_options={"consumer_memory_storage": True, "max_ack_pending": 64})
+                      .split("\n", 1)[1])
+    assert conf["mqtt"] == {"listen": "127.0.0.1:1883", "stream_replicas": 1, "consumer_memory_storage": True,
+                            "max_ack_pending": 64}
+    with pytest.raises(ValueError, match=r"unknown \['consumer_memory'\]"):
+        render_nats_conf(node, [node], RUN, check_passwords(None), tmp_path, mqtt_options={"consumer_memory": True})
+
+
+def test_nats_server_accepts_every_mqtt_option_and_keeps_its_store_where_asked(tmp_path):
+    """nats-server refuses a field it does not know (exit 1, "unknown field"): one node started with
+    every key of MQTT_OPTIONS shows that 2.9 knows them all; its JetStream store is under ``store``."""
+    if nats_binary() is None:
+        missing("nats-server is not installed (apt install nats-server)")
+    options = {"consumer_replicas": 1, "consumer_memory_storage": True, "max_ack_pending": 100, "ack_wait": "10s"}
+    assert set(options) == MQTT_OPTIONS
+    with NatsCluster(tmp_path / "files", "o" + RUN[1:], 1, mqtt_options=options, store=tmp_path / "store") as c:
+        store = jetstream_dir(tmp_path / "store", c.nodes[0])
+        assert store.is_dir() and any(store.rglob("*")), "the node's JetStream store is not under store"
+        assert not jetstream_dir(tmp_path / "files", c.nodes[0]).exists()
 
 
 # ---------------------------------------------------------------------------------------------

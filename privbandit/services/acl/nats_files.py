@@ -38,6 +38,10 @@ from privbandit.services.acl.topics import Role, is_instance, password_env, vali
 # session's consumer on these subjects.
 QOS1_DELIVERY = "$MQTT.sub.>"
 CLUSTER_NAME = "privbandit"
+# nats-server 2.9's MQTT settings a cluster may be given besides ``listen`` and ``stream_replicas``
+# (the benchmark varies them: docs/cluster.md, "What it costs"); any other key is refused here
+# rather than by the server at start-up, where it would be one line in a node's log.
+MQTT_OPTIONS = frozenset({"consumer_replicas", "consumer_memory_storage", "max_ack_pending", "ack_wait"})
 
 
 def nats_subjects(pattern: str) -> tuple[str, ...]:
@@ -115,8 +119,13 @@ def jetstream_dir(directory: Path, node: NatsNode) -> Path:
 
 
 def render_nats_conf(node: NatsNode, nodes: Sequence[NatsNode], run_id: str, passwords: Mapping[Role | str, str],
-                     store_dir: Path, *, stream_replicas: int | None = None) -> str:
-    """One node's ``nats-server`` configuration (JSON is valid NATS config syntax)."""
+                     store_dir: Path, *, stream_replicas: int | None = None,
+                     mqtt_options: Mapping | None = None) -> str:
+    """One node's ``nats-server`` configuration (JSON is valid NATS config syntax). ``mqtt_options``:
+    more settings of its ``mqtt`` block, keys from :data:`MQTT_OPTIONS`."""
+    unknown = set(mqtt_options or ()) - MQTT_OPTIONS
+    if unknown:
+        raise ValueError(f"mqtt_options: unknown {sorted(unknown)}; known: {sorted(MQTT_OPTIONS)}")
     instances = [str(a) for a in passwords if is_instance(a)]
     permissions = nats_permissions(run_id, instances)
     users = [{"user": str(a), "password": pw, "permissions": permissions[str(a)],
@@ -124,6 +133,7 @@ def render_nats_conf(node: NatsNode, nodes: Sequence[NatsNode], run_id: str, pas
     mqtt: dict = {"listen": f"{node.host}:{node.mqtt_port}"}
     if stream_replicas is not None:
         mqtt["stream_replicas"] = stream_replicas
+    mqtt.update(mqtt_options or {})
     conf = {
         "server_name": node.name,
         "listen": f"{node.host}:{node.client_port}",
@@ -142,10 +152,12 @@ def render_nats_conf(node: NatsNode, nodes: Sequence[NatsNode], run_id: str, pas
 
 def write_nats_cluster_config(directory: Path | str, run_id: str, nodes: Sequence[NatsNode],
                               passwords: Mapping[Role | str, str] | None = None, *, instances=(),
-                              stream_replicas: int | None = None) -> ClusterFiles:
+                              stream_replicas: int | None = None, mqtt_options: Mapping | None = None,
+                              store: Path | str | None = None) -> ClusterFiles:
     """Write ``<node>.conf`` (mode 0600) per node and ``credentials.env`` (0600, as
     :func:`~.broker_files.write_broker_config` writes it) into ``directory``; each node's JetStream
-    store is :func:`jetstream_dir`. Accounts missing from ``passwords`` get a random password."""
+    store is :func:`jetstream_dir` of ``store`` (default ``directory``). Accounts missing from
+    ``passwords`` get a random password. ``mqtt_options``: as for :func:`render_nats_conf`."""
     directory = Path(directory).expanduser().resolve()
     validate_run_id(run_id)
     if not nodes:
@@ -155,11 +167,12 @@ def write_nats_cluster_config(directory: Path | str, run_id: str, nodes: Sequenc
         raise ValueError(f"nodes: names must be distinct, got {names}")
     secrets_by_account = check_passwords(passwords, validate_instances(instances))
     directory.mkdir(parents=True, exist_ok=True)
+    store = directory if store is None else Path(store).expanduser().resolve()
     confs = []
     for node in nodes:
         conf = directory / f"{node.name}.conf"
-        write_with_mode(conf, render_nats_conf(node, nodes, run_id, secrets_by_account, jetstream_dir(directory, node),
-                                      stream_replicas=stream_replicas), 0o600)
+        write_with_mode(conf, render_nats_conf(node, nodes, run_id, secrets_by_account, jetstream_dir(store, node),
+                                               stream_replicas=stream_replicas, mqtt_options=mqtt_options), 0o600)
         confs.append(conf)
     credentials = directory / "credentials.env"
     write_with_mode(credentials, f"# privbandit broker credentials for run {run_id}: keep secret\n"
