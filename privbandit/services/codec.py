@@ -26,6 +26,7 @@ import numpy as np
 from pydantic import (BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, ValidationError,
                       model_serializer, model_validator)
 
+from privbandit.protocol.primitives.report_auth import NONCE_MAC_BYTES
 from privbandit.protocol.spine.events import RULES, Join, Plan, Record, Release, Reports, Round, Truth
 
 WIRE_VERSION = 2
@@ -343,7 +344,7 @@ class ReportsMsg(_Msg):
         _require(self.tags is None or (self.tags.ndim == 1 and self.tags.size == ids.size
                                        and self.tags.dtype == np.dtype("<u4")),
                  "tags must be one <u4 per user id")
-        _require(len(self.block_tag) in (0, 16), "block_tag must be 16 bytes")
+        _require(len(self.block_tag) in (0, NONCE_MAC_BYTES), f"block_tag must be {NONCE_MAC_BYTES} bytes")
         return self
 
 

@@ -27,7 +27,6 @@ loudly, naming round and step.
 
 from __future__ import annotations
 
-import hmac
 import logging
 import math
 import time
@@ -374,9 +373,9 @@ class IntermediaryService(PartyService):
 
     def close_block(self, msg: codec.ReportsMsg, plan: Plan) -> None:
         """A fleet says every user of one block of the plan has answered for this round."""
-        expected = self.auth.mac("block", self.run_id, self.task_index, msg.round, plan.id, msg.block,
-                                 payload=codec.encode(msg.model_copy(update={"block_tag": b""})))
-        if msg.block >= blocks_of(plan) or not hmac.compare_digest(msg.block_tag, expected):
+        genuine = self.auth.check_nonce_mac(msg.block_tag, "block", self.run_id, self.task_index, msg.round, plan.id,
+                                            msg.block, payload=codec.encode(msg.model_copy(update={"block_tag": b""})))
+        if msg.block >= blocks_of(plan) or not genuine:
             return self.reject("bad-block-tag", f"round {msg.round}, plan {plan.id}, block {msg.block}")
         closed = self.closing.setdefault(msg.round, {}).setdefault(plan.id, set())
         closed.add(msg.block)

@@ -222,5 +222,5 @@ def reports_message(auth: ReportAuthenticator, run_id: str, task: int, plan: Pla
         run=run_id, task=task, round=rnd.id, plan=plan.id, user_ids=codec.ids_on_wire(ids),
         values=codec.packed(rep.values, rnd.m, rnd.high, rnd.integer), block=block,
         tags=auth.tags(run_id, task, rnd.id, plan.id, plan.first_user, ids, rep.values))
-    return msg.model_copy(update={"block_tag": auth.mac("block", run_id, task, rnd.id, plan.id, block,
-                                                        payload=codec.encode(msg))})
+    return msg.model_copy(update={"block_tag": auth.nonce_mac("block", run_id, task, rnd.id, plan.id, block,
+                                                              payload=codec.encode(msg))})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from privbandit.protocol.primitives.report_auth import PRIME, ReportAuthenticator, report_words
+from privbandit.protocol.primitives.report_auth import NONCE_MAC_BYTES, PRIME, ReportAuthenticator, report_words
 from privbandit.protocol.primitives.seeding import USER_BLOCK, report_auth_master
 
 AUTH = ReportAuthenticator(report_auth_master(7))
@@ -84,3 +84,24 @@ def test_float_rewards_are_covered_by_their_bits_and_bad_inputs_refused():
         ReportAuthenticator(2**256)
     with pytest.raises(TypeError, match="cannot be authenticated"):
         report_words(np.array(["a"]))
+
+
+def test_a_block_tag_binds_its_message_and_path_and_each_carries_its_own_nonce():
+    """The block message's tag (nonce ‖ Poly1305 over the message, ChaCha20-Poly1305 with no
+    plaintext): it verifies for its payload and path only, under the users' master only; a flipped
+    bit anywhere, tag or nonce included, fails; two tags of one message differ by their nonces."""
+    auth, other = ReportAuthenticator(7), ReportAuthenticator(8)
+    path = ("block", "r1", 0, 3, 2, 0)
+    payload = bytes(range(256)) * 4000  # about a block message's size
+    tag = auth.nonce_mac(*path, payload=payload)
+    assert len(tag) == NONCE_MAC_BYTES and auth.check_nonce_mac(tag, *path, payload=payload)
+    assert tag[:12] != auth.nonce_mac(*path, payload=payload)[:12]  # a fresh nonce each time
+    assert auth.nonce_mac(*path, payload=payload, nonce=tag[:12]) == tag  # the nonce fixes the tag
+    assert not other.check_nonce_mac(tag, *path, payload=payload)
+    assert not auth.check_nonce_mac(tag, "block", "r1", 0, 3, 2, 1, payload=payload)  # another block
+    assert not auth.check_nonce_mac(tag, *path, payload=payload[:-1] + b"\x00")
+    for i in (0, 11, 12, 27):  # nonce and tag bytes
+        bad = bytearray(tag)
+        bad[i] ^= 1
+        assert not auth.check_nonce_mac(bytes(bad), *path, payload=payload)
+    assert not auth.check_nonce_mac(tag[:16], *path, payload=payload)  # an old HMAC-length tag

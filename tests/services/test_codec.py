@@ -20,7 +20,7 @@ def _reports(n=5, m=5000, runs=1, run_of_ids=False):
     values = packed(np.arange(runs * n).reshape(runs, n, 1) % m, m)
     ids = np.arange(n, dtype="<u4") * (1 if run_of_ids else 2)
     return codec.ReportsMsg(run="r1", task=0, round=3, plan=2, user_ids=ids, values=values,
-                            block=0, tags=np.arange(n, dtype="<u4"), block_tag=b"t" * 16)
+                            block=0, tags=np.arange(n, dtype="<u4"), block_tag=b"t" * 28)
 
 
 ROUND = codec.RoundSpec(id=3, intermediary="shuffler-1", rule="shuffle", expected=8, width=5, m=105, threshold=6,
@@ -224,7 +224,7 @@ NAN = np.array([np.nan]).tobytes()
         ("reports", {("values", "dtype"): "|b1", ("values", "shape"): [1, 5, 1], ("values", "data"): b"\x00" * 5},
          "numeric"),
         ("reports", {("tags", "shape"): [4], ("tags", "data"): b"\x00" * 16}, "one <u4 per user id"),
-        ("reports", {"block_tag": b"short"}, "16 bytes"),
+        ("reports", {"block_tag": b"short"}, "28 bytes"),
         # plans: rounds consistent, joins inside the cohort, bodies of wire values only
         ("plan", {("joins", 0, "first"): 9}, "outside the cohort"),
         ("plan", {("joins", 0, "reports"): 9}, "more reports than users"),

@@ -18,6 +18,7 @@ import msgpack
 import numpy as np
 import pytest
 
+from privbandit.protocol.primitives.report_auth import NONCE_MAC_BYTES
 from privbandit.runner.config import load
 from privbandit.services import codec
 from privbandit.services.bus import topic
@@ -141,7 +142,7 @@ def test_item1_reports_whose_arrays_disagree_never_crash_an_intermediary(tmp_pat
             _raw_reports(attacker.run_id, plan, ids, np.ones((1, 5, 1), "<u4")),  # values shorter
             _raw_reports(attacker.run_id, plan, ids[:3], np.ones((1, 8, 1), "<u4")),  # values longer
             _raw_reports(attacker.run_id, plan, ids, np.ones((1, 8, 1), "<u4"),
-                         tags=np.ones(3, "<u4"), block=0, block_tag=bytes(16)),  # tags shorter
+                         tags=np.ones(3, "<u4"), block=0, block_tag=bytes(NONCE_MAC_BYTES)),  # tags shorter
             _raw_reports(attacker.run_id, plan, ids, np.ones((2, 8, 1), "<u4")),  # two runs of one
         )]
 
@@ -224,7 +225,7 @@ def test_item3_forged_block_complete_markers_release_nothing_early(tmp_path, hon
             width = next((r.width for r in plan.opens if r.id == j.round), 1)
             blocks = -(-plan.cohort // 65_536)
             for block in range(blocks + 1):
-                for tag in (bytes(16), b""):
+                for tag in (bytes(NONCE_MAC_BYTES), b""):
                     payload = _raw_reports(attacker.run_id, plan, none, np.zeros((1, 0, width), "<u4"),
                                            block=block, block_tag=tag)
                     out.append((("report", box), msgpack.packb({**msgpack.unpackb(payload), "round": j.round})))

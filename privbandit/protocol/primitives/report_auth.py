@@ -21,8 +21,13 @@ numpy computes the tags of a whole block at once, exactly, in uint64. A message'
 entered at the first user's ChaCha20 block.
 
 A fleet closes a block of a plan's cohort (everyone there has answered; the missing users dropped
-out) with a message whose ``block_tag`` is such an HMAC too: holding the users' broker account is
-not enough to declare a block complete.
+out) with a message whose ``block_tag`` authenticates the whole message under the users' master
+(:meth:`ReportAuthenticator.nonce_mac`): holding the users' broker account is not enough to declare a
+block complete. That tag is Poly1305's, as ChaCha20-Poly1305 makes it over associated data and no
+plaintext (RFC 8439), keyed by HKDF(master, block ‖ run ‖ task ‖ round ‖ plan ‖ block) and a random
+96-bit nonce it carries: a message of ~1 MB is checked in 0.14 ms instead of HMAC-SHA256's 0.6 ms,
+which was 20 % of the aggregator's CPU at T = 10⁸. The nonce makes every tag's one-time key its own,
+so a block served again under the same key (a resend) never reuses one.
 
 Secure-aggregation chunks from a fleet carry an HMAC-SHA256 under the fleet's own key
 (:class:`FleetKeys`): the fleet speaks for its users there, and a chunk forged by another holder of
@@ -35,8 +40,12 @@ the secret. Block truths to the observer carry a MAC under the users' master.
 from __future__ import annotations
 
 import numpy as np
+import os
+
+from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes, hmac
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from privbandit.protocol.primitives.seeding import USER_BLOCK
@@ -45,6 +54,7 @@ PRIME = (1 << 31) - 1
 LIMB_BITS = 22
 LIMB_MASK = (1 << LIMB_BITS) - 1
 TAG_DTYPE = "<u4"
+NONCE_MAC_BYTES = 12 + 16  # a nonce and a Poly1305 tag (ReportAuthenticator.nonce_mac)
 
 
 # A product of a raw 32-bit key word and a 22-bit limb is below 2⁵⁴, so 1023 of them and a 32-bit
@@ -128,6 +138,26 @@ class ReportAuthenticator:
         mac = hmac.HMAC(key, hashes.SHA256())
         mac.update(payload)
         return mac.finalize()[:16]
+
+    def nonce_mac(self, purpose: str, *path: object, payload: bytes, nonce: bytes | None = None) -> bytes:
+        """``nonce ‖ tag`` (:data:`NONCE_MAC_BYTES`): the 16-byte Poly1305 tag of ``payload`` under
+        the one-time key ChaCha20(HKDF(master, purpose ‖ path), nonce) gives (the module docstring;
+        the block message: ``"block"``, run, task, round, plan, block). ``nonce``: 12 bytes, random
+        by default."""
+        nonce = os.urandom(12) if nonce is None else nonce
+        key = self._derive("privbandit " + "|".join([purpose, *map(str, path)]))
+        return nonce + ChaCha20Poly1305(key).encrypt(nonce, b"", payload)
+
+    def check_nonce_mac(self, tag: bytes, purpose: str, *path: object, payload: bytes) -> bool:
+        """Whether ``tag`` is :meth:`nonce_mac`'s for ``payload`` under ``purpose`` and ``path``."""
+        if len(tag) != NONCE_MAC_BYTES:
+            return False
+        key = self._derive("privbandit " + "|".join([purpose, *map(str, path)]))
+        try:
+            ChaCha20Poly1305(key).decrypt(tag[:12], tag[12:], payload)
+        except InvalidTag:
+            return False
+        return True
 
     def _keys(self, key: bytes, block: int, start: int, stop: int, words: int) -> np.ndarray:
         """(stop − start, words) raw keystream words of the users at offsets start … stop − 1 of
