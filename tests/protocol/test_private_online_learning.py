@@ -503,11 +503,15 @@ def test_hybrid_and_dp_se_runs():
      "secagg_graph"),
     ({"algorithm": "dp-se", "trust": "distributed", "intermediary": "secagg", "corrupt_fraction": 1.5},
      "corrupt_fraction"),
+    ({"algorithm": "anytime-lazy-ucb", "trust": "distributed", "intermediary": "secagg", "horizon": 2**20 + 1},
+     "up to horizon 1,048,576"),
 ])
 def test_secure_aggregation_options_are_refused_where_they_cannot_hold(table, why):
     fam = FAMILY
+    table = dict(table)
+    horizon = table.pop("horizon", 100)
     with pytest.raises(ValueError, match=why):
-        fam.load({"family": fam.name, "horizon": 100, "epsilon": 1.0, "environment": {"setting": 1},
+        fam.load({"family": fam.name, "horizon": horizon, "epsilon": 1.0, "environment": {"setting": 1},
                   "algorithms": {"a": table}}, "x.toml")
 
 
@@ -527,3 +531,10 @@ def test_secure_dp_se_opens_secure_rounds_with_the_threat_models_graph():
                      "x.toml")
     with pytest.raises(ValueError, match="intermediary = 'auto'"):
         fam.check_secure_round(ideal, "a", rnd)  # users running the ideal sum refuse a secure round
+
+
+def test_the_secure_horizon_limit_is_the_codecs_array_limit():
+    from privbandit.families.private_online_learning.config import SECURE_HORIZON_MAX
+    from privbandit.services.codec import MAX_ARRAY_ELEMENTS
+
+    assert SECURE_HORIZON_MAX == MAX_ARRAY_ELEMENTS  # a plan must carry the names of a whole array

@@ -25,6 +25,7 @@ from privbandit.protocol.primitives.secagg.parameters import ThreatModel
 from privbandit.runner.config import ExperimentFile, StrictModel
 
 FAMILY = "private-online-learning"
+SECURE_HORIZON_MAX = 2**20  # codec.MAX_ARRAY_ELEMENTS: the users a plan's join can name
 # Sajed & Sheffet's mean settings, reused by Hu et al. §6 and Appendix I.3 (K = 5).
 SETTINGS = {
     1: [0.75, 0.70, 0.70, 0.70, 0.70],
@@ -97,6 +98,17 @@ class OnlineExperiment(ExperimentFile):
                 env.setdefault("means", SETTINGS[s])
                 data["environment"] = env
         return data
+
+    @model_validator(mode="after")
+    def _secure_arrays_fit_a_plan(self):
+        # A secure array's joins name its users, and a plan (its ids an array on the wire) carries
+        # at most 2^20 of them: an array of 2^r users may need that many in one plan.
+        for label, a in self.algorithms.items():
+            if a.intermediary == "secagg" and a.algorithm == "anytime-lazy-ucb" and self.horizon > SECURE_HORIZON_MAX:
+                raise ValueError(f"algorithms.{label}: intermediary = 'secagg' runs Anytime-Lazy-UCB up to horizon "
+                                 f"{SECURE_HORIZON_MAX:,} (a plan names at most that many users of a secure array); "
+                                 f"got {self.horizon:,}")
+        return self
 
     @classmethod
     def label_kind(cls, label: str) -> str | None:
