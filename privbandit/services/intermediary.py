@@ -427,10 +427,10 @@ class IntermediaryService(PartyService):
         where = ("relay", self.role, f"users-{msg.shard}") if msg.step == "delivery" else ("relay", self.role)
         await self.bus.publish(self.t(*where), msg)
 
-    async def release_secure(self, round_id: int, value: int, n_reports: int) -> None:
+    async def release_secure(self, round_id: int, value: np.ndarray, n_reports: int) -> None:
         await self.publish_release(round_id, codec.ReleaseMsg(
             run=self.run_id, task=self.task_index, round=round_id, n_reports=n_reports,
-            values=np.array([[value]], dtype=np.int64)))
+            values=np.asarray(value, dtype=np.int64).reshape(1, -1)))  # one run: the round's width of sums
 
     async def abort_secure(self, round_id: int, reason: str) -> None:
         if self.recovering:

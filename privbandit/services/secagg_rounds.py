@@ -28,6 +28,7 @@ from privbandit.protocol.primitives.secagg.batch import (
     FleetRound,
     Masked,
     Shares,
+    rows_of,
     Unmasks,
     concat,
     round_setup,
@@ -123,11 +124,16 @@ def to_messages(step: str, batch, *, run: str, task: int, round_id: int, shard: 
         cols = {"ids": batch.responders, "peers": batch.owners, "kinds": batch.kinds}
         rec, width = b"", 0
     n = len(cols["ids"])
-    per = max(1, CHUNK_BYTES // _ROW_BYTES[step])
+    row = _ROW_BYTES[step]
+    if step == "masked":  # a user's masked input is the round's width of residues, sent flat
+        values = rows_of(batch.values, n)
+        row += 8 * (values.shape[1] - 1)
+        cols["values"] = values
+    per = max(1, CHUNK_BYTES // row)
     out = []
     for c, lo in enumerate(range(0, max(n, 1), per)):
         hi = min(n, lo + per)
-        fields = {k: _u(v[lo:hi]) for k, v in cols.items()}
+        fields = {k: _u(v[lo:hi]).reshape(-1) for k, v in cols.items()}
         if step == "unmask":
             fields["kinds"] = np.asarray(cols["kinds"][lo:hi]).astype("|u1")
             fields["limbs"] = np.asarray(batch.limbs[lo * LIMBS: hi * LIMBS]).astype("<u4")
@@ -155,7 +161,10 @@ def from_messages(step: str, msgs: list[codec.SecAggMsg]):
     if step == "masked":
         for m in msgs:
             need(m, "values")
-        return concat([Masked(ids(m), np.asarray(m.values).astype(np.int64)) for m in msgs], Masked)
+            size = np.asarray(m.values).size
+            if (size % len(m.ids) if len(m.ids) else size) or (len(m.ids) and not size):
+                raise BatchError("masked chunk: values are not a whole, non-zero number of residues per id")
+        return concat([Masked(ids(m), rows_of(np.asarray(m.values).astype(np.int64), len(m.ids))) for m in msgs], Masked)
     if step == "survivors":
         return np.concatenate([ids(m) for m in msgs] or [np.zeros(0, np.int64)])
     for m in msgs:
@@ -225,7 +234,7 @@ class FleetSecAgg:
         cost = self.costs[rnd.id] = RoundCost(rnd.id, len({*values, *dropouts}))
         with _Timed(cost, "advertise"):
             config, graph = round_setup(self.run, self.task, rnd.id, cohort, rnd.m, rnd.secagg,
-                                        rnd.secagg_degree, rnd.secagg_threshold)
+                                        rnd.secagg_degree, rnd.secagg_threshold, rnd.width)
             cost.degree, cost.threshold = graph.degree, graph.threshold
             fleet = FleetRound(config, graph, self.identities, values, dropouts)
             self.rounds[rnd.id] = fleet
@@ -276,7 +285,7 @@ class AggregatorSecAgg:
     run the server's step, send the result on, and finally release ``(Σ y mod m, |U₃|)``."""
 
     def __init__(self, run: str, task: int, step_deadline_s: float, send: Send,
-                 release: Callable[[int, int, int], Awaitable[None]],
+                 release: Callable[[int, np.ndarray, int], Awaitable[None]],
                  abort: Callable[[int, str], Awaitable[None]], rejected: Counter,
                  auth: ReportAuthenticator | FleetKeys):
         self.auth = auth  # every fleet's chunk key (FleetKeys): one fleet cannot sign for another
@@ -293,7 +302,7 @@ class AggregatorSecAgg:
     def open(self, rnd, cohort: np.ndarray) -> None:
         """A secure round among ``cohort`` (its joins' members, ``rnd.expected`` of them)."""
         config, graph = round_setup(self.run, self.task, rnd.id, cohort, rnd.m, rnd.secagg,
-                                    rnd.secagg_degree, rnd.secagg_threshold)
+                                    rnd.secagg_degree, rnd.secagg_threshold, rnd.width)
         self.rounds[rnd.id] = (AggregatorRound(config, graph), "advertise", _Inbox())
         self.costs[rnd.id] = RoundCost(rnd.id, rnd.expected, graph.degree, graph.threshold)
 

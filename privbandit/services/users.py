@@ -60,7 +60,7 @@ class _SecureInputs:
     array fills over many plans, and its users stay reachable (here) until it is full."""
 
     cohort: list[np.ndarray] = field(default_factory=list)  # every join's members, all fleets'
-    values: dict[int, int] = field(default_factory=dict)  # this fleet's reporting users' residues
+    values: dict[int, np.ndarray] = field(default_factory=dict)  # this fleet's reporting users' residues (the round's width)
     dropouts: list[int] = field(default_factory=list)  # this fleet's members who did not report
 
 
@@ -188,7 +188,7 @@ class UserFleetService(PartyService):
                 if j.round_id in secure:  # this fleet's users' inputs, held until the round's cohort is complete
                     held = self.secure_inputs[j.round_id]
                     own = secure_host(rep.user_ids, self.shards) == self.shard
-                    held.values.update(zip(rep.user_ids[own].tolist(), rep.values[0, own, 0].tolist()))
+                    held.values.update(zip(rep.user_ids[own].tolist(), rep.values[0, own]))  # width residues each
                     # The join's members here who did not report join the key rounds, then vanish.
                     silent = np.setdiff1d(np.intersect1d(j.members(), block_ids), rep.user_ids)
                     held.dropouts += silent[secure_host(silent, self.shards) == self.shard].tolist()

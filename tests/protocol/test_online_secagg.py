@@ -258,3 +258,32 @@ def test_a_secure_lazy_plan_names_each_arrays_reporters_and_only_they_are_admitt
     ids = np.array([j.users[0], outsider])
     assert box.receive(Reports(j.round_id, plan.id, ids, np.ones((1, 2, 1), np.int64))) == 1
     assert box.rejected["not-named"] == 1
+
+
+def test_secagg_ftnl_sums_each_epochs_k_residues_by_a_real_round_and_equals_the_ideal_task(monkeypatch):
+    """FTNL with argmax_at = "analyzer" releases an epoch's K sums: with intermediary = "secagg"
+    each epoch of at least two users is one real round whose inputs are the users' K residues; the
+    task's results are the ideal task's, bit for bit. (Its argmax inside the intermediary is
+    refused: secure aggregation releases sums, not their argmax.)"""
+    from privbandit.protocol.primitives.secagg import driver
+
+    fam = registry.family("private-online-learning")
+    calls = []
+    real = driver.secure_sum
+
+    def spy(ids, values, m, **kw):
+        calls.append(np.asarray(values).shape)
+        return real(ids, values, m, **kw)
+
+    def config(**extra):
+        return fam.load({"family": fam.name, "horizon": 127, "seed": 3, "epsilon": 1.0, "checkpoints": 8,
+                         "environment": {"means": [0.8, 0.5, 0.3, 0.2]},
+                         "algorithms": {"a": {"algorithm": "ftnl", "trust": "distributed", "argmax_at": "analyzer",
+                                              **extra}}}, "x.toml")
+
+    monkeypatch.setattr(driver, "secure_sum", spy)
+    secure = tasks.execute(tasks.Task(fam.name, config(intermediary="secagg", secagg_graph="sparse"), "a", (0,)))[2]
+    ideal = tasks.execute(tasks.Task(fam.name, config(), "a", (0,)))[2]
+    assert secure.rounds == ideal.rounds and secure.privacy == ideal.privacy
+    np.testing.assert_array_equal(secure.pseudo, ideal.pseudo)
+    assert sorted(calls) == [(2**s, 4) for s in range(1, 7)]  # epochs 1-6 (2-64 users), 4 residues each

@@ -498,7 +498,7 @@ def test_hybrid_and_dp_se_runs():
 
 @pytest.mark.parametrize(("table", "why"), [
     ({"algorithm": "anytime-lazy-ucb", "intermediary": "secagg"}, "needs trust = 'distributed'"),
-    ({"algorithm": "ftnl", "trust": "distributed", "intermediary": "secagg"}, "not built for ftnl"),
+    ({"algorithm": "ftnl", "trust": "distributed", "intermediary": "secagg"}, "needs argmax_at = .analyzer."),
     ({"algorithm": "dp-se", "trust": "distributed", "intermediary": "secagg", "secagg_graph": "ring"},
      "secagg_graph"),
     ({"algorithm": "dp-se", "trust": "distributed", "intermediary": "secagg", "corrupt_fraction": 1.5},

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from privbandit.protocol.primitives.report_auth import FleetKeys, ReportAuthenticator, fleet_key
-from privbandit.protocol.primitives.secagg.batch import Adverts, UserIdentities
+from privbandit.protocol.primitives.secagg.batch import Adverts, BatchError, Masked, UserIdentities
 from privbandit.protocol.primitives.seeding import USER_BLOCK
 from privbandit.protocol.spine.events import Round
 from privbandit.services import codec, secagg_rounds
@@ -236,3 +236,23 @@ def test_each_party_logs_what_a_round_cost_it(caplog):
         assert int(row["users"]) == cost.users and int(row["sent"]) == sent[party]
         assert (int(row["k"]), int(row["t"])) == (cost.degree, cost.threshold) and cost.degree > 0
         assert abs(float(row["cpu"]) - sum(cost.cpu.values())) < 2e-3
+
+
+def test_a_round_of_several_residues_per_user_releases_each_sum():
+    """FTNL's epochs (argmax_at = "analyzer") sum K residues per user: the masked inputs travel
+    flat, K per id, and the release is the K sums; a chunk whose values are not K per id is refused."""
+    k = 3
+    rng = np.random.default_rng(4)
+    values = {u: rng.integers(0, M, k) for u in range(12) if u != 5}
+    s = _Session(12, "complete", values, dropouts=[5])
+    s.round = Round(7, "aggregator", "sum", 12, width=k, m=M, secagg="complete")
+    asyncio.run(s.run())
+    ((rid, value, n),) = s.released
+    assert rid == 7 and n == 11 and s.aborted == []
+    np.testing.assert_array_equal(value, np.sum(list(values.values()), axis=0) % M)
+    good = to_messages("masked", Masked(np.array([1, 2]), np.arange(6).reshape(2, 3)), run="r1", task=0, round_id=7,
+                       shard=0, shards=1)
+    assert np.asarray(from_messages("masked", good).values).shape == (2, 3)
+    for bad in (np.arange(5), np.zeros(0)):  # 5 values for 2 ids; none for 2
+        with pytest.raises(BatchError, match="residues per id"):
+            from_messages("masked", [good[0].model_copy(update={"values": bad.astype("<u8")})])

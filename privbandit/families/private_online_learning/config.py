@@ -9,9 +9,10 @@ see ``experiments/reproduce_online.py``), the arm means, and ``[algorithms.<labe
   Hybrid-UCB is central only;
 - ``tree_depth`` (Hybrid: ``r`` as printed, or ``r+1``), ``rnm_multiplier`` and ``argmax_at`` (FTNL),
   ``beta`` (DP-SE; default 1/T as in §6), ``p`` (distributed decode failure; default 1/T);
-- ``intermediary = "secagg"`` (distributed Anytime-Lazy-UCB and DP-SE): real secure aggregation
-  instead of the ideal sum, with ``secagg_graph`` and the threat model's ``corrupt_fraction``,
-  ``secagg_security_bits``, ``secagg_failure_bits`` (as in the distributed-DP MAB family).
+- ``intermediary = "secagg"`` (distributed Anytime-Lazy-UCB, DP-SE, and FTNL with ``argmax_at =
+  "analyzer"``): real secure aggregation instead of the ideal sum, with ``secagg_graph`` and the
+  threat model's ``corrupt_fraction``, ``secagg_security_bits``, ``secagg_failure_bits`` (as in
+  the distributed-DP MAB family).
 """
 
 from __future__ import annotations
@@ -61,9 +62,10 @@ class OnlineAlgorithm(SecureAggregationOptions):
         if self.intermediary == "secagg" and self.trust != "distributed":
             raise ValueError("intermediary = 'secagg' needs trust = 'distributed' (the central model's analyzer "
                              "reads the raw rewards)")
-        if self.intermediary == "secagg" and self.algorithm == "ftnl":
-            raise ValueError("intermediary = 'secagg' is not built for ftnl: its epoch releases K sums or their "
-                             "argmax, and secure aggregation here sums one residue per user (use intermediary = 'auto')")
+        if self.intermediary == "secagg" and self.algorithm == "ftnl" and self.argmax_at != "analyzer":
+            raise ValueError("intermediary = 'secagg' with ftnl needs argmax_at = 'analyzer': secure aggregation "
+                             "releases the epoch's K sums, and taking their argmax inside the aggregator would need "
+                             "a secure computation beyond it")
         return self
 
     def threat_model(self) -> ThreatModel:

@@ -89,7 +89,8 @@ class PrivateOnlineLearning(Family):
         if a.algorithm == "hybrid-ucb":
             return HybridServer(k, a.epsilon, a.tree_depth, horizon, key, oracle)
         if a.algorithm == "ftnl":
-            return FtnlServer(k, a.epsilon, horizon, key, a.trust, p, a.rnm_multiplier, a.argmax_at)
+            return FtnlServer(k, a.epsilon, horizon, key, a.trust, p, a.rnm_multiplier, a.argmax_at, secagg,
+                              a.threat_model())
         beta = a.beta if a.beta is not None else 1.0 / horizon
         learner = SuccessiveElimination(k, SajedSheffetSchedule(a.epsilon, beta), sajed_sheffet_width(beta))
         return EliminationServer(learner, self.dp_se_mechanism(a, beta), horizon, key, secagg=secagg,

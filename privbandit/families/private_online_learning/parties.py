@@ -239,8 +239,12 @@ class FtnlServer:
     """FTNL's analyzer (see the module docstring)."""
 
     def __init__(self, n_actions: int, epsilon: float, horizon: int, key: int, trust: str, p: float,
-                 multiplier: float, argmax_at: str):
+                 multiplier: float, argmax_at: str, secagg: str | None = None, threat: ThreatModel | None = None):
         self.learner = FTNL(n_actions)
+        # With argmax_at = "analyzer" the epoch's K sums are released: secure aggregation of each
+        # user's K residues ("complete" | "sparse") computes them; an epoch of one user has no one
+        # to mask with. An argmax inside the intermediary would need more than secure aggregation.
+        self.secagg, self.threat = secagg, threat
         self.horizon = horizon
         self.key = key
         self.central = trust == "central"
@@ -269,8 +273,10 @@ class FtnlServer:
         if self.central:
             rnd = raw_round(s, n, width=k)
         else:
+            secure = graph_for(self.secagg, n, self.threat) if self.secagg is not None and n >= 2 else None
             rnd = modular_round(s, n, self.rnm.params(n), width=k,
-                                rule="argmax" if self.argmax_at == "intermediary" else "sum")
+                                rule="argmax" if self.argmax_at == "intermediary" else "sum", secure=secure,
+                                mode=self.secagg)
         self.open[s] = s
         return [Plan(t0 - 1, t0 - 1, cohort, body, (rnd,), (Join(s, t0 - 1, n, n),))]
 

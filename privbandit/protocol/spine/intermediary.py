@@ -419,23 +419,23 @@ class Intermediary:
         from privbandit.protocol.primitives.secagg.driver import secure_sum
         from privbandit.protocol.primitives.secagg.errors import SecAggAbort
 
-        if self.runs != 1 or rnd.width != 1:
-            raise ProtocolError("secagg-shape", f"round {rnd.id}: secure aggregation runs one run, one entry")
+        if self.runs != 1:
+            raise ProtocolError("secagg-shape", f"round {rnd.id}: secure aggregation runs one run")
         ids = np.concatenate([p.join.members() for p in parts])  # the joins' named users, else their ranges
         got = np.concatenate([p.received[p.join.members() - p.join.first] for p in parts])
-        vals = np.zeros(ids.size, dtype=np.int64)  # the dropouts' entries are never read
+        vals = np.zeros((ids.size, rnd.width), dtype=np.int64)  # the dropouts' entries are never read
         at = 0
         for p in parts:
             slots, v = p.collected()
             if v is not None:  # a slot's place among the part's members (every admitted slot is one)
-                vals[at + np.searchsorted(p.join.members() - p.join.first, slots)] = v[0, :, 0]
+                vals[at + np.searchsorted(p.join.members() - p.join.first, slots)] = v[0]
             at += p.join.members().size
         try:
             total = secure_sum(ids, vals, rnd.m, mode=rnd.secagg, round_id=rnd.id, dropped=ids[~got],
                                degree=rnd.secagg_degree, threshold=rnd.secagg_threshold)
         except SecAggAbort as exc:
             raise ProtocolError("secagg-abort", f"round {rnd.id}: {exc}") from None
-        return np.array([[total]], dtype=np.int64)
+        return total.reshape(1, rnd.width)
 
     def _shuffle(self, rnd: Round, values: np.ndarray) -> np.ndarray:
         out = np.empty_like(values)

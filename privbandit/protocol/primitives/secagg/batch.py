@@ -154,10 +154,16 @@ class Shares:
                    b"".join(r[2] for r in rows))
 
 
+def rows_of(values, n: int) -> np.ndarray:
+    """``values`` as n rows of residues (an input's ``length`` per row; (0, 1) for no row)."""
+    values = np.asarray(values)
+    return values.reshape(n, -1) if n else values.reshape(0, 1)
+
+
 @dataclass(frozen=True)
 class Masked:
     ids: np.ndarray
-    values: np.ndarray  # one residue per user (RoundConfig.length = 1)
+    values: np.ndarray  # (users, RoundConfig.length) masked residues
 
     def __post_init__(self):
         if len(self.ids) != len(self.values):
@@ -188,9 +194,10 @@ def concat(batches: list, cls):
         return Shares(np.concatenate([_ids(b.senders) for b in batches] or [np.zeros(0, np.int64)]),
                       np.concatenate([_ids(b.recipients) for b in batches] or [np.zeros(0, np.int64)]),
                       b"".join(b.ciphertexts for b in batches))
-    if cls is Masked:
-        return Masked(np.concatenate([_ids(b.ids) for b in batches] or [np.zeros(0, np.int64)]),
-                      np.concatenate([np.asarray(b.values, dtype=np.int64) for b in batches] or [np.zeros(0, np.int64)]))
+    if cls is Masked:  # a fleet hosting none of the round sends an empty chunk, whatever its width
+        full = [b for b in batches if len(b.ids)]
+        return Masked(np.concatenate([_ids(b.ids) for b in full] or [np.zeros(0, np.int64)]),
+                      np.concatenate([np.asarray(b.values, dtype=np.int64) for b in full] or [np.zeros((0, 1), np.int64)]))
     return Unmasks(*(np.concatenate([np.asarray(getattr(b, f), dtype=np.int64) for b in batches] or [np.zeros(0, np.int64)])
                      for f in ("responders", "owners", "kinds", "limbs")))
 
@@ -208,12 +215,13 @@ class FleetRound:
     benchmarks/bench_secagg.py reports the fleet's CPU and a device's apart."""
 
     def __init__(self, config: RoundConfig, graph: MaskingGraph, identities: UserIdentities,
-                 values: Mapping[int, int], dropouts: Iterable[int] = ()):
+                 values: Mapping[int, int | np.ndarray], dropouts: Iterable[int] = ()):
         pki = identities.pki
         hosted = sorted({*map(int, values), *map(int, dropouts)})
         self.adverts = CheckedAdverts(pki, run_id=config.run_id, round_id=config.round_id)
         self.users = {u: SecAggUser(u, identities.private(u), pki, config, graph, self.adverts) for u in hosted}
-        self.values = {int(u): int(v) for u, v in values.items()}
+        # each user's input: config.length residues (one per arm of an FTNL epoch, say)
+        self.values = {int(u): np.atleast_1d(np.asarray(v, dtype=np.int64)) for u, v in values.items()}
         self.config = config
         self.aborted: Counter[str] = Counter()  # users that stopped, by the check that failed
 
@@ -245,10 +253,10 @@ class FleetRound:
         for u in set(self.users) - set(stay):
             self.users.pop(u)  # a dropout: gone before round 2
         seeds = self._each("round 2", stay, lambda s: s.mask_seeds(SharesDelivery(inbox.get(s.id, {})),
-                                                                   np.array([self.values[s.id]], dtype=np.int64)))
+                                                                   self.values[s.id]))
         sent = apply_masks(seeds, self.config)  # every user's masks in one batch
         return Masked(np.array([m.sender for m in sent], dtype=np.int64),
-                      np.array([int(m.y[0]) for m in sent], dtype=np.int64))
+                      np.array([m.y for m in sent], dtype=np.int64).reshape(len(sent), self.config.length))
 
     def unmask(self, survivors: np.ndarray) -> Unmasks:
         request = UnmaskRequest(frozenset(int(u) for u in survivors))
@@ -284,29 +292,30 @@ class AggregatorRound:
         return Shares.of([(s, r, ct) for r, box in routed.items() for s, ct in box.ciphertexts.items()])
 
     def survivors(self, masked: Masked) -> np.ndarray:
-        req = self.server.unmask_request(MaskedInput(int(u), np.array([int(y)], dtype=np.int64))
-                                         for u, y in zip(masked.ids, masked.values))
+        values = rows_of(np.asarray(masked.values, dtype=np.int64), len(masked.ids))
+        req = self.server.unmask_request(MaskedInput(int(u), y) for u, y in zip(masked.ids, values))
         return np.array(sorted(req.survivors), dtype=np.int64)
 
-    def finalize(self, unmasks: Unmasks) -> tuple[int, int]:
-        """``(Σ y mod m over U₃, |U₃|)``."""
+    def finalize(self, unmasks: Unmasks) -> tuple[np.ndarray, int]:
+        """``(Σ y mod m over U₃, |U₃|)``, the sum one entry per residue of an input."""
         responses: dict[int, tuple[dict, dict]] = {}
         limbs = np.asarray(unmasks.limbs, dtype=np.int64).reshape(-1, LIMBS)
         for i, (r, v, kind) in enumerate(zip(unmasks.responders.tolist(), unmasks.owners.tolist(), unmasks.kinds.tolist())):
             selfs, keys = responses.setdefault(r, ({}, {}))
             (selfs if kind == SHARE_SELF else keys)[v] = limbs[i]
         result = self.server.finalize(UnmaskResponse(r, s, k) for r, (s, k) in responses.items())
-        return int(result.value[0]), len(result.survivors)
+        return np.asarray(result.value, dtype=np.int64), len(result.survivors)
 
 
 def round_setup(run: str, task: int, round_id: int, cohort: Sequence[int] | np.ndarray, m: int, mode: str,
-                degree: int | None = None, threshold: int | None = None) -> tuple[RoundConfig, MaskingGraph]:
+                degree: int | None = None, threshold: int | None = None, length: int = 1
+                ) -> tuple[RoundConfig, MaskingGraph]:
     """The public parameters both sides derive from a round's plans: the run, task and round
     identify the keys' context; the graph's public randomness is tied to them too; ``cohort`` is
     the round's users (its joins' members); ``degree`` and ``threshold`` are the (k, t) the plan
-    carries (:mod:`.parameters`)."""
+    carries (:mod:`.parameters`); ``length``: residues per user (the round's width)."""
     context = f"{run}/{task}".encode()
-    config = RoundConfig(run_id=context, round_id=round_id, m=m, length=1)
+    config = RoundConfig(run_id=context, round_id=round_id, m=m, length=length)
     graph = MaskingGraph(np.asarray(cohort).tolist(), mode, seed=context + struct.pack(">Q", round_id),
                          degree=degree, threshold=threshold)
     return config, graph

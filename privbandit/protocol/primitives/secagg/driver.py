@@ -13,8 +13,9 @@ from privbandit.protocol.primitives.secagg.protocol import RoundConfig, SecAggSe
 
 def secure_sum(user_ids: Sequence[int], values: np.ndarray, m: int, *, mode: str = "sparse",
                run_id: bytes = b"privbandit", round_id: int = 0, dropped: Sequence[int] = (),
-               degree: int | None = None, threshold: int | None = None) -> int:
-    """``Σ values mod m`` over the users not in ``dropped``, by a real SecAgg round among ``user_ids``.
+               degree: int | None = None, threshold: int | None = None) -> np.ndarray:
+    """``Σ values mod m`` over the users not in ``dropped``, by a real SecAgg round among ``user_ids``:
+    one sum per column of ``values`` (n,) or (n, L), each user's row its input of L residues.
 
     Each value is read only by its own :class:`SecAggUser`, which masks it; the
     :class:`SecAggServer` sees masked inputs and encrypted shares, and releases the sum. Users in
@@ -25,7 +26,8 @@ def secure_sum(user_ids: Sequence[int], values: np.ndarray, m: int, *, mode: str
     """
     ids = [int(u) for u in user_ids]
     gone = {int(u) for u in dropped}
-    cfg = RoundConfig(run_id=run_id, round_id=round_id, m=m, length=1)
+    values = np.asarray(values, dtype=np.int64).reshape(len(ids), -1)
+    cfg = RoundConfig(run_id=run_id, round_id=round_id, m=m, length=values.shape[1])
     graph = MaskingGraph(ids, mode, seed=round_id.to_bytes(8, "big"), degree=degree, threshold=threshold)
     identities = {u: Ed25519PrivateKey.generate() for u in ids}
     pki = {u: key.public_key() for u, key in identities.items()}
@@ -33,8 +35,7 @@ def secure_sum(user_ids: Sequence[int], values: np.ndarray, m: int, *, mode: str
     server = SecAggServer(cfg, graph)
     directories = server.key_directories(users[u].advertise() for u in ids)
     delivery = server.route_shares(users[u].share_keys(directories[u]) for u in ids)
-    masked = [users[u].masked_input(delivery[u], np.array([v], dtype=np.int64))
-              for u, v in zip(ids, values) if u not in gone]
+    masked = [users[u].masked_input(delivery[u], v) for u, v in zip(ids, values) if u not in gone]
     request = server.unmask_request(masked)
     result = server.finalize(users[u].unmask(request) for u in sorted(request.survivors))
-    return int(result.value[0])
+    return np.asarray(result.value, dtype=np.int64)
