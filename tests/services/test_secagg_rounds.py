@@ -256,3 +256,6 @@ def test_a_round_of_several_residues_per_user_releases_each_sum():
     for bad in (np.arange(5), np.zeros(0)):  # 5 values for 2 ids; none for 2
         with pytest.raises(BatchError, match="residues per id"):
             from_messages("masked", [good[0].model_copy(update={"values": bad.astype("<u8")})])
+    narrower = good[0].model_copy(update={"chunk": 1, "values": np.arange(4).astype("<u8")})  # 2 per id
+    with pytest.raises(BatchError, match="differ in residues per user"):
+        from_messages("masked", [good[0], narrower])

@@ -196,6 +196,8 @@ def concat(batches: list, cls):
                       b"".join(b.ciphertexts for b in batches))
     if cls is Masked:  # a fleet hosting none of the round sends an empty chunk, whatever its width
         full = [b for b in batches if len(b.ids)]
+        if len({np.shape(b.values)[1:] for b in full}) > 1:
+            raise BatchError("masked: chunks of one step differ in residues per user")
         return Masked(np.concatenate([_ids(b.ids) for b in full] or [np.zeros(0, np.int64)]),
                       np.concatenate([np.asarray(b.values, dtype=np.int64) for b in full] or [np.zeros((0, 1), np.int64)]))
     return Unmasks(*(np.concatenate([np.asarray(getattr(b, f), dtype=np.int64) for b in batches] or [np.zeros(0, np.int64)])
