@@ -131,8 +131,12 @@ def completed(fn, tasks: list[tuple], jobs: int):
             yield fut.result()
     except BaseException:
         workers = list((pool._processes or {}).values())  # noqa: SLF001 - no public way to stop them
-        pool.shutdown(wait=False, cancel_futures=True)
         for proc in workers:
             proc.terminate()
+        # Then wait for the pool's management thread, which ends once it sees its workers gone: a
+        # shutdown without waiting left it running, and at exit concurrent.futures' hook wrote to
+        # the wake-up pipe it had closed meanwhile ("OSError: [Errno 9] Bad file descriptor" after
+        # the resume line, under load).
+        pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown()
