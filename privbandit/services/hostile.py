@@ -117,7 +117,8 @@ class TrafficAttacker:
             out.append(self._reports(plan, join, cohort))
             out.append(self._reports(plan, join, cohort, tags=self.rng.integers(0, PRIME, cohort.size).astype(TAG_DTYPE)))
             # A forged "block complete" marker: it would declare every missing user a dropout.
-            out.append(self._reports(plan, join, np.zeros(0, np.int64), block=0, block_tag=secrets.token_bytes(NONCE_MAC_BYTES)))
+            out.append(self._reports(plan, join, np.zeros(0, np.int64), block=0,
+                                     block_tag=secrets.token_bytes(NONCE_MAC_BYTES)))
         elif self.kind == "replay":
             # Plans of earlier tasks, or earlier plans whose rounds the analyzer has seen released
             # (it plans again only once the rounds it waits for are released): closed rounds.

@@ -28,10 +28,10 @@ from privbandit.protocol.primitives.secagg.batch import (
     FleetRound,
     Masked,
     Shares,
-    rows_of,
     Unmasks,
     concat,
     round_setup,
+    rows_of,
 )
 from privbandit.protocol.primitives.secagg.errors import SecAggError
 from privbandit.protocol.primitives.secagg.protocol import LIMBS
@@ -161,10 +161,9 @@ def from_messages(step: str, msgs: list[codec.SecAggMsg]):
     if step == "masked":
         for m in msgs:
             need(m, "values")
-            size = np.asarray(m.values).size
-            if (size % len(m.ids) if len(m.ids) else size) or (len(m.ids) and not size):
-                raise BatchError("masked chunk: values are not a whole, non-zero number of residues per id")
-        return concat([Masked(ids(m), rows_of(np.asarray(m.values).astype(np.int64), len(m.ids))) for m in msgs], Masked)
+        # rows_of refuses values that are not as many residues for every id
+        return concat([Masked(ids(m), rows_of(np.asarray(m.values).astype(np.int64), len(m.ids))) for m in msgs],
+                      Masked)
     if step == "survivors":
         return np.concatenate([ids(m) for m in msgs] or [np.zeros(0, np.int64)])
     for m in msgs:
@@ -227,7 +226,7 @@ class FleetSecAgg:
                 cost.sent[step] += len(codec.encode(signed))
             await self.send(signed)
 
-    async def start(self, rnd, cohort: np.ndarray, values: dict[int, int], dropouts: list[int]) -> None:
+    async def start(self, rnd, cohort: np.ndarray, values: dict[int, np.ndarray], dropouts: list[int]) -> None:
         """Round 0 for this fleet's users of round ``rnd``, whose users are ``cohort`` (its joins'
         members, ``rnd.expected`` of them); ``values`` and ``dropouts`` are the ones hosted here,
         possibly none: an empty final chunk."""

@@ -60,7 +60,7 @@ class _SecureInputs:
     array fills over many plans, and its users stay reachable (here) until it is full."""
 
     cohort: list[np.ndarray] = field(default_factory=list)  # every join's members, all fleets'
-    values: dict[int, np.ndarray] = field(default_factory=dict)  # this fleet's reporting users' residues (the round's width)
+    values: dict[int, np.ndarray] = field(default_factory=dict)  # this fleet's reporters' residues (a row each)
     dropouts: list[int] = field(default_factory=list)  # this fleet's members who did not report
 
 
@@ -159,6 +159,7 @@ class UserFleetService(PartyService):
         mine = [b for b in blocks_of(plan) if fam.shard(plan, b, self.shards) == self.shard]
         log.debug("%s serves plan %d: blocks %s", self.name, plan.id, mine)
         secure = {j.round_id: j for j in plan.joins if self.rounds[j.round_id].secagg is not None}
+        members = {rid: j.members() for rid, j in secure.items()}  # once per join, not once per block
         for rid in secure:
             self.secure_inputs.setdefault(rid, _SecureInputs())
         # A secure round's users are spread over the fleets by id (secure_host), not by block: a
@@ -190,7 +191,7 @@ class UserFleetService(PartyService):
                     own = secure_host(rep.user_ids, self.shards) == self.shard
                     held.values.update(zip(rep.user_ids[own].tolist(), rep.values[0, own]))  # width residues each
                     # The join's members here who did not report join the key rounds, then vanish.
-                    silent = np.setdiff1d(np.intersect1d(j.members(), block_ids), rep.user_ids)
+                    silent = np.setdiff1d(np.intersect1d(members[j.round_id], block_ids), rep.user_ids)
                     held.dropouts += silent[secure_host(silent, self.shards) == self.shard].tolist()
                     continue
                 if hosted and (only is None or rnd.intermediary == only):
@@ -198,9 +199,9 @@ class UserFleetService(PartyService):
         if secure and self.chunk_auth is None:
             raise ValueError(f"plan {plan.id} joins a secure round, and this fleet holds no key to sign its chunks "
                              f"(PRIVBANDIT_FLEET_KEY)")
-        for rid, join in secure.items():
+        for rid in secure:
             held = self.secure_inputs[rid]
-            held.cohort.append(join.members())
+            held.cohort.append(members[rid])
             if sum(c.size for c in held.cohort) == self.rounds[rid].expected:  # the last join has come
                 del self.secure_inputs[rid]  # every fleet answers round 0, with no users if it hosts none
                 await self.secagg.start(self.rounds[rid], np.concatenate(held.cohort), held.values, held.dropouts)

@@ -513,7 +513,8 @@ def test_an_observer_ignores_the_last_tasks_truths_served_again_and_refuses_any_
 
     fam, config, label = TASKS["Dist-DP-SE"]()
     net = _Net()
-    obs = ObserverService(BusSettings(run_id=RUN_ID), fam, config, ["analyzer", "aggregator", "users-0"], Path("unused"))
+    obs = ObserverService(BusSettings(run_id=RUN_ID), fam, config, ["analyzer", "aggregator", "users-0"],
+                          Path("unused"))
     obs.bus = _Bus(net)
     asyncio.run(obs.next_task())
     fleet = UserFleetService(BusSettings(run_id=RUN_ID), fam, config, 0, 1)

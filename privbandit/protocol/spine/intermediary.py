@@ -421,15 +421,16 @@ class Intermediary:
 
         if self.runs != 1:
             raise ProtocolError("secagg-shape", f"round {rnd.id}: secure aggregation runs one run")
-        ids = np.concatenate([p.join.members() for p in parts])  # the joins' named users, else their ranges
-        got = np.concatenate([p.received[p.join.members() - p.join.first] for p in parts])
+        offsets = [p.join.members() - p.join.first for p in parts]  # the joins' named users, else their ranges
+        ids = np.concatenate([p.join.first + o for p, o in zip(parts, offsets)])
+        got = np.concatenate([p.received[o] for p, o in zip(parts, offsets)])
         vals = np.zeros((ids.size, rnd.width), dtype=np.int64)  # the dropouts' entries are never read
         at = 0
-        for p in parts:
+        for p, o in zip(parts, offsets):
             slots, v = p.collected()
             if v is not None:  # a slot's place among the part's members (every admitted slot is one)
-                vals[at + np.searchsorted(p.join.members() - p.join.first, slots)] = v[0]
-            at += p.join.members().size
+                vals[at + np.searchsorted(o, slots)] = v[0]
+            at += o.size
         try:
             total = secure_sum(ids, vals, rnd.m, mode=rnd.secagg, round_id=rnd.id, dropped=ids[~got],
                                degree=rnd.secagg_degree, threshold=rnd.secagg_threshold)

@@ -155,8 +155,11 @@ class Shares:
 
 
 def rows_of(values, n: int) -> np.ndarray:
-    """``values`` as n rows of residues (an input's ``length`` per row; (0, 1) for no row)."""
+    """``values`` as n rows of residues, as many in each (an input's ``length``); (0, 1) for no
+    row. :class:`BatchError` if they do not split so."""
     values = np.asarray(values)
+    if (values.size == 0) != (n == 0) or (n and values.size % n):
+        raise BatchError("masked: values are not a whole, non-zero number of residues per id")
     return values.reshape(n, -1) if n else values.reshape(0, 1)
 
 
@@ -199,7 +202,8 @@ def concat(batches: list, cls):
         if len({np.shape(b.values)[1:] for b in full}) > 1:
             raise BatchError("masked: chunks of one step differ in residues per user")
         return Masked(np.concatenate([_ids(b.ids) for b in full] or [np.zeros(0, np.int64)]),
-                      np.concatenate([np.asarray(b.values, dtype=np.int64) for b in full] or [np.zeros((0, 1), np.int64)]))
+                      np.concatenate([np.asarray(b.values, dtype=np.int64) for b in full]
+                                     or [np.zeros((0, 1), np.int64)]))
     return Unmasks(*(np.concatenate([np.asarray(getattr(b, f), dtype=np.int64) for b in batches] or [np.zeros(0, np.int64)])
                      for f in ("responders", "owners", "kinds", "limbs")))
 
