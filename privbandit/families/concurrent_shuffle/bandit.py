@@ -18,7 +18,7 @@ import numpy as np
 from privbandit.families.concurrent_shuffle import linucb
 from privbandit.families.concurrent_shuffle.parties import shuffler_of
 from privbandit.families.shuffle_linear_bandits import mechanisms as slb
-from privbandit.families.shuffle_linear_bandits.learners import arm_outer, ucb_actions
+from privbandit.families.shuffle_linear_bandits.learners import Widths
 from privbandit.families.shuffle_linear_bandits.world import UserUniforms, instances
 from privbandit.protocol.spine.errors import ProtocolError
 from privbandit.protocol.spine.events import Join, Plan, Release, Round, Truth
@@ -132,7 +132,7 @@ class BanditUsers:
         self.a = a
         self.schedule = Schedule(a)
         self.inst = instances(env.generator, env.arms, a.d, seed, runs)
-        self.outer = arm_outer(self.inst.arms)
+        self.choose = Widths(self.inst.arms)
         self.means = self.inst.means
         self.best = self.means.max(axis=1)
         self.ridx = np.arange(len(runs))
@@ -150,7 +150,7 @@ class BanditUsers:
         R, d = self.ridx.size, self.a.d
         if theta.shape != (R, d) or v_inv.shape != (R, d, d):
             raise ValueError(f"plan {plan.id}: θ̂ {theta.shape} and V⁻¹ {v_inv.shape} do not fit {R} runs in d = {d}")
-        act = ucb_actions(self.inst.arms, theta, v_inv, float(body["beta"]), self.outer)  # step 3
+        act = self.choose(theta, v_inv, float(body["beta"]))  # step 3
         mu = self.means[self.ridx, act]
         u = self.uniforms.get(plan.first_user, plan.cohort)  # the linear family's U_t (paired with it)
         y = (u < mu[:, None]).astype(np.float64)

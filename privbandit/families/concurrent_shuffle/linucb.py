@@ -25,7 +25,7 @@ import numpy as np
 from privbandit.families.concurrent_shuffle.tree import Tree, tree_for
 from privbandit.families.shuffle_linear_bandits import mechanisms as slb
 from privbandit.families.shuffle_linear_bandits import params as lp
-from privbandit.families.shuffle_linear_bandits.learners import BatchedLinUCB, arm_outer, ucb_actions
+from privbandit.families.shuffle_linear_bandits.learners import BatchedLinUCB, Widths
 from privbandit.families.shuffle_linear_bandits.world import UserUniforms, instances
 from privbandit.protocol.primitives.seeding import stream
 from privbandit.protocol.privacy import Ledger, NonPrivate
@@ -161,7 +161,7 @@ def run(a: Alg4, arms: int, seed: int, runs: list[int], label: str = "alg4", gen
     inst = instances(generator, arms, a.d, seed, runs)
     R, d, tree = len(runs), a.d, a.tree
     D = slb.n_entries(d)
-    outer = arm_outer(inst.arms)
+    choose = Widths(inst.arms)
     means = inst.means
     best = means.max(axis=1)
     ridx = np.arange(R)
@@ -176,7 +176,7 @@ def run(a: Alg4, arms: int, seed: int, runs: list[int], label: str = "alg4", gen
     realized = np.zeros(R)
     for b in range(steps):
         theta, v_inv, beta = server.learner.broadcast()
-        act = ucb_actions(inst.arms, theta, v_inv, beta, outer)  # one choice per run for the batch
+        act = choose(theta, v_inv, beta)  # one choice per run for the batch
         actions[:, b] = act
         mu = means[ridx, act]
         u = common.get(b * s1, s1)
@@ -201,7 +201,7 @@ def run(a: Alg4, arms: int, seed: int, runs: list[int], label: str = "alg4", gen
     left = tree.n - steps * s1  # users after the last lowest-level batch act on the last model
     if left:
         theta, v_inv, beta = server.learner.broadcast()
-        act = ucb_actions(inst.arms, theta, v_inv, beta, outer)
+        act = choose(theta, v_inv, beta)
         mu = means[ridx, act]
         total = total + left * (best - mu)
         u = common.get(steps * s1, left)

@@ -152,15 +152,26 @@ class ShuffleLinearBandits(Family):
         and the analyzer's error on the batch sum (its estimate against the users' true sum)."""
         B, d = self.algorithm(config, label).batch, config.environment.dim
 
-        def row(record, truths) -> dict | None:
-            b = record.body
-            if "theta" not in b or not truths or "entries_sum" not in truths[0].extras:
-                return None
-            true_sum = sum(np.asarray(t.extras["entries_sum"]) for t in truths)
+        def one(b: dict, sums: list, theta_star) -> dict:
+            true_sum = sum(np.asarray(x) for x in sums)
             err = np.asarray(b["estimate"]) - true_sum
             per_run = diagnostics(np.asarray(b["lambda_min"]), np.asarray(b["clipped"]), np.asarray(b["theta"]),
-                                  np.asarray(truths[0].extras["theta_star"]), err, d)
+                                  np.asarray(theta_star), err, d)
             return {"batch": b["batch"] + 1, "t": (b["batch"] + 1) * B, PER_RUN: per_run}
+
+        def row(record, truths) -> dict | list[dict] | None:
+            b = record.body
+            if "diagnostics" in b:  # an in-process block: the rows of its one-user batches, as their own
+                sums, star = {}, None
+                for t in truths:
+                    for j, m in enumerate(t.extras.get("diagnostic_batches", ())):
+                        sums[int(m)] = t.extras["entries_sums"][:, j]
+                        star = t.extras["theta_star"]
+                return [{"round": g["batch"], "n": 1, "reports": 1, **one(g, [sums[g["batch"]]], star)}
+                        for g in b["diagnostics"]]
+            if "theta" not in b or not truths or "entries_sum" not in truths[0].extras:
+                return None
+            return one(b, [t.extras["entries_sum"] for t in truths], truths[0].extras["theta_star"])
 
         return row
 

@@ -43,7 +43,7 @@ import numpy as np
 from privbandit.families.shuffle_linear_bandits import mechanisms as slb
 from privbandit.families.shuffle_linear_bandits import params as lp
 from privbandit.families.shuffle_linear_bandits.lookahead import LookAhead
-from privbandit.families.shuffle_linear_bandits.learners import BatchedLinUCB, Widths, arm_outer
+from privbandit.families.shuffle_linear_bandits.learners import BatchedLinUCB, Widths
 from privbandit.families.shuffle_linear_bandits.world import LinearInstances, UserUniforms, bounds
 from privbandit.protocol.privacy import PrivacyEvent
 from privbandit.protocol.spine.errors import ProtocolError
@@ -161,6 +161,7 @@ class LinearServer:
                                  and self.group is None) else None
         self.expected: dict[int, np.ndarray] = {}  # a block plan's round → the reports looked at
         self._lanes: dict[int, str] = {}
+        self._diagnostics: dict[int, list[dict]] = {}  # a block plan's round → its rounds.csv batches
         self.look: LookAhead | None = None
         self.tree = None
         if s.kind == "linucb-jdp":
@@ -181,7 +182,7 @@ class LinearServer:
         """The next batch, or [] while one is open or once the horizon is served."""
         if self.open is not None or self.done:
             return []
-        if self.oracle is not None and not self._diagnosed(self.next_batch):
+        if self.oracle is not None:
             return [self._block()]
         B = self.s.batch
         theta, v_inv, beta = self.learner.broadcast()
@@ -199,33 +200,29 @@ class LinearServer:
         return [plan]
 
     # --- the in-process look-ahead ---------------------------------------------------------------
-    def _diagnosed(self, m: int) -> bool:
-        """Batch m has a rounds.csv row: it goes as a plan of its own (its body has the model)."""
-        return m in self.s.diagnostic and self.s.kind != "linucb"
-
     def _block_end(self, m: int) -> int:
-        """One past the last batch a block starting at m may decide: up to the next diagnostic
-        batch, and (JDP) before the next count that opens a new tree level, 2^j − 1: the block's
+        """One past the last batch a block starting at m may decide: at most a block's users, and
+        (JDP) before the next count that opens a new tree level, 2^j − 1: the block's
         releases are recorded once, under its first lane, which must leave the ledger as they would
         one by one (each lane keeps the worst of identical events, in order of first use)."""
         if not hasattr(self, "_block_users"):
             arms = self.oracle(m, 1)[0].shape[1]  # K (public: the experiment file says it)
             self._block_users = max(64, min(LOOK_AHEAD_USERS, LOOK_AHEAD_CELLS // (self.runs * arms)))
         end = min(self.s.horizon, m + self._block_users)
-        if self.s.kind != "linucb":
-            i = np.searchsorted(self._diag_sorted, m, side="right")
-            if i < self._diag_sorted.size:
-                end = min(end, int(self._diag_sorted[i]))
         if self.tree is not None:
             nxt = (1 << (m + 1).bit_length()) - 1  # the smallest 2^j − 1 above m
             end = min(end, nxt)
         return end
 
-    @property
-    def _diag_sorted(self) -> np.ndarray:
-        if not hasattr(self, "_diag_cache"):
-            self._diag_cache = np.array(sorted(self.s.diagnostic), dtype=np.int64)
-        return self._diag_cache
+    def _marks(self, m: int, n: int) -> np.ndarray:
+        """The users of block m … m + n − 1 with a rounds.csv row (none for non-private LinUCB),
+        relative to m."""
+        if self.s.kind == "linucb":
+            return np.empty(0, dtype=np.int64)
+        if not hasattr(self, "_diag_sorted"):
+            self._diag_sorted = np.array(sorted(self.s.diagnostic), dtype=np.int64)
+        lo, hi = np.searchsorted(self._diag_sorted, [m, m + n])
+        return self._diag_sorted[lo:hi] - m
 
     def _block(self) -> Plan:
         """Decide users m … end − 1 (one-user batches) at once, exactly as one plan per user would:
@@ -233,30 +230,43 @@ class LinearServer:
         ``oracle`` shows ahead (their reward from every arm, their randomizer's draws; the trusted
         analyzer of LinUCB/JDP receives the raw data anyway, LDP's the noised reports, attributably).
         One plan gives the users their arms; its one pass-through round collects their reports,
-        which :meth:`on_release` checks against those looked at."""
+        which :meth:`on_release` checks against those looked at. Batches with a rounds.csv row inside
+        the block leave their estimate and model in the release's body, as their own releases would."""
         s = self.s
         m = self.next_batch
         n = self._block_end(m) - m
         arms, rewards, noise, fits = self.oracle(m, n)
         if self.look is None:
-            self.look = LookAhead(s.kind, arms, arm_outer(arms))
+            self.look = LookAhead(s.kind, arms)
         tree_noise = None if self.tree is None else self.tree_noise.rows(m, n)[:, :, 0]
+        betas = self._betas(self.learner.t, n)
         saved = self._state()
-        chosen, values, lane = self.look.decide(self.learner, rewards, noise, self.tree, tree_noise)
+        chosen, values, lane, diag = self.look.decide(self.learner, rewards, noise, betas, self.tree, tree_noise,
+                                                      self._marks(m, n))
         k = fits(chosen)
         if k < n:  # rare: the observer could not add this block's regret as one user at a time would
             self._restore(saved)
             n = k
-            chosen, values, lane = self.look.decide(self.learner, rewards[:, :n], None if noise is None else
-                                                    noise[:, :n], self.tree,
-                                                    None if tree_noise is None else tree_noise[:, :n])
+            chosen, values, lane, diag = self.look.decide(
+                self.learner, rewards[:, :n], None if noise is None else noise[:, :n], betas[:n], self.tree,
+                None if tree_noise is None else tree_noise[:, :n], self._marks(m, n))
         self.expected[m] = values
+        self._diagnostics[m] = [{"batch": m + i, "estimate": est, "theta": theta, "lambda_min": lam,
+                                 "clipped": (lam < s.conf.floor).astype(np.int64)} for i, est, theta, lam in diag]
         self._lanes[m] = lane or "round"
         self.next_batch += n
         self.planned += n
         self.open = m
         rnd = replace(s.round(m), expected=n)
         return Plan(m, m, n, {"batch": m, "arms": chosen}, (rnd,), (Join(m, m, n, n),))
+
+    def _betas(self, t: int, n: int) -> np.ndarray:
+        """β of users t … t + n − 1's decisions: the learner's own ``beta_fn``, one call per user
+        unless the preset holds one width for the whole run."""
+        conf = self.s.conf
+        if conf.fixed_width is not None:
+            return np.full(n, float(conf.fixed_width))
+        return np.array([self.learner.beta_fn(t + i) for i in range(n)], dtype=np.float64)
 
     def _state(self) -> tuple:
         L, t = self.learner, self.tree
@@ -279,7 +289,10 @@ class LinearServer:
                                                            f"the analyzer looked ahead at")
             del self.expected[rnd.id]
             self.open = None
-            return {"batch": rnd.id}, Spend(self.event, self._lanes.pop(rnd.id), self.group, releases=rnd.expected)
+            body = {"batch": rnd.id}
+            if diag := self._diagnostics.pop(rnd.id):
+                body["diagnostics"] = diag
+            return body, Spend(self.event, self._lanes.pop(rnd.id), self.group, releases=rnd.expected)
         if rnd.id != self.open:
             raise ProtocolError("unknown-round", f"batch {rnd.id} is not the open batch {self.open}")
         body = {"batch": rnd.id}
@@ -331,8 +344,7 @@ class LinearUsers:
                  checkpoints: np.ndarray):
         self.s = s
         self.arms = instances.arms  # (R, K, d)
-        self.outer = arm_outer(self.arms)
-        self.widths = Widths(self.arms, self.outer)
+        self.widths = Widths(self.arms)
         # [φy, upper(φφᵀ)] of every arm for y = 0, 1 (R, K, 2, D): a user's entries, looked up
         ys = np.broadcast_to(np.array([0.0, 1.0]), self.arms.shape[:2] + (2,))
         self.entries = slb.user_entries(np.broadcast_to(self.arms[:, :, None, :], ys.shape + self.arms.shape[-1:]), ys)
@@ -411,8 +423,16 @@ class LinearUsers:
         running = np.cumsum(np.concatenate([self.sums[:, :, None], gaps], axis=2), axis=2)[:, :, 1:]
         total = exact_step(self.sums, running[:, :, -1])
         marks = exact_step(self.sums[:, :, None], running[:, :, at])
+        extras = {}
+        diag = np.array(sorted(m for m in self.s.diagnostic if first <= m < first + size), dtype=np.int64)
+        if diag.size and self.s.kind != "linucb":  # the true sums of the batches with a rounds.csv row
+            k = diag - first
+            true = self.entries[rows, a[:, k], y[:, k].astype(np.intp)]  # (R, n, D)
+            extras = {"diagnostic_batches": diag, "entries_sums": np.stack([true[:, [j]].sum(axis=1)
+                                                                            for j in range(k.size)], axis=1),
+                      "theta_star": self.theta_star.copy()}
         truth = Truth(plan.id, block, first, size, pseudo=total[0], realized=total[1],
-                      pseudo_at=marks[0], realized_at=marks[1])
+                      pseudo_at=marks[0], realized_at=marks[1], extras=extras)
         return BlockAnswer(truth, [(plan.joins[0].round_id, offsets, np.ascontiguousarray(values[:, offsets]), None)])
 
     def _act(self, plan: Plan, block: int, first: int, size: int, stay: np.ndarray | None) -> BlockAnswer:

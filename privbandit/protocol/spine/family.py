@@ -202,8 +202,10 @@ class Family(ABC):
 
     # --- the observer's extras ---------------------------------------------------------------
     def row_maker(self, config, label: str) -> Callable:
-        """``row(record, truths) -> dict | None``: one ``rounds.csv`` row for a released round (its
-        record and its plan's block truths), with the family's :attr:`round_fields`; None: no row."""
+        """``row(record, truths) -> dict | list[dict] | None``: the ``rounds.csv`` row of a released
+        round (its record and its plan's block truths), with the family's :attr:`round_fields`; None:
+        no row. A list: the rows of the rounds one record stands for (an in-process block of
+        one-user rounds), each with its ``round``, ``n`` and ``reports``."""
         return lambda record, truths: {}
 
     def finish(self, config, label: str, result) -> None:

@@ -104,15 +104,20 @@ class Observer:
         return pseudo, realized
 
     def result(self, runs: list[int], privacy: dict, learner: list[dict],
-               row: Callable[[Record, list[Truth]], dict], rejected: dict | None = None) -> RunResult:
-        """The task's results; ``row`` is the family's ``rounds.csv`` row of a released round."""
+               row: Callable[[Record, list[Truth]], dict | list[dict] | None],
+               rejected: dict | None = None) -> RunResult:
+        """The task's results; ``row`` is the family's ``rounds.csv`` row (or rows) of a released round."""
         pseudo, realized = self.regret_curves()
         rows = []
         for rid in sorted(self.records):
             rec = self.records[rid]
-            extra = row(rec, self.truths_of(rec.body.get("plan", rid)))
-            if extra is not None:
-                rows.append({"round": rid, "n": rec.body["expected"], "reports": rec.n_reports, "epsilon": rec.epsilon,
+            made = row(rec, self.truths_of(rec.body.get("plan", rid)))
+            # A row maker may give several rows for one record (an in-process block standing for
+            # several rounds), each naming its own round, n and reports.
+            for extra in [] if made is None else [made] if isinstance(made, dict) else made:
+                extra = dict(extra)
+                rows.append({"round": extra.pop("round", rid), "n": extra.pop("n", rec.body["expected"]),
+                             "reports": extra.pop("reports", rec.n_reports), "epsilon": rec.epsilon,
                              "bits": rec.body["bits"], **extra})
         released = list(self.records.values())
         return RunResult(

@@ -1,0 +1,249 @@
+"""Compiled kernels of batched LinUCB (Algorithm 1, lines 4 and 13–16), R runs per call.
+
+Every floating-point operation of the learner and of the users' arm choice happens here, in loops
+with one fixed order (sums left to right, no fused multiply-add, no reassociation: numba without
+``fastmath``). That order is the method's arithmetic, whichever driver calls it: the analyzer's
+update over MQTT, the users' choice in their fleet, and the in-process look-ahead
+(:func:`look_ahead`) that inlines the same functions all produce the same bits, and so does any
+machine, whatever BLAS it has (numpy's matrix kernels sum in an order that depends on the CPU the
+BLAS library picks its kernel for).
+
+- :func:`ucb_argmax`: line 4, a_t ∈ argmax ⟨φ_a, θ̂⟩ + β‖φ_a‖_{V⁻¹}, the first of equal scores.
+- :func:`rank_one`: the non-private update with one user (Sherman–Morrison; V stays ⪰ λI).
+- :func:`update`: lines 13–15, V_m += Ṽ, u_m += ũ, then V_m⁻¹ and θ̂_m = V_m⁻¹u_m from the Cholesky
+  factor of V_m, if V_m − floor·I has one; a run without it is left for the caller's eigenvalue
+  clipping (:meth:`~.learners.BatchedLinUCB.clip`, rare: numpy's ``eigh``).
+- :func:`look_ahead`: the one-user batches of LinUCB, JDP and LDP, user after user (see
+  :mod:`.lookahead`).
+
+The kernels compile on first use (a few seconds) and are cached beside this file (numba's
+``cache=True``; ``NUMBA_CACHE_DIR`` moves the cache where the package directory is read-only).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+LINUCB, ADDITIVE = 0, 1  # look_ahead's kinds: rank-one (non-private), table + per-user draws (JDP, LDP)
+
+
+def arm_table(arms: np.ndarray) -> np.ndarray:
+    """The coefficients of every arm's score, (R, P, K), P = d + d(d+1)/2: φ_i (rows 0 … d − 1), then
+    φ_i² and 2φ_iφ_j (i < j) in the upper triangle's row-major order, so that
+    ⟨φ, θ̂⟩ = Σ_i φ_i θ̂_i and ‖φ‖²_{V⁻¹} = Σ_{i≤j} c_ij (V⁻¹)_ij (V⁻¹ symmetric). Arms run along the
+    last axis: the kernel's inner loops go over arms, one multiply-add per arm, which the compiler
+    vectorizes without reordering any arm's sum."""
+    r, k, d = arms.shape
+    iu, ju = np.triu_indices(d)
+    pairs = arms[..., iu] * arms[..., ju] * np.where(iu == ju, 1.0, 2.0)
+    return np.ascontiguousarray(np.concatenate([arms, pairs], axis=-1).transpose(0, 2, 1), dtype=np.float64)
+
+
+@njit(cache=True, nogil=True)
+def _argmax(table, theta, v_inv, beta, mean, quad):
+    """One run: the first arm of the largest ⟨φ, θ̂⟩ + β√max(‖φ‖²_{V⁻¹}, 0) (``table`` (P, K) from
+    :func:`arm_table`; ``mean`` and ``quad`` (K,) scratch)."""
+    k_arms = table.shape[1]
+    d = theta.shape[0]
+    for k in range(k_arms):
+        mean[k] = 0.0
+        quad[k] = 0.0
+    for i in range(d):
+        t = theta[i]
+        for k in range(k_arms):
+            mean[k] += table[i, k] * t
+    p = d
+    for i in range(d):
+        for j in range(i, d):
+            v = v_inv[i, j]
+            for k in range(k_arms):
+                quad[k] += table[p, k] * v
+            p += 1
+    best = -math.inf
+    arg = 0
+    for k in range(k_arms):
+        score = mean[k] + beta * math.sqrt(max(quad[k], 0.0))
+        if score > best:
+            best = score
+            arg = k
+    return arg
+
+
+@njit(cache=True, nogil=True)
+def ucb_argmax(table, theta, v_inv, beta, out):
+    """Line 4 for R runs: ``table`` (R, P, K) (:func:`arm_table`), θ̂ (R, d), V⁻¹ (R, d, d), β (R,)
+    → ``out`` (R,) int64."""
+    mean = np.empty(table.shape[2])
+    quad = np.empty(table.shape[2])
+    for r in range(table.shape[0]):
+        out[r] = _argmax(table[r], theta[r], v_inv[r], beta[r], mean, quad)
+
+
+@njit(cache=True, nogil=True)
+def _theta(v_inv, u, theta):
+    d = u.shape[0]
+    for i in range(d):
+        acc = 0.0
+        for j in range(d):
+            acc += v_inv[i, j] * u[j]
+        theta[i] = acc
+
+
+@njit(cache=True, nogil=True)
+def thetas(v_inv, u, theta):
+    """θ̂ = V⁻¹u for R runs (the clipped runs' θ̂, in the kernels' order)."""
+    for r in range(u.shape[0]):
+        _theta(v_inv[r], u[r], theta[r])
+
+
+@njit(cache=True, nogil=True)
+def _rank_one(u, V, v_inv, theta, x, y, vx):
+    """u += φy, V += φφᵀ, V⁻¹ −= (V⁻¹φ)(V⁻¹φ)ᵀ / (1 + φᵀV⁻¹φ), θ̂ = V⁻¹u (one run; ``vx`` scratch)."""
+    d = x.shape[0]
+    for i in range(d):
+        u[i] += x[i] * y
+        for j in range(d):
+            V[i, j] += x[i] * x[j]
+    den = 1.0
+    for i in range(d):
+        acc = 0.0
+        for j in range(d):
+            acc += v_inv[i, j] * x[j]
+        vx[i] = acc
+        den += acc * x[i]
+    for i in range(d):
+        for j in range(d):
+            v_inv[i, j] -= vx[i] * vx[j] / den
+    _theta(v_inv, u, theta)
+
+
+@njit(cache=True, nogil=True)
+def rank_one(u, V, v_inv, theta, x, y):
+    """The non-private one-user update for R runs: φ (R, d), y (R,)."""
+    vx = np.empty(x.shape[1])
+    for r in range(x.shape[0]):
+        _rank_one(u[r], V[r], v_inv[r], theta[r], x[r], y[r], vx)
+
+
+@njit(cache=True, nogil=True)
+def _cholesky(a, shift, low):
+    """The lower Cholesky factor of a − shift·I into ``low``; False if a pivot is not > 0 (or NaN)."""
+    d = a.shape[0]
+    for j in range(d):
+        acc = a[j, j] - shift
+        for k in range(j):
+            acc -= low[j, k] * low[j, k]
+        if not acc > 0.0:
+            return False
+        piv = math.sqrt(acc)
+        low[j, j] = piv
+        for i in range(j + 1, d):
+            s = a[i, j]
+            for k in range(j):
+                s -= low[i, k] * low[j, k]
+            low[i, j] = s / piv
+        for i in range(j):
+            low[i, j] = 0.0
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _inverse(low, inv, work):
+    """(L Lᵀ)⁻¹ = L⁻ᵀ L⁻¹ from the factor ``low``, exactly symmetric (``work`` scratch (d, d))."""
+    d = low.shape[0]
+    for j in range(d):  # work = L⁻¹, lower triangular, column by column
+        for i in range(d):
+            work[i, j] = 0.0
+        work[j, j] = 1.0 / low[j, j]
+        for i in range(j + 1, d):
+            acc = 0.0
+            for k in range(j, i):
+                acc -= low[i, k] * work[k, j]
+            work[i, j] = acc / low[i, i]
+    for i in range(d):
+        for j in range(i + 1):
+            acc = 0.0
+            for k in range(i, d):
+                acc += work[k, i] * work[k, j]
+            inv[i, j] = acc
+            inv[j, i] = acc
+
+
+@njit(cache=True, nogil=True)
+def _update(u, V, v_inv, theta, u_inc, v_inc, floor, low, work):
+    """Lines 13–15 for one run; False (u, V updated, V⁻¹ and θ̂ not) if V − floor·I has no factor."""
+    d = u.shape[0]
+    for i in range(d):
+        u[i] += u_inc[i]
+        for j in range(d):
+            V[i, j] += v_inc[i, j]
+    if not _cholesky(V, floor, low) or not _cholesky(V, 0.0, low):
+        return False
+    _inverse(low, v_inv, work)
+    _theta(v_inv, u, theta)
+    return True
+
+
+@njit(cache=True, nogil=True)
+def update(u, V, v_inv, theta, u_inc, v_inc, floor, ok):
+    """Lines 13–15 for R runs: ũ (R, d), Ṽ (R, d, d); ``ok`` (R,) bool: V⁻¹ and θ̂ set."""
+    d = u.shape[1]
+    low = np.empty((d, d))
+    work = np.empty((d, d))
+    for r in range(u.shape[0]):
+        ok[r] = _update(u[r], V[r], v_inv[r], theta[r], u_inc[r], v_inc[r], floor, low, work)
+
+
+@njit(cache=True, nogil=True)
+def look_ahead(kind, start, end, arms, scores, rewards, betas, u, V, v_inv, theta, table, draws, plus_zero, mirror,
+               floor, chosen, ys, values, pending):
+    """Users start … end − 1 of a look-ahead block, user after user, each run's arm (line 4) then its
+    update, until a run's V − floor·I has no Cholesky factor: returns that user's index (``pending``
+    marks the runs the caller must clip before calling again from the next user), or ``end``.
+
+    ``arms`` (R, K, d) and ``scores`` their :func:`arm_table`; ``rewards`` (R, n, K) bool; ``betas``
+    (n,) the β of each user's decision. ``kind`` LINUCB: the report is (φ, y) and the update
+    :func:`_rank_one`. ``kind`` ADDITIVE: the decoded report is
+    ``table[r, a, y] + draws[r, i]`` (JDP: the looked-up entries plus the tree's change; LDP: the
+    entries plus the user's noise, stored in ``values``, then + 0.0 as the sum over one report adds),
+    split into ũ (its first d) and Ṽ (``mirror``'s gather)."""
+    n_runs = rewards.shape[0]
+    d = arms.shape[2]
+    mean = np.empty(arms.shape[1])
+    quad = np.empty(arms.shape[1])
+    vx = np.empty(d)
+    low = np.empty((d, d))
+    work = np.empty((d, d))
+    u_inc = np.empty(d)
+    v_inc = np.empty((d, d))
+    width = table.shape[3]
+    inc = np.empty(width)
+    for i in range(start, end):
+        stop = False
+        for r in range(n_runs):
+            a = _argmax(scores[r], theta[r], v_inv[r], betas[i], mean, quad)
+            y = 1 if rewards[r, i, a] else 0
+            chosen[r, i] = a
+            ys[r, i] = y
+            if kind == LINUCB:
+                _rank_one(u[r], V[r], v_inv[r], theta[r], arms[r, a], float(y), vx)
+                continue
+            for e in range(width):
+                inc[e] = table[r, a, y, e] + draws[r, i, e]
+            if plus_zero:
+                for e in range(width):
+                    values[r, i, e] = inc[e]
+                    inc[e] = inc[e] + 0.0
+            for p in range(d):
+                u_inc[p] = inc[p]
+                for q in range(d):
+                    v_inc[p, q] = inc[mirror[p, q]]
+            if not _update(u[r], V[r], v_inv[r], theta[r], u_inc, v_inc, floor, low, work):
+                pending[r] = True
+                stop = True
+        if stop:
+            return i
+    return end
