@@ -219,12 +219,13 @@ class RoundSpec(BaseModel):
     decode: tuple[int, int] | None = None
     secagg_degree: Positive | None = None
     secagg_threshold: Positive | None = None
+    segment: Positive | None = None
 
     def to_round(self) -> Round:
         try:
             return Round(self.id, self.intermediary, self.rule, self.expected, self.width, self.integer, self.m,
                          self.low, self.high, self.window, self.threshold, tuple(self.groups), self.secagg,
-                         self.decode, self.secagg_degree, self.secagg_threshold)
+                         self.decode, self.secagg_degree, self.secagg_threshold, self.segment)
         except ValueError as exc:
             raise ValueError(str(exc)) from None
 
@@ -240,7 +241,7 @@ def round_spec(r: Round) -> RoundSpec:
     return RoundSpec(id=r.id, intermediary=r.intermediary, rule=r.rule, expected=r.expected, width=r.width,
                      integer=r.integer, m=r.m, low=r.low, high=r.high, window=r.window, threshold=r.threshold,
                      groups=list(r.groups), secagg=r.secagg, decode=r.decode, secagg_degree=r.secagg_degree,
-                     secagg_threshold=r.secagg_threshold)
+                     secagg_threshold=r.secagg_threshold, segment=r.segment)
 
 
 def ids_on_wire(ids: np.ndarray) -> np.ndarray:

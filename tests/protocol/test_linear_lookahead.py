@@ -56,17 +56,23 @@ def _rows(result):
     ("LinUCB-LDP", 3000, 1.0, 2, 1, "paper-code", 5),
     ("LinUCB-LDP", 2000, 10.0, 5, 3, "paper-code", 5),
     ("LinUCB-LDP", 1500, 1.0, 6, 1, "theory", 3),
+    ("LinUCB-SDP-Amp", 3010, 1.0, 2, 1, "paper-code", 5),  # B = 20; a trailing partial batch
+    ("LinUCB-SDP-Amp", 2000, 0.2, 3, 3, "paper-code", 5),
+    ("LinUCB-SDP-Amp", 1500, 1.0, 4, 2, "theory", 10),
 ])
 def test_look_ahead_equals_one_user_per_plan(label, horizon, epsilon, seed, runs, preset, dim):
+    """LinUCB, JDP and LDP (B = 1) and SDP-Amp (B = 20, its batches shuffled one by one inside a
+    block's round) decided a block at a time, against one plan per batch."""
     config = _config(label, horizon, epsilon, seed, runs, preset, dim)
     fast, fast_plans = _run(config, label, oracle=True)
     ref, ref_plans = _run(config, label, oracle=False)
-    assert len(ref_plans) == horizon and len(fast_plans) < horizon / 4  # the look-ahead did the serving
+    batch = 20 if label == "LinUCB-SDP-Amp" else 1
+    assert len(ref_plans) == -(-horizon // batch) and len(fast_plans) < len(ref_plans) / 4  # the look-ahead served
     assert any("arms" in p.body for p in fast_plans) and not any("arms" in p.body for p in ref_plans)
     np.testing.assert_array_equal(fast.pseudo, ref.pseudo)
     np.testing.assert_array_equal(fast.realized, ref.realized)
     assert _rows(fast) == _rows(ref)
-    assert fast.privacy == ref.privacy and fast.privacy["releases"] == horizon
+    assert fast.privacy == ref.privacy and fast.privacy["releases"] == horizon // batch
     assert fast.learner == ref.learner
     for field in ("u", "V", "v_inv", "theta", "clipped", "not_pd"):
         np.testing.assert_array_equal(getattr(fast.final, field), getattr(ref.final, field), err_msg=field)
@@ -75,6 +81,40 @@ def test_look_ahead_equals_one_user_per_plan(label, horizon, epsilon, seed, runs
                                                                         ref.max_report_bits)
     if label == "LinUCB-JDP" and epsilon == 0.2:
         assert ref.learner[0]["batches_clipped"] > 20
+
+
+def test_sdp_amp_blocks_clip_as_batches_do(monkeypatch):
+    """SDP-Amp's V_m never needs the safeguard at the paper's λ; with the floor raised 4-fold some
+    batches do, inside blocks, and the run is still the one-plan-per-batch run."""
+    original = linear_parties.BatchedLinUCB
+    monkeypatch.setattr(linear_parties, "BatchedLinUCB",
+                        lambda runs, d, lam, floor, beta_fn: original(runs, d, lam, 4 * floor, beta_fn))
+    config = _config("LinUCB-SDP-Amp", 2000, 1.0, 5, 2)
+    fast, fast_plans = _run(config, "LinUCB-SDP-Amp", oracle=True)
+    ref, _ = _run(config, "LinUCB-SDP-Amp", oracle=False)
+    assert len(fast_plans) < 10
+    assert 0 < ref.learner[0]["batches_clipped"] < 100 and fast.learner == ref.learner
+    np.testing.assert_array_equal(fast.pseudo, ref.pseudo)
+    assert _rows(fast) == _rows(ref)
+    for field in ("V", "v_inv", "theta"):
+        np.testing.assert_array_equal(getattr(fast.final, field), getattr(ref.final, field), err_msg=field)
+
+
+def test_sdp_amp_block_checks_each_batch_sum(monkeypatch):
+    """Two users of different batches swap reports: every report is still in the block's release,
+    but two batches' sums changed, which the analyzer refuses."""
+    config = _config("LinUCB-SDP-Amp", 600, 1.0, 2, 1)
+    original = linear_parties.LinearUsers._act_block
+
+    def swapped(self, plan, block, first, size, stay):
+        answer = original(self, plan, block, first, size, stay)
+        values = answer.reports[0][2]
+        values[:, [0, 25]] = values[:, [25, 0]]
+        return answer
+
+    monkeypatch.setattr(linear_parties.LinearUsers, "_act_block", swapped)
+    with pytest.raises(ProtocolError, match="look-ahead-mismatch"):
+        _run(config, "LinUCB-SDP-Amp", oracle=True)
 
 
 def test_look_ahead_is_for_one_user_batches_of_independent_releases():

@@ -152,26 +152,27 @@ class ShuffleLinearBandits(Family):
         and the analyzer's error on the batch sum (its estimate against the users' true sum)."""
         B, d = self.algorithm(config, label).batch, config.environment.dim
 
-        def one(b: dict, sums: list, theta_star) -> dict:
-            true_sum = sum(np.asarray(x) for x in sums)
-            err = np.asarray(b["estimate"]) - true_sum
-            per_run = diagnostics(np.asarray(b["lambda_min"]), np.asarray(b["clipped"]), np.asarray(b["theta"]),
-                                  np.asarray(theta_star), err, d)
-            return {"batch": b["batch"] + 1, "t": (b["batch"] + 1) * B, PER_RUN: per_run}
+        def rows_of(bodies: list[dict], sums: list[list], theta_star) -> list[dict]:
+            true_sums = np.stack([sum(np.asarray(x) for x in s) for s in sums])
+            err = np.stack([np.asarray(b["estimate"]) for b in bodies]) - true_sums
+            per_run = diagnostics(np.stack([np.asarray(b["lambda_min"]) for b in bodies]),
+                                  np.stack([np.asarray(b["clipped"]) for b in bodies]),
+                                  np.stack([np.asarray(b["theta"]) for b in bodies]), np.asarray(theta_star), err, d)
+            return [{"batch": b["batch"] + 1, "t": (b["batch"] + 1) * B, PER_RUN: p} for b, p in zip(bodies, per_run)]
 
         def row(record, truths) -> dict | list[dict] | None:
             b = record.body
-            if "diagnostics" in b:  # an in-process block: the rows of its one-user batches, as their own
+            if "diagnostics" in b:  # an in-process block: the rows of its batches, as their own releases'
                 sums, star = {}, None
                 for t in truths:
                     for j, m in enumerate(t.extras.get("diagnostic_batches", ())):
                         sums[int(m)] = t.extras["entries_sums"][:, j]
                         star = t.extras["theta_star"]
-                return [{"round": g["batch"], "n": 1, "reports": 1, **one(g, [sums[g["batch"]]], star)}
-                        for g in b["diagnostics"]]
+                made = rows_of(b["diagnostics"], [[sums[g["batch"]]] for g in b["diagnostics"]], star)
+                return [{"round": g["batch"], "n": B, "reports": B, **r} for g, r in zip(b["diagnostics"], made)]
             if "theta" not in b or not truths or "entries_sum" not in truths[0].extras:
                 return None
-            return one(b, [t.extras["entries_sum"] for t in truths], truths[0].extras["theta_star"])
+            return rows_of([b], [[t.extras["entries_sum"] for t in truths]], truths[0].extras["theta_star"])[0]
 
         return row
 

@@ -13,8 +13,8 @@ BLAS library picks its kernel for).
 - :func:`update`: lines 13–15, V_m += Ṽ, u_m += ũ, then V_m⁻¹ and θ̂_m = V_m⁻¹u_m from the Cholesky
   factor of V_m, if V_m − floor·I has one; a run without it is left for the caller's eigenvalue
   clipping (:meth:`~.learners.BatchedLinUCB.clip`, rare: numpy's ``eigh``).
-- :func:`look_ahead`: the one-user batches of LinUCB, JDP and LDP, user after user (see
-  :mod:`.lookahead`).
+- :func:`look_ahead`: the one-user batches of LinUCB, JDP and LDP, user after user, and
+  :func:`batch_ahead`: LinUCB-SDP-Amp's batches, batch after batch (see :mod:`.lookahead`).
 
 The kernels compile on first use (a few seconds) and are cached beside this file (numba's
 ``cache=True``; ``NUMBA_CACHE_DIR`` moves the cache where the package directory is read-only).
@@ -246,4 +246,54 @@ def look_ahead(kind, start, end, arms, scores, rewards, betas, u, V, v_inv, thet
                 stop = True
         if stop:
             return i
+    return end
+
+
+@njit(cache=True, nogil=True)
+def batch_ahead(start, end, batch, scores, rewards, betas, u, V, v_inv, theta, table, draws, mirror, floor,
+                chosen, values, estimates, pending):
+    """Batches start … end − 1 of ``batch`` users each (LinUCB-SDP-Amp's look-ahead), batch after
+    batch: each run's arm for the batch (line 4, every user of a batch has the same context), its
+    users' reports ``table[r, a, y] + draws[r, i]`` into ``values`` (R, n·B, D), their sum into
+    ``estimates`` (R, n, D), then lines 13–15, until a run's V − floor·I has no Cholesky factor:
+    returns that batch's index (``pending`` marks the runs to clip), or ``end``.
+
+    The shuffled reports are grid values whose every partial sum the caller has bounded below 2³³,
+    so each sum is exact: the same double in this order as in the analyzer's sorted order."""
+    n_runs = rewards.shape[0]
+    d = u.shape[1]
+    k_arms = scores.shape[2]
+    mean = np.empty(k_arms)
+    quad = np.empty(k_arms)
+    low = np.empty((d, d))
+    work = np.empty((d, d))
+    u_inc = np.empty(d)
+    v_inc = np.empty((d, d))
+    width = table.shape[3]
+    acc = np.empty(width)
+    for j in range(start, end):
+        stop = False
+        for r in range(n_runs):
+            a = _argmax(scores[r], theta[r], v_inv[r], betas[j], mean, quad)
+            chosen[r, j] = a
+            for e in range(width):
+                acc[e] = 0.0
+            for b in range(batch):
+                i = j * batch + b
+                y = 1 if rewards[r, i, a] else 0
+                for e in range(width):
+                    v = table[r, a, y, e] + draws[r, i, e]
+                    values[r, i, e] = v
+                    acc[e] += v
+            for e in range(width):
+                estimates[r, j, e] = acc[e]
+            for p in range(d):
+                u_inc[p] = acc[p]
+                for q in range(d):
+                    v_inc[p, q] = acc[mirror[p, q]]
+            if not _update(u[r], V[r], v_inv[r], theta[r], u_inc, v_inc, floor, low, work):
+                pending[r] = True
+                stop = True
+        if stop:
+            return j
     return end

@@ -37,10 +37,12 @@ from privbandit.protocol.primitives.noise.grid_gaussian import to_grid
 
 
 class LookAhead:
-    """One task's look-ahead: the per-arm tables of its runs' fixed arms (R, K, d)."""
+    """One task's look-ahead: the per-arm tables of its runs' fixed arms (R, K, d); ``batch`` users
+    per batch (1, or LinUCB-SDP-Amp's B)."""
 
-    def __init__(self, kind: str, arms: np.ndarray):
+    def __init__(self, kind: str, arms: np.ndarray, batch: int = 1):
         self.kind = kind
+        self.batch = batch
         self.arms = np.ascontiguousarray(arms, dtype=np.float64)
         self.scores = kernels.arm_table(arms)
         r, k, d = arms.shape
@@ -58,60 +60,81 @@ class LookAhead:
         self.mirror = slb.mirror_indices(d)  # entries index of V[i, j]
         self._none = (np.zeros((1, 1, 2, 1)), np.zeros((1, 1, 1)))  # the unused table and draws
 
+    def exact(self, noise: np.ndarray) -> bool:
+        """Are all of SDP-Amp's batch sums of these draws' reports exact in float64 (every partial
+        sum of B grid values below 2³³ in magnitude)?"""
+        return self.batch * (np.abs(self.entries).max() + np.abs(noise).max()) < 2.0 ** 33
+
     def decide(self, learner, rewards: np.ndarray, noise: np.ndarray | None, betas: np.ndarray, tree=None,
                tree_noise: np.ndarray | None = None, marks: np.ndarray = np.empty(0, np.int64)) -> tuple:
-        """Serve the block's n users in order: (their arms (R, n), their reports (R, n, width), the
-        first release's tree lane or None, the diagnostics after each user of ``marks``). ``rewards``
-        (R, n, K, bool) and ``noise`` (R, n, D) the users' (oracle), ``betas`` (n,) the β each user's
-        decision uses, ``tree_noise`` (R, n, D) the JDP analyzer's node draws for these batches,
-        ``marks`` the (sorted) users with a rounds.csv row: for each, its batch's decoded estimate and
-        the model after it, as :meth:`~.parties.LinearServer._learn` records them."""
-        r, n = rewards.shape[:2]
+        """Serve the block's n batches in order: (their arms (R, n), their users' reports (R, n·B,
+        width), the first release's tree lane or None, the diagnostics after each batch of ``marks``,
+        what the release must show: the reports, or SDP-Amp's batch sums (R, n, D)). ``rewards``
+        (R, n·B, K, bool) and ``noise`` (R, n·B, D) the users' (oracle), ``betas`` (n,) the β each
+        batch's decision uses, ``tree_noise`` (R, n, D) the JDP analyzer's node draws for these
+        batches, ``marks`` the (sorted) batches with a rounds.csv row: for each, its decoded estimate
+        and the model after it, as :meth:`~.parties.LinearServer._learn` records them."""
+        r, n = rewards.shape[0], rewards.shape[1] // self.batch
         kind, L = self.kind, learner
         chosen = np.empty((r, n), dtype=np.int64)
         ys = np.empty((r, n), dtype=np.int64)
         lane = None
         table, draws = self._none
         values = draws
+        estimates = None
         if kind == "linucb-jdp":  # the tree's releases do not depend on the arms: all n at once
             lane = f"level-{tree.level()}"
             table, draws = self.decoded, tree_changes(tree, tree_noise)
-        elif kind == "linucb-ldp":
+        elif kind in ("linucb-ldp", "linucb-sdp-amp"):
             table, draws = self.entries, np.ascontiguousarray(noise)
-            values = np.empty((r, n, self.entries.shape[-1]))
-        code = kernels.LINUCB if kind == "linucb" else kernels.ADDITIVE
+            values = np.empty((r, n * self.batch, self.entries.shape[-1]))
+        if kind == "linucb-sdp-amp":
+            estimates = np.empty((r, n, self.entries.shape[-1]))
         pending = np.zeros(r, dtype=np.bool_)
         rewards = np.ascontiguousarray(rewards)
         betas = np.ascontiguousarray(betas, dtype=np.float64)
+
+        def step(i: int, end: int) -> int:
+            if estimates is not None:
+                return kernels.batch_ahead(i, end, self.batch, self.scores, rewards, betas, L.u, L.V, L.v_inv,
+                                           L.theta, table, draws, self.mirror, L.floor, chosen, values, estimates,
+                                           pending)
+            code = kernels.LINUCB if kind == "linucb" else kernels.ADDITIVE
+            return kernels.look_ahead(code, i, end, self.arms, self.scores, rewards, betas, L.u, L.V, L.v_inv,
+                                      L.theta, table, draws, kind == "linucb-ldp", self.mirror, L.floor, chosen, ys,
+                                      values, pending)
+
         rows = np.arange(r)
         diagnostics = []
-        i = 0
         ends = [(int(k) + 1, True) for k in marks]
         if not ends or ends[-1][0] < n:
             ends.append((n, False))
+        i = 0
         for end, mark in ends:
             while i < end:
-                stop = kernels.look_ahead(code, i, end, self.arms, self.scores, rewards, betas, L.u, L.V, L.v_inv,
-                                          L.theta, table, draws, kind == "linucb-ldp", self.mirror, L.floor, chosen,
-                                          ys, values, pending)
-                i = stop
-                if stop < end:  # the safeguard's branch for this user's runs
+                i = step(i, end)
+                if i < end:  # the safeguard's branch for this batch's runs
                     L.clip(pending)
                     pending[:] = False
                     i += 1
             if mark:
-                k = end - 1  # the batch's estimate: its one report's sum, as the kernel added it
-                estimate = table[rows, chosen[:, k], ys[:, k]] + draws[:, k]
-                if kind == "linucb-ldp":
-                    estimate = estimate + 0.0
-                L.lambda_min = None
-                diagnostics.append((k, estimate, L.theta.copy(), L.smallest_eigenvalues().copy()))
-        L.t += n
+                k = end - 1  # the batch's estimate: its reports' sum, as the kernel added it
+                if estimates is not None:
+                    estimate = estimates[:, k].copy()
+                else:
+                    estimate = table[rows, chosen[:, k], ys[:, k]] + draws[:, k]
+                    if kind == "linucb-ldp":
+                        estimate = estimate + 0.0
+                diagnostics.append((k, estimate, L.theta.copy(), L.V.copy()))
+        if diagnostics:  # λ_min of each V_m, one stacked call (the same LAPACK routine per matrix)
+            lam = np.linalg.eigvalsh(np.stack([v for *_, v in diagnostics]))[..., 0]
+            diagnostics = [(k, est, theta, lam[i]) for i, (k, est, theta, _) in enumerate(diagnostics)]
+        L.t += n * self.batch
         L.lambda_min = None
         L.beta = L.beta_fn(L.t)
-        if kind != "linucb-ldp":
+        if kind in ("linucb", "linucb-jdp"):
             values = self.raw[rows[:, None], chosen, ys]
-        return chosen, values, lane, diagnostics
+        return chosen, values, lane, diagnostics, values if estimates is None else estimates
 
 
 def tree_changes(tree, fresh: np.ndarray) -> np.ndarray:

@@ -414,6 +414,7 @@ class StackedStreams:
         self.per_block = runs[0].per_block
         self.block = -1
         self.noise = None
+        self._last = None
 
     def for_batch(self, m: int):
         k = m // self.per_block
@@ -424,7 +425,15 @@ class StackedStreams:
 
     def rows(self, m: int, n: int) -> np.ndarray:
         """Batches m … m + n − 1's draws, (R, n, B, D): the rows :meth:`for_batch` gives them, one
-        block at a time (a plain array of draws only: the Gaussian randomizer's, the tree's)."""
+        block at a time (a plain array of draws only: the Gaussian randomizer's, the tree's). The
+        last answer is kept: a look-ahead's users ask again for (part of) what its oracle asked."""
+        last = self._last
+        if last is not None and last[0] <= m and m + n <= last[0] + last[1].shape[1]:
+            return last[1][:, m - last[0]:m - last[0] + n]
+        self._last = (m, self._rows(m, n))
+        return self._last[1]
+
+    def _rows(self, m: int, n: int) -> np.ndarray:
         parts = []
         while n > 0:
             k, off = divmod(m, self.per_block)

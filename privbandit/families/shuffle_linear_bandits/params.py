@@ -20,6 +20,7 @@ lie in [0, 1]. Theorems assume L = 1 (Assumption 3.1, spec §1); for larger L we
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from dataclasses import dataclass
 
 from privbandit.families.shuffle_linear_bandits.mechanisms import VecParams, n_entries, tree_levels
@@ -246,9 +247,7 @@ def batch_event(algorithm: str, preset: str, budget: Budget, batch: int, feature
     if algorithm != "linucb-sdp-vec" and d is None:
         raise ValueError(f"{algorithm}: the privacy event needs the dimension d (its grid rounding widens Δ)")
     if algorithm == "linucb-sdp-amp":
-        local = amp.discrete_gaussian_local_epsilon(report_rho(feature_norm, d, sigma))
-        a = amp.amplified_randomizer(batch, local, budget.delta)
-        return ApproxDP(a["epsilon"], a["delta"], AMP_BASIS)
+        return _amp_event(batch, report_rho(feature_norm, d, sigma), budget.delta)
     if algorithm == "linucb-ldp":
         return ZCDP(report_rho(feature_norm, d, sigma))
     if algorithm == "linucb-jdp":
@@ -257,6 +256,14 @@ def batch_event(algorithm: str, preset: str, budget: Budget, batch: int, feature
     if not covered:
         return NoneProven("P_Vec: " + "; ".join(warnings))
     return ApproxDP(budget.epsilon, budget.delta, VEC_BASIS)
+
+
+@lru_cache(maxsize=256)
+def _amp_event(batch: int, rho: float, delta: float) -> ApproxDP:
+    """P_Amp's batch event: the shuffled grid-Gaussian randomizer's (ε̃, δ̃) (a bisection over δ₀ of
+    root-findings, a few ms: computed once per (B, ρ, δ), as every run of a task asks for it)."""
+    a = amp.amplified_randomizer(batch, amp.discrete_gaussian_local_epsilon(rho), delta)
+    return ApproxDP(a["epsilon"], a["delta"], AMP_BASIS)
 
 
 def node_event(budget: Budget, feature_norm: float, sigma: float, d: int) -> ZCDP:

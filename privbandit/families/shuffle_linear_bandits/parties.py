@@ -45,6 +45,7 @@ from privbandit.families.shuffle_linear_bandits import params as lp
 from privbandit.families.shuffle_linear_bandits.lookahead import LookAhead
 from privbandit.families.shuffle_linear_bandits.learners import BatchedLinUCB, Widths
 from privbandit.families.shuffle_linear_bandits.world import LinearInstances, UserUniforms, bounds
+from privbandit.protocol.primitives.noise.grid_gaussian import to_grid
 from privbandit.protocol.privacy import PrivacyEvent
 from privbandit.protocol.spine.errors import ProtocolError
 from privbandit.protocol.spine.events import Join, Plan, Release, Round, Truth
@@ -53,6 +54,7 @@ from privbandit.protocol.spine.observer import checkpoints_in
 
 RAW = ("linucb", "linucb-jdp")  # raw (φ, y) to a trusted analyzer
 LOOK_AHEAD = ("linucb", "linucb-jdp", "linucb-ldp")  # one user per batch: decided a block at a time in-process
+BATCH_AHEAD = ("linucb-sdp-amp",)  # batches of any size: decided a block of batches at a time in-process
 LOOK_AHEAD_USERS = 4096  # users one look-ahead block decides at most
 LOOK_AHEAD_CELLS = 1 << 22  # and at most this many (run, user, arm) rewards looked at (bytes)
 
@@ -157,9 +159,9 @@ class LinearServer:
         self.group = "returning" if s.budget.participations > 1 else None
         # In-process look-ahead (see :meth:`_block`): one-user batches of a learner that composes
         # each release on its own (group None), so a block's releases are one ledger record.
-        self.oracle = oracle if (oracle is not None and s.batch == 1 and s.kind in LOOK_AHEAD
-                                 and self.group is None) else None
-        self.expected: dict[int, np.ndarray] = {}  # a block plan's round → the reports looked at
+        self.oracle = oracle if (oracle is not None and self.group is None and (
+            (s.batch == 1 and s.kind in LOOK_AHEAD) or s.kind in BATCH_AHEAD)) else None
+        self.expected: dict[int, np.ndarray] = {}  # a block plan's round → what its release must show
         self._lanes: dict[int, str] = {}
         self._diagnostics: dict[int, list[dict]] = {}  # a block plan's round → its rounds.csv batches
         self.look: LookAhead | None = None
@@ -182,8 +184,8 @@ class LinearServer:
         """The next batch, or [] while one is open or once the horizon is served."""
         if self.open is not None or self.done:
             return []
-        if self.oracle is not None:
-            return [self._block()]
+        if self.oracle is not None and (block := self._block()) is not None:
+            return [block]
         B = self.s.batch
         theta, v_inv, beta = self.learner.broadcast()
         m, first = self.next_batch, self.planned
@@ -201,14 +203,15 @@ class LinearServer:
 
     # --- the in-process look-ahead ---------------------------------------------------------------
     def _block_end(self, m: int) -> int:
-        """One past the last batch a block starting at m may decide: at most a block's users, and
-        (JDP) before the next count that opens a new tree level, 2^j − 1: the block's
+        """One past the last batch a block starting at m may decide: at most a block's users, the
+        full batches only (a trailing partial batch has no round), and (JDP) before the next count
+        that opens a new tree level, 2^j − 1: the block's
         releases are recorded once, under its first lane, which must leave the ledger as they would
         one by one (each lane keeps the worst of identical events, in order of first use)."""
         if not hasattr(self, "_block_users"):
             arms = self.oracle(m, 1)[0].shape[1]  # K (public: the experiment file says it)
             self._block_users = max(64, min(LOOK_AHEAD_USERS, LOOK_AHEAD_CELLS // (self.runs * arms)))
-        end = min(self.s.horizon, m + self._block_users)
+        end = min(self.s.horizon // self.s.batch, m + max(1, self._block_users // self.s.batch))
         if self.tree is not None:
             nxt = (1 << (m + 1).bit_length()) - 1  # the smallest 2^j − 1 above m
             end = min(end, nxt)
@@ -224,49 +227,57 @@ class LinearServer:
         lo, hi = np.searchsorted(self._diag_sorted, [m, m + n])
         return self._diag_sorted[lo:hi] - m
 
-    def _block(self) -> Plan:
-        """Decide users m … end − 1 (one-user batches) at once, exactly as one plan per user would:
-        the same learner calls, in the same order, on what the users would report, which the users'
-        ``oracle`` shows ahead (their reward from every arm, their randomizer's draws; the trusted
-        analyzer of LinUCB/JDP receives the raw data anyway, LDP's the noised reports, attributably).
-        One plan gives the users their arms; its one pass-through round collects their reports,
-        which :meth:`on_release` checks against those looked at. Batches with a rounds.csv row inside
-        the block leave their estimate and model in the release's body, as their own releases would."""
+    def _block(self) -> Plan | None:
+        """Decide batches m … end − 1 at once, exactly as one plan per batch would: the same kernel
+        calls, in the same order, on what the users would report, which the users' ``oracle`` shows
+        ahead (their reward from every arm, their randomizer's draws; the trusted analyzer of
+        LinUCB/JDP receives the raw data anyway, LDP's the noised reports, attributably, and
+        SDP-Amp's each batch's sum, which its shuffled release keeps). One plan gives the users
+        their arms; its one round collects their reports, which :meth:`on_release` checks against
+        those looked at: a pass-through round, or SDP-Amp's shuffle of each batch on its own
+        (``segment``). Batches with a rounds.csv row inside the block leave their estimate and
+        model in the release's body, as their own releases would. None: no block (only a trailing
+        partial batch is left, or SDP-Amp's sums would not be exact)."""
         s = self.s
+        B = s.batch
         m = self.next_batch
         n = self._block_end(m) - m
+        if n < 1:
+            return None
         arms, rewards, noise, fits = self.oracle(m, n)
         if self.look is None:
-            self.look = LookAhead(s.kind, arms)
+            self.look = LookAhead(s.kind, arms, B)
+        if s.kind in BATCH_AHEAD and not self.look.exact(noise):
+            return None
         tree_noise = None if self.tree is None else self.tree_noise.rows(m, n)[:, :, 0]
         betas = self._betas(self.learner.t, n)
         saved = self._state()
-        chosen, values, lane, diag = self.look.decide(self.learner, rewards, noise, betas, self.tree, tree_noise,
-                                                      self._marks(m, n))
+        chosen, values, lane, diag, check = self.look.decide(self.learner, rewards, noise, betas, self.tree,
+                                                             tree_noise, self._marks(m, n))
         k = fits(chosen)
-        if k < n:  # rare: the observer could not add this block's regret as one user at a time would
+        if k < n:  # rare: the observer could not add this block's regret as one batch at a time would
             self._restore(saved)
             n = k
-            chosen, values, lane, diag = self.look.decide(
-                self.learner, rewards[:, :n], None if noise is None else noise[:, :n], betas[:n], self.tree,
+            chosen, values, lane, diag, check = self.look.decide(
+                self.learner, rewards[:, :n * B], None if noise is None else noise[:, :n * B], betas[:n], self.tree,
                 None if tree_noise is None else tree_noise[:, :n], self._marks(m, n))
-        self.expected[m] = values
+        self.expected[m] = check
         self._diagnostics[m] = [{"batch": m + i, "estimate": est, "theta": theta, "lambda_min": lam,
                                  "clipped": (lam < s.conf.floor).astype(np.int64)} for i, est, theta, lam in diag]
         self._lanes[m] = lane or "round"
         self.next_batch += n
-        self.planned += n
+        self.planned += n * B
         self.open = m
-        rnd = replace(s.round(m), expected=n)
-        return Plan(m, m, n, {"batch": m, "arms": chosen}, (rnd,), (Join(m, m, n, n),))
+        rnd = replace(s.round(m), expected=n * B, segment=B if s.kind in BATCH_AHEAD else None)
+        return Plan(m, m * B, n * B, {"batch": m, "arms": chosen}, (rnd,), (Join(m, m * B, n * B, n * B),))
 
     def _betas(self, t: int, n: int) -> np.ndarray:
-        """β of users t … t + n − 1's decisions: the learner's own ``beta_fn``, one call per user
-        unless the preset holds one width for the whole run."""
+        """β of the next n batches' decisions, t users served before them: the learner's own
+        ``beta_fn``, one call per batch unless the preset holds one width for the whole run."""
         conf = self.s.conf
         if conf.fixed_width is not None:
             return np.full(n, float(conf.fixed_width))
-        return np.array([self.learner.beta_fn(t + i) for i in range(n)], dtype=np.float64)
+        return np.array([self.learner.beta_fn(t + i * self.s.batch) for i in range(n)], dtype=np.float64)
 
     def _state(self) -> tuple:
         L, t = self.learner, self.tree
@@ -284,7 +295,10 @@ class LinearServer:
 
     def on_release(self, rnd: Round, release: Release) -> tuple[dict, Spend]:
         if rnd.id in self.expected:
-            if rnd.id != self.open or not np.array_equal(release.values, self.expected[rnd.id]):
+            shown = release.values
+            if rnd.segment is not None:  # each batch's sum (exact: grid values, bounded), as _learn decodes it
+                shown = shown.reshape(self.runs, -1, rnd.segment, shown.shape[-1]).sum(axis=2)
+            if rnd.id != self.open or not np.array_equal(shown, self.expected[rnd.id]):
                 raise ProtocolError("look-ahead-mismatch", f"block {rnd.id}: the users' reports are not those "
                                                            f"the analyzer looked ahead at")
             del self.expected[rnd.id]
@@ -292,7 +306,8 @@ class LinearServer:
             body = {"batch": rnd.id}
             if diag := self._diagnostics.pop(rnd.id):
                 body["diagnostics"] = diag
-            return body, Spend(self.event, self._lanes.pop(rnd.id), self.group, releases=rnd.expected)
+            return body, Spend(self.event, self._lanes.pop(rnd.id), self.group,
+                               releases=rnd.expected // self.s.batch)
         if rnd.id != self.open:
             raise ProtocolError("unknown-round", f"batch {rnd.id} is not the open batch {self.open}")
         body = {"batch": rnd.id}
@@ -348,6 +363,7 @@ class LinearUsers:
         # [φy, upper(φφᵀ)] of every arm for y = 0, 1 (R, K, 2, D): a user's entries, looked up
         ys = np.broadcast_to(np.array([0.0, 1.0]), self.arms.shape[:2] + (2,))
         self.entries = slb.user_entries(np.broadcast_to(self.arms[:, :, None, :], ys.shape + self.arms.shape[-1:]), ys)
+        self.gridded = to_grid(self.entries)  # rounding is elementwise: these are the rounded entries of any user
         self.means = instances.means
         self.best = self.means.max(axis=1)
         self.theta_star = instances.theta
@@ -361,32 +377,57 @@ class LinearUsers:
         # plan's truth is set so that those sums are the one-user-per-plan ones, bit for bit.
         self.sums = np.zeros((2, len(runs)))
 
-    def oracle(self, first: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """What the analyzer's in-process look-ahead may see of users first … first + n − 1 (one-user
-        batches): their contexts (the fixed arms, (R, K, d)), the reward each would get from every
-        arm (R, n, K, bool), their randomizer's draws (R, n, D) or None, and :meth:`fits`."""
-        u = self.uniforms.get(first, n)
+    def oracle(self, m: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """What the analyzer's in-process look-ahead may see of batches m … m + n − 1 (users
+        m·B … (m + n)·B − 1): their contexts (the fixed arms, (R, K, d)), the reward each user would
+        get from every arm (R, n·B, K, bool), their randomizer's draws (R, n·B, D) or None, and
+        :meth:`fits`."""
+        B = self.s.batch
+        u = self.uniforms.get(m * B, n * B)
         rewards = u[:, :, None] < self.means[:, None, :]
-        noise = None if self.noise is None else self.noise.rows(first, n)[:, :, 0]
-        return self.arms, rewards, noise, lambda arms: self.fits(first, arms)
+        noise = None
+        if self.noise is not None:
+            rows = self.noise.rows(m, n)
+            noise = rows.reshape(rows.shape[0], n * B, rows.shape[-1])
+        return self.arms, rewards, noise, lambda arms: self.fits(m, arms)
 
-    def fits(self, first: int, arms: np.ndarray) -> int:
-        """How many of the users first … playing ``arms`` (R, n) one block plan may serve: the most
+    def _running(self, m: int, arms: np.ndarray, u: np.ndarray | None = None):
+        """The observer's running regret sums over batches m … m + n − 1 played with ``arms``
+        (R, n), one batch per plan, as it would add them: (after each batch (k, R, n), at the
+        checkpoints inside (k, R, c), those checkpoints' user offsets); k = 1 (pseudo-regret) or 2
+        (and realized, from the users' uniforms ``u`` (R, n·B)). Within a batch the users' regrets
+        are cumulated as :meth:`_act` does; batch totals are added one at a time, from
+        :attr:`sums`."""
+        B = self.s.batch
+        r, n = arms.shape
+        mu = self.means[self.ridx[:, None], arms]
+        within = [np.repeat((self.best[:, None] - mu)[:, :, None], B, axis=2).cumsum(axis=2)]
+        if u is not None:
+            u = u.reshape(r, n, B)
+            within.append(((u < self.best[:, None, None]) - (u < mu[:, :, None]).astype(np.float64)).cumsum(axis=2))
+        w = np.stack(within)  # (k, R, n, B)
+        start = self.sums[:len(within)]
+        after = np.cumsum(np.concatenate([start[:, :, None], w[..., -1]], axis=2), axis=2)
+        at = checkpoints_in(self.checkpoints, m * B, n * B) - m * B - 1
+        marks = after[:, :, at // B] + w[:, :, at // B, at % B]
+        return after[:, :, 1:], marks, at
+
+    def fits(self, m: int, arms: np.ndarray) -> int:
+        """How many of the batches m … playing ``arms`` (R, n) one block plan may serve: the most
         whose running regret sums, at the checkpoints and at the end, the observer reproduces from
-        its own sum by one addition (:func:`exact_steps`; one user always fits)."""
+        its own sum by one addition (:func:`exact_steps`; one batch always fits)."""
         n = arms.shape[1]
-        gaps = self.best[:, None] - self.means[self.ridx[:, None], arms]
-        running = np.cumsum(np.concatenate([self.sums[0][:, None], gaps], axis=1), axis=1)[:, 1:]
-        _, ends = exact_steps(self.sums[0][:, None], running)
+        after, marks, at = self._running(m, arms)
+        before = self.sums[0][:, None]
+        _, ends = exact_steps(before, after[0])
         ok = ends.all(axis=0)
         ok[0] = True
-        at = checkpoints_in(self.checkpoints, first, n) - first - 1
         stop = n
         if at.size:
-            _, marks = exact_steps(self.sums[0][:, None], running[:, at])
-            bad = np.flatnonzero(~marks.all(axis=0))
+            _, reach = exact_steps(before, marks[0])
+            bad = np.flatnonzero(~reach.all(axis=0))
             if bad.size:
-                stop = max(1, int(at[bad[0]]))  # users before the first unreachable checkpoint
+                stop = max(1, int(at[bad[0]]) // self.s.batch)  # batches before the first unreachable checkpoint
         return int(np.flatnonzero(ok[:stop])[-1]) + 1
 
     def shard(self, plan: Plan, block: int, shards: int) -> int:
@@ -402,34 +443,33 @@ class LinearUsers:
         return answer
 
     def _act_block(self, plan: Plan, block: int, first: int, size: int, stay: np.ndarray | None) -> BlockAnswer:
-        """A look-ahead block (one-user batches, in-process): each user plays the arm the plan gives
-        her, as she would have chosen it from her own one-user plan."""
-        lo = first - plan.first_user
-        a = np.asarray(plan.body["arms"])[:, lo:lo + size]
+        """A look-ahead block (in-process): each batch's users play the arm the plan gives the batch,
+        as they would have chosen it from the batch's own plan."""
+        B = self.s.batch
+        m, n = first // B, size // B
+        lo = m - plan.id
+        a = np.ascontiguousarray(np.asarray(plan.body["arms"])[:, lo:lo + n])
         rows = self.ridx[:, None]
-        mu_a = self.means[rows, a]
+        a_user = np.repeat(a, B, axis=1)
         u = self.uniforms.get(first, size)
-        y = (u < mu_a).astype(np.float64)
-        x = self.arms[rows, a]
+        y = (u < self.means[rows, a_user]).astype(np.float64)
         if self.s.kind in RAW:
-            values = np.concatenate([x, y[..., None]], axis=-1)
-        else:
-            values = self.randomizer.apply(slb.user_entries(x, y), self.noise.rows(first, size)[:, :, 0])
+            values = np.concatenate([self.arms[rows, a_user], y[..., None]], axis=-1)
+        else:  # the Gaussian randomizer's to_grid(entries) + noise, the rounded entries looked up
+            noise = self.noise.rows(m, n)
+            values = self.gridded[rows, a_user, y.astype(np.intp)] + noise.reshape(noise.shape[0], size, noise.shape[-1])
         offsets = np.arange(size) if stay is None else np.flatnonzero(stay)
-        at = checkpoints_in(self.checkpoints, first, size) - first - 1
-        # One user per plan, the observer would add the users' regrets one at a time: these running
-        # sums, and a block total and checkpoint values that reproduce them exactly from its own.
-        gaps = np.stack([self.best[:, None] - mu_a, (u < self.best[:, None]) - y])
-        running = np.cumsum(np.concatenate([self.sums[:, :, None], gaps], axis=2), axis=2)[:, :, 1:]
-        total = exact_step(self.sums, running[:, :, -1])
-        marks = exact_step(self.sums[:, :, None], running[:, :, at])
+        # One batch per plan, the observer would add the batches' regrets one at a time: these
+        # running sums, and a block total and checkpoint values that reproduce them exactly from its own.
+        after, targets, _ = self._running(m, a, u)
+        total = exact_step(self.sums, after[:, :, -1])
+        marks = exact_step(self.sums[:, :, None], targets)
         extras = {}
-        diag = np.array(sorted(m for m in self.s.diagnostic if first <= m < first + size), dtype=np.int64)
+        diag = np.array(sorted(k for k in self.s.diagnostic if m <= k < m + n), dtype=np.int64)
         if diag.size and self.s.kind != "linucb":  # the true sums of the batches with a rounds.csv row
-            k = diag - first
-            true = self.entries[rows, a[:, k], y[:, k].astype(np.intp)]  # (R, n, D)
-            extras = {"diagnostic_batches": diag, "entries_sums": np.stack([true[:, [j]].sum(axis=1)
-                                                                            for j in range(k.size)], axis=1),
+            true = self.entries[rows, a_user, y.astype(np.intp)]  # (R, n·B, D)
+            sums = [true[:, np.arange((k - m) * B, (k - m + 1) * B)].sum(axis=1) for k in diag]  # as _act sums
+            extras = {"diagnostic_batches": diag, "entries_sums": np.stack(sums, axis=1),
                       "theta_star": self.theta_star.copy()}
         truth = Truth(plan.id, block, first, size, pseudo=total[0], realized=total[1],
                       pseudo_at=marks[0], realized_at=marks[1], extras=extras)
@@ -509,12 +549,15 @@ def users_part(noise, lo: int, hi: int):
 
 
 def diagnostics(lam_min: np.ndarray, clipped: np.ndarray, theta: np.ndarray, theta_star: np.ndarray,
-                err: np.ndarray, d: int) -> list[dict]:
-    """Per run: λ_min(V_m) as released, whether it was clipped, ‖θ̂ − θ*‖ and the analyzer's error
-    on the batch sum (mean and variance over the vector and the matrix entries). Each run's numbers
-    are computed alone (row by row), whatever runs are stacked with it."""
-    u, v = np.ascontiguousarray(err[:, :d]), np.ascontiguousarray(err[:, d:])
-    cols = {"lambda_min": lam_min, "clipped": clipped, "theta_error": np.linalg.norm(theta - theta_star, axis=1),
-            "u_error_mean": u.mean(axis=1), "u_error_var": u.var(axis=1),
-            "V_error_mean": v.mean(axis=1), "V_error_var": v.var(axis=1)}
-    return [dict(zip(cols, values)) for values in zip(*(c.tolist() for c in cols.values()))]
+                err: np.ndarray, d: int) -> list[list[dict]]:
+    """Per batch and run: λ_min(V_m) as released, whether it was clipped, ‖θ̂ − θ*‖ and the
+    analyzer's error on the batch sum (mean and variance over the vector and the matrix entries),
+    for n batches at once: λ_min and clipped (n, R), θ̂ (n, R, d), θ* (R, d), errors (n, R, D).
+    Each number is a reduction over one row, computed alone whatever batches and runs are stacked
+    with it."""
+    u, v = np.ascontiguousarray(err[..., :d]), np.ascontiguousarray(err[..., d:])
+    cols = {"lambda_min": lam_min, "clipped": clipped, "theta_error": np.linalg.norm(theta - theta_star, axis=-1),
+            "u_error_mean": u.mean(axis=-1), "u_error_var": u.var(axis=-1),
+            "V_error_mean": v.mean(axis=-1), "V_error_var": v.var(axis=-1)}
+    lists = [c.tolist() for c in cols.values()]
+    return [[dict(zip(cols, values)) for values in zip(*(c[i] for c in lists))] for i in range(len(lam_min))]

@@ -53,7 +53,9 @@ class Round:
     over a graph of degree ``secagg_degree`` with Shamir threshold ``secagg_threshold`` (the (k, t)
     of :mod:`privbandit.protocol.primitives.secagg.parameters`; None: that module's defaults).
     ``decode`` (with ``m``, rule ``argmax``): the interval ``[lo, hi]`` whose representatives of the
-    sums mod m are compared.
+    sums mod m are compared. ``segment`` (rule ``shuffle``, complete rounds only): every
+    consecutive ``segment`` reports are permuted among themselves and released in place, as that many
+    separate shuffles would be (an in-process look-ahead block of P_Amp's batches).
     """
 
     id: int
@@ -72,6 +74,7 @@ class Round:
     decode: tuple[int, int] | None = None
     secagg_degree: int | None = None
     secagg_threshold: int | None = None
+    segment: int | None = None
 
     def __post_init__(self) -> None:
         if self.rule not in RULES:
@@ -97,6 +100,10 @@ class Round:
                 raise ValueError(f"round {self.id}: secagg_threshold {self.secagg_threshold} must lie in [1, {k + 1}]")
         if (self.rule == "argmax") != (self.decode is not None) or (self.rule == "argmax" and self.m is None):
             raise ValueError(f"round {self.id}: an argmax reads modular sums in a decode interval, and only it does")
+        if self.segment is not None and (self.rule != "shuffle" or self.threshold is not None or self.segment < 1
+                                         or self.expected % self.segment):
+            raise ValueError(f"round {self.id}: segment {self.segment} needs a complete shuffle whose expected "
+                             f"{self.expected} it divides")
 
     @property
     def min_reports(self) -> int:

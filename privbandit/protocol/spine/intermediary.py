@@ -441,10 +441,17 @@ class Intermediary:
     def _shuffle(self, rnd: Round, values: np.ndarray) -> np.ndarray:
         out = np.empty_like(values)
         bounds = np.cumsum((0,) + (rnd.groups or (rnd.width,)))
+        n = values.shape[1]
         for r in range(self.runs):
             rng = self.rng(r, rnd.id)
             for lo, hi in zip(bounds[:-1], bounds[1:]):
-                out[r, :, lo:hi] = values[r, rng.permutation(values.shape[1]), lo:hi]
+                if rnd.segment is None:
+                    order = rng.permutation(n)
+                else:  # each segment permuted on its own (Fisher–Yates per row), left in place
+                    seg = rnd.segment
+                    order = (rng.permuted(np.tile(np.arange(seg), (n // seg, 1)), axis=1)
+                             + np.arange(0, n, seg)[:, None]).ravel()
+                out[r, :, lo:hi] = values[r, order, lo:hi]
         return out
 
     def rng(self, run: int, round_id: int) -> np.random.Generator:

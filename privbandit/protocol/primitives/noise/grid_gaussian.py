@@ -20,10 +20,9 @@ claimed for the multivariate discrete Gaussian (the analytic curve of Balle & Wa
 mechanism's), so the ledger converts ρ with dp-accounting's Rényi conversion.
 
 Sampling (:func:`sample_discrete_gaussian_fast`, compiled): CKS Algorithm 3, rejection from the
-discrete Laplace Lap_ℤ(t), t = ⌊σ⌋ + 1. The proposal is a uniform sign and a geometric magnitude
-⌊t·E⌋ from a double exponential E (zero's negative copy redrawn), and the acceptance coin
-exp(−(|y| − σ²/t)²/(2σ²)) is a second double exponential compared with (|y| − σ²/t)²/(2σ²); all
-draws come from the caller's numpy Generator. Every output is an integer whatever the input, which
+discrete Laplace Lap_ℤ(t), t = ⌊σ⌋ + 1. The proposal is the difference of two geometrics ⌊t·E⌋
+from double exponentials E, and the acceptance coin exp(−(|y| − σ²/t)²/(2σ²)) is a third double
+exponential compared with (|y| − σ²/t)²/(2σ²); all draws come from the caller's numpy Generator. Every output is an integer whatever the input, which
 is what Mironov's attack needs broken; each probability is the discrete Gaussian's to within the
 doubles' rounding (relative error ~10⁻¹⁶ per coin), the same standard as the discrete Laplace the
 other families use. The fully exact sampler (:func:`~.discrete_gaussian.sample_discrete_gaussian`,
@@ -64,23 +63,19 @@ def sample_discrete_gaussian_fast(sigma: float, size: int, rng: np.random.Genera
 
 @njit(cache=True)
 def _cks(sigma, rng, out):
-    """CKS Algorithm 3 into ``out``. The proposal Lap_ℤ(t), t = ⌊σ⌋ + 1: a sign and a magnitude
-    ⌊t·E⌋ (E ~ Exp(1), so P(magnitude ≥ k) = e^{−k/t}: a geometric), minus zero's second copy
-    (negative sign, magnitude 0: redrawn). Accepted with probability exp(−(|y| − σ²/t)²/(2σ²)), as
-    an exponential E' exceeding (|y| − σ²/t)²/(2σ²)."""
+    """CKS Algorithm 3 into ``out``. The proposal Lap_ℤ(t), t = ⌊σ⌋ + 1, is the difference of two
+    geometrics ⌊t·E⌋ (E ~ Exp(1), so P(⌊t·E⌋ ≥ k) = e^{−k/t}), accepted with probability
+    exp(−(|y| − σ²/t)²/(2σ²)): an exponential E' exceeding (|y| − σ²/t)²/(2σ²)."""
     t = math.floor(sigma) + 1.0
     two_s2 = 2.0 * sigma * sigma
     center = sigma * sigma / t
     i = 0
     while i < out.size:
-        m = math.floor(t * rng.standard_exponential())
-        negative = rng.random() < 0.5
-        if negative and m == 0.0:
-            continue
-        x = m - center
+        y = math.floor(t * rng.standard_exponential()) - math.floor(t * rng.standard_exponential())
+        x = abs(y) - center
         if rng.standard_exponential() * two_s2 <= x * x:
             continue
-        out[i] = -np.int64(m) if negative else np.int64(m)
+        out[i] = np.int64(y)
         i += 1
 
 
