@@ -2,11 +2,14 @@
 # Pinned (not a floating tag): a rebuild gets the same interpreter and base packages.
 FROM python:3.11.11-slim
 
+# NUMBA_CACHE_DIR: the linear family's compiled kernels cache where the unprivileged user can write
+# (site-packages is root's): each container compiles them once, on first use (a few seconds).
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    MPLCONFIGDIR=/tmp/matplotlib
+    MPLCONFIGDIR=/tmp/matplotlib \
+    NUMBA_CACHE_DIR=/tmp/numba
 
 # One unprivileged user runs every party. Its uid/gid are build arguments so that the files it
 # writes to a bind mount (./results/compose) can be yours on Linux, and so that the broker

@@ -123,6 +123,44 @@ def test_shuffler_release_is_a_uniform_permutation_without_ids():
     assert stats.chisquare(identity.ravel() + 1).pvalue < 1e-12  # the test has power
 
 
+def test_a_segmented_shuffle_permutes_each_segment_uniformly_and_in_place():
+    """``segment`` s: every consecutive s reports are a shuffle of their own (as s separate rounds
+    would release them), column groups permuted independently. Chi-square over (sender, position)
+    within each segment (2 segments of 3, column groups (1, 1)), and nothing crosses a segment."""
+    from scipy import stats
+
+    from privbandit.protocol.spine.events import Round
+
+    n, seg, trials = 6, 3, 6_000
+    counts = np.zeros((2, n // seg, seg, seg))
+    box = Intermediary("shuffler", shuffle_keys=[5])
+    for trial in range(trials):
+        rnd = Round(trial, "shuffler", "shuffle", expected=n, width=2, integer=False, groups=(1, 1), segment=seg)
+        plan = Plan(trial, 100, n, {}, (rnd,), (Join(trial, 100, n, n),))
+        box.open_plan(plan)
+        sent = np.stack([np.arange(n), np.arange(n)], axis=-1).astype(np.float64)[None]  # sender i sends (i, i)
+        assert box.receive(Reports(trial, trial, np.arange(100, 100 + n), sent)) == n
+        out = box.release(trial).values[0].astype(int)  # (n, 2)
+        for g in range(2):
+            for k in range(n // seg):
+                part = out[k * seg:(k + 1) * seg, g]
+                assert sorted(part) == list(range(k * seg, (k + 1) * seg))  # its own senders, none else
+                counts[g, k, part - k * seg, np.arange(seg)] += 1
+    assert stats.chisquare(counts.ravel()).pvalue > 1e-3
+    same = np.mean([np.array_equal(*c) for c in zip(counts[0].reshape(-1, seg * seg), counts[1].reshape(-1, seg * seg))])
+    assert same < 1  # the two groups' permutations differ
+
+
+@pytest.mark.parametrize("kw,why", [({"rule": "sum"}, "shuffle"), ({"segment": 4}, "divides"),
+                                    ({"threshold": 3}, "complete")])
+def test_a_segment_needs_a_complete_shuffle_it_divides(kw, why):
+    from privbandit.protocol.spine.events import Round
+
+    args = {"id": 1, "intermediary": "shuffler", "rule": "shuffle", "expected": 6, "integer": False, "segment": 3}
+    with pytest.raises(ValueError, match="segment"):
+        Round(**{**args, **kw})
+
+
 def test_shuffled_modular_release_decodes_like_the_sum():
     mech = PolyaSecAgg(1.0, 0.1)
     plan, shuffled_plan = _plan(mech), _plan(mech, box="shuffler")
