@@ -198,6 +198,18 @@ def update(u, V, v_inv, theta, u_inc, v_inc, floor, ok):
 
 
 @njit(cache=True, nogil=True)
+def _learn_entries(u, V, v_inv, theta, inc, mirror, floor, u_inc, v_inc, low, work):
+    """:func:`_update` from one decoded entries vector [ũ, upper(Ṽ)] (one run): ũ its first d, Ṽ the
+    ``mirror`` gather (:func:`~.mechanisms.split_entries`)."""
+    d = u.shape[0]
+    for p in range(d):
+        u_inc[p] = inc[p]
+        for q in range(d):
+            v_inc[p, q] = inc[mirror[p, q]]
+    return _update(u, V, v_inv, theta, u_inc, v_inc, floor, low, work)
+
+
+@njit(cache=True, nogil=True)
 def look_ahead(kind, start, end, arms, scores, rewards, betas, u, V, v_inv, theta, table, draws, plus_zero, mirror,
                floor, chosen, ys, values, pending):
     """Users start … end − 1 of a look-ahead block, user after user, each run's arm (line 4) then its
@@ -206,20 +218,12 @@ def look_ahead(kind, start, end, arms, scores, rewards, betas, u, V, v_inv, thet
 
     ``arms`` (R, K, d) and ``scores`` their :func:`arm_table`; ``rewards`` (R, n, K) bool; ``betas``
     (n,) the β of each user's decision. ``kind`` LINUCB: the report is (φ, y) and the update
-    :func:`_rank_one`. ``kind`` ADDITIVE: the decoded report is
-    ``table[r, a, y] + draws[r, i]`` (JDP: the looked-up entries plus the tree's change; LDP: the
-    entries plus the user's noise, stored in ``values``, then + 0.0 as the sum over one report adds),
-    split into ũ (its first d) and Ṽ (``mirror``'s gather)."""
-    n_runs = rewards.shape[0]
-    d = arms.shape[2]
-    mean = np.empty(arms.shape[1])
-    quad = np.empty(arms.shape[1])
-    vx = np.empty(d)
-    low = np.empty((d, d))
-    work = np.empty((d, d))
-    u_inc = np.empty(d)
-    v_inc = np.empty((d, d))
-    width = table.shape[3]
+    :func:`_rank_one`. ``kind`` ADDITIVE: the decoded report is ``table[r, a, y] + draws[r, i]``
+    (JDP: the looked-up entries plus the tree's change; LDP: the entries plus the user's noise, stored
+    in ``values``, then + 0.0 as the sum over one report adds), learned by :func:`_learn_entries`."""
+    n_runs, d, width = rewards.shape[0], u.shape[1], table.shape[3]
+    mean, quad = np.empty(scores.shape[2]), np.empty(scores.shape[2])
+    vx, u_inc, low, work, v_inc = np.empty(d), np.empty(d), np.empty((d, d)), np.empty((d, d)), np.empty((d, d))
     inc = np.empty(width)
     for i in range(start, end):
         stop = False
@@ -237,11 +241,7 @@ def look_ahead(kind, start, end, arms, scores, rewards, betas, u, V, v_inv, thet
                 for e in range(width):
                     values[r, i, e] = inc[e]
                     inc[e] = inc[e] + 0.0
-            for p in range(d):
-                u_inc[p] = inc[p]
-                for q in range(d):
-                    v_inc[p, q] = inc[mirror[p, q]]
-            if not _update(u[r], V[r], v_inv[r], theta[r], u_inc, v_inc, floor, low, work):
+            if not _learn_entries(u[r], V[r], v_inv[r], theta[r], inc, mirror, floor, u_inc, v_inc, low, work):
                 pending[r] = True
                 stop = True
         if stop:
@@ -260,16 +260,9 @@ def batch_ahead(start, end, batch, scores, rewards, betas, u, V, v_inv, theta, t
 
     The shuffled reports are grid values whose every partial sum the caller has bounded below 2³³,
     so each sum is exact: the same double in this order as in the analyzer's sorted order."""
-    n_runs = rewards.shape[0]
-    d = u.shape[1]
-    k_arms = scores.shape[2]
-    mean = np.empty(k_arms)
-    quad = np.empty(k_arms)
-    low = np.empty((d, d))
-    work = np.empty((d, d))
-    u_inc = np.empty(d)
-    v_inc = np.empty((d, d))
-    width = table.shape[3]
+    n_runs, d, width = rewards.shape[0], u.shape[1], table.shape[3]
+    mean, quad = np.empty(scores.shape[2]), np.empty(scores.shape[2])
+    u_inc, low, work, v_inc = np.empty(d), np.empty((d, d)), np.empty((d, d)), np.empty((d, d))
     acc = np.empty(width)
     for j in range(start, end):
         stop = False
@@ -287,11 +280,7 @@ def batch_ahead(start, end, batch, scores, rewards, betas, u, V, v_inv, theta, t
                     acc[e] += v
             for e in range(width):
                 estimates[r, j, e] = acc[e]
-            for p in range(d):
-                u_inc[p] = acc[p]
-                for q in range(d):
-                    v_inc[p, q] = acc[mirror[p, q]]
-            if not _update(u[r], V[r], v_inv[r], theta[r], u_inc, v_inc, floor, low, work):
+            if not _learn_entries(u[r], V[r], v_inv[r], theta[r], acc, mirror, floor, u_inc, v_inc, low, work):
                 pending[r] = True
                 stop = True
         if stop:
