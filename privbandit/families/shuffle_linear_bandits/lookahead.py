@@ -1,15 +1,20 @@
-"""The in-process look-ahead of the one-user-batch learners (LinUCB, LinUCB-JDP, LinUCB-LDP; B = 1):
-Algorithm 1's loop, lines 4–16, for a block of users in one tight loop, exactly as one plan per user.
+"""The in-process look-ahead: Algorithm 1's loop, lines 4–16, for a block of batches in one compiled
+loop, exactly as one plan per batch. For the one-user-batch learners (LinUCB, LinUCB-JDP,
+LinUCB-LDP; B = 1) and for LinUCB-SDP-Amp (any B).
 
-With B = 1 every user's arm depends on the previous user's report, so no two users can be decided
-together; what a plan per user costs (the plan, its round, the intermediary's admission, the
-release and its checks, the users' block, the observer's truth) is the cost of a round. In-process
-the analyzer may instead look ahead into what the users would report (the users' ``oracle``: their
-reward from every arm and their randomizer's draws) and step the learner itself.
+With B = 1 every user's arm depends on the previous user's report, and with any B every batch's arm
+on the previous batch's release, so no two batches can be decided together; what a plan per batch
+costs (the plan, its round, the intermediary's admission, the release and its checks, the users'
+block, the observer's truth) is the cost of a round. In-process the analyzer may instead look ahead
+into what the users would report (the users' ``oracle``: their reward from every arm and their
+randomizer's draws) and step the learner itself. SDP-Amp's block is one round whose shuffle permutes
+each batch on its own (``Round.segment``), so the analyzer receives what one round per batch gives,
+and checks each batch's sum.
 
-"Exactly" is bit for bit: the loop is :func:`.kernels.look_ahead`, which calls the kernels
-:class:`~.learners.BatchedLinUCB` and the users' arm choice call for a one-user release (the tests and
-the reference runs hold the two drivers equal). What changes is only the way there:
+"Exactly" is bit for bit: the loop is :func:`.kernels.look_ahead` (B = 1) or
+:func:`.kernels.batch_ahead` (SDP-Amp), which call the kernels :class:`~.learners.BatchedLinUCB` and
+the users' arm choice call for a release of their own (the tests and the reference runs hold the two
+drivers equal). What changes is only the way there:
 
 - a user's report and its entries are looked up in tables built once per arm and reward (x·y,
   [φy, upper(φφᵀ)] are elementwise products: the same bits whenever they are computed);

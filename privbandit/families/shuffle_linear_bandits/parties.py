@@ -23,9 +23,10 @@ LinUCB-SDP-Amp     shuffler    shuffle   Gaussian-noised entries, S1 and S2 perm
 LinUCB-SDP-Vec     shuffler    sum       per-label bit counts; only the totals leave the shuffler
 =================  ==========  ========  ===========================================================
 
-In-process, the one-user-batch learners (LinUCB, JDP, LDP with B = 1) look ahead through the users'
-``oracle`` and decide a block of users in one loop (:mod:`.lookahead`), one plan and one pass-through
-round per block, bit for bit the run one plan per user makes (which is what they do over MQTT).
+In-process, the one-user-batch learners (LinUCB, JDP, LDP with B = 1) and SDP-Amp look ahead
+through the users' ``oracle`` and decide a block of batches in one compiled loop (:mod:`.lookahead`),
+one plan and one round per block (pass-through; SDP-Amp's a shuffle of each batch on its own), bit
+for bit the run one plan per batch makes (which is what they do over MQTT).
 
 Everything carries the runs axis first: the in-process engine steps all runs of an algorithm at
 once (their batches line up), over MQTT one task is one run, and a run's numbers never depend on
@@ -157,8 +158,8 @@ class LinearServer:
         self.learner = BatchedLinUCB(self.runs, d, s.conf.lam, s.conf.floor, lambda t: s.conf.beta(t, d))
         self.event = s.event()
         self.group = "returning" if s.budget.participations > 1 else None
-        # In-process look-ahead (see :meth:`_block`): one-user batches of a learner that composes
-        # each release on its own (group None), so a block's releases are one ledger record.
+        # In-process look-ahead (see :meth:`_block`): one-user batches, or SDP-Amp's, of a learner
+        # that composes each release on its own (group None), so a block's releases are one record.
         self.oracle = oracle if (oracle is not None and self.group is None and (
             (s.batch == 1 and s.kind in LOOK_AHEAD) or s.kind in BATCH_AHEAD)) else None
         self.expected: dict[int, np.ndarray] = {}  # a block plan's round → what its release must show
@@ -205,9 +206,9 @@ class LinearServer:
     def _block_end(self, m: int) -> int:
         """One past the last batch a block starting at m may decide: at most a block's users, the
         full batches only (a trailing partial batch has no round), and (JDP) before the next count
-        that opens a new tree level, 2^j − 1: the block's
-        releases are recorded once, under its first lane, which must leave the ledger as they would
-        one by one (each lane keeps the worst of identical events, in order of first use)."""
+        that opens a new tree level, 2^j − 1: the block's releases are recorded once, under its
+        first lane, which must leave the ledger as they would one by one (each lane keeps the worst
+        of identical events, in order of first use)."""
         if not hasattr(self, "_block_users"):
             arms = self.oracle(m, 1)[0].shape[1]  # K (public: the experiment file says it)
             self._block_users = max(64, min(LOOK_AHEAD_USERS, LOOK_AHEAD_CELLS // (self.runs * arms)))
@@ -218,7 +219,7 @@ class LinearServer:
         return end
 
     def _marks(self, m: int, n: int) -> np.ndarray:
-        """The users of block m … m + n − 1 with a rounds.csv row (none for non-private LinUCB),
+        """The batches of block m … m + n − 1 with a rounds.csv row (none for non-private LinUCB),
         relative to m."""
         if self.s.kind == "linucb":
             return np.empty(0, dtype=np.int64)
