@@ -25,6 +25,7 @@ import numpy as np
 import privbandit.families.distributed_dp_mab.mechanisms as mab_mechanisms
 import privbandit.families.shuffle_linear_bandits.lookahead as linear_lookahead
 import privbandit.families.shuffle_linear_bandits.mechanisms as linear_mechanisms
+import privbandit.families.shuffle_linear_bandits.parties as linear_parties
 import privbandit.families.private_online_learning.mechanisms as online_mechanisms
 import privbandit.families.private_online_learning.parties as online_parties
 from privbandit.protocol.primitives.noise.grid_laplace import LAPLACE_GRID
@@ -62,10 +63,13 @@ def unrounded(values):
     return np.asarray(values, dtype=np.float64)
 
 
-# (module, attribute, the old behaviour) for every grid sampler the families call
+# (module, attribute, the old behaviour) for every grid sampler the families call. SDP-Amp's in-process
+# look-ahead rests on exact sums of grid values, which float noise breaks: it is switched off for the
+# float runs (the plain one-plan-per-batch path, which is what the look-ahead reproduces).
 SWAPS = [(mab_mechanisms, "grid_laplace", float_laplace), (online_mechanisms, "grid_laplace", float_laplace),
          (online_parties, "sample_grid_steps", float_steps), (linear_mechanisms, "grid_gaussian_noise", float_gaussian),
-         (linear_mechanisms, "to_grid", unrounded), (linear_lookahead, "to_grid", unrounded)]
+         (linear_mechanisms, "to_grid", unrounded), (linear_lookahead, "to_grid", unrounded),
+         (linear_parties, "to_grid", unrounded), (linear_parties, "BATCH_AHEAD", ())]
 
 
 def final_regret(path: str, labels: list[str], horizon: int, runs: int) -> dict[str, np.ndarray]:
