@@ -98,12 +98,13 @@ class AnalyzerService(PartyService):
         ``plans``: the plans a replayed checkpoint left open, announced again."""
         plans = self.party.next_plans() if plans is None else plans
         if plans:
-            # Keep the plans that opened rounds still open: a later plan may only join such a round
-            # (an array filled over many cohorts), and an intermediary that restarted learns the
-            # round from the plan that opens it, so that plan must be announced again with them.
-            openers = [m for m in self.announced if any(r.id in self.party.open for r in m.opens)]
+            # Keep every plan that opens or joins a round still open, in order: a round may fill
+            # over many cohorts (an array), an intermediary that restarted learns the round from the
+            # plan that opens it, and a fleet that restarted rebuilds the inputs it held for a
+            # secure round (released only at its last join) from every plan that joined it.
+            kept = [m for m in self.announced if self.joins_open(m)]
             new = [codec.plan_msg(self.run_id, self.task_index, p) for p in plans]
-            self.announced = openers + [m for m in new if m.plan not in {o.plan for o in openers}]
+            self.announced = kept + [m for m in new if m.plan not in {k.plan for k in kept}]
             log.debug("task %s: plans %s", self.task_index, [p.id for p in plans])
             for msg in new:
                 await self.bus.publish(self.t("plan"), msg)
@@ -143,11 +144,14 @@ class AnalyzerService(PartyService):
             self.done = False
             await self.advance([])  # task-done again
 
+    def joins_open(self, msg: codec.PlanMsg) -> bool:
+        """Does the plan open or join a round still open?"""
+        return any(r.id in self.party.open for r in msg.opens) or any(j.round in self.party.open for j in msg.joins)
+
     def still_owed(self, msg: codec.PlanMsg) -> bool:
         """A plan to announce again: one of its rounds is still open, or it collects nothing (its
         users must still be served, for their truth)."""
-        rounds = {r.id for r in msg.opens} | {j.round for j in msg.joins}
-        return not msg.joins or any(r in self.party.open for r in rounds)
+        return not msg.joins or self.joins_open(msg)
 
     async def tick(self) -> None:
         # Plans are idempotent: a fleet that restarted and missed them serves them again, and

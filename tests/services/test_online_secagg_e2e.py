@@ -70,3 +70,43 @@ def test_secure_lazy_ucb_and_ftnl_over_mosquitto_equal_the_ideal_in_process_run(
     roles = secure["communication"][LABEL]["roles"]
     assert roles["aggregator"]["payload.sent.relay"] > 0
     assert roles["analyzer"].get("payload.received.report", 0) == 0
+
+
+def test_the_analyzer_announces_again_every_plan_that_joined_a_round_still_open():
+    """An array may fill over three plans or more: A opens it, B and C join it. A fleet holds its
+    users' inputs until the last join; restarted in between, it can rebuild them only from every
+    one of those plans. So the analyzer keeps them all while the round is open (it used to keep
+    only the opener and the newest) and announces them again when no release comes."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from privbandit.protocol.spine.events import Join, Plan, Round
+    from privbandit.services import analyzer as analyzer_service
+
+    rnd = Round(5, "aggregator", "sum", expected=6, m=2**20)
+    other = Round(6, "aggregator", "sum", expected=2, m=2**20)
+    a = Plan(7, 10, 3, {}, (rnd,), (Join(5, 10, 3, 2),))
+    b = Plan(12, 13, 3, {}, (other,), (Join(5, 13, 3, 2), Join(6, 13, 3, 1)))
+    c = Plan(16, 16, 2, {}, (), (Join(5, 16, 2, 2),))
+    published = []
+
+    class Bus:
+        async def publish(self, topic, msg):
+            published.append(msg.plan)
+
+    svc = object.__new__(analyzer_service.AnalyzerService)
+    svc.bus, svc.t, svc.run_id, svc.task_spec = Bus(), lambda *parts: "/".join(parts), "r1", {"index": 0}
+    svc.announced, svc.done = [], False
+    svc.party = SimpleNamespace(open={5: rnd, 6: other}, done=False)
+    asyncio.run(svc.advance([a]))
+    asyncio.run(svc.advance([b]))
+    del svc.party.open[6]  # B's other round released; the array still fills
+    asyncio.run(svc.advance([c]))
+    assert [m.plan for m in svc.announced] == [7, 12, 16]
+    published.clear()
+    svc.last_progress -= analyzer_service.PLAN_RETRY_S + 1  # no release since
+    asyncio.run(svc.tick())
+    assert published == [7, 12, 16]
+    del svc.party.open[5]  # the array's round released: nothing of it is announced again
+    asyncio.run(svc.advance([Plan(18, 18, 1, {}, (), ())]))
+    assert [m.plan for m in svc.announced] == [18]
