@@ -1,12 +1,12 @@
 """Compiled kernels of batched LinUCB (Algorithm 1, lines 4 and 13–16), R runs per call.
 
 Every floating-point operation of the learner and of the users' arm choice happens here, in loops
-with one fixed order (sums left to right, no fused multiply-add, no reassociation: numba without
-``fastmath``). That order is the method's arithmetic, whichever driver calls it: the analyzer's
-update over MQTT, the users' choice in their fleet, and the in-process look-ahead
-(:func:`look_ahead`) that inlines the same functions all produce the same bits, and so does any
-machine, whatever BLAS it has (numpy's matrix kernels sum in an order that depends on the CPU the
-BLAS library picks its kernel for).
+with one fixed order (sums left to right; numba without ``fastmath`` lets the compiler neither
+reassociate nor contract them). That order is the method's arithmetic, whichever driver calls it:
+the analyzer's update over MQTT, the users' choice in their fleet, and the in-process look-ahead
+(:func:`look_ahead`) that inlines the same functions all produce the same bits (the tests hold them
+equal), and no BLAS library's choice of kernel enters (numpy's matrix products sum in an order that
+depends on the CPU OpenBLAS picks its kernel for).
 
 - :func:`ucb_argmax`: line 4, a_t ∈ argmax ⟨φ_a, θ̂⟩ + β‖φ_a‖_{V⁻¹}, the first of equal scores.
 - :func:`rank_one`: the non-private update with one user (Sherman–Morrison; V stays ⪰ λI).
