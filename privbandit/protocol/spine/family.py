@@ -204,8 +204,8 @@ class Family(ABC):
     def row_maker(self, config, label: str) -> Callable:
         """``row(record, truths) -> dict | list[dict] | None``: the ``rounds.csv`` row of a released
         round (its record and its plan's block truths), with the family's :attr:`round_fields`; None:
-        no row. A list: the rows of the rounds one record stands for (an in-process block of
-        one-user rounds), each with its ``round``, ``n`` and ``reports``."""
+        no row. A list: the rows of the rounds one record stands for (an in-process look-ahead
+        block of batches), each with its ``round``, ``n`` and ``reports``."""
         return lambda record, truths: {}
 
     def finish(self, config, label: str, result) -> None:
