@@ -5,8 +5,8 @@ with one fixed order (sums left to right; numba without ``fastmath`` lets the co
 reassociate nor contract them). That order is the method's arithmetic, whichever driver calls it:
 the analyzer's update over MQTT, the users' choice in their fleet, and the in-process look-ahead
 (:func:`look_ahead`) that inlines the same functions all produce the same bits (the tests hold them
-equal), and no BLAS library's choice of kernel enters (numpy's matrix products sum in an order that
-depends on the CPU OpenBLAS picks its kernel for).
+equal), and no BLAS library's choice of kernel enters but in the rare clipping below (numpy's matrix
+products sum in an order that depends on the CPU OpenBLAS picks its kernel for).
 
 - :func:`ucb_argmax`: line 4, a_t ∈ argmax ⟨φ_a, θ̂⟩ + β‖φ_a‖_{V⁻¹}, the first of equal scores.
 - :func:`rank_one`: the non-private update with one user (Sherman–Morrison; V stays ⪰ λI).
