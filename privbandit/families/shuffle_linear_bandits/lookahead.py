@@ -63,12 +63,13 @@ class LookAhead:
         self.entries = to_grid(slb.user_entries(x, ys))
         self.decoded = self.entries + 0.0  # JDP: the analyzer's sum over the one report
         self.mirror = slb.mirror_indices(d)  # entries index of V[i, j]
+        self.largest_entry = float(np.abs(self.entries).max())
         self._none = (np.zeros((1, 1, 2, 1)), np.zeros((1, 1, 1)))  # the unused table and draws
 
     def exact(self, noise: np.ndarray) -> bool:
         """Are all of SDP-Amp's batch sums of these draws' reports exact in float64 (every partial
         sum of B grid values below 2³³ in magnitude)?"""
-        return self.batch * (np.abs(self.entries).max() + np.abs(noise).max()) < 2.0 ** 33
+        return self.batch * (self.largest_entry + np.abs(noise).max()) < 2.0 ** 33
 
     def decide(self, learner, rewards: np.ndarray, noise: np.ndarray | None, betas: np.ndarray, tree=None,
                tree_noise: np.ndarray | None = None, marks: np.ndarray = np.empty(0, np.int64)) -> tuple:

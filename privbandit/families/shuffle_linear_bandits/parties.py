@@ -458,7 +458,8 @@ class LinearUsers:
             values = np.concatenate([self.arms[rows, a_user], y[..., None]], axis=-1)
         else:  # the Gaussian randomizer's to_grid(entries) + noise, the rounded entries looked up
             noise = self.noise.rows(m, n)
-            values = self.gridded[rows, a_user, y.astype(np.intp)] + noise.reshape(noise.shape[0], size, noise.shape[-1])
+            noise = noise.reshape(noise.shape[0], size, noise.shape[-1])
+            values = self.gridded[rows, a_user, y.astype(np.intp)] + noise
         offsets = np.arange(size) if stay is None else np.flatnonzero(stay)
         # One batch per plan, the observer would add the batches' regrets one at a time: these
         # running sums, and a block total and checkpoint values that reproduce them exactly from its own.

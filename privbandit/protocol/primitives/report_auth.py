@@ -39,9 +39,9 @@ the secret. Block truths to the observer carry a MAC under the users' master.
 
 from __future__ import annotations
 
-import numpy as np
 import os
 
+import numpy as np
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes, hmac
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
