@@ -720,9 +720,11 @@ def _serve(make_service) -> None:
     import logging
     import signal
 
+    from privbandit.services.allocator import keep_freed_memory
     from privbandit.services.bus import SubscriptionDenied
     from privbandit.services.checkpoint import CheckpointError
 
+    keep_freed_memory()  # a block's temporaries reuse the last block's pages (services/allocator.py)
     try:
         service = make_service()
     except CheckpointError as exc:

@@ -93,3 +93,23 @@ def test_bad_modulus_is_rejected(m):
 def test_decode_rejects_a_release_outside_z_m():
     with pytest.raises(EncodingError, match="residue"):
         decode(53, n=2, g=1, tau=25, m=53)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-(2**40), 2**40), max_size=50), st.integers(2, 2**40))
+def test_reduce_mod_is_numpys_mod(values, m):
+    """The range check's shortcut gives np.mod's residues, whether or not the input holds residues."""
+    v = np.array(values, dtype=np.int64)
+    got = reduce_mod(v.copy(), m)
+    assert got.dtype == np.int64
+    assert np.array_equal(got, np.mod(v, m))
+
+
+def test_reduce_mod_takes_its_shortcut_only_for_residues():
+    m = 97
+    inside = np.array([0, 5, 96], dtype=np.int64)
+    assert reduce_mod(inside, m) is inside  # residues already: nothing computed, nothing copied
+    for edge in ([97], [-1], [0, 96, 97]):
+        v = np.array(edge, dtype=np.int64)
+        assert reduce_mod(v, m) is not v
+        assert np.array_equal(reduce_mod(v, m), np.mod(v, m))

@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from privbandit.protocol.primitives.noise import (
     discrete_laplace_pmf,
@@ -12,6 +14,8 @@ from privbandit.protocol.primitives.noise import (
     sample_skellam,
     skellam_pmf,
 )
+from privbandit.protocol.primitives.noise.polya import poisson_counts
+from privbandit.protocol.primitives.seeding import stream
 from tests.stats import P_MIN, chi_square_pvalue
 
 SUMS = 40_000  # independent sums per law, each of n users' shares
@@ -38,6 +42,35 @@ def test_authors_inverted_polya_scale_fails_the_same_test():
     sums = shares.reshape(SUMS, n).sum(axis=1)
     assert chi_square_pvalue(sums, lambda x: discrete_laplace_pmf(x, b)) < 1e-12
     assert sums.var() < 0.05 * discrete_laplace_variance(b)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(1e-9, 12.0), st.integers(0, 70_000), st.integers(0, 2**32))
+def test_poisson_counts_are_numpys_to_the_bit(lam, size, seed):
+    """The bulk-uniform shortcut returns numpy's own Poisson counts and leaves the generator where
+    numpy's draw leaves it (the next draws agree), on both its paths: it stands (no nonzero count)
+    and it is undone (some count is nonzero)."""
+    ours, theirs = stream(seed, "users", 3), stream(seed, "users", 3)
+    got = poisson_counts(lam, size, ours)
+    want = theirs.poisson(lam, size=size)
+    assert got.dtype == want.dtype == np.int64
+    assert np.array_equal(got, want)
+    assert np.array_equal(ours.random(4), theirs.random(4))
+
+
+@pytest.mark.parametrize("lam, size", [(1e-7, 65_536), (7e-6, 65_536), (2e-6, 65_536)])
+def test_poisson_counts_take_and_undo_the_shortcut(lam, size):
+    """Both paths, at the shares' own λ for cohorts of 2²⁵ (λ·size ≈ 0.007), 2²⁰ and 2²¹ (λ·size ≈
+    0.1–0.5: some blocks have a nonzero count): 200 blocks each agree with numpy's draws."""
+    nonzero_blocks = 0
+    for block in range(200):
+        ours, theirs = stream(9, "users", block), stream(9, "users", block)
+        got = poisson_counts(lam, size, ours)
+        assert np.array_equal(got, theirs.poisson(lam, size=size))
+        assert ours.integers(2**62) == theirs.integers(2**62)
+        nonzero_blocks += bool(got.any())
+    if lam * size > 0.1:
+        assert nonzero_blocks > 0  # the undo path ran
 
 
 @pytest.mark.parametrize("r, beta", [(0.01, 0.9), (0.5, 0.3), (1.0, 0.97), (3.7, 0.5)])

@@ -207,12 +207,11 @@ class BanditUsers:
         rng = stream(self.seed, *self.prefix, "users", plan.id, block)
         rewards = inst.sample(arm, size, rng)
         if arm == inst.best_arm:
-            regret = np.zeros(size)
+            running = np.zeros(size)  # no regret, so none accumulates
         else:
             # Realized regret as the authors' code plots it: the reward the best arm would have
             # paid this user minus the reward it got, drawn independently.
-            regret = inst.sample(inst.best_arm, size, rng) - rewards
-        running = np.cumsum(regret)
+            running = np.cumsum(inst.sample(inst.best_arm, size, rng) - rewards)
         lo, hi = np.searchsorted(self.checkpoints, [first + 1, first + size + 1])
         cps = self.checkpoints[lo:hi]
         gap = float(inst.gaps[arm])
