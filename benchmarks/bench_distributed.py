@@ -1,9 +1,15 @@
 """Distributed throughput: Dist-DP-SE, K = 10, T = 10⁶ users, every party its own process.
 
-    python benchmarks/bench_distributed.py [--broker mqtt://127.0.0.1:1883] [--horizon 1000000]
+    python benchmarks/bench_distributed.py [--broker generated|mqtt://127.0.0.1:1883] [--horizon 1000000]
     python benchmarks/bench_distributed.py --checkpoint-cost [--intermediary shuffler]
     python benchmarks/bench_distributed.py --arms 256  # many rounds open at once (one per arm)
     python benchmarks/bench_distributed.py --horizon 100000000 --only-mqtt --py-spy aggregator
+
+The broker, by default (``--broker generated``), is a Mosquitto started for the session from the
+project's generated configuration (``privbandit broker-config``'s: an account per role, the run's
+ACL, ``set_tcp_nodelay true``), probed like any deployment's. ``--broker URL`` times an existing
+broker instead, anonymously and without the probe (e.g. the system Mosquitto at 127.0.0.1:1883,
+whose default configuration leaves Nagle's algorithm on: docs/performance.md).
 
 Prints, for the same experiment and seed:
 - users/s of the in-process engine (one process) and of the MQTT run (observer's wall time for the
@@ -34,6 +40,7 @@ import json
 import os
 import platform
 import re
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -41,13 +48,16 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiomqtt
 
 from privbandit.protocol.primitives.seeding import USER_BLOCK
 from privbandit.runner import config as experiment_files, tasks
+from privbandit.services import acl
 from privbandit.services.launcher import launch
+from privbandit.services.mosquitto_process import start_with_broker_config
 
 EXPERIMENT = """
 name = "bench-distributed"
@@ -120,15 +130,50 @@ def top_functions(raw: Path, count: int = 15) -> tuple[int, list[tuple[str, int]
     return total, inside.most_common(count)
 
 
-def _session(family, config, path: Path, out: Path, broker: str, shards: int, checkpoint: bool) -> tuple[float, dict]:
+@dataclass(frozen=True)
+class Broker:
+    """Where a session's parties connect. ``passwords`` (role → password) and ``run_id``: the
+    accounts and the run a generated configuration was written for; None for a broker given by
+    URL, used anonymously and without the trust-model probe."""
+
+    url: str
+    run_id: str | None = None
+    passwords: dict[str, str] | None = None
+
+    def launch_args(self) -> dict:
+        if self.passwords is None:  # timed here, never trusted: the probe would refuse it
+            return {"broker_url": self.url, "insecure_broker": True}
+        return {"broker_url": self.url, "run_id": self.run_id, "passwords": self.passwords}
+
+    def rate(self, payload_bytes: int, count: int) -> float:
+        """:func:`broker_rate` as the roles may use this broker (users publish, the aggregator reads)."""
+        if self.passwords is None:
+            return asyncio.run(broker_rate(self.url, payload_bytes, count))
+        return asyncio.run(broker_rate(self.url, payload_bytes, count, topic=acl.report_topic(self.run_id, "aggregator"),
+                                       sub_auth={"username": "aggregator", "password": self.passwords["aggregator"]},
+                                       pub_auth={"username": "users", "password": self.passwords["users"]}))
+
+
+@contextlib.contextmanager
+def started_broker(spec: str, directory: Path):
+    """``spec`` ``generated``: a Mosquitto from the project's generated configuration for a fresh
+    run id, stopped on exit; otherwise ``spec`` is a broker's URL."""
+    if spec != "generated":
+        yield Broker(spec)
+        return
+    run_id = "b" + secrets.token_hex(4)
+    broker, files = start_with_broker_config(directory, run_id)
+    with broker:
+        yield Broker(broker.url, run_id, {str(role): pw for role, pw in files.passwords.items()})
+
+
+def _session(family, config, path: Path, out: Path, broker: Broker, shards: int, checkpoint: bool) -> tuple[float, dict]:
     t0 = time.perf_counter()
-    # The default broker is the anonymous system Mosquitto: timed here, never trusted (the probe refuses it).
-    assert launch(family, config, path, [], out, broker_url=broker, shards=shards, checkpoint=checkpoint,
-                  insecure_broker=True) == 0
+    assert launch(family, config, path, [], out, shards=shards, checkpoint=checkpoint, **broker.launch_args()) == 0
     return time.perf_counter() - t0, json.loads((out / "summary.json").read_text())
 
 
-def checkpoint_cost(args, family, config, path: Path, tmp: Path, label: str) -> None:
+def checkpoint_cost(args, family, config, path: Path, tmp: Path, label: str, broker: Broker) -> None:
     from statistics import median
 
     from privbandit.services.checkpoint import StateDir, decode_checkpoint
@@ -136,7 +181,7 @@ def checkpoint_cost(args, family, config, path: Path, tmp: Path, label: str) -> 
     walls = {True: [], False: []}
     for i in range(args.repeat):
         for checkpoint in (True, False):
-            _, summary = _session(family, config, path, tmp / f"out-{checkpoint}-{i}", args.broker, args.shards,
+            _, summary = _session(family, config, path, tmp / f"out-{checkpoint}-{i}", broker, args.shards,
                                   checkpoint)
             # the observer's time for the task (first plan to last truth), without process start-up
             walls[checkpoint].append(args.horizon / summary["algorithms"][label]["users_per_s"])
@@ -209,7 +254,8 @@ async def broker_rate(url: str, payload_bytes: int, count: int, *, pub_urls: Seq
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--broker", default="mqtt://127.0.0.1:1883")
+    ap.add_argument("--broker", default="generated",
+                    help="generated (a Mosquitto from the project's configuration, started here) or a broker's URL")
     ap.add_argument("--horizon", type=int, default=1_000_000)
     ap.add_argument("--shards", type=int, default=2)
     ap.add_argument("--checkpoint-cost", action="store_true", help="measure what checkpointing costs per round")
@@ -222,14 +268,14 @@ def main() -> None:
     args = ap.parse_args()
     print(f"machine: {platform.machine()}, python {platform.python_version()}, broker {args.broker}")
     label = "Dist-DP-SE" if args.intermediary == "aggregator" else "Dist-RDP-shuffled"
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, started_broker(args.broker, Path(tmp) / "broker") as broker:
         path = Path(tmp) / "bench.toml"
         path.write_text(EXPERIMENT.format(horizon=args.horizon, label=label,
                                           arms="" if args.arms is None else f"arms = {args.arms}",
                                           extra=SHUFFLED if args.intermediary == "shuffler" else ""))
         family, config = experiment_files.load(path)
         if args.checkpoint_cost:
-            return checkpoint_cost(args, family, config, path, Path(tmp), label)
+            return checkpoint_cost(args, family, config, path, Path(tmp), label, broker)
         if not args.only_mqtt:
             tasks.run_experiment(family, config, jobs=1)  # warm: the first task pays lazy imports (dp-accounting, scipy)
             _, compute, _ = tasks.run_experiment(family, config, jobs=1)
@@ -237,12 +283,15 @@ def main() -> None:
         cpu = PartyCPU(py_spy=args.py_spy, py_spy_out=args.py_spy_out)
         t0 = time.perf_counter()
         try:
-            assert launch(family, config, path, [], Path(tmp) / "out", broker_url=args.broker, shards=args.shards,
-                          insecure_broker=True, started=cpu.started) == 0
+            assert launch(family, config, path, [], Path(tmp) / "out", shards=args.shards, started=cpu.started,
+                          **broker.launch_args()) == 0
         finally:
             cpu.finish()
         wall = time.perf_counter() - t0
         summary = json.loads((Path(tmp) / "out" / "summary.json").read_text())
+        if not args.only_mqtt:
+            block = int(summary["communication"][label]["bytes_per_user_payload"] * USER_BLOCK)
+            rates = broker.rate(block, 300), broker.rate(100, 20_000)
     a = summary["algorithms"][label]
     comm = summary["communication"][label]
     mqtt = a["users_per_s"]
@@ -266,12 +315,9 @@ def main() -> None:
         return
     print(f"ratio in-process/MQTT   {inproc / mqtt:>12.1f}×")
     block = int(comm["bytes_per_user_payload"] * USER_BLOCK)
-    rate = asyncio.run(broker_rate(args.broker, block, 300))
-    print(f"raw broker rate         {rate:>12,.0f} msgs/s of {block:,} B (one block) "
-          f"= {rate * USER_BLOCK:,.0f} users/s ceiling")
-    small = asyncio.run(broker_rate(args.broker, 100, 20_000))
-    print(f"raw broker rate         {small:>12,.0f} msgs/s of 100 B")
-
+    print(f"raw broker rate         {rates[0]:>12,.0f} msgs/s of {block:,} B (one block) "
+          f"= {rates[0] * USER_BLOCK:,.0f} users/s ceiling")
+    print(f"raw broker rate         {rates[1]:>12,.0f} msgs/s of 100 B")
 
 if __name__ == "__main__":
     main()

@@ -541,7 +541,8 @@ class TaskSpec(BaseModel):
 
 class ControlMsg(_Msg):
     """Coordinator → everyone: start a task (with its public spec), shut down, or ``resync``: send
-    the running task's metrics again (some were lost with a broker that died before delivering)."""
+    the running task's metrics again (some were lost with a broker that died before delivering);
+    a ``resync`` with no task, before the first, asks every party waiting for one to say "ready"."""
 
     kind: Literal["control"] = "control"
     action: Literal["task", "shutdown", "resync"]

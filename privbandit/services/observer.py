@@ -229,9 +229,12 @@ class ObserverService(PartyService):
         return [self.t("metrics", "+")]
 
     async def on_connect(self) -> None:
-        # The observer publishes control, not readiness. Resuming: every party is already running
-        # (none will say ready again), so start the checkpointed task again at once and ask for
-        # its metrics.
+        # The observer publishes control, not readiness. Before the first task, it asks the parties
+        # that said "ready" before it subscribed to say it again now, instead of at their next tick
+        # (up to 1 s later). Resuming: every party is already running (none will say ready again),
+        # so start the checkpointed task again at once and ask for its metrics.
+        if self.index < 0 and not self.resuming:
+            await self.bus.publish(self.t("control"), codec.ControlMsg(run=self.run_id, action="resync"))
         if self.resuming:
             self.resuming = False
             self.ready = set(self.parties)

@@ -95,7 +95,9 @@ class PartyService:
                                   traffic={str(i): t.as_dict() for i, t in self.traffic_by_task.items()})
                 self.finished = True
             elif msg.action == "resync":
-                if self.task_index is not None and msg.task == self.task_index:
+                if msg.task is None and self.task_spec is None and self.role != "observer":
+                    await self.status("ready")  # the observer came up after this party last said so
+                elif self.task_index is not None and msg.task == self.task_index:
                     await self.on_resync()
             else:
                 spec = codec.TaskSpec.model_validate(msg.body).model_dump()
