@@ -330,11 +330,16 @@ class IntermediaryService(PartyService):
         (a missing or wrong MAC, an id outside the cohort), as they would have been before the
         release, so the refusal counts do not depend on who won a race; the authentic rest are
         late copies: of a plan this party asked for again (``late-resend``), or replayed
-        (``round-closed``). ``plans``, ``asked`` and ``task``: the last task's, for its late copies."""
+        (``round-closed``). A forged "block complete" marker is ``bad-block-tag`` here too.
+        ``plans``, ``asked`` and ``task``: the last task's, for its late copies."""
         plans = self.plans if plans is None else plans
         asked = self.asked_plans if asked is None else asked
         plan = plans.get(msg.plan) if isinstance(msg, codec.ReportsMsg) else None
         join = None if plan is None else next((j for j in plan.joins if j.round_id == msg.round), None)
+        if join is not None and msg.block is not None and not self.block_genuine(msg, plan, task):
+            self.reject("bad-block-tag", f"round {msg.round}, plan {plan.id}, block {msg.block} (closed)")
+            if msg.user_ids.size == 0:
+                return
         if join is None or msg.user_ids.size == 0:  # nothing to check a record against, or no record
             records = msg.user_ids.size if isinstance(msg, codec.ReportsMsg) else 1
             return self.reject("round-closed", f"round {msg.round}", max(1, records))
@@ -371,11 +376,17 @@ class IntermediaryService(PartyService):
         self.reject(reason, f"{bad} records of round {msg.round}", bad)
         return ids[good], values[:, good]
 
+    def block_genuine(self, msg: codec.ReportsMsg, plan: Plan, task: int | None = None) -> bool:
+        """Whether ``msg`` closes a block of ``plan`` under the fleets' key (``task``: the MAC's task,
+        the running one by default)."""
+        task = self.task_index if task is None else task
+        return msg.block < blocks_of(plan) and self.auth.check_nonce_mac(
+            msg.block_tag, "block", self.run_id, task, msg.round, plan.id, msg.block,
+            payload=codec.encode(msg.model_copy(update={"block_tag": b""})))
+
     def close_block(self, msg: codec.ReportsMsg, plan: Plan) -> None:
         """A fleet says every user of one block of the plan has answered for this round."""
-        genuine = self.auth.check_nonce_mac(msg.block_tag, "block", self.run_id, self.task_index, msg.round, plan.id,
-                                            msg.block, payload=codec.encode(msg.model_copy(update={"block_tag": b""})))
-        if msg.block >= blocks_of(plan) or not genuine:
+        if not self.block_genuine(msg, plan):
             return self.reject("bad-block-tag", f"round {msg.round}, plan {plan.id}, block {msg.block}")
         closed = self.closing.setdefault(msg.round, {}).setdefault(plan.id, set())
         closed.add(msg.block)

@@ -377,6 +377,16 @@ async def test_late_answers_to_a_request_are_told_apart_from_replays():
     # A forged copy is refused for what it is, after the release as before it: not as a late copy.
     await svc.collect(late(2, tagged=False))
     assert {k: n for k, n in svc.rejected.items() if n} == {"late-resend": 3, "round-closed": 3, "missing-tag": 3}
+    # So is a forged "block complete" marker (#20 item 3), whoever won the race to the round; a
+    # genuine late one is a late copy.
+    auth = ReportAuthenticator(1)
+    marker = codec.ReportsMsg(run="r1", task=0, round=2, plan=2, user_ids=np.zeros(0, "<u4"),
+                              values=np.zeros((1, 0, 1), "<u4"), block=0)
+    genuine = auth.nonce_mac("block", "r1", 0, 2, 2, 0, payload=codec.encode(marker))
+    for tag in (b"", bytes(28), genuine):
+        await svc.collect(marker.model_copy(update={"block_tag": tag}))
+    assert {k: n for k, n in svc.rejected.items() if n} == {"late-resend": 3, "round-closed": 4, "missing-tag": 3,
+                                                             "bad-block-tag": 2}
 
 
 @pytest.mark.asyncio

@@ -237,11 +237,11 @@ def test_item3_forged_block_complete_markers_release_nothing_early(tmp_path, hon
     assert attacker.sent >= 4
     assert_same_numbers(honest(HORIZON), out)
     got = rejected(out)
-    # Most come after the fleets' reports have closed the round (round-closed), the last few may
-    # still be in flight when the session ends; nothing else may be counted.
-    assert got.get("bad-block-tag", 0) > 0, got
-    assert got.get("bad-block-tag", 0) + got.get("round-closed", 0) <= attacker.sent, got
-    assert set(got) <= {"bad-block-tag", "round-closed", "late-resend"}, got
+    # Refused as forgeries whether they beat the fleets' reports to the round or came after its
+    # release (once, under load, every one came after); the last few may still be in flight when
+    # the session ends. Nothing else may be counted.
+    assert 0 < got.get("bad-block-tag", 0) <= attacker.sent, got
+    assert set(got) <= {"bad-block-tag", "late-resend"}, got
 
 
 def test_item5_a_malformed_release_leaves_its_round_open_for_the_genuine_one(tmp_path, honest, mosquitto_url):
