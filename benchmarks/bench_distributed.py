@@ -7,7 +7,8 @@
 
 The broker, by default (``--broker generated``), is a Mosquitto started for the session from the
 project's generated configuration (``privbandit broker-config``'s: an account per role, the run's
-ACL, ``set_tcp_nodelay true``), probed like any deployment's. ``--broker URL`` times an existing
+ACL, ``set_tcp_nodelay true``), probed like any deployment's; ``--broker embedded`` is the
+launcher's own amqtt broker, the default of ``privbandit run --transport mqtt``. ``--broker URL`` times an existing
 broker instead, anonymously and without the probe (e.g. the system Mosquitto at 127.0.0.1:1883,
 whose default configuration leaves Nagle's algorithm on: docs/performance.md).
 
@@ -136,17 +137,21 @@ class Broker:
     accounts and the run a generated configuration was written for; None for a broker given by
     URL, used anonymously and without the trust-model probe."""
 
-    url: str
+    url: str | None  # None: the launcher's embedded broker
     run_id: str | None = None
     passwords: dict[str, str] | None = None
 
     def launch_args(self) -> dict:
+        if self.url is None:
+            return {}
         if self.passwords is None:  # timed here, never trusted: the probe would refuse it
             return {"broker_url": self.url, "insecure_broker": True}
         return {"broker_url": self.url, "run_id": self.run_id, "passwords": self.passwords}
 
     def rate(self, payload_bytes: int, count: int) -> float:
         """:func:`broker_rate` as the roles may use this broker (users publish, the aggregator reads)."""
+        if self.url is None:
+            raise ValueError("the embedded broker lives only as long as its session: time it with --only-mqtt")
         if self.passwords is None:
             return asyncio.run(broker_rate(self.url, payload_bytes, count))
         return asyncio.run(broker_rate(self.url, payload_bytes, count, topic=acl.report_topic(self.run_id, "aggregator"),
@@ -157,7 +162,11 @@ class Broker:
 @contextlib.contextmanager
 def started_broker(spec: str, directory: Path):
     """``spec`` ``generated``: a Mosquitto from the project's generated configuration for a fresh
-    run id, stopped on exit; otherwise ``spec`` is a broker's URL."""
+    run id, stopped on exit; ``embedded``: the launcher's own (amqtt, as `privbandit run
+    --transport mqtt` without ``--broker``); otherwise ``spec`` is a broker's URL."""
+    if spec == "embedded":
+        yield Broker(None)
+        return
     if spec != "generated":
         yield Broker(spec)
         return
@@ -255,7 +264,8 @@ async def broker_rate(url: str, payload_bytes: int, count: int, *, pub_urls: Seq
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--broker", default="generated",
-                    help="generated (a Mosquitto from the project's configuration, started here) or a broker's URL")
+                    help="generated (a Mosquitto from the project's configuration, started here), embedded "
+                         "(the launcher's amqtt broker; with --only-mqtt) or a broker's URL")
     ap.add_argument("--horizon", type=int, default=1_000_000)
     ap.add_argument("--shards", type=int, default=2)
     ap.add_argument("--checkpoint-cost", action="store_true", help="measure what checkpointing costs per round")

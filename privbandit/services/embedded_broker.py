@@ -19,11 +19,13 @@ amqtt publishes last wills without asking the topic plugin and stores retained m
 subscribers; no party uses either, so a CONNECT with a will is refused and nothing is retained
 (as Mosquitto's generated config does with ``retain_available false``).
 
-Three amqtt defects are patched in the child, each failing loudly if a newer amqtt moved what it
+Four amqtt defects are patched in the child, each failing loudly if a newer amqtt moved what it
 replaces: unbounded per-subscriber queues (:func:`_bound_queues`, issue #20 item 10), a taken-over
 persistent session marked disconnected by its old connection's end, which left a party connected
-and deaf after a broker pause (:func:`_keep_taken_over_sessions`, item 7), and a SUBSCRIBE during
-routing that lost the message being routed (:func:`_route_from_snapshots`). Packets over the size cap
+and deaf after a broker pause (:func:`_keep_taken_over_sessions`, item 7), a SUBSCRIBE during
+routing that lost the message being routed (:func:`_route_from_snapshots`), and every routed
+message's payload formatted into a DEBUG line that is never logged (:func:`_quiet_broadcasts`,
+most of its CPU at T = 10⁸). Packets over the size cap
 close the connection (:func:`_cap_packets`).
 
 amqtt speaks MQTT 3.1.1 only (aiomqtt's default). ``open_mode=True`` starts it without
@@ -411,6 +413,38 @@ def _route_from_snapshots(broker_class) -> None:
     broker_class.__init__ = init_snapshots
 
 
+class _QuietBroadcast(dict):
+    """A message queued for routing, whose text form leaves its payload out. amqtt's router
+    formats every message it takes from the queue into a DEBUG line (``f"Processing broadcast
+    message: {broadcast}"``), and builds that string even with DEBUG off: for a 770 kB report
+    block that is a repr of several MB per message, about 70 % of the broker's CPU at T = 10⁸."""
+
+    def __repr__(self) -> str:
+        data = self.get("data")
+        return f"<message on {self.get('topic')!r}, {len(data) if data is not None else 0} bytes>"
+
+    __str__ = __repr__
+
+
+def _quiet_broadcasts(broker_class) -> None:
+    """Every message a broker queues for routing is a :class:`_QuietBroadcast`."""
+    init = broker_class.__init__
+
+    def init_quiet(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        queue = getattr(self, "_broadcast_queue", None)
+        if not isinstance(queue, asyncio.Queue):  # a newer amqtt: say so rather than run slow unseen
+            raise RuntimeError("amqtt's Broker._broadcast_queue is gone: cannot keep payloads out of its log lines")
+        put = queue.put
+
+        async def put_quiet(item):
+            await put(_QuietBroadcast(item) if type(item) is dict else item)
+
+        queue.put = put_quiet
+
+    broker_class.__init__ = init_quiet
+
+
 def _broker_config(port: int, *, run_id: str, password_file: str | None, open_mode: bool) -> dict:
     if open_mode:
         plugins: dict = {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}}
@@ -450,6 +484,7 @@ async def _serve(port: int, *, run_id: str, password_file: str | None, open_mode
     _bound_queues(Broker, BrokerProtocolHandler, acl.MAX_QUEUED_MESSAGES, max_queued_bytes)
     _keep_taken_over_sessions(Broker)
     _route_from_snapshots(Broker)
+    _quiet_broadcasts(Broker)
     if not open_mode:
         import amqtt.broker
 
@@ -481,6 +516,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("amqtt").setLevel(logging.DEBUG if args.log_level.upper() == "DEBUG" else logging.ERROR)
     if not args.open and not args.password_file:
         parser.error("--password-file is required unless --open")
+    from privbandit.services.allocator import keep_freed_memory
+
+    keep_freed_memory()  # each relayed report block's buffers reuse the last one's pages
     try:
         asyncio.run(_serve(args.port, run_id=args.run_id, password_file=args.password_file, open_mode=args.open,
                            max_queued_bytes=args.max_queued_bytes))

@@ -791,6 +791,44 @@ def test_routing_iterates_a_snapshot_of_the_subscriptions():
     assert seen == ["pb/r/plan"] and len(table) == 2
 
 
+def test_a_routed_message_is_formatted_without_its_payload():
+    """amqtt's router builds ``f"Processing broadcast message: {broadcast}"`` for every message,
+    DEBUG off or not: with the payload inside, a repr of megabytes per report block. Patched on
+    amqtt's own Broker class, a queued message keeps its fields and formats without its payload."""
+    from amqtt.broker import Broker
+
+    from privbandit.services.embedded_broker import _quiet_broadcasts
+
+    class Patched(Broker):
+        pass
+
+    _quiet_broadcasts(Patched)
+
+    async def go():
+        broker = Patched({"listeners": {"default": {"type": "tcp", "bind": "127.0.0.1:0"}},
+                          "plugins": {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}}})
+        data = b"\x07" * 1_000_000
+        await broker._broadcast_queue.put({"session": None, "topic": "pb/r/report/aggregator", "data": data, "qos": 1})
+        return await broker._broadcast_queue.get(), data
+
+    got, data = asyncio.run(go())
+    assert got["data"] is data and got["topic"] == "pb/r/report/aggregator" and got.get("qos") == 1
+    text = f"Processing broadcast message: {got}"
+    assert len(text) < 200 and "1000000 bytes" in text, text
+
+
+def test_quiet_broadcasts_refuse_an_amqtt_without_the_queue():
+    from privbandit.services.embedded_broker import _quiet_broadcasts
+
+    class Moved:
+        def __init__(self):
+            self._queue = asyncio.Queue()
+
+    _quiet_broadcasts(Moved)
+    with pytest.raises(RuntimeError, match="_broadcast_queue is gone"):
+        Moved()
+
+
 def test_finished_deliveries_behind_a_stuck_one_are_forgotten():
     from privbandit.services.embedded_broker import _PrunedTasks
 
