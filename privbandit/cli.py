@@ -586,6 +586,8 @@ def attack(
     password: Annotated[Optional[str], typer.Option(help="[default: $PRIVBANDIT_PASSWORD]")] = None,
     duration: Annotated[float, typer.Option(help="over MQTT: seconds to attack, or until the session shuts down")] = 60.0,
     report: Annotated[Optional[Path], typer.Option(help="over MQTT: also write the attack's report (JSON) here")] = None,
+    ready_file: Annotated[Optional[Path], typer.Option(help="over MQTT: created once the attack is subscribed "
+                                                            "(the launcher waits for it)")] = None,
 ):
     known = adversary_catalogue()
     if kind not in known:
@@ -593,7 +595,7 @@ def attack(
                   f"(see privbandit attack --help)")
         raise typer.Exit(2)
     if known[kind][0] == "over MQTT":
-        return _attack_over_mqtt(kind, broker, run_id, username, password, duration, report)
+        return _attack_over_mqtt(kind, broker, run_id, username, password, duration, report, ready_file)
     if experiment is None:
         _error(f"{kind} runs in-process: give an experiment file "
                   f"(privbandit attack {kind} experiments/attacks.toml)")
@@ -638,7 +640,8 @@ def _print_attack(report: dict, out: Path) -> None:
 
 
 def _attack_over_mqtt(kind: str, broker: str | None, run_id: str | None, username: str | None,
-                      password: str | None, duration: float, report_file: Path | None = None) -> None:
+                      password: str | None, duration: float, report_file: Path | None = None,
+                      ready_file: Path | None = None) -> None:
     import asyncio
     import json
 
@@ -651,7 +654,7 @@ def _attack_over_mqtt(kind: str, broker: str | None, run_id: str | None, usernam
     given = {k: v for k, v in (("username", username), ("password", password)) if v is not None}
     settings = settings.model_copy(update=given)
     try:
-        report = asyncio.run(attack_session(kind, settings, duration))
+        report = asyncio.run(attack_session(kind, settings, duration, ready_file))
     except ConnectionError as exc:
         _error(exc)
         raise typer.Exit(1)

@@ -33,6 +33,7 @@ import asyncio
 import functools
 import secrets
 import signal
+from pathlib import Path
 
 import aiomqtt
 import msgpack
@@ -136,9 +137,11 @@ class TrafficAttacker:
         return out
 
 
-async def attack_session(kind: str, settings: BusSettings, duration_s: float) -> dict:
+async def attack_session(kind: str, settings: BusSettings, duration_s: float, ready_file: Path | None = None) -> dict:
     """Attack a running session until it shuts down, for at most ``duration_s``, or until SIGTERM
-    (the launcher's stop); what was done and seen, and which of the three ended it."""
+    (the launcher's stop); what was done and seen, and which of the three ended it. ``ready_file``
+    is created once the attack is subscribed: the launcher starts the session only then, so the
+    attack sees it from its first plan."""
     client = settings.client(f"hostile-{kind}-{secrets.token_hex(4)}", True, timeout=10)
     try:
         await client.__aenter__()
@@ -149,7 +152,13 @@ async def attack_session(kind: str, settings: BusSettings, duration_s: float) ->
     try:
         run = settings.run_id
         attack = _curious if kind == "curious-analyzer" else functools.partial(_report_attack, kind=kind)
-        return await attack(client, run, lambda pump: _attack_until(pump, stop, duration_s))
+
+        def subscribed() -> None:
+            if ready_file is not None:
+                ready_file.parent.mkdir(parents=True, exist_ok=True)
+                ready_file.touch()
+
+        return await attack(client, run, lambda pump: _attack_until(pump, stop, duration_s), subscribed)
     finally:
         try:
             await client.__aexit__(None, None, None)
@@ -183,9 +192,10 @@ def _decoded(payload):
         return None
 
 
-async def _report_attack(client: aiomqtt.Client, run: str, until, kind: str) -> dict:
+async def _report_attack(client: aiomqtt.Client, run: str, until, subscribed, kind: str) -> dict:
     attacker = TrafficAttacker(kind, run)
     await client.subscribe([(topic(run, "plan"), 1), (topic(run, "control"), 1)])
+    subscribed()
     plans = sent = wave = 0
     last = 0.0
 
@@ -208,7 +218,7 @@ async def _report_attack(client: aiomqtt.Client, run: str, until, kind: str) -> 
     return {"kind": kind, "run": run, "plans_seen": plans, "messages_sent": sent, "ended_by": ended}
 
 
-async def _curious(client: aiomqtt.Client, run: str, until) -> dict:
+async def _curious(client: aiomqtt.Client, run: str, until, subscribed) -> dict:
     """With the analyzer's account: try to read what only intermediaries and the observer read,
     and to publish what only intermediaries publish. (It also reads the control topic, which the
     analyzer may, to leave at the session's shutdown.)"""
@@ -216,6 +226,7 @@ async def _curious(client: aiomqtt.Client, run: str, until) -> dict:
     result = await client.subscribe([(f, 1) for f in filters])
     codes = [getattr(c, "value", c) for c in (result if isinstance(result, (list, tuple)) else [result])]
     await client.subscribe(topic(run, "control"), qos=1)
+    subscribed()
     forged = codec.encode(codec.ReleaseMsg(run=run, task=0, round=0, n_reports=1, values=np.zeros((1, 1), np.int64)))
     for intermediary in ("aggregator", "shuffler"):
         await client.publish(topic(run, "release", intermediary), forged, qos=1)

@@ -50,6 +50,7 @@ PARTY_EXIT_WAIT_S = 20.0
 USAGE_ERROR = 2  # a party's exit status for bad input: restarting cannot help
 CHECKPOINTED = ("observer", "analyzer", "aggregator", "shuffler")  # fleets hold no state to keep
 HOSTILE_MAX_S = 24 * 3600  # a traffic adversary of the experiment attacks until the session shuts down
+HOSTILE_READY_S = 60.0  # how long the session waits for its traffic adversaries to subscribe
 TLS_FIELDS = ("ca_file", "cert_file", "key_file")  # BusSettings fields, PRIVBANDIT_<FIELD> for the parties
 
 
@@ -75,6 +76,7 @@ class Party:
     log: Path | None  # None: inherit the terminal (the observer draws progress there)
     proc: subprocess.Popen | None = field(default=None, repr=False)
     hostile: bool = False  # a traffic adversary of the experiment: stopped as soon as the session ends
+    ready_file: Path | None = None  # a hostile party creates it once subscribed
 
     def start(self) -> None:
         out = None if self.log is None else open(self.log, "ab")
@@ -96,6 +98,21 @@ def stop_process(proc: subprocess.Popen | None, grace_s: float = 5.0) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def wait_subscribed(hostile: list[Party], timeout_s: float = HOSTILE_READY_S) -> None:
+    """Wait until every started hostile party has created its ready file (it is subscribed).
+    One that exits first, or not ready within ``timeout_s``, raises, naming it and its log."""
+    deadline = time.monotonic() + timeout_s
+    while waiting := [p for p in hostile if p.ready_file is not None and not p.ready_file.exists()]:
+        for p in waiting:
+            if p.proc is not None and p.proc.poll() is not None:
+                raise RuntimeError(f"{p.name} exited with {p.proc.returncode} before it subscribed; "
+                                   f"see {p.log}:\n{log_tail(p.log)}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{', '.join(p.name for p in waiting)} not subscribed within {timeout_s:.0f} s; "
+                               f"see {waiting[0].log}")
+        time.sleep(0.05)
 
 
 def party_roles(family, config) -> list[str]:
@@ -160,9 +177,11 @@ def plan_parties(family, config, experiment: Path, overrides: list[str], out: Pa
     # each leaves when the session shuts down and writes what it did to <out>/adversaries/<kind>.json.
     for kind in getattr(config, "traffic_adversaries", []):
         role = "analyzer" if kind == "curious-analyzer" else "users"
+        ready = out / "adversaries" / f"{kind}.subscribed"
         parties.append(Party(f"hostile-{kind}", ["attack", kind, "--duration", str(HOSTILE_MAX_S),
-                                                 "--report", str(out / "adversaries" / f"{kind}.json")],
-                             env(role), logs / f"hostile-{kind}.log", hostile=True))
+                                                 "--report", str(out / "adversaries" / f"{kind}.json"),
+                                                 "--ready-file", str(ready)],
+                             env(role), logs / f"hostile-{kind}.log", hostile=True, ready_file=ready))
     return parties
 
 
@@ -219,9 +238,17 @@ def launch(family, config, experiment: Path, overrides: list[str], out: Path,
         parties = plan_parties(family, config, experiment, overrides, out, broker_url, run_id, shards, passwords,
                                checkpoint=checkpoint, tls_files=tls_files, broker_acl=acl_state,
                                dashboard_port=dashboard_port, secagg_step_s=secagg_step_s)
-        for p in parties:
+        # The experiment's adversaries first, subscribed before the session can begin: an attack
+        # that connects after the first plans would miss them, and attack less than it reports.
+        hostile = [p for p in parties if p.hostile]
+        for p in hostile:
             p.start()
             stack.callback(p.stop)
+        wait_subscribed(hostile)
+        for p in parties:
+            if not p.hostile:
+                p.start()
+                stack.callback(p.stop)
         if started is not None:
             started(parties)
         observer = parties[0]

@@ -168,3 +168,39 @@ async def test_a_curious_analyzer_is_refused_by_mosquitto_with_the_generated_acl
             report = json.loads(out)
             assert report["forbidden_received"] == 0 and report["forged_releases_sent"] == 2, report
             assert not any(t.startswith(f"pb/{run}/release/") for t, _ in analyzer.messages), analyzer.messages
+
+
+def test_the_launcher_starts_a_session_only_once_its_adversaries_are_subscribed(tmp_path):
+    """An experiment's traffic adversary signals its subscription with a ready file; the launcher
+    waits for it (a session that began first once left the replay attacker only the last 9 plans of
+    its first task, and nothing to replay). One that exits first, or never signals, stops the launch
+    loudly, naming it."""
+    from privbandit.services.embedded_broker import free_port
+    from privbandit.services.launcher import Party, wait_subscribed
+
+    # Subscribed on a live broker (the machine's Mosquitto): the file appears, and the wait ends.
+    ready = tmp_path / "replay.subscribed"
+    live = Party("hostile-replay", ["attack", "replay", "--broker", "mqtt://127.0.0.1:1883", "--run", "r1",
+                                    "--duration", "30", "--ready-file", str(ready)], {}, tmp_path / "live.log",
+                 hostile=True, ready_file=ready)
+    live.start()
+    try:
+        wait_subscribed([live], timeout_s=30)
+        assert ready.exists() and live.proc.poll() is None
+    finally:
+        live.stop()
+    # No broker: the attack exits before it subscribes.
+    dead = Party("hostile-flood", ["attack", "flood", "--broker", f"mqtt://127.0.0.1:{free_port()}", "--run", "r1",
+                                   "--ready-file", str(tmp_path / "flood.subscribed")], {}, tmp_path / "dead.log",
+                 hostile=True, ready_file=tmp_path / "flood.subscribed")
+    dead.start()
+    with pytest.raises(RuntimeError, match="hostile-flood exited with 1 before it subscribed"):
+        wait_subscribed([dead], timeout_s=30)
+    # Never subscribed, never exits: a deadline.
+    stuck = Party("hostile-sybil", [], {}, tmp_path / "stuck.log", hostile=True, ready_file=tmp_path / "never")
+    stuck.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        with pytest.raises(TimeoutError, match="hostile-sybil not subscribed within 1 s"):
+            wait_subscribed([stuck], timeout_s=1)
+    finally:
+        stuck.stop()
