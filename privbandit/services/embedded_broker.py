@@ -417,7 +417,7 @@ class _QuietBroadcast(dict):
     """A message queued for routing, whose text form leaves its payload out. amqtt's router
     formats every message it takes from the queue into a DEBUG line (``f"Processing broadcast
     message: {broadcast}"``), and builds that string even with DEBUG off: for a 770 kB report
-    block that is a repr of several MB per message, about 70 % of the broker's CPU at T = 10⁸."""
+    block that is a repr of several MB per message: about 60 % of the broker's CPU at T = 10⁸."""
 
     def __repr__(self) -> str:
         data = self.get("data")
