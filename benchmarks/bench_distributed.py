@@ -276,6 +276,9 @@ def main() -> None:
     ap.add_argument("--py-spy", metavar="PARTY", default=None, help="record this party (e.g. aggregator) with py-spy")
     ap.add_argument("--py-spy-out", type=Path, default=Path("py-spy.raw"), help="py-spy's raw output (with --py-spy)")
     args = ap.parse_args()
+    if args.broker == "embedded" and not (args.only_mqtt or args.checkpoint_cost):
+        ap.error("--broker embedded: the broker lives only as long as its session, so its raw rate cannot be "
+                 "timed; add --only-mqtt")
     print(f"machine: {platform.machine()}, python {platform.python_version()}, broker {args.broker}")
     label = "Dist-DP-SE" if args.intermediary == "aggregator" else "Dist-RDP-shuffled"
     with tempfile.TemporaryDirectory() as tmp, started_broker(args.broker, Path(tmp) / "broker") as broker:
