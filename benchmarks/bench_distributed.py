@@ -14,7 +14,8 @@ whose default configuration leaves Nagle's algorithm on: docs/performance.md).
 
 Prints, for the same experiment and seed:
 - users/s of the in-process engine (one process) and of the MQTT run (observer's wall time for the
-  task, from the first plan to the last truth), and their ratio;
+  task: from its announcing the task, just before the first plan, to its scoring it, just after
+  the last truth; "first plan to last truth" below and in the docs), and their ratio;
 - the CPU seconds (user + system) each party's process used, start-up included;
 - wire bytes per user against the budget 2·(⌈log₂ m⌉/8) + 8;
 - the raw broker rate measured with the same client library: QoS 1 messages of one report block
@@ -192,7 +193,7 @@ def checkpoint_cost(args, family, config, path: Path, tmp: Path, label: str, bro
         for checkpoint in (True, False):
             _, summary = _session(family, config, path, tmp / f"out-{checkpoint}-{i}", broker, args.shards,
                                   checkpoint)
-            # the observer's time for the task (first plan to last truth), without process start-up
+            # the observer's time for the task (announced to scored), without process start-up
             walls[checkpoint].append(args.horizon / summary["algorithms"][label]["users_per_s"])
     rounds = summary["algorithms"][label]["rounds_per_run"]
     on, off = median(walls[True]), median(walls[False])

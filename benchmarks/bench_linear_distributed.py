@@ -4,7 +4,7 @@
 
 The paper's setting (K = 100, d = 5, B = 20, ε = 1, δ = 0.1, preset paper-code), one run, two fleets.
 Prints, per broker:
-- users/s of the MQTT run (the observer's time for the task: first plan to last truth) and of the
+- users/s of the MQTT run (the observer's time for the task: announced to scored, about first plan to last truth) and of the
   whole session including process start-up, next to the in-process engine on the same run;
 - the time per batch (one plan → B reports → release → update round trip);
 - wire bytes per user (users → shuffler, MQTT 3.1.1 framing + PUBACK) and payload bytes, next to the
