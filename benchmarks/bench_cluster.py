@@ -11,9 +11,9 @@ fleet count: a fresh broker with the project's accounts and ACLs (Mosquitto with
 prints users/s (the observer's task time: announced to scored, about first plan to last truth),
 the session's wall time including process start-up, the broker's start-up time, its resident
 memory after the session (summed over nodes), the CPU seconds (user + system) each broker process
-used during the session (per node on the cluster: n0/n1/n2), how busy the machine's cores were meanwhile (every process's, from
-/proc/stat: near 100 %, the parties and the broker compete for the CPU), and the load average
-before and after (the machine is shared: read every figure with it). On the cluster the parties
+used during the session (per node on the cluster: n0/n1/n2), how busy the machine's cores were
+meanwhile (every process's, from /proc/stat: near 100 %, the parties and the broker compete for
+the CPU), and the load average before and after (the machine is shared: read every figure with it). On the cluster the parties
 are spread over the nodes (observer, analyzer, aggregator, fleets in turn:
 :func:`privbandit.services.cluster.spread`). ``--replicas``: how many nodes keep a copy of
 each QoS 1 message and session (JetStream's stream replicas; 3 survives a node's loss, 1 does not).
