@@ -5,24 +5,24 @@
     python benchmarks/bench_cluster.py --fleets 4 --brokers mosquitto,r3+cr1,r1   # cluster settings
     python benchmarks/bench_cluster.py --fleets 4 --repeat 2 --no-raw --pin       # the broker on a core of its own
 
-Dist-DP-SE, K = 10, one run, every party its own process, checkpoints off. For each broker and
-fleet count: a fresh broker with the project's accounts and ACLs (Mosquitto with
-``write_broker_config``'s files; the cluster with the same rules translated), then one session;
-prints users/s (the observer's task time: announced to scored, about first plan to last truth),
-the session's wall time including process start-up, the broker's start-up time, its resident
-memory after the session (summed over nodes), the CPU seconds (user + system) each broker process
-used during the session (per node on the cluster: n0/n1/n2), how busy the machine's cores were
-meanwhile (every process's, from /proc/stat: near 100 %, the parties and the broker compete for
-the CPU), and the load average before and after (the machine is shared: read every figure with it). On the cluster the parties
-are spread over the nodes (observer, analyzer, aggregator, fleets in turn:
-:func:`privbandit.services.cluster.spread`). ``--replicas``: how many nodes keep a copy of
-each QoS 1 message and session (JetStream's stream replicas; 3 survives a node's loss, 1 does not).
-A broker may also be a cluster configuration as ``bench_cluster_ceiling.py`` writes them (``r3+cr1``,
-``r1+shm``: replicas and NATS settings; ``cluster`` is ``r<--replicas>``), or RabbitMQ
-(``rabbitmq``, ``rabbitmq3+quorum``: ``rabbitmq_node.py``) for timing only: its accounts have
-every permission (no ACL; the summary records ``"acl": "insecure"``). ``--pin``: the broker's
-processes (every thread) on CPU 1, this process and the parties it starts on CPU 0, the nearest
-this machine comes to a broker on a host of its own (other processes still run on both).
+Dist-DP-SE, K = 10, one run, every party its own process, checkpoints off. For each broker and fleet
+count: a fresh broker with the project's accounts and ACLs (Mosquitto with ``write_broker_config``'s
+files; the cluster with the same rules translated), then one session; prints users/s (the observer's
+task time: announced to scored, about first plan to last truth), the session's wall time including
+process start-up, the broker's start-up time, its resident memory after the session (summed over
+nodes), the CPU seconds (user + system) each broker process used during the session (per node on the
+cluster: n0/n1/n2), how busy the machine's cores were meanwhile (every process's, from /proc/stat:
+near 100 %, the parties and the broker compete for the CPU), and the load average before and after
+(the machine is shared: read every figure with it). On the cluster the parties are spread over the
+nodes (observer, analyzer, aggregator, fleets in turn: :func:`privbandit.services.cluster.spread`).
+``--replicas``: how many nodes keep a copy of each QoS 1 message and session (JetStream's stream
+replicas; 3 survives a node's loss, 1 does not). A broker may also be a cluster configuration as
+``bench_cluster_ceiling.py`` writes them (``r3+cr1``, ``r1+shm``: replicas and NATS settings;
+``cluster`` is ``r<--replicas>``), or RabbitMQ (``rabbitmq``, ``rabbitmq3+quorum``:
+``rabbitmq_node.py``) for timing only: its accounts have every permission (no ACL; the summary
+records ``"acl": "insecure"``). ``--pin``: the broker's processes (every thread) on CPU 1, this
+process and the parties it starts on CPU 0, the nearest this machine comes to a broker on a host of
+its own (other processes still run on both).
 
 Then the brokers' own ceiling, without the parties: QoS 1 report blocks (65,536 users' reports,
 the size the sessions sent) from a ``users`` client to an ``aggregator`` client, on one Mosquitto
