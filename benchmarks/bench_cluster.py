@@ -44,7 +44,7 @@ from pathlib import Path
 
 from _session import run_parties
 from bench_cluster_ceiling import QUORUM, RABBIT, cluster_options, cpu_s, started_cluster
-from bench_distributed import EXPERIMENT, broker_rate
+from bench_distributed import EXPERIMENT, broker_rate, report_route
 from privbandit.protocol.primitives.seeding import USER_BLOCK
 from privbandit.runner import config as experiment_files
 from privbandit.services import acl
@@ -144,9 +144,7 @@ def raw_rate(kind: str, block: int, tmp: Path, replicas: int, count: int = 200) 
         pw = {str(a): p for a, p in passwords.items()}
         sub_url, pub_url = (urls[0], urls[0]) if len(urls) == 1 else (urls[1], urls[2])
         return asyncio.run(broker_rate(sub_url, block, count, pub_urls=[pub_url],
-                                       topic=acl.report_topic(run_id, "aggregator"),
-                                       sub_auth={"username": "aggregator", "password": pw["aggregator"]},
-                                       pub_auth={"username": "users", "password": pw["users"]}))
+                                       **report_route(run_id, pw.__getitem__)))
 
 
 def main() -> None:

@@ -46,10 +46,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_distributed import broker_rate
+from bench_distributed import broker_rate, report_route
 from goprofile import top_functions
 from privbandit.protocol.primitives.seeding import USER_BLOCK
-from privbandit.services import acl
 from privbandit.services.cluster import NatsCluster, nats_binary
 from privbandit.services.mosquitto_process import start_with_broker_config
 from rabbitmq_node import rabbit_cluster
@@ -134,10 +133,7 @@ def ceiling(config: str, publishers: int, blocks: int, block_bytes: int, tmp: Pa
             time.sleep(1)  # perf attaches
         before, own_before, t0 = cpu_s(pids), os.times(), time.perf_counter()
         rate = asyncio.run(broker_rate(sub_url, block_bytes, blocks, pub_urls=pub_urls,
-                                       topic=acl.report_topic(run_id, "aggregator"),
-                                       sub_auth={"username": "aggregator", "password": pw("aggregator")},
-                                       pub_auth={"username": "users", "password": pw("users")},
-                                       persistent=persistent))
+                                       **report_route(run_id, pw), persistent=persistent))
         wall, after, own_after = time.perf_counter() - t0, cpu_s(pids), os.times()
         if recorder is not None:
             recorder.send_signal(signal.SIGINT)

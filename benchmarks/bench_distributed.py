@@ -155,9 +155,8 @@ class Broker:
             raise ValueError("the embedded broker lives only as long as its session: time it with --only-mqtt")
         if self.passwords is None:
             return asyncio.run(broker_rate(self.url, payload_bytes, count))
-        return asyncio.run(broker_rate(self.url, payload_bytes, count, topic=acl.report_topic(self.run_id, "aggregator"),
-                                       sub_auth={"username": "aggregator", "password": self.passwords["aggregator"]},
-                                       pub_auth={"username": "users", "password": self.passwords["users"]}))
+        return asyncio.run(broker_rate(self.url, payload_bytes, count,
+                                       **report_route(self.run_id, self.passwords.__getitem__)))
 
 
 @contextlib.contextmanager
@@ -212,6 +211,14 @@ def checkpoint_cost(args, family, config, path: Path, tmp: Path, label: str, bro
         times.sort()
         print(f"checkpoint {party:<11} {len(data):>10,} B   one atomic write: median {median(times) * 1e3:.2f} ms, "
               f"90th percentile {times[179] * 1e3:.2f} ms")
+
+
+def report_route(run_id: str, password) -> dict:
+    """:func:`broker_rate`'s topic and accounts on a broker with the run's ACL: the users' account
+    publishes on the aggregator's report topic, the aggregator's reads it. ``password(role)``."""
+    return {"topic": acl.report_topic(run_id, "aggregator"),
+            "sub_auth": {"username": "aggregator", "password": password("aggregator")},
+            "pub_auth": {"username": "users", "password": password("users")}}
 
 
 async def broker_rate(url: str, payload_bytes: int, count: int, *, pub_urls: Sequence[str] | None = None,
