@@ -25,11 +25,11 @@ from double exponentials E, and the acceptance coin exp(−(|y| − σ²/t)²/(2
 exponential compared with (|y| − σ²/t)²/(2σ²); all draws come from the caller's numpy Generator.
 Every output is an integer whatever the input, which is what Mironov's attack needs broken; each
 probability is the discrete Gaussian's to within the doubles' rounding (relative error ~10⁻¹⁶ per
-coin), the same standard as the discrete Laplace the other families use. The fully exact sampler (:func:`~.discrete_gaussian.sample_discrete_gaussian`,
-rational coins in Python integers) ran at 3.3·10⁴ draws/s at the σ/γ ~ 10⁶ this grid needs; this
-one at about 3·10⁷ per second (numpy's geometrics and uniforms before it: 1.0–1.4·10⁷;
-``benchmarks/bench_samplers.py --only Gaussian``), and the linear family draws ~10⁸ entries per
-figure.
+coin), the same standard as the discrete Laplace the other families use. The fully exact
+sampler (:func:`~.discrete_gaussian.sample_discrete_gaussian`, rational coins in Python integers)
+ran at 3.3·10⁴ draws/s at the σ/γ ~ 10⁶ this grid needs; this one at about 3·10⁷ per second
+(numpy's geometrics and uniforms before it: 1.0–1.4·10⁷; ``benchmarks/bench_samplers.py --only
+Gaussian``), and the linear family draws ~10⁸ entries per figure.
 
 Sums of grid values stay exact in float64 while they are below 2³³ in magnitude.
 """
