@@ -121,7 +121,7 @@ def test_every_mab_algorithm_has_a_target_with_the_ledgers_claim():
         pure = label in PURE or label == "dp-se"
         assert (claim["epsilon_at_delta"] == 0.5) == pure  # the RDP/CDP ones state more at δ = 1e-6
         assert t.delta == pytest.approx(1 / (10 * 100_000))
-    assert target("dist-dp-se", intermediary="shuffler").claim(1e-6)["guarantee"] == "none proven"
+    assert target("dist-dp-se", intermediary="shuffler-residues").claim(1e-6)["guarantee"] == "none proven"
     assert target("se").claim(1e-6)["guarantee"] == "non-private"
 
 
@@ -199,7 +199,7 @@ def test_a_shuffled_release_ledgered_as_secure_aggregation_is_flagged():
     n = 16
     secagg_event = mech.privacy_event(mech.params(n), n)
     wrong = broken_target(mech, "dist-dp-se", n, event=secagg_event)
-    shuffled = target("dist-dp-se", cohort=n, intermediary="shuffler")
+    shuffled = target("dist-dp-se", cohort=n, intermediary="shuffler-residues")
     wrong = replace(wrong, sample=shuffled.sample, release=shuffled.release, details=shuffled.details)
     r = audit_target(wrong, 20_000, None, 0.95, np.random.default_rng(16))
     assert r["verdict"] == "violation" and r["audit"]["epsilon"] > 2, r["audit"]

@@ -114,7 +114,8 @@ def rule_check(rnd: Round, total: Callable[[np.ndarray], np.ndarray] | None = No
     per-label totals of count-encoded reports); ``argmax``: the index of the largest entry of that
     modular sum, each read as its representative in the round's ``decode`` interval; ``shuffle``:
     the same multiset of rows in every column group the round permutes independently
-    (``rnd.groups``; P_Amp's S1 and S2); ``pass``: the same reports under the same ids."""
+    (``rnd.groups``; P_Amp's S1 and S2), or, with ``messages``, the same multiset of every entry
+    (split-and-mix shares); ``pass``: the same reports under the same ids."""
     width = rnd.width
     groups = np.cumsum((0, *(rnd.groups or (width,))))
 
@@ -138,6 +139,9 @@ def rule_check(rnd: Round, total: Callable[[np.ndarray], np.ndarray] | None = No
             lo, _ = rnd.decode
             signed = (summed(sent) - lo) % rnd.m + lo
             return values.shape == (1, 1) and int(values[0, 0]) == int(np.argmax(signed))
+        if rnd.messages:  # split-and-mix: the multiset of every entry sent, each a message of its own
+            return values.shape == (1, len(ids) * width, 1) and np.array_equal(np.sort(values.ravel()),
+                                                                               np.sort(sent.ravel()))
         if values.shape != (1, len(ids), width):
             return False
         if rnd.rule == "shuffle":

@@ -220,12 +220,13 @@ class RoundSpec(BaseModel):
     secagg_degree: Positive | None = None
     secagg_threshold: Positive | None = None
     segment: Positive | None = None
+    messages: bool = False
 
     def to_round(self) -> Round:
         try:
             return Round(self.id, self.intermediary, self.rule, self.expected, self.width, self.integer, self.m,
                          self.low, self.high, self.window, self.threshold, tuple(self.groups), self.secagg,
-                         self.decode, self.secagg_degree, self.secagg_threshold, self.segment)
+                         self.decode, self.secagg_degree, self.secagg_threshold, self.segment, self.messages)
         except ValueError as exc:
             raise ValueError(str(exc)) from None
 
@@ -241,7 +242,7 @@ def round_spec(r: Round) -> RoundSpec:
     return RoundSpec(id=r.id, intermediary=r.intermediary, rule=r.rule, expected=r.expected, width=r.width,
                      integer=r.integer, m=r.m, low=r.low, high=r.high, window=r.window, threshold=r.threshold,
                      groups=list(r.groups), secagg=r.secagg, decode=r.decode, secagg_degree=r.secagg_degree,
-                     secagg_threshold=r.secagg_threshold, segment=r.segment)
+                     secagg_threshold=r.secagg_threshold, segment=r.segment, messages=r.messages)
 
 
 def ids_on_wire(ids: np.ndarray) -> np.ndarray:
@@ -363,7 +364,10 @@ class ReleaseMsg(_Msg):
     def _shape(self):
         v = self.values
         _require(v.ndim in (2, 3), "values must be (runs, width) or (runs, reports, width)")
-        _require(v.ndim == 2 or v.shape[1] == self.n_reports, "a multiset must hold n_reports rows")
+        _require(v.ndim == 2 or v.shape[1] == self.n_reports
+                 or (self.n_reports > 0 and v.shape[2] == 1 and v.shape[1] % self.n_reports == 0
+                     and self.user_ids is None),
+                 "a multiset must hold n_reports rows, or n_reports × width messages of one entry")
         _require(self.user_ids is None or (v.ndim == 3 and self.user_ids.ndim == 1
                                            and self.user_ids.size == self.n_reports
                                            and self.user_ids.dtype.kind == "u"),

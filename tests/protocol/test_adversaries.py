@@ -235,7 +235,7 @@ def test_range_check_without_attackers_changes_nothing(tmp_path):
 [algorithms.LDP-SE]
 [algorithms.shuffled]
 algorithm = "dist-rdp-se"
-intermediary = "shuffler"
+intermediary = "shuffler-residues"
 """
     plain = _run(tmp_path, algos)
     checked = _run(tmp_path, algos, overrides=["algorithms.LDP-SE.range_check=true",
@@ -250,7 +250,7 @@ def test_window_edge_attackers_pass_the_check_and_move_each_estimate_within_the_
     algos = """
 [algorithms.shuffled]
 algorithm = "dist-rdp-se"
-intermediary = "shuffler"
+intermediary = "shuffler-residues"
 range_check = true
 """
     plain = _run(tmp_path, algos)["shuffled"]

@@ -55,7 +55,7 @@ def test_an_unprovable_release_is_refused_by_name(tmp_path):
     ε to solve for, and the experiment is refused before any work, naming the algorithm."""
     path = tmp_path / "c.toml"
     path.write_text(EXPERIMENT.format(epsilon=0.5).split("[algorithms.DP-SE]")[0]
-                    + '[algorithms.shuffled]\nalgorithm = "dist-dp-se"\nintermediary = "shuffler"\n')
+                    + '[algorithms.shuffled]\nalgorithm = "dist-dp-se"\nintermediary = "shuffler-residues"\n')
     with pytest.raises(ConfigError, match="dist-dp-se behind a shuffler.*none proven"):
         run_file(path)
 

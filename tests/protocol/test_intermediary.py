@@ -107,7 +107,7 @@ def test_shuffler_release_is_a_uniform_permutation_without_ids():
     n, trials = 6, 12_000
     counts = np.zeros((n, n))
     box = Intermediary("shuffler", shuffle_keys=[8])
-    rnd = _plan(mech, n=n, box="shuffler").opens[0]
+    rnd = _plan(mech, n=n, box="shuffler-residues").opens[0]
     assert rnd.rule == "shuffle"
     for trial in range(trials):
         plan = Plan(trial, 100, n, {}, (replace(rnd, id=trial),), (Join(trial, 100, n, n),))
@@ -163,7 +163,7 @@ def test_a_segment_needs_a_complete_shuffle_it_divides(kw, why):
 
 def test_shuffled_modular_release_decodes_like_the_sum():
     mech = PolyaSecAgg(1.0, 0.1)
-    plan, shuffled_plan = _plan(mech), _plan(mech, box="shuffler")
+    plan, shuffled_plan = _plan(mech), _plan(mech, box="shuffler-residues")
     values = np.random.default_rng(0).integers(0, plan.opens[0].m, 8)
     box = _box(shuffled_plan, shuffle_keys=[1])
     box.receive(_reports(shuffled_plan, np.arange(100, 108), values))

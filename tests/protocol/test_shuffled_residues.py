@@ -72,7 +72,7 @@ kind = "uniform"
 arms = 3
 [algorithms.shuffled]
 algorithm = "dist-dp-se"
-intermediary = "shuffler"
+intermediary = "shuffler-residues"
 [algorithms.secagg]
 algorithm = "dist-dp-se"
 """)

@@ -79,12 +79,12 @@ def test_broken_mechanisms_are_flagged_over_mqtt(tmp_path, acl_broker):
     ledger (pre-#13). Both are violations; both releases follow the in-process law."""
     mosquitto, files, run_id = acl_broker
     data = {"family": "distributed-dp-mab", "horizon": 100_000, "epsilon": 1.0, "seed": 3,
-            "algorithms": {"dist-dp-se": {}, "shuffled": {"algorithm": "dist-dp-se", "intermediary": "shuffler"}}}
+            "algorithms": {"dist-dp-se": {}, "shuffled": {"algorithm": "dist-dp-se", "intermediary": "shuffler-residues"}}}
     fam, config = experiment_files.load_data(data)
     inverted = InvertedPolya(1.0, 1e-3)
     polya = PolyaSecAgg(1.0, 1e-3)
     secagg_event = polya.privacy_event(polya.params(16), 16)
-    shuffled = target("dist-dp-se", cohort=16, intermediary="shuffler")
+    shuffled = target("dist-dp-se", cohort=16, intermediary="shuffler-residues")
     wrong_ledger = replace(broken_target(polya, "dist-dp-se", 16, event=secagg_event), sample=shuffled.sample,
                            release=shuffled.release, details=shuffled.details, label="shuffled")
     pairs = [("dist-dp-se", broken_target(inverted, "dist-dp-se", 16)), ("shuffled", wrong_ledger)]

@@ -225,7 +225,7 @@ def _pol(label: str, algorithm: dict, horizon: int = 60_000):
 TASKS = {
     "Dist-DP-SE": lambda: _mab("Dist-DP-SE", {}),
     "Dist-RDP-SE-shuffled": lambda: _mab("Dist-RDP-SE-shuffled", {"algorithm": "dist-rdp-se",
-                                                                  "intermediary": "shuffler"}),
+                                                                  "intermediary": "shuffler-residues"}),
     "LDP-SE": lambda: _mab("LDP-SE", {}),
     "Dist-CDP-SE": lambda: _mab("Dist-CDP-SE", {}),
     "DP-SE": lambda: _mab("DP-SE", {}),
@@ -233,7 +233,7 @@ TASKS = {
     # an intermediary killed between two of them loses reports it had accepted.
     "Dist-DP-SE-blocks": lambda: _mab("Dist-DP-SE", {}, horizon=1_000_000, arms=2),
     "Dist-RDP-SE-shuffled-blocks": lambda: _mab("Dist-RDP-SE-shuffled", {"algorithm": "dist-rdp-se",
-                                                                         "intermediary": "shuffler"},
+                                                                         "intermediary": "shuffler-residues"},
                                                 horizon=1_000_000, arms=2),
     "anytime-lazy-ucb@distributed": lambda: _pol("anytime-lazy-ucb@distributed",
                                                  {"algorithm": "anytime-lazy-ucb", "trust": "distributed"}),

@@ -34,7 +34,7 @@ MORE = """
 [algorithms.LDP-SE]
 [algorithms.Dist-RDP-shuffled]
 algorithm = "dist-rdp-se"
-intermediary = "shuffler"
+intermediary = "shuffler-residues"
 """
 
 
@@ -273,7 +273,7 @@ algorithm = "dist-dp-se"
 adversary = {kind = "colluders", fraction = 0.2}
 [algorithms.shuffled-checked]
 algorithm = "dist-rdp-se"
-intermediary = "shuffler"
+intermediary = "shuffler-residues"
 range_check = true
 adversary = {kind = "out-of-range", fraction = 0.1, magnitude = 1000}
 """

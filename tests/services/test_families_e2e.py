@@ -42,7 +42,7 @@ arms = 4
 [algorithms.LDP-SE]
 [algorithms.shuffled]
 algorithm = "dist-rdp-se"
-intermediary = "shuffler"
+intermediary = "shuffler-residues"
 """,
     "private-online-learning": """
 family = "private-online-learning"

@@ -26,7 +26,7 @@ runs = 1
 kind = "uniform"
 [algorithms.Dist-RDP-shuffled]
 algorithm = "dist-rdp-se"
-intermediary = "shuffler"
+intermediary = "shuffler-residues"
 """
 POLL_S = 0.05
 

@@ -11,9 +11,14 @@ What is sampled is what the analyzer receives, from the family's own code: the m
 randomizer (:meth:`~.base.Mechanism.randomize`) over every user of the cohort, then
 
 - secure aggregation (``sum``): the modular sum of the residues;
-- a shuffler (``shuffle``): the multiset of residues, reduced to the number of residues equal to
-  g mod m, user 0's encoding under input 1 (a statistic the analyzer can compute, so the bound
-  stays sound; the permutation does not change it, so it is not drawn);
+- a shuffler of residues (``shuffle``, ``intermediary = "shuffler-residues"``): the multiset of
+  residues, reduced to the number of residues equal to g mod m, user 0's encoding under input 1 (a
+  statistic the analyzer can compute, so the bound stays sound; the permutation does not change
+  it, so it is not drawn);
+- the split-and-mix shuffler (``shuffle`` of ``messages``, ``intermediary = "shuffler"``): every
+  user's residue split into the round's shares by the family's own users' code, the multiset of all
+  shares reduced to their sum mod m (what the analyzer decodes; the shares' other structure is what
+  the closeness bound covers, and no statistic of it is tested here);
 - attributable reports (``pass``, LDP-SE): user 0's report only. The other n − 1 reports are
   independent of it and identically distributed under both inputs, so the likelihood ratio of the
   whole release is that of user 0's report: the audit loses nothing and skips n − 1 draws;
@@ -35,6 +40,7 @@ from privbandit.audit.targets import (NOT_WIRED, AuditTarget, NoWirePath, WireTa
 from privbandit.families.distributed_dp_mab.base import Mechanism
 from privbandit.families.distributed_dp_mab.parties import EliminationServer, params_of, release_event
 from privbandit.protocol.primitives.seeding import USER_BLOCK
+from privbandit.protocol.primitives.shuffle_sum import split
 from privbandit.protocol.spine.events import Release
 
 # n = 16 keeps a distributed release at 16 users' shares (≈ 2·10⁵ releases/s on one core) while
@@ -43,6 +49,7 @@ DEFAULT_COHORT = 16
 
 RELEASES = {
     "sum": "the modular sum of the cohort's residues (secure aggregation)",
+    "mix": "the shuffled multiset of the cohort's split-and-mix shares, as their sum mod m",
     "shuffle": "the shuffled multiset of the cohort's residues, as the count equal to user 0's input-1 encoding",
     "pass": "user 0's attributable report (the others are ancillary)",
     "central": "the trusted analyzer's output: the aggregate after its own noise",
@@ -64,9 +71,9 @@ def mechanism_target(mechanism: Mechanism, rnd, n: int, claim, delta: float, fam
     if not 1 <= k <= n:
         raise ValueError(f"reports={k} must lie in [1, n={n}]")
     central = mechanism.trust_model == "central"
-    view = "central" if central else rnd.rule
+    view = "central" if central else "mix" if rnd.messages else rnd.rule
     integer = q.m is not None
-    event = release_event(mechanism, rnd, q, k)
+    event = release_event(mechanism, rnd, q, k, delta)
 
     def rewards(which: int, count: int, users: int) -> np.ndarray:
         r = np.full((count, users), float(others))
@@ -81,11 +88,13 @@ def mechanism_target(mechanism: Mechanism, rnd, n: int, claim, delta: float, fam
         messages = mechanism.randomize(rewards(which, count, k), q, rng).messages.reshape(count, k)
         if view == "shuffle":
             return (messages == top).sum(axis=1).astype(np.int64)
+        if view == "mix":  # the users' own split, then the analyzer's sum of the multiset
+            messages = split(messages, rnd.width, q.m, rng).reshape(count, k * rnd.width)
         total = modular_row_sums(messages, q.m) if integer else messages.sum(axis=1)
         return mechanism.protect(total, q, rng)[0] if central else total
 
     details = {"n": n, "reports": k, "g": q.g, "tau": q.tau, "m": q.m, "rule": rnd.rule, "trust_model": mechanism.trust_model,
-               "event": type(event).__name__}
+               "event": type(event).__name__, **({"shares": rnd.width} if rnd.messages else {})}
     return AuditTarget(
         family=family, label=label, algorithm=algorithm, release=RELEASES[view],
         neighbours=(f"{n} users with reward 0 vs the same with user 0's reward 1 (encoded sums 0 vs g)"
@@ -213,12 +222,15 @@ def elimination_wire(family, config, label: str, target: AuditTarget, mechanism=
     body = {"batch": 0, "arm": 0, "params": asdict(q)}  # as the analyzer's plans carry it (public)
 
     def randomize(rewards: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        return mechanism.randomize(rewards.ravel(), q, rng).messages.reshape(rewards.shape)
+        messages = mechanism.randomize(rewards.ravel(), q, rng).messages.reshape(rewards.shape)
+        return split(messages, rnd.width, q.m, rng) if rnd.messages else messages  # the users' own split
 
     def statistic(release: Release, first: int) -> int | float:
         if rnd.rule == "sum":
             v = release.values[0, 0]
             return int(v) if q.m is not None else float(v)
+        if rnd.messages:  # the split-and-mix shares' sum, what the analyzer decodes
+            return server.value_of(rnd, release, q)
         values = release.values[0, :, 0]
         if rnd.rule == "shuffle":
             return int((values == q.g % q.m).sum())

@@ -28,7 +28,13 @@ from privbandit.families.distributed_dp_mab.mechanisms import (
     PolyaSecAgg,
     SkellamSecAgg,
 )
-from privbandit.families.distributed_dp_mab.parties import BanditUsers, EliminationServer
+from privbandit.families.distributed_dp_mab.parties import (
+    BanditUsers,
+    EliminationServer,
+    check_split_round,
+    release_event,
+    split_round,
+)
 from privbandit.families.distributed_dp_mab.world import BanditInstance, uniform_means
 from privbandit.protocol.primitives.secagg.parameters import bounds as secagg_bounds, graph_for
 from privbandit.protocol.primitives.seeding import stream
@@ -39,7 +45,8 @@ from privbandit.protocol.spine.observer import checkpoint_grid
 from privbandit.runner.config import ConfigError
 
 ROUND_FIELDS = ["batch", "arm", "g", "tau", "m", "wrapped", "estimate_sum", "true_sum", "noise", "noise_bound",
-                "noise_encoded", "decode_failure", "attackers", "epsilon_coalition", "secagg_k", "secagg_t"]
+                "noise_encoded", "decode_failure", "attackers", "epsilon_coalition", "secagg_k", "secagg_t", "shares",
+                "closeness"]
 
 
 def build_mechanism(a: cfg.AlgorithmConfig) -> Mechanism:
@@ -122,14 +129,14 @@ def _calibrated(table: str, target: float, delta: float, horizon: int) -> float:
     not planned for: a round released by fewer users spends more, as the ledger then records."""
     a = cfg.AlgorithmConfig.model_validate_json(table)
     sizes = release_sizes(a, horizon)
-    if a.intermediary == "shuffler" and build_mechanism(a).trust_model == "distributed":
+    if a.intermediary == "shuffler-residues" and build_mechanism(a).trust_model == "distributed":
         raise ConfigError(f"calibrate: {a.algorithm} behind a shuffler releases every user's residue, which no proof "
                           f"covers (the ledger says none proven): there is no ε to calibrate; set its epsilon")
 
     def worst(eps: float) -> float:
         mech = build_mechanism(a.model_copy(update={"epsilon": eps}))
         ledger = Ledger(mech.trust_model, eps, delta, users=horizon)
-        spent = [ledger.event_epsilon(mech.privacy_event(mech.params(n))) for n in sizes]
+        spent = [ledger.event_epsilon(released_event(a, mech, n, delta)) for n in sizes]
         if any(e is None for e in spent):
             raise ConfigError(f"calibrate: {a.algorithm} has a release with no proven guarantee to calibrate")
         return max(spent)
@@ -146,6 +153,16 @@ def _calibrated(table: str, target: float, delta: float, horizon: int) -> float:
         if hi / lo - 1 < 1e-9:
             break
     return lo
+
+
+def released_event(a: cfg.AlgorithmConfig, mechanism: Mechanism, n: int, delta: float):
+    """The event of a complete round of n users on ``a``'s route: the mechanism's own, or through the
+    split-and-mix shuffler the secure sum's within the closeness of the shares it opens with."""
+    q = mechanism.params(n)
+    if a.intermediary != "shuffler":
+        return mechanism.privacy_event(q)
+    server = EliminationServer(build_learner(a, 2), mechanism, n, 0, intermediary="shuffler", delta=delta)
+    return release_event(mechanism, server.round_of(0, n, q), q, n, delta)  # its shares: what the analyzer asks
 
 
 def build_instance(env: cfg.EnvironmentConfig, rng: np.random.Generator) -> BanditInstance:
@@ -174,7 +191,8 @@ class DistributedDpMab(Family):
     name = "distributed-dp-mab"
     title = "Chowdhury & Zhou (ICLR 2023), Distributed Differential Privacy in Multi-Armed Bandits"
     algorithm_lines = {
-        "dist-dp-se": "Algorithm 1 with Pólya noise shares through secure aggregation: pure ε-DP",
+        "dist-dp-se": "Algorithm 1 with Pólya noise shares through secure aggregation: pure ε-DP (intermediary = "
+                      "'shuffler': split-and-mix shares through a shuffler, Theorem 3's route, (ε/2, δ)-DP)",
         "dist-rdp-se": "Algorithm 1 with Skellam noise shares through secure aggregation: Rényi DP",
         "dist-cdp-se": "Algorithm 1 with discrete Gaussian shares through secure aggregation: concentrated DP",
         "cdp-se": "central: a trusted analyzer adds discrete Laplace noise to the encoded sums",
@@ -207,6 +225,10 @@ class DistributedDpMab(Family):
                     # (a plug-in learner's sizes are unknown here: its analyzer refuses at run time).
                     for n in release_sizes(a, config.horizon):
                         graph_for(a.secagg_graph, n, a.threat_model())
+                if a.intermediary == "shuffler" and a.learner == "auto":
+                    # ... and, through split-and-mix, shares within the closeness bound (else refused by name)
+                    for n in release_sizes(a, config.horizon):
+                        released_event(a, mechanism, n, delta_of(config))
                 build_learner(a, instance_for(config, 0).n_arms)
             except (ValueError, OSError) as exc:
                 raise ConfigError(f"algorithms.{label}: {exc}") from None
@@ -220,7 +242,8 @@ class DistributedDpMab(Family):
 
     def intermediaries(self, config) -> list[str]:
         """The aggregator always; the shuffler when an algorithm routes through it."""
-        shuffled = any(self.algorithm(config, label).intermediary == "shuffler" for label in config.algorithms)
+        shuffled = any(self.algorithm(config, label).intermediary in ("shuffler", "shuffler-residues")
+                       for label in config.algorithms)
         return ["aggregator", *(["shuffler"] if shuffled else [])]
 
     def users_protected(self, config) -> int:
@@ -232,10 +255,10 @@ class DistributedDpMab(Family):
 
     def analyzer(self, public: dict, keys: list[int], oracle=None) -> EliminationServer:
         a = cfg.AlgorithmConfig.model_validate(public["algorithm"])
-        box = "shuffler" if a.intermediary == "shuffler" else "aggregator"
+        route = a.intermediary if a.intermediary in ("shuffler", "shuffler-residues") else "aggregator"
         return EliminationServer(build_learner(a, public["arms"]), build_mechanism(a), public["horizon"], keys[0],
-                                 intermediary=box, secagg=a.secagg_graph if a.intermediary == "secagg" else None,
-                                 bounded=a.range_check, threat=a.threat_model())
+                                 intermediary=route, secagg=a.secagg_graph if a.intermediary == "secagg" else None,
+                                 bounded=a.range_check, threat=a.threat_model(), delta=public["delta"])
 
     def ledger(self, public: dict) -> Ledger:
         a = cfg.AlgorithmConfig.model_validate(public["algorithm"])
@@ -247,13 +270,22 @@ class DistributedDpMab(Family):
         (run,) = runs
         a = self.algorithm(config, label)
         return BanditUsers(instance_for(config, run), build_mechanism(a), config.seed, (run, label),
-                           checkpoint_grid(config.horizon, config.checkpoints))
+                           checkpoint_grid(config.horizon, config.checkpoints),
+                           delta=delta_of(config) if a.intermediary == "shuffler" else None)
 
     def dropout_rate(self, config, label: str) -> float:
         return self.algorithm(config, label).dropout_rate
 
     def check_secure_round(self, config, label: str, rnd) -> None:
-        self.algorithm(config, label).check_secure_round(label, rnd)
+        """The secure-aggregation graph (:meth:`~.config.SecureAggregationOptions.check_secure_round`),
+        and a split-and-mix round's shares (:meth:`~.parties.BanditUsers.check_round`)."""
+        a = self.algorithm(config, label)
+        a.check_secure_round(label, rnd)
+        if rnd.messages != (a.intermediary == "shuffler"):
+            raise ValueError(f"round {rnd.id} is {'' if rnd.messages else 'not '}a split-and-mix round, but {label} "
+                             f"here runs intermediary = {a.intermediary!r}")
+        if rnd.messages:
+            check_split_round(build_mechanism(a), delta_of(config), rnd)
 
     def adversary(self, config, label: str, run: int):
         a = self.algorithm(config, label)
@@ -305,6 +337,8 @@ class DistributedDpMab(Family):
                    "_params": q}  # for finish(); not a rounds.csv column
             if "secagg_k" in b:  # the secure-aggregation graph the round's plan carried
                 out["secagg_k"], out["secagg_t"] = b["secagg_k"], b["secagg_t"]
+            if "shares" in b:  # split-and-mix: shares per user, and the closeness they reach
+                out["shares"], out["closeness"] = b["shares"], b["closeness"]
             if q.g is not None:
                 total_eta = noise_sum + round(b["central_noise"] * q.g)
                 out["noise_encoded"] = total_eta
@@ -327,7 +361,13 @@ class DistributedDpMab(Family):
             q = row.pop("_params")
             if ledger is not None:
                 honest = row["reports"] - row["attackers"]
-                event = mechanism.privacy_event(q, honest) if honest >= 1 else NonPrivateEvent()
+                if honest < 1:
+                    event = NonPrivateEvent()
+                elif row.get("shares") is not None:  # their noise shares revealed; the split shares still mixed
+                    rnd = split_round(0, row["reports"], row["shares"], q.m)
+                    event = release_event(mechanism, rnd, q, row["reports"], delta_of(config), noise_shares=honest)
+                else:
+                    event = mechanism.privacy_event(q, honest)
                 ledger.record(event)
                 row["epsilon_coalition"] = ledger.event_epsilon(event)
         if ledger is not None:

@@ -13,10 +13,12 @@ from privbandit.protocol.privacy.events import (
     PureDP,
     SkellamRDP,
     ZCDP,
+    closeness_budget,
+    near_secure_sum,
     polya_sum_epsilon,
 )
 from privbandit.protocol.privacy.ledger import Ledger, default_delta, rdp_to_dp
 
 __all__ = ["ORDERS", "REPORTED_ORDERS", "AdvancedComposition", "ApproxDP", "DiscreteGaussianSumCDP", "Ledger",
-           "NonPrivate", "NoneProven", "PrivacyEvent", "PureDP", "SkellamRDP", "ZCDP", "default_delta",
-           "polya_sum_epsilon", "rdp_to_dp"]
+           "NonPrivate", "NoneProven", "PrivacyEvent", "PureDP", "SkellamRDP", "ZCDP", "closeness_budget", "default_delta",
+           "near_secure_sum", "polya_sum_epsilon", "rdp_to_dp"]

@@ -271,6 +271,52 @@ class NonPrivate:
 PrivacyEvent = (PureDP | SkellamRDP | DiscreteGaussianSumCDP | ZCDP | ApproxDP | AdvancedComposition | NoneProven
                 | NonPrivate)
 
+NEAR_SUM_BASIS = ("split-and-mix through a shuffler (Ishai et al. 2006): the shuffled shares are within statistical "
+                  "distance η of a simulation from the secure sum (privbandit's Lemma 1, docs/shuffle-summation.md), so "
+                  "(ε, δ_sum + (1 + e^ε)η)-DP for the sum's (ε, δ_sum)")
+
+
+def _secure_sum_part(inner: PrivacyEvent, delta: float) -> tuple[float, float]:
+    """(ε, δ_sum) of the secure sum itself: its pure ε with δ_sum = 0; an (ε, δ) statement as it is;
+    a curve read at δ/2."""
+    eps = inner.pure_epsilon
+    if math.isfinite(eps):
+        return float(eps), 0.0
+    if inner.approx is not None:
+        return float(inner.approx[0]), float(inner.approx[1])
+    from privbandit.protocol.privacy.ledger import rdp_to_dp
+
+    return rdp_to_dp(np.asarray(inner.rdp(ORDERS), dtype=np.float64), delta / 2), delta / 2
+
+
+def closeness_budget(inner: PrivacyEvent, delta: float) -> float:
+    """The largest closeness η for which :func:`near_secure_sum` still spends at most δ: what a
+    split-and-mix shuffler's shares must reach (:func:`~privbandit.protocol.primitives.shuffle_sum.shares_for`)."""
+    eps, base = _secure_sum_part(inner, delta)
+    if not math.isfinite(eps) or base >= delta:
+        raise ValueError(f"no closeness fits δ = {delta:.3g}: the secure sum spends (ε, δ) = ({eps:.4g}, {base:.3g})")
+    return (delta - base) / (1 + math.exp(min(eps, 700.0))) * (1 - 1e-12)  # rounding never overshoots δ
+
+
+def near_secure_sum(inner: PrivacyEvent, closeness: float, delta: float) -> PrivacyEvent:
+    """The guarantee of a release within statistical distance ``closeness`` (η) of a post-processing
+    of a secure sum whose own event is ``inner`` (the split-and-mix shuffler,
+    :mod:`privbandit.protocol.primitives.shuffle_sum`).
+
+    For neighbours D, D′ and any event E: P[V(D) ∈ E] ≤ P[S(D) ∈ E] + η ≤ e^ε·P[S(D′) ∈ E] + δ_sum(ε) + η
+    ≤ e^ε·P[V(D′) ∈ E] + δ_sum(ε) + (1 + e^ε)·η. A pure ε₀ gives (ε₀, (1 + e^{ε₀})η); a curve is read
+    at δ/2 (``delta`` the ledger's), leaving the other half for the closeness term. Never pure:
+    split-and-mix is not (docs/shuffle-summation.md, "Why not pure ε"). A release with no proof, or
+    none at all, stays what it was."""
+    if inner.status != "proven":
+        return inner
+    if not 0 <= closeness <= 1:
+        raise ValueError(f"closeness η = {closeness} must lie in [0, 1]")
+    eps, base = _secure_sum_part(inner, delta)
+    if not math.isfinite(eps):
+        return NoneProven(f"{NEAR_SUM_BASIS}: the secure sum's own ε is not finite")
+    return ApproxDP(float(eps), base + (1 + math.exp(min(eps, 700.0))) * closeness, NEAR_SUM_BASIS)
+
 
 def polya_sum_epsilon(r: float, beta: float, sensitivity: int) -> float:
     """Pure ε of adding ``X⁺ − X⁻``, ``X^± ∼ NB(r, β)`` i.i.d., to a sensitivity-Δ integer sum.

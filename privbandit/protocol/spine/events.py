@@ -13,7 +13,9 @@ observer only). Small immutable values, as h11's events; :mod:`.parties` holds w
 
    - ``sum``: the entrywise sum of the reports (mod ``m`` when set): secure aggregation's
      functionality (computed by an ideal sum or by real pairwise masking, ``secagg``);
-   - ``shuffle``: the reports uniformly permuted, stripped of sender and order;
+   - ``shuffle``: the reports uniformly permuted, stripped of sender and order (with ``messages``,
+     every entry of every report is a message of its own, all permuted together: the split-and-mix
+     shuffler of :mod:`~privbandit.protocol.primitives.shuffle_sum`);
    - ``pass``: the reports with their senders: the local model's attributable reports, or raw
      data for a trusted analyzer (the central model);
    - ``argmax``: only the index of the largest entry of the modular sum, each entry read as its
@@ -55,7 +57,11 @@ class Round:
     ``decode`` (with ``m``, rule ``argmax``): the interval ``[lo, hi]`` whose representatives of the
     sums mod m are compared. ``segment`` (rule ``shuffle``, complete rounds only): every
     consecutive ``segment`` reports are permuted among themselves and released in place, as that many
-    separate shuffles would be (an in-process look-ahead block of P_Amp's batches).
+    separate shuffles would be (an in-process look-ahead block of P_Amp's batches). ``messages``
+    (rule ``shuffle``): each of a report's ``width`` entries is a message of its own (a user's
+    split-and-mix shares, :mod:`~privbandit.protocol.primitives.shuffle_sum`): the release is the
+    multiset of all n·width entries of the n reports, uniformly permuted together, shape
+    (R, n·width, 1), so no entry can be told to share a sender with another.
     """
 
     id: int
@@ -75,6 +81,7 @@ class Round:
     secagg_degree: int | None = None
     secagg_threshold: int | None = None
     segment: int | None = None
+    messages: bool = False
 
     def __post_init__(self) -> None:
         if self.rule not in RULES:
@@ -104,6 +111,9 @@ class Round:
                                          or self.expected % self.segment):
             raise ValueError(f"round {self.id}: segment {self.segment} needs a complete shuffle whose expected "
                              f"{self.expected} it divides")
+        if self.messages and (self.rule != "shuffle" or self.groups or self.segment is not None):
+            raise ValueError(f"round {self.id}: messages (each entry a message of its own) is a shuffle's, without "
+                             f"groups or segments")
 
     @property
     def min_reports(self) -> int:
@@ -169,7 +179,8 @@ class Reports:
 @dataclass(frozen=True)
 class Release:
     """Intermediary → analyzer. ``values``: (R, width) for a sum; (R, n, width) for a shuffle or a
-    pass (with ``user_ids``, attributable, for a pass only)."""
+    pass (with ``user_ids``, attributable, for a pass only); (R, n·width, 1) for a shuffle of
+    ``messages``."""
 
     round_id: int
     n_reports: int

@@ -439,6 +439,9 @@ class Intermediary:
         return total.reshape(1, rnd.width)
 
     def _shuffle(self, rnd: Round, values: np.ndarray) -> np.ndarray:
+        if rnd.messages:  # every entry a message: one permutation of all n·width of them
+            flat = values.reshape(self.runs, -1, 1)
+            return np.stack([flat[r, self.rng(r, rnd.id).permutation(flat.shape[1])] for r in range(self.runs)])
         out = np.empty_like(values)
         bounds = np.cumsum((0,) + (rnd.groups or (rnd.width,)))
         n = values.shape[1]

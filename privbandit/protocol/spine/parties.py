@@ -52,8 +52,9 @@ def check_release(rnd: Round, release: Release, runs: int) -> None:
             if v.min() < lo or v.max() > hi:
                 raise ProtocolError("out-of-range", f"round {rnd.id}: a sum outside [{lo}, {hi}]")
         return
-    if v.shape != (runs, n, rnd.width):
-        raise ProtocolError("wrong-shape", f"round {rnd.id}: {v.shape} reports, not {(runs, n, rnd.width)}")
+    want = (runs, n * rnd.width, 1) if rnd.messages else (runs, n, rnd.width)
+    if v.shape != want:
+        raise ProtocolError("wrong-shape", f"round {rnd.id}: {v.shape} reports, not {want}")
     ok, reason = valid_entries(rnd, v)
     if not ok.all():
         raise ProtocolError(reason, f"round {rnd.id}: {int((~ok).sum())} invalid reports")
