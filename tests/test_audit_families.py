@@ -38,24 +38,36 @@ def test_concurrent_shuffle_targets_cover_every_level_with_the_ledgers_claim():
     """One target per executed level of each shuffle mode, the central tree, RR; the claim is the
     level's (ε/k, δ/k) (the analyzer's lane level-i), stated at the node's δ/k by default."""
     config, targets = cs_targets()
-    assert set(targets) == {"sequential/level-1", "csta@k2/level-1", "csta@k2/level-2", "csta@k2-pvec/level-1",
+    assert set(targets) == {"sequential/level-1", "sequential-bin/level-1", "csta@k2/level-1", "csta@k2/level-2",
+                            "csta@k2-bin/level-1", "csta@k2-bin/level-2", "csta@k2-pvec/level-1",
                             "csta@k2-pvec/level-2", "central_tree", "ldp", "alg4@k2/level-1", "alg4@k2/level-2"}
     delta = 1 / (10 * config.horizon)
-    for label in ("csta@k2/level-1", "csta@k2/level-2", "alg4@k2/level-1", "alg4@k2/level-2"):
+    for label in ("csta@k2/level-1", "csta@k2/level-2", "csta@k2-bin/level-1", "csta@k2-bin/level-2",
+                  "alg4@k2/level-1", "alg4@k2/level-2"):
         t = targets[label]
         assert t.delta == pytest.approx(delta / 2)
         c = t.claim(t.delta)
         assert c["guarantee"] == "proven" and c["epsilon_at_delta"] == pytest.approx(0.5)
-        assert t.claim(t.delta / 10)["epsilon_at_delta"] is None  # below the node's δ the ledger states nothing
+        # below what the node spends the ledger states nothing (split-mix spends less than its δ/k)
+        assert t.claim(c.get("delta_from_theorems", t.delta) / 10)["epsilon_at_delta"] is None
     assert targets["central_tree"].claim(delta)["epsilon_pure"] == pytest.approx(1.0)
     assert targets["ldp"].claim(delta)["epsilon_pure"] == pytest.approx(1.0)
 
 
 def test_concurrent_shuffle_node_release_is_the_counters_own():
     """The target's node total has the law of what simulate() hands the server: for the bin-a
-    stand-in Σb + Bin(s·ℓ, q), mean ℓq·s + b and variance s·ℓq(1 − q) (5σ tolerances over 2·10⁵)."""
+    baseline Σb + Bin(s·ℓ, q), mean ℓq·s + b and variance s·ℓq(1 − q); for split-mix the decoded
+    sum Σb + Lap_Z(2/ε), mean b and the discrete Laplace's variance (5σ tolerances over 2·10⁵)."""
+    from privbandit.protocol.primitives.noise import discrete_laplace_variance
+
     _, targets = cs_targets()
-    t = targets["csta@k2/level-1"]
+    mixed = targets["csta@k2/level-1"]
+    for which in (0, 1):
+        x = mixed.sample(which, 200_000, np.random.default_rng(4))
+        var = discrete_laplace_variance(1 / 0.5)
+        assert abs(x.mean() - which) < 5 * np.sqrt(var / x.size)
+        assert abs(x.var() / var - 1) < 5 * np.sqrt(2 / x.size)
+    t = targets["csta@k2-bin/level-1"]
     s, ell, q = t.details["n"], t.details["ell"], t.details["q"]
     rng = np.random.default_rng(3)
     for which in (0, 1):
@@ -65,8 +77,9 @@ def test_concurrent_shuffle_node_release_is_the_counters_own():
         assert abs(x.var() / var - 1) < 5 * np.sqrt(2 / x.size)
 
 
-@pytest.mark.parametrize("label", ["sequential/level-1", "csta@k2/level-1", "csta@k2/level-2",
-                                   "csta@k2-pvec/level-1", "central_tree", "ldp", "alg4@k2/level-1"])
+@pytest.mark.parametrize("label", ["sequential/level-1", "sequential-bin/level-1", "csta@k2/level-1",
+                                   "csta@k2/level-2", "csta@k2-bin/level-2", "csta@k2-pvec/level-1", "central_tree",
+                                   "ldp", "alg4@k2/level-1"])
 def test_concurrent_shuffle_correct_releases_are_consistent(label):
     _, targets = cs_targets()
     r = audit(targets[label], 20_000)
@@ -82,13 +95,13 @@ def test_concurrent_shuffle_rr_and_central_tree_are_tight():
 
 
 def test_concurrent_shuffle_stand_in_with_half_its_noise_bits_is_flagged():
-    """The bin-a stand-in of the sequential counter (13 users, ℓ = 4 fair bits each) with ℓ = 2 but
+    """The bin-a baseline of the sequential counter (13 users, ℓ = 4 fair bits each) with ℓ = 2 but
     the same claim (1, δ/k): its exact ε at that δ is ≈ 1.6; 10⁶ samples show > 1. The same audit of
-    the real stand-in stays consistent."""
+    the real baseline stays consistent."""
     from privbandit.families.concurrent_shuffle.audit import node_target
 
     fam, config = load("experiments/audit_concurrent.toml")
-    spec = fam.spec(config, "sequential")
+    spec = fam.spec(config, "sequential-bin")
     m = spec.mechanisms[0]
     assert m.ell == 4
     broken = audit(node_target(spec, 1, "broken", replace(m, ell=m.ell // 2)), 1_000_000, seed=1)

@@ -118,19 +118,21 @@ def test_linear_canary_at_delta_one_tenth_states_its_powerlessness():
 
 def test_counter_canary_runs_are_consistent_and_noiseless_nodes_are_flagged():
     """audit_concurrent.toml (n = 2048): every counter's run stays under its ledger's ε (RR's, with
-    every user a canary, reaches over half of it); csta@k2's users with no noise bits (ℓ = 0, the
-    ledger unchanged) are flagged. Algorithm 4 is refused."""
+    every user a canary, reaches over half of it); csta@k2-bin's users with no noise bits (ℓ = 0,
+    the ledger unchanged), and csta@k2's split-mix users with Pólya shares of a 100× smaller scale,
+    are flagged. Algorithm 4 is refused."""
     from privbandit.families.concurrent_shuffle.audit import counter_canary_audit
 
     fam, config = load("experiments/audit_concurrent.toml")
-    for label in ("sequential", "csta@k2", "csta@k2-pvec", "central_tree", "ldp"):
+    for label in ("sequential", "csta@k2", "csta@k2-bin", "csta@k2-pvec", "central_tree", "ldp"):
         r = fam.canary_audit(config, label, 0, 0.95)
         assert r["verdict"] == "consistent", r
     assert r["canaries"] == 2048 and r["epsilon"] > 0.5  # RR: every user a canary of her own report
-    spec = fam.spec(config, "csta@k2")
-    bad = counter_canary_audit(fam, config, "csta@k2", 0, 0.95,
-                               mechanisms=tuple(replace(m, ell=0) for m in spec.mechanisms))
-    assert bad["canaries"] > 400 and bad["verdict"] == "violation" and bad["epsilon"] > 2, bad
+    for label, broken in (("csta@k2-bin", lambda m: replace(m, ell=0)),
+                          ("csta@k2", lambda m: replace(m, epsilon=100 * m.epsilon))):
+        spec = fam.spec(config, label)
+        bad = counter_canary_audit(fam, config, label, 0, 0.95, mechanisms=tuple(broken(m) for m in spec.mechanisms))
+        assert bad["canaries"] > 400 and bad["verdict"] == "violation" and bad["epsilon"] > 2, (label, bad)
     with pytest.raises(NotImplementedError, match="Algorithm 4"):
         fam.canary_audit(config, "alg4@k2", 0, 0.95)
 

@@ -185,3 +185,35 @@ def test_the_users_check_a_curious_analyzers_round_in_process():
     with pytest.raises(ValueError, match="needs at least"):
         FAMILY.check_secure_round(config, "x", weak)
     assert split_shares(mech, q, 8, 1 / (10 * 20_000)) == rnd.width
+
+
+def test_the_audit_holds_the_mixed_release_to_its_claim():
+    """privbandit audit's target for Dist-DP-SE through the split-and-mix shuffler: the users' own
+    shares, summed as the analyzer sums them; claim (ε/2, δ) at the ledger's δ; consistent, and a
+    broken randomizer (no noise shares) under the same claim is flagged."""
+    from privbandit.audit import audit_target
+    from privbandit.families.distributed_dp_mab.audit import mechanism_target
+
+    def audit(target, samples, seed):
+        return audit_target(target, samples, None, 0.95, np.random.default_rng(seed))
+
+    config = cfg.ExperimentConfig.model_validate({**QUICK, "horizon": 10**6, "epsilon": 1.0,
+                                                  "algorithms": {"mixed": {"algorithm": "dist-dp-se",
+                                                                           "intermediary": "shuffler"}}})
+    (t,) = FAMILY.audit_targets(config, "mixed", 16)
+    assert t.details["rule"] == "shuffle" and t.details["shares"] >= 2
+    claim = t.claim(t.delta)
+    assert claim["guarantee"] == "proven" and claim["epsilon_at_delta"] == 0.5 and claim["epsilon_pure"] is None
+    r = audit(t, 200_000, seed=3)
+    assert r["verdict"] == "consistent" and r["audit"]["epsilon"] <= 0.5, r["audit"]
+
+    class NoShares(PolyaSecAgg):
+        def local_shares(self, size, params, rng):
+            return np.zeros(size, dtype=np.int64)
+
+    server = FAMILY.analyzer(FAMILY.public_task(config, "mixed", [0]), [0])
+    rnd = server.round_of(0, 16, server.mechanism.params(16))
+    broken = mechanism_target(NoShares(0.5, server.mechanism.p), rnd, 16, lambda e, d: t.claim(d), t.delta,
+                              "distributed-dp-mab", "broken", "dist-dp-se")
+    flagged = audit(broken, 200_000, seed=3)
+    assert flagged["verdict"] == "violation", flagged["audit"]

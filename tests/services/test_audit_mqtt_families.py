@@ -126,32 +126,32 @@ def test_broken_linear_randomizers_are_flagged_over_mqtt(tmp_path, acl_broker):
 
 def test_counter_nodes_through_k_shufflers_and_a_broken_stand_in(tmp_path, acl_broker):
     """`audit_concurrent.toml`'s releases in one session with three intermediary processes:
-    csta@k2's nodes through shuffler-1 and shuffler-2 (bin-a counts summed), Algorithm 4's P_Vec
-    nodes likewise, randomized response through the aggregator (attributable); every release exact
-    and in law, none exceeding its claim. The sequential counter's stand-in with no noise bits
-    (ℓ = 0; claim 1 at the node's δ) is flagged through shuffler-1. The central tree's noise is the
-    trusted server's: in-process, and says why."""
+    csta@k2's nodes through shuffler-1 and shuffler-2 (split-and-mix shares, the multiset of every
+    share), Algorithm 4's P_Vec nodes (counts summed), randomized response through the aggregator
+    (attributable); every release exact and in law, none exceeding its claim. The sequential
+    counter's bin-a baseline with no noise bits (ℓ = 0; claim 1 at the node's δ) is flagged through
+    shuffler-1. The central tree's noise is the trusted server's: in-process, and says why."""
     from privbandit.families.concurrent_shuffle.audit import node_target
 
     fam, config = load("experiments/audit_concurrent.toml")
-    spec = fam.spec(config, "sequential")
+    spec = fam.spec(config, "sequential-bin")
     noiseless = replace(spec.mechanisms[0], ell=0)
-    pairs = [("sequential", node_target(spec, 1, "sequential", noiseless, family=fam.name))]
+    pairs = [("sequential-bin", node_target(spec, 1, "sequential-bin", noiseless, family=fam.name))]
     pairs += [(label, t) for label in ("csta@k2", "alg4@k2", "ldp", "central_tree")
               for t in fam.audit_targets(config, label)]
     results, session = audited(fam, config, pairs, acl_broker(("shuffler-1", "shuffler-2")), tmp_path, seed=3,
-                               mechanisms={"sequential": noiseless})
+                               mechanisms={"sequential-bin": noiseless})
     assert session["intermediaries"] == ["aggregator", "shuffler-1", "shuffler-2"]
     name = "concurrent-shuffle/{}".format
-    for label in ("csta@k2", "alg4@k2"):
+    for label, rule in (("csta@k2", "shuffle"), ("alg4@k2", "sum")):
         for level in (1, 2):
             r = results[name(f"{label}/level-{level}")]
-            over_mqtt(r, f"shuffler-{level}", "sum")
+            over_mqtt(r, f"shuffler-{level}", rule)
             assert r["verdict"] == "consistent", r["audit"]
     ldp = results[name("ldp")]
     over_mqtt(ldp, "aggregator", "pass")
     assert ldp["verdict"] == "consistent" and ldp["audit"]["epsilon"] > 0.3, ldp["audit"]  # RR at ε = 1
-    flagged = results[name("sequential/level-1")]
+    flagged = results[name("sequential-bin/level-1")]
     over_mqtt(flagged, "shuffler-1", "sum")
     assert flagged["claim"]["epsilon_at_delta"] == pytest.approx(1.0)
     assert flagged["verdict"] == "violation" and flagged["audit"]["epsilon"] > 2, flagged["audit"]
@@ -325,6 +325,7 @@ def test_the_wired_releases_read_what_the_in_process_targets_sample():
              ("experiments/pol_setting1.toml", "anytime-lazy-ucb@distributed"),
              ("experiments/pol_ftnl.toml", "ftnl@distributed"), ("experiments/pol_ftnl.toml", "ftnl@distributed-analyzer"),
              ("experiments/audit_mab.toml", "dist-dp-se"), ("experiments/audit_mab.toml", "dist-dp-se-shuffled"),
+             ("experiments/audit_mab.toml", "dist-dp-se-mixed"),
              ("experiments/audit_mab.toml", "ldp-se")]
     rng = np.random.default_rng(8)
     for path, label in cases:

@@ -10,9 +10,11 @@ streams:
 - shuffle modes (``csta_k``, ``sequential``, ``csta_binary``, the bad baselines): one target per
   level i, the release of one of its nodes, i.e. what shuffler i − 1 hands the analyzer: the total
   of the node's s_i count-encoded reports (:meth:`draw` then :meth:`encode` per user, summed), which
-  determines the shuffled multiset of one-bit messages. For the ``bin-a`` stand-in that is
+  determines the shuffled multiset of one-bit messages. For the ``bin-a`` baseline that is
   Σb + Bin(s_i·ℓ, q); for ``pvec`` P_Vec's one-coordinate label total (noise sd in the thousands:
-  binned by the histogram tester, post-processing). Every node of a level has the
+  binned by the histogram tester, post-processing); for ``split-mix`` the shares' sum mod M decoded
+  (Σb + Lap_Z(ε/k)): what the analyzer makes of the shuffled multiset of shares (the rest of the
+  multiset is what the closeness bound covers; no statistic of it is tested here). Every node of a level has the
   same law, so one per level covers them all. Claim: the level's event (ε/k, δ/k) in lane
   ``level-i``, as :meth:`.parties.CounterAnalyzer.on_release` spends it; the audit's default δ is the
   node's δ/k, where that event states its ε.
@@ -40,7 +42,9 @@ import numpy as np
 
 from privbandit.audit.targets import AuditTarget, NoWirePath, WireTarget, own_report, rule_check, wire_round
 from privbandit.families.concurrent_shuffle import counter as cnt
+from privbandit.families.concurrent_shuffle.mechanisms import SplitMixSum
 from privbandit.families.concurrent_shuffle.tree import SHUFFLE_MODES
+from privbandit.protocol.primitives.shuffle_sum import mixed_sum, split
 from privbandit.protocol.privacy import PureDP
 from privbandit.protocol.spine.events import Release
 
@@ -65,23 +69,27 @@ def node_target(spec: cnt.CounterSpec, level: int, label: str, mechanism=None, f
     (0: the default pair; 1: the search's other candidate, the top of the count's range)."""
     m = spec.mechanisms[level - 1] if mechanism is None else mechanism
     s = spec.tree.sizes[level - 1]
+    mixed = isinstance(m, SplitMixSum)
 
     def sample(which: int, count: int, rng: np.random.Generator) -> np.ndarray:
         bits = np.full((count, s), others, dtype=np.int8)
         bits[:, 0] = others ^ which
-        return m.encode(bits, m.draw((count, s), rng)).sum(axis=1).astype(np.int64)
+        total = m.encode(bits, m.draw((count, s), rng)).sum(axis=1).astype(np.int64)
+        return m.analyze(total, s).astype(np.int64) if mixed else total  # split-mix: the sum mod M, decoded
 
     event = m.event()
     # A total whose noise spreads over many values (P_Vec's b noise bits per user) is binned by the
     # histogram tester: the likelihood-ratio test would rest on a handful of draws per value.
     wide = m.variance(s) > WIDE_VARIANCE
-    details = {"n": s, "level": level, "levels": spec.k, "rule": "sum", "trust_model": "shuffle",
-               "event": type(event).__name__, "level_epsilon": spec.level_epsilon, "level_delta": spec.level_delta,
-               "per_release": s, **{k: v for k, v in m.describe().items() if k in ("ell", "q", "g", "b", "p")}}
+    details = {"n": s, "level": level, "levels": spec.k, "rule": "shuffle" if mixed else "sum",
+               "trust_model": "shuffle", "event": type(event).__name__, "level_epsilon": spec.level_epsilon,
+               "level_delta": spec.level_delta, "per_release": s,
+               **{k: v for k, v in m.describe().items() if k in ("ell", "q", "g", "b", "p", "shares", "modulus")}}
+    release = (f"one level-{level} node: the sum mod M of its {s} users' split-and-mix shares, decoded" if mixed else
+               f"one level-{level} node: the total of its {s} users' count-encoded reports (the shuffled multiset "
+               f"of one-bit messages)")
     return AuditTarget(
-        family=family, label=f"{label}/level-{level}", algorithm=f"{spec.mode} ({m.name})",
-        release=f"one level-{level} node: the total of its {s} users' count-encoded reports (the shuffled "
-                f"multiset of one-bit messages)",
+        family=family, label=f"{label}/level-{level}", algorithm=f"{spec.mode} ({m.name})", release=release,
         neighbours=f"{s} users with bit {others} vs the same with user 0's bit {1 - others}",
         kind="real" if wide else "integer", sample=sample, claim=_claim(spec, event, f"level-{level}"),
         delta=spec.level_delta,
@@ -193,9 +201,10 @@ def counter_wire(family, config, label: str, target: AuditTarget, mechanism=None
     it has none. Rounds and bodies are the analyzer's own (segment 0's plans: node 0 of the level):
 
     - a shuffle mode's node: the level's shuffler ``shuffler-i`` sums its s_i users' count-encoded
-      reports, each user's bit (user 0's the neighbour's, the others 0) encoded by the level's
-      mechanism (:meth:`draw`, :meth:`encode`; ``mechanism``, if the tests break it, serves every
-      level of the label: they break a one-level counter's); read as the node total, as
+      reports (or releases the multiset of their split-and-mix shares), each user's bit (user 0's
+      the neighbour's, the others 0) encoded by the level's mechanism (:meth:`draw`, :meth:`encode`,
+      then split; ``mechanism``, if the tests break it, serves every level of the label: they break a
+      one-level counter's); read as the node total (the shares' sum mod M, decoded), as
       :func:`node_target`;
     - Algorithm 4's node: the level's P_Vec round, by
       :func:`~privbandit.families.shuffle_linear_bandits.audit.vec_sum_wire` (``mechanism``: a
@@ -232,14 +241,17 @@ def counter_wire(family, config, label: str, target: AuditTarget, mechanism=None
 
     def randomize(inputs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         bits = np.asarray(inputs, dtype=np.int8)
-        return m.encode(bits, m.draw(bits.shape, rng))
+        residues = m.encode(bits, m.draw(bits.shape, rng))
+        return split(residues, rnd.width, rnd.m, rng) if rnd.messages else residues
 
     def statistic(release: Release, first: int) -> int:
         if rnd.rule == "sum":
             return int(release.values[0, 0])
+        if rnd.messages:
+            return int(m.analyze(mixed_sum(release.values, rnd.m), rnd.expected)[0])
         return int(own_report(release, first)[0])
 
-    notes = [] if rnd.rule == "sum" else ["one user a round: the plan's other users' responses are ancillary"]
+    notes = [] if rnd.rule != "pass" else ["one user a round: the plan's other users' responses are ancillary"]
     return WireTarget(target, rnd, plan.body, rnd.expected, randomize, statistic, rule_check(rnd), notes)
 
 
@@ -272,7 +284,8 @@ def counter_hooks(mechanisms: tuple | None = None):
             if spec.mode == "central_tree":
                 return np.array([1 if bit else 0])
             m = spec.mechanisms[int(plan.body["level"]) - 1 if layout.shuffled else 0]
-            return m.encode(np.array([[bit]], dtype=np.int8), m.draw((1, 1), rng))[0]
+            message = m.encode(np.array([[bit]], dtype=np.int8), m.draw((1, 1), rng))[0]
+            return split(message, m.shares, m.modulus, rng)[0] if isinstance(m, SplitMixSum) else message
 
         def slots(rnd, rep):
             if layout.shuffled:

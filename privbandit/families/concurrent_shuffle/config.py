@@ -35,7 +35,7 @@ class BanditEnvironment(StrictModel):
 class CounterAlgorithm(StrictModel):
     algorithm: Literal[MODES + BANDITS]  # type: ignore[valid-type]
     k: Annotated[int, Field(ge=1, le=64)] | None = None  # shufflers (csta_k, lowest/highest_k_binary)
-    protocol: Literal[PROTOCOLS] = "bin-a"  # type: ignore[valid-type]  # M^sum inside one shuffler
+    protocol: Literal[PROTOCOLS] = "split-mix"  # type: ignore[valid-type]  # M^sum inside one shuffler
     d_low: Annotated[int, Field(ge=1, le=10**6)] | None = None  # default ⌈n^{1/(2k+1)}⌉
     D_tree: Annotated[int, Field(ge=2, le=10**7)] | None = None  # default d_low²
     vec_scale: Annotated[float, Field(gt=0, le=1e12)] | None = None  # P_Vec's b constant (theory 24·10⁴)

@@ -6,7 +6,7 @@
   integer each), drawn from ``(seed, "cs-user-noise", label, run, level, chunk)`` in chunks of
   :data:`~.world.CHUNK` users: a fleet's block and the vectorized counter draw the same numbers.
 - :class:`CounterServer`: the server of Alg. 1/3. It turns each executed node's release (the sum of
-  its users' counts) into S_v and answers Ŝ_t = Σ_{v∈V_t} S_v. **It uses no randomness** in the
+  its users' counts, or of their split-and-mix shares mod M) into S_v and answers Ŝ_t = Σ_{v∈V_t} S_v. **It uses no randomness** in the
   shuffle modes (Alg. 1: "the server is assumed deterministic"); only the central tree's trusted
   server adds Lap_Z noise, from its own key.
 - :func:`simulate`: a whole counter run for R runs at once: every level's reports, the node sums a
@@ -62,11 +62,11 @@ class CounterSpec:
                 "bits_per_user_theory": [m.bits_per_user() for m in self.mechanisms]}
 
 
-def counter_spec(mode: str, n: int, k: int | None, epsilon: float, delta: float, protocol: str = "bin-a",
+def counter_spec(mode: str, n: int, k: int | None, epsilon: float, delta: float, protocol: str = "split-mix",
                  d_low: int | None = None, degree: int | None = None, vec_scale: float | None = None) -> CounterSpec:
     tree = tree_for(mode, n, k, d_low, degree)
     eps_l, delta_l = mech.level_budget(mode, epsilon, delta, tree.k, n)
-    mechanisms = tuple(mech.level_mechanism(mode, protocol, s, eps_l, delta_l, vec_scale) for s in tree.sizes)
+    mechanisms = tuple(mech.level_mechanism(mode, protocol, s, eps_l, delta_l, vec_scale, n) for s in tree.sizes)
     return CounterSpec(mode, protocol, epsilon, delta, tree, eps_l, delta_l, mechanisms)
 
 
@@ -214,7 +214,10 @@ def stream_bits(kind: str, p: float, spec: CounterSpec, seed: int, runs: list[in
 def simulate(spec: CounterSpec, bits: np.ndarray, seed: int, label: str, runs: list[int],
              keys: list[int] | None = None) -> CounterRun:
     """One counter run per row of ``bits``: the users' reports to each level's shuffler, each
-    shuffler's releases (one total per node), the server's node estimates and Ŝ at every t0."""
+    shuffler's releases (one total per node), the server's node estimates and Ŝ at every t0.
+    Split-and-mix nodes: the total of the residues, which the server reduces mod M as it does the
+    sum of the shuffled shares (the same number: the shares add up to the residues), so the
+    shares themselves are not drawn here."""
     R = len(runs)
     server = CounterServer(spec, R, keys)
     totals, truths = [], []

@@ -7,9 +7,16 @@ a user's report is one integer, the number of 1-bits among her one-bit messages,
 batch's reports determines the shuffled multiset of its bits (the analyzer's whole view), as in
 P_Vec's :class:`~privbandit.families.shuffle_linear_bandits.mechanisms.LabelCountShuffler`.
 
-- :class:`BinomialSum` (``bin-a``): **a stand-in** for M^sum_bin, "Algorithm 3 of Tenenbaum et al.
-  2021" (arXiv 2106.02900), whose text we could not obtain (spec §2.2.1 option A). A user sends her
-  bit and ℓ noise bits Ber(q); the analyzer subtracts mℓq. The node's view is Σb + Bin(mℓ, q), and
+- :class:`SplitMixSum` (``split-mix``, the default): the summation the shuffle model's literature
+  proves, split-and-mix of Pólya-noised bits (Ishai et al. 2006; Balle, Bell, Gascón & Nissim 2019):
+  each user adds her Pólya share to her bit mod M and splits the residue into s uniform shares,
+  the shuffler releases the multiset of every share, the analyzer sums them mod M: the node's bits
+  plus Lap_Z(1/ε), within the closeness η of the shares (:mod:`privbandit.protocol.primitives.shuffle_sum`).
+  (ε, (1 + e^ε)η)-DP per node.
+- :class:`BinomialSum` (``bin-a``): a labelled baseline, not a protocol from the literature: the
+  spec's option A shape for M^sum_bin, "Algorithm 3 of Tenenbaum et al. 2021" (arXiv 2106.02900),
+  whose text we could not obtain. A user sends her bit and ℓ noise bits Ber(q); the analyzer
+  subtracts mℓq. The node's view is Σb + Bin(mℓ, q) (a shuffled multiset of bits is its count), and
   (ℓ, q) are calibrated by the *exact* privacy of that view: the hockey-stick divergence of
   Bin(mℓ, q) against its shift by 1, computed (:func:`binomial_delta`), not a constant C_bin.
 - :class:`VecSum` (``pvec``): P_Vec of Chowdhury & Zhou 2022 (App. C, Alg. 5–7) with one coordinate,
@@ -33,12 +40,13 @@ import numpy as np
 
 from privbandit.families.shuffle_linear_bandits import mechanisms as slb
 from privbandit.families.shuffle_linear_bandits import params as lp
-from privbandit.protocol.primitives.noise import sample_discrete_laplace
-from privbandit.protocol.privacy import ApproxDP, NoneProven, PrivacyEvent, PureDP
+from privbandit.protocol.primitives import shuffle_sum
+from privbandit.protocol.primitives.noise import discrete_laplace_variance, sample_discrete_laplace, sample_polya_shares
+from privbandit.protocol.privacy import ApproxDP, NoneProven, PrivacyEvent, PureDP, closeness_budget, near_secure_sum
 
-PROTOCOLS = ("bin-a", "pvec")
-STAND_IN = ("stand-in for M^sum_bin (Tenenbaum et al. 2021, Alg. 3, text not obtained): spec option A, "
-            "binomial noise bits calibrated by the exact privacy of the binomial count")
+PROTOCOLS = ("split-mix", "bin-a", "pvec")
+STAND_IN = ("a labelled baseline, not Tenenbaum et al. 2021's Alg. 3 (text not obtained): spec option A, binomial "
+            "noise bits calibrated by the exact privacy of the binomial count")
 BIN_BASIS = ("binomial count Σb + Bin(mℓ, q) behind a shuffler: (ε, δ) from its hockey-stick divergence, "
              "computed exactly (privbandit concurrent_shuffle.binomial_delta)")
 Q_GRID = 2**32  # q is a multiple of 2⁻³²: the law the privacy computation is about is the one sampled
@@ -157,6 +165,72 @@ class BinomialSum:
         return {"protocol": self.name, "stand_in": STAND_IN, "m": self.m, "ell": self.ell, "q": self.q,
                 "epsilon": self.epsilon, "delta": self.delta, "delta_computed": self.delta_achieved,
                 "node_variance": self.variance()}
+
+
+@dataclass(frozen=True)
+class SplitMixSum:
+    """Split-and-mix of Pólya-noised bits for a node of m users at (ε, δ) (see the module docstring).
+
+    - each user's Pólya share η = γ⁺ − γ⁻, γ^± ∼ Pólya(1/m, e^{−ε}), so the node's shares sum to
+      Lap_Z(1/ε) (Goryczka & Xiong 2015; the MAB paper's Fact 1): pure ε for a sensitivity-1 count;
+    - modulus M = m + 2τ + 1 with τ = ⌈log(2/p)/ε⌉: the noisy count decodes exactly unless
+      |Σ η| > τ, which has probability ≤ p (the discrete Laplace's tail; ``decode_failure``);
+    - s shares per user, the fewest with (1 + e^ε)·η(m, s, M) ≤ δ (:func:`shuffle_sum.shares_for`);
+    - the node's event: (ε, (1 + e^ε)·η)-DP (:func:`~privbandit.protocol.privacy.near_secure_sum`).
+    """
+
+    m: int
+    epsilon: float
+    delta: float
+    tau: int
+    modulus: int
+    shares: int
+    closeness: float
+    p: float
+    name: str = "split-mix"
+    trust: str = "shuffle"
+
+    @classmethod
+    def make(cls, m: int, epsilon: float, delta: float, p: float) -> SplitMixSum:
+        if not 0 < epsilon or not 0 < delta < 1 or not 0 < p < 1:
+            raise ValueError(f"split-mix node of {m} users: (ε, δ) = ({epsilon}, {delta}) and p = {p} need ε > 0, "
+                             f"δ and p in (0, 1)")
+        tau = math.ceil(math.log(2 / p) / epsilon)
+        modulus = m + 2 * tau + 1
+        shares = shuffle_sum.shares_for(m, modulus, closeness_budget(PureDP(epsilon), delta))
+        return cls(m, epsilon, delta, tau, modulus, shares, shuffle_sum.closeness(m, shares, modulus), p)
+
+    def draw(self, shape: tuple, rng: np.random.Generator) -> np.ndarray:
+        """Each user's Pólya share of the node's Lap_Z(1/ε)."""
+        size = int(np.prod(shape))
+        return sample_polya_shares(self.m, 1.0 / self.epsilon, size, rng).reshape(shape)
+
+    def encode(self, bits: np.ndarray, noise: np.ndarray) -> np.ndarray:
+        """The residue (b + η) mod M each user splits into her shares."""
+        return np.mod(bits.astype(np.int64) + noise, self.modulus)
+
+    @property
+    def max_report(self) -> int:
+        return self.modulus - 1
+
+    def analyze(self, total: np.ndarray, m: int) -> np.ndarray:
+        """The node count from the sum of its residues (or shares): mod M, read in [−τ, m + τ]."""
+        y = np.mod(np.asarray(total).astype(np.int64), self.modulus)
+        return np.where(y > m + self.tau, y - self.modulus, y).astype(np.float64)
+
+    def variance(self, m: int | None = None) -> float:
+        return discrete_laplace_variance(1.0 / self.epsilon)
+
+    def event(self) -> PrivacyEvent:
+        return near_secure_sum(PureDP(self.epsilon), self.closeness, self.delta)
+
+    def bits_per_user(self) -> int:
+        return self.shares * (self.modulus - 1).bit_length()
+
+    def describe(self) -> dict:
+        return {"protocol": self.name, "m": self.m, "epsilon": self.epsilon, "delta": self.delta, "tau": self.tau,
+                "modulus": self.modulus, "shares": self.shares, "closeness": self.closeness,
+                "decode_failure_bound": self.p, "node_variance": self.variance()}
 
 
 def _popcount(words: np.ndarray) -> np.ndarray:
@@ -326,12 +400,16 @@ def level_budget(mode: str, epsilon: float, delta: float, k: int, n: int) -> tup
     return epsilon / k, delta / k
 
 
-def level_mechanism(mode: str, protocol: str, m: int, epsilon: float, delta: float, vec_scale: float | None = None):
-    """The mechanism every node of a level of m users runs."""
+def level_mechanism(mode: str, protocol: str, m: int, epsilon: float, delta: float, vec_scale: float | None = None,
+                    n: int | None = None):
+    """The mechanism every node of a level of m users runs (``n``: the horizon, whose 1/(10n) is
+    split-mix's decode-failure probability per node)."""
     if mode == "central_tree":
         return CentralLaplace(m, epsilon)
     if mode == "ldp":
         return RandomizedResponse(epsilon)
+    if protocol == "split-mix":
+        return SplitMixSum.make(m, epsilon, delta, 1 / (10 * (n or m)))
     if protocol == "bin-a":
         if not 0 < epsilon or not 0 < delta < 1:
             raise ValueError(f"per-level (ε, δ) = ({epsilon}, {delta}) must have ε > 0 and δ in (0, 1)")

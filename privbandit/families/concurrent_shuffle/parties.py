@@ -22,7 +22,10 @@ import numpy as np
 
 from privbandit.families.concurrent_shuffle import counter as cnt
 from privbandit.families.concurrent_shuffle import world
+from privbandit.families.concurrent_shuffle.mechanisms import SplitMixSum
 from privbandit.families.concurrent_shuffle.tree import SHUFFLE_MODES
+from privbandit.protocol.primitives.seeding import stream
+from privbandit.protocol.primitives.shuffle_sum import mixed_sum, split
 from privbandit.protocol.privacy import PureDP
 from privbandit.protocol.spine.errors import ProtocolError
 from privbandit.protocol.spine.events import Join, Plan, Release, Round, Truth
@@ -94,7 +97,12 @@ class Layout:
         for j in self.nodes_in(level, first, size):
             rid = self.round_id(level, j)
             # threshold None: a shuffler releases a full batch or nothing (no partial node)
-            opens.append(Round(rid, shuffler_of(level), "sum", expected=s, width=1, integer=True, low=0, high=int(m.max_report)))
+            if isinstance(m, SplitMixSum):  # every user's shares, each a message: the shuffled multiset
+                opens.append(Round(rid, shuffler_of(level), "shuffle", expected=s, width=m.shares, m=m.modulus,
+                                   messages=True))
+            else:  # count-encoded one-bit messages: the totals are the shuffled multiset
+                opens.append(Round(rid, shuffler_of(level), "sum", expected=s, width=1, integer=True, low=0,
+                                   high=int(m.max_report)))
             joins.append(Join(rid, j * s, s, s))
         return Plan(pid, first, size, body, tuple(opens), tuple(joins))
 
@@ -127,7 +135,8 @@ class CounterAnalyzer:
         level, j = self.layout.node_of(rnd.id)
         if self.server.done[level - 1][j]:
             raise ProtocolError("duplicate-node", f"round {rnd.id}: node {j} of level {level} already executed")
-        est = self.server.on_node(level, j, release.values[:, 0])
+        totals = mixed_sum(release.values, rnd.m) if rnd.messages else release.values[:, 0]
+        est = self.server.on_node(level, j, totals)
         first = j * self.spec.tree.sizes[level - 1]
         plan = (first // self.layout.plan_users) * self.layout.per_segment + level - 1
         body = {"plan": plan, "level": level, "node": j, "first": first + 1,
@@ -212,8 +221,15 @@ class CounterUsers:
         if last <= first:
             return BlockAnswer(truth, reports)
         values = cnt.user_reports(self.spec, level, b[:, :last - first], seed, self.label, self.runs, first)
+        m = self.spec.mechanisms[level - 1]
+        if isinstance(m, SplitMixSum):  # each residue as its shares, from a stream of their own per run
+            values = np.stack([split(values[i], m.shares, m.modulus,
+                                     stream(seed, "cs-user-shares", self.label, run, plan.id, block))
+                               for i, run in enumerate(self.runs)])
+        else:
+            values = values[..., None]
         for j in range(first // s, (last - 1) // s + 1):
             lo, hi = max(j * s, first) - first, min((j + 1) * s, last) - first
             offsets = np.arange(lo, hi)[keep[lo:hi]]
-            reports.append((self.layout.round_id(level, j), offsets, values[:, offsets, None], None))
+            reports.append((self.layout.round_id(level, j), offsets, values[:, offsets], None))
         return BlockAnswer(truth, reports)

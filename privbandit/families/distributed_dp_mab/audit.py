@@ -156,7 +156,9 @@ def elimination_hooks(mechanism: Mechanism | None = None):
         own = server.mechanism
 
         def plant(plan, rnd, bit, rng):
-            return own.randomize(np.array([float(bit)]), params_of(plan), rng).messages[0]
+            q = params_of(plan)
+            message = own.randomize(np.array([float(bit)]), q, rng).messages
+            return split(message, rnd.width, q.m, rng)[0] if rnd.messages else message[0]  # split-and-mix: her shares
 
         return plant, lambda release, record: record.body["estimate"]
 

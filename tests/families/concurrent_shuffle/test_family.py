@@ -76,7 +76,7 @@ def test_spine_run_equals_the_vectorized_counter_and_stacking(tmp_path, label):
         assert 1.0 - 1e-9 < stacked.privacy["epsilon_pure"] <= 1.0 + 1e-12
     else:
         assert stacked.privacy["epsilon_at_delta"] == pytest.approx(1.0)
-        assert stacked.privacy["delta_from_theorems"] == pytest.approx(stacked.privacy["delta"])
+        assert 0 < stacked.privacy["delta_from_theorems"] <= stacked.privacy["delta"]
 
 
 def test_every_user_reports_to_k_shufflers(tmp_path):
