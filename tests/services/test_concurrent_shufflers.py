@@ -205,7 +205,9 @@ def test_the_server_answers_t_only_once_every_shuffler_of_v_t_released_in_any_or
     layout = Layout(spec)
     rounds = [r for pid in range(layout.plans) for r in layout.plan(pid).opens]
     rng = np.random.default_rng(3)
-    totals = {r.id: rng.integers(0, r.high + 1, size=(1, 1)) for r in rounds}
+    # a split-mix node releases its users' shares (every one a message), a count-encoded one its total
+    totals = {r.id: rng.integers(0, r.m, size=(1, r.expected * r.width, 1)) if r.messages
+              else rng.integers(0, r.high + 1, size=(1, 1)) for r in rounds}
     in_order = CounterAnalyzer(spec, [0])
     for r in rounds:
         in_order.on_release(r, Release(r.id, r.expected, totals[r.id]))

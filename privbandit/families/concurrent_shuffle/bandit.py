@@ -20,6 +20,7 @@ from privbandit.families.concurrent_shuffle.parties import shuffler_of
 from privbandit.families.shuffle_linear_bandits import mechanisms as slb
 from privbandit.families.shuffle_linear_bandits.learners import Widths
 from privbandit.families.shuffle_linear_bandits.world import UserUniforms, instances
+from privbandit.protocol.primitives.seeding import stream
 from privbandit.protocol.spine.errors import ProtocolError
 from privbandit.protocol.spine.events import Join, Plan, Release, Round, Truth
 from privbandit.protocol.spine.family import BlockAnswer, Spend
@@ -30,7 +31,9 @@ from privbandit.protocol.spine.observer import checkpoints_in
 def alg4_of(public: dict) -> linucb.Alg4:
     a = public["algorithm"]
     return linucb.alg4(public["horizon"], a["k"], public["dim"], a["epsilon"], public["delta"], a["vec_scale"],
-                       a["lambda_rule"], a["d_low"], a["D_tree"], private=a["algorithm"] == "cs-linucb")
+                       a["lambda_rule"], a["d_low"], a["D_tree"], private=a["algorithm"] == "cs-linucb",
+                       preset=public.get("preset", "theory"),
+                       policy="random" if a["algorithm"] == "cs-random" else "linucb")
 
 
 class Schedule:
@@ -67,8 +70,11 @@ class Schedule:
 
     def plans(self, b: int, body: dict) -> list[Plan]:
         first = b * self.s1
-        if b == self.batches:  # the tail: no complete lowest-level node; acts on the last model
-            return [Plan(b * self.k, first, self.tail, {**body, "segment": b, "level": 1})]
+        if b == self.batches or self.a.policy == "random":
+            # the tail (no complete lowest-level node; acts on the last model), or random play: one
+            # plan, nothing collected
+            return [Plan(b * self.k, first, self.tail if b == self.batches else self.s1,
+                         {**body, "segment": b, "level": 1})]
         out = []
         for level in range(1, self.k + 1):
             j = self.node(b, level)
@@ -100,10 +106,10 @@ class BanditServer:
 
     def plans(self) -> list[Plan]:
         sc = self.schedule
-        while self.server.steps < min(self.next_batch, sc.batches) and self.server.ready():
+        while self.a.policy != "random" and self.server.steps < min(self.next_batch, sc.batches) and self.server.ready():
             self.server.advance()
-        if self.done or self.server.steps < self.next_batch:
-            return []  # waiting for the nodes of V_t
+        if self.done or (self.a.policy != "random" and self.server.steps < self.next_batch):
+            return []  # waiting for the nodes of V_t (random play waits for nothing)
         theta, v_inv, beta = self.server.learner.broadcast()
         body = {"theta": theta.copy(), "v_inv": v_inv.copy(), "beta": float(beta)}
         out = sc.plans(self.next_batch, body)
@@ -150,13 +156,19 @@ class BanditUsers:
         R, d = self.ridx.size, self.a.d
         if theta.shape != (R, d) or v_inv.shape != (R, d, d):
             raise ValueError(f"plan {plan.id}: θ̂ {theta.shape} and V⁻¹ {v_inv.shape} do not fit {R} runs in d = {d}")
-        act = self.choose(theta, v_inv, float(body["beta"]))  # step 3
-        mu = self.means[self.ridx, act]
         u = self.uniforms.get(plan.first_user, plan.cohort)  # the linear family's U_t (paired with it)
-        y = (u < mu[:, None]).astype(np.float64)
+        if self.a.policy == "random":  # every user a uniformly random arm, from a stream of its own
+            arms = self.means.shape[1]
+            picks = np.stack([stream(self.seed, "cs-random-arm", r, plan.first_user).integers(0, arms, plan.cohort)
+                              for r in self.runs])
+            mu = self.means[self.ridx[:, None], picks]
+        else:
+            act = self.choose(theta, v_inv, float(body["beta"]))  # step 3
+            mu = np.broadcast_to(self.means[self.ridx, act][:, None], u.shape)
+        y = (u < mu).astype(np.float64)
         truth = None
         if level == 1:
-            pseudo = np.cumsum(np.broadcast_to((self.best - mu)[:, None], u.shape), axis=1)
+            pseudo = np.cumsum(self.best[:, None] - mu, axis=1)
             realized = np.cumsum((u < self.best[:, None]) - y, axis=1)
             at = checkpoints_in(self.checkpoints, first, size) - first - 1
             truth = Truth(plan.id, block, first, size, pseudo=pseudo[:, -1].copy(), realized=realized[:, -1].copy(),

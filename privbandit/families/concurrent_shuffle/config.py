@@ -19,9 +19,12 @@ from privbandit.families.concurrent_shuffle.world import INPUTS
 from privbandit.runner.config import ExperimentFile, StrictModel
 
 FAMILY = "concurrent-shuffle"
-# Algorithm 4 on the counter (P_Vec per node), and the same batches with exact sums (non-private).
-BANDITS = ("cs-linucb", "cs-linucb-exact")
+# Algorithm 4 on the counter (P_Vec per node), the same batches with exact sums (non-private), and
+# uniformly random arms on the same batches (no learning, nothing released).
+BANDITS = ("cs-linucb", "cs-linucb-exact", "cs-random")
 GENERATORS = ("paper", "paper-code")
+# Algorithm 4's P_Vec: Thm C.1's constants (theory), or calibrated by the exact count accountant (exact).
+PRESETS = ("theory", "exact")
 
 
 class BanditEnvironment(StrictModel):
@@ -51,6 +54,9 @@ class CounterExperiment(ExperimentFile):
     input: Literal[INPUTS] = "iid"  # type: ignore[valid-type]
     p: Annotated[float, Field(ge=0, le=1)] = 0.5  # Ber(p) for input = "iid"
     environment: BanditEnvironment = BanditEnvironment()  # Algorithm 4's arms
+    # Algorithm 4's P_Vec noise: "theory" (Thm C.1's b with 24·10⁴) or "exact" (the fewest fair noise
+    # bits the exact accountant of the label counts allows: privbandit.protocol.privacy.counts).
+    preset: Literal[PRESETS] = "theory"  # type: ignore[valid-type]
     algorithms: dict[str, CounterAlgorithm]
 
     @classmethod
@@ -61,6 +67,9 @@ class CounterExperiment(ExperimentFile):
     def _trees(self):
         """Every counter's tree must exist for this horizon: the error names the algorithm."""
         for label, a in self.algorithms.items():
+            if self.preset == "exact" and a.vec_scale is not None:
+                raise ValueError(f"algorithms.{label}.vec_scale: P_Vec's proof constant has no place under preset = "
+                                 f"'exact' (its b comes from the exact accountant)")
             if a.algorithm in ("csta_k", "lowest_k_binary", "highest_k_binary") + BANDITS and a.k is None:
                 raise ValueError(f"algorithms.{label}.k: mode {a.algorithm} needs k (the number of shufflers)")
             try:

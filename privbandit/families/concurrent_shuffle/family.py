@@ -43,6 +43,7 @@ class ConcurrentShuffle(Family):
         "ldp": "a local counter: randomized response per user, attributable reports",
         "cs-linucb": "Algorithm 4: private LinUCB on the counter, P_Vec per node at (ε/k, δ/k)",
         "cs-linucb-exact": "Algorithm 4's batches with exact sums (non-private reference)",
+        "cs-random": "uniformly random arms on Algorithm 4's batches (no learning; nothing is released)",
     }
     experiment_model = cfg.CounterExperiment
     round_fields = ROUND_FIELDS
@@ -87,6 +88,7 @@ class ConcurrentShuffle(Family):
                "delta": self.delta(config)}
         if self.bandit(config, label):
             out["dim"] = config.environment.dim  # public (the arms and θ* are the world's)
+            out["preset"] = config.preset
         return out
 
     def analyzer(self, public: dict, keys: list[int], oracle=None):

@@ -42,6 +42,8 @@ class Alg4:
     sigma_tilde: float
     lam: float
     private: bool = True
+    preset: str = "theory"  # the P_Vec noise: Thm C.1's constants, or the exact accountant's ("exact")
+    policy: str = "linucb"  # "random": uniformly random arms, nothing reported
 
     def beta(self, t: int) -> float:
         sigma, alpha, d, lam = 0.5, 1.0 / self.tree.n, self.d, self.lam
@@ -50,10 +52,13 @@ class Alg4:
 
     def event(self, level: int):
         """What one level-``level`` node's release guarantees its users: P_Vec at (ε/k, δ/k), Thm C.1
-        of Chowdhury & Zhou (its ``none proven`` below the theory constant); exact sums: none."""
+        of Chowdhury & Zhou (its ``none proven`` below the theory constant), or under ``exact`` the
+        exact accountant's ε at δ/k; exact sums: none."""
         if not self.private:
             return NonPrivate()
         budget = lp.Budget(self.epsilon / self.tree.k, self.delta / self.tree.k, 1)
+        if self.preset == "exact":
+            return lp.exact_vec_event(budget, self.tree.sizes[level - 1], self.vec[level - 1], slb.n_entries(self.d))
         return lp.batch_event("linucb-sdp-vec", "theory", budget, self.tree.sizes[level - 1], 1.0, None,
                               self.vec[level - 1], self.vec_scale)
 
@@ -62,9 +67,9 @@ class Alg4:
                       users=self.tree.n)
 
     def ledger(self) -> Ledger:
-        """The ledger of a whole run: every node's event in lane ``level-i``."""
+        """The ledger of a whole run: every node's event in lane ``level-i`` (random play: none)."""
         book = self.empty_ledger()
-        for level in range(1, self.tree.k + 1):
+        for level in range(1, self.tree.k + 1) if self.policy != "random" else ():
             book.record(self.event(level), f"level-{level}", None, releases=self.tree.nodes(level))
         return book
 
@@ -76,11 +81,18 @@ def node_variance(p: slb.VecParams, m: int) -> float:
 
 def alg4(n: int, k: int, d: int, epsilon: float, delta: float, vec_scale: float | None = None,
          lambda_rule: str = "sqrt-d", d_low: int | None = None, degree: int | None = None,
-         private: bool = True) -> Alg4:
-    """Algorithm 4's public parameters; ``private`` False: the same tree with exact node sums (λ = 1)."""
+         private: bool = True, preset: str = "theory", policy: str = "linucb") -> Alg4:
+    """Algorithm 4's public parameters; ``private`` False: the same tree with exact node sums (λ = 1);
+    ``preset`` "exact": each level's P_Vec from the exact accountant (:func:`lp.exact_vec_params`);
+    ``policy`` "random": uniformly random arms on the same batches, nothing reported."""
+    if preset not in ("theory", "exact") or policy not in ("linucb", "random"):
+        raise ValueError(f"preset {preset!r} / policy {policy!r}: theory or exact / linucb or random")
     tree = tree_for("csta_k", n, k, d_low, degree)
     budget = lp.Budget(epsilon / k, delta / k, 1)
-    vec = tuple(lp.vec_params("theory", budget, s, d, 1.0, 1.0, vec_scale, "2delta") for s in tree.sizes)
+    if preset == "exact" and private:
+        vec = tuple(lp.exact_vec_params(budget, s, d) for s in tree.sizes)
+    else:
+        vec = tuple(lp.vec_params("theory", budget, s, d, 1.0, 1.0, vec_scale, "2delta") for s in tree.sizes)
     t0 = np.arange(1, n // tree.sizes[0] + 1) * tree.sizes[0]
     worst = 0.0
     for level in range(1, k + 1):  # the largest |V_t|-weighted variance over t, level by level
@@ -91,8 +103,8 @@ def alg4(n: int, k: int, d: int, epsilon: float, delta: float, vec_scale: float 
     sigma_tilde = z * math.sqrt(worst) + tree.sizes[0] - 1
     lam = 2 * sigma_tilde * (math.sqrt(d) if lambda_rule == "sqrt-d" else d)
     if not private:
-        return Alg4(tree, d, epsilon, delta, vec, vec_scale, 0.0, 1.0, private=False)
-    return Alg4(tree, d, epsilon, delta, vec, vec_scale, sigma_tilde, max(lam, 1.0))
+        return Alg4(tree, d, epsilon, delta, vec, vec_scale, 0.0, 1.0, private=False, preset=preset, policy=policy)
+    return Alg4(tree, d, epsilon, delta, vec, vec_scale, sigma_tilde, max(lam, 1.0), preset=preset)
 
 
 def batch_reports(a: Alg4, level: int, entries: np.ndarray, seed: int, label: str, runs: list[int],

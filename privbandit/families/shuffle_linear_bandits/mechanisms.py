@@ -201,15 +201,16 @@ class VecParams:
 QUARTER_BITS_MAX = 512  # above, numpy's binomial sampler is the cheaper of the two
 
 
-def quarter_bits_count(b: int, shape: tuple, rng: np.random.Generator) -> np.ndarray:
-    """The number of ones among b bits, each 1 with probability 1/4 (Thm 3.5's p), for every cell of
-    ``shape``: Algorithm 5's noise bits literally, each the AND of two fair random bits, counted
-    64 at a time (popcount of two uniform 64-bit words ANDed). Exactly Bin(b, 1/4), in integers;
-    about 10× numpy's binomial at the paper's b ≈ 60, whose inversion sampler loops ~b·p times."""
+def quarter_bits_count(b: int, shape: tuple, rng: np.random.Generator, ands: int = 2) -> np.ndarray:
+    """The number of ones among b bits, each 1 with probability 2^−ands (1/4, Thm 3.5's p, by
+    default; ½ for the ``exact`` preset's fair bits), for every cell of ``shape``: Algorithm 5's
+    noise bits literally, each the AND of ``ands`` fair random bits, counted 64 at a time (popcount
+    of uniform 64-bit words ANDed). Exactly Bin(b, 2^−ands), in integers; at p = 1/4 about 10×
+    numpy's binomial at the paper's b ≈ 60, whose inversion sampler loops ~b·p times."""
     words = -(-b // 64)
     size = int(np.prod(shape))
-    raw = rng.integers(0, 2**64 - 1, size=(2, size, words), dtype=np.uint64, endpoint=True)
-    bits = raw[0] & raw[1]
+    raw = rng.integers(0, 2**64 - 1, size=(ands, size, words), dtype=np.uint64, endpoint=True)
+    bits = np.bitwise_and.reduce(raw, axis=0)
     if b % 64:
         bits[:, -1] &= np.uint64((1 << (b % 64)) - 1)
     return np.bitwise_count(bits).sum(axis=-1, dtype=np.int64).reshape(shape)
@@ -235,6 +236,8 @@ class BitSumRandomizer:
         b, p = self.params.b, self.params.p
         if p == 0.25 and b <= QUARTER_BITS_MAX:
             return uniforms, quarter_bits_count(b, shape, rng)
+        if p == 0.5:  # the exact preset's fair bits: exactly Bin(b, ½), whatever b (its guarantee rests on them)
+            return uniforms, quarter_bits_count(b, shape, rng, ands=1)
         return uniforms, rng.binomial(b, p, size=shape)
 
     def apply(self, entries: np.ndarray, noise: tuple[np.ndarray, np.ndarray]) -> np.ndarray:

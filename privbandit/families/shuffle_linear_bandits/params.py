@@ -27,6 +27,7 @@ from privbandit.families.shuffle_linear_bandits.mechanisms import VecParams, n_e
 from privbandit.protocol.primitives.noise.grid_gaussian import grid_sensitivity
 from privbandit.protocol.privacy import ZCDP, ApproxDP, NonPrivate, NoneProven, PrivacyEvent
 from privbandit.protocol.privacy import amplification as amp
+from privbandit.protocol.privacy import counts
 
 ALGORITHMS = ("linucb", "linucb-jdp", "linucb-ldp", "linucb-sdp-amp", "linucb-sdp-vec")
 PRESETS = ("theory", "paper-code")
@@ -114,6 +115,26 @@ def vec_params(preset: str, budget: Budget, batch: int, d: int, entry_bound: flo
         shift = max(entry_bound, entry_bound**2)
     return VecParams(g=g, b=max(1, math.ceil(b)), p=0.25, shift=shift,
                      span=2 * shift if span == "2delta" else shift)
+
+
+def exact_vec_params(budget: Budget, batch: int, d: int, entry_bound: float = 1.0) -> VecParams:
+    """P_Vec under the ``exact`` preset: Thm C.1's g = max{2√B, d, 4} and Cheu et al.'s encoding
+    (span 2Δ: a user moves each label's count by at most g), fair noise bits (p = ½, drawn exactly)
+    and the fewest b for which the exact accountant of the released label counts
+    (:func:`privbandit.protocol.privacy.counts.fewest_noise_bits`, all D labels composed) gives the
+    batch's (ε, δ): no proof constant."""
+    g = math.ceil(max(2 * math.sqrt(batch), d, 4))
+    shift = max(entry_bound, entry_bound**2)
+    b = counts.fewest_noise_bits(batch, g, n_entries(d), budget.epsilon, budget.delta)
+    return VecParams(g=g, b=b, p=0.5, shift=shift, span=2 * shift)
+
+
+def exact_vec_event(budget: Budget, batch: int, vec: VecParams, labels: int) -> ApproxDP:
+    """The ``exact`` preset's P_Vec release: ε at the batch's δ from the exact accountant of the
+    ``labels`` counts its users' fair noise bits hide (:func:`exact_vec_params`)."""
+    if vec.p != 0.5 or vec.span < 2 * vec.shift:
+        raise ValueError("the exact count accountant covers fair noise bits (p = ½) and span 2Δ only")
+    return ApproxDP(counts.count_epsilon(batch * vec.b, vec.g, labels, budget.delta), budget.delta, counts.BASIS)
 
 
 def vec_bits(params: VecParams, d: int) -> dict:
