@@ -3,7 +3,8 @@ spec §6 R1–R5, with the vectorized counter (the same numbers ``privbandit run
 
     python experiments/reproduce_concurrent.py [--runs 20] [--epsilon 1] [--out results/reproduce-concurrent]
                                                [--figures docs/figures] [--only R1 R2 ...] [--max-n 10000000]
-                                               [--r6-n 2000 8000 32000] [--r6-c1-n 128000] [--r6-runs 10] [--jobs 2]
+                                               [--r6-n 2000 8000 32000] [--r6-c1-n 128000] [--r6-exact-n 8000 32000 128000]
+                                               [--r6-runs 10] [--jobs 2]
                                                [--replot results/reproduce-concurrent/summary.json]
 
 - R1: max_t |Ŝ_t − S_t| against n for k = 1…5 at exact trees n = d_low^{2k+1} (d = d_low²; the spec's
@@ -17,10 +18,12 @@ spec §6 R1–R5, with the vectorized counter (the same numbers ``privbandit run
 - R6: Algorithm 4's regret against n for k = 1, 2, 3 (:mod:`~privbandit.families.concurrent_shuffle.linucb`)
   beside LinUCB, LinUCB-JDP, LinUCB-LDP and the single-shuffler LinUCB-SDP-Vec (experiments/cs_r6_baselines.toml)
   on the same instances and users, at equal (ε, δ) by each ledger; paired differences; slopes beside
-  (k+1)/(2k+1); the same at P_Vec's C = 1 (NOT the theorem's constant, ledgers "none proven").
+  (k+1)/(2k+1); the same at P_Vec's C = 1 (NOT the theorem's constant, ledgers "none proven"); and under
+  the preset ``exact`` (every node's P_Vec from the exact count accountant, proven), beside a random arm.
 
-R1–R5: δ = 1/(10n) (R6: δ = 0.1, the linear family's template). The summation protocol is ``bin-a``: a *stand-in* for Tenenbaum et al. 2021's Alg. 3
-(spec §2.2.1 option A), calibrated by exact privacy accounting; every figure says so.
+R1–R5: δ = 1/(10n) (R6: δ = 0.1, the linear family's template). The summation protocol inside a
+shuffler is ``split-mix`` (Pólya-noised bits through split-and-mix shares: Lap_Z(k/ε) per node,
+(ε/k, (1 + e^{ε/k})η) proven), the family's default; ``--protocol bin-a`` runs the binomial-bits baseline.
 Writes summary.json under --out and concurrent_r1.png, concurrent_r2.png, concurrent_r6.png under --figures.
 """
 
@@ -40,11 +43,11 @@ from privbandit.families.concurrent_shuffle import counter as cnt
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # R6 runs the linear baselines with reproduce_linear.run_suite
 R1_CONFIGS = {1: [10, 20, 40], 2: [4, 6, 9], 3: [3, 4, 5], 4: [2, 3, 4], 5: [2, 3]}  # d_low; n = d_low^(2k+1)
-STAND_IN = "bin-a: stand-in for M^sum_bin (Tenenbaum et al. 2021 Alg. 3 not obtained), spec option A"
+PROTOCOL = {"protocol": "split-mix"}  # --protocol sets it
 
 
 def errors(mode: str, n: int, k, eps: float, runs: int, kind: str = "iid", seed: int = 1, **kw) -> tuple:
-    spec = cnt.counter_spec(mode, n, k, eps, 1 / (10 * n), **kw)
+    spec = cnt.counter_spec(mode, n, k, eps, 1 / (10 * n), **{**PROTOCOL, **kw})
     bits = cnt.stream_bits(kind, 0.5, spec, seed, list(range(runs)))
     keys = list(range(1000, 1000 + runs)) if mode == "central_tree" else None
     run = cnt.simulate(spec, bits, seed, f"{mode}-{k}", list(range(runs)), keys=keys)
@@ -193,6 +196,7 @@ def r6(args) -> dict:
 
     ns, runs, seed, arms, d, delta = args.r6_n, list(range(args.r6_runs)), 1, 100, 5, 0.1
     c1_only = [n for n in args.r6_c1_n if n not in ns]  # larger n for the C = 1 rows only (cost)
+    exact_only = [n for n in args.r6_exact_n if n not in ns + c1_only]  # the exact rows' horizons beyond
     eps = args.epsilon
     final: dict[str, list[np.ndarray]] = {}
     ns_of: dict[str, list[int]] = {}
@@ -212,18 +216,19 @@ def r6(args) -> dict:
     t_alg4 = time.perf_counter()
     inst = instances("paper", arms, d, seed, runs)
     gap = inst.means.max(axis=1) - inst.means.mean(axis=1)  # a uniformly random arm's regret per user
-    for n in sorted(ns + c1_only):
+    for n in sorted(ns + c1_only + exact_only):
         keep("random arm", n, n * gap)
         for k in (1, 2, 3):
-            for tag, scale in (("", None), (" C1", 1.0)):
-                if n in c1_only and scale is None:
+            for tag, scale, preset in (("", None, "theory"), (" C1", 1.0, "theory"), (" exact", None, "exact")):
+                if (tag == "" and n not in ns) or (tag == " C1" and n not in ns + c1_only) or (
+                        tag == " exact" and n not in args.r6_exact_n):
                     continue
-                a = linucb.alg4(n, k, d, eps, delta, vec_scale=scale)
+                a = linucb.alg4(n, k, d, eps, delta, vec_scale=scale, preset=preset)
                 out = linucb.run(a, arms, seed, runs, f"r6-{k}{tag}")
                 keep(f"Alg4 k={k}{tag}", n, out["final_regret"], brief(a.ledger().summary()))
                 consts.setdefault(f"Alg4 k={k}{tag}", []).append(
                     {"n": n, "s_1": a.tree.sizes[0], "sigma_tilde": a.sigma_tilde, "lambda": a.lam})
-            if n in ns:
+            if n in ns or n in args.r6_exact_n:
                 e = dataclasses.replace(linucb.alg4(n, k, d, eps, delta), private=False, lam=1.0, sigma_tilde=0.0)
                 keep(f"exact k={k}", n, linucb.run(e, arms, seed, runs, f"r6-{k}")["final_regret"])
     t_alg4 = time.perf_counter() - t_alg4
@@ -273,7 +278,14 @@ def r6(args) -> dict:
         print(f"R6 {label:16s} " + ", ".join(f"n={n}: {m:.0f}±{s:.0f}" for n, m, s in
                                              zip(ns_of[label], r["regret_mean"], r["regret_stderr"]))
               + f"; slope {f['slope']:.2f} ± {2 * f['stderr']:.2f}{extra}{eps_txt}")
-    for big in dict.fromkeys([ns[-1], horizons[-1]]):
+    for n in sorted(set(args.r6_exact_n)):  # the exact preset against a random arm and the exact sums
+        at = pairs.setdefault(n, {})
+        for k in (1, 2, 3):
+            a = f"Alg4 k={k} exact"
+            for b in ["random arm", f"exact k={k}"] + ([f"Alg4 k=1 exact"] if k > 1 else []):
+                if n in ns_of.get(a, []) and n in ns_of.get(b, []):
+                    at[f"{a} − {b}"] = paired(final[a][ns_of[a].index(n)], final[b][ns_of[b].index(n)]).as_dict()
+    for big in dict.fromkeys([ns[-1], horizons[-1], *args.r6_exact_n]):
         print(f"R6 paired at n = {big} (a − b: mean ± se, t, runs a won / {len(runs)}):")
         for key, p in pairs[big].items():
             print(f"   {key:34s} {p['mean_difference']:+8.0f} ± {p['stderr']:5.0f}  t = {p['t']:+6.1f}  {p['a_won']}")
@@ -281,7 +293,7 @@ def r6(args) -> dict:
         print(f"R6 {label} constants: " + ", ".join(f"n={x['n']}: s_1={x['s_1']}, σ̃={x['sigma_tilde']:.0f}, "
                                                         f"λ={x['lambda']:.0f}" for x in c))
     print(f"R6 wall: Alg. 4 (+ exact, C1) {t_alg4:.0f} s, linear baselines {t_lin:.0f} s")
-    return {"n": ns, "c1_only_n": c1_only, "runs": len(runs), "seed": seed, "arms": arms, "d": d, "delta": delta,
+    return {"n": ns, "c1_only_n": c1_only, "exact_n": sorted(set(args.r6_exact_n)), "runs": len(runs), "seed": seed, "arms": arms, "d": d, "delta": delta,
             "final_regret": {label: [v.tolist() for v in per_n] for label, per_n in final.items()},
             "summary": rows, "fit": fits, "ledger": ledgers, "paired": pairs, "constants": consts,
             "seconds": {"alg4": round(t_alg4, 1), "linear": round(t_lin, 1)}}
@@ -308,7 +320,8 @@ def plots(res: dict, figures: Path) -> None:
         ax.set_yscale("log")
         ax.set_xlabel("n (exact trees n = d_low^(2k+1))")
         ax.set_ylabel("max_t |Ŝ_t − S_t| (mean ± se)")
-        ax.set_title(f"R1, ε = {res['epsilon']}, δ = 1/(10n), {res['runs']} runs; {STAND_IN[:5]} stand-in", fontsize=9)
+        ax.set_title(f"R1, ε = {res['epsilon']}, δ = 1/(10n), {res['runs']} runs; {res['protocol']} in each shuffler",
+                     fontsize=9)
         ax.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(figures / "concurrent_r1.png", dpi=120)
@@ -328,7 +341,7 @@ def plots(res: dict, figures: Path) -> None:
         ax.set_yscale("log")
         ax.set_xlabel("k shufflers")
         ax.set_ylabel("max_t |Ŝ_t − S_t| (mean)")
-        ax.set_title(f"R2: error against k, ε = {res['epsilon']} (n = 2^14: {res['runs']} runs; bin-a stand-in)",
+        ax.set_title(f"R2: error against k, ε = {res['epsilon']} (n = 2^14: {res['runs']} runs; {res['protocol']})",
                      fontsize=9)
         ax.legend(fontsize=7)
         fig.tight_layout()
@@ -340,7 +353,8 @@ def plots(res: dict, figures: Path) -> None:
 
 def plot_r6(r: dict, dest: Path) -> None:
     """Final pseudo-regret against n, log-log (mean ± se over the paired runs): theory constants
-    left, P_Vec's C = 1 (NOT the theorem's) right; a uniformly random arm's regret for scale."""
+    left, P_Vec's C = 1 (NOT the theorem's) in the middle, the exact count accountant (proven)
+    right; a uniformly random arm's regret for scale."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -352,20 +366,23 @@ def plot_r6(r: dict, dest: Path) -> None:
     panels = ((f"theory constants, ledgers at ε = {r['epsilon']:g}, δ = {r['delta']:g}",
                ["Alg4 k=1", "Alg4 k=2", "Alg4 k=3"] + R6_BASELINES + ["exact k=1", "exact k=3"]),
               ("P_Vec C = 1: NOT the theorem's (ledgers: none proven)",
-               ["Alg4 k=1 C1", "Alg4 k=2 C1", "Alg4 k=3 C1", R6_C1, "LinUCB"]))
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4), sharey=True)
+               ["Alg4 k=1 C1", "Alg4 k=2 C1", "Alg4 k=3 C1", R6_C1, "LinUCB"]),
+              (f"preset exact: the count accountant, ledgers at ε = {r['epsilon']:g}, δ = {r['delta']:g}",
+               ["Alg4 k=1 exact", "Alg4 k=2 exact", "Alg4 k=3 exact", "exact k=1", "exact k=3"]))
+    panels = [(title, [label for label in labels if label in summ]) for title, labels in panels]
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6), sharey=True)
     for ax, (title, labels) in zip(axes, panels):
         for label in labels + ["random arm"]:
             m, se, f = np.array(summ[label]["regret_mean"]), np.array(summ[label]["regret_stderr"]), fits[label]
             at = summ[label].get("n", ns)
-            base = label.replace(" C1", "").replace("exact", "Alg4")  # exact sums: the k's colour, dotted
+            base = label.replace(" C1", "").replace(" exact", "").replace("exact", "Alg4")  # exact sums: dotted
             style = dict(color=colours.get(base, "grey"), marker="o", capsize=3,
                          ls=":" if label.startswith(("exact", "random")) else "-")
             theory = f", (k+1)/(2k+1) = {f['theory']:.2f}" if "theory" in f else ""
             ax.errorbar(at, m, yerr=se, label=f"{label}: slope {f['slope']:.2f}±{2 * f['stderr']:.2f}{theory}", **style)
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ticks = sorted(set(ns) | set(r.get("c1_only_n", [])))
+        ticks = sorted(set(ns) | set(r.get("c1_only_n", [])) | set(r.get("exact_n", [])))
         ax.set_xticks(ticks, [f"{n:,}" for n in ticks])
         ax.minorticks_off()
         ax.set_xlabel("n (users = rounds)")
@@ -392,6 +409,10 @@ def main() -> None:
     ap.add_argument("--r6-runs", type=int, default=10, help="R6's paired runs")
     ap.add_argument("--r6-c1-n", type=int, nargs="*", default=[128000],
                     help="R6's extra horizons for the C = 1 rows only (Alg. 4, SDP-Vec-C1, LinUCB)")
+    ap.add_argument("--r6-exact-n", type=int, nargs="*", default=[8000, 32000, 128000],
+                    help="R6's horizons for Algorithm 4 under the preset exact (the exact count accountant)")
+    ap.add_argument("--protocol", choices=["split-mix", "bin-a"], default="split-mix",
+                    help="R1–R5's summation inside each shuffler")
     ap.add_argument("--jobs", type=int, default=2, help="processes for R6's linear baselines")
     ap.add_argument("--replot", type=Path, default=None,
                     help="redraw the figures from this summary.json (a finished run's) and stop")
@@ -400,7 +421,8 @@ def main() -> None:
         plots(json.loads(args.replot.read_text()), args.figures)
         return
     start = time.perf_counter()
-    res = {"epsilon": args.epsilon, "runs": args.runs, "protocol": STAND_IN}
+    PROTOCOL["protocol"] = args.protocol
+    res = {"epsilon": args.epsilon, "runs": args.runs, "protocol": args.protocol}
     for name, fn in (("R1", r1), ("R2", r2), ("R3", r3), ("R4", r4), ("R5", r5), ("R6", r6)):
         if name in args.only:
             t = time.perf_counter()

@@ -43,6 +43,12 @@ arms = 4
 [algorithms.shuffled]
 algorithm = "dist-rdp-se"
 intermediary = "shuffler-residues"
+[algorithms.mixed]
+algorithm = "dist-dp-se"
+intermediary = "shuffler"
+[algorithms.mixed-cdp]
+algorithm = "dist-cdp-se"
+intermediary = "shuffler"
 """,
     "private-online-learning": """
 family = "private-online-learning"
@@ -117,6 +123,10 @@ algorithm = "csta_k"
 k = 2
 protocol = "pvec"
 vec_scale = 1.0
+[algorithms."bin@k2"]
+algorithm = "csta_k"
+k = 2
+protocol = "bin-a"
 """,
     "concurrent-shuffle@alg4": """
 family = "concurrent-shuffle"
@@ -135,6 +145,27 @@ algorithm = "cs-linucb"
 k = 2
 [algorithms."exact@k2"]
 algorithm = "cs-linucb-exact"
+k = 2
+[algorithms.random]
+algorithm = "cs-random"
+k = 1
+""",
+    # Algorithm 4 under the exact count accountant: fair noise bits, the fewest that make each node private
+    "concurrent-shuffle@alg4-exact": """
+family = "concurrent-shuffle"
+name = "alg4-exact"
+horizon = 150
+seed = 5
+epsilon = 1.0
+delta = 0.1
+runs = 1
+checkpoints = 8
+preset = "exact"
+[environment]
+arms = 10
+dim = 3
+[algorithms."alg4@k2"]
+algorithm = "cs-linucb"
 k = 2
 """,
     "private-online-learning@hybrid": """

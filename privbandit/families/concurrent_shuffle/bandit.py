@@ -114,6 +114,10 @@ class BanditServer:
         body = {"theta": theta.copy(), "v_inv": v_inv.copy(), "beta": float(beta)}
         out = sc.plans(self.next_batch, body)
         self.next_batch += 1
+        if self.a.policy == "random":  # nothing to wait for: every batch's plan at once (no release will ask)
+            while not self.done:
+                out += sc.plans(self.next_batch, body)
+                self.next_batch += 1
         return out
 
     def on_release(self, rnd: Round, release: Release) -> tuple[dict, Spend]:
