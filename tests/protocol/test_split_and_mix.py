@@ -217,3 +217,21 @@ def test_the_audit_holds_the_mixed_release_to_its_claim():
                               "distributed-dp-mab", "broken", "dist-dp-se")
     flagged = audit(broken, 200_000, seed=3)
     assert flagged["verdict"] == "violation", flagged["audit"]
+
+
+@pytest.mark.parametrize("kind", ["max-shift", "out-of-range", "window-edge"])
+def test_poisoning_users_do_to_the_shares_what_they_do_to_the_residues(kind):
+    """An adversary attacks the residue a user's shares add up to and moves the change into her
+    last share: the sums, and so the regret of an attacked run, are those of the same attack under
+    secure aggregation, run by run (same label, same noise parameters)."""
+    same = {"algorithm": "dist-dp-se", "epsilon": 0.5, "p": 1e-5, "adversary": {"kind": kind, "fraction": 0.05}}
+
+    def final(route: dict) -> list:
+        table = _run({"x": {**same, **route}}).table()
+        rows = table if isinstance(table, list) else table.to_dict("records")
+        return [r["pseudo"] for r in rows if r["t"] == QUICK["horizon"]]
+
+    honest = [r["pseudo"] for r in (lambda t: t if isinstance(t, list) else t.to_dict("records"))(
+        _run({"x": {k: v for k, v in same.items() if k != "adversary"}}).table()) if r["t"] == QUICK["horizon"]]
+    attacked = final({})
+    assert final({"intermediary": "shuffler"}) == attacked and attacked != honest

@@ -48,7 +48,18 @@ class BanditAdversary(Adversary):
         return plan.body["arm"] != self.best_arm
 
     def tamper(self, block: Block) -> np.ndarray:
-        flat = self.attack(block, block.messages[0, :, 0].copy(), params_of(block.plan))
+        q = params_of(block.plan)
+        if block.round.messages:  # split-and-mix shares: attack the residue they add up to, then move the
+            # change into each attacker's last share (the others are uniform either way)
+            shares = block.messages[0]
+            residue = shares[:, 0] % q.m
+            for j in range(1, shares.shape[1]):
+                residue = (residue + shares[:, j]) % q.m
+            attacked = self.attack(block, residue.copy(), q)
+            out = block.messages.copy()
+            out[0, :, -1] = (shares[:, -1] + attacked - residue) % q.m
+            return out
+        flat = self.attack(block, block.messages[0, :, 0].copy(), q)
         return flat.reshape(block.messages.shape)
 
     def attack(self, block: Block, out: np.ndarray, q: RoundParams) -> np.ndarray:

@@ -34,6 +34,7 @@ from privbandit.families.distributed_dp_mab.parties import (
     check_split_round,
     release_event,
     split_round,
+    split_shares,
 )
 from privbandit.families.distributed_dp_mab.world import BanditInstance, uniform_means
 from privbandit.protocol.primitives.secagg.parameters import bounds as secagg_bounds, graph_for
@@ -161,8 +162,8 @@ def released_event(a: cfg.AlgorithmConfig, mechanism: Mechanism, n: int, delta: 
     q = mechanism.params(n)
     if a.intermediary != "shuffler":
         return mechanism.privacy_event(q)
-    server = EliminationServer(build_learner(a, 2), mechanism, n, 0, intermediary="shuffler", delta=delta)
-    return release_event(mechanism, server.round_of(0, n, q), q, n, delta)  # its shares: what the analyzer asks
+    rnd = split_round(0, n, split_shares(mechanism, q, n, delta), q.m)  # the shares the analyzer asks for
+    return release_event(mechanism, rnd, q, n, delta)
 
 
 def build_instance(env: cfg.EnvironmentConfig, rng: np.random.Generator) -> BanditInstance:
@@ -278,7 +279,7 @@ class DistributedDpMab(Family):
 
     def check_secure_round(self, config, label: str, rnd) -> None:
         """The secure-aggregation graph (:meth:`~.config.SecureAggregationOptions.check_secure_round`),
-        and a split-and-mix round's shares (:meth:`~.parties.BanditUsers.check_round`)."""
+        and a split-and-mix round's shares (:func:`~.parties.check_split_round`)."""
         a = self.algorithm(config, label)
         a.check_secure_round(label, rnd)
         if rnd.messages != (a.intermediary == "shuffler"):

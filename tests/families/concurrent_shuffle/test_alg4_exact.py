@@ -54,3 +54,28 @@ def test_random_play_reports_nothing_and_pays_uniform_regret():
 def test_the_proof_constant_has_no_place_under_exact():
     with pytest.raises(ConfigError, match="vec_scale"):
         run({**BASE, "preset": "exact", "algorithms": {"x": {"algorithm": "cs-linucb", "k": 2, "vec_scale": 10.0}}})
+
+
+def test_the_audit_holds_exact_nodes_to_their_claim():
+    """privbandit audit's Algorithm 4 node targets under exact: the level's own fair-bit P_Vec, claim
+    the exact accountant's ε at δ/k; consistent at 20,000 samples; the same node with a quarter of its
+    noise bits under the same claim is flagged."""
+    from dataclasses import replace
+
+    from privbandit.audit import audit_target
+    from privbandit.families.concurrent_shuffle import FAMILY
+    from privbandit.families.shuffle_linear_bandits.audit import neighbours, vec_sum_target
+    from privbandit.runner import config as experiment_files
+
+    config = experiment_files.load_data({**BASE, "preset": "exact", "algorithms": {"alg4@k2": ALGS["alg4@k2"]}})[1]
+    targets = FAMILY.audit_targets(config, "alg4@k2")
+    assert [t.details["b"] for t in targets] == [v.b for v in alg4_of(FAMILY.public_task(config, "alg4@k2", [0])).vec]
+    r = audit_target(targets[0], 20_000, None, 0.95, np.random.default_rng(2))
+    assert r["verdict"] == "consistent" and r["claim"]["epsilon_at_delta"] <= 0.5, r
+    a = alg4_of(FAMILY.public_task(config, "alg4@k2", [0]))
+    e0, e1 = neighbours(a.d, 1.0)
+    weak = replace(a.vec[0], b=max(1, a.vec[0].b // 16))
+    broken = vec_sum_target(FAMILY.name, "broken", "cs-linucb", weak, e0, e1, a.tree.sizes[0], targets[0].claim,
+                            targets[0].delta, "a level-1 node with a sixteenth of its noise bits", {"level": 1})
+    flagged = audit_target(broken, 20_000, None, 0.95, np.random.default_rng(2))
+    assert flagged["verdict"] == "violation", flagged["audit"]
