@@ -121,7 +121,10 @@ def test_theorem3s_route_spends_half_the_budget_with_the_closeness_as_delta():
     assert 0 < p["delta_from_theorems"] <= p["delta"] and any("split-and-mix" in b for b in p["basis"])
     assert res.summary["privacy"]["residues"]["guarantee"] == "none proven"
     a = res.summary["algorithms"]["Dist-DP-SE"]["parameters"]
-    assert a["epsilon"] == 0.25 and a["p"] == pytest.approx(1 / 40_000)  # ε′ = ε/2, p′ = 1/(2T)
+    assert a["epsilon"] == 0.5 and a["noise_budget"] == "theorem-3" and a["p"] == pytest.approx(1 / 40_000)
+    assert p["epsilon_target"] == 0.5  # the budget; the noise at ε′ = ε/2, p′ = 1/(2T)
+    whole = _run({"x": {"algorithm": "dist-dp-se", "intermediary": "shuffler", "noise_budget": "whole"}})
+    assert whole.summary["privacy"]["x"]["epsilon_at_delta"] == 0.5
 
 
 def test_the_shuffler_decodes_exactly_what_secure_aggregation_decodes():
@@ -130,15 +133,17 @@ def test_the_shuffler_decodes_exactly_what_secure_aggregation_decodes():
     are drawn from a stream of their own. (Same label: a label keys the users' streams.)"""
     same = {"epsilon": 0.5, "p": 1e-5}
 
-    def rows(route: str) -> list:
+    def rows(route: str) -> list:  # (the noise at the whole ε, not Theorem 3's half)
         res = _run({"dp": {"algorithm": "dist-dp-se", **same, **route_of(route)},
-                    "rdp": {"algorithm": "dist-rdp-se", **same, **route_of(route)}})
+                    "rdp": {"algorithm": "dist-rdp-se", **same, **{k: v for k, v in route_of(route).items()
+                                                                  if k != "noise_budget"}}})
         table = res.table()
         out = table if isinstance(table, list) else table.to_dict("records")
         return [(r["algorithm"], r["run"], r["t"], r["pseudo"], r["realized"]) for r in out], res
 
     def route_of(route: str) -> dict:
-        return {} if route == "auto" else {"intermediary": route}
+        return {} if route == "auto" else {"intermediary": route, **({"noise_budget": "whole"} if route == "shuffler"
+                                                                    else {})}
 
     (secagg, _), (mixed, res) = rows("auto"), rows("shuffler")
     assert secagg == mixed and len(mixed) > 10
@@ -147,9 +152,15 @@ def test_the_shuffler_decodes_exactly_what_secure_aggregation_decodes():
 
 
 def test_equal_guarantees_solve_the_noise_for_the_target():
-    res = _run({"Dist-DP-SE": {"intermediary": "shuffler"}}, calibrate=True)
-    p = res.summary["privacy"]["Dist-DP-SE"]
-    assert p["epsilon_at_delta"] == pytest.approx(0.5, rel=1e-6) and p["delta_from_theorems"] <= p["delta"]
+    """Under Theorem 3's split the nominal ε is solved upwards (the noise at its half spends 0.5),
+    with the whole ε it stays 0.5: both spend the target."""
+    res = _run({"t3": {"algorithm": "dist-dp-se", "intermediary": "shuffler"},
+                "whole": {"algorithm": "dist-dp-se", "intermediary": "shuffler", "noise_budget": "whole"}},
+               calibrate=True)
+    for label, nominal in (("t3", 1.0), ("whole", 0.5)):
+        p = res.summary["privacy"][label]
+        assert p["epsilon_at_delta"] == pytest.approx(0.5, rel=1e-6) and p["delta_from_theorems"] <= p["delta"]
+        assert res.summary["algorithms"][label]["parameters"]["epsilon"] == pytest.approx(nominal, rel=1e-6)
 
 
 def test_colluders_leave_the_shuffled_noise_of_the_others():
@@ -161,6 +172,7 @@ def test_colluders_leave_the_shuffled_noise_of_the_others():
 @pytest.mark.parametrize("table, match", [
     ({"algorithm": "dp-se", "intermediary": "shuffler"}, "dp-se has none"),
     ({"algorithm": "dist-dp-se", "intermediary": "shuffler", "range_check": True}, "nobody sees a residue"),
+    ({"algorithm": "dist-rdp-se", "intermediary": "shuffler", "noise_budget": "whole"}, "noise_budget: only"),
 ])
 def test_settings_split_and_mix_cannot_serve_are_refused(table, match):
     with pytest.raises((ConfigError, ValueError), match=match):
@@ -174,7 +186,7 @@ def test_a_round_too_small_for_the_bound_is_refused_by_name():
 
 
 def test_the_users_check_a_curious_analyzers_round_in_process():
-    a = cfg.AlgorithmConfig(algorithm="dist-dp-se", intermediary="shuffler", epsilon=1.0, p=0.01)
+    a = cfg.AlgorithmConfig(algorithm="dist-dp-se", intermediary="shuffler", epsilon=1.0, p=0.01, noise_budget="whole")
     config = cfg.ExperimentConfig.model_validate({**QUICK, "algorithms": {"x": a.model_dump()}})
     users = FAMILY.users(config, "x", [0])
     mech, q, rnd, plan = _split_plan(n=8, delta=1 / (10 * 20_000))
@@ -202,7 +214,7 @@ def test_the_audit_holds_the_mixed_release_to_its_claim():
                                                                            "intermediary": "shuffler"}}})
     (t,) = FAMILY.audit_targets(config, "mixed", 16)
     assert t.details["rule"] == "shuffle" and t.details["shares"] >= 2
-    claim = t.claim(t.delta)
+    claim = t.claim(t.delta)  # the noise at Theorem 3's ε/2
     assert claim["guarantee"] == "proven" and claim["epsilon_at_delta"] == 0.5 and claim["epsilon_pure"] is None
     r = audit(t, 200_000, seed=3)
     assert r["verdict"] == "consistent" and r["audit"]["epsilon"] <= 0.5, r["audit"]
@@ -234,4 +246,4 @@ def test_poisoning_users_do_to_the_shares_what_they_do_to_the_residues(kind):
     honest = [r["pseudo"] for r in (lambda t: t if isinstance(t, list) else t.to_dict("records"))(
         _run({"x": {k: v for k, v in same.items() if k != "adversary"}}).table()) if r["t"] == QUICK["horizon"]]
     attacked = final({})
-    assert final({"intermediary": "shuffler"}) == attacked and attacked != honest
+    assert final({"intermediary": "shuffler", "noise_budget": "whole"}) == attacked and attacked != honest

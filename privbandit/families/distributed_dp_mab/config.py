@@ -125,6 +125,10 @@ class AlgorithmConfig(SecureAggregationOptions):
     # auto: the mechanism's own (aggregator); shuffler: split-and-mix shares through the shuffler
     # (Theorem 3's route, dist-* only); shuffler-residues: every residue through the shuffler (no proof).
     intermediary: Literal["auto", "shuffler", "shuffler-residues", "secagg"] = "auto"
+    # Dist-DP-SE through the split-and-mix shuffler: the noise at Theorem 3's ε′ = ε/2 (the theorem
+    # spends the other half on a relaxed secure aggregation's slack), or at the whole ε ("whole":
+    # the closeness then costs only δ). ε stays the algorithm's budget either way.
+    noise_budget: Literal["theorem-3", "whole"] = "theorem-3"
     # Simulated dropouts: this fraction of every collected cohort never reports. Below 1/3, so the
     # ⌊2n/3⌋ + 1 release threshold always holds for the ideal intermediary.
     dropout_rate: Annotated[float, Field(ge=0, lt=1 / 3)] = 0.0
@@ -171,6 +175,14 @@ class AlgorithmConfig(SecureAggregationOptions):
             raise ValueError(f"range_check: under secure aggregation or split-and-mix ({self.algorithm}, intermediary "
                              f"= {self.intermediary!r}) nobody sees a residue to check; it applies to cdp-se, "
                              f"ldp-se, dp-se, se, or intermediary = 'shuffler-residues'")
+        return self
+
+    @model_validator(mode="after")
+    def _noise_budget_is_theorem_3s(self):
+        if self.noise_budget != "theorem-3" and not (self.algorithm == "dist-dp-se" and self.intermediary == "shuffler"):
+            raise ValueError(f"noise_budget: only Dist-DP-SE through the split-and-mix shuffler (intermediary = "
+                             f"'shuffler') splits its ε as Theorem 3 does; {self.algorithm} with intermediary = "
+                             f"{self.intermediary!r} uses its whole ε")
         return self
 
     @model_validator(mode="after")
@@ -222,6 +234,11 @@ class ExperimentConfig(ExperimentFile):
 # --- presets ---------------------------------------------------------------------------------
 
 
+def theorem3_noise(a: AlgorithmConfig) -> bool:
+    """Does ``a`` put its noise at Theorem 3's ε′ = ε/2 (Dist-DP-SE through the split-and-mix shuffler)?"""
+    return a.algorithm == "dist-dp-se" and a.intermediary == "shuffler" and a.noise_budget == "theorem-3"
+
+
 def resolve_algorithm(config: ExperimentConfig, label: str) -> AlgorithmConfig:
     """Fill an algorithm's unset fields from the experiment's preset.
 
@@ -230,16 +247,17 @@ def resolve_algorithm(config: ExperimentConfig, label: str) -> AlgorithmConfig:
       Algorithm 1's variants, p = 0.1, Skellam τ with log(2/p). Their sampler defects are *not*
       reproduced: the Pólya scale is β/(1−β), and DP-SE draws one Laplace per arm.
 
-    Dist-DP-SE through the split-and-mix shuffler under ``paper``: Theorem 3's parameters, the
-    noise at ε′ = ε/2 and τ at p′ = 1/(2T) (the other ε/2 is Theorem 3's 2ε̃ for a relaxed secure
+    Dist-DP-SE through the split-and-mix shuffler under ``paper`` with ``noise_budget =
+    "theorem-3"`` (the default): τ at Theorem 3's p′ = 1/(2T); the mechanism puts its noise at
+    ε′ = ε/2 (:func:`~.family.build_mechanism`; the other ε/2 is Theorem 3's 2ε̃ for a relaxed secure
     aggregation; split-and-mix is not one, so the ledger states what it does prove: (ε/2, δ), see
-    docs/shuffle-summation.md). An ``epsilon`` or ``p`` the table sets is used as it is.
+    docs/shuffle-summation.md). A ``p`` the table sets is used as it is.
     """
     algo = config.algorithms[label]
     code = config.preset == "paper-code"
-    theorem3 = not code and algo.algorithm == "dist-dp-se" and algo.intermediary == "shuffler"
+    theorem3 = not code and theorem3_noise(algo)
     fill = {
-        "epsilon": config.epsilon / 2 if theorem3 else config.epsilon,
+        "epsilon": config.epsilon,
         "batch_growth": 4.0 if code else 2.0,
         "p": 0.1 if code else 1.0 / ((2 if theorem3 else 1) * config.horizon),
         "tau_rule": "log" if code else "sqrt-log",

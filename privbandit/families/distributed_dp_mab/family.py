@@ -52,8 +52,8 @@ ROUND_FIELDS = ["batch", "arm", "g", "tau", "m", "wrapped", "estimate_sum", "tru
 
 def build_mechanism(a: cfg.AlgorithmConfig) -> Mechanism:
     match a.algorithm:
-        case "dist-dp-se":
-            return PolyaSecAgg(a.epsilon, a.p, a.dropout_tolerance)
+        case "dist-dp-se":  # through the split-and-mix shuffler, by default at Theorem 3's ε′ = ε/2
+            return PolyaSecAgg(a.epsilon / 2 if cfg.theorem3_noise(a) else a.epsilon, a.p, a.dropout_tolerance)
         case "dist-rdp-se":
             return SkellamSecAgg(a.epsilon, a.p, s=a.s, tau_rule=a.tau_rule, dropout_tolerance=a.dropout_tolerance)
         case "dist-cdp-se":
@@ -126,8 +126,10 @@ def _calibrated(table: str, target: float, delta: float, horizon: int) -> float:
     Each user is in one release (one arm of one batch), so a user's guarantee is that release's; the
     worst over the possible round sizes is what must meet the target. The release's ε at δ is the
     ledger's own reading of its privacy event (pure ε, or the RDP/zCDP curve converted at δ), and it
-    grows with the nominal ε, so bisection on log ε finds the answer to 10⁻⁹ relative. Dropouts are
-    not planned for: a round released by fewer users spends more, as the ledger then records."""
+    grows with the nominal ε, so bisection on log ε finds the answer to 10⁻⁹ relative. A release
+    that spends less than its nominal ε (Theorem 3's split: the noise at ε/2) is solved upwards.
+    Dropouts are not planned for: a round released by fewer users spends more, as the ledger then
+    records."""
     a = cfg.AlgorithmConfig.model_validate_json(table)
     sizes = release_sizes(a, horizon)
     if a.intermediary == "shuffler-residues" and build_mechanism(a).trust_model == "distributed":
@@ -142,9 +144,16 @@ def _calibrated(table: str, target: float, delta: float, horizon: int) -> float:
             raise ConfigError(f"calibrate: {a.algorithm} has a release with no proven guarantee to calibrate")
         return max(spent)
 
-    if worst(target) <= target:  # pure ε-DP releases: the nominal ε is the guarantee
+    at = worst(target)
+    if at == target:  # pure ε-DP releases: the nominal ε is the guarantee
         return target
     lo, hi = 1e-6, target
+    if at < target:  # spends less than it is named for: the answer lies above
+        lo = hi = target
+        while worst(hi) <= target:
+            lo, hi = hi, 2 * hi
+            if hi > 64 * target:
+                return lo
     if worst(lo) > target:
         raise ConfigError(f"calibrate: {a.algorithm} cannot reach ε = {target} at δ = {delta} (ε = {lo} spends "
                           f"{worst(lo):.3g})")
