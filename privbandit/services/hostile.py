@@ -19,6 +19,9 @@ builders are sans-I/O: :class:`TrafficAttacker`):
   MACs of :mod:`privbandit.protocol.primitives.report_auth`, which the attacker has no key for);
 - ``flood``: for every plan, many copies of duplicates, garbage, near-miss messages (wrong
   version, run, task, round, modulus, schema) and one oversized payload;
+- ``bombs``: for every plan, the next of the costliest messages to decode
+  (:func:`decoding_bombs`, issue #32 item 2: a 500,000-key map, four million nested lists, …), to
+  the round's intermediary or, for a status or truth, to a fleet's metrics topic (the observer);
 - ``curious-analyzer``: subscribes to reports, metrics and everything, and publishes forged
   releases; it reports what the broker let through.
 
@@ -49,6 +52,7 @@ TRAFFIC_ADVERSARIES: dict[str, str] = {
     "impersonate": "sends reports under invited users' ids, racing the genuine fleets",
     "sybil": "sends reports from ids outside the invited cohort",
     "flood": "floods the report topic: duplicates, junk, malformed and oversized messages",
+    "bombs": "sends the costliest messages to decode, one per plan: huge maps, nested lists, bins, bodies",
     "curious-analyzer": "with the analyzer's credentials: subscribes to reports and metrics, forges releases",
 }
 
@@ -75,18 +79,74 @@ def malformed_variants(run_id: str, m: int = 53) -> list[bytes]:
     ]
 
 
+def _map_header(n: int) -> bytes:
+    return b"\xdf" + n.to_bytes(4, "big")  # map 32
+
+
+def _array_header(n: int) -> bytes:
+    return b"\xdd" + n.to_bytes(4, "big")  # array 32
+
+
+def decoding_bombs(run_id: str, size: int = codec.MAX_MESSAGE_BYTES - 4096) -> list[tuple[str, str, bytes]]:
+    """The costliest messages to decode that the users' account may send, each under ``size`` bytes
+    (the packet cap, less room for the topic): ``(name, topic class, payload)``. msgpack and pydantic
+    spend time per item, not per byte, so each packs as many items as it can: the issue's
+    500,000-key map and four million nested empty lists (issue #32 item 2), lists of lists and of
+    maps under the per-container bound, a bin the size of the message, the deepest nesting, keys the
+    schema does not know, and bodies of the most items a truth and a status may hold."""
+    reports = {"v": codec.WIRE_VERSION, "run": run_id, "kind": "reports", "task": 0, "round": 0, "plan": 0}
+    head = msgpack.packb(reports)[1:]  # its six entries, without the map's own header
+    status = {"v": codec.WIRE_VERSION, "run": run_id, "kind": "status", "party": "users-0", "state": "stats",
+              "task": 0}
+
+    def with_field(name: str, raw: bytes, base: dict = reports) -> bytes:
+        return _map_header(len(base) + 1) + msgpack.packb(base)[1:] + msgpack.packb(name) + raw
+
+    def chunks(item: bytes, per: int) -> bytes:  # lists of `per` items, as many as fit
+        one = _array_header(per) + item * per
+        return _array_header((size - 200) // len(one)) + one * ((size - 200) // len(one))
+
+    wide = 500_000
+    keys = b"".join(msgpack.packb(f"k{i}") + b"\x00" for i in range(wide))
+    lists = codec.MAX_ITEMS // 4097 - 1  # lists of 4096 items each, just inside the item budget
+    body = [list(range(4096)) for _ in range(lists)]
+    empty = [[[] for _ in range(4000)] for _ in range(codec.MAX_CONTAINERS // 4001)]  # just inside the budget
+    return [
+        ("500,000-key map", "report", _map_header(len(reports) + wide) + head + keys),
+        ("4 M nested empty lists", "report", with_field("x", _array_header(4_000_000) + b"\x90" * 4_000_000)),
+        ("lists of 4,096 empty lists", "report", with_field("x", chunks(b"\x90", 4096))),
+        ("lists of 4,096 empty maps", "report", with_field("x", chunks(b"\x80", 4096))),
+        ("lists of 4,096 small ints", "report", with_field("x", chunks(b"\x01", 4096))),
+        ("lists of 4,096 floats", "report", with_field("x", chunks(msgpack.packb(0.5), 4096))),
+        ("4 KB strings", "report", with_field("x", chunks(msgpack.packb("a" * 4000), 64))),
+        ("a bin of the whole message", "report", with_field("block_tag", msgpack.packb(bytes(size - 200)))),
+        ("deepest nesting", "report", with_field("x", b"\x91" * (size - 200) + b"\xc0")),
+        ("4,000 unknown keys", "report", _map_header(len(reports) + 4000) + head
+         + b"".join(msgpack.packb(f"k{i}") + b"\x00" for i in range(4000))),
+        ("a status body of 60,000 items", "metrics", msgpack.packb({**status, "body": {"rejected": body}})),
+        ("a status body of 8,000 empty lists", "metrics", msgpack.packb({**status, "body": {"rejected": empty}})),
+        ("a truth's extras of 60,000 items", "metrics", msgpack.packb({
+            "v": codec.WIRE_VERSION, "run": run_id, "kind": "truth", "task": 0, "plan": 0, "block": 0,
+            "first_user": 0, "size": 1, **{k: {"dtype": "<f8", "shape": [1], "data": bytes(8)}
+                                           for k in ("pseudo", "realized")},
+            **{k: {"dtype": "<f8", "shape": [1, 0], "data": b""} for k in ("pseudo_at", "realized_at")},
+            "extras": {"x": body}})),
+    ]
+
+
 class TrafficAttacker:
     """Turns each plan a user can read into the hostile messages of one kind (bytes, no I/O).
     ``where`` maps a round to the intermediary that collects it (from the plans seen)."""
 
     def __init__(self, kind: str, run_id: str, seed: int | None = None):
-        if kind not in ("replay", "sybil", "impersonate", "flood"):
-            raise ValueError(f"traffic adversary {kind!r} is not replay, sybil, impersonate or flood")
+        if kind not in ("replay", "sybil", "impersonate", "flood", "bombs"):
+            raise ValueError(f"traffic adversary {kind!r} is not replay, sybil, impersonate, flood or bombs")
         self.kind, self.run_id = kind, run_id
         self.rng = np.random.default_rng(seed)
         self.seen: list[codec.PlanMsg] = []  # collected plans of earlier rounds and tasks
         self.waves: list[int] = []
         self.rounds: dict[tuple[int, int], codec.RoundSpec] = {}  # (task, round) → its spec
+        self.bombs = decoding_bombs(run_id) if kind == "bombs" else []
 
     def _reports(self, plan: codec.PlanMsg, join: codec.JoinSpec, ids: np.ndarray, **update) -> tuple[str, bytes]:
         rnd = self.rounds[plan.task, join.round]
@@ -101,9 +161,10 @@ class TrafficAttacker:
         return rnd.intermediary, codec.encode(msg.model_copy(update=update) if update else msg)
 
     def on_plan(self, plan: codec.PlanMsg, wave: int = 0) -> list[tuple[str, bytes]]:
-        """(intermediary, payload) pairs answering one plan. ``wave`` numbers the bursts of plans
-        as they appear: the analyzer plans again only once the rounds it waits for are released, so
-        the rounds of plans two bursts back are closed."""
+        """(intermediary, payload) pairs answering one plan: published on the intermediary's report
+        topic, or, where the intermediary is a ``metrics/users-i`` path, there. ``wave`` numbers
+        the bursts of plans as they appear: the analyzer plans again only once the rounds it waits
+        for are released, so the rounds of plans two bursts back are closed."""
         for rnd in plan.opens:
             self.rounds.setdefault((plan.task, rnd.id), rnd)
         if not plan.joins or any(p.task == plan.task and p.plan == plan.plan for p in self.seen):
@@ -127,6 +188,10 @@ class TrafficAttacker:
             for old in done[-4:]:
                 j = old.joins[0]
                 out.append(self._reports(old, j, np.arange(j.first, j.first + min(j.count, SYBIL_IDS))))
+        elif self.kind == "bombs":
+            name, where, payload = self.bombs[len(self.seen) % len(self.bombs)]
+            out.append((self.rounds[plan.task, join.round].intermediary if where == "report" else "metrics/users-0",
+                        payload))
         else:  # flood
             box = self.rounds[plan.task, join.round].intermediary
             out += [self._reports(plan, join, outside)] * FLOOD_COPIES
@@ -211,7 +276,8 @@ async def _report_attack(client: aiomqtt.Client, run: str, until, subscribed, ki
                 wave += now - last > WAVE_GAP_S
                 last = now
                 for target, payload in attacker.on_plan(msg, wave):  # the round's own intermediary
-                    await client.publish(topic(run, "report", target), payload, qos=1)
+                    parts = target.split("/") if "/" in target else ("report", target)
+                    await client.publish(topic(run, *parts), payload, qos=1)
                     sent += 1
 
     ended = await until(pump())

@@ -26,7 +26,8 @@ from tests.services.test_codec import SAMPLES
 
 M = 2**31 - 1
 AUTH = ReportAuthenticator(12345)
-DECODE_REASONS = {"not-msgpack", "not-a-map", "bad-version", "unknown-kind", "schema", "too-large"}
+DECODE_REASONS = {"not-msgpack", "not-a-map", "bad-version", "unknown-kind", "schema", "too-large", "over-limit",
+                  "wrong-topic"}
 
 
 def _mutations(blob: bytes):
