@@ -595,7 +595,12 @@ def attack(
                   f"(see privbandit attack --help)")
         raise typer.Exit(2)
     if known[kind][0] == "over MQTT":
-        return _attack_over_mqtt(kind, broker, run_id, username, password, duration, report, ready_file)
+        # forge: what an attacker with the experiment file could sign before session secrets (#32)
+        seed = _world(experiment, set_)[1].seed if kind == "forge" and experiment is not None else None
+        if kind == "forge" and seed is None:
+            _error("forge attacks with the experiment file's keys: give it (privbandit attack forge FILE --broker …)")
+            raise typer.Exit(2)
+        return _attack_over_mqtt(kind, broker, run_id, username, password, duration, report, ready_file, seed)
     if experiment is None:
         _error(f"{kind} runs in-process: give an experiment file "
                   f"(privbandit attack {kind} experiments/attacks.toml)")
@@ -641,7 +646,7 @@ def _print_attack(report: dict, out: Path) -> None:
 
 def _attack_over_mqtt(kind: str, broker: str | None, run_id: str | None, username: str | None,
                       password: str | None, duration: float, report_file: Path | None = None,
-                      ready_file: Path | None = None) -> None:
+                      ready_file: Path | None = None, experiment_seed: int | None = None) -> None:
     import asyncio
     import json
 
@@ -654,7 +659,7 @@ def _attack_over_mqtt(kind: str, broker: str | None, run_id: str | None, usernam
     given = {k: v for k, v in (("username", username), ("password", password)) if v is not None}
     settings = settings.model_copy(update=given)
     try:
-        report = asyncio.run(attack_session(kind, settings, duration, ready_file))
+        report = asyncio.run(attack_session(kind, settings, duration, ready_file, experiment_seed))
     except ConnectionError as exc:
         _error(exc)
         raise typer.Exit(1)

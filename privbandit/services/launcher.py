@@ -184,7 +184,8 @@ def plan_parties(family, config, experiment: Path, overrides: list[str], out: Pa
     for kind in getattr(config, "traffic_adversaries", []):
         role = "analyzer" if kind == "curious-analyzer" else "users"
         ready = out / "adversaries" / f"{kind}.subscribed"
-        parties.append(Party(f"hostile-{kind}", ["attack", kind, "--duration", str(HOSTILE_MAX_S),
+        file = [str(experiment), *sets] if kind == "forge" else []  # it attacks with the file's seed
+        parties.append(Party(f"hostile-{kind}", ["attack", kind, *file, "--duration", str(HOSTILE_MAX_S),
                                                  "--report", str(out / "adversaries" / f"{kind}.json"),
                                                  "--ready-file", str(ready)],
                              env(role), logs / f"hostile-{kind}.log", hostile=True, ready_file=ready))

@@ -9,7 +9,6 @@ numbers cost one Python call per number.
 
 from __future__ import annotations
 
-import json
 import sys
 import tracemalloc
 
@@ -18,11 +17,8 @@ import numpy as np
 import pytest
 
 from privbandit.protocol.spine.events import Join, Plan, Round
-from privbandit.runner.config import load
 from privbandit.services import codec
 from privbandit.services.hostile import decoding_bombs
-from privbandit.services.launcher import launch
-from tests.services.test_distributed import _experiment, _inproc, assert_same_numbers
 
 BOMBS = decoding_bombs("r1")
 
@@ -91,23 +87,4 @@ def test_a_topic_carries_only_its_kinds():
     assert items["n"] <= codec.MAX_ITEMS // 1.5  # headroom above the largest honest message
 
 
-def test_a_stream_of_the_worst_messages_changes_no_number(tmp_path):
-    """A session with the ``bombs`` traffic adversary (the users' account; each plan answered by the
-    next of the costliest messages, to the round's intermediary or to a fleet's metrics topic for
-    the observer): the numbers are the honest in-process run's, each bomb refused by reason (what a
-    body may hold arrives and is refused by the observer as a bad status or truth)."""
-    path = _experiment(tmp_path, horizon=30_000, runs=1, extra="")
-    text = path.read_text()
-    path.write_text('traffic_adversaries = ["bombs"]\n' + text)
-    family, config = load(path)
-    honest = tmp_path / "inproc"  # the same file without the attacker, in-process
-    reference = tmp_path / "ref.toml"
-    reference.write_text(text)
-    _inproc(reference, honest)
-    out = tmp_path / "mqtt"
-    assert launch(family, config, path, [], out, shards=2, timeout_s=120) == 0
-    assert_same_numbers(honest, out)
-    report = json.loads((out / "adversaries" / "bombs.json").read_text())
-    assert report["messages_sent"] >= 10, report
-    rejected = json.loads((out / "summary.json").read_text())["rejected"]
-    assert rejected.get("over-limit", 0) >= 4, rejected
+# A stream of them next to a session: tests/services/test_broker_budgets.py, with the volley.

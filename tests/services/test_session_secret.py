@@ -13,30 +13,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import zlib
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from privbandit.protocol.primitives.report_auth import ReportAuthenticator
-from privbandit.protocol.primitives.seeding import USER_BLOCK
-from privbandit.protocol.spine.events import Reports
 from privbandit.runner.config import load
 from privbandit.services import codec
+from privbandit.services.hostile import TrafficAttacker, seed_derived_users_key
 from privbandit.services.launcher import plan_parties
-from privbandit.services.users import reports_message, status_tag
 from tests.services.test_distributed import _experiment, _inproc, assert_same_numbers
 from tests.services.test_hostile_input import Attacker, observer_log, rejected, run_attacked
 
 HORIZON = 30_000
-
-
-def seed_derived_users_key(seed: int) -> int:
-    """The users' report-authentication master as it was derived before issue #32
-    (``seeding.report_auth_master``): anyone with the experiment file can compute it."""
-    seq = np.random.SeedSequence(seed, spawn_key=(zlib.crc32(b"report-auth"),))
-    return int.from_bytes(seq.generate_state(8, np.uint32).tobytes(), "little")
 
 
 class _Watching(Attacker):
@@ -49,41 +37,21 @@ class _Watching(Attacker):
 
 
 class Forger:
-    """The issue's attack: for every plan, the moment it appears, every invited user's report
-    (residue 0) with the MAC the seed gives, each block closed with a valid-looking block tag; and,
-    once, an error status of ``users-1`` under the seed's MAC (it failed the session before)."""
+    """The issue's attack (``privbandit attack forge``'s messages): for every plan, the moment it
+    appears, every invited user's report (residue 0) with the MAC the seed gave, each block closed
+    with its block tag; and, once, an error status of ``users-1`` under the seed's fleets' MAC (it
+    failed the session before)."""
 
     def __init__(self, seed: int):
-        self.auth = ReportAuthenticator(seed_derived_users_key(seed))
-        self.rounds: dict[tuple[int, int], codec.RoundSpec] = {}
-        self.status_sent = False
+        self.seed = seed
+        self.forge: TrafficAttacker | None = None
         self.attacker = _Watching(self.on_plan)
 
     def on_plan(self, plan: codec.PlanMsg) -> list:
-        run = self.attacker.run_id
-        for r in plan.opens:
-            self.rounds[plan.task, r.id] = r
-        out = []
-        if not self.status_sent:
-            self.status_sent = True
-            status = codec.StatusMsg(run=run, party="users-1", state="error", task=plan.task,
-                                     body={"reason": "forged under the seed's MAC"})
-            out.append((("metrics", "users-1"), codec.encode(status.model_copy(
-                update={"tag": status_tag(self.auth, status)}))))
-        p = plan.to_plan()
-        for j in p.joins:
-            rnd = self.rounds.get((plan.task, j.round_id))
-            if rnd is None:
-                continue
-            r = rnd.to_round()
-            ids = j.members()
-            for block in np.unique((ids - p.first_user) // USER_BLOCK):
-                mine = ids[(ids - p.first_user) // USER_BLOCK == block]
-                values = np.zeros((1, mine.size, r.width), np.int64 if r.integer else np.float64)
-                msg = reports_message(self.auth, run, plan.task, p, r, int(block),
-                                      Reports(j.round_id, p.id, mine.astype(np.int64), values))
-                out.append((("report", r.intermediary), codec.encode(msg)))
-        return out
+        if self.forge is None:
+            self.forge = TrafficAttacker("forge", self.attacker.run_id, experiment_seed=self.seed)
+        return [(tuple(where.split("/")) if "/" in where else ("report", where), payload)
+                for where, payload in self.forge.on_plan(plan)]
 
 
 @pytest.fixture(scope="module")
