@@ -5,10 +5,12 @@ embedded broker (amqtt, with the project's per-account budgets) and/or on Mosqui
 generated configuration (``--brokers``). Each session runs clean, then with each traffic adversary
 of ``--kinds`` next to it (the users' account): ``volley`` answers every plan message,
 re-announcements included, with 15 forged reports, one of 8 MiB (the issue's attack); ``bombs``
-sends one of the costliest messages to decode per plan; ``flood`` the older junk flood. Printed per
-session: its exit status, its wall time and the observer's own session time, their ratio to the
-clean session's, whether rounds.csv and curves.csv are byte-identical to the in-process run's, what
-the attacker sent, the analyzer's plan re-announcements and the parties' refusals.
+sends one of the costliest messages to decode per plan; ``flood`` the older junk flood; ``forge``
+signs every invited user's report and a fleet's error status with the keys the experiment file's
+seed gave before session secrets (item 1). Printed per session: its exit status, its wall time and
+the observer's own session time, their ratio to the clean session's, the final regret, whether
+rounds.csv and curves.csv are byte-identical to the in-process run's, what the attacker sent, the
+analyzer's plan re-announcements and the parties' refusals.
 
     .venv/bin/python benchmarks/bench_broker_budgets.py [--horizon 1000000] [--kinds volley bombs]
                                                        [--brokers embedded mosquitto]
@@ -77,6 +79,7 @@ def session(tmp: Path, text: str, kind: str | None, broker: str, timeout_s: floa
     if summary_path.exists():
         summary = json.loads(summary_path.read_text())
         row["session_s"] = summary["elapsed_s"]
+        row["regret"] = summary["algorithms"]["Dist-DP-SE"]["regret_final_mean"]
         row["rejected"] = summary["rejected"]
         row["identical"] = all((out / f).read_bytes() == (tmp / "inproc" / f).read_bytes()
                                for f in ("rounds.csv", "curves.csv"))
@@ -114,7 +117,8 @@ def main() -> None:
                     ratio = (f" ({row['wall_s'] / clean['wall_s']:.2f}× wall, "
                              f"{row['session_s'] / clean['session_s']:.2f}× session)")
                 print(f"{broker:<9} {row['kind']:<7} exit {row['exit']}, wall {row['wall_s']:6.1f} s, session "
-                      f"{row.get('session_s', float('nan')):6.1f} s{ratio}, identical {row.get('identical')}, "
+                      f"{row.get('session_s', float('nan')):6.1f} s{ratio}, regret {row.get('regret', float('nan')):,.0f}, "
+                      f"identical {row.get('identical')}, "
                       f"re-announcements {row['re_announcements']}, attacker {row.get('attacker')}, "
                       f"refused {row.get('rejected')}  (load {load()})", flush=True)
 
