@@ -38,7 +38,7 @@ def snapshot_cost(experiment: str, horizon: int, runs: int) -> None:
     results, _, _ = tasks.run_experiment(family, config, jobs=1)
     with tempfile.TemporaryDirectory() as tmp:
         obs = ObserverService(BusSettings(run_id="bench"), family, config, ["analyzer", "aggregator", "users-0"],
-                              Path(tmp))
+                              Path(tmp), report_key=1)
     for label, done in results.items():
         for r in done:
             for i, run in enumerate(r.runs):

@@ -595,7 +595,12 @@ def attack(
                   f"(see privbandit attack --help)")
         raise typer.Exit(2)
     if known[kind][0] == "over MQTT":
-        return _attack_over_mqtt(kind, broker, run_id, username, password, duration, report, ready_file)
+        # forge: what an attacker with the experiment file could sign before session secrets (#32)
+        seed = _world(experiment, set_)[1].seed if kind == "forge" and experiment is not None else None
+        if kind == "forge" and seed is None:
+            _error("forge attacks with the experiment file's keys: give it (privbandit attack forge FILE --broker …)")
+            raise typer.Exit(2)
+        return _attack_over_mqtt(kind, broker, run_id, username, password, duration, report, ready_file, seed)
     if experiment is None:
         _error(f"{kind} runs in-process: give an experiment file "
                   f"(privbandit attack {kind} experiments/attacks.toml)")
@@ -641,7 +646,7 @@ def _print_attack(report: dict, out: Path) -> None:
 
 def _attack_over_mqtt(kind: str, broker: str | None, run_id: str | None, username: str | None,
                       password: str | None, duration: float, report_file: Path | None = None,
-                      ready_file: Path | None = None) -> None:
+                      ready_file: Path | None = None, experiment_seed: int | None = None) -> None:
     import asyncio
     import json
 
@@ -654,7 +659,7 @@ def _attack_over_mqtt(kind: str, broker: str | None, run_id: str | None, usernam
     given = {k: v for k, v in (("username", username), ("password", password)) if v is not None}
     settings = settings.model_copy(update=given)
     try:
-        report = asyncio.run(attack_session(kind, settings, duration, ready_file))
+        report = asyncio.run(attack_session(kind, settings, duration, ready_file, experiment_seed))
     except ConnectionError as exc:
         _error(exc)
         raise typer.Exit(1)
@@ -830,8 +835,9 @@ def _required_key(name: str, writer: str) -> int:
 
 
 def _report_key() -> int:
-    """The intermediaries' copy of the users' report-authentication keys."""
-    return _required_key("PRIVBANDIT_REPORT_AUTH_KEY", "privbandit keys --party intermediary")
+    """The users' report-authentication master, a secret of the session (the fleets sign with it,
+    the intermediaries and the observer check)."""
+    return _required_key("PRIVBANDIT_REPORT_AUTH_KEY", "privbandit keys --party session")
 
 
 IntermediaryName = Annotated[Optional[str], typer.Option(
@@ -873,7 +879,7 @@ def aggregator(
         raise typer.Exit(2)
     settings = _settings(broker, run_id)
     report_key = _report_key()
-    fleets = _required_key("PRIVBANDIT_FLEET_MASTER_KEY", "privbandit keys --party fleets")  # their chunk keys
+    fleets = _required_key("PRIVBANDIT_FLEET_MASTER_KEY", "privbandit keys --party session")  # their chunk keys
     _serve(lambda: IntermediaryService(settings, report_key, party, deadline,
                                        secagg_step_s=secagg_step_deadline, state_dir=state_dir, fleet_master=fleets))
 
@@ -913,9 +919,13 @@ def users(
         _error(exc)
         raise typer.Exit(2)
     settings, (family, config) = _settings(broker, run_id), _world(experiment, set_)
-    # The fleet's own key for its secure-aggregation chunks (no other fleet holds it).
-    key = _required_key("PRIVBANDIT_FLEET_KEY", "privbandit keys --party fleets")
-    _serve(lambda: UserFleetService(settings, family, config, i, n, key))
+    # The session's keys: the users' report key, the fleet's own chunk key (no other fleet holds
+    # it) and the users' identities; none derives from the experiment's seed.
+    report_key = _report_key()
+    key = _required_key("PRIVBANDIT_FLEET_KEY", "privbandit keys --party session")
+    identity_key = _required_key("PRIVBANDIT_IDENTITY_KEY", "privbandit keys --party session")
+    _serve(lambda: UserFleetService(settings, family, config, i, n, report_key=report_key, fleet_key=key,
+                                    identity_key=identity_key))
 
 
 @app.command()
@@ -943,6 +953,7 @@ def observer(
         _error(f"--stall-timeout {stall_timeout}: must be > 0 seconds")
         raise typer.Exit(2)
     settings, (family, config), built = _settings(broker, run_id), _world(experiment, set_), []
+    report_key = _report_key()  # checks the fleets' truths and statuses
     try:
         port = _page_port(dashboard, dashboard_port)
         page = Dashboard(dashboard_host, port) if port is not None else None
@@ -950,7 +961,8 @@ def observer(
         _error(exc)
         raise typer.Exit(2)
     _serve(lambda: built.append(ObserverService(settings, family, config, parties.split(","), out, ready_timeout,
-                                                state_dir, stall_timeout, dashboard=page)) or built[0])
+                                                state_dir, stall_timeout, dashboard=page, report_key=report_key))
+           or built[0])
     service = built[0]
     try:
         service.write()
@@ -1081,52 +1093,63 @@ def cluster(
 def keys(
     out: Annotated[Path, typer.Option(help="directory for <party>.env")],
     experiment: Annotated[Optional[Path], typer.Option(
-        help="experiment file (its seed), for analyzer, shuffler and intermediary")] = None,
+        help="experiment file (its seed), for analyzer and shuffler")] = None,
     party: Annotated[str, typer.Option(
-        help="analyzer, shuffler, intermediary (the users' report-authentication keys, for the aggregator and "
-             "the shuffler) or fleets (each fleet's secure-aggregation key, and their master for the "
-             "aggregator): each key file is for its parties alone")] = "analyzer",
+        help="analyzer, shuffler (their keys, from the seed) or session (the session's secrets, drawn "
+             "afresh: the users' report key and the fleets' keys): each key file is for its parties "
+             "alone")] = "analyzer",
     fleet_dir: Annotated[Optional[list[Path]], typer.Option(
-        "--fleet-dir", help="with --party fleets: fleet i's directory for its fleet.env, once per fleet in "
+        "--fleet-dir", help="with --party session: fleet i's directory for its fleet.env, once per fleet in "
                             "shard order")] = None,
+    observer_dir: Annotated[Optional[Path], typer.Option(
+        "--observer-dir", help="with --party session: the observer's directory for its observer.env")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set")] = None,
     name: Annotated[Optional[str], typer.Option(
         "--name", help="with --party shuffler: which shuffler, shuffler-<i> (each has its own key) "
                        "[default: shuffler]")] = None,
 ):
     """Write a party's key file: derived from the run seed, so compose deployments reproduce
-    `privbandit run` (analyzer, shuffler, intermediary), or drawn afresh (fleets).
+    `privbandit run` (analyzer, shuffler), or the session's secrets, drawn afresh (session).
 
     The analyzer gets analyzer.env, never the experiment; the shuffler's key (which would undo the
-    shuffle) must never sit where the analyzer can read it. The fleets' keys sign their
-    secure-aggregation chunks, so they come from the OS's randomness, not from the world seed every
-    fleet holds: --out gets fleets.env (the master, for the aggregator alone) and each --fleet-dir
-    that fleet's own fleet.env."""
-    import secrets
-
-    from privbandit.protocol.primitives.report_auth import fleet_key
-    from privbandit.protocol.primitives.seeding import analyzer_master_key, report_auth_master, shuffler_master_key
+    shuffle) must never sit where the analyzer can read it. The session's secrets authenticate the
+    users and the fleets, so they come from the OS's randomness, never from the seed every fleet
+    and every results directory holds (issue #32): --out gets intermediary.env (the users' report
+    key, for the intermediaries) and fleets.env (the fleets' master, for the aggregator alone);
+    each --fleet-dir gets that fleet's fleet.env (the users' report and identity keys, and its own
+    chunk key); --observer-dir gets observer.env (the users' report key, to check truths)."""
+    from privbandit.protocol.primitives.report_auth import SessionKeys
+    from privbandit.protocol.primitives.seeding import analyzer_master_key, shuffler_master_key
 
     derive = {"analyzer": ("PRIVBANDIT_ANALYZER_KEY", analyzer_master_key),
-              "shuffler": ("PRIVBANDIT_SHUFFLE_KEY", shuffler_master_key),
-              "intermediary": ("PRIVBANDIT_REPORT_AUTH_KEY", report_auth_master)}
-    if party == "fleets":
+              "shuffler": ("PRIVBANDIT_SHUFFLE_KEY", shuffler_master_key)}
+    if party in ("session", "fleets"):  # "fleets": its name before the users' keys joined it
         if not fleet_dir:
-            _error("--party fleets: give --fleet-dir once per fleet (its fleet.env goes there)")
+            _error(f"--party {party}: give --fleet-dir once per fleet (its fleet.env goes there)")
             raise typer.Exit(2)
-        master = secrets.randbits(256)
-        _write_key_file(out / "fleets.env", "PRIVBANDIT_FLEET_MASTER_KEY", master)
+        drawn = SessionKeys.draw()
+        _write_key_file(out / "intermediary.env", {"PRIVBANDIT_REPORT_AUTH_KEY": drawn.users})
+        _write_key_file(out / "fleets.env", {"PRIVBANDIT_FLEET_MASTER_KEY": drawn.fleets})
         for i, directory in enumerate(fleet_dir):
-            _write_key_file(directory / "fleet.env", "PRIVBANDIT_FLEET_KEY", fleet_key(master, i))
+            _write_key_file(directory / "fleet.env", {"PRIVBANDIT_REPORT_AUTH_KEY": drawn.users,
+                                                      "PRIVBANDIT_FLEET_KEY": drawn.fleet(i),
+                                                      "PRIVBANDIT_IDENTITY_KEY": drawn.identities})
+        if observer_dir is not None:
+            _write_key_file(observer_dir / "observer.env", {"PRIVBANDIT_REPORT_AUTH_KEY": drawn.users})
         return
+    if party == "intermediary":
+        _error("--party intermediary: the users' report keys no longer derive from the seed, which every "
+               "experiment file holds (issue #32); `privbandit keys --party session` draws them with the "
+               "fleets' keys, in one go (its intermediary.env is the intermediaries')")
+        raise typer.Exit(2)
     if party not in derive:
-        _error(f"--party {party!r}: choose analyzer, shuffler, intermediary or fleets")
+        _error(f"--party {party!r}: choose analyzer, shuffler or session")
         raise typer.Exit(2)
     if experiment is None:
         _error(f"--party {party}: --experiment is required (the key derives from its seed)")
         raise typer.Exit(2)
-    if fleet_dir:
-        _error("--fleet-dir: only with --party fleets")
+    if fleet_dir or observer_dir:
+        _error("--fleet-dir, --observer-dir: only with --party session")
         raise typer.Exit(2)
     if name is not None and party != "shuffler":
         _error("--name: only with --party shuffler")
@@ -1135,16 +1158,17 @@ def keys(
     _, config = _world(experiment, set_)
     if party == "shuffler":
         name = _intermediary_name("shuffler", name)
-        _write_key_file(out / f"{name}.env", var, master(config.seed, name))
+        _write_key_file(out / f"{name}.env", {var: master(config.seed, name)})
     else:
-        _write_key_file(out / f"{party}.env", var, master(config.seed))
+        _write_key_file(out / f"{party}.env", {var: master(config.seed)})
 
 
-def _write_key_file(path: Path, var: str, key: int) -> None:
+def _write_key_file(path: Path, keys: dict[str, int]) -> None:
     from privbandit.services.acl.broker_files import write_with_mode
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_with_mode(path, f"{var}={hex(key)}\n", 0o600)  # never readable by others, even if it was before
+    # never readable by others, even if it was before
+    write_with_mode(path, "".join(f"{var}={hex(key)}\n" for var, key in keys.items()), 0o600)
     err.print(f"wrote {path}")
 
 

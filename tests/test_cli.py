@@ -222,7 +222,12 @@ def test_privbandit_run_reports_bad_input_and_exits_2(tmp_path):
         (["aggregator", "--broker", "mqtt://127.0.0.1:1883"], {"PRIVBANDIT_REPORT_AUTH_KEY": "ab" * 32}, 2,
          "neither PRIVBANDIT_FLEET_MASTER_KEY nor PRIVBANDIT_FLEET_MASTER_KEY_FILE is set"),
         (["users", "--shard", "0/2", "--experiment", "experiments/demo.toml"], {}, 2,
-         "neither PRIVBANDIT_FLEET_KEY nor PRIVBANDIT_FLEET_KEY_FILE is set"),
+         "neither PRIVBANDIT_REPORT_AUTH_KEY nor PRIVBANDIT_REPORT_AUTH_KEY_FILE is set"),
+        (["users", "--shard", "0/2", "--experiment", "experiments/demo.toml"],
+         {"PRIVBANDIT_REPORT_AUTH_KEY": "ab" * 32}, 2, "neither PRIVBANDIT_FLEET_KEY nor PRIVBANDIT_FLEET_KEY_FILE is set"),
+        # Issue #32: the users' report keys are the session's, never the seed's
+        (["keys", "--experiment", "experiments/demo.toml", "--out", "/tmp/x", "--party", "intermediary"], {}, 2,
+         "no longer derive from the seed"),
         (["keys", "--out", "/tmp/x", "--party", "fleets"], {}, 2, "give --fleet-dir once per fleet"),
         (["keys", "--out", "/tmp/x", "--party", "analyzer"], {}, 2, "--experiment is required"),
         (["shuffler", "--broker", "mqtt://127.0.0.1:1883"], {"PRIVBANDIT_REPORT_AUTH_KEY": "xyz"}, 2,
@@ -341,7 +346,6 @@ def test_traffic_adversaries_are_checked_by_name_and_refused_in_process(tmp_path
 @pytest.mark.parametrize("party, var, master", [
     ("analyzer", "PRIVBANDIT_ANALYZER_KEY", "analyzer_master_key"),
     ("shuffler", "PRIVBANDIT_SHUFFLE_KEY", "shuffler_master_key"),
-    ("intermediary", "PRIVBANDIT_REPORT_AUTH_KEY", "report_auth_master"),
 ])
 def test_privbandit_keys_writes_the_key_the_launcher_gives(tmp_path, party, var, master):
     """Compose deployments get their keys from `privbandit keys`: the same keys `privbandit run
@@ -385,13 +389,20 @@ def test_privbandit_keys_draws_each_fleet_its_own_key_and_the_aggregator_their_m
     from privbandit.services.compose import read_env_file
 
     def draw(out):
-        argv = ["keys", "--party", "fleets", "--out", str(out / "master"), "--fleet-dir", str(out / "f0"),
-                "--fleet-dir", str(out / "f1")]
+        argv = ["keys", "--party", "session", "--out", str(out / "master"), "--fleet-dir", str(out / "f0"),
+                "--fleet-dir", str(out / "f1"), "--observer-dir", str(out / "obs")]
         result = CliRunner().invoke(app, argv)
         assert result.exit_code == 0, (result.stderr, result.exception)
         master = int(read_env_file(out / "master" / "fleets.env")["PRIVBANDIT_FLEET_MASTER_KEY"], 16)
-        own = [int(read_env_file(out / f"f{i}" / "fleet.env")["PRIVBANDIT_FLEET_KEY"], 16) for i in range(2)]
-        for path in (out / "master" / "fleets.env", out / "f0" / "fleet.env"):
+        fleets = [read_env_file(out / f"f{i}" / "fleet.env") for i in range(2)]
+        own = [int(f["PRIVBANDIT_FLEET_KEY"], 16) for f in fleets]
+        # Issue #32: one users' report key for the fleets, the intermediaries and the observer
+        users = {read_env_file(out / "master" / "intermediary.env")["PRIVBANDIT_REPORT_AUTH_KEY"],
+                 read_env_file(out / "obs" / "observer.env")["PRIVBANDIT_REPORT_AUTH_KEY"],
+                 *(f["PRIVBANDIT_REPORT_AUTH_KEY"] for f in fleets)}
+        assert len(users) == 1 and len({f["PRIVBANDIT_IDENTITY_KEY"] for f in fleets}) == 1
+        assert "PRIVBANDIT_FLEET_MASTER_KEY" not in fleets[0]
+        for path in (out / "master" / "fleets.env", out / "f0" / "fleet.env", out / "obs" / "observer.env"):
             assert stat.S_IMODE(path.stat().st_mode) == 0o600
         return master, own
 

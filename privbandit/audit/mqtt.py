@@ -66,8 +66,8 @@ import numpy as np
 
 from privbandit.audit.run import audit_target
 from privbandit.audit.targets import AuditTarget, NoWirePath, WireTarget
-from privbandit.protocol.primitives.report_auth import ReportAuthenticator
-from privbandit.protocol.primitives.seeding import USER_BLOCK, report_auth_master, stream
+from privbandit.protocol.primitives.report_auth import ReportAuthenticator, SessionKeys
+from privbandit.protocol.primitives.seeding import USER_BLOCK, stream
 from privbandit.protocol.spine.events import Join, Plan, Reports
 
 # One task, one plan per chunk of rounds. A plan may open 1,024 (the codec's limit), but the
@@ -145,8 +145,10 @@ def collect(family, config, wires: list[WireTarget], samples: int, seed: int, br
                              f"logs in as the analyzer, the users and the observer, and starts the {', '.join(names)}")
         acl_state, _ = check_broker(settings, run_id, passwords, broker.insecure)
         # The intermediaries exactly as a session's launcher plans them; its other parties stay unstarted.
+        # The audit plays the users, so it holds the session's users' key, as the fleets would.
+        keys = SessionKeys.draw()
         parties = [p for p in plan_parties(family, config, Path("audit"), [], out, url, run_id, 1, passwords,
-                                           checkpoint=False, tls_files=broker.tls_files)
+                                           checkpoint=False, tls_files=broker.tls_files, session_keys=keys)
                    if p.name in names]
         for p in parties:
             p.start()
@@ -158,7 +160,7 @@ def collect(family, config, wires: list[WireTarget], samples: int, seed: int, br
 
         try:
             results, rejected = asyncio.run(_session(family, config, wires, samples, seed, run_id, accounts,
-                                                     parties, progress))
+                                                     parties, progress, keys.users))
         except (TimeoutError, ConnectionError, SessionFailed) as exc:
             tails = "\n".join(f"--- {p.name} ({p.log}) ---\n{log_tail(p.log)}" for p in parties)
             raise RuntimeError(f"{exc}\n{tails}") from None
@@ -171,13 +173,14 @@ def collect(family, config, wires: list[WireTarget], samples: int, seed: int, br
                      "intermediaries": names, "rejected": rejected}
 
 
-async def _session(family, config, wires, samples, seed, run_id, accounts, parties, progress):
+async def _session(family, config, wires, samples, seed, run_id, accounts, parties, progress, users_key: int):
     """The audit's three clients (the observer's, the analyzer's and the users' accounts) around
-    :func:`_rounds`; their broker sessions ended afterwards."""
+    :func:`_rounds`; their broker sessions ended afterwards. ``users_key``: the session's users'
+    report key, which the intermediaries were given."""
     from privbandit.services.bus import Traffic, connect, end_session, topic
 
     names = sorted({w.intermediary for w in wires})
-    auth = ReportAuthenticator(report_auth_master(config.seed))
+    auth = ReportAuthenticator(users_key)
     ids = {role: f"{run_id}-{role}-audit" for role in ("observer", "analyzer", "users")}
     traffic = Traffic()
     try:

@@ -28,7 +28,13 @@ from privbandit.services.party import PartyService
 
 log = logging.getLogger("privbandit.analyzer")
 
-PLAN_RETRY_S = 3.0  # re-announce open plans this long after the last progress (restarted fleets)
+# Open plans are announced again this long after the last progress (a fleet or an intermediary
+# that restarted, or a broker that lost them), then after twice as long each time nothing moved,
+# up to PLAN_RETRY_MAX_S. Every announcement is read by whoever holds the users' account: at a
+# fixed 3 s, an attacker answering each with a volley of forged reports kept the aggregator busy,
+# which delayed the releases, which brought the next announcement (issue #32 item 3).
+PLAN_RETRY_S = 3.0
+PLAN_RETRY_MAX_S = 24.0
 
 
 def build_analyzer(spec: dict, master_key: int) -> Analyzer:
@@ -64,6 +70,7 @@ class AnalyzerService(PartyService):
         self.party: Analyzer | None = None
         self.announced: list[codec.PlanMsg] = []
         self.last_progress = 0.0
+        self.retries = 0  # re-announcements since the last progress: each waits twice as long
         self.done = False
         self.consumed: list[codec.ReleaseMsg] = []  # every release decoded, in order
         self.records: list[codec.RecordMsg] = []  # what the observer got: sent again on resync
@@ -109,6 +116,7 @@ class AnalyzerService(PartyService):
             for msg in new:
                 await self.bus.publish(self.t("plan"), msg)
         self.last_progress = time.monotonic()
+        self.retries = 0
         if self.party.done and not self.done:
             self.done = True
             if abandoned := self.party.abandoned():
@@ -158,10 +166,12 @@ class AnalyzerService(PartyService):
         # intermediaries and the observer count each record once. A fleet sends a block's truth
         # before its reports, so a released round lacks nothing, and an intermediary answers a
         # repeated plan of a round it released with that release again.
-        if self.party is not None and time.monotonic() - self.last_progress > PLAN_RETRY_S:
+        wait = min(PLAN_RETRY_S * 2**self.retries, PLAN_RETRY_MAX_S)
+        if self.party is not None and time.monotonic() - self.last_progress > wait:
             again = [msg for msg in self.announced if self.still_owed(msg)]
             if again:
-                log.info("no release for %.0f s: announcing plans %s again", PLAN_RETRY_S, [m.plan for m in again])
+                log.info("no release for %.0f s: announcing plans %s again", wait, [m.plan for m in again])
             for msg in again:
                 await self.bus.publish(self.t("plan"), msg)
             self.last_progress = time.monotonic()
+            self.retries += 1

@@ -323,7 +323,7 @@ class Bus:
         payload = message.payload if isinstance(message.payload, bytes) else b""
         self.traffic.add("received", name, len(payload))
         try:
-            return name, codec.decode(payload)
+            return name, codec.decode(payload, codec.TOPIC_KINDS.get(topic_class(name), frozenset()))
         except codec.DecodeError as exc:
             self.rejected[exc.reason] += 1
             self.log_rejection(name, exc.reason, exc.detail, self.rejected[exc.reason])

@@ -14,6 +14,15 @@ Decoding never raises anything but :class:`DecodeError`, whose ``reason`` is a s
 services count (``rejected.<reason>`` in the results). Every cross-field invariant of a message
 (array lengths, shapes, dtypes, ranges) is checked here, so a party never indexes one array with
 a mask sized to another. Limits are named constants with their reason.
+
+Decoding is bounded in CPU as well as in bytes (issue #32 item 2): whoever holds a broker account
+chooses what a party decodes, and msgpack and pydantic spend time per item, not per byte (a map of
+500,000 keys in 3.4 MB cost 2.3 s; four million nested empty lists 1.9 s). So the unpacker refuses
+a map or array longer than :data:`MAX_CONTAINER_ITEMS` when it reads its header and stops once the
+message holds more than :data:`MAX_ITEMS` items in all; the message's kind must be one its topic
+carries (:data:`TOPIC_KINDS`); and its keys, and its nested models' keys, must be the schema's,
+counted before pydantic could build one error per key. What is left is proportional to the bytes:
+``benchmarks/bench_decode_bombs.py`` measures the worst messages.
 """
 
 from __future__ import annotations
@@ -47,6 +56,18 @@ MAX_KEY_CHARS = 64
 # The widest report: the linear bandits' d + d(d+1)/2 entries at d = 64.
 MAX_WIDTH = 2144
 MAX_ROUNDS_PER_PLAN = 1024
+# Bounds on what the unpacker builds (module docstring). No map or list of the schema holds more
+# than 4096 items (a body's maps and lists, a close message's rounds, a plan's 1024 rounds), so one
+# longer is refused at its header, before any item is built. In all, a message holds at most
+# MAX_ITEMS items (map entries and list elements, each container counting one more) in at most
+# MAX_CONTAINERS maps and lists (each costs a call of body_from_wire, ~0.6 µs, where a scalar
+# costs ~30 ns). The largest honest message is a plan opening MAX_ROUNDS_PER_PLAN rounds with every
+# field set and each join naming its users: 41,000 items in 6,200 containers (the families' own
+# plans in tests/services/test_families_e2e.py: at most 3,344 items in 388 containers).
+MAX_CONTAINER_ITEMS = 4096
+MAX_ITEMS = 2**16
+MAX_CONTAINERS = 2**13
+MAX_STR_BYTES = 4096  # a body string (body_from_wire's limit), a key, a label, a reason
 
 
 class DecodeError(Exception):
@@ -136,6 +157,23 @@ def body_to_wire(value: Any, depth: int = 0) -> Any:
     raise TypeError(f"a body cannot carry a {type(value).__name__}")
 
 
+_EXACT = frozenset({type(None), bool, int})  # wire scalars that need no further check
+_NUMBERS = frozenset({bool, int, float})
+
+
+def _scalars_only(values) -> bool:
+    """Whether ``values`` are all wire scalars (``None``, ``bool``, ``int``, finite ``float``, a
+    string of at most 4096 characters), found by C-level passes instead of one call per item: a
+    body's list of 4096 numbers costs microseconds, not a millisecond (issue #32 item 2). False
+    means "look item by item", which also names what is wrong."""
+    types = set(map(type, values))
+    if types <= _EXACT:
+        return True
+    if types <= _NUMBERS:
+        return all(map(math.isfinite, values))
+    return types == {str} and max(map(len, values)) <= 4096
+
+
 def body_from_wire(value: Any, depth: int = 0) -> Any:
     """The inverse of :func:`body_to_wire`, refusing anything but wire values (ValueError)."""
     if depth > MAX_BODY_DEPTH:
@@ -150,10 +188,14 @@ def body_from_wire(value: Any, depth: int = 0) -> Any:
         for k in value:
             if not isinstance(k, str) or not 0 < len(k) <= MAX_KEY_CHARS:
                 raise ValueError(f"a body key must be a string of 1..{MAX_KEY_CHARS} characters")
+        if not value or _scalars_only(value.values()):
+            return dict(value)
         return {k: body_from_wire(v, depth + 1) for k, v in value.items()}
     if isinstance(value, list):
         if len(value) > MAX_BODY_ITEMS:
             raise ValueError(f"a body list of more than {MAX_BODY_ITEMS} items")
+        if not value or _scalars_only(value):
+            return list(value)
         return [body_from_wire(v, depth + 1) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError("a body number must be finite")
@@ -567,29 +609,116 @@ class _Wire(BaseModel):
     msg: Message
 
 
+# The kinds each topic class carries (services/bus.py decodes by topic): a message of another kind
+# there is refused before its schema is checked, so the users' account (which may write ``report``
+# and ``metrics/users-i`` only) can make a party validate reports, secure-aggregation chunks,
+# truths and statuses, never a plan of a thousand rounds.
+TOPIC_KINDS: dict[str, frozenset[str]] = {
+    "plan": frozenset({"plan", "close"}),
+    "report": frozenset({"reports", "secagg"}),
+    "release": frozenset({"release"}),
+    "relay": frozenset({"secagg", "resend"}),
+    "metrics": frozenset({"status", "truth", "record"}),
+    "control": frozenset({"control"}),
+}
+
+_MODELS: dict[str, type[_Msg]] = {m.model_fields["kind"].default: m for m in (
+    PlanMsg, ReportsMsg, ReleaseMsg, SecAggMsg, CloseMsg, ResendMsg, TruthMsg, RecordMsg, StatusMsg, ControlMsg)}
+
+
+def _nested_models(model: type[BaseModel]) -> dict[str, type[BaseModel]]:
+    """The fields of ``model`` that hold a list of models (a plan's rounds and joins)."""
+    out = {}
+    for name, f in model.model_fields.items():
+        args = getattr(f.annotation, "__args__", ())
+        if (getattr(f.annotation, "__origin__", None) is list and args and isinstance(args[0], type)
+                and issubclass(args[0], BaseModel)):
+            out[name] = args[0]
+    return out
+
+
+_NESTED = {kind: _nested_models(model) for kind, model in _MODELS.items()}
+_FIELDS = {model: frozenset(model.model_fields) for model in (*_MODELS.values(), RoundSpec, JoinSpec)}
+
+
+def _unknown_keys(kind: str, obj: dict) -> tuple[int, str]:
+    """How many keys of the message, and of its nested models, its schema does not know, and the
+    first one: counted here, so that pydantic never builds one error per key."""
+    extra = [k for k in obj if k not in _FIELDS[_MODELS[kind]]]
+    for name, sub in _NESTED[kind].items():
+        items = obj.get(name)
+        if isinstance(items, list):
+            known = _FIELDS[sub]
+            extra += [f"{name}.{k}" for item in items if isinstance(item, dict) for k in item if k not in known]
+    return len(extra), (str(extra[0])[:40] if extra else "")
+
+
+class _ItemBudget(Exception):
+    pass
+
+
+def _budget(items: int, containers: int):
+    """The unpacker's hook for every map and list: it stops the unpacker once the message holds
+    more than ``items`` items or ``containers`` maps and lists."""
+    left, count = items, containers
+
+    def hook(container):
+        nonlocal left, count
+        left -= len(container) + 1
+        count -= 1
+        if left < 0 or count < 0:
+            raise _ItemBudget
+        return container
+
+    return hook
+
+
 def encode(msg: _Msg) -> bytes:
     return msgpack.packb(msg.model_dump(), use_bin_type=True)
 
 
-def decode(data: bytes) -> _Msg:
-    """Bytes → a validated message, or :class:`DecodeError` with a countable reason."""
+def unpack(data: bytes) -> Any:
+    """msgpack → Python objects within the module's bounds, or :class:`DecodeError`."""
     if len(data) > MAX_MESSAGE_BYTES:
         raise DecodeError("too-large", f"{len(data)} bytes > {MAX_MESSAGE_BYTES}")
+    hook = _budget(MAX_ITEMS, MAX_CONTAINERS)
     try:
-        obj = msgpack.unpackb(data, raw=False, strict_map_key=True, max_bin_len=MAX_MESSAGE_BYTES)
-    except Exception as exc:  # msgpack raises several unrelated types on garbage
-        raise DecodeError("not-msgpack", type(exc).__name__) from None
+        return msgpack.unpackb(data, raw=False, strict_map_key=True, max_bin_len=MAX_MESSAGE_BYTES,
+                               max_str_len=MAX_STR_BYTES, max_array_len=MAX_CONTAINER_ITEMS,
+                               max_map_len=MAX_CONTAINER_ITEMS, max_ext_len=0, list_hook=hook, object_hook=hook)
+    except _ItemBudget:
+        raise DecodeError("over-limit", f"more than {MAX_ITEMS} map entries and list elements, or "
+                                        f"{MAX_CONTAINERS} maps and lists") from None
+    except msgpack.StackError:
+        raise DecodeError("over-limit", "nested deeper than the unpacker's stack") from None
+    except Exception as exc:  # msgpack raises several unrelated types on garbage, and on a bound
+        if isinstance(exc, ValueError) and "exceeds max_" in str(exc):  # a map, list, string or bin too long
+            raise DecodeError("over-limit", str(exc)[:80]) from None
+        raise DecodeError("not-msgpack", f"{type(exc).__name__}: {str(exc)[:80]}") from None
+
+
+def decode(data: bytes, kinds: frozenset[str] | None = None) -> _Msg:
+    """Bytes → a validated message, or :class:`DecodeError` with a countable reason. ``kinds``: the
+    kinds the topic it came on carries (:data:`TOPIC_KINDS`; None: any)."""
+    obj = unpack(data)
     if not isinstance(obj, dict):
         raise DecodeError("not-a-map", type(obj).__name__)
     if obj.get("v") != WIRE_VERSION:
-        raise DecodeError("bad-version", f"v={obj.get('v')!r}, expected {WIRE_VERSION}")
-    if obj.get("kind") not in KINDS:
-        raise DecodeError("unknown-kind", repr(obj.get("kind"))[:40])
+        raise DecodeError("bad-version", f"v={str(obj.get('v'))[:20]!r}, expected {WIRE_VERSION}")
+    kind = obj.get("kind")
+    if kind not in KINDS:
+        raise DecodeError("unknown-kind", repr(kind)[:40])
+    if kinds is not None and kind not in kinds:
+        raise DecodeError("wrong-topic", f"a {kind} message on a topic that carries {', '.join(sorted(kinds))}")
+    n, first = _unknown_keys(kind, obj)
+    if n:
+        raise DecodeError("schema", f"{kind}.{first}: not in the schema ({n} unknown key{'s' if n > 1 else ''})")
     try:
         return _Wire.model_validate({"msg": obj}).msg
     except ValidationError as exc:
-        first = exc.errors()[0]
+        # The first error only; without their inputs, which pydantic would otherwise copy out.
+        first = exc.errors(include_url=False, include_context=False, include_input=False)[0]
         where = ".".join(str(p) for p in first["loc"][2:])
-        raise DecodeError("schema", f"{obj['kind']}.{where}: {first['msg']}"[:300]) from None
+        raise DecodeError("schema", f"{kind}.{where}: {first['msg']}"[:300]) from None
     except RecursionError:
-        raise DecodeError("schema", f"{obj['kind']}: nested too deep") from None
+        raise DecodeError("schema", f"{kind}: nested too deep") from None

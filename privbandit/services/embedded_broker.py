@@ -15,6 +15,11 @@ port accepts connections. The child loads two amqtt plugins (amqtt 0.12 ``plugin
   does) and ``Action.RECEIVE`` before delivering each message to each subscriber. All three are
   answered by :func:`acl.allowed` (read for SUBSCRIBE/RECEIVE, write for PUBLISH).
 
+Each connection of an account with a publish budget (:data:`acl.PUBLISH_BUDGETS`: the users'
+account) spends it on every PUBLISH, and waits, before the packet's body is read, while it is
+overspent; the account may hold only so many connections (issue #32 item 3). Mosquitto and NATS
+have no per-account publish rate; this is the one broker of the project that enforces one.
+
 amqtt publishes last wills without asking the topic plugin and stores retained messages for later
 subscribers; no party uses either, so a CONNECT with a will is refused and nothing is retained
 (as Mosquitto's generated config does with ``retain_available false``).
@@ -147,32 +152,81 @@ class PasswordFileAuthPlugin(BaseAuthPlugin):  # type: ignore[misc,valid-type]
         return why is None
 
 
-def _authenticate_first(broker_module, hashes: Mapping[str, str], run_id: str) -> None:
-    """Refuse a bad CONNECT before amqtt touches any session (issue #20 item 8).
+class _Bucket:
+    """One connection's :class:`acl.PublishBudget`: bytes and messages, refilled at their rates up
+    to their bursts. A PUBLISH takes its share (the balance may go below zero by one packet), then
+    waits until the balance is back to zero before the packet's body is read."""
+
+    __slots__ = ("budget", "bytes", "messages", "at", "waited", "logged_at", "who")
+
+    def __init__(self, budget: acl.PublishBudget, who: str):
+        self.budget, self.who = budget, who
+        self.bytes, self.messages = float(budget.burst_bytes), float(budget.burst_messages)
+        self.at = time.monotonic()
+        self.waited, self.logged_at = 0.0, -DROP_LOG_S
+
+    async def spend(self, size: int) -> None:
+        b = self.budget
+        now = time.monotonic()
+        elapsed, self.at = now - self.at, now
+        self.bytes = min(b.burst_bytes, self.bytes + elapsed * b.bytes_per_s) - size
+        self.messages = min(b.burst_messages, self.messages + elapsed * b.messages_per_s) - 1
+        wait = max(-self.bytes / b.bytes_per_s, -self.messages / b.messages_per_s, 0.0)
+        if wait > 0:
+            self.waited += wait
+            if now - self.logged_at >= DROP_LOG_S:
+                self.logged_at = now
+                log.warning("%s publishes past its account's budget (%.0f B/s, %.0f messages/s): held back "
+                            "%.1f s so far", self.who, b.bytes_per_s, b.messages_per_s, self.waited)
+            await asyncio.sleep(wait)
+
+
+def _live(writers: list) -> list:
+    """The connections of ``writers`` still open."""
+    return [w for w in writers if not getattr(w, "is_closed", False)
+            and not getattr(getattr(getattr(w, "_writer", None), "transport", None), "is_closing", lambda: False)()]
+
+
+def _authenticate_first(broker_module, hashes: Mapping[str, str], run_id: str,
+                        budgets: Mapping[str, acl.PublishBudget] = acl.PUBLISH_BUDGETS) -> None:
+    """Refuse a bad CONNECT before amqtt touches any session (issue #20 item 8), and give each
+    accepted connection its account's publish budget (issue #32 item 3).
 
     amqtt 0.12 handles a CONNECT's client id (deleting a clean session's namesake, taking over a
     connected one, updating a persistent one's credentials) before its auth plugins run, so any
     client, even with a wrong password, could disconnect a party by reusing its client id. The
     broker module's protocol handler is replaced by one whose ``init_from_connect`` (the step that
     reads the CONNECT, before any session handling) answers CONNACK 5 and closes the connection
-    when :func:`refusal` finds a reason."""
+    when :func:`refusal` finds a reason, or CONNACK 3 (server unavailable) when the account holds
+    all the connections its budget allows; an accepted one's reader carries its
+    :class:`_Bucket`, which :func:`_cap_packets` spends."""
     from amqtt.errors import MQTTError
-    from amqtt.mqtt.connack import NOT_AUTHORIZED, ConnackPacket
+    from amqtt.mqtt.connack import NOT_AUTHORIZED, SERVER_UNAVAILABLE, ConnackPacket
 
     base = broker_module.BrokerProtocolHandler
     if not hasattr(base, "init_from_connect"):  # a newer amqtt: fail, do not run unguarded
         raise RuntimeError("amqtt's BrokerProtocolHandler.init_from_connect is gone: cannot authenticate first")
+    connections: dict[str, list] = {}  # account → its connections' writers
 
     class AuthenticatedFirst(base):
         @classmethod
         async def init_from_connect(cls, reader, writer, plugins_manager, loop=None):
             handler, session = await super().init_from_connect(reader, writer, plugins_manager, loop)
-            why = refusal(session, hashes, run_id)
+            why, code = refusal(session, hashes, run_id), NOT_AUTHORIZED
+            budget = budgets.get(getattr(session, "username", None))
+            if why is None and budget is not None:
+                live = connections[session.username] = _live(connections.get(session.username, []))
+                if len(live) >= budget.connections:
+                    why, code = f"{session.username!r}: already {len(live)} connections, its budget's most", \
+                        SERVER_UNAVAILABLE
             if why is not None:
                 log.info("refused %s (before any session handling)", why)
-                await ConnackPacket.build(0, NOT_AUTHORIZED).to_stream(writer)
+                await ConnackPacket.build(0, code).to_stream(writer)
                 await writer.close()
                 raise MQTTError(f"refused: {why}")
+            if budget is not None:
+                connections[session.username].append(writer)
+                reader._pb_bucket = _Bucket(budget, f"{session.username} ({session.client_id})")
             return handler, session
 
     broker_module.BrokerProtocolHandler = AuthenticatedFirst
@@ -236,11 +290,15 @@ class PacketTooLarge(Exception):
     """Not an MQTTError: amqtt's reader loop skips those and reads on, into the oversized body."""
 
 
+_PUBLISH = 3  # MQTT 3.1.1's PUBLISH packet type
+
+
 def _cap_packets(fixed_header_class, limit: int) -> None:
     """Close the connection of a client that announces a packet over ``limit`` bytes, before its
     body is read (issue #20 item 10: amqtt has no setting for it, Mosquitto's is
     ``max_packet_size``). amqtt's reader loop ends on any exception but its own MQTTError, and
-    the connection closes with it."""
+    the connection closes with it. A PUBLISH of a connection with a publish budget
+    (:func:`_authenticate_first`) waits here, before its body is read, while the budget is spent."""
     original = fixed_header_class.__dict__.get("from_stream")
     if not isinstance(original, classmethod):  # a newer amqtt: fail, do not run uncapped
         raise RuntimeError("amqtt's MQTTFixedHeader.from_stream is gone: cannot cap packet sizes")
@@ -250,6 +308,9 @@ def _cap_packets(fixed_header_class, limit: int) -> None:
         if header is not None and header.remaining_length > limit:
             log.warning("closed a connection that sent a %d-byte packet (limit %d)", header.remaining_length, limit)
             raise PacketTooLarge(f"{header.remaining_length} bytes > {limit}")
+        bucket = getattr(reader, "_pb_bucket", None)
+        if header is not None and bucket is not None and header.packet_type == _PUBLISH:
+            await bucket.spend(header.remaining_length)
         return header
 
     fixed_header_class.from_stream = classmethod(from_stream)
@@ -259,7 +320,7 @@ def _cap_packets(fixed_header_class, limit: int) -> None:
 # many messages (Mosquitto's ``max_queued_messages``, the same figure) and bytes; more are dropped
 # for that subscriber alone, and logged. amqtt bounds neither: a flood toward one slow or stopped
 # client grew the broker to 922 MB and stalled a session (issue #20 item 10).
-MAX_QUEUED_BYTES = 256 * 2**20
+MAX_QUEUED_BYTES = acl.MAX_QUEUED_BYTES
 DROP_LOG_S = 5.0  # one line per subscriber per this long, with the count so far
 
 

@@ -4,7 +4,11 @@ process, then wait for the observer to write the results.
 Each process gets only what its role may know, through its environment:
 the broker URL and its role's credentials for everyone; the experiment file (world seed, arm means)
 for the user fleets and the observer only; the analyzer's own key for the analyzer; the
-shuffler's key for the shuffler. The analyzer is never given the experiment file. The
+shuffler's key for the shuffler. The analyzer is never given the experiment file. The session's
+secrets (:class:`~privbandit.protocol.primitives.report_auth.SessionKeys`: the users' report key,
+the fleets' chunk keys, the users' identities) are drawn here from the OS's randomness for each
+session, never from the seed, and reach each party that needs them through its environment only:
+never its command line, never the results directory. The
 intermediaries are those the family names (``family.intermediaries(config)``): ``aggregator``,
 ``shuffler``, or several of one role (``shuffler-1`` … ``shuffler-k``), each then its own process
 with its own broker account (``privbandit shuffler --name shuffler-2``).
@@ -41,8 +45,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from privbandit.protocol.primitives.report_auth import fleet_key
-from privbandit.protocol.primitives.seeding import analyzer_master_key, report_auth_master, shuffler_master_key
+from privbandit.protocol.primitives.report_auth import SessionKeys
+from privbandit.protocol.primitives.seeding import analyzer_master_key, shuffler_master_key
 from privbandit.runner.provenance import BROKER_ACL_ENV
 from privbandit.services.acl import Role, account_role, is_instance, password_env
 
@@ -125,11 +129,14 @@ def plan_parties(family, config, experiment: Path, overrides: list[str], out: Pa
                  broker_url: str, run_id: str, shards: int, passwords: Mapping[str, str] | None,
                  observer_log: Path | None = None, checkpoint: bool = True,
                  tls_files: Mapping[str, str] | None = None, broker_acl: str | None = None,
-                 dashboard_port: int | None = None, secagg_step_s: float | None = None) -> list[Party]:
+                 dashboard_port: int | None = None, secagg_step_s: float | None = None,
+                 session_keys: SessionKeys | None = None) -> list[Party]:
     """The parties of a session, not started. ``tls_files``: BusSettings' ``ca_file``, ``cert_file``,
     ``key_file`` for every party; ``broker_acl``: the probe's verdict, for the observer's summary;
     ``dashboard_port``: the observer serves its web page there, on 127.0.0.1; ``secagg_step_s``: the
-    aggregator's ``--secagg-step-deadline`` (None: its default)."""
+    aggregator's ``--secagg-step-deadline`` (None: its default); ``session_keys``: the session's
+    secrets (default: drawn now; a restarted party is given its environment again, so the same)."""
+    keys = SessionKeys.draw() if session_keys is None else session_keys
     sets = [x for o in overrides for x in ("--set", o)]
     world = ["--experiment", str(experiment), *sets]
     intermediaries = family.intermediaries(config)
@@ -150,35 +157,35 @@ def plan_parties(family, config, experiment: Path, overrides: list[str], out: Pa
         return base | extra
 
     page = [] if dashboard_port is None else ["--dashboard", "--dashboard-port", str(dashboard_port)]
+    users_key = hex(keys.users)  # the users' MAC keys, as registered with the intermediaries
     parties = [Party("observer", ["observer", *world, "--out", str(out), "--parties", ",".join(names),
                                   *state("observer"), *page],
-                     env("observer", **({BROKER_ACL_ENV: broker_acl} if broker_acl else {})), observer_log)]
+                     env("observer", PRIVBANDIT_REPORT_AUTH_KEY=users_key,
+                         **({BROKER_ACL_ENV: broker_acl} if broker_acl else {})), observer_log)]
     parties.append(Party("analyzer", ["analyzer", *state("analyzer")], env("analyzer", PRIVBANDIT_ANALYZER_KEY=hex(
         analyzer_master_key(config.seed))), logs / "analyzer.log"))
-    report_key = hex(report_auth_master(config.seed))  # the users' MAC keys, as registered with intermediaries
-    # Each fleet's secure-aggregation key: from a secret of this session, never the world seed all
-    # fleets hold; a fleet gets its own, the aggregator the master (restarts keep them: same env).
-    fleet_master = secrets.randbits(256)
     for name in intermediaries:  # "aggregator", "shuffler", or one of k: "shuffler-2" (its own account)
         role = account_role(name)
         command = [role.value, *(["--name", name] if name != role.value else []), *state(name)]
-        keys = {"PRIVBANDIT_REPORT_AUTH_KEY": report_key}
-        if role is Role.AGGREGATOR:
-            keys["PRIVBANDIT_FLEET_MASTER_KEY"] = hex(fleet_master)
+        given = {"PRIVBANDIT_REPORT_AUTH_KEY": users_key}
+        if role is Role.AGGREGATOR:  # every fleet's chunk key, through their master
+            given["PRIVBANDIT_FLEET_MASTER_KEY"] = hex(keys.fleets)
             if secagg_step_s is not None:
                 command += ["--secagg-step-deadline", repr(float(secagg_step_s))]
         else:  # its own master, the one the in-process engine gives it: same seed, same numbers
-            keys["PRIVBANDIT_SHUFFLE_KEY"] = hex(shuffler_master_key(config.seed, name))
-        parties.append(Party(name, command, env(name, **keys), logs / f"{name}.log"))
-    for i, name in enumerate(users):
+            given["PRIVBANDIT_SHUFFLE_KEY"] = hex(shuffler_master_key(config.seed, name))
+        parties.append(Party(name, command, env(name, **given), logs / f"{name}.log"))
+    for i, name in enumerate(users):  # each fleet its own chunk key; all of them the users' keys
         parties.append(Party(name, ["users", "--shard", f"{i}/{shards}", *world],
-                             env("users", PRIVBANDIT_FLEET_KEY=hex(fleet_key(fleet_master, i))), logs / f"{name}.log"))
+                             env("users", PRIVBANDIT_REPORT_AUTH_KEY=users_key, PRIVBANDIT_FLEET_KEY=hex(keys.fleet(i)),
+                                 PRIVBANDIT_IDENTITY_KEY=hex(keys.identities)), logs / f"{name}.log"))
     # The experiment's traffic adversaries: hostile clients with the account their attack needs;
     # each leaves when the session shuts down and writes what it did to <out>/adversaries/<kind>.json.
     for kind in getattr(config, "traffic_adversaries", []):
         role = "analyzer" if kind == "curious-analyzer" else "users"
         ready = out / "adversaries" / f"{kind}.subscribed"
-        parties.append(Party(f"hostile-{kind}", ["attack", kind, "--duration", str(HOSTILE_MAX_S),
+        file = [str(experiment), *sets] if kind == "forge" else []  # it attacks with the file's seed
+        parties.append(Party(f"hostile-{kind}", ["attack", kind, *file, "--duration", str(HOSTILE_MAX_S),
                                                  "--report", str(out / "adversaries" / f"{kind}.json"),
                                                  "--ready-file", str(ready)],
                              env(role), logs / f"hostile-{kind}.log", hostile=True, ready_file=ready))

@@ -39,7 +39,6 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from privbandit.protocol.primitives.report_auth import ReportAuthenticator
-from privbandit.protocol.primitives.seeding import report_auth_master
 from privbandit.protocol.spine.observer import Observer, RunResult, checkpoint_grid, checkpoints_in
 from privbandit.runner.results import summarize, write_results
 from privbandit.services import codec
@@ -131,7 +130,7 @@ class ObserverService(PartyService):
 
     def __init__(self, settings, family, config, parties: list[str], out: Path,
                  ready_timeout_s: float = 60.0, state_dir: Path | None = None, stall_timeout_s: float = STALL_S,
-                 dashboard=None):
+                 dashboard=None, *, report_key: int):
         super().__init__(settings, state_dir=state_dir)
         # The web page (privbandit.services.dashboard.Dashboard, bound already), served while the
         # session runs; it reads this object's state, nothing more.
@@ -155,7 +154,7 @@ class ObserverService(PartyService):
         self.results: dict[str, list] = {label: [None] * config.runs for label in self.labels}
         self.compute = dict.fromkeys(self.labels, 0.0)
         self.grid = checkpoint_grid(config.horizon, config.checkpoints)
-        self.auth = ReportAuthenticator(report_auth_master(config.seed))
+        self.auth = ReportAuthenticator(report_key)  # the users' master, the session's (truth and status MACs)
         self.parties = parties
         self.out = out
         self.ready: set[str] = set()

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from privbandit.protocol.primitives.report_auth import ReportAuthenticator
+from privbandit.protocol.primitives.report_auth import ReportAuthenticator, identity_master
 from privbandit.protocol.primitives.secagg.batch import UserIdentities
-from privbandit.protocol.primitives.seeding import USER_BLOCK, report_auth_master, users_identity_master
+from privbandit.protocol.primitives.seeding import USER_BLOCK
 from privbandit.protocol.spine.events import Plan, Reports, Round
 from privbandit.protocol.spine.parties import Users, blocks_of
 from privbandit.services import codec
@@ -67,7 +67,12 @@ class _SecureInputs:
 class UserFleetService(PartyService):
     role = "users"
 
-    def __init__(self, settings, family, config, shard: int, shards: int, fleet_key: int | None = None):
+    def __init__(self, settings, family, config, shard: int, shards: int, *, report_key: int,
+                 fleet_key: int | None = None, identity_key: int | None = None):
+        """``report_key``: the users' report-authentication master; ``fleet_key``: this fleet's own
+        chunk key; ``identity_key``: the users' identity master (the session's keys,
+        :class:`~privbandit.protocol.primitives.report_auth.SessionKeys`). Without the last two a
+        plan that joins a secure round is refused."""
         super().__init__(settings, name=f"users-{shard}")
         self.family = family
         self.config = config
@@ -79,8 +84,8 @@ class UserFleetService(PartyService):
         self.reserved: dict[tuple[int, str], float] = {}  # (plan, asker) → when last served again on request
         self.secagg: FleetSecAgg | None = None
         self.secure_inputs: dict[int, _SecureInputs] = {}  # secure rounds whose cohort is not complete yet
-        self.identities = UserIdentities(users_identity_master(config.seed))
-        self.auth = ReportAuthenticator(report_auth_master(config.seed))
+        self.identities = None if identity_key is None else UserIdentities(identity_master(identity_key))
+        self.auth = ReportAuthenticator(report_key)
         # The fleet's own key for its secure-aggregation chunks: another fleet cannot sign for it.
         self.chunk_auth = None if fleet_key is None else ReportAuthenticator(fleet_key)
 
@@ -196,9 +201,9 @@ class UserFleetService(PartyService):
                     continue
                 if hosted and (only is None or rnd.intermediary == only):
                     await self.send_reports(plan, rnd, block, rep)
-        if secure and self.chunk_auth is None:
+        if secure and (self.chunk_auth is None or self.identities is None):
             raise ValueError(f"plan {plan.id} joins a secure round, and this fleet holds no key to sign its chunks "
-                             f"(PRIVBANDIT_FLEET_KEY)")
+                             f"(PRIVBANDIT_FLEET_KEY) or its users' identities (PRIVBANDIT_IDENTITY_KEY)")
         for rid in secure:
             held = self.secure_inputs[rid]
             held.cohort.append(members[rid])

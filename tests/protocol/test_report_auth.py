@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from privbandit.protocol.primitives.report_auth import NONCE_MAC_BYTES, PRIME, ReportAuthenticator, report_words
-from privbandit.protocol.primitives.seeding import USER_BLOCK, report_auth_master
+from privbandit.protocol.primitives.seeding import USER_BLOCK
 
-AUTH = ReportAuthenticator(report_auth_master(7))
+AUTH = ReportAuthenticator(7 << 200)
 
 
 def _records(n=2000, first=5_000, seed=0):
@@ -49,7 +49,7 @@ def test_a_tag_is_bound_to_its_user_value_round_plan_task_run_and_key(change):
     elif change == "run":
         args["run_id"] = "s"
     else:
-        auth = ReportAuthenticator(report_auth_master(8))
+        auth = ReportAuthenticator(8 << 200)
     assert not auth.verify(tags=tags, **args).any()
 
 

@@ -18,9 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from privbandit.protocol.primitives.report_auth import ReportAuthenticator
-from privbandit.protocol.primitives.seeding import USER_BLOCK, report_auth_master
+from privbandit.protocol.primitives.seeding import USER_BLOCK
 
-MASTER = report_auth_master(11)
+MASTER = 0x11 << 200  # any 256-bit key
 AUTH = ReportAuthenticator(MASTER)
 PRIME, LIMB_BITS, LIMB_MASK = (1 << 31) - 1, 22, (1 << 22) - 1
 

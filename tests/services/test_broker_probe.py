@@ -154,10 +154,11 @@ def test_each_party_gets_its_own_password_and_no_other(tmp_path, monkeypatch):
         assert env["PRIVBANDIT_CA_FILE"] == "/ca.pem"
     assert parties[0].env["PRIVBANDIT_BROKER_ACL"] == "enforced"
     keys = {p.name: {k for k in p.env if k.endswith("_KEY")} for p in parties}
-    assert keys["users-0"] == keys["users-1"] == {"PRIVBANDIT_FLEET_KEY"}
+    assert keys["users-0"] == keys["users-1"] == {"PRIVBANDIT_REPORT_AUTH_KEY", "PRIVBANDIT_FLEET_KEY",
+                                                  "PRIVBANDIT_IDENTITY_KEY"}
     assert parties[-1].env["PRIVBANDIT_FLEET_KEY"] != parties[-2].env["PRIVBANDIT_FLEET_KEY"]
     assert keys["aggregator"] == {"PRIVBANDIT_REPORT_AUTH_KEY", "PRIVBANDIT_FLEET_MASTER_KEY"}
-    assert keys["analyzer"] == {"PRIVBANDIT_ANALYZER_KEY"} and keys["observer"] == set()
+    assert keys["analyzer"] == {"PRIVBANDIT_ANALYZER_KEY"} and keys["observer"] == {"PRIVBANDIT_REPORT_AUTH_KEY"}
 
 
 # --- TLS ----------------------------------------------------------------------------------------------

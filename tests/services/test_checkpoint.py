@@ -147,6 +147,7 @@ def test_atomic_write_replaces_a_file(tmp_path):
 # end with the in-process engine's records, ledger and learner, bit for bit.
 
 RUN_ID = "ckpt"
+USERS_KEY = 0x7E57  # the session's users' report key, as the launcher would give fleets, boxes and observer
 
 
 def _matches(pattern: str, topic: str) -> bool:
@@ -256,7 +257,7 @@ def _engine(fam, config, label) -> tuple[dict, dict]:
 
 
 def _services(fam, config, name: str, state: Path):
-    from privbandit.protocol.primitives.seeding import report_auth_master, shuffler_master_key
+    from privbandit.protocol.primitives.seeding import shuffler_master_key
     from privbandit.services.intermediary import IntermediaryService
     from privbandit.services.users import UserFleetService
 
@@ -264,9 +265,9 @@ def _services(fam, config, name: str, state: Path):
     if name == "analyzer":
         return AnalyzerService(settings, analyzer_master_key(config.seed), state / name)
     if name.startswith("users-"):
-        return UserFleetService(settings, fam, config, int(name.split("-")[1]), 2)
+        return UserFleetService(settings, fam, config, int(name.split("-")[1]), 2, report_key=USERS_KEY)
     shuffle = shuffler_master_key(config.seed) if name == "shuffler" else None
-    return IntermediaryService(settings, report_auth_master(config.seed), name, shuffle_key=shuffle,
+    return IntermediaryService(settings, USERS_KEY, name, shuffle_key=shuffle,
                                state_dir=state / name)
 
 
@@ -471,7 +472,7 @@ def test_a_restarted_observer_keeps_the_truths_it_had_checkpointed(tmp_path, mon
 
     def observer():
         obs = ObserverService(BusSettings(run_id=RUN_ID), fam, config, parties, tmp_path / "out",
-                              state_dir=tmp_path / "observer")
+                              state_dir=tmp_path / "observer", report_key=USERS_KEY)
         obs.bus = _Bus(net)
         return obs
 
@@ -484,7 +485,7 @@ def test_a_restarted_observer_keeps_the_truths_it_had_checkpointed(tmp_path, mon
     first = observer()
     asyncio.run(first.next_task())  # task 0, as when every party said ready
     spec = first.task_body
-    fleets = [UserFleetService(BusSettings(run_id=RUN_ID), fam, config, i, 2) for i in range(2)]
+    fleets = [UserFleetService(BusSettings(run_id=RUN_ID), fam, config, i, 2, report_key=USERS_KEY) for i in range(2)]
     truths = _first_plans_truths(fleets, spec, config, net, first)
     served = first.observer.served()
     assert served > 0
@@ -514,10 +515,10 @@ def test_an_observer_ignores_the_last_tasks_truths_served_again_and_refuses_any_
     fam, config, label = TASKS["Dist-DP-SE"]()
     net = _Net()
     obs = ObserverService(BusSettings(run_id=RUN_ID), fam, config, ["analyzer", "aggregator", "users-0"],
-                          Path("unused"))
+                          Path("unused"), report_key=USERS_KEY)
     obs.bus = _Bus(net)
     asyncio.run(obs.next_task())
-    fleet = UserFleetService(BusSettings(run_id=RUN_ID), fam, config, 0, 1)
+    fleet = UserFleetService(BusSettings(run_id=RUN_ID), fam, config, 0, 1, report_key=USERS_KEY)
     truths = _first_plans_truths([fleet], obs.task_body, config, net, obs)
     asyncio.run(obs.next_task())  # the next task (or the session's end)
     for topic, msg in truths:  # served again, late
@@ -540,7 +541,7 @@ def test_a_fleet_serves_a_plan_again_once_for_a_burst_of_requests(monkeypatch):
 
     fam, config, label = TASKS["Dist-DP-SE"]()
     net = _Net()
-    fleet = UserFleetService(BusSettings(run_id=RUN_ID), fam, config, 0, 1)
+    fleet = UserFleetService(BusSettings(run_id=RUN_ID), fam, config, 0, 1, report_key=USERS_KEY)
     fleet.bus = _Bus(net)
     spec = codec.TaskSpec(index=0, runs=[0], label=label, family=fam.name, public=fam.public_task(config, label, [0]),
                           session="5e55").model_dump()
@@ -619,7 +620,8 @@ def test_a_fleet_refuses_a_secure_round_weaker_than_its_threat_model():
         outcomes = []
         for i, bad in enumerate([*weaker, rnd]):
             net = _Net()
-            fleet = UserFleetService(BusSettings(run_id=RUN_ID), fam, config, 0, 1, fleet_key=fleet_key(7, 0))
+            fleet = UserFleetService(BusSettings(run_id=RUN_ID), fam, config, 0, 1, report_key=USERS_KEY,
+                                     fleet_key=fleet_key(7, 0), identity_key=8)
             fleet.bus = _Bus(net)
             net.subs["box"], net.queues["box"] = [f"pb/{RUN_ID}/report/+", f"pb/{RUN_ID}/metrics/+"], []
             await fleet.start_task(spec)

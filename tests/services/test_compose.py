@@ -96,15 +96,13 @@ def test_the_analyzer_is_never_given_the_experiment(tmp_path):
     # Its key comes from a volume only the keys service (which reads the seed) and it mount.
     assert {name for name, spec in _raw()["services"].items()
             if any(str(v).startswith("analyzer-key:") for v in spec.get("volumes", []))} == {"keys", "analyzer"}
-    # The users' report-authentication keys: only their one-shot and the aggregator.
-    assert {name for name, spec in _raw()["services"].items()
-            if any(str(v).startswith("intermediary-key:") for v in spec.get("volumes", []))} == {
-        "intermediary-keys", "aggregator"}
-    # Each fleet's secure-aggregation key: its own volume, mounted by it and the one-shot that draws
-    # them; their master only by that one-shot and the aggregator.
+    # The session's secrets (issue #32): drawn by one one-shot that reads no experiment; the
+    # users' report key and the fleets' master only there and at the aggregator, each fleet's keys
+    # only at that fleet, the observer's copy of the users' key only at the observer.
     mounts = {name: [str(v).split(":")[0] for v in spec.get("volumes", [])] for name, spec in _raw()["services"].items()}
-    for volume, holders in (("users-0-key", {"fleet-keys", "users-0"}), ("users-1-key", {"fleet-keys", "users-1"}),
-                            ("fleet-master-key", {"fleet-keys", "aggregator"})):
+    assert "./experiments" not in mounts["session-keys"]
+    for volume, holders in (("users-0-key", {"session-keys", "users-0"}), ("users-1-key", {"session-keys", "users-1"}),
+                            ("session-key", {"session-keys", "aggregator"}), ("observer-key", {"session-keys", "observer"})):
         assert {name for name, used in mounts.items() if volume in used} == holders, volume
     # Whoever mounts the experiments mounts them read-only; only the observer writes results.
     for name, spec in _raw()["services"].items():

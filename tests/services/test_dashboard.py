@@ -36,7 +36,7 @@ from privbandit.services.dashboard import (
 )
 from privbandit.services.observer import ObserverService
 from privbandit import registry
-from tests.services.test_checkpoint import RUN_ID, _mab, _Net, _services
+from tests.services.test_checkpoint import RUN_ID, USERS_KEY, _mab, _Net, _services
 from tests.services.test_families_e2e import EXPERIMENTS
 from tests.needs import missing
 
@@ -132,7 +132,7 @@ def _fed(fam, config, tmp_path: Path, pause=lambda obs: False) -> tuple[Observer
     parties = [_services(fam, config, name, tmp_path / "state") for name in names]
     for name, service in zip(names, parties):
         net.attach(name, service)
-    obs = ObserverService(BusSettings(run_id=RUN_ID), fam, config, names, tmp_path / "out")
+    obs = ObserverService(BusSettings(run_id=RUN_ID), fam, config, names, tmp_path / "out", report_key=USERS_KEY)
     net.attach("observer", obs)
 
     async def go():
@@ -173,7 +173,7 @@ def test_every_family_is_shown_from_the_observers_state_alone(tmp_path, name):
 
 def test_round_counts_are_the_intermediaries_own_and_checked():
     fam, config, label = _mab("Dist-DP-SE", {}, horizon=1_000, arms=2)
-    obs = ObserverService(BusSettings(run_id=RUN_ID), fam, config, PARTIES, Path("unused"))
+    obs = ObserverService(BusSettings(run_id=RUN_ID), fam, config, PARTIES, Path("unused"), report_key=1)
     counts = {"open": 1, "complete": 0, "released": 2, "failed": 0, "reports": 7}
 
     def status(party, body, task=0):

@@ -157,7 +157,7 @@ def test_parties_survive_malformed_traffic_and_count_it(tmp_path, mosquitto_url)
     assert_same_numbers(tmp_path / "inproc", out)
     rejected = json.loads((out / "summary.json").read_text())["rejected"]
     for reason in ("not-msgpack", "not-a-map", "bad-version", "unknown-kind", "schema", "wrong-run",
-                   "wrong-round", "wrong-task", "unexpected-kind", "invalid-content"):
+                   "wrong-round", "wrong-task", "wrong-topic", "invalid-content"):
         assert rejected.get(reason, 0) > 0, (reason, rejected)
     # A junk report for round 0 (plan 0's user 0, no MAC) is refused as missing its tag, open round
     # or closed, or as not joined while plan 0 had not reached the intermediary.

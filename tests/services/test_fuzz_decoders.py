@@ -26,7 +26,8 @@ from tests.services.test_codec import SAMPLES
 
 M = 2**31 - 1
 AUTH = ReportAuthenticator(12345)
-DECODE_REASONS = {"not-msgpack", "not-a-map", "bad-version", "unknown-kind", "schema", "too-large"}
+DECODE_REASONS = {"not-msgpack", "not-a-map", "bad-version", "unknown-kind", "schema", "too-large", "over-limit",
+                  "wrong-topic"}
 
 
 def _mutations(blob: bytes):
@@ -372,7 +373,7 @@ def test_fuzz_credentials_files(tmp_path, data):
 # or accept each, and go on (PartyService.handle counts what it cannot act on), never raise.
 
 from privbandit import registry  # noqa: E402
-from privbandit.protocol.primitives.seeding import analyzer_master_key, report_auth_master  # noqa: E402
+from privbandit.protocol.primitives.seeding import analyzer_master_key  # noqa: E402
 from privbandit.services.analyzer import AnalyzerService  # noqa: E402
 from privbandit.services.intermediary import IntermediaryService  # noqa: E402
 from privbandit.services.users import UserFleetService  # noqa: E402
@@ -410,8 +411,8 @@ async def _parties(fam, config, label):
     spec = codec.TaskSpec(index=0, runs=[0], label=label, family=fam.name,
                           public=fam.public_task(config, label, [0])).model_dump()
     parties = [AnalyzerService(settings, analyzer_master_key(config.seed)),
-               IntermediaryService(settings, report_auth_master(config.seed), "aggregator"),
-               UserFleetService(settings, fam, config, 0, 1)]
+               IntermediaryService(settings, 0xF22, "aggregator"),  # the session's users' key: any one
+               UserFleetService(settings, fam, config, 0, 1, report_key=0xF22)]
     for p in parties:
         p.bus = _Sink()
         await p.start_task(spec)

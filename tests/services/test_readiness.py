@@ -49,7 +49,7 @@ async def _drain(net: _Net, steps: int) -> None:
 
 def test_the_observer_calls_the_roll_when_it_connects_before_the_first_task(tmp_path: Path):
     fam, config, _ = _mab("Dist-DP-SE", {})
-    observer = ObserverService(BusSettings(run_id=RUN_ID), fam, config, ["analyzer"], tmp_path / "out")
+    observer = ObserverService(BusSettings(run_id=RUN_ID), fam, config, ["analyzer"], tmp_path / "out", report_key=1)
     net = _Net()
     net.attach("observer", observer)
     net.subs["analyzer"], net.queues["analyzer"] = [f"pb/{RUN_ID}/control"], []

@@ -26,7 +26,6 @@ from privbandit.protocol.primitives.report_auth import ReportAuthenticator, flee
 from privbandit.protocol.primitives.secagg.batch import (ADVERT_RECORD, CIPHERTEXT_BYTES, Adverts, Masked, Shares,
                                                          UserIdentities, Unmasks)
 from privbandit.protocol.primitives.secagg.protocol import LIMBS
-from privbandit.protocol.primitives.seeding import report_auth_master
 from privbandit.protocol.spine.events import Join, Plan, Round
 from privbandit.services import codec
 from privbandit.services.launcher import stop_process
@@ -79,7 +78,7 @@ def _plan(round_id: int) -> Plan:
     return Plan(round_id, 0, 2 * COHORT, {}, (rnd,), (Join(round_id, 0, 2 * COHORT, COHORT, users=USERS),))
 
 
-REPORT_AUTH_MASTER = report_auth_master(0)  # the users' report keys, as the aggregator process is given
+REPORT_AUTH_MASTER = 0x5EED  # the session's users' report key, as the aggregator process is given
 FLEET_MASTER = 0x5EC  # the fleets' chunk keys' master, as the aggregator process is given
 FLEET_AUTH = [ReportAuthenticator(fleet_key(FLEET_MASTER, i)) for i in range(2)]  # each fleet's own key
 

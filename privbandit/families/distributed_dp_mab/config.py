@@ -64,7 +64,8 @@ class EnvironmentConfig(StrictModel):
 
 
 ADVERSARY_KINDS = ("max-shift", "out-of-range", "window-edge", "colluders")  # protocol/adversaries
-TRAFFIC_ADVERSARY_KINDS = ("replay", "impersonate", "sybil", "flood", "curious-analyzer")  # services/hostile.py
+TRAFFIC_ADVERSARY_KINDS = ("replay", "impersonate", "sybil", "flood", "bombs", "volley",
+                           "forge", "curious-analyzer")  # services/hostile.py
 
 
 class AdversaryConfig(StrictModel):

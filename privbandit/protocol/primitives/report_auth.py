@@ -4,6 +4,10 @@ Fleets share one broker account, so without this anyone holding it could send a 
 invited user's id before the real user does, and the intermediary would count the first one
 (docs/attacks.md, "impersonate"). Each simulated user registers a MAC key with the intermediaries
 when invited (simulated here by one master both sides derive from; the analyzer never holds it).
+That master, like every key of this module, is a secret of the session (:class:`SessionKeys`):
+drawn from the OS's randomness when the session starts, handed to the parties that need it like
+their broker passwords, never derived from the run seed, which is in every experiment file and
+results directory (issue #32). The seed drives only the simulation, so the numbers are the same.
 
 For round r of task k and plan q, the keys of user i are 3W + 1 words (a₁ … a_{3W}, b) of a ChaCha20
 keystream keyed by HKDF(master, run ‖ k ‖ r ‖ q), at the user's position in its block of the plan's
@@ -32,14 +36,16 @@ so a block served again under the same key (a resend) never reuses one.
 Secure-aggregation chunks from a fleet carry an HMAC-SHA256 under the fleet's own key
 (:class:`FleetKeys`): the fleet speaks for its users there, and a chunk forged by another holder of
 the users' broker account, another fleet included, would otherwise complete a step with garbage
-before the genuine one arrives. Each fleet's key derives from a session secret the launcher draws
-(not from the world seed, which every fleet holds); a fleet gets its own key only, the aggregator
-the secret. Block truths to the observer carry a MAC under the users' master.
+before the genuine one arrives. Each fleet's key derives from the session's fleet master (not from
+the world seed, which every fleet holds); a fleet gets its own key only, the aggregator the master.
+Block truths and the fleets' statuses to the observer carry a MAC under the users' master.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
+from dataclasses import dataclass
 
 import numpy as np
 from cryptography.exceptions import InvalidTag
@@ -247,3 +253,47 @@ class FleetKeys:
 
     def mac(self, purpose: str, run: str, task: int, shard: int, payload: bytes) -> bytes:
         return self.of(int(shard)).mac(purpose, run, task, shard, payload=payload)
+
+
+@dataclass(frozen=True)
+class SessionKeys:
+    """The secrets of one session, drawn by the launcher (or ``privbandit keys --party session``)
+    from the OS's randomness, never from the run seed; each party gets the ones its role needs,
+    through its environment, like its broker password (docs/distributed.md):
+
+    - ``users``: the users' report-authentication master (:class:`ReportAuthenticator`): the
+      records' MACs, the block tags, the truths' and the fleets' statuses' MACs. The fleets sign
+      with it; the intermediaries and the observer check with it; never the analyzer.
+    - ``fleets``: the fleets' master; fleet i signs its secure-aggregation chunks with
+      :func:`fleet_key` (fleets, i), which only it and the aggregator (holding the master) know.
+    - ``identities``: the master of the simulated users' Ed25519 identities (secure aggregation's
+      PKI, :class:`~privbandit.protocol.primitives.secagg.batch.UserIdentities`); the fleets only,
+      so neither the aggregator nor anyone with the experiment file can forge a key advertisement.
+
+    A restarted party gets the same keys (the launcher keeps them for the session; compose keeps
+    them in volumes); a new session draws new ones. None of them changes a number: MACs and
+    signatures only decide what is admitted."""
+
+    users: int
+    fleets: int
+    identities: int
+
+    def __post_init__(self):
+        for name in ("users", "fleets", "identities"):
+            key = getattr(self, name)
+            if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key < 2**256:
+                raise ValueError(f"SessionKeys.{name} must be a 256-bit non-negative integer")
+
+    @classmethod
+    def draw(cls) -> SessionKeys:
+        return cls(secrets.randbits(256), secrets.randbits(256), secrets.randbits(256))
+
+    def fleet(self, shard: int) -> int:
+        """Fleet ``shard``'s own chunk key."""
+        return fleet_key(self.fleets, shard)
+
+
+def identity_master(key: int) -> bytes:
+    """The bytes :class:`~privbandit.protocol.primitives.secagg.batch.UserIdentities` takes, from
+    the session's ``identities`` key."""
+    return int(key).to_bytes(32, "big")

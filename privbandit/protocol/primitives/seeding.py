@@ -3,6 +3,12 @@
 A stream is named by a path such as ``(run, algorithm, "users", round_id, block)``. The same path
 gives the same numbers whichever process draws them, so an MQTT run can reproduce an in-process run
 exactly. Strings in a path are hashed with CRC-32 (stable across processes, unlike ``hash``).
+
+The seed is in every experiment file and results directory, so nothing that must stay secret
+derives from it: the keys that authenticate users and fleets (report MACs, block tags, truth and
+status MACs, chunk keys, the users' signing identities) are the session's own
+(:class:`~privbandit.protocol.primitives.report_auth.SessionKeys`, issue #32). What derives from
+it here is randomness a run must reproduce: the analyzer's and the shufflers' draws.
 """
 
 from __future__ import annotations
@@ -51,20 +57,6 @@ def shuffler_master_key(seed: int, name: str = "shuffler") -> int:
     before instances existed (the same numbers)."""
     path = (_key("shuffler"),) if name == "shuffler" else (_key("shuffler"), _key(name))
     return _wide_key(np.random.SeedSequence(seed, spawn_key=path))
-
-
-def users_identity_master(seed: int) -> bytes:
-    """The key the user fleets derive their simulated users' signing identities from (secure
-    aggregation's PKI). Fleets know the world seed; the aggregator never does, so it cannot forge
-    a user's key advertisement."""
-    return _wide_key(np.random.SeedSequence(seed, spawn_key=(_key("users-identity"),))).to_bytes(32, "big")
-
-
-def report_auth_master(seed: int) -> int:
-    """The master of the users' report-authentication keys (:mod:`privbandit.protocol.primitives.report_auth`):
-    the fleets derive it from the world seed; the launcher hands it to the intermediaries, never to
-    the analyzer. It stands for the MAC keys users register with the intermediaries when invited."""
-    return _wide_key(np.random.SeedSequence(seed, spawn_key=(_key("report-auth"),)))
 
 
 def derive_key(master: int, *path: int | str) -> int:

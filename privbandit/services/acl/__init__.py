@@ -36,8 +36,12 @@ re-exported here.
 """
 
 from privbandit.services.acl.broker_files import (
+    MAX_CONNECTIONS,
     MAX_PACKET_BYTES,
+    MAX_QUEUED_BYTES,
     MAX_QUEUED_MESSAGES,
+    PUBLISH_BUDGETS,
+    PublishBudget,
     BrokerFiles,
     find_dynsec_plugin,
     render_acl_file,
@@ -78,8 +82,12 @@ from privbandit.services.acl.topics import (
 )
 
 __all__ = [
+    "MAX_CONNECTIONS",
     "MAX_PACKET_BYTES",
+    "MAX_QUEUED_BYTES",
     "MAX_QUEUED_MESSAGES",
+    "PUBLISH_BUDGETS",
+    "PublishBudget",
     "MAX_TOPIC_BYTES",
     "PBKDF2_ITERATIONS",
     "RUN_ID_RE",

@@ -22,6 +22,43 @@ MAX_QUEUED_MESSAGES = 100_000
 # memory (issue #20 item 10: 100 MB payloads were accepted); 128 KiB more leaves room for the topic
 # (at most 64 KiB) and the headers. Mosquitto disconnects a client that sends a larger packet.
 MAX_PACKET_BYTES = 8 * 2**20 + 2**17
+# What a subscriber may have queued, in bytes, besides the count above (Mosquitto's
+# ``max_queued_bytes``; the embedded broker's MAX_QUEUED_BYTES is the same figure).
+MAX_QUEUED_BYTES = 256 * 2**20
+# Connections a broker of the project accepts in all (Mosquitto's and NATS's ``max_connections``):
+# a session needs a few dozen; past this a flood of connections is refused, not served.
+MAX_CONNECTIONS = 1024
+
+
+@dataclass(frozen=True)
+class PublishBudget:
+    """What each connection of an account may publish (issue #32 item 3): token buckets of
+    ``bytes_per_s`` (holding at most ``burst_bytes``) and ``messages_per_s`` (``burst_messages``).
+    A connection past either waits before its next PUBLISH is read (TCP back-pressure): nothing is
+    dropped, the sender is slowed, and every other connection is served as before. ``connections``:
+    how many connections the account may hold at once, so that opening more does not buy more."""
+
+    bytes_per_s: float
+    burst_bytes: int
+    messages_per_s: float
+    burst_messages: int
+    connections: int
+
+    def __post_init__(self):
+        if not (self.bytes_per_s > 0 and self.messages_per_s > 0 and self.burst_bytes >= MAX_PACKET_BYTES
+                and self.burst_messages >= 1 and self.connections >= 1):
+            raise ValueError(f"{self}: rates must be > 0, the byte burst at least one packet "
+                             f"({MAX_PACKET_BYTES} bytes), the message burst and connections at least 1")
+
+
+# The users' account is the one every fleet holds, so the one an attacker is likeliest to hold.
+# Each of its connections may publish 32 MiB/s (64 MiB at once) and 1,000 messages a second (10,000
+# at once): an honest fleet at T = 10⁸ sends about 12 MB/s in messages of under 1 MB
+# (docs/performance.md), so it never waits. 64 connections: a fleet per connection, with room.
+# Every other account is one party (or one of k shufflers), trusted with its own topics: no budget.
+PUBLISH_BUDGETS: dict[str, PublishBudget] = {
+    Role.USERS.value: PublishBudget(16 * 2**20, 64 * 2**20, 1_000, 10_000, 64),
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -304,7 +341,11 @@ def write_broker_config(
     lines += [
         "persistence false",
         f"max_queued_messages {MAX_QUEUED_MESSAGES}",
+        f"max_queued_bytes {MAX_QUEUED_BYTES}",
         f"max_packet_size {MAX_PACKET_BYTES}",
+        "# Mosquitto has no per-account publish rate (the embedded broker's PublishBudget); its only",
+        "# budget on connections is their number, all accounts together (issue #32 item 3)",
+        f"max_connections {MAX_CONNECTIONS}",
         "# no party retains a message; a retained one would reach every later subscriber (#20)",
         "retain_available false",
         "# without it, Nagle + delayed ACKs add ~40 ms to every small PUBACK/PUBLISH exchange",

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from privbandit.services.acl.broker_files import MAX_PACKET_BYTES, check_passwords, write_with_mode
+from privbandit.services.acl.broker_files import MAX_CONNECTIONS, MAX_PACKET_BYTES, check_passwords, write_with_mode
 from privbandit.services.acl.rules import acl_rules, is_valid_topic_filter
 from privbandit.services.acl.topics import Role, is_instance, password_env, validate_instances, validate_run_id
 
@@ -139,6 +139,10 @@ def render_nats_conf(node: NatsNode, nodes: Sequence[NatsNode], run_id: str, pas
         "listen": f"{node.host}:{node.client_port}",
         # the largest message a party of the project sends, as Mosquitto's max_packet_size
         "max_payload": MAX_PACKET_BYTES,
+        # NATS has no per-account publish rate either (issue #32 item 3; accounts' ``limits`` bound
+        # only connections and payloads, and every role shares one account here): the number of
+        # connections, all accounts together, as Mosquitto's
+        "max_connections": MAX_CONNECTIONS,
         "jetstream": {"store_dir": str(store_dir)},
         "mqtt": mqtt,
         "authorization": {"users": users},

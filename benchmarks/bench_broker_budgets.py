@@ -1,0 +1,127 @@
+"""How much a flood from the users' account slows a session (issue #32 item 3).
+
+Dist-DP-SE at ``--horizon`` (Fig. 2's easy instance, one run), every party its own process, on the
+embedded broker (amqtt, with the project's per-account budgets) and/or on Mosquitto with the
+generated configuration (``--brokers``). Each session runs clean, then with each traffic adversary
+of ``--kinds`` next to it (the users' account): ``volley`` answers every plan message,
+re-announcements included, with 15 forged reports, one of 8 MiB (the issue's attack); ``bombs``
+sends one of the costliest messages to decode per plan; ``flood`` the older junk flood; ``forge``
+signs every invited user's report and a fleet's error status with the keys the experiment file's
+seed gave before session secrets (item 1). Printed per session: its exit status, its wall time and
+the observer's own session time, their ratio to the clean session's, the final regret, whether
+rounds.csv and curves.csv are byte-identical to the in-process run's, what the attacker sent, the
+analyzer's plan re-announcements and the parties' refusals.
+
+    .venv/bin/python benchmarks/bench_broker_budgets.py [--horizon 1000000] [--kinds volley bombs]
+                                                       [--brokers embedded mosquitto]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import secrets
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from privbandit.runner import config as experiment_files  # noqa: E402
+from privbandit.runner import run_file  # noqa: E402
+from privbandit.services.launcher import launch  # noqa: E402
+
+EXPERIMENT = """name = "budgets"
+horizon = {horizon}
+seed = 17
+epsilon = 0.5
+runs = 1
+[environment]
+kind = "uniform"
+[algorithms.Dist-DP-SE]
+"""
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def session(tmp: Path, text: str, kind: str | None, broker: str, timeout_s: float) -> dict:
+    name = kind or "clean"
+    path = tmp / f"{broker}-{name}.toml"
+    path.write_text((f'traffic_adversaries = ["{kind}"]\n' if kind else "") + text)
+    family, config = experiment_files.load(path)
+    out = tmp / f"{broker}-{name}"
+    options: dict = {}
+    stack = None
+    if broker == "mosquitto":
+        from privbandit.services.acl import Role
+        from privbandit.services.mosquitto_process import start_with_broker_config
+
+        run_id = "b" + secrets.token_hex(4)
+        stack, files = start_with_broker_config(tmp / f"mosquitto-{name}", run_id)
+        options = {"broker_url": stack.url, "run_id": run_id,
+                   "passwords": {r.value: files.password(r) for r in Role}}
+    t0 = time.perf_counter()
+    try:
+        code = launch(family, config, path, [], out, shards=2, timeout_s=timeout_s, **options)
+    except (RuntimeError, TimeoutError) as exc:
+        code = f"{type(exc).__name__}: {str(exc)[:200]}"
+    finally:
+        if stack is not None:
+            stack.stop()
+    wall = time.perf_counter() - t0
+    row = {"broker": broker, "kind": name, "exit": code, "wall_s": wall}
+    summary_path = out / "summary.json"
+    if summary_path.exists():
+        summary = json.loads(summary_path.read_text())
+        row["session_s"] = summary["elapsed_s"]
+        row["regret"] = summary["algorithms"]["Dist-DP-SE"]["regret_final_mean"]
+        row["rejected"] = summary["rejected"]
+        row["identical"] = all((out / f).read_bytes() == (tmp / "inproc" / f).read_bytes()
+                               for f in ("rounds.csv", "curves.csv"))
+    log = out / "logs" / "analyzer.log"
+    row["re_announcements"] = log.read_text(errors="replace").count("announcing plans") if log.exists() else None
+    report = out / "adversaries" / f"{kind}.json"
+    if kind and report.exists():
+        r = json.loads(report.read_text())
+        row["attacker"] = {k: r[k] for k in ("plans_seen", "messages_sent", "ended_by") if k in r}
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--horizon", type=int, default=1_000_000)
+    ap.add_argument("--kinds", nargs="*", default=["volley", "bombs"], help="none: the clean session alone")
+    ap.add_argument("--brokers", nargs="+", default=["embedded"], choices=["embedded", "mosquitto"])
+    ap.add_argument("--timeout", type=float, default=900)
+    args = ap.parse_args()
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}, "
+          f"load average {load()}", flush=True)
+    text = EXPERIMENT.format(horizon=args.horizon)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        (tmp / "e.toml").write_text(text)
+        run_file(tmp / "e.toml", out=tmp / "inproc")
+        for broker in args.brokers:
+            clean = None
+            for kind in [None, *args.kinds]:
+                row = session(tmp, text, kind, broker, args.timeout)
+                if kind is None:
+                    clean = row
+                ratio = ""
+                if clean is not None and "session_s" in row and "session_s" in clean:
+                    ratio = (f" ({row['wall_s'] / clean['wall_s']:.2f}× wall, "
+                             f"{row['session_s'] / clean['session_s']:.2f}× session)")
+                print(f"{broker:<9} {row['kind']:<7} exit {row['exit']}, wall {row['wall_s']:6.1f} s, session "
+                      f"{row.get('session_s', float('nan')):6.1f} s{ratio}, regret {row.get('regret', float('nan')):,.0f}, "
+                      f"identical {row.get('identical')}, "
+                      f"re-announcements {row['re_announcements']}, attacker {row.get('attacker')}, "
+                      f"refused {row.get('rejected')}  (load {load()})", flush=True)
+
+
+if __name__ == "__main__":
+    main()
