@@ -217,7 +217,9 @@ def audit_rows(out: Path) -> list[dict] | None:
     report = json.loads(path.read_text())
     return [{"name": t["name"], "release": t["release"], "guarantee": t["claim"]["guarantee"],
              "claimed": t["claim"].get("epsilon_at_delta"), "delta": t["audit"]["delta"],
-             "audited": t["audit"]["epsilon"], "verdict": t["verdict"], "samples": t["samples"]}
+             # a refused target's bound is about releases the audit could not vouch for: not shown
+             "audited": None if t["verdict"] == "refused" else t["audit"]["epsilon"], "verdict": t["verdict"],
+             "samples": t["samples"]}
             for t in report["targets"]]
 
 
