@@ -543,7 +543,8 @@ def adversary_catalogue() -> dict[str, tuple[str, str]]:
     out = {}
     for name in registry.family_names():
         for kind, cls in getattr(registry.family(name), "adversaries", {}).items():
-            out.setdefault(kind, (name, cls.summary))
+            where, text = out.get(kind, ("", cls.summary))
+            out[kind] = (f"{where}, {name}" if where else name, text)  # every family that takes it
     return out | {kind: ("over MQTT", text) for kind, text in TRAFFIC_ADVERSARIES.items()}
 
 
@@ -629,10 +630,10 @@ def _print_attack(report: dict, out: Path) -> None:
     for label, a in report["algorithms"].items():
         table.add_row(label, f"{a['regret_honest']:,.0f} ± {a['regret_honest_stderr']:,.0f}",
                       f"{a['regret_attacked']:,.0f} ± {a['regret_attacked_stderr']:,.0f}",
-                      f"{a['estimate_error_honest']:.4f}", f"{a['estimate_error_attacked']:.4f}",
+                      *("—" if e is None else f"{e:.4f}" for e in (a["estimate_error_honest"], a["estimate_error_attacked"])),
                       fmt(a["epsilon_honest"]), fmt(a["epsilon_attacked"]),
                       "-" if a["epsilon_vs_coalition"] is None else fmt(a["epsilon_vs_coalition"]),
-                      f"{a['attackers']:,}")
+                      "—" if a["attackers"] is None else f"{a['attackers']:,}")
     console.print(table)
     rejected = ", ".join(f"{k}: {v:,}" for k, v in report["rejected"].items()) or "none"
     console.print(f"rejected (attacked run): {rejected}")
