@@ -8,8 +8,8 @@ are dropouts, and Bonawitz et al.'s recovery (or a loud abort) follows.
 
 A deadline must tell a dropout from a slow machine (issue #32 item 7). A fleet is a process that
 answers the steps of every secure round in turn; on a starved machine (two busy loops per core)
-it answered a batch of ten 1,024-user rounds' ``shares`` steps one after another over more than
-30 s, and every round past the deadline aborted for want of "live" users that were working. So a
+it answered a batch of ten 512- or 1,024-user rounds' ``shares`` steps one after another over more
+than 30 s, and every round past the deadline aborted for want of "live" users that were working. So a
 step past its deadline waits on while a fleet it still lacks shows it is alive: a new chunk of
 that fleet admitted (a valid MAC, not a duplicate; any round) within the last deadline. A fleet
 computes a step off its event loop, and meanwhile sends an empty, non-final chunk of the step every
@@ -61,7 +61,7 @@ FLEET_STEPS = ("advertise", "shares", "masked", "unmask")
 # A step waits on for a fleet that is still sending chunks at most this many deadlines in all: a
 # fleet alive but withholding one round's step (a corrupt one) cannot hold it for ever. 10 × the
 # 30-s default is 300 s, beyond the observer's 240-s stall deadline for a session that moves not
-# at all, and 5× the slowest step measured under starvation (docs/secure-aggregation.md).
+# at all, and 3× the slowest step measured under starvation (95 s: docs/secure-aggregation.md).
 STEP_EXTEND_MAX = 10
 # A fleet computing a step (key generation, share encryption, masking: 20 s for 10⁴ users on an
 # idle core) says it is alive this often, with an empty chunk of the step, far inside any deadline.
