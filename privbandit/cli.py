@@ -630,7 +630,8 @@ def _print_attack(report: dict, out: Path) -> None:
     for label, a in report["algorithms"].items():
         table.add_row(label, f"{a['regret_honest']:,.0f} ± {a['regret_honest_stderr']:,.0f}",
                       f"{a['regret_attacked']:,.0f} ± {a['regret_attacked_stderr']:,.0f}",
-                      *("—" if e is None else f"{e:.4f}" for e in (a["estimate_error_honest"], a["estimate_error_attacked"])),
+                      *("—" if a[k] is None else f"{a[k]:.4f}" for k in ("estimate_error_honest",
+                                                                         "estimate_error_attacked")),
                       fmt(a["epsilon_honest"]), fmt(a["epsilon_attacked"]),
                       "-" if a["epsilon_vs_coalition"] is None else fmt(a["epsilon_vs_coalition"]),
                       "—" if a["attackers"] is None else f"{a['attackers']:,}")

@@ -47,7 +47,8 @@ def test_online_adversaries_in_fleets_and_traffic_attackers_reproduce_the_inproc
     mqtt = json.loads((out / "summary.json").read_text())
     coalition = mqtt["privacy"]["ftnl@analyzer"]["coalition"]
     assert coalition == inproc["privacy"]["ftnl@analyzer"]["coalition"] and coalition["epsilon_pure"] > 5.0
-    (tmp_path / "honest.toml").write_text(EXPERIMENT.replace('adversary = {kind = "window-edge", fraction = 0.05}\n', ""))
+    poisoners = 'adversary = {kind = "window-edge", fraction = 0.05}\n'
+    (tmp_path / "honest.toml").write_text(EXPERIMENT.replace(poisoners, ""))
     honest = _inproc(tmp_path / "honest.toml", tmp_path / "honest")
     assert (mqtt["algorithms"]["lazy@distributed"]["regret_final_mean"]
             > honest["algorithms"]["lazy@distributed"]["regret_final_mean"])

@@ -17,11 +17,14 @@ adversaries`), read on this family's rounds:
 Every poisoner knows the best arm (the worst case, as in the MAB family): it pushes the best arm's
 column down and every other column up. On residues:
 
-| kind | the attacker's message, per column | what it can do |
-|---|---|---|
-| ``max-shift`` | its block's share of the target ``n·g + τ`` (up) or ``−τ`` (down), less the block's honest residues, on the block's first attacker; 0 on the others | an epoch's sums exactly at the window's edges; an array's within a unit per block, once every block holding its users has an attacker |
-| ``out-of-range`` | ``x̂ + η`` with ``x̂ = g·(1 + magnitude)`` (up) or ``−g·magnitude`` (down): its own noise share kept | magnitude + 1 rewards per attacker |
-| ``window-edge`` | ``g + τ`` (up) or ``−τ`` (down) mod m | (g + 2τ)/g rewards per attacker: nobody can check a residue under secure aggregation |
+- ``max-shift``: on its block's first attacker, its block's share of the target ``n·g + τ`` (up)
+  or ``−τ`` (down), less the block's honest residues; 0 on the others. An epoch's sums land exactly
+  on the window's edges, an array's within a unit per block, once every block holding the round's
+  users has an attacker.
+- ``out-of-range``: ``x̂ + η`` with ``x̂ = g·(1 + magnitude)`` (up) or ``−g·magnitude`` (down), its
+  own noise share kept: magnitude + 1 rewards per attacker.
+- ``window-edge``: ``g + τ`` (up) or ``−τ`` (down) mod m: (g + 2τ)/g rewards per attacker, where
+  nobody can check a residue (secure aggregation).
 
 On raw rewards (the central model) a report outside [0, 1] is refused by the round
 (``out-of-range``), so ``max-shift`` (±10¹²) and ``out-of-range`` (1 + magnitude, −magnitude) are
