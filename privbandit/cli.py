@@ -543,7 +543,8 @@ def adversary_catalogue() -> dict[str, tuple[str, str]]:
     out = {}
     for name in registry.family_names():
         for kind, cls in getattr(registry.family(name), "adversaries", {}).items():
-            out.setdefault(kind, (name, cls.summary))
+            where, text = out.get(kind, ("", cls.summary))
+            out[kind] = (f"{where}, {name}" if where else name, text)  # every family that takes it
     return out | {kind: ("over MQTT", text) for kind, text in TRAFFIC_ADVERSARIES.items()}
 
 
@@ -634,10 +635,11 @@ def _print_attack(report: dict, out: Path) -> None:
     for label, a in report["algorithms"].items():
         table.add_row(label, f"{a['regret_honest']:,.0f} ± {a['regret_honest_stderr']:,.0f}",
                       f"{a['regret_attacked']:,.0f} ± {a['regret_attacked_stderr']:,.0f}",
-                      f"{a['estimate_error_honest']:.4f}", f"{a['estimate_error_attacked']:.4f}",
+                      *("—" if a[k] is None else f"{a[k]:.4f}" for k in ("estimate_error_honest",
+                                                                         "estimate_error_attacked")),
                       fmt(a["epsilon_honest"]), fmt(a["epsilon_attacked"]),
                       "-" if a["epsilon_vs_coalition"] is None else fmt(a["epsilon_vs_coalition"]),
-                      f"{a['attackers']:,}")
+                      "—" if a["attackers"] is None else f"{a['attackers']:,}")
     console.print(table)
     rejected = ", ".join(f"{k}: {v:,}" for k, v in report["rejected"].items()) or "none"
     console.print(f"rejected (attacked run): {rejected}")
@@ -1428,18 +1430,16 @@ def audit(
             p = "—" if law is None else ", ".join(
                 f"{min(law[k]['p_chi2'], law[k]['p_ks']):.2g}" for k in ("input_0", "input_1"))
             extra = [r["transport"], p, f"{r['releases_per_second']:,.0f}"]
-        table.add_row(f"{r['name']} ({r['algorithm']})", *(extra or [r["release"]]), claimed, f"{a['epsilon']:.4g}",
+        audited = "—" if r["verdict"] == "refused" else f"{a['epsilon']:.4g}"  # no bound from forged releases
+        table.add_row(f"{r['name']} ({r['algorithm']})", *(extra or [r["release"]]), claimed, audited,
                       f"{a['delta']:.2g}", r["verdict"], f"{r['seconds']['total']:.1f}")
     console.print(table)
     for r in results:
         if mqtt and r["transport"] != "mqtt":
             console.print(f"in-process, not over MQTT: {r['name']}: {r['mqtt']['why_not']}")
-    inexact = [r for r in results if r.get("transport") == "mqtt"
-               and r["mqtt"]["exact"]["equal"] != r["mqtt"]["exact"]["releases"]]
-    for r in inexact:
-        console.print(f"over MQTT, {r['name']}: only {r['mqtt']['exact']['equal']} of {r['mqtt']['exact']['releases']} "
-                      f"releases equal the round's rule applied to the reports sent: the intermediary or the wire "
-                      f"altered them (logs in {out}/mqtt/logs)")
+    refused = [r for r in results if r["verdict"] == "refused"]
+    for r in refused:
+        console.print(f"over MQTT, {r['name']}: no verdict: {r['refused']} (logs in {out}/mqtt/logs)")
     if session:
         console.print(f"over MQTT: the {', '.join(session['intermediaries'])} process(es) on the "
                       f"{session['broker']} broker (ACL {session['acl']}, run {session['run_id']}); law p: the smaller "
@@ -1460,7 +1460,7 @@ def audit(
     if skipped:
         console.print(f"not audited (no audit targets yet): {', '.join(skipped)}")
     console.print(f"audit.json and one plot per mechanism in {out}/")
-    if any(r["verdict"] == "violation" for r in results + runs + searches) or inexact:
+    if any(r["verdict"] == "violation" for r in results + runs + searches) or refused:
         raise typer.Exit(1)
 
 

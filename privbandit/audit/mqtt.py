@@ -31,7 +31,10 @@ A round trip through two processes and a broker costs far more than a vectorized
 audit takes 10³–10⁴ releases per neighbour where the in-process one takes 10⁶–10⁷. What justifies
 the large in-process samples is that both paths draw from one law: :func:`law_check` compares the
 MQTT releases with as many in-process ones, per neighbour, by a two-sample χ² test and a two-sample
-Kolmogorov–Smirnov test, and the result goes into ``audit.json`` beside the bound.
+Kolmogorov–Smirnov test, and the result goes into ``audit.json`` beside the bound. A target whose
+releases fail either check, the exact one or the law (:data:`LAW_ALPHA`), gets no verdict:
+``"verdict": "refused"`` and the reason (:func:`no_verdict`); its bound stays in ``audit.json``,
+unjudged, and the command exits 1.
 
 Which targets have an MQTT path is the family's to say (:meth:`~privbandit.protocol.spine.family.Family.wire_target`,
 the :class:`~privbandit.audit.targets.WireTarget` of a release; the users' inputs are each one's
@@ -82,6 +85,12 @@ MAX_MQTT_SAMPLES = 10**6
 PARTY_EXIT_S = 10.0  # an intermediary told to shut down leaves within this, or is stopped
 LAW_BINS = 50  # χ² cells at most: pooled quantiles, each cell ≥ LAW_MIN_CELL pooled draws
 LAW_MIN_CELL = 10
+# Below this p-value (χ² or KS, either input) the MQTT releases are taken not to follow the
+# in-process sampler's law, and the audit gives no verdict. Four p-values per target, each uniform
+# (KS: conservative) when the laws agree: an honest session is refused with probability ≤ 4·10⁻⁴.
+# The defects the check exists for sit far below it: an off-by-one in the statistic at 4·10⁻⁶,
+# forged releases at 10⁻³⁹, FTNL without its head start at 10⁻⁵¹ (docs/audit.md).
+LAW_ALPHA = 1e-4
 
 
 class SessionFailed(RuntimeError):
@@ -391,6 +400,24 @@ def law_check(mqtt: np.ndarray, inproc: np.ndarray) -> dict:
             "p_chi2": float(p_chi2), "ks": float(ks.statistic), "p_ks": float(ks.pvalue)}
 
 
+def no_verdict(exact: dict, law: dict) -> str | None:
+    """Why the bound computed from a target's MQTT releases must not be judged against its claim,
+    or None. Either the releases are not the round's rule applied to the reports sent (forged on
+    the way, or an intermediary that computes something else: the bound is then about releases no
+    mechanism made), or they do not follow the in-process sampler's law (so neither the MQTT bound
+    nor the in-process one speaks for what the analyzer receives)."""
+    why = []
+    if exact["equal"] != exact["releases"]:
+        why.append(f"only {exact['equal']} of {exact['releases']} releases equal the round's rule applied to the "
+                   f"reports sent (forged, or altered by the intermediary or on the wire)")
+    failed = [f"input {which[-1]} (χ² p = {t['p_chi2']:.2g}, KS p = {t['p_ks']:.2g})"
+              for which, t in law.items() if min(t["p_chi2"], t["p_ks"]) < LAW_ALPHA]
+    if failed:
+        why.append(f"the releases do not follow the in-process sampler's law at p < {LAW_ALPHA:g}: "
+                   f"{', '.join(failed)}")
+    return "; ".join(why) or None
+
+
 class _Replay:
     """A target's sampler replaced by the releases collected over MQTT, handed out in order."""
 
@@ -445,6 +472,8 @@ def audit_over_mqtt(family, config, found: list[tuple[str, AuditTarget]], sample
                      "exact": {"releases": 2 * samples, "equal": c.exact},
                      "notes": w.notes, **{k: v for k, v in session.items() if k != "rejected"},
                      "rejected": session["rejected"].get(w.intermediary, {})}
+        if why := no_verdict(r["mqtt"]["exact"], law):  # the bound stays in audit.json, unjudged
+            r["verdict"], r["refused"], r["tightness"] = "refused", why, None
         results[i] = r
     rest = sorted(reasons)
     for i, r in zip(rest, run_audit([found[i][1] for i in rest], samples, delta, confidence, seed, progress)):

@@ -11,15 +11,24 @@ label that is itself an algorithm name) says which one it is.
 from __future__ import annotations
 
 import difflib
+import re
 import tomllib
 import types
 import typing
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 DEFAULT_FAMILY = "distributed-dp-mab"
+# An algorithm label names results (curves.csv columns, rounds.csv rows, plots, the dashboard's
+# legend) and travels in every task's control message: letters or digits (any script) first, then
+# those, spaces and _ . , @ = + % - (the files' own labels: "dp rho=0.2, 20% drop", "hybrid@r+1"),
+# at most 64. Nothing a browser or a shell would read as markup or syntax (issue #32 item 6: a
+# label "<img src=x onerror=…>" ran as script in the dashboard's legend).
+LABEL_PATTERN = r"[^\W_][\w .,@=+%-]{0,63}"
+LABEL_RE = re.compile(LABEL_PATTERN)
+LABEL_RULE = "letters or digits first, then letters, digits, spaces and _ . , @ = + % -, at most 64 characters"
 
 
 class ConfigError(ValueError):
@@ -58,6 +67,15 @@ class ExperimentFile(StrictModel):
                 if isinstance(table, dict) and "algorithm" not in table and cls.label_kind(label) is not None:
                     table["algorithm"] = cls.label_kind(label)
         return data
+
+    @field_validator("algorithms", mode="before", check_fields=False)
+    @classmethod
+    def _labels(cls, algos: Any):
+        for label in algos if isinstance(algos, dict) else ():
+            if not isinstance(label, str) or LABEL_RE.fullmatch(label) is None:
+                raise ValueError(f"the label {label!r} is not allowed: an algorithm label must match "
+                                 f"{LABEL_PATTERN} ({LABEL_RULE})")
+        return algos
 
     @model_validator(mode="after")
     def _nonempty(self):

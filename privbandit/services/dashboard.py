@@ -73,15 +73,27 @@ def _floats(values: np.ndarray) -> list:
     return np.where(np.isfinite(values), values, None).tolist()
 
 
-def merged_rejections(obs) -> dict[str, int]:
-    """What the session refused, by reason: the parties' final counters and the observer's own."""
-    rejected: dict[str, int] = {}
+# Counted by a party but not refusals: authentic late copies of records an intermediary itself
+# asked the fleets for again (``late-resend``), which an honest session under load provokes. They
+# are reported apart (``summary.json``: ``late_copies``) so that ``rejected`` shows only what an
+# attacker, a fault or a defect causes: an unattacked session's is empty (issue #32 item 5).
+NOT_REFUSALS = ("late-resend",)
+
+
+def merged_counters(obs) -> dict[str, int]:
+    """Every counter of the session by reason: the parties' final counters and the observer's own."""
+    merged: dict[str, int] = {}
     for body in obs.stats.values():
         for reason, n in body.get("rejected", {}).items():
-            rejected[reason] = rejected.get(reason, 0) + n
+            merged[reason] = merged.get(reason, 0) + n
     for reason, n in obs.rejected.items():
-        rejected[reason] = rejected.get(reason, 0) + n
-    return {reason: n for reason, n in sorted(rejected.items()) if n}
+        merged[reason] = merged.get(reason, 0) + n
+    return {reason: n for reason, n in sorted(merged.items()) if n}
+
+
+def merged_rejections(obs) -> dict[str, int]:
+    """What the session refused, by reason (:data:`NOT_REFUSALS` aside)."""
+    return {reason: n for reason, n in merged_counters(obs).items() if reason not in NOT_REFUSALS}
 
 
 def _role_bytes(traffic_by_task: dict) -> dict[str, int]:
@@ -217,7 +229,9 @@ def audit_rows(out: Path) -> list[dict] | None:
     report = json.loads(path.read_text())
     return [{"name": t["name"], "release": t["release"], "guarantee": t["claim"]["guarantee"],
              "claimed": t["claim"].get("epsilon_at_delta"), "delta": t["audit"]["delta"],
-             "audited": t["audit"]["epsilon"], "verdict": t["verdict"], "samples": t["samples"]}
+             # a refused target's bound is about releases the audit could not vouch for: not shown
+             "audited": None if t["verdict"] == "refused" else t["audit"]["epsilon"], "verdict": t["verdict"],
+             "samples": t["samples"]}
             for t in report["targets"]]
 
 

@@ -44,7 +44,7 @@ from privbandit.runner.results import summarize, write_results
 from privbandit.services import codec
 from privbandit.services.bus import topic_party
 from privbandit.services.checkpoint import CheckpointError, spec_fingerprint
-from privbandit.services.dashboard import live_snapshot, merged_rejections
+from privbandit.services.dashboard import NOT_REFUSALS, live_snapshot, merged_counters, merged_rejections
 from privbandit.services.party import PartyService
 from privbandit.services.users import status_tag
 
@@ -170,7 +170,14 @@ class ObserverService(PartyService):
         self.bar = self.progress.add_task(f"{config.name} over MQTT", total=len(self.tasks))
         self.experiment = spec_fingerprint(config.model_dump(mode="json"))
         self.truth_msgs: dict[tuple[int, int], bytes] = {}  # the running task's accepted truths, encoded
-        self.last_truths: tuple[int, set[bytes]] = (-1, set())  # the last task's (a fleet may serve it again)
+        self.record_msgs: set[bytes] = set()  # … its accepted records, encoded
+        self.done_msg: bytes | None = None  # … and the analyzer's task-done
+        # The last task's accepted truths, records and task-done, encoded: a fleet may serve a plan
+        # of it again, and the analyzer answers a resync of it with its records and task-done,
+        # after this observer moved on. Byte-identical copies are ignored, as a duplicate within a
+        # task is; only a message that differs is refused (issue #32 item 5: unattacked sessions
+        # showed 88–125 wrong-task and 1–2 bad-status this way).
+        self.last_accepted: tuple[int, set[bytes]] = (-1, set())
         self.truths_saved = True
         self.truths_saved_at = time.monotonic()
         self.saved_truths: list[bytes] = []  # a resumed task's, restored once its scoring is set up
@@ -209,7 +216,7 @@ class ObserverService(PartyService):
         """Set up scoring of one task; returns its public spec (the control message's body)."""
         self.observer = Observer(self.grid, 1)
         self.row = self.family.row_maker(self.config, label)
-        self.truth_msgs = {}
+        self.truth_msgs, self.record_msgs, self.done_msg = {}, set(), None
         saved, self.saved_truths = self.saved_truths, []
         for data in saved:  # checked again: a checkpoint file is the observer's, not the fleets' word
             try:
@@ -258,7 +265,8 @@ class ObserverService(PartyService):
 
     async def next_task(self) -> None:
         self.index += 1
-        self.last_truths = (self.index - 1, set(self.truth_msgs.values()))
+        done = set() if self.done_msg is None else {self.done_msg}
+        self.last_accepted = (self.index - 1, set(self.truth_msgs.values()) | self.record_msgs | done)
         if self.index == len(self.tasks):
             self.truth_msgs = {}
             self.shutting_down = True
@@ -344,8 +352,7 @@ class ObserverService(PartyService):
             if not sender.startswith("users-"):
                 return self.reject("truth-not-from-users", name)
             if msg.task != self.index:
-                task, accepted = self.last_truths
-                if msg.task == task and codec.encode(msg) in accepted:
+                if self.sent_again(msg):
                     return None  # a fleet served a plan of the last task again: as a duplicate within a task
                 return self.reject("wrong-task", f"truth for task {msg.task}")
             if self.check_truth(msg):
@@ -354,16 +361,24 @@ class ObserverService(PartyService):
             if sender != "analyzer":
                 return self.reject("record-not-from-analyzer", name)
             if msg.task != self.index:
+                if self.sent_again(msg):
+                    return None  # the analyzer answered a resync of the last task after we moved on
                 return self.reject("wrong-task", f"record for task {msg.task}")
             record = codec.record_of(msg)
             try:
                 self.family.check_record(record)
             except ValueError as exc:
                 return self.reject("bad-record", f"round {msg.round}: {str(exc)[:120]}")
-            self.observer.on_record(record)
+            if self.observer.on_record(record):
+                self.record_msgs.add(codec.encode(msg))
         else:
             return self.reject("unexpected-kind", msg.kind)
         await self.maybe_finish_task()
+
+    def sent_again(self, msg) -> bool:
+        """Is ``msg`` a byte-identical copy of a truth, record or task-done accepted in the last task?"""
+        task, accepted = self.last_accepted
+        return msg.task == task and codec.encode(msg) in accepted
 
     def accept_truth(self, msg: codec.TruthMsg, data: bytes | None = None) -> None:
         if self.observer.on_truth(codec.truth_of(msg)):
@@ -402,11 +417,14 @@ class ObserverService(PartyService):
             await self.fail(f"{msg.party}: {str(msg.body.get('reason', msg.body))[:500]}")
         elif msg.state == "task-done":
             if msg.party != "analyzer" or msg.task != self.index:
+                if self.sent_again(msg):
+                    return None  # the analyzer answered a resync of the last task after we moved on
                 return self.reject("bad-status", f"task-done from {msg.party} for task {msg.task}")
             try:
                 self.analyzer_done = _TaskDone.model_validate(msg.body).model_dump()
             except ValidationError:
                 return self.reject("bad-status", "task-done body")
+            self.done_msg = codec.encode(msg)
             await self.maybe_finish_task()
         elif msg.state == "rounds":
             if (msg.party == "analyzer" or msg.party.startswith("users-") or msg.task is None
@@ -463,6 +481,7 @@ def add_wire_accounting(summary: dict, obs: ObserverService) -> None:
     the users sent, per user and per intermediary party (``per_user``: messages, payload bytes and
     wire bytes to each of k shufflers and in total, N users a run)."""
     summary["rejected"] = merged_rejections(obs)
+    summary["late_copies"] = sum(merged_counters(obs).get(reason, 0) for reason in NOT_REFUSALS)
     summary["parties_missing_stats"] = sorted(set(obs.parties) - set(obs.stats))
     for label, comm in summary["communication"].items():
         tasks = [str(i) for i, (_, l) in enumerate(obs.tasks) if l == label]

@@ -5,12 +5,28 @@ Every fleet answers every step of every secure round, with at least one (maybe e
 marked ``final``, so the aggregator knows when a step is complete without knowing which fleet
 hosts whom. A step that is not complete by its deadline goes on with what came: the missing users
 are dropouts, and Bonawitz et al.'s recovery (or a loud abort) follows.
+
+A deadline must tell a dropout from a slow machine (issue #32 item 7). A fleet is a process that
+answers the steps of every secure round in turn; on a starved machine (two busy loops per core)
+it answered a batch of ten 512- or 1,024-user rounds' ``shares`` steps one after another over more
+than 30 s, and every round past the deadline aborted for want of "live" users that were working. So a
+step past its deadline waits on while a fleet it still lacks shows it is alive: a new chunk of
+that fleet admitted (a valid MAC, not a duplicate; any round) within the last deadline. A fleet
+computes a step off its event loop, and meanwhile sends an empty, non-final chunk of the step every
+:data:`HEARTBEAT_S` (numbered from :data:`HEARTBEAT_CHUNK`, past any data chunk), so a fleet that
+takes minutes over one large round is heard from too. A fleet that died, or lost the broker, sends
+nothing, and its users are dropouts one deadline after the step opened (or after its last chunk),
+as before. A live fleet that keeps a step waiting is waited for at most :data:`STEP_EXTEND_MAX`
+deadlines in all.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
+import itertools
 import logging
+import math
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable
@@ -42,6 +58,15 @@ _ROW_BYTES = {"advertise": 8 + ADVERT_RECORD, "directory": 8 + ADVERT_RECORD, "s
               "delivery": 16 + CIPHERTEXT_BYTES, "masked": 16, "survivors": 8, "unmask": 17 + 4 * LIMBS}
 NEXT = {"advertise": "directory", "shares": "delivery", "masked": "survivors", "unmask": None}
 FLEET_STEPS = ("advertise", "shares", "masked", "unmask")
+# A step waits on for a fleet that is still sending chunks at most this many deadlines in all: a
+# fleet alive but withholding one round's step (a corrupt one) cannot hold it for ever. 10 × the
+# 30-s default is 300 s, beyond the observer's 240-s stall deadline for a session that moves not
+# at all, and 3× the slowest step measured under starvation (95 s: docs/secure-aggregation.md).
+STEP_EXTEND_MAX = 10
+# A fleet computing a step (key generation, share encryption, masking: 20 s for 10⁴ users on an
+# idle core) says it is alive this often, with an empty chunk of the step, far inside any deadline.
+HEARTBEAT_S = 1.0
+HEARTBEAT_CHUNK = 2**31  # heartbeat chunks are numbered from here; a step's data chunks from 0
 
 Send = Callable[[codec.SecAggMsg], Awaitable[None]]
 
@@ -72,6 +97,7 @@ class RoundCost:
     degree: int = 0  # the graph's k and t
     threshold: int = 0
     survivors: int | None = None  # the aggregator, once released: |U₃|, whose inputs the sum covers
+    extended: float = 0.0  # the aggregator: seconds its steps waited past the deadline for live fleets
     cpu: Counter = field(default_factory=Counter)
     sent: Counter = field(default_factory=Counter)
     started: float = field(default_factory=time.monotonic)
@@ -84,9 +110,10 @@ class RoundCost:
         steps = ", ".join(f"{k} {v:.3f}" for k, v in self.cpu.items())
         sent = ", ".join(f"{k} {v}" for k, v in self.sent.items())
         kept = "" if self.survivors is None else f", survivors {self.survivors}"
+        waited = f", extended_s {self.extended:.3f}" if self.extended else ""
         return (f"secagg cost: {party} round {self.round_id} {outcome}: users {self.users}{kept}, k {self.degree}, "
                 f"t {self.threshold}, cpu_s {sum(self.cpu.values()):.3f} ({steps}), sent_bytes {sum(self.sent.values())} ({sent}), "
-                f"wall_s {self.wall:.3f}")
+                f"wall_s {self.wall:.3f}{waited}")
 
 
 class _Timed:
@@ -140,6 +167,14 @@ def to_messages(step: str, batch, *, run: str, task: int, round_id: int, shard: 
         out.append(codec.SecAggMsg(run=run, task=task, round=round_id, step=step, shard=shard, shards=shards,
                                    chunk=c, final=hi >= n, records=rec[lo * width: hi * width], **fields))
     return out
+
+
+def _empty(step: str):
+    """A fleet's step batch with no row (a heartbeat's, or a fleet hosting none of the round)."""
+    none = np.zeros(0, np.int64)
+    return {"advertise": lambda: Adverts(none, b""), "shares": lambda: Shares(none, none, b""),
+            "masked": lambda: Masked(none, np.zeros((0, 1), np.int64)),
+            "unmask": lambda: Unmasks(none, none, none, none)}[step]()
 
 
 def from_messages(step: str, msgs: list[codec.SecAggMsg]):
@@ -215,29 +250,57 @@ class FleetSecAgg:
         self.aborted: dict[str, int] = {}
         self.costs: dict[int, RoundCost] = {}  # rounds in flight; finished ones go to the log
         self.finished: deque[RoundCost] = deque(maxlen=256)  # … and the last ones here
+        self.beats = itertools.count(HEARTBEAT_CHUNK)  # heartbeat chunk numbers: each chunk is new
 
-    async def _publish(self, step: str, round_id: int, batch) -> None:
+    async def _publish(self, step: str, round_id: int, batch, update: dict | None = None) -> None:
         cost = self.costs.get(round_id)
         for msg in to_messages(step, batch, run=self.run, task=self.task, round_id=round_id,
                                shard=self.shard, shards=self.shards):
+            msg = msg if update is None else msg.model_copy(update=update)
             signed = msg.model_copy(update={"tag": self.auth.mac(
                 "secagg-chunk", self.run, self.task, self.shard, payload=codec.encode(msg))})
             if cost is not None:
                 cost.sent[step] += len(codec.encode(signed))
             await self.send(signed)
 
+    async def _computing(self, step: str, round_id: int, work, *args):
+        """``work(*args)`` in a worker thread, one at a time (the fleet's handler awaits it, so
+        steps are computed in the order they came); meanwhile the event loop sends an empty,
+        non-final chunk of ``step`` every :data:`HEARTBEAT_S`, which tells the aggregator this
+        fleet is slow, not gone."""
+        done = asyncio.Event()
+
+        async def beat():
+            while True:
+                try:
+                    return await asyncio.wait_for(done.wait(), HEARTBEAT_S)
+                except asyncio.TimeoutError:  # still computing; a beat in flight is never cut short
+                    await self._publish(step, round_id, _empty(step), {"chunk": next(self.beats), "final": False})
+
+        beating = asyncio.create_task(beat())
+        try:
+            return await asyncio.to_thread(work, *args)
+        finally:
+            done.set()
+            await beating
+
     async def start(self, rnd, cohort: np.ndarray, values: dict[int, np.ndarray], dropouts: list[int]) -> None:
         """Round 0 for this fleet's users of round ``rnd``, whose users are ``cohort`` (its joins'
         members, ``rnd.expected`` of them); ``values`` and ``dropouts`` are the ones hosted here,
         possibly none: an empty final chunk."""
         cost = self.costs[rnd.id] = RoundCost(rnd.id, len({*values, *dropouts}))
-        with _Timed(cost, "advertise"):
+
+        def setup():
             config, graph = round_setup(self.run, self.task, rnd.id, cohort, rnd.m, rnd.secagg,
                                         rnd.secagg_degree, rnd.secagg_threshold, rnd.width)
-            cost.degree, cost.threshold = graph.degree, graph.threshold
             fleet = FleetRound(config, graph, self.identities, values, dropouts)
+            return graph, fleet, fleet.advertise()
+
+        with _Timed(cost, "advertise"):
+            graph, fleet, adverts = await self._computing("advertise", rnd.id, setup)
+            cost.degree, cost.threshold = graph.degree, graph.threshold
             self.rounds[rnd.id] = fleet
-            await self._publish("advertise", rnd.id, fleet.advertise())
+            await self._publish("advertise", rnd.id, adverts)
 
     async def on_message(self, msg: codec.SecAggMsg) -> str | None:
         """Returns a rejection reason, or None."""
@@ -263,12 +326,9 @@ class FleetSecAgg:
                 return None
             batch = from_messages(msg.step, box.messages())
             del self.inboxes[msg.round, msg.step]
-            if msg.step == "directory":
-                await self._publish("shares", msg.round, fleet.share(batch))
-            elif msg.step == "delivery":
-                await self._publish("masked", msg.round, fleet.mask(batch))
-            else:
-                await self._publish("unmask", msg.round, fleet.unmask(batch))
+            work = {"directory": fleet.share, "delivery": fleet.mask, "survivors": fleet.unmask}[msg.step]
+            await self._publish(answer, msg.round, await self._computing(answer, msg.round, work, batch))
+            if msg.step == "survivors":
                 for reason, count in fleet.aborted.items():
                     self.aborted[reason] = self.aborted.get(reason, 0) + count
                 del self.rounds[msg.round]
@@ -297,6 +357,8 @@ class AggregatorSecAgg:
         self.costs: dict[int, RoundCost] = {}  # rounds in flight; finished ones go to the log
         self.finished: deque[RoundCost] = deque(maxlen=256)  # … and the last ones here
         self._closing: list[tuple[RoundCost, str]] = []
+        self.heard: dict[int, float] = {}  # fleet → when a new chunk of it was last admitted (any round)
+        self.extending: set[tuple[int, str]] = set()  # (round, step) waiting past its deadline: logged once
 
     def open(self, rnd, cohort: np.ndarray) -> None:
         """A secure round among ``cohort`` (its joins' members, ``rnd.expected`` of them)."""
@@ -331,6 +393,8 @@ class AggregatorSecAgg:
         elif msg.shards != self.shards:
             return "secagg-shard-count"
         refused = box.add(msg)
+        if refused is None:  # a new chunk under the fleet's own key: it is alive (a replay is a duplicate)
+            self.heard[msg.shard] = time.monotonic()
         if refused == "secagg-conflicting-chunk":
             self._close(msg.round)
             await self.abort(msg.round, f"secure aggregation aborted at step {step!r}: fleet {msg.shard} sent two "
@@ -343,15 +407,37 @@ class AggregatorSecAgg:
         return None
 
     async def tick(self) -> None:
-        """Steps past their deadline go on with what came: the silent users are dropouts."""
+        """Steps past their deadline go on with what came (the silent users are dropouts), unless
+        a fleet the step still lacks is alive (:meth:`still_working`)."""
         for round_id, (_, step, box) in list(self.rounds.items()):
-            if time.monotonic() - box.opened > self.step_deadline_s:
-                with _Timed(self.costs.get(round_id), step):
-                    await self._advance(round_id)
-                self._log_closed()
+            now = time.monotonic()
+            if now - box.opened <= self.step_deadline_s or self.still_working(round_id, step, box, now):
+                continue
+            with _Timed(self.costs.get(round_id), step):
+                await self._advance(round_id)
+            self._log_closed()
+
+    def still_working(self, round_id: int, step: str, box: "_Inbox", now: float) -> bool:
+        """Past the deadline: does a fleet whose final chunk of this step has not come show it is
+        alive (a new chunk of it admitted within the last deadline, any round), with the step open
+        for less than :data:`STEP_EXTEND_MAX` deadlines? A slow machine, not a dropout: wait on."""
+        missing = set(range(self.shards or 1)) - box.finals
+        alive = sorted(s for s in missing if now - self.heard.get(s, -math.inf) <= self.step_deadline_s)
+        waited = now - box.opened
+        if not alive or waited > STEP_EXTEND_MAX * self.step_deadline_s:
+            return False
+        if (round_id, step) not in self.extending:
+            self.extending.add((round_id, step))
+            log.info("round %d: step %r past its %.0f s deadline; waiting on: fleet(s) %s still sending chunks",
+                     round_id, step, self.step_deadline_s, ", ".join(map(str, alive)))
+        return True
 
     async def _advance(self, round_id: int) -> None:
         server, step, box = self.rounds[round_id]
+        if (round_id, step) in self.extending:  # how long the step waited past its deadline
+            self.extending.discard((round_id, step))
+            if (cost := self.costs.get(round_id)) is not None:
+                cost.extended += max(0.0, time.monotonic() - box.opened - self.step_deadline_s)
         before = server.rejected
         try:
             batch = from_messages(step, box.messages())
@@ -392,6 +478,7 @@ class AggregatorSecAgg:
 
     def _close(self, round_id: int, outcome: str = "aborted") -> None:
         del self.rounds[round_id]
+        self.extending = {key for key in self.extending if key[0] != round_id}
         cost = self.costs.pop(round_id, None)
         if cost is not None:
             self._closing.append((cost, outcome))

@@ -226,10 +226,15 @@ class ExperimentConfig(ExperimentFile):
 
     @model_validator(mode="after")
     def _each_traffic_adversary_once(self):
-        twice = sorted({k for k in self.traffic_adversaries if self.traffic_adversaries.count(k) > 1})
-        if twice:
-            raise ValueError(f"traffic_adversaries: {', '.join(twice)} listed more than once (one process per kind)")
+        each_traffic_adversary_once(self.traffic_adversaries)
         return self
+
+
+def each_traffic_adversary_once(kinds: list[str]) -> None:
+    """One hostile process per kind: a kind listed twice is refused (every family's file)."""
+    twice = sorted({k for k in kinds if kinds.count(k) > 1})
+    if twice:
+        raise ValueError(f"traffic_adversaries: {', '.join(twice)} listed more than once (one process per kind)")
 
 
 # --- presets ---------------------------------------------------------------------------------

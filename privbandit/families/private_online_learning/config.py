@@ -12,7 +12,10 @@ see ``experiments/reproduce_online.py``), the arm means, and ``[algorithms.<labe
 - ``intermediary = "secagg"`` (distributed Anytime-Lazy-UCB, DP-SE, and FTNL with ``argmax_at =
   "analyzer"``): real secure aggregation instead of the ideal sum, with ``secagg_graph`` and the
   threat model's ``corrupt_fraction``, ``secagg_security_bits``, ``secagg_failure_bits`` (as in
-  the distributed-DP MAB family).
+  the distributed-DP MAB family);
+- ``adversary = {kind, fraction, magnitude}`` (:mod:`.adversaries`; not Hybrid-UCB, and no
+  ``colluders`` on Anytime-Lazy-UCB), and the session's ``traffic_adversaries``, as in the
+  distributed-DP MAB family (docs/attacks.md).
 """
 
 from __future__ import annotations
@@ -21,7 +24,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from privbandit.families.distributed_dp_mab.config import SecureAggregationOptions
+from privbandit.families.distributed_dp_mab.config import (
+    TRAFFIC_ADVERSARY_KINDS,
+    AdversaryConfig,
+    SecureAggregationOptions,
+    each_traffic_adversary_once,
+)
 from privbandit.protocol.primitives.secagg.parameters import ThreatModel
 from privbandit.runner.config import ExperimentFile, StrictModel
 
@@ -54,6 +62,26 @@ class OnlineAlgorithm(SecureAggregationOptions):
     argmax_at: Literal["intermediary", "analyzer"] = "intermediary"
     beta: Annotated[float, Field(gt=0, le=1)] | None = None
     p: Annotated[float, Field(gt=0, le=1)] | None = None
+    adversary: AdversaryConfig | None = None  # some users of every cohort attack (adversaries.py)
+
+    @model_validator(mode="after")
+    def _adversaries_it_takes(self):
+        if self.adversary is None:
+            return self
+        if self.algorithm == "hybrid-ucb":
+            raise ValueError("adversary: hybrid-ucb takes none (its in-process analyzer looks ahead at the users' "
+                             "true rewards, so a poisoned report breaks the look-ahead, not the learner)")
+        kind = self.adversary.kind
+        if kind == "colluders" and self.algorithm == "anytime-lazy-ucb":
+            raise ValueError("adversary: colluders on anytime-lazy-ucb are not built (an array fills over many plans, "
+                             "and no party counts the colluders of one array for the ledger against the coalition); "
+                             "they are on dp-se and ftnl")
+        if (kind == "colluders" and self.intermediary == "secagg"
+                and self.adversary.fraction > self.corrupt_fraction):
+            raise ValueError(f"corrupt_fraction = {self.corrupt_fraction:g} must be at least adversary.fraction = "
+                             f"{self.adversary.fraction:g}: the secure-aggregation graph is chosen for at most "
+                             f"corrupt_fraction colluding users, and this run simulates more")
+        return self
 
     @model_validator(mode="after")
     def _supported(self):
@@ -86,6 +114,13 @@ class OnlineExperiment(ExperimentFile):
     # analyzer-side argmax Kε/c). A table that sets its own epsilon is left as it is.
     calibrate: bool = False
     preset: str = "paper"  # read by the CLI's table; this family has no code preset
+    # Hostile client processes a run over MQTT starts next to the parties (services/hostile.py).
+    traffic_adversaries: list[Literal[TRAFFIC_ADVERSARY_KINDS]] = []  # type: ignore[valid-type]
+
+    @model_validator(mode="after")
+    def _each_traffic_adversary_once(self):
+        each_traffic_adversary_once(self.traffic_adversaries)
+        return self
 
     @model_validator(mode="before")
     @classmethod

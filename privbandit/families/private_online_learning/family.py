@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from privbandit.families.distributed_dp_mab import adversaries as mab_adversaries
+from privbandit.families.distributed_dp_mab.base import RoundParams
 from privbandit.families.distributed_dp_mab.learners import SajedSheffetSchedule, SuccessiveElimination, sajed_sheffet_width
 from privbandit.families.distributed_dp_mab.mechanisms import CentralLaplace, PolyaSecAgg
 from privbandit.families.distributed_dp_mab.parties import BanditUsers, EliminationServer
 from privbandit.families.distributed_dp_mab.world import BanditInstance
-from privbandit.families.private_online_learning import config as cfg
+from privbandit.families.private_online_learning import adversaries, config as cfg
 from privbandit.families.private_online_learning.mechanisms import (
     DistributedArraySum,
     DistributedNoisyMax,
@@ -17,12 +19,12 @@ from privbandit.families.private_online_learning.mechanisms import (
 )
 from privbandit.families.private_online_learning.parties import FtnlServer, HybridServer, LazyServer, OnlineBanditUsers
 from privbandit.families.private_online_learning.world import OnlineUsers
-from privbandit.protocol.privacy import Ledger, default_delta
+from privbandit.protocol.privacy import Ledger, NonPrivate as NonPrivateEvent, PureDP, default_delta
 from privbandit.protocol.spine.family import Family
 from privbandit.protocol.spine.observer import checkpoint_grid
 
 ROUND_FIELDS = ["user", "arm", "array", "epoch", "batch", "played", "next", "estimate_sum", "wrapped", "g", "tau",
-                "m", "sums_released"]
+                "m", "sums_released", "attackers", "epsilon_coalition"]
 
 
 def instance_of(config: cfg.OnlineExperiment) -> BanditInstance:
@@ -58,6 +60,7 @@ class PrivateOnlineLearning(Family):
     }
     experiment_model = cfg.OnlineExperiment
     round_fields = ROUND_FIELDS
+    adversaries = adversaries.ADVERSARIES
 
     def algorithm(self, config, label: str) -> cfg.OnlineAlgorithm:
         a = config.algorithms[label]
@@ -137,17 +140,40 @@ class PrivateOnlineLearning(Family):
         if a.algorithm == "dp-se":
             beta = a.beta if a.beta is not None else 1.0 / config.horizon
             return BanditUsers(inst, self.dp_se_mechanism(a, beta), config.seed, prefix, checkpoints)
-        p = a.p if a.p is not None else 1.0 / config.horizon
         width = inst.n_arms if a.algorithm == "ftnl" else 2
-        randomizer = None
-        if a.trust == "distributed":
-            randomizer = (DistributedNoisyMax(a.epsilon, p, a.rnm_multiplier, a.argmax_at) if a.algorithm == "ftnl"
-                          else DistributedArraySum(a.epsilon, p))
         return OnlineBanditUsers(OnlineUsers(inst, config.seed, prefix, width), config.seed, prefix, checkpoints,
-                                 randomizer)
+                                 self.randomizer(config, a))
+
+    def adversary(self, config, label: str, run: int):
+        """Poisoning users or colluders of one run (:mod:`.adversaries`); DP-SE's batches are the
+        MAB family's rounds and take the MAB family's adversaries."""
+        a = self.algorithm(config, label)
+        if a.adversary is None or a.adversary.fraction == 0:
+            return None
+        extra = {"magnitude": a.adversary.magnitude} if a.adversary.kind == "out-of-range" else {}
+        best = instance_of(config).best_arm
+        if a.algorithm == "dp-se":
+            beta = a.beta if a.beta is not None else 1.0 / config.horizon
+            return mab_adversaries.ADVERSARIES[a.adversary.kind](
+                a.adversary.fraction, self.dp_se_mechanism(a, beta), config.seed, (run, label), best_arm=best, **extra)
+        return adversaries.ADVERSARIES[a.adversary.kind](a.adversary.fraction, self.randomizer(config, a),
+                                                         config.seed, (run, label), best_arm=best, **extra)
+
+    def randomizer(self, config, a: cfg.OnlineAlgorithm):
+        """The users' randomizer of a distributed Anytime-Lazy-UCB or FTNL; None in the central model."""
+        if a.trust != "distributed":
+            return None
+        p = a.p if a.p is not None else 1.0 / config.horizon
+        return (DistributedNoisyMax(a.epsilon, p, a.rnm_multiplier, a.argmax_at) if a.algorithm == "ftnl"
+                else DistributedArraySum(a.epsilon, p))
 
     def row_maker(self, config, label: str):
         kind = self.algorithm(config, label).algorithm
+        attacked = self.algorithm(config, label).adversary is not None
+
+        def attackers(truths) -> dict:  # a round of one plan (a DP-SE batch, an FTNL epoch): its users' truths
+            return {"attackers": sum(t.extras.get("attackers", 0) for t in truths)} if attacked else {}
+
         if kind == "hybrid-ucb":  # one release per user: rounds.csv lists none
             return lambda record, truths: None
         if kind == "dp-se":
@@ -155,16 +181,58 @@ class PrivateOnlineLearning(Family):
                 b = record.body
                 q = b["params"]
                 return {"batch": b["batch"], "arm": b["arm"], "estimate_sum": b["estimate"], "wrapped": b["wrapped"],
-                        "g": q["g"], "tau": q["tau"], "m": q["m"]}
+                        "g": q["g"], "tau": q["tau"], "m": q["m"], "_params": q, **attackers(truths),
+                        "true_sum": sum(t.extras["reward_sum"] for t in truths)}  # for privbandit attack's error
 
             return dp_se_row
+        if kind == "ftnl":
+            return lambda record, truths: {**record.body, **attackers(truths)}
         return lambda record, truths: dict(record.body)
+
+    def finish(self, config, label: str, result) -> None:
+        """With colluders (DP-SE, FTNL), the ledger against the analyzer and the colluders: each
+        round's event for its ``reports − colluders`` honest shares (the MAB family's dropout
+        machinery: ``PolyaSecAgg.privacy_event``; FTNL's per coordinate, times 2 for the index or K
+        for the sums, as :meth:`DistributedNoisyMax.privacy_event`). Central guarantees do not
+        depend on the shares: the coalition's ε is the ledger's."""
+        a = self.algorithm(config, label)
+        colluding = a.adversary is not None and a.adversary.fraction > 0 and a.adversary.kind == "colluders"
+        ledger = Ledger(a.trust, a.epsilon, self.delta(config), users=config.horizon) if colluding else None
+        k = len(config.environment.means)
+        for row in result.rounds:
+            q = row.pop("_params", None)
+            if ledger is None:
+                continue
+            honest = row["reports"] - row["attackers"]
+            event = self.coalition_event(config, a, q, row, honest, k)
+            ledger.record(event)
+            row["epsilon_coalition"] = ledger.event_epsilon(event)
+        if ledger is not None:
+            result.privacy = {**result.privacy, "coalition": {
+                **ledger.summary(), "colluders": sum(row["attackers"] for row in result.rounds)}}
+
+    def coalition_event(self, config, a: cfg.OnlineAlgorithm, q: dict | None, row: dict, honest: int, k: int):
+        """One release's guarantee when only ``honest`` of its shares are secret from the analyzer."""
+        if honest < 1:
+            return NonPrivateEvent()
+        if a.trust == "central":
+            return (CentralLaplace(a.epsilon).privacy_event(RoundParams(**q)) if a.algorithm == "dp-se"
+                    else ReportNoisyMax(a.epsilon, a.rnm_multiplier).privacy_event(k))
+        if a.algorithm == "dp-se":
+            beta = a.beta if a.beta is not None else 1.0 / config.horizon
+            return self.dp_se_mechanism(a, beta).privacy_event(RoundParams(**q), honest)
+        rnm = self.randomizer(config, a)
+        per = rnm.mechanism.privacy_event(rnm.params(row["n"]), honest).pure_epsilon
+        return PureDP(per * (k if a.argmax_at == "analyzer" else 2))
 
     def label_summary(self, config, label: str, results: list) -> dict:
         a = self.algorithm(config, label)
         rows = [row for r in results for row in r.rounds]
-        return {"trust": a.trust, "releases_per_run": float(np.mean([r.privacy["releases"] for r in results])),
-                "wrap_arounds": sum(bool(x.get("wrapped")) for x in rows)}
+        out = {"trust": a.trust, "releases_per_run": float(np.mean([r.privacy["releases"] for r in results])),
+               "wrap_arounds": sum(bool(x.get("wrapped")) for x in rows)}
+        if a.adversary is not None and a.algorithm != "anytime-lazy-ucb":  # the attackers' reports, all runs
+            out["attackers"] = sum(x.get("attackers", 0) for x in rows)  # (an array's are not counted per round)
+        return out
 
     def experiment_summary(self, config) -> dict:
         env = config.environment

@@ -123,7 +123,13 @@ class DistributedArraySum:
         return self.mechanism.params(n)
 
     def randomize(self, rewards: np.ndarray, params: RoundParams, rng: np.random.Generator) -> np.ndarray:
-        return self.mechanism.randomize(rewards, params, rng).messages
+        return self.randomized(rewards, params, rng)[0]
+
+    def randomized(self, rewards: np.ndarray, params: RoundParams, rng: np.random.Generator
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """The residues and each user's encoding x̂ (what a poisoning user swaps out, adversaries.py)."""
+        out = self.mechanism.randomize(rewards, params, rng)
+        return out.messages, out.encoded
 
     def decode(self, released: int, params: RoundParams, rng: np.random.Generator):
         """The analyzer's A: the noisy reward sum (reward units), and whether it wrapped."""
@@ -268,8 +274,14 @@ class DistributedNoisyMax:
 
     def randomize(self, vectors: np.ndarray, params: RoundParams, rng: np.random.Generator) -> np.ndarray:
         """Each user's K residues; ``vectors`` has one row per user."""
+        return self.randomized(vectors, params, rng)[0]
+
+    def randomized(self, vectors: np.ndarray, params: RoundParams, rng: np.random.Generator
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """The residues and their encodings x̂, one row of K per user (adversaries.py swaps the latter)."""
         v = np.asarray(vectors, dtype=np.float64)
-        return self.mechanism.randomize(v.ravel(), params, rng).messages.reshape(v.shape)
+        out = self.mechanism.randomize(v.ravel(), params, rng)
+        return out.messages.reshape(v.shape), out.encoded.reshape(v.shape)
 
     def decode(self, released: np.ndarray, params: RoundParams, rng: np.random.Generator) -> np.ndarray:
         return np.array([self.mechanism.analyze(int(y), params, rng).reward_sum for y in released])

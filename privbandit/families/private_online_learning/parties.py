@@ -31,6 +31,7 @@ from collections.abc import Callable
 import numpy as np
 
 from privbandit.families.distributed_dp_mab.base import RoundParams
+from privbandit.families.distributed_dp_mab.parties import release_threshold
 from privbandit.families.private_online_learning.anytime_lazy_ucb import AnytimeLazyUCB, LazyPolicy
 from privbandit.families.private_online_learning.ftnl import FTNL
 from privbandit.families.private_online_learning.hybrid_streaks import HybridStreaks
@@ -55,8 +56,12 @@ NOISE_BLOCK = 1 << 16  # the analyzer's per-round noise is drawn this many round
 
 
 def raw_round(rid: int, n: int, width: int = 1) -> Round:
-    """Raw rewards in [0, 1] to the trusted analyzer (the central model): attributable reports."""
-    return Round(rid, "aggregator", "pass", expected=n, width=width, integer=False, low=0.0, high=1.0)
+    """Raw rewards in [0, 1] to the trusted analyzer (the central model): attributable reports. A
+    report outside [0, 1] is refused (``out-of-range``) and its user counts as a dropout: the round
+    is released over the others once at least the MAB family's ⌊2n/3⌋ + 1 reported (a poisoning
+    user cannot stall the run); an honest round is complete."""
+    return Round(rid, "aggregator", "pass", expected=n, width=width, integer=False, low=0.0, high=1.0,
+                 threshold=release_threshold(n))
 
 
 def modular_round(rid: int, n: int, q: RoundParams, width: int = 1, rule: str = "sum",
@@ -145,8 +150,10 @@ class LazyServer:
         r, n = self.learner.filling(arm)
         rng = stream(self.key, "round", rnd.id)
         if self.central:
-            noisy, wrapped = self.release.release(float(release.values[0, :, 0].sum()), n, rng), False
-            extra = {}
+            # Refused reports are dropouts: the survivors' noisy sum, scaled to the array's n
+            # (post-processing of the release: ε unchanged; × 1.0, exactly, when all reported).
+            noisy = self.release.release(float(release.values[0, :, 0].sum()), n, rng) * n / release.n_reports
+            wrapped, extra = False, {}
         else:
             q = self.release.params(n)
             noisy, wrapped = self.release.decode(int(release.values[0, 0]), q, rng)
@@ -252,7 +259,7 @@ class FtnlServer:
         self.rnm = (ReportNoisyMax(epsilon, multiplier) if self.central
                     else DistributedNoisyMax(epsilon, p, multiplier, argmax_at))
         self.t = 1
-        self.open: dict[int, int] = {}  # round → epoch
+        self.open: dict[int, int] = {}  # round (the epoch) → the plan that opened it
 
     @property
     def done(self) -> bool:
@@ -277,7 +284,7 @@ class FtnlServer:
             rnd = modular_round(s, n, self.rnm.params(n), width=k,
                                 rule="argmax" if self.argmax_at == "intermediary" else "sum", secure=secure,
                                 mode=self.secagg)
-        self.open[s] = s
+        self.open[s] = t0 - 1
         return [Plan(t0 - 1, t0 - 1, cohort, body, (rnd,), (Join(s, t0 - 1, n, n),))]
 
     def on_release(self, rnd: Round, release: Release) -> tuple[dict, Spend]:
@@ -286,7 +293,7 @@ class FtnlServer:
         s, n, played = self.learner.epoch, self.learner.epoch_length, self.learner.action
         rng = stream(self.key, "round", rnd.id)
         k = self.learner.n_actions
-        row = {"epoch": s, "played": played}
+        row = {"epoch": s, "played": played, "plan": self.open[rnd.id]}  # plan: its users' truths (observer)
         if self.central:
             nxt = self.rnm.select(release.values[0].sum(axis=0), rng)
         elif rnd.rule == "argmax":
@@ -372,9 +379,9 @@ class OnlineBanditUsers:
         reports = []
         b = plan.body
         if b["kind"] == "epoch":
-            values = x if self.randomizer is None else self.randomizer.randomize(
+            values, encoded = (x, x) if self.randomizer is None else self.randomizer.randomized(
                 x, self.randomizer.params(b["n"]), stream(self.seed, *self.prefix, "randomizer", plan.id, block))
-            reports.append((plan.joins[0].round_id, offsets, values[None], None))
+            reports.append((plan.joins[0].round_id, offsets, values[None], encoded))
             return BlockAnswer(truth, reports)
         if "round_of_arm" not in b:  # Hybrid-UCB: every user's raw reward into the plan's one round
             return BlockAnswer(truth, [(plan.joins[0].round_id, offsets, got.reshape(1, -1, 1), None)])
@@ -383,11 +390,11 @@ class OnlineBanditUsers:
             sel = np.flatnonzero(arms == j)
             rid = int(rounds[j])
             if self.randomizer is None:
-                values = got[sel]
+                values = encoded = got[sel]
             else:
                 q = self.randomizer.params(int(np.asarray(b["array_size"])[j]))
                 rng = stream(self.seed, *self.prefix, "randomizer", plan.id, block, int(j))
-                values = self.randomizer.randomize(got[sel], q, rng)
-            reports.append((rid, sel, values.reshape(1, -1, 1), None))
+                values, encoded = self.randomizer.randomized(got[sel], q, rng)
+            reports.append((rid, sel, values.reshape(1, -1, 1), encoded.reshape(-1, 1)))
         return BlockAnswer(truth, reports)
 

@@ -28,7 +28,7 @@ from privbandit.protocol.spine.events import Plan, Round
 @dataclass(frozen=True)
 class Block:
     """One block of a round's reporting users, as its attackers see it: the honest ``messages``
-    (R, k, width), the honest encodings (k,) (or None), and the ``attackers`` mask (k,)."""
+    (R, k, width), the honest encodings (k,) or (k, width) (or None), and the ``attackers`` mask (k,)."""
 
     plan: Plan
     round: Round

@@ -69,7 +69,7 @@ class AnalyzerLogic(Protocol):
 class BlockAnswer:
     """What one block of a plan's users does. ``reports``: per round it reports into, the offsets
     of the reporting users within the block, their values (R, k, width) and, for adversaries, their
-    honest encodings (k,) or None. ``truth``: the block's ground truth (observer only)."""
+    honest encodings (k,) or (k, width), or None. ``truth``: the block's ground truth (observer only)."""
 
     truth: Truth | None
     reports: list[tuple[int, np.ndarray, np.ndarray, np.ndarray | None]] = field(default_factory=list)
