@@ -17,7 +17,7 @@ from privbandit.services import codec
 from privbandit.services.bus import BusSettings
 from privbandit.services.dashboard import merged_counters
 from privbandit.services.observer import ObserverService
-from tests.services.test_checkpoint import RUN_ID, _mab, _Net, _services
+from tests.services.test_checkpoint import RUN_ID, USERS_KEY, _mab, _Net, _services
 
 PARTIES = ["analyzer", "aggregator", "users-0", "users-1"]
 
@@ -32,7 +32,7 @@ def _late_resync_session(tmp_path: Path):
     parties = [_services(fam, config, name, tmp_path / "state") for name in PARTIES]
     for name, service in zip(PARTIES, parties):
         net.attach(name, service)
-    obs = ObserverService(BusSettings(run_id=RUN_ID), fam, config, PARTIES, tmp_path / "out")
+    obs = ObserverService(BusSettings(run_id=RUN_ID), fam, config, PARTIES, tmp_path / "out", report_key=USERS_KEY)
     net.attach("observer", obs)
     resync = codec.encode(codec.ControlMsg(run=RUN_ID, action="resync", task=0))
 
