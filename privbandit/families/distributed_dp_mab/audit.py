@@ -204,10 +204,10 @@ def elimination_wire(family, config, label: str, target: AuditTarget, mechanism=
         server.mechanism = mechanism
     mechanism = server.mechanism
     if mechanism.trust_model == "central":
-        raise NoWirePath("central model: the intermediary passes the raw rewards; the privacy is the analyzer's "
-                         "own noise, drawn after the wire")
+        raise NoWirePath("central model: the intermediary sums the users' unnoised data; the privacy is the "
+                         "analyzer's own noise, drawn after the wire")
     if mechanism.trust_model == "none":
-        raise NoWirePath("non-private: the intermediary passes the raw rewards, and no claim is made")
+        raise NoWirePath("non-private: the intermediary sums the raw rewards, and no claim is made")
     n, k = int(target.details["n"]), int(target.details.get("reports", target.details["n"]))
     if n > USER_BLOCK:
         raise NoWirePath(f"--cohort {n}: over MQTT at most {USER_BLOCK} users a round (one block)")
