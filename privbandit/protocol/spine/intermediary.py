@@ -63,7 +63,6 @@ class _Part:
     at its slot as its message brings it; for a :func:`summed` round only their running sum."""
 
     join: Join
-    received: np.ndarray  # (count,) bool
     named: np.ndarray | None = None  # (count,) bool: who may report, when the join names its users
     # (R, count, width), the records' axis outermost in memory (the layout the gathers values[:, cand]
     # make, on which a float sum's rounding depends): allocated at the first record, and only the
@@ -72,6 +71,33 @@ class _Part:
     kept: np.ndarray | None = None
     accepted: int = 0
     sum: np.ndarray | None = None  # (R, width): a summed round's accepted records, added up (mod m)
+    # Who reported. While the records came in slot order from slot 0 without a gap (the in-process
+    # engine's blocks), the count of that prefix says it; the (count,) mask is made only once one
+    # did not (a fleet's blocks out of order, dropouts, a duplicate): a 2²⁵-report round in order
+    # then holds no 32 MiB of flags.
+    filled: int = 0
+    mask: np.ndarray | None = None
+
+    @property
+    def received(self) -> np.ndarray:
+        """(count,) bool: who of the join's range reported (made from the prefix on first use)."""
+        if self.mask is None:
+            self.mask = np.zeros(self.join.count, dtype=bool)
+            self.mask[:self.filled] = True
+        return self.mask
+
+    def free(self, span: slice) -> bool:
+        """Has no slot of ``span`` reported yet?"""
+        if self.mask is None:
+            return span.start >= self.filled
+        return not self.mask[span].any()
+
+    def mark(self, span: slice) -> None:
+        """The slots of ``span`` reported."""
+        if self.mask is None and span.start == self.filled:
+            self.filled = span.stop
+        else:
+            self.received[span] = True
 
     def keep(self, rnd: Round, slots: np.ndarray | slice, values: np.ndarray) -> None:
         """Take in accepted records at their slots (copied: the sender keeps ``values``)."""
@@ -95,7 +121,9 @@ class _Part:
         """The slots of every accepted record, increasing (a fresh array)."""
         if self.accepted == self.join.count:
             return np.arange(self.join.count)
-        return np.flatnonzero(self.received)
+        if self.mask is None:
+            return np.arange(self.filled)
+        return np.flatnonzero(self.mask)
 
 
 @dataclass
@@ -194,7 +222,7 @@ class Intermediary:
         if join.users is not None:
             named = np.zeros(join.count, dtype=bool)
             named[join.members() - join.first] = True
-        state.parts[plan.id] = _Part(join, np.zeros(join.count, dtype=bool), named)
+        state.parts[plan.id] = _Part(join, named)
         state.joined += join.reports
         self._touched.add(join.round_id)
         joined = self.plan_joins.setdefault(plan.id, [])
@@ -297,7 +325,7 @@ class Intermediary:
             return False
         span = slice(low, low + n)
         if seen is None:
-            if part.received[span].any():
+            if not part.free(span):
                 return False
         else:  # the plan reports into other rounds here too: who of its cohort has reported, anywhere
             at = part.join.first - self.plan_first[reports.plan_id] + low
@@ -305,7 +333,7 @@ class Intermediary:
                 return False
             seen[at:at + n] = True
         self.rejected["duplicate"] += 0  # receive's counter keys, zeros included, whichever way it went
-        part.received[span] = True
+        part.mark(span)
         part.keep(state.round, span, values)
         part.accepted += n
         state.received += n
