@@ -16,7 +16,9 @@ CPU seconds (user + system, ``resource.getrusage(RUSAGE_CHILDREN)``) and wall se
   same instance family at preset ``paper-code`` (the authors' constants), results directory and
   plot included: what a user types;
 - **privbandit task**: the same run through the Python API (``runner.tasks.execute``), no results
-  directory: the run alone, in a fresh process.
+  directory: the run alone, in a fresh process;
+- **warm**: once per algorithm, after the pairs, the same run a second time in one process (what
+  the fresh process pays once, excluded), against the median of the authors' fresh runs.
 
 The two sides alternate, pair by pair (the first side alternates too), so a load that changes
 during the benchmark falls on both. Each pair prints its own ratio; the summary gives the median
@@ -54,13 +56,16 @@ regret, _ = M.evaluate_one(alg, params, env, n, n)
 """
 
 TASK = r"""
-import sys
-from privbandit import registry
+import sys, time
 from privbandit.runner import config as experiment_files
 from privbandit.runner.tasks import Task, execute
 family, config = experiment_files.load(sys.argv[1], [])
 (label,) = family.labels(config)
 execute(Task(family.name, config, label, (0,)))
+if len(sys.argv) > 2:  # the same run again in this process, warm: its CPU seconds
+    start = time.process_time()
+    execute(Task(family.name, config, label, (0,)))
+    print(time.process_time() - start)
 """
 
 EXPERIMENT = """name = "authors-mab"
@@ -131,6 +136,11 @@ def main() -> None:
             a = got["authors"][-1][0]
             print(f"  {pair:<5}{load0:>5.1f}→{load1:<5.1f}{cells}{a / got['privbandit run'][-1][0]:>12.1f}×"
                   f"{a / got['privbandit task'][-1][0]:>13.1f}×", flush=True)
+        warm = float(subprocess.run(argv["privbandit task"] + ["warm"], check=True, capture_output=True,
+                                    text=True).stdout.split()[-1])
+        authors = statistics.median(a[0] for a in got["authors"])
+        print(f"  warm (second run in one process): {warm:.3f} CPU s; the authors' median {authors:.3f} s is "
+              f"{authors / warm:.0f}× that")
         for side in sides[1:]:
             ratios = [a[0] / p[0] for a, p in zip(got["authors"], got[side])]
             walls = [a[1] / p[1] for a, p in zip(got["authors"], got[side])]
