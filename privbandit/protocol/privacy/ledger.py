@@ -21,6 +21,7 @@ given; its (ε, δ) conversion of Rényi curves is dp-accounting's formula (:fun
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ from functools import lru_cache
 import numpy as np
 
 from privbandit.protocol.privacy.events import ORDERS, REPORTED_ORDERS, AdvancedComposition, PrivacyEvent
+
+log = logging.getLogger(__name__)
 
 
 def default_delta(users: int) -> float:
@@ -62,7 +65,10 @@ def rdp_to_dp(rdp: np.ndarray, delta: float, orders: np.ndarray = ORDERS) -> flo
     alphas, curve = np.asarray(orders, dtype=np.float64)[finite], rdp[finite]
     log_term, delta_term, stable, tv_bound = _conversion_terms(tuple(alphas.tolist()), float(delta))
     eps = np.where(stable, (curve + log_term) - delta_term, math.inf)
-    eps[curve < 0] = 0.0  # numerical noise from extreme events: dp-accounting warns and takes 0
+    if (curve < 0).any():  # numerical noise from extreme events: dp-accounting warns and takes 0
+        log.warning("negative Rényi divergence %.3g at order %g, probably numerical instability of an "
+                    "extreme event; ε = 0 at that order", curve.min(), alphas[curve.argmin()])
+        eps[curve < 0] = 0.0
     # δ ≥ sqrt(1 − e^{−ε(α)}), i.e. δ² + expm1(−ε(α)) > 0, only where ε(α) is below about δ²; decided
     # with math.expm1, as the library does, for those few orders.
     for i in np.flatnonzero(curve <= tv_bound):
