@@ -17,7 +17,9 @@ Costs are proportional to the message, not to the cohort: a fleet's records arri
 message's own duplicates are found in one pass (sorting only when they are not), and a message of
 consecutive ids, all valid and new, is admitted by slices, without a gather. Nor to the rounds
 open: which rounds are ready or starved is decided again only for the rounds an event touched. An
-integer sum is added up as its records are admitted (:func:`summed`): its reports are not kept.
+integer sum is added up as its records are admitted (:func:`summed`): its reports are not kept; any
+other round writes each record at its slot in one array, released as it is. Who reported is a count
+while the records come in slot order (the in-process engine's blocks), a flag per user only after.
 """
 
 from __future__ import annotations
