@@ -92,7 +92,9 @@ def run(
             raise ConfigError(f"--timeout {timeout}: must be > 0 seconds")
         if secagg_step_deadline is not None and not secagg_step_deadline > 0:
             raise ConfigError(f"--secagg-step-deadline {secagg_step_deadline}: must be > 0 seconds")
-        access = _broker_access(broker, run_id, credentials, ca_file, cert_file, key_file)
+        # In-process, only to refuse broker files given without --broker: the broker modules cost 0.2 s to import.
+        access = (_broker_access(broker, run_id, credentials, ca_file, cert_file, key_file)
+                  if transport == "mqtt" or credentials or ca_file or cert_file or key_file else {})
         if broker is not None:
             _broker_reachable(broker)  # before --out is touched: --overwrite would remove the earlier results
         dashboard_port = _page_port(dashboard, dashboard_port)
@@ -306,9 +308,11 @@ def _page_port(dashboard: bool, port: int | None) -> int | None:
     """The dashboard's port, or None without --dashboard; --dashboard-port alone is an error."""
     if port is not None and not dashboard:
         raise ConfigError(f"--dashboard-port {port}: only with --dashboard")
+    if not dashboard:
+        return None
     from privbandit.services.dashboard import DEFAULT_PORT
 
-    return (DEFAULT_PORT if port is None else port) if dashboard else None
+    return DEFAULT_PORT if port is None else port
 
 
 def _broker_access(broker: str | None, run_id: str | None, credentials: Path | None, ca_file: Path | None, cert_file: Path | None,

@@ -127,6 +127,11 @@ class CanaryUsers:
                 self.bits[(rep.round_id, int(rep.user_ids[at]))] = bit
         return reports, truths
 
+    def serve(self, plan, blocks=None, rounds=None):
+        """The engine's way in: the plan's blocks gathered into one batch (a canary goes into the
+        first batch a round receives, as a fleet would send it)."""
+        yield self.respond(plan, blocks, rounds)
+
 
 class ReleaseScores:
     """The analyzer of the canary run, tapped: ``score(release, record)`` of every release it

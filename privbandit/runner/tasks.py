@@ -60,6 +60,12 @@ def parties(fam, config, label: str, runs: list[int], oracle: bool = True):
 
 
 def execute(task: Task) -> tuple[str, tuple[int, ...], RunResult, float]:
+    # The engine serves one block at a time, and every block's temporaries (0.5–1 MiB arrays) would
+    # otherwise be faulted in afresh: at T = 10⁸, 3·10⁵ page faults, a fifth of a Dist-DP-SE run's CPU
+    # (docs/performance.md). The parties' helper, which imports nothing of the services.
+    from privbandit.services.allocator import keep_freed_memory
+
+    keep_freed_memory()
     start = time.perf_counter()
     fam = registry.family(task.family)
     runs = list(task.runs)

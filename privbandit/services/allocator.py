@@ -9,7 +9,8 @@ T = 10⁸, those faults cost more CPU than the users' Pólya noise.
 
 :func:`keep_freed_memory` raises both thresholds. Then a block's temporaries reuse the pages the
 previous block freed. The cost is memory: a party keeps up to ``trim_bytes`` of freed heap
-resident. Only the parties call it; the in-process engine measured no gain (docs/performance.md).
+resident. The parties call it, and so does every in-process task (``runner.tasks.execute``): since the
+engine serves one block at a time it faults the same way (docs/performance.md).
 """
 
 from __future__ import annotations

@@ -22,7 +22,22 @@ from privbandit.protocol.spine.intermediary import Intermediary, first_of_each, 
 
 
 class Frozen(Intermediary):
-    """receive and release as they were before the fast admission and the running sums."""
+    """receive and release as they were before the fast admission and the running sums (and its
+    parts' storage: slots and values per message, gathered at the release)."""
+
+    def _stored(self, round_id: int, plan_id: int) -> tuple[list, list]:
+        return self.__dict__.setdefault("stored", {}).setdefault((round_id, plan_id), ([], []))
+
+    def _collected(self, round_id: int, plan_id: int, ordered: bool):
+        slot_list, value_list = self._stored(round_id, plan_id)
+        if not slot_list:
+            return np.zeros(0, np.int64), None
+        slots = np.concatenate(slot_list)
+        values = np.concatenate(value_list, axis=1)
+        if ordered and slots.size > 1 and not bool(np.all(slots[1:] > slots[:-1])):
+            order = np.argsort(slots, kind="stable")
+            slots, values = slots[order], values[:, order]
+        return slots, values
 
     def receive(self, reports: Reports) -> int:
         ids = np.asarray(reports.user_ids)
@@ -67,8 +82,9 @@ class Frozen(Intermediary):
         slots = idx[cand]
         part.received[slots] = True
         if cand.size:
-            part.slots.append(slots)
-            part.values.append(values[:, cand])
+            slot_list, value_list = self._stored(reports.round_id, reports.plan_id)
+            slot_list.append(slots)
+            value_list.append(values[:, cand])
         part.accepted += cand.size
         state.received += cand.size
         if cand.size:
@@ -90,7 +106,7 @@ class Frozen(Intermediary):
                                 f"threshold {rnd.min_reports}; nothing released")
         parts = [state.parts[p] for p in sorted(state.parts)]
         exact = rnd.rule in ("sum", "argmax") and rnd.integer and rnd.secagg is None
-        got = [p.collected(ordered=not exact) for p in parts]
+        got = [self._collected(round_id, p, ordered=not exact) for p in sorted(state.parts)]
         dtype = np.int64 if rnd.integer else np.float64
         values = np.concatenate([v for _, v in got if v is not None] or [np.zeros((self.runs, 0, rnd.width), dtype)],
                                 axis=1).astype(dtype, copy=False)
@@ -273,5 +289,5 @@ def test_a_summed_round_keeps_no_report():
     for at in range(0, 4096, 512):
         assert box.receive(Reports(0, 0, np.arange(at, at + 512), values[:, at:at + 512])) == 512
     part = box.rounds[0].parts[0]
-    assert part.slots == [] and part.values == [] and part.sum.tolist() == [[int(values.sum()) % 2**37]]
+    assert part.kept is None and part.sum.tolist() == [[int(values.sum()) % 2**37]]
     assert box.release(0).values.tolist() == [[int(values.sum()) % 2**37]]

@@ -134,7 +134,7 @@ def test_refusals_name_the_option(args, message):
 
 @pytest.mark.parametrize("args, message", [
     (["--family", "distributed-dp-mab", "--algorithm", "cdp-se"],
-     "--transport mqtt: central model: the intermediary passes the raw rewards"),
+     "--transport mqtt: central model: the intermediary sums the users' unnoised data"),
     (["experiments/pol_ftnl.toml", "--algorithm", "ftnl", "--algorithm", "ftnl@c=2"],
      "--transport mqtt: central model: the aggregator passes every user's raw reward vector"),
     (["experiments/pol_setting1.toml", "--algorithm", "hybrid-ucb"],

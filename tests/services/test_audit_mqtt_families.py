@@ -230,7 +230,7 @@ def test_online_array_sums_through_the_real_aggregator(tmp_path, acl_broker):
     assert flagged["claim"]["epsilon_pure"] == pytest.approx(1.0)
     assert flagged["verdict"] == "violation" and flagged["audit"]["epsilon"] > 2, flagged["audit"]
     for label, why in (("anytime-lazy-ucb", "central model: the aggregator passes the array's raw rewards"),
-                       ("dp-se", "central model: the intermediary passes the raw rewards"),
+                       ("dp-se", "central model: the intermediary sums the users' unnoised data"),
                        ("hybrid-ucb", "central model (Hybrid-UCB has no other)")):
         r = results[name(label)]
         assert r["transport"] == "inproc" and r["mqtt"]["why_not"].startswith(why), (label, r["mqtt"])

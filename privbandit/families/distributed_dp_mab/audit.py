@@ -19,6 +19,7 @@ randomizer (:meth:`~.base.Mechanism.randomize`) over every user of the cohort, t
   user's residue split into the round's shares by the family's own users' code, the multiset of all
   shares reduced to their sum mod m (what the analyzer decodes; the shares' other structure is what
   the closeness bound covers, and no statistic of it is tested here);
+- the raw rewards' sum (``sum`` of reals, SE): the sum as it is;
 - attributable reports (``pass``, LDP-SE): user 0's report only. The other n − 1 reports are
   independent of it and identically distributed under both inputs, so the likelihood ratio of the
   whole release is that of user 0's report: the audit loses nothing and skips n − 1 draws;
@@ -49,6 +50,7 @@ DEFAULT_COHORT = 16
 
 RELEASES = {
     "sum": "the modular sum of the cohort's residues (secure aggregation)",
+    "real-sum": "the sum of the cohort's raw rewards, as it is (no noise)",
     "mix": "the shuffled multiset of the cohort's split-and-mix shares, as their sum mod m",
     "shuffle": "the shuffled multiset of the cohort's residues, as the count equal to user 0's input-1 encoding",
     "pass": "user 0's attributable report (the others are ancillary)",
@@ -71,8 +73,9 @@ def mechanism_target(mechanism: Mechanism, rnd, n: int, claim, delta: float, fam
     if not 1 <= k <= n:
         raise ValueError(f"reports={k} must lie in [1, n={n}]")
     central = mechanism.trust_model == "central"
-    view = "central" if central else "mix" if rnd.messages else rnd.rule
     integer = q.m is not None
+    view = ("central" if central else "mix" if rnd.messages else
+            "real-sum" if rnd.rule == "sum" and not integer else rnd.rule)
     event = release_event(mechanism, rnd, q, k, delta)
 
     def rewards(which: int, count: int, users: int) -> np.ndarray:
@@ -204,10 +207,10 @@ def elimination_wire(family, config, label: str, target: AuditTarget, mechanism=
         server.mechanism = mechanism
     mechanism = server.mechanism
     if mechanism.trust_model == "central":
-        raise NoWirePath("central model: the intermediary passes the raw rewards; the privacy is the analyzer's "
-                         "own noise, drawn after the wire")
+        raise NoWirePath("central model: the intermediary sums the users' unnoised data; the privacy is the "
+                         "analyzer's own noise, drawn after the wire")
     if mechanism.trust_model == "none":
-        raise NoWirePath("non-private: the intermediary passes the raw rewards, and no claim is made")
+        raise NoWirePath("non-private: the intermediary sums the raw rewards, and no claim is made")
     n, k = int(target.details["n"]), int(target.details.get("reports", target.details["n"]))
     if n > USER_BLOCK:
         raise NoWirePath(f"--cohort {n}: over MQTT at most {USER_BLOCK} users a round (one block)")

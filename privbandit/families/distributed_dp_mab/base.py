@@ -24,7 +24,9 @@ from privbandit.protocol.primitives import encoding
 from privbandit.protocol.privacy import PrivacyEvent
 
 TrustModel = Literal["distributed", "central", "local", "none"]
-Intermediary = Literal["modular-sum", "pass-through"]
+# What the intermediary computes of a round's reports: their sum mod m, their plain sum (raw rewards
+# for a trusted analyzer, which needs nothing else), or nothing (every report passes, attributable).
+Intermediary = Literal["modular-sum", "sum", "pass-through"]
 
 
 @dataclass(frozen=True)
@@ -209,9 +211,14 @@ class ModularMechanism(Mechanism):
 
 
 class RealSumMechanism(Mechanism):
-    """Users hand raw rewards to a trusted analyzer, which may add continuous noise to the sum."""
+    """Users hand raw rewards to a trusted analyzer, which may add continuous noise to the sum.
 
-    intermediary: ClassVar[Intermediary] = "pass-through"
+    The round releases the rewards' sum, all the analyzer uses (as CDP-SE's modular sum): the
+    intermediary adds the float64 rewards in user order exactly as ``numpy.sum`` over the reports
+    did when they were released one by one, so the sums are the same to the bit, and a round holds
+    8 bytes per report (not its reports and their ids twice over)."""
+
+    intermediary: ClassVar[Intermediary] = "sum"
 
     def randomize(self, rewards: np.ndarray, params: RoundParams, rng: np.random.Generator) -> UserOutput:
         rewards = np.asarray(rewards, dtype=np.float64)

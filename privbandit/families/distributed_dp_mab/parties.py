@@ -9,8 +9,8 @@
   the served arm's gap, realized regret) goes to the block's Truth, which only the observer gets.
 
 The round a plan opens says what the intermediary releases: the modular sum (the aggregator's ideal
-functionality, or real secure aggregation), the reports themselves (local model, or DP-SE/SE's raw
-rewards to a trusted analyzer), or, behind a shuffler, a uniformly permuted multiset: of every
+functionality, or real secure aggregation), the plain sum of DP-SE/SE's raw rewards (for a trusted
+analyzer), the reports themselves (local model), or, behind a shuffler, a uniformly permuted multiset: of every
 user's split-and-mix shares of her residue (``intermediary = "shuffler"``, Theorem 3's route:
 :mod:`privbandit.protocol.primitives.shuffle_sum`), or of the residues themselves
 (``"shuffler-residues"``, which no proof covers).
@@ -148,7 +148,7 @@ class EliminationServer:
         if self.intermediary != "aggregator":
             rule = "shuffle"
         else:
-            rule = "sum" if self.mechanism.intermediary == "modular-sum" else "pass"
+            rule = "pass" if self.mechanism.intermediary == "pass-through" else "sum"
         if self.intermediary == "shuffler":  # Theorem 3: each user's residue as s shares, every share a message
             return split_round(rid, cohort, split_shares(self.mechanism, q, cohort, self.delta), q.m)
         window = None

@@ -13,7 +13,7 @@ So the distributed-DP MAB family records every round in lane ``"round"`` with it
 user's reward enters one release: the run's guarantee is its worst round, Alg. 1 footnote 4); a
 concurrent-shuffle counter records level i's batches in lane ``"level-i"``; persistent users' gradient
 steps share their batch's group. The ledger never states more than the composition of what it was
-given; (ε, δ) conversions are dp-accounting's.
+given; its (ε, δ) conversion of Rényi curves is dp-accounting's formula (:func:`rdp_to_dp`).
 
 δ is a claim about a population: a default of 1/(10·N) for the N users a run protects
 (:func:`default_delta`), and a warning in the summary whenever δ ≥ 1/N.
@@ -21,6 +21,7 @@ given; (ε, δ) conversions are dp-accounting's.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ from functools import lru_cache
 import numpy as np
 
 from privbandit.protocol.privacy.events import ORDERS, REPORTED_ORDERS, AdvancedComposition, PrivacyEvent
+
+log = logging.getLogger(__name__)
 
 
 def default_delta(users: int) -> float:
@@ -40,18 +43,54 @@ def default_delta(users: int) -> float:
 
 
 def rdp_to_dp(rdp: np.ndarray, delta: float, orders: np.ndarray = ORDERS) -> float:
-    """The smallest ε with (ε, δ)-DP implied by a Rényi curve (dp-accounting's conversion)."""
+    """The smallest ε with (ε, δ)-DP implied by a Rényi curve ε(α) over ``orders``: the minimum over
+    the orders α of
+
+        ε(α) + log(1 − 1/α) − log(αδ)/(α − 1)
+
+    (Chowdhury & Zhou 2023, Lemma 10; Canonne, Kamath & Steinke 2020, Proposition 12), or 0 at an
+    order where δ ≥ sqrt(1 − e^{−ε(α)}) (total variation from the KL divergence, which ε(α) bounds),
+    or 0 where the curve is negative; orders up to 1.01 are not used (the bound is unstable there).
+    This is dp-accounting's ``compute_epsilon``, term for term: the terms that depend on α and δ
+    alone come from the same ``math`` calls, so the result is the same double
+    (``tests/protocol/test_rdp_conversion.py`` holds it to the library over many curves). It is
+    written here so that no run imports dp-accounting for it: the library loads scipy.signal and
+    scipy.stats, 0.7–0.8 CPU-seconds in every process that converts."""
     if not 0 < delta < 1:
         raise ValueError(f"delta={delta} must lie in (0, 1)")
+    rdp = np.asarray(rdp, dtype=np.float64)
     finite = np.isfinite(rdp)
     if not finite.any():
         return math.inf
-    # Imported here: dp_accounting pulls in scipy.signal and friends (~1.5 s), which every party
-    # process would otherwise pay at start, though only the ledger's summary converts.
-    from dp_accounting.rdp import compute_epsilon
+    alphas, curve = np.asarray(orders, dtype=np.float64)[finite], rdp[finite]
+    log_term, delta_term, stable, tv_bound = _conversion_terms(tuple(alphas.tolist()), float(delta))
+    eps = np.where(stable, (curve + log_term) - delta_term, math.inf)
+    if (curve < 0).any():  # numerical noise from extreme events: dp-accounting warns and takes 0
+        log.warning("negative Rényi divergence %.3g at order %g, probably numerical instability of an "
+                    "extreme event; ε = 0 at that order", curve.min(), alphas[curve.argmin()])
+        eps[curve < 0] = 0.0
+    # δ ≥ sqrt(1 − e^{−ε(α)}), i.e. δ² + expm1(−ε(α)) > 0, only where ε(α) is below about δ²; decided
+    # with math.expm1, as the library does, for those few orders.
+    for i in np.flatnonzero(curve <= tv_bound):
+        if delta * delta + math.expm1(-float(curve[i])) > 0:
+            eps[i] = 0.0
+    return max(0.0, float(eps.min()))
 
-    eps, _ = compute_epsilon(orders[finite].tolist(), rdp[finite].tolist(), delta)
-    return float(eps)
+
+@lru_cache(maxsize=256)
+def _conversion_terms(alphas: tuple[float, ...], delta: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """Per order α: log(1 − 1/α) and log(αδ)/(α − 1) (``math``'s, as dp-accounting computes them),
+    whether α > 1.01; and a bound above which no ε(α) can meet the total-variation condition."""
+    if any(a < 1 for a in alphas):
+        raise ValueError(f"Rényi orders must be at least 1 (got {min(alphas)})")
+    log_term = np.array([math.log1p(-1 / a) if a > 1.01 else 0.0 for a in alphas])
+    delta_term = np.array([math.log(delta * a) / (a - 1) if a > 1.01 else 0.0 for a in alphas])
+    stable = np.array([a > 1.01 for a in alphas])
+    # δ² + expm1(−r) > 0 ⟺ r < −log1p(−δ²); twice that leaves any rounding far behind.
+    tv_bound = -2.0 * math.log1p(-delta * delta)
+    for arr in (log_term, delta_term, stable):
+        arr.setflags(write=False)
+    return log_term, delta_term, stable, tv_bound
 
 
 @lru_cache(maxsize=4096)

@@ -5,7 +5,8 @@ stacked on the runs axis when the family's plans line up across runs.
     while plans := analyzer.next_plans():
         for plan in plans:
             intermediaries open the plan's rounds and join its users
-            users respond: reports to the intermediaries, truths to the observer
+            users serve it block by block: each block's reports to the intermediaries
+                and its truth to the observer, as they come
             every round the plan completed is released, decoded, recorded
 
 A round completes when all the reports it expects came, or once every user joined into it has
@@ -33,11 +34,12 @@ def run(analyzer: Analyzer, users: Users, intermediaries: dict[str, Intermediary
             boxes = {intermediaries[rounds[j.round_id].intermediary] for j in plan.joins}
             for box in boxes:
                 box.open_plan(plan)
-            reports, truths = users.respond(plan, rounds=rounds)
-            for truth in truths:
-                observer.on_truth(truth)
-            for rep in reports:
-                intermediaries[rounds[rep.round_id].intermediary].receive(rep)
+            # Block by block, straight through: the engine holds one block of a cohort at a time.
+            for reports, truths in users.serve(plan, rounds=rounds):
+                for truth in truths:
+                    observer.on_truth(truth)
+                for rep in reports:
+                    intermediaries[rounds[rep.round_id].intermediary].receive(rep)
             for box in sorted(boxes, key=lambda b: b.name):
                 box.answered(plan.id)
                 if starved := box.starved():

@@ -17,7 +17,9 @@ Costs are proportional to the message, not to the cohort: a fleet's records arri
 message's own duplicates are found in one pass (sorting only when they are not), and a message of
 consecutive ids, all valid and new, is admitted by slices, without a gather. Nor to the rounds
 open: which rounds are ready or starved is decided again only for the rounds an event touched. An
-integer sum is added up as its records are admitted (:func:`summed`): its reports are not kept.
+integer sum is added up as its records are admitted (:func:`summed`): its reports are not kept; any
+other round writes each record at its slot in one array, released as it is. Who reported is a count
+while the records come in slot order (the in-process engine's blocks), a flag per user only after.
 """
 
 from __future__ import annotations
@@ -59,36 +61,71 @@ def add_sums(total: np.ndarray | None, values: np.ndarray, m: int | None) -> np.
 
 @dataclass
 class _Part:
-    """One join's slots in a round: who of the plan's range reported, and what, as the messages
-    brought it (slots and values per message: memory and time follow the reports, not the range);
-    for a :func:`summed` round only their running sum."""
+    """One join's slots in a round: who of the plan's range reported, and what, each record written
+    at its slot as its message brings it; for a :func:`summed` round only their running sum."""
 
     join: Join
-    received: np.ndarray  # (count,) bool
     named: np.ndarray | None = None  # (count,) bool: who may report, when the join names its users
-    slots: list[np.ndarray] = field(default_factory=list)
-    values: list[np.ndarray] = field(default_factory=list)  # (R, k, width) each
+    # (R, count, width), the records' axis outermost in memory (the layout the gathers values[:, cand]
+    # make, on which a float sum's rounding depends): allocated at the first record, and only the
+    # pages of the slots written are ever touched. One array, not a list of messages to concatenate
+    # at the release: a round of n kept reports costs 8 bytes per entry once, not twice.
+    kept: np.ndarray | None = None
     accepted: int = 0
     sum: np.ndarray | None = None  # (R, width): a summed round's accepted records, added up (mod m)
+    # Who reported. While the records came in slot order from slot 0 without a gap (the in-process
+    # engine's blocks), the count of that prefix says it; the (count,) mask is made only once one
+    # did not (a fleet's blocks out of order, dropouts, a duplicate): a 2²⁵-report round in order
+    # then holds no 32 MiB of flags.
+    filled: int = 0
+    mask: np.ndarray | None = None
 
-    def keep(self, rnd: Round, slots: np.ndarray, values: np.ndarray) -> None:
-        """Take in accepted records (``values`` the part's own: the caller copied it)."""
+    @property
+    def received(self) -> np.ndarray:
+        """(count,) bool: who of the join's range reported (made from the prefix on first use)."""
+        if self.mask is None:
+            self.mask = np.zeros(self.join.count, dtype=bool)
+            self.mask[:self.filled] = True
+        return self.mask
+
+    def free(self, span: slice) -> bool:
+        """Has no slot of ``span`` reported yet?"""
+        if self.mask is None:
+            return span.start >= self.filled
+        return not self.mask[span].any()
+
+    def mark(self, span: slice) -> None:
+        """The slots of ``span`` reported."""
+        if self.mask is None and span.start == self.filled:
+            self.filled = span.stop
+        else:
+            self.received[span] = True
+
+    def keep(self, rnd: Round, slots: np.ndarray | slice, values: np.ndarray) -> None:
+        """Take in accepted records at their slots (copied: the sender keeps ``values``)."""
         if summed(rnd):
             self.sum = add_sums(self.sum, values, rnd.m)
-        else:
-            self.slots.append(slots)
-            self.values.append(values)
+            return
+        if self.kept is None:
+            runs, _, width = values.shape
+            dtype = np.int64 if rnd.integer else np.float64
+            self.kept = np.empty((self.join.count, runs, width), dtype).transpose(1, 0, 2)
+        self.kept[:, slots] = values
 
-    def collected(self, ordered: bool = True) -> tuple[np.ndarray, np.ndarray]:
-        """(slots, values) of every accepted record, in slot order (``ordered``), else as they came."""
-        if not self.slots:
-            return np.zeros(0, np.int64), None
-        slots = np.concatenate(self.slots)
-        values = np.concatenate(self.values, axis=1)
-        if ordered and slots.size > 1 and not bool(np.all(slots[1:] > slots[:-1])):
-            order = np.argsort(slots, kind="stable")
-            slots, values = slots[order], values[:, order]
-        return slots, values
+    def collected(self) -> np.ndarray | None:
+        """The values of every accepted record, in slot order: the part's own array (not a copy)
+        when every slot reported; None before any record."""
+        if self.kept is None or self.accepted == self.join.count:
+            return self.kept
+        return self.kept[:, self.reporters()]
+
+    def reporters(self) -> np.ndarray:
+        """The slots of every accepted record, increasing (a fresh array)."""
+        if self.accepted == self.join.count:
+            return np.arange(self.join.count)
+        if self.mask is None:
+            return np.arange(self.filled)
+        return np.flatnonzero(self.mask)
 
 
 @dataclass
@@ -187,7 +224,7 @@ class Intermediary:
         if join.users is not None:
             named = np.zeros(join.count, dtype=bool)
             named[join.members() - join.first] = True
-        state.parts[plan.id] = _Part(join, np.zeros(join.count, dtype=bool), named)
+        state.parts[plan.id] = _Part(join, named)
         state.joined += join.reports
         self._touched.add(join.round_id)
         joined = self.plan_joins.setdefault(plan.id, [])
@@ -290,7 +327,7 @@ class Intermediary:
             return False
         span = slice(low, low + n)
         if seen is None:
-            if part.received[span].any():
+            if not part.free(span):
                 return False
         else:  # the plan reports into other rounds here too: who of its cohort has reported, anywhere
             at = part.join.first - self.plan_first[reports.plan_id] + low
@@ -298,11 +335,8 @@ class Intermediary:
                 return False
             seen[at:at + n] = True
         self.rejected["duplicate"] += 0  # receive's counter keys, zeros included, whichever way it went
-        part.received[span] = True
-        # A summed round only adds the values up. Any other keeps them as receive's gather would:
-        # a copy (the sender keeps its array) in the gather's memory order, on which a float sum's
-        # rounding depends (values[:, cand] puts the records' axis outermost).
-        part.keep(state.round, idx, values if summed(state.round) else values[:, np.arange(n)])
+        part.mark(span)
+        part.keep(state.round, span, values)
         part.accepted += n
         state.received += n
         self._touched.add(reports.round_id)
@@ -372,12 +406,13 @@ class Intermediary:
                                 f"threshold {rnd.min_reports}; nothing released")
         parts = [state.parts[p] for p in sorted(state.parts)]
         if summed(rnd):  # added up as admitted (exact in any order): nothing to gather or sort
-            got, values = [], None
+            values = None
         else:  # a float sum, a shuffle (its keyed permutation applies to the order), a pass: slot order
-            got = [p.collected() for p in parts]
+            kept = [v for v in (p.collected() for p in parts) if v is not None]
             dtype = np.int64 if rnd.integer else np.float64
-            values = np.concatenate([v for _, v in got if v is not None] or [np.zeros((self.runs, 0, rnd.width), dtype)],
-                                    axis=1).astype(dtype, copy=False)
+            # One part's own array as it is (a concatenation would copy it, keeping its layout).
+            values = (kept[0] if len(kept) == 1 else
+                      np.concatenate(kept or [np.zeros((self.runs, 0, rnd.width), dtype)], axis=1))
         if rnd.rule == "sum":
             out = Release(round_id, n, self._sum(rnd, parts, values))
         elif rnd.rule == "argmax":
@@ -387,7 +422,10 @@ class Intermediary:
         elif rnd.rule == "shuffle":
             out = Release(round_id, n, self._shuffle(rnd, values))
         else:
-            ids = np.concatenate([p.join.first + slots for p, (slots, _) in zip(parts, got)])
+            ids = [p.reporters() for p in parts]
+            for p, slots in zip(parts, ids):
+                slots += p.join.first  # a fresh array each: the user ids in place
+            ids = ids[0] if len(ids) == 1 else np.concatenate(ids)
             out = Release(round_id, n, values, user_ids=ids)
         del self.rounds[round_id]
         self.closed.add(round_id)
@@ -427,8 +465,9 @@ class Intermediary:
         vals = np.zeros((ids.size, rnd.width), dtype=np.int64)  # the dropouts' entries are never read
         at = 0
         for p, o in zip(parts, offsets):
-            slots, v = p.collected()
-            if v is not None:  # a slot's place among the part's members (every admitted slot is one)
+            v = p.collected()
+            if v is not None:
+                slots = p.reporters()  # a slot's place among the part's members (every admitted slot is one)
                 vals[at + np.searchsorted(o, slots)] = v[0]
             at += o.size
         try:

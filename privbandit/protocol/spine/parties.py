@@ -10,7 +10,7 @@ intermediaries are :mod:`privbandit.protocol.spine.intermediary`'s.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
@@ -160,17 +160,19 @@ class Users:
         keep[rng.choice(size, gone, replace=False)] = False
         return keep
 
-    def respond(self, plan: Plan, blocks: Iterable[int] | None = None,
-                rounds: dict[int, Round] | None = None) -> tuple[list[Reports], list[Truth]]:
-        """Serve the plan to the given blocks of its cohort (all by default). ``rounds``: the
-        rounds the plan's reports go to (its own ``opens`` and any opened earlier), for adversaries."""
-        reports, truths = [], []
+    def serve(self, plan: Plan, blocks: Iterable[int] | None = None,
+              rounds: dict[int, Round] | None = None) -> Iterator[tuple[list[Reports], list[Truth]]]:
+        """Serve the plan to the given blocks of its cohort (all by default), one block at a time:
+        yields each block's reports (one per round it reports into) and its truth, so a driver
+        that passes them on at once holds one block, whatever the cohort. ``rounds``: the rounds
+        the plan's reports go to (its own ``opens`` and any opened earlier), for adversaries."""
         for block in blocks_of(plan) if blocks is None else blocks:
             first = plan.first_user + block * USER_BLOCK
             size = min(USER_BLOCK, plan.cohort - block * USER_BLOCK)
             answer = self.logic.act(plan, block, first, size, self.stay(plan, block, size))
             attackers = 0
             bad = None if self.adversary is None else self.adversary.members(plan, block, size)
+            reports = []
             for round_id, offsets, values, encoded in answer.reports:
                 if bad is not None and bad[offsets].any():
                     rnd = (rounds or {}).get(round_id) or next(r for r in plan.opens if r.id == round_id)
@@ -178,11 +180,22 @@ class Users:
                     values = self.adversary.tamper(Block(plan, rnd, block, first, values, encoded, mask))
                     attackers += int(mask.sum())
                 reports.append(Reports(round_id, plan.id, first + offsets, values))
+            truths = []
             if answer.truth is not None:
                 truth = answer.truth
                 if self.adversary is not None:
                     truth = Truth(**{**truth.__dict__, "extras": {**truth.extras, "attackers": attackers}})
                 truths.append(truth)
+            yield reports, truths
+
+    def respond(self, plan: Plan, blocks: Iterable[int] | None = None,
+                rounds: dict[int, Round] | None = None) -> tuple[list[Reports], list[Truth]]:
+        """:meth:`serve`'s blocks gathered: one Reports per (round, plan) and every truth (a fleet
+        answers the blocks it hosts of a plan in one go)."""
+        reports, truths = [], []
+        for reps, block_truths in self.serve(plan, blocks, rounds):
+            reports += reps
+            truths += block_truths
         return merge_reports(reports), truths
 
 
