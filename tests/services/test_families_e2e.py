@@ -168,6 +168,24 @@ dim = 3
 algorithm = "cs-linucb"
 k = 2
 """,
+    # The MAB family's sequential baselines (one user per plan over MQTT, a looked-ahead block
+    # in-process): a few users each, every plan a broker round trip.
+    "distributed-dp-mab@sequential": """
+family = "distributed-dp-mab"
+name = "mab-sequential"
+horizon = 40
+seed = 13
+epsilon = 0.5
+runs = 1
+[environment]
+kind = "uniform"
+arms = 4
+[algorithms.ucb1]
+[algorithms.thompson]
+[algorithms.mt-ucb]
+[algorithms.dp-ucb-bound]
+[algorithms.ldp-ucb]
+""",
     "private-online-learning@hybrid": """
 family = "private-online-learning"
 name = "hybrid"

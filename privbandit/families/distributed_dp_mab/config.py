@@ -26,7 +26,10 @@ from privbandit.protocol.primitives.secagg.parameters import ThreatModel, graph_
 from privbandit.runner.config import ConfigError, ExperimentFile, StrictModel
 
 FAMILY_NAME = "distributed-dp-mab"
-ALGORITHMS = ("dist-dp-se", "dist-rdp-se", "dist-cdp-se", "cdp-se", "ldp-se", "dp-se", "se")
+ELIMINATION = ("dist-dp-se", "dist-rdp-se", "dist-cdp-se", "cdp-se", "ldp-se", "dp-se", "se")
+# The standard baselines that decide one user at a time (sequential.py): each user is a release.
+SEQUENTIAL = ("ucb1", "thompson", "mt-ucb", "dp-ucb-bound", "ldp-ucb")
+ALGORITHMS = ELIMINATION + SEQUENTIAL
 MECHANISM_PLUGINS = tuple(sorted(registry.plugins(FAMILY_NAME, "mechanism")))
 LEARNER_PLUGINS = tuple(sorted(registry.plugins(FAMILY_NAME, "learner")))
 if clash := sorted(set(MECHANISM_PLUGINS) & set(ALGORITHMS)) + [n for n in LEARNER_PLUGINS if n == "auto"]:
@@ -141,6 +144,18 @@ class AlgorithmConfig(SecureAggregationOptions):
     # The clear-text defences (adversaries/defences.py): reject reports outside [−B, g + B] and
     # sum visible reports as bounded integers. Only where someone sees the reports.
     range_check: bool = False
+
+    @model_validator(mode="after")
+    def _sequential_baselines_run_plain(self):
+        if self.algorithm not in SEQUENTIAL:
+            return self
+        fields = {"intermediary": self.intermediary != "auto", "adversary": self.adversary is not None,
+                  "dropout_rate": self.dropout_rate > 0, "range_check": self.range_check,
+                  "learner": self.learner != "auto"}
+        if bad := [name for name, set_ in fields.items() if set_]:
+            raise ValueError(f"{', '.join(bad)}: {self.algorithm} is a sequential baseline (one user per release, "
+                             f"docs/baselines.md) and takes none of these; they belong to the elimination algorithms")
+        return self
 
     @model_validator(mode="after")
     def _options_only_for_plugins(self):

@@ -36,6 +36,8 @@ from privbandit.families.distributed_dp_mab.parties import (
     split_round,
     split_shares,
 )
+from privbandit.families.distributed_dp_mab.sequential import TRUST as SEQUENTIAL_TRUST, SequentialLearner
+from privbandit.families.distributed_dp_mab.sequential_parties import SequentialServer, SequentialUsers
 from privbandit.families.distributed_dp_mab.world import BanditInstance, uniform_means
 from privbandit.protocol.primitives.secagg.parameters import bounds as secagg_bounds, graph_for
 from privbandit.protocol.primitives.seeding import stream
@@ -209,6 +211,11 @@ class DistributedDpMab(Family):
         "ldp-se": "local: each user adds Lap_Z(g/ε) alone, attributable reports",
         "dp-se": "Sajed & Sheffet's central DP successive elimination (grid Laplace)",
         "se": "successive elimination without privacy (raw rewards)",
+        "ucb1": "baseline: UCB1 (Auer et al. 2002), non-private, one user per release",
+        "thompson": "baseline: Thompson sampling with Gaussian priors (Agrawal & Goyal 2013), non-private",
+        "mt-ucb": "baseline: private UCB on a binary-tree counter per arm (Mishra & Thakurta 2015), central ε-DP",
+        "dp-ucb-bound": "baseline: DP-UCB-Bound, the hybrid counter per arm (Tossou & Dimitrakakis 2016), central ε-DP",
+        "ldp-ucb": "baseline: LDP-UCB-L, grid Laplace on every reward (Ren et al. 2020), local ε-DP",
     }
     experiment_model = cfg.ExperimentConfig
     round_fields = ROUND_FIELDS
@@ -223,6 +230,15 @@ class DistributedDpMab(Family):
             config = config.model_copy(update={"environment": env})
         for label in config.algorithms:
             a = self.algorithm(config, label)
+            if a.algorithm in cfg.SEQUENTIAL:
+                try:
+                    SequentialLearner(a.algorithm, 2, a.epsilon, config.horizon, 0)
+                    if instance_for(config, 0).reward == "categorical":
+                        raise ValueError("categorical rewards (a means file's levels) are not built for the sequential "
+                                         "baselines; use reward = 'gaussian' or 'bernoulli'")
+                except (ValueError, OSError) as exc:
+                    raise ConfigError(f"algorithms.{label}: {exc}") from None
+                continue
             try:  # fail before any work starts: bad parameters, a missing means file, ...
                 check_options(a)
                 mechanism = build_mechanism(a)
@@ -246,6 +262,8 @@ class DistributedDpMab(Family):
 
     def algorithm(self, config, label: str) -> cfg.AlgorithmConfig:
         a = cfg.resolve_algorithm(config, label)
+        if a.algorithm in cfg.SEQUENTIAL:  # pure ε per user: calibrated, its ε is the target itself
+            return a
         if config.calibrate and config.algorithms[label].epsilon is None and build_mechanism(a).trust_model != "none":
             a = a.model_copy(update={"epsilon": calibrated_epsilon(a, config.epsilon, delta_of(config), config.horizon)})
         return a
@@ -265,6 +283,8 @@ class DistributedDpMab(Family):
 
     def analyzer(self, public: dict, keys: list[int], oracle=None) -> EliminationServer:
         a = cfg.AlgorithmConfig.model_validate(public["algorithm"])
+        if a.algorithm in cfg.SEQUENTIAL:
+            return SequentialServer(a.algorithm, public["arms"], a.epsilon, public["horizon"], keys[0], oracle)
         route = a.intermediary if a.intermediary in ("shuffler", "shuffler-residues") else "aggregator"
         return EliminationServer(build_learner(a, public["arms"]), build_mechanism(a), public["horizon"], keys[0],
                                  intermediary=route, secagg=a.secagg_graph if a.intermediary == "secagg" else None,
@@ -272,6 +292,9 @@ class DistributedDpMab(Family):
 
     def ledger(self, public: dict) -> Ledger:
         a = cfg.AlgorithmConfig.model_validate(public["algorithm"])
+        if a.algorithm in cfg.SEQUENTIAL:
+            trust = SEQUENTIAL_TRUST[a.algorithm]
+            return Ledger(trust, None if trust == "none" else a.epsilon, public["delta"], users=public["horizon"])
         mechanism = build_mechanism(a)
         return Ledger(mechanism.trust_model, None if mechanism.trust_model == "none" else a.epsilon, public["delta"],
                       users=public["horizon"])
@@ -279,6 +302,9 @@ class DistributedDpMab(Family):
     def users(self, config, label: str, runs: list[int]) -> BanditUsers:
         (run,) = runs
         a = self.algorithm(config, label)
+        if a.algorithm in cfg.SEQUENTIAL:
+            return SequentialUsers(instance_for(config, run), a.algorithm, a.epsilon, config.seed, (run, label),
+                                   checkpoint_grid(config.horizon, config.checkpoints))
         return BanditUsers(instance_for(config, run), build_mechanism(a), config.seed, (run, label),
                            checkpoint_grid(config.horizon, config.checkpoints),
                            delta=delta_of(config) if a.intermediary == "shuffler" else None)
@@ -312,11 +338,15 @@ class DistributedDpMab(Family):
         it (its intermediary's rule), the claim from this family's ledger (:mod:`.audit`)."""
         from privbandit.families.distributed_dp_mab.audit import elimination_targets
 
+        if self.algorithm(config, label).algorithm in cfg.SEQUENTIAL:
+            return []  # not audited yet (docs/baselines.md)
         return elimination_targets(self, config, label, cohort)
 
     def audit_candidates(self, config, label: str, cohort: int | None = None) -> list[list]:
         from privbandit.families.distributed_dp_mab.audit import elimination_candidates
 
+        if self.algorithm(config, label).algorithm in cfg.SEQUENTIAL:
+            return []
         return [elimination_candidates(self, config, label, cohort)]
 
     def canary_audit(self, config, label: str, seed: int, confidence: float) -> dict:
@@ -333,6 +363,8 @@ class DistributedDpMab(Family):
     def row_maker(self, config, label: str):
         """Per released round: g, τ, m, wrap-around, the noise realised against Assumption 1's
         bound ``σ·sqrt(log(2/p)) + h·log(2/p)``, decode failure (|Σ η| > τ), attackers."""
+        if self.algorithm(config, label).algorithm in cfg.SEQUENTIAL:
+            return lambda record, truths: None  # one release per user: rounds.csv lists none
         log2p = math.log(2 / self.algorithm(config, label).p)
 
         def row(record, truths: list[Truth]) -> dict:
@@ -388,6 +420,9 @@ class DistributedDpMab(Family):
         rows = [row for r in results for row in r.rounds]
         extra = {}
         a = self.algorithm(config, label)
+        if a.algorithm in cfg.SEQUENTIAL:
+            best = [instance_for(config, r.runs[0]).best_arm for r in results]
+            return {"best_arm_pulls": float(np.mean([r.learner[0]["pulls"][b] for r, b in zip(results, best)]))}
         if a.intermediary == "secagg":
             extra["secagg"] = secagg_summary(a, rows)
         return {
