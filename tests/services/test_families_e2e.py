@@ -168,12 +168,13 @@ dim = 3
 algorithm = "cs-linucb"
 k = 2
 """,
-    # The MAB family's sequential baselines (one user per plan over MQTT, a looked-ahead block
-    # in-process): a few users each, every plan a broker round trip.
+    # The MAB family's baselines: the sequential ones (one user per plan over MQTT, a looked-ahead
+    # block in-process: a few users each, every plan a broker round trip) and VB-SDP-AE's bits
+    # through the shuffler.
     "distributed-dp-mab@sequential": """
 family = "distributed-dp-mab"
 name = "mab-sequential"
-horizon = 40
+horizon = 60
 seed = 13
 epsilon = 0.5
 runs = 1
@@ -185,6 +186,7 @@ arms = 4
 [algorithms.mt-ucb]
 [algorithms.dp-ucb-bound]
 [algorithms.ldp-ucb]
+[algorithms.vb-sdp-ae]
 """,
     "private-online-learning@hybrid": """
 family = "private-online-learning"

@@ -29,7 +29,10 @@ FAMILY_NAME = "distributed-dp-mab"
 ELIMINATION = ("dist-dp-se", "dist-rdp-se", "dist-cdp-se", "cdp-se", "ldp-se", "dp-se", "se")
 # The standard baselines that decide one user at a time (sequential.py): each user is a release.
 SEQUENTIAL = ("ucb1", "thompson", "mt-ucb", "dp-ucb-bound", "ldp-ucb")
-ALGORITHMS = ELIMINATION + SEQUENTIAL
+# Tenenbaum et al.'s shuffle-model arm elimination (shuffle_elimination.py): its own rounds and noise.
+SHUFFLE_BASELINES = ("vb-sdp-ae",)
+BASELINES = SEQUENTIAL + SHUFFLE_BASELINES
+ALGORITHMS = ELIMINATION + BASELINES
 MECHANISM_PLUGINS = tuple(sorted(registry.plugins(FAMILY_NAME, "mechanism")))
 LEARNER_PLUGINS = tuple(sorted(registry.plugins(FAMILY_NAME, "learner")))
 if clash := sorted(set(MECHANISM_PLUGINS) & set(ALGORITHMS)) + [n for n in LEARNER_PLUGINS if n == "auto"]:
@@ -146,15 +149,15 @@ class AlgorithmConfig(SecureAggregationOptions):
     range_check: bool = False
 
     @model_validator(mode="after")
-    def _sequential_baselines_run_plain(self):
-        if self.algorithm not in SEQUENTIAL:
+    def _baselines_run_plain(self):
+        if self.algorithm not in BASELINES:
             return self
         fields = {"intermediary": self.intermediary != "auto", "adversary": self.adversary is not None,
                   "dropout_rate": self.dropout_rate > 0, "range_check": self.range_check,
                   "learner": self.learner != "auto"}
         if bad := [name for name, set_ in fields.items() if set_]:
-            raise ValueError(f"{', '.join(bad)}: {self.algorithm} is a sequential baseline (one user per release, "
-                             f"docs/baselines.md) and takes none of these; they belong to the elimination algorithms")
+            raise ValueError(f"{', '.join(bad)}: {self.algorithm} is a baseline with its own protocol "
+                             f"(docs/baselines.md) and takes none of these; they belong to Algorithm 1's variants")
         return self
 
     @model_validator(mode="after")

@@ -38,6 +38,11 @@ from privbandit.families.distributed_dp_mab.parties import (
 )
 from privbandit.families.distributed_dp_mab.sequential import TRUST as SEQUENTIAL_TRUST, SequentialLearner
 from privbandit.families.distributed_dp_mab.sequential_parties import SequentialServer, SequentialUsers
+from privbandit.families.distributed_dp_mab.shuffle_elimination import (
+    ShuffleEliminationServer,
+    ShuffleEliminationUsers,
+    noise_bits,
+)
 from privbandit.families.distributed_dp_mab.world import BanditInstance, uniform_means
 from privbandit.protocol.primitives.secagg.parameters import bounds as secagg_bounds, graph_for
 from privbandit.protocol.primitives.seeding import stream
@@ -216,6 +221,8 @@ class DistributedDpMab(Family):
         "mt-ucb": "baseline: private UCB on a binary-tree counter per arm (Mishra & Thakurta 2015), central ε-DP",
         "dp-ucb-bound": "baseline: DP-UCB-Bound, the hybrid counter per arm (Tossou & Dimitrakakis 2016), central ε-DP",
         "ldp-ucb": "baseline: LDP-UCB-L, grid Laplace on every reward (Ren et al. 2020), local ε-DP",
+        "vb-sdp-ae": "baseline: Tenenbaum et al. 2021's shuffle-model arm elimination, reward bits and fair noise bits "
+                     "through the shuffler, (ε, δ) by the exact count accountant",
     }
     experiment_model = cfg.ExperimentConfig
     round_fields = ROUND_FIELDS
@@ -237,6 +244,12 @@ class DistributedDpMab(Family):
                         raise ValueError("categorical rewards (a means file's levels) are not built for the sequential "
                                          "baselines; use reward = 'gaussian' or 'bernoulli'")
                 except (ValueError, OSError) as exc:
+                    raise ConfigError(f"algorithms.{label}: {exc}") from None
+                continue
+            if a.algorithm in cfg.SHUFFLE_BASELINES:
+                try:
+                    noise_bits(a.epsilon, delta_of(config))
+                except ValueError as exc:
                     raise ConfigError(f"algorithms.{label}: {exc}") from None
                 continue
             try:  # fail before any work starts: bad parameters, a missing means file, ...
@@ -262,7 +275,7 @@ class DistributedDpMab(Family):
 
     def algorithm(self, config, label: str) -> cfg.AlgorithmConfig:
         a = cfg.resolve_algorithm(config, label)
-        if a.algorithm in cfg.SEQUENTIAL:  # pure ε per user: calibrated, its ε is the target itself
+        if a.algorithm in cfg.BASELINES:  # each user's guarantee is at most the file's (ε, δ) by construction
             return a
         if config.calibrate and config.algorithms[label].epsilon is None and build_mechanism(a).trust_model != "none":
             a = a.model_copy(update={"epsilon": calibrated_epsilon(a, config.epsilon, delta_of(config), config.horizon)})
@@ -271,7 +284,7 @@ class DistributedDpMab(Family):
     def intermediaries(self, config) -> list[str]:
         """The aggregator always; the shuffler when an algorithm routes through it."""
         shuffled = any(self.algorithm(config, label).intermediary in ("shuffler", "shuffler-residues")
-                       for label in config.algorithms)
+                       or self.algorithm(config, label).algorithm in cfg.SHUFFLE_BASELINES for label in config.algorithms)
         return ["aggregator", *(["shuffler"] if shuffled else [])]
 
     def users_protected(self, config) -> int:
@@ -285,6 +298,9 @@ class DistributedDpMab(Family):
         a = cfg.AlgorithmConfig.model_validate(public["algorithm"])
         if a.algorithm in cfg.SEQUENTIAL:
             return SequentialServer(a.algorithm, public["arms"], a.epsilon, public["horizon"], keys[0], oracle)
+        if a.algorithm in cfg.SHUFFLE_BASELINES:
+            return ShuffleEliminationServer(public["arms"], a.epsilon, public["delta"], public["horizon"],
+                                            a.batch_growth, a.p)
         route = a.intermediary if a.intermediary in ("shuffler", "shuffler-residues") else "aggregator"
         return EliminationServer(build_learner(a, public["arms"]), build_mechanism(a), public["horizon"], keys[0],
                                  intermediary=route, secagg=a.secagg_graph if a.intermediary == "secagg" else None,
@@ -295,6 +311,8 @@ class DistributedDpMab(Family):
         if a.algorithm in cfg.SEQUENTIAL:
             trust = SEQUENTIAL_TRUST[a.algorithm]
             return Ledger(trust, None if trust == "none" else a.epsilon, public["delta"], users=public["horizon"])
+        if a.algorithm in cfg.SHUFFLE_BASELINES:
+            return Ledger("shuffle", a.epsilon, public["delta"], users=public["horizon"])
         mechanism = build_mechanism(a)
         return Ledger(mechanism.trust_model, None if mechanism.trust_model == "none" else a.epsilon, public["delta"],
                       users=public["horizon"])
@@ -305,6 +323,10 @@ class DistributedDpMab(Family):
         if a.algorithm in cfg.SEQUENTIAL:
             return SequentialUsers(instance_for(config, run), a.algorithm, a.epsilon, config.seed, (run, label),
                                    checkpoint_grid(config.horizon, config.checkpoints))
+        if a.algorithm in cfg.SHUFFLE_BASELINES:
+            return ShuffleEliminationUsers(instance_for(config, run), config.seed, (run, label),
+                                           checkpoint_grid(config.horizon, config.checkpoints),
+                                           noise_bits(a.epsilon, delta_of(config)))
         return BanditUsers(instance_for(config, run), build_mechanism(a), config.seed, (run, label),
                            checkpoint_grid(config.horizon, config.checkpoints),
                            delta=delta_of(config) if a.intermediary == "shuffler" else None)
@@ -316,6 +338,8 @@ class DistributedDpMab(Family):
         """The secure-aggregation graph (:meth:`~.config.SecureAggregationOptions.check_secure_round`),
         and a split-and-mix round's shares (:func:`~.parties.check_split_round`)."""
         a = self.algorithm(config, label)
+        if a.algorithm in cfg.SHUFFLE_BASELINES:
+            return  # its users check the round's noise bits themselves (ShuffleEliminationUsers.act)
         a.check_secure_round(label, rnd)
         if rnd.messages != (a.intermediary == "shuffler"):
             raise ValueError(f"round {rnd.id} is {'' if rnd.messages else 'not '}a split-and-mix round, but {label} "
@@ -338,14 +362,14 @@ class DistributedDpMab(Family):
         it (its intermediary's rule), the claim from this family's ledger (:mod:`.audit`)."""
         from privbandit.families.distributed_dp_mab.audit import elimination_targets
 
-        if self.algorithm(config, label).algorithm in cfg.SEQUENTIAL:
+        if self.algorithm(config, label).algorithm in cfg.BASELINES:
             return []  # not audited yet (docs/baselines.md)
         return elimination_targets(self, config, label, cohort)
 
     def audit_candidates(self, config, label: str, cohort: int | None = None) -> list[list]:
         from privbandit.families.distributed_dp_mab.audit import elimination_candidates
 
-        if self.algorithm(config, label).algorithm in cfg.SEQUENTIAL:
+        if self.algorithm(config, label).algorithm in cfg.BASELINES:
             return []
         return [elimination_candidates(self, config, label, cohort)]
 
@@ -365,6 +389,14 @@ class DistributedDpMab(Family):
         bound ``σ·sqrt(log(2/p)) + h·log(2/p)``, decode failure (|Σ η| > τ), attackers."""
         if self.algorithm(config, label).algorithm in cfg.SEQUENTIAL:
             return lambda record, truths: None  # one release per user: rounds.csv lists none
+        if self.algorithm(config, label).algorithm in cfg.SHUFFLE_BASELINES:
+            def count_row(record, truths: list[Truth]) -> dict:
+                b = record.body
+                true_sum = sum(t.extras["reward_sum"] for t in truths)
+                return {"batch": b["batch"], "arm": b["arm"], "estimate_sum": b["estimate_sum"], "true_sum": true_sum,
+                        "noise": b["estimate_sum"] - true_sum}  # rounding to bits and binomial noise together
+
+            return count_row
         log2p = math.log(2 / self.algorithm(config, label).p)
 
         def row(record, truths: list[Truth]) -> dict:
@@ -400,7 +432,7 @@ class DistributedDpMab(Family):
         if colluding:
             ledger = Ledger(mechanism.trust_model, a.epsilon, delta_of(config), users=config.horizon)
         for row in result.rounds:
-            q = row.pop("_params")
+            q = row.pop("_params", None)  # the baselines' rows carry none
             if ledger is not None:
                 honest = row["reports"] - row["attackers"]
                 if honest < 1:
@@ -423,6 +455,11 @@ class DistributedDpMab(Family):
         if a.algorithm in cfg.SEQUENTIAL:
             best = [instance_for(config, r.runs[0]).best_arm for r in results]
             return {"best_arm_pulls": float(np.mean([r.learner[0]["pulls"][b] for r, b in zip(results, best)]))}
+        if a.algorithm in cfg.SHUFFLE_BASELINES:
+            return {"best_arm_eliminated_runs": sum(
+                r.learner[0]["eliminated_at"][instance_for(config, r.runs[0]).best_arm] > 0 for r in results),
+                "rounds_per_run": float(np.mean([len(r.rounds) for r in results])),
+                "noise_bits_per_round": noise_bits(a.epsilon, delta_of(config))}
         if a.intermediary == "secagg":
             extra["secagg"] = secagg_summary(a, rows)
         return {

@@ -145,5 +145,5 @@ epsilon = 0.5
 [algorithms.ucb1]
 intermediary = "shuffler"
 """)
-    with pytest.raises((ConfigError, ValueError), match="intermediary: ucb1 is a sequential baseline"):
+    with pytest.raises((ConfigError, ValueError), match="intermediary: ucb1 is a baseline"):
         run_file(path)
