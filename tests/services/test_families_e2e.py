@@ -188,6 +188,23 @@ arms = 4
 [algorithms.ldp-ucb]
 [algorithms.vb-sdp-ae]
 """,
+    # The experts baselines: FTL and Hedge decide one user per plan over MQTT; the naive FTNL's
+    # epochs release every action's noisy sum (central, and through the aggregator).
+    "private-online-learning@experts": """
+family = "private-online-learning"
+name = "experts"
+horizon = 100
+seed = 5
+epsilon = 1.0
+runs = 1
+[environment]
+setting = 1
+[algorithms.ftl]
+[algorithms.hedge]
+[algorithms.naive-ftnl]
+[algorithms."naive-ftnl@distributed"]
+trust = "distributed"
+""",
     "private-online-learning@hybrid": """
 family = "private-online-learning"
 name = "hybrid"
