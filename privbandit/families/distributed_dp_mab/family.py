@@ -36,11 +36,13 @@ from privbandit.families.distributed_dp_mab.parties import (
     split_round,
     split_shares,
 )
+from privbandit.families.distributed_dp_mab.returning import advanced_ledger, advanced_targets, b_fold
 from privbandit.families.distributed_dp_mab.sequential import TRUST as SEQUENTIAL_TRUST, SequentialLearner
 from privbandit.families.distributed_dp_mab.sequential_parties import SequentialServer, SequentialUsers
 from privbandit.families.distributed_dp_mab.shuffle_elimination import (
     ShuffleEliminationServer,
     ShuffleEliminationUsers,
+    count_event,
     noise_bits,
 )
 from privbandit.families.distributed_dp_mab.world import BanditInstance, uniform_means
@@ -121,13 +123,13 @@ def release_sizes(a: cfg.AlgorithmConfig, horizon: int) -> list[int]:
     return sizes or [horizon]
 
 
-def calibrated_epsilon(a: cfg.AlgorithmConfig, target: float, delta: float, horizon: int) -> float:
+def calibrated_epsilon(a: cfg.AlgorithmConfig, target: float, delta: float, horizon: int, returning: int = 1) -> float:
     """:func:`_calibrated`, cached by the table's JSON (a table holding ``options`` is not hashable)."""
-    return _calibrated(a.model_dump_json(), target, delta, horizon)
+    return _calibrated(a.model_dump_json(), target, delta, horizon, returning)
 
 
 @lru_cache(maxsize=256)
-def _calibrated(table: str, target: float, delta: float, horizon: int) -> float:
+def _calibrated(table: str, target: float, delta: float, horizon: int, returning: int = 1) -> float:
     """The largest nominal ε at which every release ``a`` can make is (target, δ)-DP for its users.
 
     Each user is in one release (one arm of one batch), so a user's guarantee is that release's; the
@@ -145,6 +147,9 @@ def _calibrated(table: str, target: float, delta: float, horizon: int) -> float:
 
     def worst(eps: float) -> float:
         mech = build_mechanism(a.model_copy(update={"epsilon": eps}))
+        if returning > 1:  # a user in B releases: B times the worst of them (returning.b_fold), at δ
+            spent = b_fold([released_event(a, mech, n, delta) for n in sizes], returning, delta, horizon).summary()
+            return math.inf if spent["epsilon_at_delta"] is None else spent["epsilon_at_delta"]
         ledger = Ledger(mech.trust_model, eps, delta, users=horizon)
         spent = [ledger.event_epsilon(released_event(a, mech, n, delta)) for n in sizes]
         if any(e is None for e in spent):
@@ -248,7 +253,7 @@ class DistributedDpMab(Family):
                 continue
             if a.algorithm in cfg.SHUFFLE_BASELINES:
                 try:
-                    noise_bits(a.epsilon, delta_of(config))
+                    noise_bits(*self.count_target(config, a))
                 except ValueError as exc:
                     raise ConfigError(f"algorithms.{label}: {exc}") from None
                 continue
@@ -278,7 +283,13 @@ class DistributedDpMab(Family):
         if a.algorithm in cfg.BASELINES:  # each user's guarantee is at most the file's (ε, δ) by construction
             return a
         if config.calibrate and config.algorithms[label].epsilon is None and build_mechanism(a).trust_model != "none":
-            a = a.model_copy(update={"epsilon": calibrated_epsilon(a, config.epsilon, delta_of(config), config.horizon)})
+            target, delta, b = config.epsilon, delta_of(config), config.returning
+            if b > 1 and a.composition == "advanced":  # each release (ε_i, δ_i)-DP as App. I splits (ε, δ)
+                eps_i, delta_i, _ = advanced_targets(target, delta, b)
+                eps = calibrated_epsilon(a, eps_i, delta_i, config.horizon)
+            else:
+                eps = calibrated_epsilon(a, target, delta, config.horizon, returning=b)
+            a = a.model_copy(update={"epsilon": eps})
         return a
 
     def intermediaries(self, config) -> list[str]:
@@ -287,20 +298,29 @@ class DistributedDpMab(Family):
                        or self.algorithm(config, label).algorithm in cfg.SHUFFLE_BASELINES for label in config.algorithms)
         return ["aggregator", *(["shuffler"] if shuffled else [])]
 
+    def count_target(self, config, a: cfg.AlgorithmConfig) -> tuple[float, float]:
+        """VB-SDP-AE's (ε, δ) per round: the table's, or App. I's (ε_i, δ_i) split with returning users."""
+        if config.returning > 1:
+            eps_i, delta_i, _ = advanced_targets(a.epsilon, delta_of(config), config.returning)
+            return eps_i, delta_i
+        return a.epsilon, delta_of(config)
+
     def users_protected(self, config) -> int:
         return config.horizon  # every user's reward enters one release (Alg. 1, footnote 4)
 
     def public_task(self, config, label: str, runs: list[int]) -> dict:
-        return {"algorithm": self.algorithm(config, label).model_dump(), "horizon": config.horizon,
-                "arms": instance_for(config, runs[0]).n_arms, "delta": delta_of(config)}
+        a = self.algorithm(config, label)
+        extra = {"count_target": list(self.count_target(config, a))} if a.algorithm in cfg.SHUFFLE_BASELINES else {}
+        return {"algorithm": a.model_dump(), "horizon": config.horizon,
+                "arms": instance_for(config, runs[0]).n_arms, "delta": delta_of(config), **extra}
 
     def analyzer(self, public: dict, keys: list[int], oracle=None) -> EliminationServer:
         a = cfg.AlgorithmConfig.model_validate(public["algorithm"])
         if a.algorithm in cfg.SEQUENTIAL:
             return SequentialServer(a.algorithm, public["arms"], a.epsilon, public["horizon"], keys[0], oracle)
         if a.algorithm in cfg.SHUFFLE_BASELINES:
-            return ShuffleEliminationServer(public["arms"], a.epsilon, public["delta"], public["horizon"],
-                                            a.batch_growth, a.p)
+            eps, delta = public["count_target"]
+            return ShuffleEliminationServer(public["arms"], eps, delta, public["horizon"], a.batch_growth, a.p)
         route = a.intermediary if a.intermediary in ("shuffler", "shuffler-residues") else "aggregator"
         return EliminationServer(build_learner(a, public["arms"]), build_mechanism(a), public["horizon"], keys[0],
                                  intermediary=route, secagg=a.secagg_graph if a.intermediary == "secagg" else None,
@@ -326,7 +346,7 @@ class DistributedDpMab(Family):
         if a.algorithm in cfg.SHUFFLE_BASELINES:
             return ShuffleEliminationUsers(instance_for(config, run), config.seed, (run, label),
                                            checkpoint_grid(config.horizon, config.checkpoints),
-                                           noise_bits(a.epsilon, delta_of(config)))
+                                           noise_bits(*self.count_target(config, a)))
         return BanditUsers(instance_for(config, run), build_mechanism(a), config.seed, (run, label),
                            checkpoint_grid(config.horizon, config.checkpoints),
                            delta=delta_of(config) if a.intermediary == "shuffler" else None)
@@ -431,6 +451,8 @@ class DistributedDpMab(Family):
         ledger = None
         if colluding:
             ledger = Ledger(mechanism.trust_model, a.epsilon, delta_of(config), users=config.horizon)
+        if config.returning > 1:
+            self.charge_returning(config, a, result)
         for row in result.rounds:
             q = row.pop("_params", None)  # the baselines' rows carry none
             if ledger is not None:
@@ -448,6 +470,32 @@ class DistributedDpMab(Family):
             result.privacy = {**result.privacy, "coalition": {
                 **ledger.summary(), "colluders": sum(row["attackers"] for row in result.rounds)}}
 
+    def charge_returning(self, config, a: cfg.AlgorithmConfig, result) -> None:
+        """Returning users (App. I): the run's ledger becomes what a user of B batches spends
+        (:mod:`.returning`), the unique-user ledger kept under ``unique_users``."""
+        b, delta = config.returning, delta_of(config)
+        if a.algorithm in cfg.SHUFFLE_BASELINES:
+            eps_i, delta_i = self.count_target(config, a)
+            events = [count_event(noise_bits(eps_i, delta_i), delta_i)] if result.rounds else []
+        elif build_mechanism(a).trust_model == "none":
+            return
+        else:
+            mechanism = build_mechanism(a)
+            events = [mechanism.privacy_event(row["_params"], row["reports"]) for row in result.rounds]
+        if a.composition == "advanced":
+            _, delta_i, _ = advanced_targets(1.0, delta, b)
+            at = Ledger("returning", None, delta_i, users=config.horizon)
+            spent = [at.event_epsilon(e) for e in events]
+            if any(e is None for e in spent):
+                raise ValueError(f"returning users: a release of {a.algorithm} is not (ε, δ_i)-DP at δ_i = {delta_i:.3g}")
+            ledger = advanced_ledger(max(spent, default=0.0), b, delta, config.horizon)
+        else:
+            ledger = b_fold(events, b, delta, config.horizon)
+        summary = ledger.summary()
+        summary.update(trust_model=result.privacy["trust_model"], epsilon_target=result.privacy["epsilon_target"],
+                       releases=result.privacy["releases"])
+        result.privacy = {**summary, "returning": b, "composition": a.composition, "unique_users": result.privacy}
+
     def label_summary(self, config, label: str, results: list) -> dict:
         rows = [row for r in results for row in r.rounds]
         extra = {}
@@ -459,7 +507,7 @@ class DistributedDpMab(Family):
             return {"best_arm_eliminated_runs": sum(
                 r.learner[0]["eliminated_at"][instance_for(config, r.runs[0]).best_arm] > 0 for r in results),
                 "rounds_per_run": float(np.mean([len(r.rounds) for r in results])),
-                "noise_bits_per_round": noise_bits(a.epsilon, delta_of(config))}
+                "noise_bits_per_round": noise_bits(*self.count_target(config, a))}
         if a.intermediary == "secagg":
             extra["secagg"] = secagg_summary(a, rows)
         return {
