@@ -205,6 +205,29 @@ setting = 1
 [algorithms."naive-ftnl@distributed"]
 trust = "distributed"
 """,
+    # Returning users (App. I): each user in up to 3 batches, every round's noise calibrated so that
+    # she is (ε, δ)-DP by RDP or by advanced composition; the ledger is the observer's finish().
+    "distributed-dp-mab@returning": """
+family = "distributed-dp-mab"
+name = "mab-returning"
+horizon = 4000
+seed = 19
+epsilon = 1.0
+runs = 1
+calibrate = true
+returning = 3
+[environment]
+kind = "uniform"
+arms = 4
+[algorithms.rdp]
+algorithm = "dist-rdp-se"
+[algorithms.advanced]
+algorithm = "dist-rdp-se"
+composition = "advanced"
+[algorithms.vb]
+algorithm = "vb-sdp-ae"
+composition = "advanced"
+""",
     "private-online-learning@hybrid": """
 family = "private-online-learning"
 name = "hybrid"
