@@ -42,7 +42,7 @@ def main() -> int:
     start = time.perf_counter()
     table = {}
     for b in args.returning:
-        sets = [f"returning={b}"] + ([f"horizon={args.horizon}"] if args.horizon else []) + \
+        sets = [f"returning={b}", "calibrate=true"] + ([f"horizon={args.horizon}"] if args.horizon else []) + \
                ([f"runs={args.runs}"] if args.runs else [])
         out = args.out / f"B{b}"
         summary = run_file(ROOT / "experiments" / "returning_users.toml", sets, out=out, jobs=args.jobs).summary
