@@ -56,12 +56,13 @@ def main() -> int:
             # Equal guarantees: re-run only the labels whose calibrated ε differs from the nominal one.
             calibrated = {**nominal, "calibrate": True}
             fam, config = load_data(calibrated)
+            _, plain = load_data(nominal)
             changed = [label for label in config.algorithms
-                       if fam.algorithm(config, label).epsilon != load_data(nominal)[0].algorithm(
-                           load_data(nominal)[1], label).epsilon]
+                       if fam.algorithm(config, label).epsilon != fam.algorithm(plain, label).epsilon]
             print(f"  equal guarantees: re-run {', '.join(changed) or 'none'} (the others' noise is unchanged)")
             if changed:
-                again = {**calibrated, "algorithms": {k: v for k, v in calibrated["algorithms"].items() if k in changed}}
+                tables = {k: v for k, v in calibrated["algorithms"].items() if k in changed}
+                again = {**calibrated, "algorithms": tables}
                 out_c = args.out / case / f"eps{eps:g}-calibrated"
                 run(again, out=out_c, jobs=args.jobs, overwrite=True, resume=True)
                 table[f"{case} ε={eps:g} equal"] = report(first, out, reference, {"dir": out_c, "labels": changed})

@@ -47,8 +47,9 @@ def main() -> int:
         out = args.out / f"B{b}"
         summary = run_file(ROOT / "experiments" / "returning_users.toml", sets, out=out, jobs=args.jobs).summary
         eps, delta = summary["epsilon"], summary["privacy"][RDP]["delta"]
+        closed = appendix_split(eps, delta, b)[0]
         print(f"\nB = {b}  (every user (ε, δ) = ({eps:g}, {delta:.3g})-DP over her B batches; "
-              f"App. I's closed-form ε_i = {appendix_split(eps, delta, b)[0]:.4g})  [{time.perf_counter() - start:.0f} s]")
+              f"App. I's closed-form ε_i = {closed:.4g})  [{time.perf_counter() - start:.0f} s]")
         rows = {}
         for label, a in summary["algorithms"].items():
             p = summary["privacy"][label]

@@ -294,8 +294,9 @@ class DistributedDpMab(Family):
 
     def intermediaries(self, config) -> list[str]:
         """The aggregator always; the shuffler when an algorithm routes through it."""
-        shuffled = any(self.algorithm(config, label).intermediary in ("shuffler", "shuffler-residues")
-                       or self.algorithm(config, label).algorithm in cfg.SHUFFLE_BASELINES for label in config.algorithms)
+        resolved = [self.algorithm(config, label) for label in config.algorithms]
+        shuffled = any(a.intermediary in ("shuffler", "shuffler-residues") or a.algorithm in cfg.SHUFFLE_BASELINES
+                       for a in resolved)
         return ["aggregator", *(["shuffler"] if shuffled else [])]
 
     def count_target(self, config, a: cfg.AlgorithmConfig) -> tuple[float, float]:
@@ -487,7 +488,8 @@ class DistributedDpMab(Family):
             at = Ledger("returning", None, delta_i, users=config.horizon)
             spent = [at.event_epsilon(e) for e in events]
             if any(e is None for e in spent):
-                raise ValueError(f"returning users: a release of {a.algorithm} is not (ε, δ_i)-DP at δ_i = {delta_i:.3g}")
+                raise ValueError(f"returning users: a release of {a.algorithm} is not (ε, δ_i)-DP at "
+                                 f"δ_i = {delta_i:.3g}")
             ledger = advanced_ledger(max(spent, default=0.0), b, delta, config.horizon)
         else:
             ledger = b_fold(events, b, delta, config.horizon)

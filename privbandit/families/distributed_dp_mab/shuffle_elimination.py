@@ -170,10 +170,11 @@ class ShuffleEliminationUsers:
             return BlockAnswer(truth)
         rnd = plan.opens[0]
         noise, width = int(plan.body["noise"]), rnd.width
+        need = round_width(rnd.expected, self.noise)
         if noise < self.noise or width < round_width(rnd.expected, noise):
             # a curious analyzer asking for less noise than the users' (ε, δ) needs gets no report
             raise ProtocolError("bad-round", f"round {rnd.id}: {noise} noise bits in messages of {width}; this "
-                                             f"run's (ε, δ) needs {self.noise} in {round_width(rnd.expected, self.noise)}")
+                                             f"run's (ε, δ) needs {self.noise} in {need}")
         bits = np.zeros((size, width), dtype=np.int64)
         bits[:, 0] = rng.random(size) < rewards  # Ber(x): randomized rounding of the reward to a bit
         # Slot j ≥ 1 of the round's i-th user is live iff (i·(width − 1) + j − 1) < N: the N noise bits,

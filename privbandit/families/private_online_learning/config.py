@@ -86,8 +86,9 @@ class OnlineAlgorithm(SecureAggregationOptions):
     @model_validator(mode="after")
     def _experts_baselines(self):
         if self.algorithm in ("ftl", "hedge"):
-            bad = [name for name, set_ in (("trust", self.trust != "central"), ("intermediary", self.intermediary != "auto"),
-                                           ("adversary", self.adversary is not None)) if set_]
+            set_fields = (("trust", self.trust != "central"), ("intermediary", self.intermediary != "auto"),
+                          ("adversary", self.adversary is not None))
+            bad = [name for name, set_ in set_fields if set_]
             if bad:
                 raise ValueError(f"{', '.join(bad)}: {self.algorithm} is a non-private baseline (every user's reward "
                                  f"vector to the analyzer) and takes none of these")
