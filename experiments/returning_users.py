@@ -25,6 +25,7 @@ import numpy as np
 
 from privbandit.families.distributed_dp_mab.returning import advanced_targets, appendix_split
 from privbandit.runner import run_file
+from privbandit.runner.config import load
 from privbandit.runner.paired import paired, read_runs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,6 +38,8 @@ def main() -> int:
     ap.add_argument("--horizon", type=int, default=None)
     ap.add_argument("--runs", type=int, default=None)
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--ratios", type=int, nargs="*", default=[64, 256, 1024, 4096],
+                    help="B at which only the calibration is compared (no runs)")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "returning")
     args = ap.parse_args()
     start = time.perf_counter()
@@ -47,9 +50,10 @@ def main() -> int:
         out = args.out / f"B{b}"
         summary = run_file(ROOT / "experiments" / "returning_users.toml", sets, out=out, jobs=args.jobs).summary
         eps, delta = summary["epsilon"], summary["privacy"][RDP]["delta"]
-        closed = appendix_split(eps, delta, b)[0]
-        print(f"\nB = {b}  (every user (ε, δ) = ({eps:g}, {delta:.3g})-DP over her B batches; "
-              f"App. I's closed-form ε_i = {closed:.4g})  [{time.perf_counter() - start:.0f} s]")
+        closed, solved = appendix_split(eps, delta, b)[0], advanced_targets(eps, delta, b)[0]
+        print(f"\nB = {b}  (every user (ε, δ) = ({eps:g}, {delta:.3g})-DP over her B batches; advanced route: each "
+              f"release (ε_i, δ/(2B))-DP, ε_i = {solved:.4g}, App. I's closed form {closed:.4g})  "
+              f"[{time.perf_counter() - start:.0f} s]")
         rows = {}
         for label, a in summary["algorithms"].items():
             p = summary["privacy"][label]
@@ -67,6 +71,18 @@ def main() -> int:
               f"RDP won {diff.b_won} of {diff.runs}); per-round noise variance advanced/RDP = {ratio:.2f}; "
               f"log(B/δ) = {np.log(b / delta):.1f}")
         table[b] = {"rows": rows, "advanced_minus_rdp": diff.as_dict(), "variance_ratio": ratio}
+    # Beyond the runs: the per-round noise each route needs, from the calibration alone (no regret).
+    print("\nper-round noise variance, advanced / RDP route, from the calibration alone:")
+    for b in args.ratios:
+        fam, config = load(ROOT / "experiments" / "returning_users.toml", [f"returning={b}", "calibrate=true"])
+        eps = {label: fam.algorithm(config, label).epsilon for label in (RDP, ADV)}
+        delta = config.delta if config.delta is not None else 1 / (10 * config.horizon)
+        ratio = (eps[RDP] / eps[ADV]) ** 2
+        table.setdefault("calibration_only", {})[b] = {"epsilon_round": eps, "variance_ratio": ratio}
+        print(f"  B = {b:5d}: Skellam's ε per round RDP {eps[RDP]:.4g}, advanced {eps[ADV]:.4g} (each release "
+              f"(ε_i, δ_i)-DP with ε_i = {advanced_targets(config.epsilon, delta, b)[0]:.4g}; App. I's closed form "
+              f"{appendix_split(config.epsilon, delta, b)[0]:.4g}): variance ratio {ratio:.2f}, "
+              f"log(B/δ) = {np.log(b / delta):.1f}", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "returning.json").write_text(json.dumps(table, indent=2) + "\n")
     print(f"\ntotal wall time {time.perf_counter() - start:.1f} s")
