@@ -34,7 +34,7 @@ RDP, ADV = "Dist-RDP-SE@rdp", "Dist-RDP-SE@advanced"
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--returning", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
+    ap.add_argument("--returning", type=int, nargs="*", default=[1, 2, 4, 8, 16, 32])
     ap.add_argument("--horizon", type=int, default=None)
     ap.add_argument("--runs", type=int, default=None)
     ap.add_argument("--jobs", type=int, default=1)
