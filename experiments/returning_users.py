@@ -38,7 +38,7 @@ def main() -> int:
     ap.add_argument("--horizon", type=int, default=None)
     ap.add_argument("--runs", type=int, default=None)
     ap.add_argument("--jobs", type=int, default=1)
-    ap.add_argument("--ratios", type=int, nargs="*", default=[64, 256, 1024, 4096],
+    ap.add_argument("--ratios", type=int, nargs="*", default=[64, 256, 1024],
                     help="B at which only the calibration is compared (no runs)")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "returning")
     args = ap.parse_args()
