@@ -168,6 +168,66 @@ dim = 3
 algorithm = "cs-linucb"
 k = 2
 """,
+    # The MAB family's baselines: the sequential ones (one user per plan over MQTT, a looked-ahead
+    # block in-process: a few users each, every plan a broker round trip) and VB-SDP-AE's bits
+    # through the shuffler.
+    "distributed-dp-mab@sequential": """
+family = "distributed-dp-mab"
+name = "mab-sequential"
+horizon = 60
+seed = 13
+epsilon = 0.5
+runs = 1
+[environment]
+kind = "uniform"
+arms = 4
+[algorithms.ucb1]
+[algorithms.thompson]
+[algorithms.mt-ucb]
+[algorithms.dp-ucb-bound]
+[algorithms.ldp-ucb]
+[algorithms.vb-sdp-ae]
+""",
+    # The experts baselines: FTL and Hedge decide one user per plan over MQTT; the naive FTNL's
+    # epochs release every action's noisy sum (central, and through the aggregator).
+    "private-online-learning@experts": """
+family = "private-online-learning"
+name = "experts"
+horizon = 100
+seed = 5
+epsilon = 1.0
+runs = 1
+[environment]
+setting = 1
+[algorithms.ftl]
+[algorithms.hedge]
+[algorithms.naive-ftnl]
+[algorithms."naive-ftnl@distributed"]
+trust = "distributed"
+""",
+    # Returning users (App. I): each user in up to 3 batches, every round's noise calibrated so that
+    # she is (ε, δ)-DP by RDP or by advanced composition; the ledger is the observer's finish().
+    "distributed-dp-mab@returning": """
+family = "distributed-dp-mab"
+name = "mab-returning"
+horizon = 4000
+seed = 19
+epsilon = 1.0
+runs = 1
+calibrate = true
+returning = 3
+[environment]
+kind = "uniform"
+arms = 4
+[algorithms.rdp]
+algorithm = "dist-rdp-se"
+[algorithms.advanced]
+algorithm = "dist-rdp-se"
+composition = "advanced"
+[algorithms.vb]
+algorithm = "vb-sdp-ae"
+composition = "advanced"
+""",
     "private-online-learning@hybrid": """
 family = "private-online-learning"
 name = "hybrid"

@@ -26,7 +26,13 @@ from privbandit.protocol.primitives.secagg.parameters import ThreatModel, graph_
 from privbandit.runner.config import ConfigError, ExperimentFile, StrictModel
 
 FAMILY_NAME = "distributed-dp-mab"
-ALGORITHMS = ("dist-dp-se", "dist-rdp-se", "dist-cdp-se", "cdp-se", "ldp-se", "dp-se", "se")
+ELIMINATION = ("dist-dp-se", "dist-rdp-se", "dist-cdp-se", "cdp-se", "ldp-se", "dp-se", "se")
+# The standard baselines that decide one user at a time (sequential.py): each user is a release.
+SEQUENTIAL = ("ucb1", "thompson", "mt-ucb", "dp-ucb-bound", "ldp-ucb")
+# Tenenbaum et al.'s shuffle-model arm elimination (shuffle_elimination.py): its own rounds and noise.
+SHUFFLE_BASELINES = ("vb-sdp-ae",)
+BASELINES = SEQUENTIAL + SHUFFLE_BASELINES
+ALGORITHMS = ELIMINATION + BASELINES
 MECHANISM_PLUGINS = tuple(sorted(registry.plugins(FAMILY_NAME, "mechanism")))
 LEARNER_PLUGINS = tuple(sorted(registry.plugins(FAMILY_NAME, "learner")))
 if clash := sorted(set(MECHANISM_PLUGINS) & set(ALGORITHMS)) + [n for n in LEARNER_PLUGINS if n == "auto"]:
@@ -141,6 +147,22 @@ class AlgorithmConfig(SecureAggregationOptions):
     # The clear-text defences (adversaries/defences.py): reject reports outside [−B, g + B] and
     # sum visible reports as bounded integers. Only where someone sees the reports.
     range_check: bool = False
+    # With returning users (the experiment's ``returning`` = B > 1), how a user's B releases compose:
+    # "rdp" (their Rényi curves, converted once) or "advanced" (each release (ε_i, δ_i)-DP as App. I
+    # splits it, advanced composition). returning.py.
+    composition: Literal["rdp", "advanced"] = "rdp"
+
+    @model_validator(mode="after")
+    def _baselines_run_plain(self):
+        if self.algorithm not in BASELINES:
+            return self
+        fields = {"intermediary": self.intermediary != "auto", "adversary": self.adversary is not None,
+                  "dropout_rate": self.dropout_rate > 0, "range_check": self.range_check,
+                  "learner": self.learner != "auto"}
+        if bad := [name for name, set_ in fields.items() if set_]:
+            raise ValueError(f"{', '.join(bad)}: {self.algorithm} is a baseline with its own protocol "
+                             f"(docs/baselines.md) and takes none of these; they belong to Algorithm 1's variants")
+        return self
 
     @model_validator(mode="after")
     def _options_only_for_plugins(self):
@@ -219,10 +241,31 @@ class ExperimentConfig(ExperimentFile):
     # Hostile client processes a run over MQTT starts next to the parties, one per kind, to attack
     # the session's traffic (services/hostile.py, docs/attacks.md). In-process runs refuse them.
     traffic_adversaries: list[Literal[TRAFFIC_ADVERSARY_KINDS]] = []  # type: ignore[valid-type]
+    # Returning users (App. I, Assumption 2): each user takes part in up to this many batches, once
+    # per batch; the ledger charges the composition of B releases (returning.py), and calibrate = true
+    # solves each round's noise for it. 1: every user is new (the paper's main setting).
+    returning: Annotated[int, Field(ge=1, le=10_000)] = 1
 
     @classmethod
     def label_kind(cls, label: str) -> str | None:
         return label.lower() if label.lower() in ALGORITHM_CHOICES else None
+
+    @model_validator(mode="after")
+    def _returning_users_where_built(self):
+        if self.returning == 1:
+            return self
+        for label, a in self.algorithms.items():
+            name = a.algorithm
+            if name in SEQUENTIAL or name in MECHANISM_PLUGINS or a.learner != "auto":
+                raise ValueError(f"algorithms.{label}: returning users (returning = {self.returning}) are built for "
+                                 f"Algorithm 1's variants and vb-sdp-ae; {name} makes one release per user")
+            if a.intermediary in ("shuffler", "shuffler-residues"):
+                raise ValueError(f"algorithms.{label}: returning users are built for the aggregator's releases; "
+                                 f"intermediary = {a.intermediary!r} is not")
+            if name in SHUFFLE_BASELINES and a.composition != "advanced":
+                raise ValueError(f"algorithms.{label}: vb-sdp-ae's counts have an (ε, δ) statement and no Rényi curve; "
+                                 f"with returning users set composition = 'advanced' (App. I's route for it)")
+        return self
 
     @model_validator(mode="after")
     def _each_traffic_adversary_once(self):

@@ -36,6 +36,15 @@ from privbandit.families.distributed_dp_mab.parties import (
     split_round,
     split_shares,
 )
+from privbandit.families.distributed_dp_mab.returning import advanced_ledger, advanced_targets, b_fold
+from privbandit.families.distributed_dp_mab.sequential import TRUST as SEQUENTIAL_TRUST, SequentialLearner
+from privbandit.families.distributed_dp_mab.sequential_parties import SequentialServer, SequentialUsers
+from privbandit.families.distributed_dp_mab.shuffle_elimination import (
+    ShuffleEliminationServer,
+    ShuffleEliminationUsers,
+    count_event,
+    noise_bits,
+)
 from privbandit.families.distributed_dp_mab.world import BanditInstance, uniform_means
 from privbandit.protocol.primitives.secagg.parameters import bounds as secagg_bounds, graph_for
 from privbandit.protocol.primitives.seeding import stream
@@ -114,13 +123,13 @@ def release_sizes(a: cfg.AlgorithmConfig, horizon: int) -> list[int]:
     return sizes or [horizon]
 
 
-def calibrated_epsilon(a: cfg.AlgorithmConfig, target: float, delta: float, horizon: int) -> float:
+def calibrated_epsilon(a: cfg.AlgorithmConfig, target: float, delta: float, horizon: int, returning: int = 1) -> float:
     """:func:`_calibrated`, cached by the table's JSON (a table holding ``options`` is not hashable)."""
-    return _calibrated(a.model_dump_json(), target, delta, horizon)
+    return _calibrated(a.model_dump_json(), target, delta, horizon, returning)
 
 
 @lru_cache(maxsize=256)
-def _calibrated(table: str, target: float, delta: float, horizon: int) -> float:
+def _calibrated(table: str, target: float, delta: float, horizon: int, returning: int = 1) -> float:
     """The largest nominal ε at which every release ``a`` can make is (target, δ)-DP for its users.
 
     Each user is in one release (one arm of one batch), so a user's guarantee is that release's; the
@@ -138,6 +147,9 @@ def _calibrated(table: str, target: float, delta: float, horizon: int) -> float:
 
     def worst(eps: float) -> float:
         mech = build_mechanism(a.model_copy(update={"epsilon": eps}))
+        if returning > 1:  # a user in B releases: B times the worst of them (returning.b_fold), at δ
+            spent = b_fold([released_event(a, mech, n, delta) for n in sizes], returning, delta, horizon).summary()
+            return math.inf if spent["epsilon_at_delta"] is None else spent["epsilon_at_delta"]
         ledger = Ledger(mech.trust_model, eps, delta, users=horizon)
         spent = [ledger.event_epsilon(released_event(a, mech, n, delta)) for n in sizes]
         if any(e is None for e in spent):
@@ -209,6 +221,13 @@ class DistributedDpMab(Family):
         "ldp-se": "local: each user adds Lap_Z(g/ε) alone, attributable reports",
         "dp-se": "Sajed & Sheffet's central DP successive elimination (grid Laplace)",
         "se": "successive elimination without privacy (raw rewards)",
+        "ucb1": "baseline: UCB1 (Auer et al. 2002), non-private, one user per release",
+        "thompson": "baseline: Thompson sampling with Gaussian priors (Agrawal & Goyal 2013), non-private",
+        "mt-ucb": "baseline: private UCB on a binary-tree counter per arm (Mishra & Thakurta 2015), central ε-DP",
+        "dp-ucb-bound": "baseline: DP-UCB-Bound, the hybrid counter per arm (Tossou & Dimitrakakis 2016), central ε-DP",
+        "ldp-ucb": "baseline: LDP-UCB-L, grid Laplace on every reward (Ren et al. 2020), local ε-DP",
+        "vb-sdp-ae": "baseline: Tenenbaum et al. 2021's shuffle-model arm elimination, reward bits and fair noise bits "
+                     "through the shuffler, (ε, δ) by the exact count accountant",
     }
     experiment_model = cfg.ExperimentConfig
     round_fields = ROUND_FIELDS
@@ -223,6 +242,21 @@ class DistributedDpMab(Family):
             config = config.model_copy(update={"environment": env})
         for label in config.algorithms:
             a = self.algorithm(config, label)
+            if a.algorithm in cfg.SEQUENTIAL:
+                try:
+                    SequentialLearner(a.algorithm, 2, a.epsilon, config.horizon, 0)
+                    if instance_for(config, 0).reward == "categorical":
+                        raise ValueError("categorical rewards (a means file's levels) are not built for the sequential "
+                                         "baselines; use reward = 'gaussian' or 'bernoulli'")
+                except (ValueError, OSError) as exc:
+                    raise ConfigError(f"algorithms.{label}: {exc}") from None
+                continue
+            if a.algorithm in cfg.SHUFFLE_BASELINES:
+                try:
+                    noise_bits(*self.count_target(config, a))
+                except ValueError as exc:
+                    raise ConfigError(f"algorithms.{label}: {exc}") from None
+                continue
             try:  # fail before any work starts: bad parameters, a missing means file, ...
                 check_options(a)
                 mechanism = build_mechanism(a)
@@ -246,25 +280,48 @@ class DistributedDpMab(Family):
 
     def algorithm(self, config, label: str) -> cfg.AlgorithmConfig:
         a = cfg.resolve_algorithm(config, label)
+        if a.algorithm in cfg.BASELINES:  # each user's guarantee is at most the file's (ε, δ) by construction
+            return a
         if config.calibrate and config.algorithms[label].epsilon is None and build_mechanism(a).trust_model != "none":
-            a = a.model_copy(update={"epsilon": calibrated_epsilon(a, config.epsilon, delta_of(config), config.horizon)})
+            target, delta, b = config.epsilon, delta_of(config), config.returning
+            if b > 1 and a.composition == "advanced":  # each release (ε_i, δ_i)-DP as App. I splits (ε, δ)
+                eps_i, delta_i, _ = advanced_targets(target, delta, b)
+                eps = calibrated_epsilon(a, eps_i, delta_i, config.horizon)
+            else:
+                eps = calibrated_epsilon(a, target, delta, config.horizon, returning=b)
+            a = a.model_copy(update={"epsilon": eps})
         return a
 
     def intermediaries(self, config) -> list[str]:
         """The aggregator always; the shuffler when an algorithm routes through it."""
-        shuffled = any(self.algorithm(config, label).intermediary in ("shuffler", "shuffler-residues")
-                       for label in config.algorithms)
+        resolved = [self.algorithm(config, label) for label in config.algorithms]
+        shuffled = any(a.intermediary in ("shuffler", "shuffler-residues") or a.algorithm in cfg.SHUFFLE_BASELINES
+                       for a in resolved)
         return ["aggregator", *(["shuffler"] if shuffled else [])]
+
+    def count_target(self, config, a: cfg.AlgorithmConfig) -> tuple[float, float]:
+        """VB-SDP-AE's (ε, δ) per round: the table's, or App. I's (ε_i, δ_i) split with returning users."""
+        if config.returning > 1:
+            eps_i, delta_i, _ = advanced_targets(a.epsilon, delta_of(config), config.returning)
+            return eps_i, delta_i
+        return a.epsilon, delta_of(config)
 
     def users_protected(self, config) -> int:
         return config.horizon  # every user's reward enters one release (Alg. 1, footnote 4)
 
     def public_task(self, config, label: str, runs: list[int]) -> dict:
-        return {"algorithm": self.algorithm(config, label).model_dump(), "horizon": config.horizon,
-                "arms": instance_for(config, runs[0]).n_arms, "delta": delta_of(config)}
+        a = self.algorithm(config, label)
+        extra = {"count_target": list(self.count_target(config, a))} if a.algorithm in cfg.SHUFFLE_BASELINES else {}
+        return {"algorithm": a.model_dump(), "horizon": config.horizon,
+                "arms": instance_for(config, runs[0]).n_arms, "delta": delta_of(config), **extra}
 
     def analyzer(self, public: dict, keys: list[int], oracle=None) -> EliminationServer:
         a = cfg.AlgorithmConfig.model_validate(public["algorithm"])
+        if a.algorithm in cfg.SEQUENTIAL:
+            return SequentialServer(a.algorithm, public["arms"], a.epsilon, public["horizon"], keys[0], oracle)
+        if a.algorithm in cfg.SHUFFLE_BASELINES:
+            eps, delta = public["count_target"]
+            return ShuffleEliminationServer(public["arms"], eps, delta, public["horizon"], a.batch_growth, a.p)
         route = a.intermediary if a.intermediary in ("shuffler", "shuffler-residues") else "aggregator"
         return EliminationServer(build_learner(a, public["arms"]), build_mechanism(a), public["horizon"], keys[0],
                                  intermediary=route, secagg=a.secagg_graph if a.intermediary == "secagg" else None,
@@ -272,6 +329,11 @@ class DistributedDpMab(Family):
 
     def ledger(self, public: dict) -> Ledger:
         a = cfg.AlgorithmConfig.model_validate(public["algorithm"])
+        if a.algorithm in cfg.SEQUENTIAL:
+            trust = SEQUENTIAL_TRUST[a.algorithm]
+            return Ledger(trust, None if trust == "none" else a.epsilon, public["delta"], users=public["horizon"])
+        if a.algorithm in cfg.SHUFFLE_BASELINES:
+            return Ledger("shuffle", a.epsilon, public["delta"], users=public["horizon"])
         mechanism = build_mechanism(a)
         return Ledger(mechanism.trust_model, None if mechanism.trust_model == "none" else a.epsilon, public["delta"],
                       users=public["horizon"])
@@ -279,6 +341,13 @@ class DistributedDpMab(Family):
     def users(self, config, label: str, runs: list[int]) -> BanditUsers:
         (run,) = runs
         a = self.algorithm(config, label)
+        if a.algorithm in cfg.SEQUENTIAL:
+            return SequentialUsers(instance_for(config, run), a.algorithm, a.epsilon, config.seed, (run, label),
+                                   checkpoint_grid(config.horizon, config.checkpoints))
+        if a.algorithm in cfg.SHUFFLE_BASELINES:
+            return ShuffleEliminationUsers(instance_for(config, run), config.seed, (run, label),
+                                           checkpoint_grid(config.horizon, config.checkpoints),
+                                           noise_bits(*self.count_target(config, a)))
         return BanditUsers(instance_for(config, run), build_mechanism(a), config.seed, (run, label),
                            checkpoint_grid(config.horizon, config.checkpoints),
                            delta=delta_of(config) if a.intermediary == "shuffler" else None)
@@ -290,6 +359,8 @@ class DistributedDpMab(Family):
         """The secure-aggregation graph (:meth:`~.config.SecureAggregationOptions.check_secure_round`),
         and a split-and-mix round's shares (:func:`~.parties.check_split_round`)."""
         a = self.algorithm(config, label)
+        if a.algorithm in cfg.SHUFFLE_BASELINES:
+            return  # its users check the round's noise bits themselves (ShuffleEliminationUsers.act)
         a.check_secure_round(label, rnd)
         if rnd.messages != (a.intermediary == "shuffler"):
             raise ValueError(f"round {rnd.id} is {'' if rnd.messages else 'not '}a split-and-mix round, but {label} "
@@ -312,11 +383,15 @@ class DistributedDpMab(Family):
         it (its intermediary's rule), the claim from this family's ledger (:mod:`.audit`)."""
         from privbandit.families.distributed_dp_mab.audit import elimination_targets
 
+        if self.algorithm(config, label).algorithm in cfg.BASELINES:
+            return []  # not audited yet (docs/baselines.md)
         return elimination_targets(self, config, label, cohort)
 
     def audit_candidates(self, config, label: str, cohort: int | None = None) -> list[list]:
         from privbandit.families.distributed_dp_mab.audit import elimination_candidates
 
+        if self.algorithm(config, label).algorithm in cfg.BASELINES:
+            return []
         return [elimination_candidates(self, config, label, cohort)]
 
     def canary_audit(self, config, label: str, seed: int, confidence: float) -> dict:
@@ -333,6 +408,16 @@ class DistributedDpMab(Family):
     def row_maker(self, config, label: str):
         """Per released round: g, τ, m, wrap-around, the noise realised against Assumption 1's
         bound ``σ·sqrt(log(2/p)) + h·log(2/p)``, decode failure (|Σ η| > τ), attackers."""
+        if self.algorithm(config, label).algorithm in cfg.SEQUENTIAL:
+            return lambda record, truths: None  # one release per user: rounds.csv lists none
+        if self.algorithm(config, label).algorithm in cfg.SHUFFLE_BASELINES:
+            def count_row(record, truths: list[Truth]) -> dict:
+                b = record.body
+                true_sum = sum(t.extras["reward_sum"] for t in truths)
+                return {"batch": b["batch"], "arm": b["arm"], "estimate_sum": b["estimate_sum"], "true_sum": true_sum,
+                        "noise": b["estimate_sum"] - true_sum}  # rounding to bits and binomial noise together
+
+            return count_row
         log2p = math.log(2 / self.algorithm(config, label).p)
 
         def row(record, truths: list[Truth]) -> dict:
@@ -367,8 +452,10 @@ class DistributedDpMab(Family):
         ledger = None
         if colluding:
             ledger = Ledger(mechanism.trust_model, a.epsilon, delta_of(config), users=config.horizon)
+        if config.returning > 1:
+            self.charge_returning(config, a, result)
         for row in result.rounds:
-            q = row.pop("_params")
+            q = row.pop("_params", None)  # the baselines' rows carry none
             if ledger is not None:
                 honest = row["reports"] - row["attackers"]
                 if honest < 1:
@@ -384,10 +471,45 @@ class DistributedDpMab(Family):
             result.privacy = {**result.privacy, "coalition": {
                 **ledger.summary(), "colluders": sum(row["attackers"] for row in result.rounds)}}
 
+    def charge_returning(self, config, a: cfg.AlgorithmConfig, result) -> None:
+        """Returning users (App. I): the run's ledger becomes what a user of B batches spends
+        (:mod:`.returning`), the unique-user ledger kept under ``unique_users``."""
+        b, delta = config.returning, delta_of(config)
+        if a.algorithm in cfg.SHUFFLE_BASELINES:
+            eps_i, delta_i = self.count_target(config, a)
+            events = [count_event(noise_bits(eps_i, delta_i), delta_i)] if result.rounds else []
+        elif build_mechanism(a).trust_model == "none":
+            return
+        else:
+            mechanism = build_mechanism(a)
+            events = [mechanism.privacy_event(row["_params"], row["reports"]) for row in result.rounds]
+        if a.composition == "advanced":
+            _, delta_i, _ = advanced_targets(1.0, delta, b)
+            at = Ledger("returning", None, delta_i, users=config.horizon)
+            spent = [at.event_epsilon(e) for e in events]
+            if any(e is None for e in spent):
+                raise ValueError(f"returning users: a release of {a.algorithm} is not (ε, δ_i)-DP at "
+                                 f"δ_i = {delta_i:.3g}")
+            ledger = advanced_ledger(max(spent, default=0.0), b, delta, config.horizon)
+        else:
+            ledger = b_fold(events, b, delta, config.horizon)
+        summary = ledger.summary()
+        summary.update(trust_model=result.privacy["trust_model"], epsilon_target=result.privacy["epsilon_target"],
+                       releases=result.privacy["releases"])
+        result.privacy = {**summary, "returning": b, "composition": a.composition, "unique_users": result.privacy}
+
     def label_summary(self, config, label: str, results: list) -> dict:
         rows = [row for r in results for row in r.rounds]
         extra = {}
         a = self.algorithm(config, label)
+        if a.algorithm in cfg.SEQUENTIAL:
+            best = [instance_for(config, r.runs[0]).best_arm for r in results]
+            return {"best_arm_pulls": float(np.mean([r.learner[0]["pulls"][b] for r, b in zip(results, best)]))}
+        if a.algorithm in cfg.SHUFFLE_BASELINES:
+            return {"best_arm_eliminated_runs": sum(
+                r.learner[0]["eliminated_at"][instance_for(config, r.runs[0]).best_arm] > 0 for r in results),
+                "rounds_per_run": float(np.mean([len(r.rounds) for r in results])),
+                "noise_bits_per_round": noise_bits(*self.count_target(config, a))}
         if a.intermediary == "secagg":
             extra["secagg"] = secagg_summary(a, rows)
         return {

@@ -313,6 +313,9 @@ def online_canary_audit(family, config, label: str, seed: int, confidence: float
 
     a = family.algorithm(config, label)
     arms = len(config.environment.means)
+    if a.algorithm in ("naive-ftnl", "ftl", "hedge"):
+        raise NotImplementedError(f"algorithms.{label}: the experts baselines have no one-run audit yet "
+                                  f"(docs/baselines.md)")
     if a.algorithm == "hybrid-ucb":
         raise NotImplementedError(
             f"algorithms.{label}: no one-run audit of Hybrid-UCB: each user is a release of her own and her reward "

@@ -50,7 +50,7 @@ class OnlineEnvironment(StrictModel):
 
 
 class OnlineAlgorithm(SecureAggregationOptions):
-    algorithm: Literal["anytime-lazy-ucb", "hybrid-ucb", "dp-se", "ftnl"]
+    algorithm: Literal["anytime-lazy-ucb", "hybrid-ucb", "dp-se", "ftnl", "naive-ftnl", "ftl", "hedge"]
     trust: Literal["central", "distributed"] = "central"
     # The distributed twins' aggregator: "auto", the ideal modular sum in the aggregator's process;
     # "secagg", real secure aggregation (Bonawitz et al.; SecAgg+ with secagg_graph = "sparse")
@@ -81,6 +81,21 @@ class OnlineAlgorithm(SecureAggregationOptions):
             raise ValueError(f"corrupt_fraction = {self.corrupt_fraction:g} must be at least adversary.fraction = "
                              f"{self.adversary.fraction:g}: the secure-aggregation graph is chosen for at most "
                              f"corrupt_fraction colluding users, and this run simulates more")
+        return self
+
+    @model_validator(mode="after")
+    def _experts_baselines(self):
+        if self.algorithm in ("ftl", "hedge"):
+            set_fields = (("trust", self.trust != "central"), ("intermediary", self.intermediary != "auto"),
+                          ("adversary", self.adversary is not None))
+            bad = [name for name, set_ in set_fields if set_]
+            if bad:
+                raise ValueError(f"{', '.join(bad)}: {self.algorithm} is a non-private baseline (every user's reward "
+                                 f"vector to the analyzer) and takes none of these")
+        if self.algorithm == "naive-ftnl" and (self.adversary is not None or self.argmax_at != "intermediary"
+                                               or self.rnm_multiplier != 1.0):
+            raise ValueError("naive-ftnl releases every action's noisy sum at ε/K by design: it takes no adversary, "
+                             "argmax_at or rnm_multiplier (those are ftnl's)")
         return self
 
     @model_validator(mode="after")

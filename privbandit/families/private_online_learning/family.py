@@ -17,7 +17,13 @@ from privbandit.families.private_online_learning.mechanisms import (
     ReportNoisyMax,
     hybrid_epsilon,
 )
-from privbandit.families.private_online_learning.parties import FtnlServer, HybridServer, LazyServer, OnlineBanditUsers
+from privbandit.families.private_online_learning.parties import (
+    ExpertsServer,
+    FtnlServer,
+    HybridServer,
+    LazyServer,
+    OnlineBanditUsers,
+)
 from privbandit.families.private_online_learning.world import OnlineUsers
 from privbandit.protocol.privacy import Ledger, NonPrivate as NonPrivateEvent, PureDP, default_delta
 from privbandit.protocol.spine.family import Family
@@ -42,6 +48,8 @@ def spent_per_unit_epsilon(a: cfg.OnlineAlgorithm, n_arms: int, horizon: int) ->
     reach the analyzer (the mechanisms' own privacy events)."""
     if a.algorithm == "hybrid-ucb":
         return hybrid_epsilon(1.0, a.tree_depth, max(1, horizon.bit_length()))
+    if a.algorithm in ("naive-ftnl", "ftl", "hedge"):  # ε by basic composition; the others non-private
+        return 1.0
     if a.algorithm == "ftnl":
         rnm = (ReportNoisyMax(1.0, a.rnm_multiplier) if a.trust == "central"
                else DistributedNoisyMax(1.0, 1.0 / horizon, a.rnm_multiplier, a.argmax_at))
@@ -57,6 +65,9 @@ class PrivateOnlineLearning(Family):
         "hybrid-ucb": "Algorithm 4: tree-based and array-based private means (central)",
         "dp-se": "Sajed & Sheffet's DP successive elimination, the paper's bandit baseline",
         "ftnl": "Algorithms 2–3: follow the noisy leader with report noisy max (full information)",
+        "naive-ftnl": "baseline (§5): FTNL with every action's epoch sum released at ε/K (full information)",
+        "ftl": "baseline: Follow the Leader on every user's reward vector, non-private (full information)",
+        "hedge": "baseline: Hedge, exponential weights with η = sqrt(8 ln K/T), non-private (full information)",
     }
     experiment_model = cfg.OnlineExperiment
     round_fields = ROUND_FIELDS
@@ -91,9 +102,11 @@ class PrivateOnlineLearning(Family):
             return LazyServer(k, a.epsilon, horizon, key, a.trust, p, secagg, a.threat_model())
         if a.algorithm == "hybrid-ucb":
             return HybridServer(k, a.epsilon, a.tree_depth, horizon, key, oracle)
-        if a.algorithm == "ftnl":
+        if a.algorithm in ("ftnl", "naive-ftnl"):
             return FtnlServer(k, a.epsilon, horizon, key, a.trust, p, a.rnm_multiplier, a.argmax_at, secagg,
-                              a.threat_model())
+                              a.threat_model(), naive=a.algorithm == "naive-ftnl")
+        if a.algorithm in ("ftl", "hedge"):
+            return ExpertsServer(a.algorithm, k, horizon, key, oracle)
         beta = a.beta if a.beta is not None else 1.0 / horizon
         learner = SuccessiveElimination(k, SajedSheffetSchedule(a.epsilon, beta), sajed_sheffet_width(beta))
         return EliminationServer(learner, self.dp_se_mechanism(a, beta), horizon, key, secagg=secagg,
@@ -110,6 +123,8 @@ class PrivateOnlineLearning(Family):
 
     def ledger(self, public: dict) -> Ledger:
         a = cfg.OnlineAlgorithm.model_validate(public["algorithm"])
+        if a.algorithm in ("ftl", "hedge"):
+            return Ledger("none", None, public["delta"], users=public["horizon"])
         return Ledger(a.trust, a.epsilon, public["delta"], users=public["horizon"])
 
     def audit_targets(self, config, label: str, cohort: int | None = None) -> list:
@@ -140,9 +155,10 @@ class PrivateOnlineLearning(Family):
         if a.algorithm == "dp-se":
             beta = a.beta if a.beta is not None else 1.0 / config.horizon
             return BanditUsers(inst, self.dp_se_mechanism(a, beta), config.seed, prefix, checkpoints)
-        width = inst.n_arms if a.algorithm == "ftnl" else 2
+        full = a.algorithm in ("ftnl", "naive-ftnl", "ftl", "hedge")
+        width = inst.n_arms if full else 2
         return OnlineBanditUsers(OnlineUsers(inst, config.seed, prefix, width), config.seed, prefix, checkpoints,
-                                 self.randomizer(config, a))
+                                 self.randomizer(config, a), full_information=a.algorithm in ("ftl", "hedge"))
 
     def adversary(self, config, label: str, run: int):
         """Poisoning users or colluders of one run (:mod:`.adversaries`); DP-SE's batches are the
@@ -164,6 +180,8 @@ class PrivateOnlineLearning(Family):
         if a.trust != "distributed":
             return None
         p = a.p if a.p is not None else 1.0 / config.horizon
+        if a.algorithm == "naive-ftnl":  # the K sums released, Lap_Z(K·g/ε) each (FtnlServer)
+            return DistributedNoisyMax(a.epsilon, p, float(len(config.environment.means)), "analyzer")
         return (DistributedNoisyMax(a.epsilon, p, a.rnm_multiplier, a.argmax_at) if a.algorithm == "ftnl"
                 else DistributedArraySum(a.epsilon, p))
 
@@ -174,7 +192,7 @@ class PrivateOnlineLearning(Family):
         def attackers(truths) -> dict:  # a round of one plan (a DP-SE batch, an FTNL epoch): its users' truths
             return {"attackers": sum(t.extras.get("attackers", 0) for t in truths)} if attacked else {}
 
-        if kind == "hybrid-ucb":  # one release per user: rounds.csv lists none
+        if kind in ("hybrid-ucb", "ftl", "hedge"):  # one release per user: rounds.csv lists none
             return lambda record, truths: None
         if kind == "dp-se":
             def dp_se_row(record, truths):
@@ -185,7 +203,7 @@ class PrivateOnlineLearning(Family):
                         "true_sum": sum(t.extras["reward_sum"] for t in truths)}  # for privbandit attack's error
 
             return dp_se_row
-        if kind == "ftnl":
+        if kind in ("ftnl", "naive-ftnl"):
             return lambda record, truths: {**record.body, **attackers(truths)}
         return lambda record, truths: dict(record.body)
 

@@ -243,6 +243,33 @@ class ReportNoisyMax:
         return PureDP(2.0 / self.scale)
 
 
+@dataclass(frozen=True)
+class NoisyMeans:
+    """The naive FTNL of §5 in the central model: every action's epoch sum is released with its own
+    ``Lap(K/ε)`` (ε/K-DP each: one round moves each coordinate by at most 1 under replacement), the
+    leader of the noisy sums is played, and basic composition over the K releases gives ε (the
+    paper's argument; the released means are what it protects, so the ledger charges ε, not report
+    noisy max's smaller figure for an index alone). The noise is the exact grid Laplace."""
+
+    epsilon: float
+    n_actions: int
+    trust_model: str = "central"
+
+    def __post_init__(self):
+        _check_epsilon(self.epsilon)
+
+    def release(self, sums: np.ndarray, rng: np.random.Generator) -> tuple[int, np.ndarray]:
+        """The leader and the K noisy sums."""
+        noisy, _ = grid_laplace(np.asarray(sums, dtype=np.float64), 1.0, self.epsilon / self.n_actions, rng)
+        return int(np.argmax(noisy)), noisy
+
+    def select(self, sums: np.ndarray, rng: np.random.Generator) -> int:
+        return self.release(sums, rng)[0]
+
+    def privacy_event(self, n_actions: int) -> PureDP:
+        return PureDP(self.epsilon)
+
+
 @dataclass
 class DistributedNoisyMax:
     """Algorithm 3 in the distributed model. Users of epoch s send K residues each, Pólya shares

@@ -33,6 +33,7 @@ import numpy as np
 from privbandit.families.distributed_dp_mab.base import RoundParams
 from privbandit.families.distributed_dp_mab.parties import release_threshold
 from privbandit.families.private_online_learning.anytime_lazy_ucb import AnytimeLazyUCB, LazyPolicy
+from privbandit.families.private_online_learning.experts import DRAW_BLOCK, ExpertsLearner
 from privbandit.families.private_online_learning.ftnl import FTNL
 from privbandit.families.private_online_learning.hybrid_streaks import HybridStreaks
 from privbandit.families.private_online_learning.hybrid_ucb import HybridUCB
@@ -40,6 +41,7 @@ from privbandit.families.private_online_learning.mechanisms import (
     ArraySumRelease,
     DistributedArraySum,
     DistributedNoisyMax,
+    NoisyMeans,
     ReportNoisyMax,
 )
 from privbandit.families.private_online_learning.world import OnlineUsers
@@ -47,7 +49,7 @@ from privbandit.families.private_online_learning.world import rewards_from_unifo
 from privbandit.protocol.primitives.noise.grid_laplace import sample_grid_steps
 from privbandit.protocol.primitives.secagg.parameters import GraphParameters, ThreatModel, graph_for
 from privbandit.protocol.primitives.seeding import stream
-from privbandit.protocol.privacy import PureDP
+from privbandit.protocol.privacy import NonPrivate, PureDP
 from privbandit.protocol.spine.errors import ProtocolError
 from privbandit.protocol.spine.events import Join, Plan, Release, Round, Truth
 from privbandit.protocol.spine.family import BlockAnswer, Spend
@@ -246,7 +248,8 @@ class FtnlServer:
     """FTNL's analyzer (see the module docstring)."""
 
     def __init__(self, n_actions: int, epsilon: float, horizon: int, key: int, trust: str, p: float,
-                 multiplier: float, argmax_at: str, secagg: str | None = None, threat: ThreatModel | None = None):
+                 multiplier: float, argmax_at: str, secagg: str | None = None, threat: ThreatModel | None = None,
+                 naive: bool = False):
         self.learner = FTNL(n_actions)
         # With argmax_at = "analyzer" the epoch's K sums are released: secure aggregation of each
         # user's K residues ("complete" | "sparse") computes them; an epoch of one user has no one
@@ -255,9 +258,15 @@ class FtnlServer:
         self.horizon = horizon
         self.key = key
         self.central = trust == "central"
-        self.argmax_at = argmax_at
-        self.rnm = (ReportNoisyMax(epsilon, multiplier) if self.central
-                    else DistributedNoisyMax(epsilon, p, multiplier, argmax_at))
+        # The naive FTNL (§5): each action's sum at ε/K, all K released (distributed: the K sums
+        # leave the aggregator, Lap_Z(K·g/ε) each); otherwise report noisy max (Alg. 3).
+        self.argmax_at = "analyzer" if naive else argmax_at
+        if naive:
+            self.rnm = (NoisyMeans(epsilon, n_actions) if self.central
+                        else DistributedNoisyMax(epsilon, p, float(n_actions), "analyzer"))
+        else:
+            self.rnm = (ReportNoisyMax(epsilon, multiplier) if self.central
+                        else DistributedNoisyMax(epsilon, p, multiplier, argmax_at))
         self.t = 1
         self.open: dict[int, int] = {}  # round (the epoch) → the plan that opened it
 
@@ -294,7 +303,10 @@ class FtnlServer:
         rng = stream(self.key, "round", rnd.id)
         k = self.learner.n_actions
         row = {"epoch": s, "played": played, "plan": self.open[rnd.id]}  # plan: its users' truths (observer)
-        if self.central:
+        if self.central and isinstance(self.rnm, NoisyMeans):
+            nxt, noisy = self.rnm.release(release.values[0].sum(axis=0), rng)
+            row["means"] = (noisy / n).tolist()  # what the naive FTNL releases
+        elif self.central:
             nxt = self.rnm.select(release.values[0].sum(axis=0), rng)
         elif rnd.rule == "argmax":
             nxt = int(release.values[0, 0])
@@ -311,6 +323,60 @@ class FtnlServer:
 
     def summary(self) -> list[dict]:
         return [{"action": self.learner.action}]
+
+
+class ExpertsServer:
+    """FTL's or Hedge's analyzer (:mod:`.experts`), non-private: every user reports her whole reward
+    vector. Over MQTT a plan serves one user; in-process ``oracle(t0, n)`` (the users' vectors, (n, K),
+    which the analyzer receives anyway) lets it decide up to the end of a draw block at once, and the
+    release is checked against what it looked at."""
+
+    def __init__(self, name: str, n_actions: int, horizon: int, key: int, oracle: Callable | None = None):
+        self.learner = ExpertsLearner(name, n_actions, horizon, key)
+        self.k, self.horizon, self.oracle = n_actions, horizon, oracle
+        self.t = 1
+        self.pending: dict[int, np.ndarray] = {}
+        self.expected: dict[int, np.ndarray] = {}
+
+    @property
+    def done(self) -> bool:
+        return self.t > self.horizon
+
+    def plans(self) -> list[Plan]:
+        if self.pending or self.done:
+            return []
+        t0 = self.t
+        if self.oracle is None:
+            arms = np.array([self.learner.choose(t0)])
+        else:
+            n = min(self.horizon - t0 + 1, DRAW_BLOCK - (t0 - 1) % DRAW_BLOCK)
+            self.expected[t0 - 1] = self.oracle(t0, n)
+            arms = self.learner.run(t0, self.expected[t0 - 1])
+        self.pending[t0 - 1] = arms
+        self.t += arms.size
+        rnd = raw_round(t0 - 1, arms.size, width=self.k)
+        return [Plan(t0 - 1, t0 - 1, arms.size, {"kind": "arms", "t0": t0, "arms": arms[None], "full": True}, (rnd,),
+                     (Join(rnd.id, t0 - 1, arms.size, arms.size),))]
+
+    def on_release(self, rnd: Round, release: Release) -> tuple[dict, Spend]:
+        arms = self.pending.get(rnd.id)
+        if arms is None:
+            raise ProtocolError("unknown-round", f"no open plan {rnd.id}")
+        x = release.values[0]
+        if rnd.id in self.expected:
+            if not np.array_equal(x, self.expected[rnd.id]):
+                raise ProtocolError("speculation-mismatch", f"plan {rnd.id}: the users' vectors are not those the "
+                                                            f"analyzer looked ahead at")
+            del self.expected[rnd.id]
+        else:
+            if release.n_reports != 1:
+                raise ProtocolError("bad-report-count", f"plan {rnd.id}: one user's vector, got {release.n_reports}")
+            self.learner.observe(x[0])
+        del self.pending[rnd.id]
+        return {}, Spend(NonPrivate(), releases=arms.size)
+
+    def summary(self) -> list[dict]:
+        return [{"sums": self.learner.sums.tolist()}]
 
 
 REGRET_GRID = 2.0**-24
@@ -330,7 +396,7 @@ class OnlineBanditUsers:
     FTNL's epoch action), randomized by the mechanism the plan's rounds need."""
 
     def __init__(self, users: OnlineUsers, seed: int, prefix: tuple, checkpoints: np.ndarray,
-                 randomizer=None):
+                 randomizer=None, full_information: bool = False):
         self.users = users
         self.instance = users.instance
         self.seed = seed
@@ -338,13 +404,17 @@ class OnlineBanditUsers:
         self.checkpoints = np.asarray(checkpoints, dtype=np.int64)
         self.randomizer = randomizer  # DistributedArraySum / DistributedNoisyMax, or None (central)
         self.gaps = on_regret_grid(self.instance.gaps)
+        self.full_information = full_information  # FTL, Hedge: every user reports her reward vector
 
     def shard(self, plan: Plan, block: int, shards: int) -> int:
         return block % shards
 
     def oracle(self, t0: int, n: int) -> np.ndarray:
         """Every arm's reward for users t0 … t0 + n − 1, (n, K): what the trusted analyzer of the
-        central model may look ahead at in-process (:class:`HybridServer`)."""
+        central model may look ahead at in-process (:class:`HybridServer`); under full information
+        (:class:`ExpertsServer`) the users' reward vectors themselves."""
+        if self.full_information:
+            return self.users.vectors(t0, n)
         u = self.users.uniforms(t0, n)
         return rewards_from_uniforms(self.instance, self.instance.means[None], u[:, :1])
 
@@ -362,7 +432,8 @@ class OnlineBanditUsers:
         t = np.arange(first + 1, first + size + 1)  # users' arrival times (1-based)
         arms = self.arms_of(plan, t)
         offsets = np.arange(size)
-        if plan.body["kind"] == "epoch":  # full information: the whole reward vector
+        full = plan.body["kind"] == "epoch" or bool(plan.body.get("full", False))
+        if full:  # full information: the whole reward vector
             x = self.users.vectors(first + 1, size)
             got = x[offsets, arms]
             realized = x[:, inst.best_arm] - got
@@ -383,6 +454,8 @@ class OnlineBanditUsers:
                 x, self.randomizer.params(b["n"]), stream(self.seed, *self.prefix, "randomizer", plan.id, block))
             reports.append((plan.joins[0].round_id, offsets, values[None], encoded))
             return BlockAnswer(truth, reports)
+        if full:  # FTL, Hedge: every user's reward vector into the plan's one round
+            return BlockAnswer(truth, [(plan.joins[0].round_id, offsets, x[None], None)])
         if "round_of_arm" not in b:  # Hybrid-UCB: every user's raw reward into the plan's one round
             return BlockAnswer(truth, [(plan.joins[0].round_id, offsets, got.reshape(1, -1, 1), None)])
         rounds = np.asarray(b["round_of_arm"])

@@ -1,0 +1,282 @@
+"""The standard sequential baselines of private multi-armed bandits: one decision per user.
+
+Every algorithm here is an index policy: each user t pulls ``argmax_j I_j(t)`` (ties to the lowest
+index), after one initial pull of every arm (users 1 … K pull arms 0 … K − 1), and the analyzer
+updates one arm's state from that user's report. What differs is the index and what the analyzer
+keeps of an arm's rewards:
+
+| name            | paper                                  | trust   | arm statistic                     | privacy          |
+|-----------------|----------------------------------------|---------|-----------------------------------|------------------|
+| ``ucb1``        | Auer, Cesa-Bianchi & Fischer 2002      | none    | the exact sum                     | non-private      |
+| ``thompson``    | Agrawal & Goyal 2013 (Gaussian priors) | none    | the exact sum                     | non-private      |
+| ``mt-ucb``      | Mishra & Thakurta, UAI 2015            | central | a binary-tree counter per arm     | ε-DP             |
+| ``dp-ucb-bound``| Tossou & Dimitrakakis, AAAI 2016       | central | the hybrid counter per arm        | ε-DP             |
+| ``ldp-ucb``     | Ren et al. 2020 (LDP-UCB-L)            | local   | the sum of the users' noisy reports | ε-LDP          |
+
+Indices (n = the arm's pulls, ℓ = ln(2t⁴): the confidence t⁻⁴ of a two-sided tail):
+
+- UCB1 [P]: ``µ̂ + sqrt(2 ln t/n)``.
+- Thompson sampling [P] (Agrawal & Goyal's Gaussian-prior version for rewards in [0, 1]): a draw
+  ``θ_j ∼ N(µ̂_j, 1/(n_j + 1))`` per arm; the standard normals come from the analyzer's key.
+- Private UCB of Mishra & Thakurta [R]: the arm's rewards are the leaves of a binary-tree counter
+  (Chan, Shi & Song 2011; Dwork et al. 2010) with L = ⌊log₂ T⌋ + 1 levels, each released node
+  carrying ``Lap(L/ε)``; a leaf enters at most L released nodes, so each arm's stream, and by
+  parallel composition the run, is ε-DP. Index ``µ̃ + sqrt(2 ln t/n) + B/n``, B the tree noise's
+  tail bound at t⁻⁴ (:func:`laplace_sum_bound`). The paper's own text was not available to this
+  project: its index is stated as "the UCB index plus the counter's error bound", which is what is
+  built; its constants are ours.
+- DP-UCB-Bound of Tossou & Dimitrakakis [R]: the hybrid counter of Chan et al. (the logarithmic
+  mechanism on the arm's pulls 2^r … 2^{r+1} − 1 as one block, ``Lap(2/ε)`` per block, plus a binary
+  tree inside the open block, ``Lap(2(r+1)/ε)`` per node: ε/2 + ε/2) and the index
+  ``µ̃ + sqrt(2 ln t/n) + B/n``, B the hybrid noise's tail bound at t⁻⁴. Not the paper's text either
+  (unavailable): its DP-UCB (the variant without the bound term) and DP-UCB-INT are not built.
+- LDP-UCB-L of Ren et al. [R]: each user reports ``⌊x⌉_γ + γ·Lap_Z((1 + γ)/(γε))``, the exact grid
+  Laplace of sensitivity 1 (:func:`~privbandit.protocol.primitives.noise.grid_laplace.grid_laplace`,
+  ε-DP alone); the analyzer's index is ``µ̃ + max{sqrt(2ν²ℓ/n), 2√2·bℓ/n}`` with ν² = 1/4 + 4b² and
+  b = (1 + γ)/ε: rewards in [0, 1] are ¼-sub-Gaussian and Laplace(b) is (4b², √2b)-sub-exponential
+  (:class:`~.mechanisms.LocalDiscreteLaplace`'s argument), so the noisy mean's Bernstein tail gives
+  that width [I].
+
+Every private counter's noise is exact: a node or block sum v of Laplace scale b is released as
+``(⌊v/g⌉ + L)·g`` with unit steps ``L ∼ Lap_Z(2²⁰)`` and ``g = grid_step(b)``, exactly (1/b)-DP
+(:mod:`~privbandit.protocol.primitives.noise.grid_laplace`), as Hybrid-UCB's are. The unit steps are
+drawn per *round* from the analyzer's key in blocks, before anyone knows which arm a round pulls, so
+deciding one user per plan (over MQTT) and a block of users at once (in-process, looking ahead at
+the rewards the trusted analyzer receives anyway) give the same numbers. The state lives in numpy
+arrays and each step is compiled (:func:`_choose`, :func:`_observe`), so a block of users is one
+compiled loop; the MQTT path calls the same two functions one user at a time.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from privbandit.protocol.primitives.noise.grid_laplace import LAPLACE_GRID, sample_grid_steps
+from privbandit.protocol.primitives.seeding import stream
+
+KINDS = {"ucb1": 0, "thompson": 1, "mt-ucb": 2, "dp-ucb-bound": 3, "ldp-ucb": 4}
+TRUST = {"ucb1": "none", "thompson": "none", "mt-ucb": "central", "dp-ucb-bound": "central", "ldp-ucb": "local"}
+LEVELS = 64
+NOISE_BLOCK = 1 << 16  # the analyzer's per-round draws come this many rounds at a time
+
+
+def laplace_sum_bound(scales_squared: float, largest: float, tail: float) -> float:
+    """A (1 − e^{−tail}·2)-probability bound on |Σ Lap(b_i)|: Chan, Shi & Song 2011, Lemma 2.8
+    (P[|Y| > λ] ≤ exp(−λ²/(8ν²)) for ν² ≥ Σ b_i², 0 < λ < 2√2ν²/max b_i), at ν = max{√Σb², b_max√tail}
+    and λ = ν·sqrt(8·tail). (The same formula, compiled, is in :func:`_noise_bound`.)"""
+    return _noise_bound(scales_squared, largest, tail)
+
+
+@njit(cache=True)
+def _noise_bound(scales_squared, largest, tail):
+    nu = max(math.sqrt(scales_squared), largest * math.sqrt(tail))
+    return nu * math.sqrt(8.0 * tail)
+
+
+@njit(cache=True)
+def _grid(scale):
+    """``grid_step(scale)``: g = b′γ with b′ = b/(1 − bγ) (grid_laplace.py)."""
+    return scale / (1.0 - scale * 9.5367431640625e-07) * 9.5367431640625e-07
+
+
+@njit(cache=True)
+def _popcount(x):
+    c = 0
+    while x:
+        x &= x - 1
+        c += 1
+    return c
+
+
+@njit(cache=True)
+def _choose(kind, t, pulls, est, opened, normals, params):
+    """User t's arm (t ≥ 1, 1-based). ``est``: each arm's (noisy) sum; ``opened``: the hybrid
+    counter's open block r per arm; ``normals``: Thompson sampling's K standard normals for round t;
+    ``params``: (ε, tree scale L/ε, grid Laplace scale b of a local report)."""
+    k = pulls.size
+    if t <= k:
+        return t - 1
+    lt = math.log(t)
+    tail = math.log(2.0) + 4.0 * lt  # ln(2/γ) at γ = t⁻⁴
+    best, best_u = 0, -math.inf
+    for j in range(k):
+        n = pulls[j]
+        mean = est[j] / n
+        if kind == 1:
+            u = mean + normals[j] / math.sqrt(n + 1.0)
+        elif kind == 4:
+            b = params[2]
+            nu2 = 0.25 + 4.0 * b * b
+            u = mean + max(math.sqrt(2.0 * nu2 * tail / n), 2.0 * math.sqrt(2.0) * b * tail / n)
+        else:
+            u = mean + math.sqrt(2.0 * lt / n)
+            if kind == 2:
+                b = params[1]
+                u += _noise_bound(_popcount(n) * b * b, b, tail) / n
+            elif kind == 3:
+                r = opened[j]
+                ba, bt = 2.0 / params[0], 2.0 * (r + 1) / params[0]
+                nodes = _popcount(n - ((1 << r) - 1))
+                u += _noise_bound(r * ba * ba + nodes * bt * bt, bt if nodes else ba, tail) / n
+        if u > best_u:
+            best, best_u = j, u
+    return best
+
+
+@njit(cache=True)
+def _tree_insert(j, x, leaves, alpha, alpha_noisy, tree_noisy, g, step):
+    """Insert leaf x into arm j's binary counter: the insert completes one node, at level tz(c), whose
+    true p-sum is x plus the nodes below it; they leave the released set, the new node joins it with
+    its noise (one unit grid step ``step`` at grid ``g``). Returns the change of the noisy prefix."""
+    c = leaves[j] + 1
+    leaves[j] = c
+    level = 0
+    while not (c >> level) & 1:
+        level += 1
+    s, dropped = x, 0.0
+    for lv in range(level):
+        s += alpha[j, lv]
+        dropped += alpha_noisy[j, lv]
+        alpha[j, lv] = 0.0
+        alpha_noisy[j, lv] = 0.0
+    noisy = (np.rint(s / g) + step) * g
+    alpha[j, level] = s
+    alpha_noisy[j, level] = noisy
+    tree_noisy[j] += noisy - dropped
+    return noisy - dropped
+
+
+@njit(cache=True)
+def _observe(kind, j, x, pulls, est, opened, leaves, alpha, alpha_noisy, tree_noisy, block_sum, blocks_noisy,
+             steps, params):
+    """Arm j's report x (a reward, or a local report) enters its statistic; ``steps``: the round's
+    two unit grid steps (node, block)."""
+    if kind <= 1 or kind == 4:  # exact sum (non-private), or the sum of local reports
+        est[j] += x
+        pulls[j] += 1
+        return
+    if kind == 2:  # one binary counter over the whole stream, Lap(L/ε) per node
+        _tree_insert(j, x, leaves, alpha, alpha_noisy, tree_noisy, _grid(params[1]), steps[0])
+        pulls[j] += 1
+        est[j] = tree_noisy[j]
+        return
+    # kind 3: the hybrid counter. Block 0 is the first pull alone; block r ≥ 1 holds pulls
+    # 2^r … 2^{r+1} − 1, released whole at its end with Lap(2/ε), with a tree inside it meanwhile.
+    ga = _grid(2.0 / params[0])
+    if pulls[j] == 0:
+        blocks_noisy[j] = (np.rint(x / ga) + steps[1]) * ga
+        pulls[j] = 1
+        opened[j] = 1
+        leaves[j] = 0
+        tree_noisy[j] = 0.0
+        block_sum[j] = 0.0
+        est[j] = blocks_noisy[j]
+        return
+    r = opened[j]
+    _tree_insert(j, x, leaves, alpha, alpha_noisy, tree_noisy, _grid(2.0 * (r + 1) / params[0]), steps[0])
+    block_sum[j] += x
+    pulls[j] += 1
+    if pulls[j] == (1 << (r + 1)) - 1:  # the block is full: its sum is released, a new tree opens
+        blocks_noisy[j] += (np.rint(block_sum[j] / ga) + steps[1]) * ga
+        for lv in range(alpha.shape[1]):
+            alpha[j, lv] = 0.0
+            alpha_noisy[j, lv] = 0.0
+        opened[j] = r + 1
+        leaves[j] = 0
+        tree_noisy[j] = 0.0
+        block_sum[j] = 0.0
+    est[j] = blocks_noisy[j] + tree_noisy[j]
+
+
+@njit(cache=True)
+def _run_block(kind, t0, candidates, normals, steps, pulls, est, opened, leaves, alpha, alpha_noisy, tree_noisy,
+               block_sum, blocks_noisy, params, arms, reports):
+    """Users t0 … t0 + n − 1 one after another, looking ahead: ``candidates[i, j]`` is what user
+    t0 + i reports if she pulls j. Fills ``arms`` and ``reports``."""
+    for i in range(candidates.shape[0]):
+        j = _choose(kind, t0 + i, pulls, est, opened, normals[i], params)
+        x = candidates[i, j]
+        arms[i] = j
+        reports[i] = x
+        _observe(kind, j, x, pulls, est, opened, leaves, alpha, alpha_noisy, tree_noisy, block_sum, blocks_noisy,
+                 steps[i], params)
+
+
+class SequentialLearner:
+    """One run's index policy (module docstring): the arms' state, its per-round draws from the
+    analyzer's key, and the two steps: :meth:`choose` (user t's arm) and :meth:`observe` (her report),
+    or :meth:`run` for a block of users looked ahead at."""
+
+    def __init__(self, name: str, n_arms: int, epsilon: float | None, horizon: int, key: int):
+        if name not in KINDS:
+            raise ValueError(f"unknown sequential algorithm {name!r}; choose from {', '.join(KINDS)}")
+        self.name, self.kind, self.key = name, KINDS[name], key
+        private = TRUST[name] != "none"
+        if private and not (epsilon is not None and math.isfinite(epsilon) and epsilon > 0):
+            raise ValueError(f"{name} needs a finite epsilon > 0, got {epsilon}")
+        eps = float(epsilon) if private else 1.0
+        self.levels = max(1, int(horizon).bit_length())  # L = ⌊log₂ T⌋ + 1: a leaf's nodes
+        # The scales whose grid steps the releases use must stay below 2²⁰ (grid_step refuses
+        # larger): ε below about L·10⁻⁶ is refused here rather than mid-run.
+        local_b = (1.0 + LAPLACE_GRID) / eps
+        for scale in ((self.levels / eps,) if name == "mt-ucb" else
+                      (2.0 * (self.levels + 1) / eps,) if name == "dp-ucb-bound" else ()):
+            if not scale * LAPLACE_GRID < 1:
+                raise ValueError(f"epsilon={eps} is too small for {name}'s exact grid Laplace (scale {scale:.3g})")
+        self.params = np.array([eps, self.levels / eps, local_b])
+        k = n_arms
+        self.pulls = np.zeros(k, dtype=np.int64)
+        self.est = np.zeros(k)
+        self.opened = np.zeros(k, dtype=np.int64)
+        self.leaves = np.zeros(k, dtype=np.int64)
+        self.alpha = np.zeros((k, LEVELS))
+        self.alpha_noisy = np.zeros((k, LEVELS))
+        self.tree_noisy = np.zeros(k)
+        self.block_sum = np.zeros(k)
+        self.blocks_noisy = np.zeros(k)
+        self._block, self._normals, self._steps = -1, None, None
+
+    def _state(self):
+        return (self.pulls, self.est, self.opened, self.leaves, self.alpha, self.alpha_noisy, self.tree_noisy,
+                self.block_sum, self.blocks_noisy)
+
+    def draws(self, t0: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Rounds t0 … t0 + n − 1's draws: K standard normals (Thompson sampling) and two unit grid
+        steps (the counters), from ``(key, "draws", block)`` in blocks of :data:`NOISE_BLOCK` rounds,
+        so a round's draws do not depend on how rounds are grouped into plans."""
+        k = self.pulls.size
+        normals, steps = np.empty((n, k)), np.empty((n, 2))
+        i = 0
+        while i < n:
+            b, off = divmod(t0 + i - 1, NOISE_BLOCK)
+            if b != self._block:
+                rng = stream(self.key, "draws", b)
+                self._block = b
+                self._normals = rng.standard_normal((NOISE_BLOCK, k)) if self.kind == 1 else np.zeros((NOISE_BLOCK, k))
+                self._steps = (sample_grid_steps((NOISE_BLOCK, 2), rng) if self.kind in (2, 3)
+                               else np.zeros((NOISE_BLOCK, 2)))
+            take = min(n - i, NOISE_BLOCK - off)
+            normals[i:i + take] = self._normals[off:off + take]
+            steps[i:i + take] = self._steps[off:off + take]
+            i += take
+        return normals, steps
+
+    def choose(self, t: int) -> int:
+        normals, _ = self.draws(t, 1)
+        return int(_choose(self.kind, t, self.pulls, self.est, self.opened, normals[0], self.params))
+
+    def observe(self, t: int, arm: int, report: float) -> None:
+        _, steps = self.draws(t, 1)
+        _observe(self.kind, arm, float(report), *self._state(), steps[0], self.params)
+
+    def run(self, t0: int, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Users t0 … in turn, each reporting ``candidates[i, arm]``: (arms, reports)."""
+        n = candidates.shape[0]
+        normals, steps = self.draws(t0, n)
+        arms, reports = np.empty(n, dtype=np.int64), np.empty(n)
+        _run_block(self.kind, t0, np.ascontiguousarray(candidates, dtype=np.float64), normals, steps,
+                   *self._state(), self.params, arms, reports)
+        return arms, reports

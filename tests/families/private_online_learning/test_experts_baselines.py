@@ -1,0 +1,105 @@
+"""The experts baselines of the online family: FTL, Hedge and the naive FTNL (§5)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from privbandit.families.private_online_learning import experts
+from privbandit.families.private_online_learning.mechanisms import NoisyMeans
+from privbandit.protocol.primitives.noise.grid_laplace import LAPLACE_GRID
+from privbandit.runner import run_file
+from tests.stats import P_MIN
+
+
+@pytest.mark.parametrize("name", sorted(experts.EXPERTS))
+def test_looking_ahead_equals_one_user_at_a_time(name):
+    """Gaussian-like rewards (sums that depend on the order of additions) across a draw block."""
+    k, horizon = 4, experts.DRAW_BLOCK + 300
+    vectors = np.clip(np.random.default_rng(1).normal(0.5, 0.2, (horizon, k)) + [0.0, 0.01, 0.02, 0.0], 0, 1)
+    ahead = experts.ExpertsLearner(name, k, horizon, key=3)
+    arms = np.concatenate([ahead.run(1, vectors[:1000]), ahead.run(1001, vectors[1000:])])
+    step = experts.ExpertsLearner(name, k, horizon, key=3)
+    one = np.empty(horizon, dtype=np.int64)
+    for t in range(1, horizon + 1):
+        one[t - 1] = step.choose(t)
+        step.observe(vectors[t - 1])
+    assert np.array_equal(arms, one) and np.array_equal(ahead.sums, step.sums)
+
+
+def test_ftl_plays_the_leader_lowest_index_on_ties():
+    learner = experts.ExpertsLearner("ftl", 3, 100, key=0)
+    learner.sums[:] = [2.0, 5.0, 5.0]
+    assert learner.choose(10) == 1
+
+
+def test_hedge_draws_from_the_exponential_weights():
+    """At fixed sums G, 20,000 rounds' actions follow softmax(ηG) by chi-square; the same test
+    rejects the weights at 2η."""
+    k, horizon = 4, 1000
+    learner = experts.ExpertsLearner("hedge", k, horizon, key=5)
+    learner.sums[:] = [10.0, 30.0, 25.0, 0.0]
+    picks = np.array([learner.choose(t) for t in range(1, 20_001)])
+    counts = np.bincount(picks, minlength=k)
+
+    def expected(eta):
+        w = np.exp(eta * (learner.sums - learner.sums.max()))
+        return 20_000 * w / w.sum()
+
+    eta = math.sqrt(8 * math.log(k) / horizon)
+    assert stats.chisquare(counts, expected(eta)).pvalue > P_MIN
+    assert stats.chisquare(counts, expected(2 * eta)).pvalue < 1e-6
+
+
+def test_the_naive_ftnl_adds_laplace_k_over_epsilon_to_every_sum():
+    """Each coordinate carries the exact grid Laplace at ε/K (scale K/ε in reward units): KS at a
+    fixed seed; noise at 2ε/K (half the scale) is rejected. The release is ε-DP (K × ε/K)."""
+    eps, k = 0.8, 5
+    rnm = NoisyMeans(eps, k)
+    rng = np.random.default_rng(0)
+    noise = np.concatenate([rnm.release(np.zeros(k), rng)[1] for _ in range(8000)])
+    scale = k * (1 + LAPLACE_GRID) / eps
+    assert stats.kstest(noise / scale, "laplace").pvalue > P_MIN
+    assert stats.kstest(2 * noise / scale, "laplace").pvalue < 1e-6
+    assert rnm.privacy_event(k).pure_epsilon == eps
+
+
+def test_the_baselines_ledgers(tmp_path):
+    path = tmp_path / "experts.toml"
+    path.write_text("""
+family = "private-online-learning"
+horizon = 5000
+runs = 2
+epsilon = 1.0
+seed = 3
+[environment]
+setting = 1
+[algorithms.naive-ftnl]
+[algorithms."naive-ftnl@distributed"]
+trust = "distributed"
+[algorithms.ftl]
+[algorithms.hedge]
+""")
+    summary = run_file(path).summary
+    p = summary["privacy"]
+    assert p["naive-ftnl"]["epsilon_pure"] == 1.0 and p["naive-ftnl@distributed"]["epsilon_pure"] == pytest.approx(1.0)
+    assert p["ftl"]["guarantee"] == p["hedge"]["guarantee"] == "non-private"
+    assert all(a["regret_final_mean"] < 5000 * 0.05 for a in summary["algorithms"].values())
+
+
+def test_the_experts_baselines_refuse_what_they_do_not_take(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("""
+family = "private-online-learning"
+horizon = 100
+epsilon = 1.0
+[environment]
+setting = 1
+[algorithms.hedge]
+trust = "distributed"
+""")
+    with pytest.raises(Exception, match="trust: hedge is a non-private baseline"):
+        run_file(path)
