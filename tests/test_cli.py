@@ -83,7 +83,7 @@ def test_every_experiment_file_loads_and_takes_the_common_overrides(path):
         ("horizon = [", [], "not valid TOML", "not valid TOML"),
         ('family = "private-online-learning"\nhorizon = 100\n[environment]\nmeans = [0.2, 0.8]\n'
          '[algorithms.x]\nalgorithm = "ucb"\n', [], "algorithms.x.algorithm",
-         "'anytime-lazy-ucb', 'hybrid-ucb', 'dp-se' or 'ftnl' (got 'ucb')"),
+         "'anytime-lazy-ucb', 'hybrid-ucb', 'dp-se', 'ftnl', 'naive-ftnl', 'ftl' or 'hedge' (got 'ucb')"),
     ],
 )
 def test_bad_files_and_overrides_name_the_field_and_what_it_allows(tmp_path, text, overrides, field, allowed):
