@@ -32,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from privbandit.protocol.primitives.report_auth import ReportAuthenticator  # noqa: E402
+from privbandit.protocol.primitives.report_auth import NONCE_MAC_BYTES, ReportAuthenticator  # noqa: E402
 from privbandit.protocol.spine.events import Join, Plan, Reports, Round  # noqa: E402
 from privbandit.services import codec  # noqa: E402
 from privbandit.services.bus import BusSettings  # noqa: E402
@@ -98,7 +98,8 @@ async def handling(records: int, repeat: int) -> None:
     values = np.zeros((1, records, 1), np.int64)
     forged = codec.encode(codec.ReportsMsg(
         run=RUN, task=0, round=1, plan=1, user_ids=codec.ids_on_wire(ids), values=codec.packed(values, m), block=0,
-        tags=ReportAuthenticator(6).tags(RUN, 0, 1, 1, 0, ids, values)))  # a key that is not the users'
+        tags=ReportAuthenticator(6).tags(RUN, 0, 1, 1, 0, ids, values),  # a key that is not the users' ...
+        block_tag=bytes(NONCE_MAC_BYTES)))  # ... and a block tag to check, the costliest forgery
     honest = codec.encode(reports_message(ReportAuthenticator(5), RUN, 0, plan, rnd, 1, Reports(
         1, 1, np.arange(65_536, 131_072), np.ones((1, 65_536, 1), np.int64))))
     for name, payload in ((f"forged, {records:,} records (wrong MACs)", forged),
