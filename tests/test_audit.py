@@ -277,9 +277,9 @@ def test_linear_ldp_reports_are_audited_and_consistent():
 
 def test_linear_vec_label_counts_are_audited():
     """P_Vec's shuffler totals, drawn by every user's bit-sum randomizer: under the theorem's
-    constants (preset theory) consistent with the ledger; under the authors' constants the ledger
+    constants (preset theory) and the exact accountant's fair bits (exact) consistent with the ledger; under the authors' constants the ledger
     claims nothing, and the audit still measures something (its verdict says "no claim")."""
-    for preset, verdict in (("theory", "consistent"), ("paper-code", "no claim")):
+    for preset, verdict in (("theory", "consistent"), ("exact", "consistent"), ("paper-code", "no claim")):
         fam, config = experiment_files.load("experiments/linear_fig1b_eps1.toml", [f"preset={preset}"])
         (t,) = fam.audit_targets(config, "LinUCB-SDP-Vec")
         r = audit_target(t, 10_000, None, 0.95, np.random.default_rng(18))

@@ -309,7 +309,7 @@ async def test_an_intermediary_asks_for_a_round_again_until_it_completes():
 
 
 @pytest.mark.asyncio
-async def test_a_round_whose_reports_are_arriving_is_not_asked_for_again():
+async def test_a_round_whose_reports_are_arriving_is_not_asked_for_again(monkeypatch):
     """The analyzer announces a plan again after 3 s without a release; a round of 2^25 users takes
     longer than that to arrive. Asking the fleets again then made them send the whole plan twice
     (at T = 10⁸: 33 M late copies, +50 % report traffic). A re-announced plan makes the party ask
@@ -321,6 +321,11 @@ async def test_a_round_whose_reports_are_arriving_is_not_asked_for_again():
     from privbandit.services import codec
     from privbandit.services.intermediary import IDLE_S
 
+    from privbandit.protocol.spine.events import Reports
+    from privbandit.services import intermediary
+    from privbandit.services.users import reports_message
+
+    monkeypatch.setattr(intermediary, "USER_BLOCK", 4)  # the plan's 8 users in two blocks, as a big plan's are
     svc = await _intermediary()
     plan = Plan(4, 0, 8, opens=(Round(4, "aggregator", "sum", expected=8, m=16),), joins=(Join(4, 0, 8, 8),))
 
@@ -330,17 +335,16 @@ async def test_a_round_whose_reports_are_arriving_is_not_asked_for_again():
     await svc.open_plan(plan)
     svc.opened[4] -= 10  # opened long ago ...
     values = np.ones((1, 4, 1), np.int64)
-    tags = ReportAuthenticator(1).tags("r1", 0, 4, 4, 0, np.arange(4), values)
-    await svc.collect(codec.ReportsMsg(run="r1", task=0, round=4, plan=4, user_ids=np.arange(4, dtype="<u4"),
-                                       values=values.astype("<u1"), tags=tags))
+    first = Reports(4, 4, np.arange(4), values)  # block 0, as its fleet sends it
+    await svc.collect(reports_message(ReportAuthenticator(1), "r1", 0, plan, plan.opens[0], 0, first))
     assert svc.box.rounds[4].received == 4, dict(svc.rejected)  # ... but its reports are arriving
     await svc.open_plan(plan)  # the analyzer's re-announcement
     assert resends() == []
     svc.moved[4] -= IDLE_S + 0.1  # then nothing for IDLE_S ...
     forged = codec.ReportsMsg(run="r1", task=0, round=4, plan=4, user_ids=np.arange(4, 8, dtype="<u4"),
-                              values=values.astype("<u1"), tags=np.zeros(4, "<u4"))
+                              values=values.astype("<u1"), tags=np.zeros(4, "<u4"), block=1, block_tag=bytes(28))
     await svc.collect(forged)  # ... but refused junk, which must not keep the round looking alive
-    assert svc.rejected["bad-tag"] == 4 and svc.box.rounds[4].received == 4
+    assert svc.rejected["bad-block-tag"] == 4 and svc.box.rounds[4].received == 4
     await svc.open_plan(plan)
     assert resends() == [4]
 

@@ -1,8 +1,8 @@
 """The shuffle-model linear bandits' experiment files (Chowdhury & Zhou, ICML 2022).
 
 An experiment file says ``family = "shuffle-linear-bandits"`` (see experiments/linear_fig1a_eps0.2.toml
-and docs/shuffle-linear-bandits.md): the horizon T, (ε, δ), the preset of constants (``paper-code``
-or ``theory``), the environment (K arms in R^d, the instance generator) and ``[algorithms.<label>]``
+and docs/shuffle-linear-bandits.md): the horizon T, (ε, δ), the preset of constants (``paper-code``,
+``theory`` or ``exact``), the environment (K arms in R^d, the instance generator) and ``[algorithms.<label>]``
 tables, whose ``algorithm`` a label that is itself an algorithm name implies (``LinUCB-SDP-Amp``).
 """
 
@@ -60,7 +60,7 @@ class LinearExperiment(ExperimentFile):
 
     @property
     def generator(self) -> str:
-        return self.environment.generator or ("paper" if self.preset == "theory" else "paper-code")
+        return self.environment.generator or ("paper-code" if self.preset == "paper-code" else "paper")
 
     @model_validator(mode="after")
     def _batches_fit(self):
@@ -68,6 +68,12 @@ class LinearExperiment(ExperimentFile):
             b = batch_of(algo)
             if b > self.horizon:
                 raise ValueError(f"algorithms.{label}.batch = {b} must be ≤ horizon = {self.horizon}")
+            if self.preset == "exact" and algo.vec_scale is not None:
+                raise ValueError(f"algorithms.{label}.vec_scale: P_Vec's proof constant has no place under "
+                                 "preset = 'exact' (its b comes from the exact accountant); remove it")
+            if self.preset == "exact" and algo.vec_span == "delta":
+                raise ValueError(f"algorithms.{label}.vec_span = 'delta': the exact accountant covers the span "
+                                 "2Δ only (a count moved by at most g); use '2delta' or leave it unset")
         return self
 
 

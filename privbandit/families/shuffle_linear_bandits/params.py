@@ -8,6 +8,10 @@ Presets:
   as such. Their defects are not reproduced: g and b are integers (ceil), the JDP tree draws fresh
   noise per node, P_Vec's encoding does not overflow (see :class:`VecParams`), and every ledger shows
   the privacy those constants actually give (often none proven).
+- ``exact``: ``theory`` everywhere but P_Vec, whose noise is fair bits (p = ½) and whose b is the
+  fewest for which the exact accountant of the released label counts gives the batch's (ε, δ)
+  (:func:`exact_vec_params`; issue #30 item 4): no proof constant, and the ledger names the
+  accountant.
 
 Privacy is declared per release (:func:`batch_event`): the spine's ledger composes the events
 (each batch's users are disjoint, so a run's guarantee is its worst batch; returning users put
@@ -30,7 +34,7 @@ from privbandit.protocol.privacy import amplification as amp
 from privbandit.protocol.privacy import counts
 
 ALGORITHMS = ("linucb", "linucb-jdp", "linucb-ldp", "linucb-sdp-amp", "linucb-sdp-vec")
-PRESETS = ("theory", "paper-code")
+PRESETS = ("theory", "paper-code", "exact")
 # The ledger's trust model, and in words.
 TRUST_MODEL = {"linucb": "none", "linucb-jdp": "central", "linucb-ldp": "local", "linucb-sdp-amp": "shuffle",
                "linucb-sdp-vec": "shuffle"}
@@ -102,7 +106,13 @@ def vec_params(preset: str, budget: Budget, batch: int, d: int, entry_bound: flo
                scale: float | None, span: str) -> VecParams:
     """Thm 3.5 / C.1: p = 1/4, g = max{2√B, d, 4}, b = C·g²·log²(4(d²+1)/δ)/(ε²B), C = 24·10⁴.
     paper-code: b = C·g²·ln²(d/δ)/(ε²B) with the code's C = ``scale`` (1; "tuned 10 for ε = 1, 10"),
-    shift Δ = max ‖φ‖₂ as the code does."""
+    shift Δ = max ‖φ‖₂ as the code does. exact: :func:`exact_vec_params` (no constant to scale,
+    and only the span 2Δ its accountant covers)."""
+    if preset == "exact":
+        if scale is not None or span != "2delta":
+            raise ValueError("preset = 'exact' calibrates P_Vec by its accountant: vec_scale must be unset "
+                             "and vec_span '2delta'")
+        return exact_vec_params(budget, batch, d, entry_bound)
     eps, delta = budget.epsilon, budget.delta
     g = math.ceil(max(2 * math.sqrt(batch), d, 4))
     if preset == "paper-code":
@@ -273,6 +283,10 @@ def batch_event(algorithm: str, preset: str, budget: Budget, batch: int, feature
         return ZCDP(report_rho(feature_norm, d, sigma))
     if algorithm == "linucb-jdp":
         return node_event(budget, feature_norm, sigma, d)
+    if preset == "exact":
+        if d is None:
+            raise ValueError("linucb-sdp-vec under preset 'exact': the accountant needs the dimension d (its labels)")
+        return exact_vec_event(budget, batch, vec, n_entries(d))
     covered, warnings = vec_warnings(preset, budget, vec, vec_scale)
     if not covered:
         return NoneProven("P_Vec: " + "; ".join(warnings))
@@ -321,6 +335,9 @@ def describe(algorithm: str, preset: str, epsilon: float, delta: float, budget: 
         out.update(sigma=sigma, tree_levels=tree_levels(math.ceil(horizon / batch)),
                    accountant="Gaussian tree, zCDP (Bun & Steinke 2016), one lane per tree level",
                    guarantee_kind="JDP (billboard: actions depend on the released prefix sums only)")
+        return out
+    if preset == "exact":
+        out.update(accountant=counts.BASIS, g=vec.g, b=vec.b, p=vec.p, shift=vec.shift, span=vec.span, covered=True)
         return out
     covered, warnings = vec_warnings(preset, budget, vec, vec_scale)
     out.update(accountant=VEC_BASIS, g=vec.g, b=vec.b, p=vec.p, shift=vec.shift, span=vec.span, covered=covered)
