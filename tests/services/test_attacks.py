@@ -61,9 +61,11 @@ def test_replay_sybil_impersonation_and_flood_processes_leave_the_honest_result_
     rejected = json.loads((out / "summary.json").read_text())["rejected"]
     # sybil and flood ids lie outside every cohort; replays hit closed rounds or a finished task;
     # the flood's junk fails the decoder, its oversized payload the size limit.
-    # Impersonated records (invited ids, no MAC or a guessed one) never take a user's place.
+    # Impersonated records (invited ids, no MAC or a guessed one) never take a user's place: a
+    # message no fleet signed is refused whole (missing-tag, or bad-block-tag for a guessed block
+    # tag), its ids outside the cohort as not-in-cohort.
     for reason in ("not-in-cohort", "too-large", "not-msgpack", "bad-version", "schema", "wrong-run",
-                   "missing-tag", "bad-tag"):
+                   "missing-tag", "bad-block-tag"):
         assert rejected.get(reason, 0) > 0, (reason, rejected)
     assert rejected.get("round-closed", 0) + rejected.get("wrong-task", 0) > 0, rejected
 
@@ -94,7 +96,7 @@ def test_an_experiment_files_traffic_adversaries_run_next_to_the_parties_and_cha
     assert curious["forbidden_received"] == 0 and curious["forged_releases_sent"] == 2, curious
     assert all(r["ended_by"] in ("shutdown", "terminated") for r in reports.values()), reports
     rejected = json.loads((out / "summary.json").read_text())["rejected"]
-    for reason in ("not-in-cohort", "missing-tag", "bad-tag", "not-msgpack", "schema", "too-large"):
+    for reason in ("not-in-cohort", "missing-tag", "bad-block-tag", "not-msgpack", "schema", "too-large"):
         assert rejected.get(reason, 0) > 0, (reason, rejected)
     assert rejected.get("round-closed", 0) + rejected.get("wrong-task", 0) > 0, rejected  # the replays
 

@@ -168,7 +168,7 @@ def test_the_issues_volley_and_a_stream_of_decoding_bombs_change_no_number(tmp_p
     ``volley`` (every plan message answered, re-announcements too, with 15 forged reports, one of
     8 MiB) and ``bombs`` (each plan answered by the next of the costliest messages to decode, to the
     round's intermediary or to the observer, issue #32 item 2). The session ends with the honest
-    numbers; the forged records are ``bad-tag``, the bombs ``over-limit`` and ``schema`` (a body
+    numbers; the forged reports are refused whole (``missing-tag``: no fleet signed them), the bombs ``over-limit`` and ``schema`` (a body
     that decodes is a status or truth without the fleets' MAC); the analyzer re-announced its plans
     at most a few times. (On the code before issue #32 this session too ended with the honest
     numbers on this machine, 2–4× slower: the test guards the outcome, the benchmarks measure the
@@ -185,5 +185,5 @@ def test_the_issues_volley_and_a_stream_of_decoding_bombs_change_no_number(tmp_p
         report = json.loads((out / "adversaries" / f"{kind}.json").read_text())
         assert report["messages_sent"] >= 13, report
     rejected = json.loads((out / "summary.json").read_text())["rejected"]
-    assert rejected.get("bad-tag", 0) > 10**5 and rejected.get("over-limit", 0) >= 4, rejected
+    assert rejected.get("missing-tag", 0) > 10**5 and rejected.get("over-limit", 0) >= 4, rejected
     assert (out / "logs" / "analyzer.log").read_text().count("announcing plans") <= 4

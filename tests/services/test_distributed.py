@@ -4,6 +4,8 @@ import asyncio
 import csv
 import json
 import secrets
+import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -138,7 +140,12 @@ def _wait(parties, timeout=240):
         assert time.monotonic() < end, "the distributed run did not finish\n" + _log_tails(parties)
         time.sleep(0.2)
     for p in parties[1:]:
-        p.proc.wait(30)
+        try:
+            p.proc.wait(60)
+        except subprocess.TimeoutExpired:  # say where it waits: its coroutines' stacks to its log
+            p.proc.send_signal(signal.SIGUSR2)
+            time.sleep(2)
+            raise AssertionError(f"{p.name} still runs 60 s after the session ended\n" + _log_tails([p], 6000)) from None
     return parties[0].proc.returncode
 
 

@@ -357,23 +357,29 @@ async def test_late_answers_to_a_request_are_told_apart_from_replays():
     import numpy as np
 
     from privbandit.protocol.primitives.report_auth import ReportAuthenticator
-    from privbandit.protocol.spine.events import Join, Plan, Round
+    from privbandit.protocol.spine.events import Join, Plan, Reports, Round
     from privbandit.services import codec
+    from privbandit.services.users import reports_message
 
     svc = await _intermediary()
-    for pid in (1, 2):
-        await svc.open_plan(Plan(pid, 0, 3, opens=(Round(pid, "aggregator", "sum", expected=3, m=16),),
-                                 joins=(Join(pid, 0, 3, 3),)))
+    plans = {pid: Plan(pid, 0, 3, opens=(Round(pid, "aggregator", "sum", expected=3, m=16),),
+                       joins=(Join(pid, 0, 3, 3),)) for pid in (1, 2)}
+    for plan in plans.values():
+        await svc.open_plan(plan)
     await svc.ask_again(1)
     for rid in (1, 2):
         await svc.publish_release(rid, codec.ReleaseMsg(run="r1", task=0, round=rid, n_reports=3,
                                                         values=np.array([[5]], dtype=np.int64)))
 
     def late(rid: int, tagged: bool = True) -> codec.ReportsMsg:
+        """Plan rid's block 0 as its fleet sends it (every record MAC'd, the block tag), or forged
+        without any tag."""
         values = np.ones((1, 3, 1), np.int64)
-        tags = ReportAuthenticator(1).tags("r1", 0, rid, rid, 0, np.arange(3), values) if tagged else None
+        if tagged:
+            return reports_message(ReportAuthenticator(1), "r1", 0, plans[rid], plans[rid].opens[0], 0,
+                                   Reports(rid, rid, np.arange(3), values))
         return codec.ReportsMsg(run="r1", task=0, round=rid, plan=rid, user_ids=np.arange(3, dtype="<u4"),
-                                values=values.astype("<u4"), tags=tags)
+                                values=values.astype("<u4"))
 
     await svc.collect(late(1))
     await svc.collect(late(2))
@@ -381,16 +387,16 @@ async def test_late_answers_to_a_request_are_told_apart_from_replays():
     # A forged copy is refused for what it is, after the release as before it: not as a late copy.
     await svc.collect(late(2, tagged=False))
     assert {k: n for k, n in svc.rejected.items() if n} == {"late-resend": 3, "round-closed": 3, "missing-tag": 3}
-    # So is a forged "block complete" marker (#20 item 3), whoever won the race to the round; a
-    # genuine late one is a late copy.
+    # So is a forged "block complete" marker (#20 item 3), whoever won the race to the round (no tag:
+    # missing-tag; a wrong one: bad-block-tag); a genuine late one is a late copy.
     auth = ReportAuthenticator(1)
     marker = codec.ReportsMsg(run="r1", task=0, round=2, plan=2, user_ids=np.zeros(0, "<u4"),
                               values=np.zeros((1, 0, 1), "<u4"), block=0)
     genuine = auth.nonce_mac("block", "r1", 0, 2, 2, 0, payload=codec.encode(marker))
     for tag in (b"", bytes(28), genuine):
         await svc.collect(marker.model_copy(update={"block_tag": tag}))
-    assert {k: n for k, n in svc.rejected.items() if n} == {"late-resend": 3, "round-closed": 4, "missing-tag": 3,
-                                                             "bad-block-tag": 2}
+    assert {k: n for k, n in svc.rejected.items() if n} == {"late-resend": 3, "round-closed": 4, "missing-tag": 4,
+                                                             "bad-block-tag": 1}
 
 
 @pytest.mark.asyncio
@@ -437,22 +443,28 @@ async def test_late_copies_of_the_last_tasks_plans_asked_again_are_not_counted_a
     import numpy as np
 
     from privbandit.protocol.primitives.report_auth import ReportAuthenticator
-    from privbandit.protocol.spine.events import Join, Plan, Round
+    from privbandit.protocol.spine.events import Join, Plan, Reports, Round
     from privbandit.services import codec
+    from privbandit.services.users import reports_message
 
     svc = await _intermediary()
-    for pid in (1, 2):
-        await svc.open_plan(Plan(pid, 0, 3, opens=(Round(pid, "aggregator", "sum", expected=3, m=16),),
-                                 joins=(Join(pid, 0, 3, 3),)))
+    plans = {pid: Plan(pid, 0, 3, opens=(Round(pid, "aggregator", "sum", expected=3, m=16),),
+                       joins=(Join(pid, 0, 3, 3),)) for pid in (1, 2)}
+    for plan in plans.values():
+        await svc.open_plan(plan)
     await svc.ask_again(1)
     svc.task_spec = {"index": 1, "runs": [0], "label": "Dist-DP-SE"}
     await svc.on_task(svc.task_spec)  # task 1 starts; task 0's copies are still on their way
 
     def late(rid: int, tagged: bool = True) -> codec.ReportsMsg:
+        """Plan rid's block 0 as its fleet sends it (every record MAC'd, the block tag), or forged
+        without any tag."""
         values = np.ones((1, 3, 1), np.int64)
-        tags = ReportAuthenticator(1).tags("r1", 0, rid, rid, 0, np.arange(3), values) if tagged else None
+        if tagged:
+            return reports_message(ReportAuthenticator(1), "r1", 0, plans[rid], plans[rid].opens[0], 0,
+                                   Reports(rid, rid, np.arange(3), values))
         return codec.ReportsMsg(run="r1", task=0, round=rid, plan=rid, user_ids=np.arange(3, dtype="<u4"),
-                                values=values.astype("<u4"), tags=tags)
+                                values=values.astype("<u4"))
 
     await svc.on_message("pb/r1/report/aggregator", late(1))
     assert {k: n for k, n in svc.rejected.items() if n} == {"late-resend": 3}

@@ -56,4 +56,4 @@ def test_online_adversaries_in_fleets_and_traffic_attackers_reproduce_the_inproc
     assert all(reports[k]["plans_seen"] > 0 for k in ("replay", "impersonate", "sybil")), reports
     assert reports["curious-analyzer"]["forbidden_received"] == 0
     rejected = mqtt["rejected"]
-    assert rejected.get("not-in-cohort", 0) > 0 and rejected.get("missing-tag", 0) + rejected.get("bad-tag", 0) > 0
+    assert rejected.get("not-in-cohort", 0) > 0 and rejected.get("missing-tag", 0) + rejected.get("bad-block-tag", 0) > 0
