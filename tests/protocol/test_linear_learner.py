@@ -215,7 +215,7 @@ def test_delta_defaults_to_a_tenth_of_one_over_the_users_protected(tmp_path):
 
 
 def test_family_run_is_reproducible_and_independent_of_jobs(tmp_path):
-    body = ("horizon = 400\nruns = 3\nseed = 5\nepsilon = 1.0\n[environment]\narms = 10\ndim = 3\n"
+    body = ("horizon = 400\nruns = 3\nseed = 5\nepsilon = 1.0\ndelta = 0.1\n[environment]\narms = 10\ndim = 3\n"
             "[algorithms.LinUCB]\n[algorithms.LinUCB-JDP]\n[algorithms.LinUCB-LDP]\n"
             "[algorithms.LinUCB-SDP-Amp]\nbatch = 20\n[algorithms.LinUCB-SDP-Vec]\nbatch = 20\n")
     path = _write_toml(tmp_path, body)
