@@ -191,12 +191,31 @@ def test_config_errors_name_the_field(tmp_path):
         experiment_files.load(_write_toml(tmp_path, base + "[environment]\ndim = 1\n"))
     with pytest.raises(ConfigError, match="algorithms.X.algorithm"):
         experiment_files.load(_write_toml(tmp_path, "horizon = 100\n[algorithms.X]\nalgorithm = 'ucb'\n"))
-    with pytest.raises(ConfigError, match="delta"):
-        experiment_files.load(_write_toml(tmp_path, "delta = 1.5\n" + base))
+    for bad in ("1.5", "0", "-0.1", "nan"):  # the message names the field and its whole range
+        with pytest.raises(ConfigError, match=r"delta: .*must lie in \(0, 1\)"):
+            experiment_files.load(_write_toml(tmp_path, f"delta = {bad}\n" + base))
+
+
+def test_delta_defaults_to_a_tenth_of_one_over_the_users_protected(tmp_path):
+    """#31 item 4: a file without ``delta`` is held to δ = 1/(10·T), as in every family, and the
+    summary and every ledger say so; the figure files keep the paper's explicit δ = 0.1 (§5)."""
+    path = _write_toml(tmp_path, "horizon = 400\nseed = 1\n[environment]\narms = 10\ndim = 3\n"
+                                 "[algorithms.LinUCB-LDP]\n[algorithms.LinUCB-SDP-Amp]\n")
+    _, config = experiment_files.load(path)
+    assert config.delta == 1 / (10 * 400)
+    summary = run_file(path, out=tmp_path / "out").summary
+    on_disk = json.loads((tmp_path / "out" / "summary.json").read_text())
+    for s in (summary, on_disk):
+        assert s["delta"] <= 1 / (10 * 400)
+        for label in ("LinUCB-LDP", "LinUCB-SDP-Amp"):
+            assert s["privacy"][label]["delta"] <= 1 / (10 * 400) and not s["privacy"][label]["delta_warning"]
+    for name in ("linear_fig1a_eps0.2", "linear_fig1b_eps1", "linear_fig1c_eps10", "linear_fig2_d10_eps1",
+                 "linear_fig2_d15_eps1"):
+        assert experiment_files.load(f"experiments/{name}.toml")[1].delta == 0.1
 
 
 def test_family_run_is_reproducible_and_independent_of_jobs(tmp_path):
-    body = ("horizon = 400\nruns = 3\nseed = 5\nepsilon = 1.0\n[environment]\narms = 10\ndim = 3\n"
+    body = ("horizon = 400\nruns = 3\nseed = 5\nepsilon = 1.0\ndelta = 0.1\n[environment]\narms = 10\ndim = 3\n"
             "[algorithms.LinUCB]\n[algorithms.LinUCB-JDP]\n[algorithms.LinUCB-LDP]\n"
             "[algorithms.LinUCB-SDP-Amp]\nbatch = 20\n[algorithms.LinUCB-SDP-Vec]\nbatch = 20\n")
     path = _write_toml(tmp_path, body)

@@ -4,6 +4,9 @@ An experiment file says ``family = "shuffle-linear-bandits"`` (see experiments/l
 and docs/shuffle-linear-bandits.md): the horizon T, (ε, δ), the preset of constants (``paper-code``,
 ``theory`` or ``exact``), the environment (K arms in R^d, the instance generator) and ``[algorithms.<label>]``
 tables, whose ``algorithm`` a label that is itself an algorithm name implies (``LinUCB-SDP-Amp``).
+``delta`` defaults to 1/(10·T), as in every family: a run protects its T users
+(:func:`~privbandit.protocol.privacy.default_delta`). The paper's figures use δ = 0.1, which their
+experiment files set themselves.
 """
 
 from __future__ import annotations
@@ -11,10 +14,11 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from privbandit.families.shuffle_linear_bandits.params import ALGORITHMS, PRESETS
 from privbandit.families.shuffle_linear_bandits.world import GENERATORS
+from privbandit.protocol.privacy import default_delta
 from privbandit.runner.config import ExperimentFile, StrictModel
 
 FAMILY = "shuffle-linear-bandits"
@@ -44,7 +48,9 @@ class LinearExperiment(ExperimentFile):
     family: Literal["shuffle-linear-bandits"]
     name: str = "linear"
     horizon: Annotated[int, Field(ge=2, le=10**8)]
-    delta: Annotated[float, Field(gt=0, lt=1)] = 0.1
+    # None: 1/(10·T), filled in from the horizon by validation (_default_delta), so every reader
+    # sees a number; the paper's δ = 0.1 is far above 1/T and must be asked for.
+    delta: float | None = None  # in (0, 1): _delta_range names the whole range when it is not
     preset: Literal[PRESETS] = "paper-code"  # type: ignore[valid-type]
     # Solve each algorithm's nominal ε so that its ledger reads exactly (epsilon, delta) (#13 item 4);
     # a table that sets its own epsilon keeps it.
@@ -57,6 +63,19 @@ class LinearExperiment(ExperimentFile):
     @classmethod
     def label_kind(cls, label: str) -> str | None:
         return label.lower() if label.lower() in ALGORITHMS else None
+
+    @field_validator("delta")
+    @classmethod
+    def _delta_range(cls, value: float | None) -> float | None:
+        if value is not None and not 0 < value < 1:  # also refuses NaN
+            raise ValueError("delta must lie in (0, 1); omit it for the default 1/(10·horizon)")
+        return value
+
+    @model_validator(mode="after")
+    def _default_delta(self):
+        if self.delta is None:  # frozen: set once here, during validation, so every reader sees a number
+            object.__setattr__(self, "delta", default_delta(self.horizon))
+        return self
 
     @property
     def generator(self) -> str:

@@ -28,7 +28,8 @@ from functools import lru_cache
 from dataclasses import dataclass
 
 from privbandit.families.shuffle_linear_bandits.mechanisms import VecParams, n_entries, tree_levels
-from privbandit.protocol.primitives.noise.grid_gaussian import grid_sensitivity
+from privbandit.protocol.primitives.noise.grid_gaussian import GAUSSIAN_GRID, grid_sensitivity
+from privbandit.protocol.primitives.noise.sampler_bounds import discrete_gaussian_fast_tv_bound
 from privbandit.protocol.privacy import ZCDP, ApproxDP, NonPrivate, NoneProven, PrivacyEvent
 from privbandit.protocol.privacy import amplification as amp
 from privbandit.protocol.privacy import counts
@@ -237,10 +238,14 @@ def paper_code_noise(algorithm: str, epsilon: float, delta: float, batch: int, h
 
 # --- privacy events ------------------------------------------------------------------------------
 
+# The ideal discrete Gaussian's guarantee: the double-coin sampler's distance from it is the
+# mechanism's sampler_tv_per_entry, which these figures do not include.
+SAMPLER_CAVEAT = "; for the ideal discrete Gaussian, not the sampler (mechanism.sampler_tv_per_entry)"
 AMP_BASIS = ("Feldman-McMillan-Talwar 2021, Thm 3.2 numeric + Thm 3.8 (amplification by shuffling of the "
-             "grid's discrete Gaussian randomizer, its (ε₀, δ₀) from ρ-zCDP, Canonne-Kamath-Steinke 2020 Thm 14)")
+             "grid's discrete Gaussian randomizer, its (ε₀, δ₀) from ρ-zCDP, Canonne-Kamath-Steinke 2020 Thm 14)"
+             + SAMPLER_CAVEAT)
 LDP_BASIS = ("discrete Gaussian on the grid, ρ-zCDP (Canonne-Kamath-Steinke 2020, Thm 14), one attributable "
-             "report per user and batch")
+             "report per user and batch" + SAMPLER_CAVEAT)
 VEC_BASIS = "Chowdhury & Zhou 2022, Thm 3.5 / C.1 (Cheu et al. 2021 adapted)"
 
 
@@ -322,6 +327,11 @@ def describe(algorithm: str, preset: str, epsilon: float, delta: float, budget: 
            "delta_batch_target": budget.delta, "warnings": []}
     if algorithm == "linucb":
         return out
+    if algorithm in ("linucb-sdp-amp", "linucb-ldp", "linucb-jdp"):
+        # The ledger's ρ is the ideal discrete Gaussian's; the double-coin sampler is only within
+        # this total variation of it per entry (an upper bound), which no ledger figure includes.
+        out["sampler_tv_per_entry"] = (discrete_gaussian_fast_tv_bound(sigma / GAUSSIAN_GRID)
+                                       if sigma / GAUSSIAN_GRID >= 1 else 1.0)
     if algorithm in ("linucb-sdp-amp", "linucb-ldp"):
         out["sigma"] = sigma
         out["accountant"] = AMP_BASIS if algorithm == "linucb-sdp-amp" else LDP_BASIS
@@ -333,7 +343,8 @@ def describe(algorithm: str, preset: str, epsilon: float, delta: float, budget: 
         return out
     if algorithm == "linucb-jdp":
         out.update(sigma=sigma, tree_levels=tree_levels(math.ceil(horizon / batch)),
-                   accountant="Gaussian tree, zCDP (Bun & Steinke 2016), one lane per tree level",
+                   accountant=("Gaussian tree, zCDP (Bun & Steinke 2016), one lane per tree level"
+                               + SAMPLER_CAVEAT),
                    guarantee_kind="JDP (billboard: actions depend on the released prefix sums only)")
         return out
     if preset == "exact":

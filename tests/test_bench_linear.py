@@ -1,0 +1,62 @@
+"""#31 item 6: ``benchmarks/bench_linear.py --single`` prints only what it measured. Without the
+authors' code no ratio (and no figure of theirs) appears; with ``--authors-code`` the ratio is the
+quotient of the two rates printed beside it, both timed in the run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LABELS = ("LinUCB", "LinUCB-JDP", "LinUCB-SDP-Amp", "LinUCB-SDP-Vec", "LinUCB-LDP")
+
+# A stand-in with the authors' interface whose run takes a known, visible time.
+FAKE = '''
+import time
+d = None
+class LinBandit:
+    def __init__(self, X, theta, epsilon, delta, BatchSize, noise="normal", sigma=0.5, seed=None):
+        self.K = X.shape[0]
+    def reset_random(self):
+        pass
+def evaluate_one(Alg, params, env, n, period_size):
+    assert d == 5, d  # the global their __main__ sets
+    time.sleep(0.05)
+    return None, None
+LinUCB = LDPLinUCB = JDPLinUCB = SDPLinUCBPAmp = SDPLinUCBPVec = object
+'''
+
+
+def _bench(*extra: str) -> list[str]:
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_linear.py"), "--single", "--repeat", "1",
+                          "--horizon", "200", *extra], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines()
+
+
+def _rows(lines: list[str]) -> dict[str, list[str]]:
+    return {line.split()[0]: line.split()[1:] for line in lines if line.split() and line.split()[0] in LABELS}
+
+
+def test_without_the_authors_code_only_privbandits_rates_are_printed():
+    lines = _bench()
+    rows = _rows(lines)
+    assert set(rows) == set(LABELS)
+    for label, cells in rows.items():  # seconds and rounds/s, nothing else
+        assert len(cells) == 2, (label, cells)
+        assert float(cells[1].replace(",", "")) > 0
+    text = "\n".join(lines)
+    assert "×" not in text and "target" not in text and "authors s" not in text
+    assert "no ratio to it is printed" in text
+
+
+def test_with_the_authors_code_the_ratio_is_of_two_rates_measured_here(tmp_path):
+    (tmp_path / "LinBanditPrivate.py").write_text(FAKE)
+    rows = _rows(_bench("--authors-code", str(tmp_path)))
+    assert set(rows) == set(LABELS)
+    for label, (secs, rate, their_secs, their_rate, ratio, *verdict) in rows.items():
+        assert float(their_secs) >= 0.05  # the stand-in's sleep was timed, not looked up
+        ours, theirs = float(rate.replace(",", "")), float(their_rate.replace(",", ""))
+        assert abs(float(ratio) - ours / theirs) <= 0.01 * ours / theirs + 0.01, (label, rows[label])
+        assert " ".join(verdict) == ("met" if ours >= 5 * theirs else "NOT met")
