@@ -37,9 +37,10 @@ Indices (n = the arm's pulls, ℓ = ln(2t⁴): the confidence t⁻⁴ of a two-s
   (:class:`~.mechanisms.LocalDiscreteLaplace`'s argument), so the noisy mean's Bernstein tail gives
   that width [I].
 
-Every private counter's noise is exact: a node or block sum v of Laplace scale b is released as
-``(⌊v/g⌉ + L)·g`` with unit steps ``L ∼ Lap_Z(2²⁰)`` and ``g = grid_step(b)``, exactly (1/b)-DP
-(:mod:`~privbandit.protocol.primitives.noise.grid_laplace`), as Hybrid-UCB's are. The unit steps are
+Every private counter's noise is on a grid: a node or block sum v of Laplace scale b is released as
+``(⌊v/g⌉ + L)·g`` with unit steps ``L ∼ Lap_Z(2²⁰)`` and ``g = grid_step(b)``, (1/b)-DP with the
+ideal Lap_Z (:mod:`~privbandit.protocol.primitives.noise.grid_laplace`), as Hybrid-UCB's are; numpy's
+sampler adds a δ bounded in :mod:`~privbandit.protocol.primitives.noise.sampler_bounds`. The unit steps are
 drawn per *round* from the analyzer's key in blocks, before anyone knows which arm a round pulls, so
 deciding one user per plan (over MQTT) and a block of users at once (in-process, looking ahead at
 the rewards the trusted analyzer receives anyway) give the same numbers. The state lives in numpy

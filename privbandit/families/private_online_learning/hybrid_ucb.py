@@ -33,9 +33,10 @@ class HybridUCB:
     :meth:`observe` takes the reward and the unit grid steps the mechanisms need (so the learner
     holds no randomness of its own and tests can feed it anything).
 
-    Every release is exact: a node or array sum v of Laplace scale b is released as
+    Every release is on a grid: a node or array sum v of Laplace scale b is released as
     ``(round(v / g) + L) * g`` with ``g = grid_step(b)`` and ``L ~ Lap_Z(2²⁰)``
-    (:mod:`~privbandit.protocol.primitives.noise.grid_laplace`), which is exactly (1/b)-DP; the
+    (:mod:`~privbandit.protocol.primitives.noise.grid_laplace`), (1/b)-DP with the ideal Lap_Z and
+    (1/b, δ)-DP with numpy's sampler, δ bounded by ``sampler_bounds.grid_step_delta``; the
     eqs. (32)–(33) scales and so the ledger's ε are the paper's."""
 
     def __init__(self, n_arms: int, epsilon: float, depth: str = "r"):
