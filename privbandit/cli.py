@@ -1291,13 +1291,18 @@ def demo(
 ):
     """Dist-DP-SE end to end: broker, analyzer, aggregator, user fleets and observer as separate
     processes; prints regret, ε spent and bits per user measured on the wire."""
-    experiment = Path(__file__).resolve().parent.parent / "experiments" / "demo.toml"
-    if not experiment.exists():  # an installed wheel without the repository's experiments/
-        experiment = Path("experiments/demo.toml")
-    run(experiment, set_=set_, runs=None, out=out, jobs=None, transport="mqtt", broker=broker, shards=shards,
-        restart_on_crash=restart_on_crash, overwrite=overwrite, run_id=run_id, credentials=credentials,
-        ca_file=ca_file, cert_file=cert_file, key_file=key_file, insecure_broker=insecure_broker, dashboard=dashboard,
-        dashboard_port=dashboard_port)
+    from privbandit.runner.config import demo_experiment
+
+    try:
+        demo_file = demo_experiment()
+    except ConfigError as exc:
+        _error(exc)
+        raise typer.Exit(2)
+    with demo_file as experiment:  # package data: no checkout or working directory needed
+        run(experiment, set_=set_, runs=None, out=out, jobs=None, transport="mqtt", broker=broker, shards=shards,
+            restart_on_crash=restart_on_crash, overwrite=overwrite, run_id=run_id, credentials=credentials,
+            ca_file=ca_file, cert_file=cert_file, key_file=key_file, insecure_broker=insecure_broker,
+            dashboard=dashboard, dashboard_port=dashboard_port)
 
 
 @app.command()

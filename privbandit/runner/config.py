@@ -87,6 +87,30 @@ class ExperimentFile(StrictModel):
 # --- loading and overriding ------------------------------------------------------------------
 
 
+DEMO_FILE = "demo.toml"  # package data beside this module (pyproject.toml), the same TOML as experiments/demo.toml
+
+
+def demo_experiment():
+    """The demo's experiment file as package data (:mod:`importlib.resources`), so ``privbandit
+    demo`` runs from an installed wheel, in any directory: a context manager giving its path, on
+    disk for as long as the demo runs (a file extracted from a zipped install is removed after).
+    Raises :class:`ConfigError` when the package was installed without it."""
+    from contextlib import contextmanager
+    from importlib.resources import as_file, files
+
+    resource = files("privbandit.runner") / DEMO_FILE
+    if not resource.is_file():
+        raise ConfigError(f"the demo experiment {DEMO_FILE} is not installed with privbandit (package data of "
+                          f"privbandit.runner): reinstall privbandit, or run an experiment file with privbandit run")
+
+    @contextmanager
+    def path():
+        with as_file(resource) as found:
+            yield Path(found)
+
+    return path()
+
+
 def parse_value(text: str) -> Any:
     """A ``--set`` value: any TOML value (``10``, ``0.5``, ``true``, ``[0.1, 0.2]``, ``"x"``);
     anything that is not valid TOML is taken as a bare string."""
