@@ -218,7 +218,11 @@ def run(
         err.print(f"interrupted: {finished} finished task(s) kept in {kept.dir}; to resume:\n  {_resumed(command)}",
                   highlight=False, markup=False)
         raise typer.Exit(130)
-    summary = results.summarize(family, config, *outcome)
+    if resume:  # what it reused, before the numbers that rest on it
+        damaged = f", {kept.unreadable} damaged set aside and computed again" if kept.unreadable else ""
+        err.print(f"resumed: {kept.reused} of {kept.reused + kept.computed} task(s) reused from {kept.dir} "
+                  f"(config {kept.config_hash[:12]}), {kept.computed} computed{damaged}", highlight=False, markup=False)
+    summary = results.summarize(family, config, *outcome, store=kept)
     results.write_results(out, family, config, summary, outcome[0])
     kept.prune()
     _print_summary(summary, out)

@@ -234,7 +234,8 @@ def run_sweep(path: str | Path, grids: list[str], out: Path, overrides: list[str
         p, f = grid[i], found[i]
         for label in f:
             f[label].sort(key=lambda r: r.runs[0])
-        summary = results.summarize(p.family, p.config, f, compute[i], time.perf_counter() - start)
+        summary = results.summarize(p.family, p.config, f, compute[i], time.perf_counter() - start,
+                                    store=stores[i])
         summary["sweep"] = {"point": p.values, "executor": executor}
         results.write_results(out / p.name, p.family, p.config, summary, f)
         summaries[p.name] = summary
