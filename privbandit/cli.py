@@ -1052,6 +1052,7 @@ def observer(
     if not stall_timeout > 0:
         _error(f"--stall-timeout {stall_timeout}: must be > 0 seconds")
         raise typer.Exit(2)
+    every = _progress_period()
     settings, (family, config), built = _settings(broker, run_id), _world(experiment, set_), []
     report_key = _report_key()  # checks the fleets' truths and statuses
     try:
@@ -1061,7 +1062,8 @@ def observer(
         _error(exc)
         raise typer.Exit(2)
     _serve(lambda: built.append(ObserverService(settings, family, config, parties.split(","), out, ready_timeout,
-                                                state_dir, stall_timeout, dashboard=page, report_key=report_key))
+                                                state_dir, stall_timeout, dashboard=page, report_key=report_key,
+                                                progress_log_s=every))
            or built[0])
     service = built[0]
     try:
@@ -1069,6 +1071,24 @@ def observer(
     except SessionFailed as exc:
         _error(f"the session failed: {exc}")
         raise typer.Exit(1)
+
+
+def _progress_period() -> float:
+    """PRIVBANDIT_PROGRESS_LOG_S: seconds between the observer's progress lines where its stderr is
+    not a terminal (services/observer.py, PROGRESS_LOG_S)."""
+    from privbandit.services.observer import PROGRESS_LOG_S
+
+    text = os.environ.get("PRIVBANDIT_PROGRESS_LOG_S")
+    if text is None:
+        return PROGRESS_LOG_S
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not 0.1 <= seconds <= 86_400:
+        _error(f"PRIVBANDIT_PROGRESS_LOG_S={text!r}: must be a number of seconds in [0.1, 86400]")
+        raise typer.Exit(2)
+    return seconds
 
 
 @app.command("broker-config")
