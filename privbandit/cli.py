@@ -221,7 +221,8 @@ def run(
     if resume:  # what it reused, before the numbers that rest on it
         damaged = f", {kept.unreadable} damaged set aside and computed again" if kept.unreadable else ""
         err.print(f"resumed: {kept.reused} of {kept.reused + kept.computed} task(s) reused from {kept.dir} "
-                  f"(config {kept.config_hash[:12]}), {kept.computed} computed{damaged}", highlight=False, markup=False)
+                  f"(config {kept.config_hash[:12]}), {kept.computed} computed{damaged}",
+                  highlight=False, markup=False)
     summary = results.summarize(family, config, *outcome, store=kept)
     results.write_results(out, family, config, summary, outcome[0])
     kept.prune()
@@ -372,6 +373,8 @@ KeyFileOption = Annotated[Optional[Path], typer.Option(
 InsecureBrokerOption = Annotated[bool, typer.Option(
     "--insecure-broker", help="run even if the broker lets a role, or anyone, read what the trust model denies "
                               "(summary.json records broker.acl = \"insecure\")")]
+
+
 def _dashboard_option(when: str):
     return Annotated[bool, typer.Option(
         "--dashboard", help=f"{when}serve a live web page of the session on 127.0.0.1, and after it the results "

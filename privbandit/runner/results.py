@@ -69,8 +69,9 @@ def summarize(fam, config, results: dict[str, list], compute: dict[str, float], 
     if store is not None:
         elapsed += store.earlier_elapsed()
         started = min([started, *store.earlier_legs])
-        record["tasks"] = {"reused": store.reused, "computed": store.computed,
-                           "legs": len(store.earlier_legs) + (store.computed > 0), "elapsed_s_this_leg": round(this_leg, 3)}
+        legs = len(store.earlier_legs) + int(store.computed > 0)  # this run is a leg if it computed a task
+        record["tasks"] = {"reused": store.reused, "computed": store.computed, "legs": legs,
+                           "elapsed_s_this_leg": round(this_leg, 3)}
     summary = {
         "experiment": config.name, "family": fam.name, "horizon": config.horizon, "runs": config.runs,
         "seed": config.seed, "epsilon": config.epsilon, **fam.experiment_summary(config),
