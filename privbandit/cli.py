@@ -18,7 +18,11 @@ from rich.text import Text
 
 from privbandit.runner.config import ConfigError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, rich_markup_mode=None)
+try:  # typer 0.2x vendors click as typer._click (constraints.txt pins 0.29.2); earlier ones use click's
+    from typer._click import exceptions as click_errors
+except ImportError:  # pragma: no cover
+    from click import exceptions as click_errors
+
 err = Console(stderr=True, soft_wrap=True)  # errors unwrapped: one line to read, grep or paste
 
 
@@ -28,10 +32,86 @@ def _error(message: object) -> None:
     err.print(Text.assemble(("error:", "bold red"), " ", str(message)), highlight=False)
 
 
+class _UsageError(click_errors.UsageError):
+    """A usage error click found (an unknown option, a missing argument, a bad value), shown as
+    every other error of the CLI: one ``error: …`` line naming the command's help, exit code 2,
+    not click's usage box."""
+
+    def __init__(self, cause: click_errors.UsageError):
+        super().__init__(cause.format_message(), ctx=cause.ctx)
+
+    def show(self, file=None) -> None:
+        where = f" (see {self.ctx.command_path} -h)" if self.ctx is not None else ""
+        _error(f"{self.format_message()}{where}")
+
+
+# click's names for a value, where typer shows Python's ("<list[str]>", "<int>", "<Path>"): an option
+# without a metavar of its own gets one of these; an argument, its name.
+_METAVARS = {"int": "INTEGER", "float": "FLOAT", "path": "PATH", "str": "TEXT", "bool": "BOOLEAN"}
+
+
+class _Argument(typer.core.TyperArgument):
+    """An argument whose help line is its name alone (what it is, its help says)."""
+
+    def display_type_rich(self, ctx) -> None:
+        return None
+
+
+def _plain_metavars(command):
+    for param in command.params:
+        if param.metavar is not None or getattr(param, "is_flag", False):
+            continue
+        if param.param_type_name == "argument":
+            param.metavar = param.name.upper()
+            if type(param) is typer.core.TyperArgument:  # its help names no type: "STATE_DIR <list[Path]>"
+                param.__class__ = _Argument
+            continue
+        # typer's own parameters name their Python type (bare_type); click's, a type object
+        bare = param.bare_type() if hasattr(param, "bare_type") else param.type.name
+        element = bare.removeprefix("list[").removesuffix("]").lower()
+        param.metavar = _METAVARS.get(element, element.upper())
+    return command
+
+
+class _Group(typer.core.TyperGroup):
+    """The CLI's commands with ``-h`` as well as ``--help``, plain metavars and one error style."""
+
+    def get_command(self, ctx, name):
+        command = super().get_command(ctx, name)
+        return None if command is None else _plain_metavars(command)
+
+    def make_context(self, *args, **kwargs):
+        try:
+            return super().make_context(*args, **kwargs)
+        except click_errors.NoArgsIsHelpError:  # `privbandit` alone: the help, as asked
+            raise
+        except click_errors.UsageError as exc:
+            raise _UsageError(exc) from None
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except click_errors.NoArgsIsHelpError:
+            raise
+        except click_errors.UsageError as exc:
+            if isinstance(exc, _UsageError):
+                raise
+            raise _UsageError(exc) from None
+
+
+# Every command that reads an experiment file takes the same overrides (runner/config.py, split_assignment).
+SetOption = Annotated[Optional[list[str]], typer.Option(
+    "--set", metavar="KEY=VALUE", help="override a field of the experiment: dotted.name=value, a label quoted as "
+                                       "the file quotes it (algorithms.\"a@b\".epsilon=1); repeatable")]
+
+app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True, help=__doc__, rich_markup_mode=None,
+                  context_settings={"help_option_names": ["-h", "--help"]})
+
+
 @app.command()
 def run(
     experiment: Annotated[Path, typer.Argument(help="experiment file (TOML)")],
-    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help="override a field: dotted.name=value")] = None,
+    set_: SetOption = None,
     runs: Annotated[Optional[int], typer.Option(help="number of runs (overrides the file)")] = None,
     out: Annotated[Optional[Path], typer.Option(help="results directory [default: results/<name>]")] = None,
     jobs: Annotated[Optional[int], typer.Option(help="worker processes [default: all cores]")] = None,
@@ -138,7 +218,12 @@ def run(
         err.print(f"interrupted: {finished} finished task(s) kept in {kept.dir}; to resume:\n  {_resumed(command)}",
                   highlight=False, markup=False)
         raise typer.Exit(130)
-    summary = results.summarize(family, config, *outcome)
+    if resume:  # what it reused, before the numbers that rest on it
+        damaged = f", {kept.unreadable} damaged set aside and computed again" if kept.unreadable else ""
+        err.print(f"resumed: {kept.reused} of {kept.reused + kept.computed} task(s) reused from {kept.dir} "
+                  f"(config {kept.config_hash[:12]}), {kept.computed} computed{damaged}",
+                  highlight=False, markup=False)
+    summary = results.summarize(family, config, *outcome, store=kept)
     results.write_results(out, family, config, summary, outcome[0])
     kept.prune()
     _print_summary(summary, out)
@@ -267,9 +352,14 @@ def compare(
 
 # --- an external broker: its accounts, TLS and the probe of its ACL (docs/distributed.md) ----------
 
-RunIdForBroker = Annotated[Optional[str], typer.Option(
-    "--run-id", help="with --transport mqtt: the run id the broker's ACL was written for "
-                     "(privbandit broker-config --run-id) [default: a fresh one]")]
+def _run_id_option(when: str):
+    return Annotated[Optional[str], typer.Option(
+        "--run-id", help=f"{when}the run id the broker's ACL was written for (privbandit broker-config --run-id) "
+                         f"[default: a fresh one]")]
+
+
+RunIdForBroker = _run_id_option("with --transport mqtt: ")
+DemoRunId = _run_id_option("")  # demo is always over MQTT: it has no --transport to name
 CredentialsOption = Annotated[Optional[Path], typer.Option(
     "--credentials", help="with --broker: a file of PRIVBANDIT_<ROLE>_PASSWORD=... lines, one per role "
                           "(privbandit broker-config writes credentials.env) [default: those variables from the "
@@ -283,9 +373,16 @@ KeyFileOption = Annotated[Optional[Path], typer.Option(
 InsecureBrokerOption = Annotated[bool, typer.Option(
     "--insecure-broker", help="run even if the broker lets a role, or anyone, read what the trust model denies "
                               "(summary.json records broker.acl = \"insecure\")")]
-DashboardOption = Annotated[bool, typer.Option(
-    "--dashboard", help="with --transport mqtt: serve a live web page of the session on 127.0.0.1, and after "
-                        "it the results directory until Ctrl-C (docs/dashboard.md)")]
+
+
+def _dashboard_option(when: str):
+    return Annotated[bool, typer.Option(
+        "--dashboard", help=f"{when}serve a live web page of the session on 127.0.0.1, and after it the results "
+                            f"directory until Ctrl-C (docs/dashboard.md)")]
+
+
+DashboardOption = _dashboard_option("with --transport mqtt: ")
+DemoDashboard = _dashboard_option("")
 
 
 def _port(text: str) -> int:
@@ -581,7 +678,7 @@ def attack(
     magnitude: Annotated[float, typer.Option(help="out-of-range: how far beyond [0, 1], in rewards")] = 1.0,
     range_check: Annotated[bool, typer.Option("--range-check", help="turn on the clear-text defences "
                                               "wherever someone sees the reports")] = False,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help="override a field: dotted.name=value")] = None,
+    set_: SetOption = None,
     runs: Annotated[Optional[int], typer.Option(help="number of runs (overrides the file)")] = None,
     out: Annotated[Optional[Path], typer.Option(help="results [default: results/attack-<kind>]")] = None,
     jobs: Annotated[Optional[int], typer.Option(help="worker processes [default: all cores]")] = None,
@@ -912,7 +1009,7 @@ def shuffler(
 def users(
     shard: Annotated[str, typer.Option(help="i/N: host every user block b with b mod N = i")],
     experiment: Annotated[Path, typer.Option(help="experiment file (the simulated world)")],
-    set_: Annotated[Optional[list[str]], typer.Option("--set")] = None,
+    set_: SetOption = None,
     broker: BrokerOption = None,
     run_id: RunIdOption = None,
 ):
@@ -939,7 +1036,7 @@ def observer(
     experiment: Annotated[Path, typer.Option(help="experiment file")],
     parties: Annotated[str, typer.Option(help="comma-separated parties to wait for")],
     out: Annotated[Path, typer.Option(help="results directory")],
-    set_: Annotated[Optional[list[str]], typer.Option("--set")] = None,
+    set_: SetOption = None,
     ready_timeout: Annotated[float, typer.Option(help="seconds to wait for every party to be ready")] = 60.0,
     stall_timeout: Annotated[float, typer.Option(
         help="fail the session when a task makes no progress for this many seconds")] = 240.0,
@@ -958,6 +1055,7 @@ def observer(
     if not stall_timeout > 0:
         _error(f"--stall-timeout {stall_timeout}: must be > 0 seconds")
         raise typer.Exit(2)
+    every = _progress_period()
     settings, (family, config), built = _settings(broker, run_id), _world(experiment, set_), []
     report_key = _report_key()  # checks the fleets' truths and statuses
     try:
@@ -967,7 +1065,8 @@ def observer(
         _error(exc)
         raise typer.Exit(2)
     _serve(lambda: built.append(ObserverService(settings, family, config, parties.split(","), out, ready_timeout,
-                                                state_dir, stall_timeout, dashboard=page, report_key=report_key))
+                                                state_dir, stall_timeout, dashboard=page, report_key=report_key,
+                                                progress_log_s=every))
            or built[0])
     service = built[0]
     try:
@@ -975,6 +1074,24 @@ def observer(
     except SessionFailed as exc:
         _error(f"the session failed: {exc}")
         raise typer.Exit(1)
+
+
+def _progress_period() -> float:
+    """PRIVBANDIT_PROGRESS_LOG_S: seconds between the observer's progress lines where its stderr is
+    not a terminal (services/observer.py, PROGRESS_LOG_S)."""
+    from privbandit.services.observer import PROGRESS_LOG_S
+
+    text = os.environ.get("PRIVBANDIT_PROGRESS_LOG_S")
+    if text is None:
+        return PROGRESS_LOG_S
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not 0.1 <= seconds <= 86_400:
+        _error(f"PRIVBANDIT_PROGRESS_LOG_S={text!r}: must be a number of seconds in [0.1, 86400]")
+        raise typer.Exit(2)
+    return seconds
 
 
 @app.command("broker-config")
@@ -1109,7 +1226,7 @@ def keys(
                             "shard order")] = None,
     observer_dir: Annotated[Optional[Path], typer.Option(
         "--observer-dir", help="with --party session: the observer's directory for its observer.env")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set")] = None,
+    set_: SetOption = None,
     name: Annotated[Optional[str], typer.Option(
         "--name", help="with --party shuffler: which shuffler, shuffler-<i> (each has its own key) "
                        "[default: shuffler]")] = None,
@@ -1184,28 +1301,35 @@ def demo(
         help="mqtt://host:port or mqtts://host:port (TLS) [default: an embedded broker]")] = None,
     out: Annotated[Path, typer.Option(help="results directory")] = Path("results/demo"),
     shards: Annotated[int, typer.Option(help="user fleets")] = 2,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help="override a field of experiments/demo.toml")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help=(
+        "override a field of the demo experiment (privbandit/runner/demo.toml, the repository's "
+        "experiments/demo.toml): dotted.name=value; repeatable"))] = None,
     restart_on_crash: Annotated[int, typer.Option(help="restart a crashed party, up to N times in all")] = 0,
     overwrite: Annotated[bool, typer.Option("--overwrite/--keep", help="replace an earlier demo's results in --out "
                                                                     "(--keep refuses an occupied --out)")] = True,
-    run_id: RunIdForBroker = None,
+    run_id: DemoRunId = None,
     credentials: CredentialsOption = None,
     ca_file: CaFileOption = None,
     cert_file: CertFileOption = None,
     key_file: KeyFileOption = None,
     insecure_broker: InsecureBrokerOption = False,
-    dashboard: DashboardOption = False,
+    dashboard: DemoDashboard = False,
     dashboard_port: PageOnlyPortOption = None,
 ):
     """Dist-DP-SE end to end: broker, analyzer, aggregator, user fleets and observer as separate
     processes; prints regret, ε spent and bits per user measured on the wire."""
-    experiment = Path(__file__).resolve().parent.parent / "experiments" / "demo.toml"
-    if not experiment.exists():  # an installed wheel without the repository's experiments/
-        experiment = Path("experiments/demo.toml")
-    run(experiment, set_=set_, runs=None, out=out, jobs=None, transport="mqtt", broker=broker, shards=shards,
-        restart_on_crash=restart_on_crash, overwrite=overwrite, run_id=run_id, credentials=credentials,
-        ca_file=ca_file, cert_file=cert_file, key_file=key_file, insecure_broker=insecure_broker, dashboard=dashboard,
-        dashboard_port=dashboard_port)
+    from privbandit.runner.config import demo_experiment
+
+    try:
+        demo_file = demo_experiment()
+    except ConfigError as exc:
+        _error(exc)
+        raise typer.Exit(2)
+    with demo_file as experiment:  # package data: no checkout or working directory needed
+        run(experiment, set_=set_, runs=None, out=out, jobs=None, transport="mqtt", broker=broker, shards=shards,
+            restart_on_crash=restart_on_crash, overwrite=overwrite, run_id=run_id, credentials=credentials,
+            ca_file=ca_file, cert_file=cert_file, key_file=key_file, insecure_broker=insecure_broker,
+            dashboard=dashboard, dashboard_port=dashboard_port)
 
 
 @app.command()
@@ -1249,7 +1373,7 @@ def audit(
     family: Annotated[Optional[str], typer.Option(help="audit this family's ALGORITHM with its defaults (no file)")] = None,
     algorithm: Annotated[Optional[list[str]], typer.Option(
         help="without FILE: the algorithm to audit; with FILE: audit only this label (repeatable)")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help="override a field: dotted.name=value")] = None,
+    set_: SetOption = None,
     samples: Annotated[int, typer.Option(help="releases per neighbouring input, in [100, 10^9]")] = 1_000_000,
     delta: Annotated[Optional[float], typer.Option(help="δ of the ε lower bound, in (0, 1) [default: the run's own δ]")] = None,
     confidence: Annotated[float, typer.Option(

@@ -144,6 +144,26 @@ def test_override_values_parse_as_toml(tmp_path):
     assert resolve_algorithm(config, "Dist-DP-SE").p == 0.1
 
 
+def test_override_keys_may_quote_a_label_as_the_experiment_files_do(tmp_path):
+    # pol_secagg.toml writes [algorithms."anytime-lazy-ucb@secagg"]: --set must take the same key.
+    config, _ = load_experiment(ROOT / "experiments" / "pol_secagg.toml",
+                                ['algorithms."anytime-lazy-ucb@secagg".intermediary="auto"'])
+    assert config.algorithms["anytime-lazy-ucb@secagg"].intermediary == "auto"
+    # A quoted part is one part whatever it holds: dots, "=", spaces; single quotes as TOML allows.
+    labelled = BASE + '[algorithms."v1.5 rho=0.2"]\nalgorithm = "dist-dp-se"\n'
+    config, _ = load_experiment(_write(tmp_path, labelled), [
+        'algorithms."v1.5 rho=0.2".p=0.25', "algorithms.'v1.5 rho=0.2'.s = 3"])
+    assert (config.algorithms["v1.5 rho=0.2"].p, config.algorithms["v1.5 rho=0.2"].s) == (0.25, 3)
+    # Unquoted, a key is split at its dots as before (a label with "@" needs no quotes).
+    config, _ = load_experiment(ROOT / "experiments" / "pol_secagg.toml",
+                                ["algorithms.anytime-lazy-ucb@secagg.intermediary=auto"])
+    assert config.algorithms["anytime-lazy-ucb@secagg"].intermediary == "auto"
+    with pytest.raises(ConfigError, match=r"expected key=value"):  # an unclosed quote holds the "="
+        load_experiment(_write(tmp_path, BASE), ['algorithms."x.y=1'])
+    with pytest.raises(ConfigError, match=r"--set algorithms\.\"x\"y\.p: not a valid dotted key"):
+        load_experiment(_write(tmp_path, BASE), ['algorithms."x"y.p=1'])
+
+
 def test_presets_fill_only_unset_fields(tmp_path):
     config, _ = load_experiment(_write(tmp_path, BASE + "batch_growth = 3\n"), ["preset=paper-code"])
     a = resolve_algorithm(config, "Dist-DP-SE")

@@ -269,6 +269,44 @@ def test_resume_never_reuses_a_task_of_another_config_and_recomputes_a_damaged_o
     assert changed.summary["algorithms"]["SE"]["regret_final_mean"] != first.summary["algorithms"]["SE"]["regret_final_mean"]
 
 
+def test_resume_says_what_it_reused_and_the_summary_counts_every_leg(tmp_path):
+    """Issue #35: --resume names what it reused; provenance names the config hash that names the kept
+    tasks; elapsed_s covers the earlier leg's kept work as well as the last leg."""
+    import pickle
+
+    from privbandit.runner.store import experiment_key
+
+    out = tmp_path / "o"
+    first = privbandit.run("experiments/quickstart.toml", ["horizon=4000", "runs=2"], out=out)
+    key = experiment_key(first.config)
+    assert first.summary["provenance"]["config_hash"] == key
+    n = 2 * len(first.summary["algorithms"])  # one task per run and label
+    assert first.summary["provenance"]["tasks"] == {"reused": 0, "computed": n, "legs": 1,
+                                                    "elapsed_s_this_leg": first.summary["elapsed_s"]}
+    files = sorted((out / ".tasks").glob("*.pkl"))
+    for path in files[5:]:  # an interrupted first leg: 5 of its n tasks were kept
+        path.unlink()
+    legs = [pickle.loads(path.read_bytes())["leg"] for path in files[:5]]
+    assert len({leg["started"] for leg in legs}) == 1
+    earlier = max(leg["elapsed"] for leg in legs)  # the first leg's wall time to its last kept task
+
+    proc = cli("run", "experiments/quickstart.toml", "--set", "horizon=4000", "--runs", "2", "--jobs", "1",
+               "--out", str(out), "--resume")
+    said = " ".join(proc.stderr.split())
+    assert f"resumed: 5 of {n} task(s) reused from {out / '.tasks'} (config {key[:12]}), {n - 5} computed" in said, said
+    summary = json.loads((out / "summary.json").read_text())
+    p = summary["provenance"]
+    assert p["config_hash"] == key  # the name of the task files: sha256(config hash, label, runs)
+    assert {k: v for k, v in p["tasks"].items() if k != "elapsed_s_this_leg"} == {"reused": 5, "computed": n - 5, "legs": 2}
+    assert summary["elapsed_s"] == pytest.approx(p["tasks"]["elapsed_s_this_leg"] + earlier, abs=2e-3)
+    assert summary["elapsed_s"] > p["tasks"]["elapsed_s_this_leg"]
+    assert p["started"] <= first.summary["provenance"]["ended"]  # from the first leg's start
+    # without a results directory, and over MQTT (no task store), the hash is there all the same
+    bare = privbandit.run("experiments/quickstart.toml", ["horizon=4000"])
+    assert bare.summary["provenance"]["config_hash"] == experiment_key(bare.config)
+    assert "tasks" not in bare.summary["provenance"]
+
+
 def test_the_image_pins_every_runtime_requirement_within_its_range():
     """The Dockerfile installs with constraints.txt: every runtime requirement of pyproject.toml
     (and nothing twice) is pinned there with ==, at a version its specifier admits."""

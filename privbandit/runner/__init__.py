@@ -65,7 +65,7 @@ def run(experiment, overrides: list[str] = (), out: str | Path | None = None, jo
         results.prepare_out(Path(out), overwrite, resume)
         kept = TaskStore(Path(out), config)
     found, compute, elapsed = tasks.run_experiment(family, config, jobs=jobs, progress=progress, store=kept)
-    summary = results.summarize(family, config, found, compute, elapsed)
+    summary = results.summarize(family, config, found, compute, elapsed, store=kept)
     if out is not None:
         results.write_results(Path(out), family, config, summary, found)
         kept.prune()

@@ -87,6 +87,30 @@ class ExperimentFile(StrictModel):
 # --- loading and overriding ------------------------------------------------------------------
 
 
+DEMO_FILE = "demo.toml"  # package data beside this module (pyproject.toml), the same TOML as experiments/demo.toml
+
+
+def demo_experiment():
+    """The demo's experiment file as package data (:mod:`importlib.resources`), so ``privbandit
+    demo`` runs from an installed wheel, in any directory: a context manager giving its path, on
+    disk for as long as the demo runs (a file extracted from a zipped install is removed after).
+    Raises :class:`ConfigError` when the package was installed without it."""
+    from contextlib import contextmanager
+    from importlib.resources import as_file, files
+
+    resource = files("privbandit.runner") / DEMO_FILE
+    if not resource.is_file():
+        raise ConfigError(f"the demo experiment {DEMO_FILE} is not installed with privbandit (package data of "
+                          f"privbandit.runner): reinstall privbandit, or run an experiment file with privbandit run")
+
+    @contextmanager
+    def path():
+        with as_file(resource) as found:
+            yield Path(found)
+
+    return path()
+
+
 def parse_value(text: str) -> Any:
     """A ``--set`` value: any TOML value (``10``, ``0.5``, ``true``, ``[0.1, 0.2]``, ``"x"``);
     anything that is not valid TOML is taken as a bare string."""
@@ -96,12 +120,54 @@ def parse_value(text: str) -> Any:
         return text
 
 
+def key_and_value(assignment: str) -> tuple[str, str | None]:
+    """``KEY=VALUE`` → (KEY, VALUE), split at the first ``=`` outside a quoted part of the key
+    (a label may hold ``=``: ``algorithms."dp rho=0.2".epsilon=1``); VALUE is None without one."""
+    quote, i = None, 0
+    while i < len(assignment):
+        ch = assignment[i]
+        if quote is None and ch == "=":
+            return assignment[:i].strip(), assignment[i + 1:]
+        if quote == '"' and ch == "\\":
+            i += 1  # TOML: a backslash escapes the next character within "…", never within '…'
+        elif quote is None and ch in "\"'":
+            quote = ch
+        elif ch == quote:
+            quote = None
+        i += 1
+    return assignment.strip(), None
+
+
+def split_assignment(assignment: str, option: str = "--set") -> tuple[list[str], str]:
+    """``KEY=VALUE`` → (the key's parts, the value's text). The key is split as TOML splits a dotted
+    key, so a part written quoted, as the experiment files write a label holding characters other
+    than ``A-Za-z0-9_-``, is one part whatever it holds (``algorithms."anytime-lazy-ucb@secagg".
+    intermediary=secagg``, ``algorithms."v1.2".epsilon=1``); an unquoted key is split at its dots
+    (``algorithms.dp@r+1.epsilon=1`` too, which TOML itself would refuse). Raises
+    :class:`ConfigError` naming the option and the assignment."""
+    key, text = key_and_value(assignment)
+    if text is None or not key:
+        raise ConfigError(f"{option} {assignment!r}: expected key=value, e.g. {option} horizon=1000000")
+    if '"' not in key and "'" not in key:
+        return [part.strip() for part in key.split(".")], text
+    try:
+        node = tomllib.loads(f"{key} = 0")
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{option} {key}: not a valid dotted key ({exc}); quote a part as TOML does, e.g. "
+                          f"{option} 'algorithms.\"my label\".epsilon=1'") from None
+    parts = []
+    while isinstance(node, dict):  # one key at every level: the path the dotted key names
+        (part, node), = node.items()
+        parts.append(part)
+    return parts, text
+
+
 def apply_override(data: dict, assignment: str) -> None:
-    key, sep, text = assignment.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise ConfigError(f"--set {assignment!r}: expected key=value, e.g. --set horizon=1000000")
-    *parents, leaf = key.split(".")
+    """Apply one ``--set KEY=VALUE`` to an experiment's data (:func:`split_assignment`,
+    :func:`parse_value`)."""
+    parts, text = split_assignment(assignment)
+    *parents, leaf = parts
+    key = ".".join(parts)
     node = data
     for depth, part in enumerate(parents):
         # A missing table is created (validation then names it if it is not a known field);

@@ -57,7 +57,21 @@ def per_run(results: list) -> tuple[np.ndarray, np.ndarray]:
 
 
 def summarize(fam, config, results: dict[str, list], compute: dict[str, float], elapsed: float,
-              transport: str = "inproc") -> dict:
+              transport: str = "inproc", store=None) -> dict:
+    """``summary.json``'s content. ``elapsed``: this run's wall seconds; with the run's
+    :class:`~privbandit.runner.store.TaskStore`, ``elapsed_s`` also counts the earlier legs whose
+    kept tasks it reused, and ``provenance.tasks`` says how many it reused and computed."""
+    from privbandit.runner.store import experiment_key
+
+    now = time.time()
+    started, this_leg = now - elapsed, elapsed
+    record = {"config_hash": store.config_hash if store is not None else experiment_key(config)}
+    if store is not None:
+        elapsed += store.earlier_elapsed()
+        started = min([started, *store.earlier_legs])
+        legs = len(store.earlier_legs) + int(store.computed > 0)  # this run is a leg if it computed a task
+        record["tasks"] = {"reused": store.reused, "computed": store.computed, "legs": legs,
+                           "elapsed_s_this_leg": round(this_leg, 3)}
     summary = {
         "experiment": config.name, "family": fam.name, "horizon": config.horizon, "runs": config.runs,
         "seed": config.seed, "epsilon": config.epsilon, **fam.experiment_summary(config),
@@ -98,10 +112,9 @@ def summarize(fam, config, results: dict[str, list], compute: dict[str, float], 
                 rejected[reason] = rejected.get(reason, 0) + n
     # Reports the intermediaries refused, by reason (over MQTT the services' counters replace it).
     summary["rejected"] = dict(sorted(rejected.items()))
-    now = time.time()
     if transport == "mqtt":
         summary["broker"] = broker_record()
-    summary["provenance"] = provenance(now - elapsed, now)
+    summary["provenance"] = {**provenance(started, now), **record}
     return summary
 
 

@@ -73,9 +73,8 @@ def split_values(text: str) -> list[str]:
 def parse_grid(grids: list[str]) -> list[tuple[str, list[str]]]:
     axes = []
     for g in grids:
-        key, sep, values = g.partition("=")
-        key = key.strip()
-        items = split_values(values) if sep else []
+        key, values = experiment_files.key_and_value(g)  # a quoted label may hold "="
+        items = split_values(values) if values is not None else []
         if not key or not items or not all(items):
             raise ConfigError(f"--grid {g!r}: expected key=v1,v2,…, e.g. --grid epsilon=0.1,0.5,1")
         if key in dict(axes):
@@ -235,7 +234,8 @@ def run_sweep(path: str | Path, grids: list[str], out: Path, overrides: list[str
         p, f = grid[i], found[i]
         for label in f:
             f[label].sort(key=lambda r: r.runs[0])
-        summary = results.summarize(p.family, p.config, f, compute[i], time.perf_counter() - start)
+        summary = results.summarize(p.family, p.config, f, compute[i], time.perf_counter() - start,
+                                    store=stores[i])
         summary["sweep"] = {"point": p.values, "executor": executor}
         results.write_results(out / p.name, p.family, p.config, summary, f)
         summaries[p.name] = summary

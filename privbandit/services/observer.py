@@ -68,6 +68,10 @@ STALL_S = 240.0
 # from a resync only if their fleet has not restarted since it sent them. At most about two
 # seconds of truths are exposed that way.
 TRUTH_SAVE_S = 1.0
+# Where stderr is not a terminal (a file, a pipe, a CI log), rich's bar draws nothing until the
+# session ends: a line this often says how the running task goes instead (issue #35: ten minutes of
+# an empty log). `privbandit observer` takes PRIVBANDIT_PROGRESS_LOG_S for another period.
+PROGRESS_LOG_S = 30.0
 
 
 class SessionFailed(RuntimeError):
@@ -130,7 +134,7 @@ class ObserverService(PartyService):
 
     def __init__(self, settings, family, config, parties: list[str], out: Path,
                  ready_timeout_s: float = 60.0, state_dir: Path | None = None, stall_timeout_s: float = STALL_S,
-                 dashboard=None, *, report_key: int):
+                 dashboard=None, *, report_key: int, progress_log_s: float | None = PROGRESS_LOG_S):
         super().__init__(settings, state_dir=state_dir)
         # The web page (privbandit.services.dashboard.Dashboard, bound already), served while the
         # session runs; it reads this object's state, nothing more.
@@ -165,8 +169,14 @@ class ObserverService(PartyService):
         self.failure: str | None = None
         self.shutting_down = False
         self.started = time.perf_counter()
+        console = Console(stderr=True)
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=Console(stderr=True))
+                                 TimeElapsedColumn(), console=console)
+        if progress_log_s is not None and not progress_log_s > 0:
+            raise ValueError(f"progress_log_s={progress_log_s}: must be > 0 seconds (None: no progress lines)")
+        # On a terminal the bar shows progress live; elsewhere a log line every progress_log_s.
+        self.progress_log_s = None if console.is_terminal else progress_log_s
+        self.progress_logged_at = time.monotonic()
         self.bar = self.progress.add_task(f"{config.name} over MQTT", total=len(self.tasks))
         self.experiment = spec_fingerprint(config.model_dump(mode="json"))
         self.truth_msgs: dict[tuple[int, int], bytes] = {}  # the running task's accepted truths, encoded
@@ -294,12 +304,29 @@ class ObserverService(PartyService):
                 and time.monotonic() - self.last_resync > RESYNC_S):
             await self.resync()
         if 0 <= self.index and not self.shutting_down and getattr(self, "observer", None) is not None:
+            self.log_progress()
             await self.check_stall()
             if not self.truths_saved and time.monotonic() - self.truths_saved_at >= TRUTH_SAVE_S:
                 self.save_session()
         wait = FAILED_STATS_WAIT_S if self.failure else STATS_WAIT_S
         if self.shutting_down and time.monotonic() - self.shutdown_at > wait:
             self.finished = True  # write what we have; missing stats are reported as missing
+
+    def log_progress(self, now: float | None = None) -> str | None:
+        """Once every ``progress_log_s`` while a task runs, log (and return) where it is: the task,
+        its rounds recorded, users served of the horizon and their rate over the task so far."""
+        now = time.monotonic() if now is None else now
+        if self.progress_log_s is None or now - self.progress_logged_at < self.progress_log_s:
+            return None
+        self.progress_logged_at = now
+        run, label = self.tasks[self.index]
+        served, seconds = self.observer.served(), time.perf_counter() - self.task_started
+        line = (f"progress: task {self.index + 1}/{len(self.tasks)} ({label}, run {run}): "
+                f"{len(self.observer.records):,} rounds recorded, {served:,}/{self.config.horizon:,} users served, "
+                f"{served / seconds if seconds > 0 else 0:,.0f} users/s over {seconds:.0f} s; "
+                f"session {time.perf_counter() - self.started:.0f} s")
+        log.info("%s", line)
+        return line
 
     async def check_stall(self) -> None:
         """Fail the session if the running task has made no progress for ``stall_timeout_s``."""
