@@ -1088,8 +1088,8 @@ def _progress_period() -> float:
         seconds = float(text)
     except ValueError:
         seconds = float("nan")
-    if not 0.1 <= seconds <= 86_400:
-        _error(f"PRIVBANDIT_PROGRESS_LOG_S={text!r}: must be a number of seconds in [0.1, 86400]")
+    if not 1 <= seconds <= 86_400:  # the observer looks once a second (its tick): no finer period
+        _error(f"PRIVBANDIT_PROGRESS_LOG_S={text!r}: must be a number of seconds in [1, 86400]")
         raise typer.Exit(2)
     return seconds
 
