@@ -65,10 +65,10 @@ class TreeCalibration:
     integer (so the off-diagonal parameter is *exactly* half the diagonal one, and s ≥ σ/grid). This
     is the discrete analogue of App. I.1's Z, not Z itself: (Z′ + Z′ᵀ)/2 of grid-valued Z′ would fall
     on the half-grid and not be a discrete Gaussian. Its variances are App. I.1's to within the
-    discrete Gaussian's deficit (Var N_Z(0, s²) ≤ s², by less than 10⁻¹⁰⁰·s² at s ≥ 10, which every
-    calibration here exceeds by far).
+    discrete Gaussian's deficit (Var N_Z(0, s²) ≤ s², short by less than 10⁻¹⁰⁰·s² at s ≥ 10, i.e.
+    σ ≥ 0.04; the experiments' σ are above 1).
 
-    Privacy (Canonne, Kamath & Steinke 2020, Prop. 5 and composition over independent coordinates):
+    Privacy (Canonne, Kamath & Steinke 2020, one coordinate, then zCDP composition over independent ones):
     integer shifts Δ_ij of N_Z(0, s_ij²) per coordinate are Σ Δ_ij²/(2 s_ij²)-zCDP, i.e.
     ‖D‖_F²/(2 s²) for the symmetric difference D of two rounded leaves, since an off-diagonal entry
     appears twice in ‖D‖_F² and carries half the variance. Rounding moves each entry by ≤ ½ grid, so
