@@ -153,14 +153,14 @@ def test_glm_targets_and_their_claims():
 
 def test_glm_tree_nodes_have_the_trees_law():
     """The tree target's statistic Σ_j ⟨x_j, Δq⟩ over m nodes: mean m⟨q_which, Δq⟩, variance
-    m·σ²_grid·‖Δq‖², with Δq the tree's own rounding of e₂e₂ᵀ − e₁e₁ᵀ (= 256 on two diagonal
-    entries). 5σ tolerances over 2·10⁴ draws."""
+    m·s²·‖Δq‖², with Δq the tree's own rounding of e₂e₂ᵀ − e₁e₁ᵀ (= 256 on two diagonal entries) and
+    s² = 2⌈σ²_grid/2⌉ the diagonal law of App. I.1's noise. 5σ tolerances over 2·10⁴ draws."""
     _, _, targets = glm_targets()
     t = targets["private-glm/tree-V"]
     m, s2 = t.details["levels"], (t.details["sigma"] / t.details["grid"]) ** 2
     rng = np.random.default_rng(4)
     x0, x1 = t.sample(0, 20_000, rng), t.sample(1, 20_000, rng)
-    var = m * np.ceil(s2) * 2 * 256**2
+    var = m * 2 * np.ceil(s2 / 2) * 2 * 256**2
     assert abs(x0.mean() + m * 256**2) < 5 * np.sqrt(var / x0.size)
     assert abs(x1.mean() - m * 256**2) < 5 * np.sqrt(var / x1.size)
     assert abs(x0.var() / var - 1) < 5 * np.sqrt(2 / x0.size)

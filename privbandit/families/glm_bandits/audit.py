@@ -24,7 +24,9 @@ sums (:class:`~.mechanisms.GridGaussianTree`); leaf 1 sits in the m = ⌊log₂ 
 [1, 2ʲ], each released alone as the prefix after 2ʲ leaves. Pair: leaf 1 = e₁e₁ᵀ against e₂e₂ᵀ (ℓ2
 distance √2, the V tree's sensitivity), rounded to the grid by the tree's own ``insert``. Each node
 is its rounded leaf plus the tree's discrete Gaussian noise (``sample_discrete_gaussian`` at the
-tree's σ²); only the two coordinates that differ are drawn (the others are ancillary), and the m
+tree's diagonal σ²: App. I.1's noise has σ²/2 off the diagonal, but this pair moves two diagonal
+entries only, as far in Frobenius norm as any replace-one pair); only the two coordinates that
+differ are drawn (the others are ancillary), and the m
 nodes are read as Σ_j ⟨x_j, q₁ − q₀⟩, the statistic the likelihood ratio of equal-σ Gaussians is a
 function of (binned, as above). Claim: the per-user event the analyzer spends every round (lane ``trees``):
 ZCDP(ρ_V + ρ_H), though this pair moves the V tree only (a user's leaf is in one tree).
@@ -144,7 +146,10 @@ def tree_target(family, config, label: str, cal: mech.TreeCalibration | None = N
     q0, q1 = rounded
     differ = np.flatnonzero(q0 != q1)
     diff = (q1 - q0)[differ]
-    s2 = cal.sigma_on_grid_squared
+    iu, ju = np.triu_indices(d)
+    if np.any(iu[differ] != ju[differ]):  # the sampler below draws the diagonal law only
+        raise ValueError("the tree audit's pair must differ on diagonal entries only")
+    s2 = cal.sigma_on_grid_squared  # the diagonal entries' law
 
     def sample(which: int, count: int, rng: np.random.Generator) -> np.ndarray:
         q = (q1 if which else q0)[differ]

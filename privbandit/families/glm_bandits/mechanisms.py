@@ -2,10 +2,10 @@
 (Sec. 6, App. I.1), and the two private optimizers Algorithm 2 calls:
 
 - :class:`GridGaussianTree`: prefix sums of symmetric d×d leaves through the binary-tree
-  mechanism, each node carrying *exact* discrete Gaussian noise on a fixed grid (leaves are rounded
-  to the grid, the node noise is ``grid · N_Z(0, (σ/grid)²)``), calibrated by zCDP (Canonne,
-  Kamath & Steinke 2020: an integer query of ℓ2 sensitivity Δ plus N_Z(0, σ²) per coordinate is
-  Δ²/(2σ²)-zCDP). Noise is fixed per node (one draw), so every release is consistent.
+  mechanism, each node carrying App. I.1's symmetric Gaussian noise Z = (Z′ + Z′ᵀ)/2 (diagonal
+  variance σ², off-diagonal σ²/2) as *exact* discrete Gaussians on a fixed grid (leaves are rounded
+  to the grid), calibrated by zCDP on the leaves' Frobenius distance (:class:`TreeCalibration`).
+  Noise is fixed per node (one draw), so every release is consistent.
 - :func:`projected_gd_pvec` (the paper's 𝒫_GD, App. T Algorithm 7): projected full-batch gradient
   descent whose every gradient sum goes through the shuffle vector-sum protocol P_Vec (reused from
   the linear family, App. S Algorithms 4–6), each iteration at (ε/(2√(2T log(1/δ))), δ/(T+1)).
@@ -55,8 +55,27 @@ def tree_levels(horizon: int) -> int:
 
 @dataclass(frozen=True)
 class TreeCalibration:
-    """One tree's node noise: σ (on the real scale), its grid, and the zCDP ρ it gives per user
-    (m nodes hold a leaf; a neighbour moves a leaf by at most ``sensitivity`` in ℓ2 before rounding)."""
+    """One tree's node noise (App. I.1): σ (on the real scale) of the *diagonal* entries, its grid,
+    and the zCDP ρ it gives per user (m nodes hold a leaf; a neighbour moves a leaf by at most
+    ``sensitivity`` in Frobenius norm before rounding).
+
+    App. I.1 adds Z = (Z′ + Z′ᵀ)/2 with Z′ i.i.d. N(0, σ²): Z_ii ~ N(0, σ²), Z_ij = Z_ji ~ N(0, σ²/2),
+    independent over i ≤ j. Here each node draws, in grid units, the diagonal from N_Z(0, s²) and
+    each upper off-diagonal entry from N_Z(0, s²/2), independently, with s²/2 = ⌈(σ/grid)²/2⌉ an
+    integer (so the off-diagonal parameter is *exactly* half the diagonal one, and s ≥ σ/grid). This
+    is the discrete analogue of App. I.1's Z, not Z itself: (Z′ + Z′ᵀ)/2 of grid-valued Z′ would fall
+    on the half-grid and not be a discrete Gaussian. Its variances are App. I.1's to within the
+    discrete Gaussian's deficit (Var N_Z(0, s²) ≤ s², short by less than 10⁻¹⁰⁰·s² at s ≥ 10, i.e.
+    σ ≥ 0.04; the experiments' σ are above 1).
+
+    Privacy (Canonne, Kamath & Steinke 2020, one coordinate, then zCDP composition over independent ones):
+    integer shifts Δ_ij of N_Z(0, s_ij²) per coordinate are Σ Δ_ij²/(2 s_ij²)-zCDP, i.e.
+    ‖D‖_F²/(2 s²) for the symmetric difference D of two rounded leaves, since an off-diagonal entry
+    appears twice in ‖D‖_F² and carries half the variance. Rounding moves each entry by ≤ ½ grid, so
+    ‖D‖_F ≤ Δ/grid + d in grid units (the all-ones d×d matrix has Frobenius norm d). App. I.1 states
+    its calibration for Δ = the operator norm of a leaf's change; a Gaussian on a matrix is private
+    for its Frobenius norm (≥ the operator norm; a replace-one V leaf moves by up to √2 in both
+    ℓ2-of-the-upper-triangle and Frobenius), so the caller passes a Frobenius bound."""
 
     sigma: float
     sensitivity: float
@@ -66,25 +85,42 @@ class TreeCalibration:
 
     @property
     def sensitivity_on_grid(self) -> float:
-        """ℓ2 distance of two rounded leaves (upper triangles), in grid units: Δ/grid + √D."""
-        return self.sensitivity / self.grid + math.sqrt(self.d * (self.d + 1) / 2)
+        """Frobenius distance of two rounded leaves, in grid units: Δ/grid + d."""
+        return self.sensitivity / self.grid + self.d
+
+    @property
+    def off_diagonal_on_grid_squared(self) -> Fraction:
+        """s²/2 = ⌈(σ/grid)²/2⌉: an integer, so the exact sampler's coins are small rationals (a
+        float's exact square has a ~2¹⁰⁰ denominator and makes them ~30× slower); the noise only
+        grows, so the ρ below (computed from it) still holds."""
+        return Fraction(math.ceil((self.sigma / self.grid) ** 2 / 2))
 
     @property
     def sigma_on_grid_squared(self) -> Fraction:
-        """(σ/grid)² rounded up to an integer: the exact sampler's coins are then small rationals
-        (a float's exact square has a ~2¹⁰⁰ denominator and makes them ~30× slower), and the noise
-        only grows, so the ρ below (computed from this value) still holds."""
-        return Fraction(math.ceil((self.sigma / self.grid) ** 2))
+        """s², the diagonal entries' parameter in grid units: exactly twice the off-diagonal one."""
+        return 2 * self.off_diagonal_on_grid_squared
 
     @property
     def rho(self) -> float:
-        """Per-user zCDP of the whole tree: m nodes, each Δ_grid²/(2σ_grid²)."""
+        """Per-user zCDP of the whole tree: m nodes, each ‖D‖_F²/(2s²) at the rounded Frobenius bound."""
         return self.levels * self.sensitivity_on_grid**2 / (2 * float(self.sigma_on_grid_squared))
+
+    def sample_nodes(self, count: int, rng: np.random.Generator) -> np.ndarray:
+        """``count`` nodes' noise as upper-triangle grid integers (count, d(d+1)/2), in
+        ``to_upper``'s order: diagonal N_Z(0, s²), off-diagonal N_Z(0, s²/2), all independent."""
+        iu, ju = np.triu_indices(self.d)
+        diag = iu == ju
+        out = np.empty((count, iu.size), dtype=np.int64)
+        out[:, diag] = sample_discrete_gaussian(self.sigma_on_grid_squared, count * self.d, rng).reshape(count, -1)
+        off = sample_discrete_gaussian(self.off_diagonal_on_grid_squared, count * int((~diag).sum()), rng)
+        out[:, ~diag] = off.reshape(count, -1)
+        return out
 
 
 def calibrate_tree(rho: float, sensitivity: float, horizon: int, d: int, levels: int | None = None) -> TreeCalibration:
     """The σ giving a tree ``rho``-zCDP per user: ρ_node = ρ/m and σ_grid = Δ_grid/√(2ρ_node), with m the
-    nodes holding one leaf (``levels``; default the dyadic tree's ⌊log₂ T⌋ + 1)."""
+    nodes holding one leaf (``levels``; default the dyadic tree's ⌊log₂ T⌋ + 1) and Δ_grid the rounded
+    Frobenius bound (``sensitivity`` a Frobenius bound of a neighbour's leaf move)."""
     m = tree_levels(horizon) if levels is None else levels
     probe = TreeCalibration(1.0, sensitivity, m, d)
     sigma = probe.sensitivity_on_grid * GRID / math.sqrt(2 * rho / m)
@@ -92,21 +128,20 @@ def calibrate_tree(rho: float, sensitivity: float, horizon: int, d: int, levels:
 
 
 class GridGaussianTree:
-    """Prefix sums of T symmetric leaves (R runs stacked) by the binary-tree mechanism.
+    """Prefix sums of T symmetric leaves (R runs stacked) by the binary-tree mechanism (App. I.1).
 
     Leaf t (1-based) completes exactly one dyadic node, at level tz(t) (the trailing zeros of t),
     so node noise is drawn once per run up front: row t − 1 of a (T, D) pool of grid-integers from
-    that run's own generator. The released prefix sum after t leaves is the sum of the noisy nodes
-    of t's binary representation, mirrored into a symmetric matrix (only the upper triangle carries
-    noise; spec §12 item 19's two symmetrizations do not arise).
+    that run's own generator (:meth:`TreeCalibration.sample_nodes`: App. I.1's symmetric noise,
+    diagonal σ², off-diagonal σ²/2). The released prefix sum after t leaves is the sum of the noisy
+    nodes of t's binary representation, mirrored into an exactly symmetric matrix.
     """
 
     def __init__(self, cal: TreeCalibration, horizon: int, rngs: list[np.random.Generator]):
         self.cal = cal
         self.d = cal.d
         D = self.d * (self.d + 1) // 2
-        s2 = cal.sigma_on_grid_squared
-        self.noise = np.stack([sample_discrete_gaussian(s2, horizon * D, rng).reshape(horizon, D) for rng in rngs])
+        self.noise = np.stack([cal.sample_nodes(horizon, rng) for rng in rngs])
         self.levels = tree_levels(horizon) + 1
         R = len(rngs)
         self.raw = np.zeros((R, self.levels, D), dtype=np.int64)    # exact node sums, grid units
@@ -151,8 +186,8 @@ class BuggyHeapTreeDefect:
         D = self.d * (self.d + 1) // 2
         self.h = buggy_tree_levels(horizon)
         nodes = 2**self.h
-        s2 = cal.sigma_on_grid_squared
-        self.noise = np.stack([sample_discrete_gaussian(s2, nodes * D, rng).reshape(nodes, D) for rng in rngs])
+        # the repository symmetrizes its node noise as App. I.1 does: the same law as ours
+        self.noise = np.stack([cal.sample_nodes(nodes, rng) for rng in rngs])
         self.cum = np.zeros((len(rngs), horizon + 1, D), dtype=np.int64)  # prefix sums of the rounded leaves
         self.t = 0
 

@@ -89,8 +89,9 @@ def setup(public: dict) -> Setup:
         consts = tuple((gl.paper_code_constants if code else gl.paper_constants)(d, T, eps, delta, zeta, R, S, k, ks)
                        for k, ks in zip(kappa, kappa_star))
         # The trees: (ε/3, δ/3) for both (the paper, Sec. 5.4 (i)), split evenly in ρ; the authors'
-        # code gives each tree (ε/3, δ/3). Replace-one neighbours: a leaf moves by ≤ √2 in V
-        # (two PSD matrices of Frobenius norm ≤ 1) and by ≤ √2/κ* in H (weights clipped to 1/κ*).
+        # code gives each tree (ε/3, δ/3). Replace-one neighbours: a leaf moves by ≤ √2 in Frobenius
+        # norm (the norm App. I.1's symmetric noise is private in) in V (two PSD matrices of Frobenius
+        # norm ≤ 1) and by ≤ √2/κ* in H (weights clipped to 1/κ*).
         rho = mech.zcdp_rho(eps / 3, delta / 3)
         per_tree = rho if code else rho / 2
         buggy = a.get("tree_query", "correct") == "paper-code-buggy-tree"
@@ -110,8 +111,9 @@ def setup(public: dict) -> Setup:
 def tree_calibration(rho: float, sensitivity: float, T: int, d: int, levels: int | None, a: dict):
     """A tree's noise for ``rho``-zCDP at the replace-one ``sensitivity``; with ``tree_noise =
     "paper-code-add-remove-defect"`` (a DEFECT, only to measure it) σ is the repository's, calibrated
-    at a leaf's add/remove sensitivity (1, and 1/κ* for H: √2 less), while ρ stays computed at the
-    replace-one sensitivity: the ledger then reads what such a tree really spends (2ρ)."""
+    at a leaf's add/remove sensitivity (1, and 1/κ* for H: √2 less; with the same App. I.1
+    symmetrization, so the node noise is theirs exactly), while ρ stays computed at the replace-one
+    sensitivity: the ledger then reads what such a tree really spends (2ρ)."""
     if a.get("tree_noise", "replace-one") == "replace-one":
         return mech.calibrate_tree(rho, sensitivity, T, d, levels)
     cal = mech.calibrate_tree(rho, sensitivity / math.sqrt(2), T, d, levels)

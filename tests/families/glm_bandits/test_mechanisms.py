@@ -51,13 +51,86 @@ def test_tree_prefix_sums_are_exact_plus_the_noise_of_the_binary_nodes():
         assert np.allclose(got[iu] - true[iu], noise)
 
 
-def test_tree_noise_is_the_discrete_gaussian_of_its_sigma():
-    cal = m.TreeCalibration(sigma=3.0, sensitivity=1.0, levels=12, d=3)
+def _split(cal, upper):
+    """(diagonal, off-diagonal) entries of upper-triangle vectors (..., D), in ``to_upper``'s order."""
+    iu, ju = np.triu_indices(cal.d)
+    return upper[..., iu == ju].ravel(), upper[..., iu != ju].ravel()
+
+
+def _variance_p(sample, variance):
+    """Two-sided p of the sample variance against ``variance`` ((n−1)S²/σ² ~ χ²(n−1) for a normal)."""
+    n = sample.size
+    stat = (n - 1) * sample.var(ddof=1) / variance
+    return 2 * min(stats.chi2.cdf(stat, n - 1), stats.chi2.sf(stat, n - 1))
+
+
+def test_tree_node_noise_has_app_i1_variances():
+    """App. I.1: Z = (Z′ + Z′ᵀ)/2, Z′ i.i.d. N(0, σ²): diagonal σ², off-diagonal σ²/2 (here on the grid,
+    N_Z(0, s²) and N_Z(0, s²/2) with s²/2 = ⌈(σ/grid)²/2⌉). Tolerance: p > 10⁻³ at seed 4 (KS against the
+    target normal and χ² on the sample variance); the wrong laws (the old i.i.d. σ off the diagonal, or
+    σ²/2 on it) must give p < 10⁻⁶ at these sample sizes (16000 diagonal, 24000 off-diagonal draws)."""
+    cal = m.TreeCalibration(sigma=3.0, sensitivity=1.0, levels=12, d=4)
+    s2 = float(cal.sigma_on_grid_squared)
+    assert cal.sigma_on_grid_squared == 2 * cal.off_diagonal_on_grid_squared  # exactly half off the diagonal
+    assert s2 >= (3.0 / m.GRID) ** 2
     tree = m.GridGaussianTree(cal, 4000, [np.random.default_rng(4)])
-    z = tree.noise.ravel() * m.GRID / 3.0
     assert tree.noise.dtype == np.int64
-    assert stats.kstest(z, "norm").pvalue > 1e-3
-    assert stats.kstest(z / 1.1, "norm").pvalue < 1e-6  # a 10% wrong σ is caught
+    diag, off = _split(cal, tree.noise)
+    for sample, var in ((diag, s2), (off, s2 / 2)):
+        assert stats.kstest(sample / math.sqrt(var), "norm").pvalue > 1e-3
+        assert _variance_p(sample, var) > 1e-3
+    assert stats.kstest(off / math.sqrt(s2), "norm").pvalue < 1e-6  # i.i.d. σ off the diagonal is caught
+    assert _variance_p(off, s2) < 1e-6
+    assert _variance_p(diag, s2 / 2) < 1e-6
+
+
+def test_released_prefix_is_exactly_symmetric_with_app_i1_noise():
+    """The release itself: after 7 leaves the prefix holds 3 nodes, so its noise has variance 3s² on the
+    diagonal and 3s²/2 off it, and the matrix is exactly symmetric (one draw mirrored, not two draws).
+    800 stacked runs; tolerance p > 10⁻³ at seed 7 (χ² on the sample variance, KS on the law), and the
+    old law (3s² off the diagonal too) must give p < 10⁻⁶."""
+    d, T, R = 3, 7, 800
+    cal = m.TreeCalibration(sigma=0.05, sensitivity=1.0, levels=m.tree_levels(T), d=d)
+    rng = np.random.default_rng(7)
+    tree = m.GridGaussianTree(cal, T, list(rng.spawn(R)))
+    x = rng.uniform(-0.5, 0.5, (T, d))
+    for t in range(T):
+        tree.insert(np.broadcast_to(np.outer(x[t], x[t]), (R, d, d)))
+    got, true = tree.prefix(), tree.true_prefix()
+    assert np.array_equal(got, np.swapaxes(got, 1, 2))
+    iu = np.triu_indices(d)
+    diag, off = _split(cal, (got - true)[:, iu[0], iu[1]] / m.GRID)
+    s2 = float(cal.sigma_on_grid_squared)
+    for sample, var in ((diag, 3 * s2), (off, 3 * s2 / 2)):
+        assert _variance_p(sample, var) > 1e-3
+        assert stats.kstest(sample / math.sqrt(var), "norm").pvalue > 1e-3
+    assert _variance_p(off, 3 * s2) < 1e-6
+
+
+def test_tree_rho_bounds_every_neighbours_loss():
+    """The ledger's ρ bounds the exact loss Σ_ij m·Δ_ij²/(2 s_ij²) (Canonne–Kamath–Steinke, per
+    independent coordinate) of any two rounded leaves x xᵀ, y yᵀ with ‖x‖, ‖y‖ ≤ 1 at Frobenius
+    sensitivity √2: the diagonal pair e₁e₁ᵀ/e₂e₂ᵀ, the off-diagonal pair (1, ±1)/√2 (both reach √2 in
+    Frobenius norm) and 2000 random pairs; the two extreme pairs reach ρ to within the rounding term."""
+    d = 4
+    cal = m.calibrate_tree(0.3, math.sqrt(2), 15000, d)
+    iu, ju = np.triu_indices(d)
+    var = np.where(iu == ju, float(cal.sigma_on_grid_squared), float(cal.off_diagonal_on_grid_squared))
+
+    def loss(x, y):
+        q = [np.rint(np.outer(v, v)[iu, ju] / m.GRID) for v in (x, y)]
+        return cal.levels * float(((q[0] - q[1]) ** 2 / (2 * var)).sum())
+
+    e = np.eye(d)
+    pairs = [(e[0], e[1]), (np.r_[1, 1, 0, 0] / math.sqrt(2), np.r_[1, -1, 0, 0] / math.sqrt(2))]
+    rng = np.random.default_rng(3)
+    for _ in range(2000):
+        x, y = rng.standard_normal((2, d))
+        pairs.append((x / max(1, np.linalg.norm(x)), y / max(1, np.linalg.norm(y))))
+    losses = [loss(x, y) for x, y in pairs]
+    assert max(losses) <= cal.rho <= 0.3
+    # the two extreme pairs spend all but the rounding term's share of ρ
+    assert min(losses[:2]) > cal.rho * (math.sqrt(2) / (math.sqrt(2) + d * m.GRID)) ** 2 * (1 - 1e-3)
 
 
 def test_per_call_budget_composes_back_to_the_total():
