@@ -37,7 +37,7 @@ HERE = Path(__file__).resolve().parent
 DECADES = [10_000, 100_000, 1_000_000, 10_000_000]
 EPSILONS = [0.2, 0.4, 0.8]  # inside Thms 4–6's ε ∈ (0, 1) (MAB) and across the online instance's gaps
 COLOURS = {0.2: "tab:red", 0.4: "tab:orange", 0.8: "tab:blue"}
-LINEAR_T = [2500 * 2**i for i in range(8)]  # 2,500 … 320,000
+LINEAR_T = [2500 * 2**i for i in range(10)]  # 2,500 … 1,280,000
 CONCURRENT_N = [2000, 8000, 32000]
 
 
@@ -60,7 +60,7 @@ THEOREMS = {
     "thm6": Theorem("mab", "Thm 6, LDP-SE (local pure DP)", "rates_mab_thm6", tuple(DECADES + [10**8])),
     "online-thm3": Theorem("online", "Thm 3, Anytime-Lazy-UCB (central pure DP)", "rates_online_thm3",
                            tuple(DECADES + [10**8])),
-    # Thm 4's instance changes with T; 10⁸ would cost 44 s a run for a bound the other points already test.
+    # Thm 4's instance changes with T; 10⁸ would cost 23–37 s a run for a bound the other points already test.
     "online-thm4": Theorem("online", "Thm 4, Anytime-Lazy-UCB, Δ_T = √(K ln T/T)", "rates_online_thm4",
                            tuple(DECADES)),
     "online-thm7": Theorem("online", "Thm 7, FTNL (full information, pure DP)", "rates_online_thm7",
@@ -71,6 +71,7 @@ THEOREMS = {
                                 tuple(CONCURRENT_N), False),
 }
 FAMILIES = ("mab", "online", "linear", "concurrent")
+SS = "Shariff–Sheffet Ω(Σ ln T/Δ + K ln T/ε), c = 1"
 
 
 def instance(path: Path) -> tuple[np.ndarray, object, object]:
@@ -180,9 +181,9 @@ def headline(v) -> str:
     return f"{v.word}: γ = {v.gamma.value:.2f} [{v.gamma.low:.2f}, {v.gamma.high:.2f}] ≤ {v.form.gamma_max:g}"
 
 
-def by_eps_panel(key, R, T, E, v, bound=None, explore=None) -> dict:
-    """A panel of mean regret against T, one line per ε; ``bound(T, ε)`` the lower bound drawn dashed,
-    ``explore(T)`` the regret while no arm has left (grey, dotted)."""
+def by_eps_panel(key, R, T, E, v, bound=None, explore=None, bound_label="") -> dict:
+    """A panel of mean regret against T, one line per ε; ``bound(T, ε)`` the lower bound drawn dashed
+    (named ``bound_label``), ``explore(T)`` the regret while no arm has left (grey, dotted)."""
     Ts = np.unique(T)
     grid = np.geomspace(Ts.min(), Ts.max(), 50)
     series, lines = [], []
@@ -192,17 +193,18 @@ def by_eps_panel(key, R, T, E, v, bound=None, explore=None) -> dict:
                        "y": [float(R[(T == t) & (E == eps)].mean()) for t in Ts]})
         if bound is not None:
             lines.append({"x": grid.tolist(), "y": np.broadcast_to(bound(grid, eps), grid.shape).tolist(),
-                          "colour": colour, "style": "--"})
+                          "colour": colour, "style": "--", "label": None if lines else bound_label})
     ylo = min(min(s["y"]) for s in series)
     if bound is not None:
-        ylo = min(ylo, min(min(line["y"]) for line in lines))
+        ylo = min(ylo, np.nanmin([line["y"] for line in lines]))
     if explore is not None:
         lines.append({"x": grid.tolist(), "y": explore(grid).tolist(), "colour": "grey", "style": ":",
                       "label": "T · mean gap"})
     th = THEOREMS[key]
     return {"title": f"{th.what}\n{headline(v)}", "series": series, "lines": lines, "xlabel": "T",
             "ylim": [0.7 * ylo, 1.6 * float(R.max())],
-            "note": None if th.lower_bound or bound is None else "dashed: a pure-DP bound,\nnot a bound for this privacy"}
+            "note": None if th.lower_bound or bound is None
+            else "dashed: a pure-DP bound,\nnot a bound for this privacy"}
 
 
 def report(key, R, T, E, v, counts, t0, name) -> None:
@@ -226,14 +228,14 @@ def run_mab(key, args) -> dict:
     gaps = mu.max() - mu
     inv_gaps, K = float(np.sum(1 / gaps[gaps > 0])), len(mu)
     panel = by_eps_panel(key, R, T, E, v, lambda t, e: shariff_sheffet(t, e, inv_gaps, K),
-                         lambda t: gaps.mean() * t)
+                         lambda t: gaps.mean() * t, SS)
     panel["ylim"][0] = 0.7 * float(shariff_sheffet(T.min(), E.max(), inv_gaps, K))
-    return data(key, form.name, R, T, E, G, v, panel, legend="solid: measured\ndashed: Ω(Σ ln T/Δ + K ln T/ε), c = 1")
+    return data(key, form.name, R, T, E, G, v, panel)
 
 
-def data(key, name, R, T, E, G, v, panel, legend) -> dict:
+def data(key, name, R, T, E, G, v, panel) -> dict:
     return {"form": name, "regret": R.tolist(), "T": T.tolist(), "eps": E.tolist(), "run": G.tolist(),
-            "verdict": verdict_json(v), "panel": panel, "legend": legend}
+            "verdict": verdict_json(v), "panel": panel}
 
 
 def run_online(key, args) -> dict:
@@ -255,9 +257,8 @@ def run_online(key, args) -> dict:
         v = rates.check_power(R, T, form, eps=E, groups=G)
         report(key, R, T, E, v, counts, t0, form.name)
         panel = by_eps_panel(key, R, T, E, v, lambda t, e: shariff_sheffet(t, e, (K - 1) / thm4_gap(t, K), K),
-                             lambda t: (K - 1) / K * thm4_gap(t, K) * t)
-        return data(key, form.name, R, T, E, G, v, panel,
-                    "solid: measured\ndashed: Ω(Σ ln T/Δ_T + K ln T/ε), c = 1")
+                             lambda t: (K - 1) / K * thm4_gap(t, K) * t, "Ω(Σ ln T/Δ_T + K ln T/ε), c = 1")
+        return data(key, form.name, R, T, E, G, v, panel)
     points, out, counts = sweep(key, args, horizons, eps_grid(args))
     R, T, E, G = final_regrets(out, points)
     v = rates.check(R, T, E, G, form)
@@ -265,13 +266,16 @@ def run_online(key, args) -> dict:
     gaps = (mu.max() - mu)[mu < mu.max()]
     if key == "online-thm3":
         panel = by_eps_panel(key, R, T, E, v, lambda t, e: shariff_sheffet(t, e, float(np.sum(1 / gaps)), K),
-                             lambda t: (mu.max() - mu).mean() * t)
-        return data(key, form.name, R, T, E, G, v, panel, "solid: measured\ndashed: Ω(Σ ln T/Δ + K ln T/ε), c = 1")
+                             lambda t: (mu.max() - mu).mean() * t, SS)
+        return data(key, form.name, R, T, E, G, v, panel)
     # Thm 10: Ω(max{ln K/Δ_min, ln K/ε}) for ε-DP stochastic DTOL, once T ≥ max{ln K/(16Δ²), ln K/(10εΔ)}.
     d = float(gaps.min())
-    panel = by_eps_panel(key, R, T, E, v, lambda t, e: np.where(
-        t >= max(math.log(K) / (16 * d * d), math.log(K) / (10 * e * d)), max(math.log(K) / d, math.log(K) / e), np.nan))
-    return data(key, form.name, R, T, E, G, v, panel, "solid: measured\ndashed: Thm 10's Ω(max{ln K/Δ_min, ln K/ε}), c = 1")
+    def thm10(t, e):
+        holds = t >= max(math.log(K) / (16 * d * d), math.log(K) / (10 * e * d))
+        return np.where(holds, max(math.log(K) / d, math.log(K) / e), np.nan)
+
+    panel = by_eps_panel(key, R, T, E, v, thm10, bound_label="Thm 10: Ω(max{ln K/Δ_min, ln K/ε}), c = 1")
+    return data(key, form.name, R, T, E, G, v, panel)
 
 
 def by_algorithm(key, args, horizons, laws: dict, overrides_at) -> dict:
@@ -297,19 +301,19 @@ def by_algorithm(key, args, horizons, laws: dict, overrides_at) -> dict:
         print(f"    verdict: {v.text()}")
         series.append({"label": f"{a}: {headline(v)}", "x": Ts.tolist(), "y": mean.tolist(), "colour": colour})
         lines.append({"x": Ts.tolist(), "y": (mean[0] * law(Ts) / law(Ts[0])).tolist(), "colour": colour,
-                      "style": "--"})
+                      "style": "--", "label": None if lines else "the law through the first point"})
         found[a] = {"form": law.name, "regret": R.tolist(), "T": T.tolist(), "run": G.tolist(),
                     "verdict": verdict_json(v)}
     panel = {"title": th.what, "series": series, "lines": lines, "xlabel": panel_x,
              "ylim": None, "note": None}
-    return {"algorithms": found, "panel": panel, "legend": "solid: measured\ndashed: the law through the first point"}
+    return {"algorithms": found, "panel": panel}
 
 
 def run_linear(key, args) -> dict:
     # Cor. 3.3 (P_Amp) and Remark 3.6 (P_Vec): Õ(T^{3/5} log^{1/2}(T/δ)); the Õ's other logs are
     # LinUCB's (ln T)^1 at most, so q = 1 is the allowance. LDP per round: Õ(T^{3/4}), the same q.
-    laws = {"LinUCB-SDP-Amp": rates.PowerLaw("T^{3/5} ln T", 0.6, 1), "LinUCB-SDP-Vec": rates.PowerLaw("T^{3/5} ln T", 0.6, 1),
-            "LinUCB-LDP": rates.PowerLaw("T^{3/4} ln T", 0.75, 1)}
+    shuffle = rates.PowerLaw("T^{3/5} ln T", 0.6, 1)
+    laws = {"LinUCB-SDP-Amp": shuffle, "LinUCB-SDP-Vec": shuffle, "LinUCB-LDP": rates.PowerLaw("T^{3/4} ln T", 0.75, 1)}
 
     def overrides(t):
         b = max(1, round(0.25 * t**0.6))  # reproduce_linear.py's B = 0.25·T^{0.6}
@@ -348,18 +352,20 @@ def draw(found: dict, dest: Path) -> None:
             ax.loglog(line["x"], line["y"], line["style"], color=line["colour"], lw=1, label=line.get("label"))
         if p["ylim"]:
             ax.set_ylim(*p["ylim"])
+        xs = [x for s in p["series"] for x in s["x"]]
+        if max(xs) < 100 * min(xs):  # under two decades matplotlib's minor labels overlap: label the points
+            from matplotlib.ticker import NullFormatter
+
+            ax.set_xticks(sorted(set(xs)), [f"{x:,.0f}" for x in sorted(set(xs))])
+            ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_title(p["title"], fontsize=8)
         ax.set_xlabel(p["xlabel"])
         ax.grid(alpha=0.3, which="both")
         if p["note"]:
             ax.text(0.02, 0.02, p["note"], transform=ax.transAxes, fontsize=7)
-        if "algorithms" in f:  # one panel per theorem, several algorithms: their verdicts in the legend
-            ax.legend(fontsize=6, title=f["legend"], title_fontsize=6)
+        ax.legend(fontsize=6)
     for row in axes:
         row[0].set_ylabel("final pseudo-regret (mean of runs)")
-    first = next(iter(found.values()))
-    if "algorithms" not in first:
-        axes[0][0].legend(fontsize=7, title=first["legend"], title_fontsize=6)
     fig.tight_layout()
     fig.savefig(dest, dpi=100)
     plt.close(fig)
@@ -377,7 +383,15 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=None, help="runs per point [default: the file's]")
     ap.add_argument("--out", type=Path, default=Path("results/rates"))
     ap.add_argument("--figures", type=Path, default=HERE.parent / "docs" / "figures")
+    ap.add_argument("--replot", action="store_true", help="redraw each family's figure from --out/rates-<family>.json")
     args = ap.parse_args()
+    if args.replot:
+        for family in args.family or FAMILIES:
+            saved = args.out / f"rates-{family}.json"
+            if saved.exists():
+                draw(json.loads(saved.read_text()), args.figures / f"rates_{family}.png")
+                print(f"redrew {args.figures / f'rates_{family}.png'} from {saved}")
+        return
     if args.only:
         keys = [k for k in args.only if not args.family or THEOREMS[k].family in args.family]
         if not keys:
@@ -389,6 +403,9 @@ def main() -> None:
     for family in FAMILIES:
         found = {k: RUNNERS[family](k, args) for k in keys if THEOREMS[k].family == family}
         if not found:
+            continue
+        if args.horizons:  # a sub-grid fit: the family's saved results and figure stay the full grid's
+            print(f"--horizons given: {args.out / f'rates-{family}.json'} and its figure left as they were")
             continue
         (args.out / f"rates-{family}.json").write_text(json.dumps(found, indent=1) + "\n")
         draw(found, args.figures / f"rates_{family}.png")

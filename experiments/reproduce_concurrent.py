@@ -60,7 +60,7 @@ def fit(ns: list[int], errs: list[list[float]], scale: list[float] | None = None
     (privbandit.analysis.rates.power_fit, one intercept: runs at one n are independent; the n's share
     nothing but the seed's layout); the slope's standard error from the residuals."""
     n = np.concatenate([[float(n)] * len(e) for n, e in zip(ns, errs)])
-    y = np.concatenate([np.asarray(e) / (1.0 if scale is None else c) for e, c in zip(errs, scale or [1.0] * len(errs))])
+    y = np.concatenate([np.asarray(e) / c for e, c in zip(errs, scale or [1.0] * len(errs))])
     a, _ = rates.power_fit(y, n)
     return {"slope": a.value, "stderr": a.stderr}
 

@@ -153,8 +153,8 @@ def main() -> None:
     slope = slope_experiment(args.jobs, args.slope_runs, args.overrides, slope_t)
     (args.out / "slope.json").write_text(json.dumps(slope, indent=2) + "\n")
     print(f"slope (B = round(0.25·T^0.6) = {slope['B']}, {args.slope_runs} runs, "
-          f"{time.perf_counter() - t0:.1f} s): " + "  ".join(f"{k}={v:.3f} [{slope['slope_95'][k][0]:.3f}, {slope['slope_95'][k][1]:.3f}]"
-                    for k, v in slope["slope"].items()))
+          f"{time.perf_counter() - t0:.1f} s): " + "  ".join(f"{k}={v:.3f} [{lo:.3f}, {hi:.3f}]"
+                    for (k, v), (lo, hi) in zip(slope["slope"].items(), slope["slope_95"].values())))
     import matplotlib
 
     matplotlib.use("Agg")
