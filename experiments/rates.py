@@ -230,10 +230,10 @@ def run_mab(key, args) -> dict:
     panel = by_eps_panel(key, R, T, E, v, lambda t, e: shariff_sheffet(t, e, inv_gaps, K),
                          lambda t: gaps.mean() * t, SS)
     panel["ylim"][0] = 0.7 * float(shariff_sheffet(T.min(), E.max(), inv_gaps, K))
-    return data(key, form.name, R, T, E, G, v, panel)
+    return data(form.name, R, T, E, G, v, panel)
 
 
-def data(key, name, R, T, E, G, v, panel) -> dict:
+def data(name, R, T, E, G, v, panel) -> dict:
     return {"form": name, "regret": R.tolist(), "T": T.tolist(), "eps": E.tolist(), "run": G.tolist(),
             "verdict": verdict_json(v), "panel": panel}
 
@@ -258,7 +258,7 @@ def run_online(key, args) -> dict:
         report(key, R, T, E, v, counts, t0, form.name)
         panel = by_eps_panel(key, R, T, E, v, lambda t, e: shariff_sheffet(t, e, (K - 1) / thm4_gap(t, K), K),
                              lambda t: (K - 1) / K * thm4_gap(t, K) * t, "Ω(Σ ln T/Δ_T + K ln T/ε), c = 1")
-        return data(key, form.name, R, T, E, G, v, panel)
+        return data(form.name, R, T, E, G, v, panel)
     points, out, counts = sweep(key, args, horizons, eps_grid(args))
     R, T, E, G = final_regrets(out, points)
     v = rates.check(R, T, E, G, form)
@@ -267,7 +267,7 @@ def run_online(key, args) -> dict:
     if key == "online-thm3":
         panel = by_eps_panel(key, R, T, E, v, lambda t, e: shariff_sheffet(t, e, float(np.sum(1 / gaps)), K),
                              lambda t: (mu.max() - mu).mean() * t, SS)
-        return data(key, form.name, R, T, E, G, v, panel)
+        return data(form.name, R, T, E, G, v, panel)
     # Thm 10: Ω(max{ln K/Δ_min, ln K/ε}) for ε-DP stochastic DTOL, once T ≥ max{ln K/(16Δ²), ln K/(10εΔ)}.
     d = float(gaps.min())
     def thm10(t, e):
@@ -275,7 +275,7 @@ def run_online(key, args) -> dict:
         return np.where(holds, max(math.log(K) / d, math.log(K) / e), np.nan)
 
     panel = by_eps_panel(key, R, T, E, v, thm10, bound_label="Thm 10: Ω(max{ln K/Δ_min, ln K/ε}), c = 1")
-    return data(key, form.name, R, T, E, G, v, panel)
+    return data(form.name, R, T, E, G, v, panel)
 
 
 def by_algorithm(key, args, horizons, laws: dict, overrides_at) -> dict:
