@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from privbandit.analysis import rates
 from privbandit.families.concurrent_shuffle import counter as cnt
 
 HERE = Path(__file__).resolve().parent
@@ -55,17 +56,13 @@ def errors(mode: str, n: int, k, eps: float, runs: int, kind: str = "iid", seed:
 
 
 def fit(ns: list[int], errs: list[list[float]], scale: list[float] | None = None) -> dict:
-    """log(err/scale) = a + slope·log n over every run's point; the slope's standard error from the
-    residuals (runs at one n are independent; the n's share nothing but the seed's layout)."""
-    x = np.concatenate([[math.log(n)] * len(e) for n, e in zip(ns, errs)])
-    y = np.log(np.concatenate([np.asarray(e) / (1.0 if scale is None else c) for e, c in
-                               zip(errs, scale or [1.0] * len(errs))]))
-    A = np.vstack([np.ones_like(x), x]).T
-    coef, res, *_ = np.linalg.lstsq(A, y, rcond=None)
-    resid = y - A @ coef
-    s2 = resid @ resid / max(1, len(x) - 2)
-    se = math.sqrt(s2 * np.linalg.inv(A.T @ A)[1, 1])
-    return {"slope": float(coef[1]), "stderr": se}
+    """log(err/scale) = a + slope·log n over every run's point, by the shared fitter
+    (privbandit.analysis.rates.power_fit, one intercept: runs at one n are independent; the n's share
+    nothing but the seed's layout); the slope's standard error from the residuals."""
+    n = np.concatenate([[float(n)] * len(e) for n, e in zip(ns, errs)])
+    y = np.concatenate([np.asarray(e) / c for e, c in zip(errs, scale or [1.0] * len(errs))])
+    a, _ = rates.power_fit(y, n)
+    return {"slope": a.value, "stderr": a.stderr}
 
 
 def r1(args) -> dict:

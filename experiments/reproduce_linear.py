@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from privbandit.analysis import rates
 from privbandit.runner import config as experiment_files
 from privbandit.runner import results, tasks
 
@@ -107,8 +108,20 @@ def slope_experiment(jobs, runs: int, overrides: list[str], slope_t: list[int]) 
     outcomes = run_suite(files, jobs)
     finals = {label: [summary["algorithms"][label]["regret_final_mean"] for summary, _ in outcomes]
               for label in ("LinUCB-SDP-Amp", "LinUCB-SDP-Vec", "LinUCB-LDP")}
-    slopes = {label: float(np.polyfit(np.log(slope_t), np.log(v), 1)[0]) for label, v in finals.items()}
-    return {"T": slope_t, "B": batches, "final": finals, "slope": slopes}
+    # The shared fitter (privbandit.analysis.rates, docs/rates.md): every run's final regret, one
+    # intercept per run index (run r meets the same instance at every T), the exponent with its interval.
+    fitted = {}
+    for label in finals:
+        R, T, G = [], [], []
+        for t, (_, found) in zip(slope_t, outcomes):
+            for res in found[label]:
+                R += res.pseudo[:, -1].tolist()
+                T += [t] * len(res.runs)
+                G += list(res.runs)
+        fitted[label], _ = rates.power_fit(R, T, groups=G)
+    slopes = {label: a.value for label, a in fitted.items()}
+    intervals = {label: [a.low, a.high] for label, a in fitted.items()}
+    return {"T": slope_t, "B": batches, "final": finals, "slope": slopes, "slope_95": intervals}
 
 
 def main() -> None:
@@ -140,7 +153,8 @@ def main() -> None:
     slope = slope_experiment(args.jobs, args.slope_runs, args.overrides, slope_t)
     (args.out / "slope.json").write_text(json.dumps(slope, indent=2) + "\n")
     print(f"slope (B = round(0.25·T^0.6) = {slope['B']}, {args.slope_runs} runs, "
-          f"{time.perf_counter() - t0:.1f} s): " + "  ".join(f"{k}={v:.3f}" for k, v in slope["slope"].items()))
+          f"{time.perf_counter() - t0:.1f} s): " + "  ".join(f"{k}={v:.3f} [{lo:.3f}, {hi:.3f}]"
+                    for (k, v), (lo, hi) in zip(slope["slope"].items(), slope["slope_95"].values())))
     import matplotlib
 
     matplotlib.use("Agg")

@@ -96,3 +96,50 @@ def test_too_few_points_is_refused():
 def test_form_refuses_negative_powers():
     with pytest.raises(ValueError, match="must be ≥ 0"):
         rates.Form("bad", (rates.Term("x", -1, 0),))
+
+
+# T-power forms (rates.check_power): linear Cor. 3.3's T^{3/5} and its like, on the grid of
+# experiments/rates.py's linear file (T = 2,500 … 160,000 by doublings, 5 runs, one ε).
+COR33 = rates.PowerLaw("T^{3/5} √ln T", 0.6, 0.5)
+
+
+def power_grid(law, noise=0.05, seed=34, eps=(1.0,)):
+    T, e, run = (a.ravel() for a in np.meshgrid(2500 * 2.0 ** np.arange(7), eps, range(5), indexing="ij"))
+    rng = np.random.default_rng(seed)
+    return law(T, e) * np.exp(noise * rng.standard_normal(T.size)), T, e, run
+
+
+def test_a_t_three_fifths_regret_is_consistent_and_its_exponent_comes_back():
+    R, T, e, run = power_grid(lambda T, e: 3 * T ** 0.6 * np.sqrt(np.log(T)))
+    v = rates.check_power(R, T, COR33, groups=run)
+    assert v.consistent, v.text()
+    # a_max = 0.6 + 0.5/ln 2500 = 0.664; the exact elasticity over the grid is 0.6 + 0.5/ln T ∈ [0.642, 0.664].
+    assert v.a_max == pytest.approx(0.6 + 0.5 / np.log(2500))
+    assert v.power.low < 0.653 < v.power.high
+
+
+@pytest.mark.parametrize("law", [lambda T, e: T ** 0.75, lambda T, e: 0.1 * T],
+                         ids=["T^0.75 (LDP's rate)", "linear"])
+def test_a_faster_power_is_refuted(law):
+    R, T, e, run = power_grid(law)
+    v = rates.check_power(R, T, COR33, groups=run)
+    assert not v.consistent and v.power.low > v.a_max, v.text()
+    assert "above the law's" in v.text()
+
+
+def test_a_t_power_law_refutes_a_faster_epsilon_power():
+    R, T, e, run = power_grid(lambda T, e: T ** 0.6 / e, eps=(0.25, 0.5, 1.0))
+    v = rates.check_power(R, T, rates.PowerLaw("T^{3/5}/√ε", 0.6, 0, 0.5), eps=e, groups=run)
+    assert not v.consistent and v.nu.low > 0.5 and v.power.low < 0.6 < v.power.high, v.text()
+
+
+def test_power_fit_without_groups_is_ordinary_least_squares():
+    R, T, e, run = power_grid(lambda T, e: 2 * T ** 0.5, noise=0.0)
+    a, nu = rates.power_fit(R, T)
+    assert a.value == pytest.approx(0.5, rel=1e-9) and nu is None
+    assert a.value == pytest.approx(np.polyfit(np.log(T), np.log(R), 1)[0], rel=1e-9)
+
+
+def test_power_law_refuses_nonpositive_exponent():
+    with pytest.raises(ValueError, match="t_pow = 0 must be > 0"):
+        rates.PowerLaw("flat", 0)

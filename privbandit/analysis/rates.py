@@ -28,6 +28,13 @@ Beside the verdict (not part of it) the fit reports the theorem's constants, ``R
 x_j`` with ``x_j`` the theorem's terms (instance constants included, so θ_j is the O(·)'s constant
 of term j), and the power-law exponent a of ``ln R = u_group + a · ln T``.
 
+**T-power forms** (:class:`PowerLaw`, :func:`check_power`). A bound polynomial in T, ``O(T^p · (ln T)^q ·
+ε^{-b})`` (the online paper's problem-independent Thm 4 on an instance whose gap shrinks with T,
+shuffle-linear Cor. 3.3's T^{3/5}, concurrent-shuffle Thm 5.1's T^{(k+1)/(2k+1)}), has elasticity
+``∂ ln R/∂ ln T = p + q/ln T ≤ a_max = p + q/ln T_min`` on a grid starting at T_min; the fit is
+``ln R = u_group + a · ln T (+ ν · ln(1/ε))`` and, by the same mean-value argument, the verdict is
+**refuted** when the interval of â lies wholly above a_max (or that of ν̂ above b).
+
 Where it falls short: an O(·) bound holds for T beyond an unknown T₀, and its constant is
 unknown, so no finite grid can refute the theorem itself; "refuted" says the measured regret, on
 this grid, grows faster than the form (often: the grid's small T are still in the exploration phase,
@@ -156,10 +163,8 @@ def _estimate(value: float, se: float, df: int) -> Estimate:
     return Estimate(float(value), float(se), float(value - q * se), float(value + q * se))
 
 
-def check(regret, T, eps, groups, form: Form) -> Verdict:
-    """Fit ``form`` to final regrets (one per run) at horizons T and privacy levels ε, and judge it
-    by the elasticity test of the module's docstring. ``groups`` pairs runs across T and ε (the run
-    index); each group gets its own intercept."""
+def _validated(regret, T, eps, groups) -> tuple[np.ndarray, ...]:
+    """The fit's data as float arrays, refused by name when a log of it is undefined."""
     R, T, eps, groups = (np.asarray(v) for v in (regret, T, eps, groups))
     R, T, eps = R.astype(float), T.astype(float), eps.astype(float)
     if not (R.shape == T.shape == eps.shape == groups.shape and R.ndim == 1):
@@ -174,14 +179,32 @@ def check(regret, T, eps, groups, form: Form) -> Verdict:
         raise ValueError(f"eps: every ε must be > 0; min {eps.min():g}")
     if len(np.unique(T)) < 2:
         raise ValueError(f"T: need at least 2 distinct horizons, got {np.unique(T).tolist()}")
+    return R, T, eps, groups
+
+
+def power_fit(regret, T, eps=None, groups=None) -> tuple[Estimate, Estimate | None]:
+    """The exponents of ``ln R = u_group + a · ln T + ν · ln(1/ε)``: â and ν̂ (None at one ε) with
+    their intervals. ``eps`` None: one ε; ``groups`` None: one intercept (independent runs)."""
+    n = np.shape(regret)
+    R, T, eps, groups = _validated(regret, T, np.ones(n) if eps is None else eps,
+                                   np.zeros(n, int) if groups is None else groups)
+    several_eps = len(np.unique(eps)) > 1
+    b, se, df = ols(np.log(R), np.column_stack([np.log(T)] + ([np.log(1 / eps)] if several_eps else [])), groups)
+    return _estimate(b[0], se[0], df), _estimate(b[1], se[1], df) if several_eps else None
+
+
+def check(regret, T, eps, groups, form: Form) -> Verdict:
+    """Fit ``form`` to final regrets (one per run) at horizons T and privacy levels ε, and judge it
+    by the elasticity test of the module's docstring. ``groups`` pairs runs across T and ε (the run
+    index); each group gets its own intercept."""
+    R, T, eps, groups = _validated(regret, T, eps, groups)
     several_eps = len(np.unique(eps)) > 1
     y = np.log(R)
     X = np.column_stack([np.log(np.log(T))] + ([np.log(1 / eps)] if several_eps else []))
     b, se, df = ols(y, X, groups)
     gamma = _estimate(b[0], se[0], df)
     nu = _estimate(b[1], se[1], df) if several_eps else None
-    b, se, df_a = ols(y, np.column_stack([np.log(T)] + ([np.log(1 / eps)] if several_eps else [])), groups)
-    power = _estimate(b[0], se[0], df_a)
+    power, _ = power_fit(R, T, eps, groups)
     # The theorem's constants: terms constant over the grid (a term without ε at one ε, say) are
     # not identified beside the group intercepts; they are left out of this descriptive fit.
     cols = [t(T, eps) for t in form.terms]
@@ -200,3 +223,62 @@ def check(regret, T, eps, groups, form: Form) -> Verdict:
         reasons.append(f"regret grows like (1/ε)^{nu.value:.2f}, interval [{nu.low:.2f}, {nu.high:.2f}] "
                        f"above the form's {form.nu_max:g}")
     return Verdict(form, not reasons, gamma, nu, power, coefficients, len(R), reasons, note)
+
+
+@dataclass(frozen=True)
+class PowerLaw:
+    """A bound ``O(T^t_pow · (ln T)^log_t · ε^{-inv_eps})``, polynomial in T (module docstring)."""
+
+    name: str
+    t_pow: float
+    log_t: float = 0.0
+    inv_eps: float = 0.0
+
+    def __post_init__(self):
+        if not (self.t_pow > 0 and self.log_t >= 0 and self.inv_eps >= 0):
+            raise ValueError(f"power law {self.name!r}: t_pow = {self.t_pow} must be > 0, log_t = {self.log_t} "
+                             f"and inv_eps = {self.inv_eps} ≥ 0")
+
+    def a_max(self, t_min: float) -> float:
+        """The largest elasticity ``p + q/ln T`` of T^p (ln T)^q over T ≥ t_min."""
+        return self.t_pow + self.log_t / math.log(t_min)
+
+    def __call__(self, T, eps=1.0) -> np.ndarray:
+        T = np.asarray(T, float)
+        return T ** self.t_pow * np.log(T) ** self.log_t * np.asarray(eps, float) ** (-self.inv_eps)
+
+
+@dataclass(frozen=True)
+class PowerVerdict:
+    law: PowerLaw
+    consistent: bool
+    power: Estimate  # â of R ∝ T^a
+    a_max: float  # the law's largest elasticity on the grid
+    nu: Estimate | None
+    n: int
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def word(self) -> str:
+        return "consistent" if self.consistent else "refuted"
+
+    def text(self) -> str:
+        nu = "" if self.nu is None else f", ν = {self.nu} (≤ {self.law.inv_eps:g} allowed)"
+        why = f": {'; '.join(self.reasons)}" if self.reasons else ""
+        return (f"{self.word}{why}. a = {self.power} (≤ {self.a_max:.3g} allowed: T^{self.law.t_pow:.3g}"
+                f"{f' (ln T)^{self.law.log_t:g}' if self.law.log_t else ''}){nu}; {self.n} runs, {LEVEL:.0%} intervals")
+
+
+def check_power(regret, T, law: PowerLaw, eps=None, groups=None) -> PowerVerdict:
+    """Judge a T-power bound: refuted when the interval of â (of ν̂) lies wholly above the law's
+    ``a_max`` on this grid (above its ε power)."""
+    a, nu = power_fit(regret, T, eps, groups)
+    a_max = law.a_max(float(np.min(T)))
+    reasons = []
+    if a.low > a_max:
+        reasons.append(f"regret grows like T^{a.value:.3f}, interval [{a.low:.3f}, {a.high:.3f}] above the law's "
+                       f"{a_max:.3f}")
+    if nu is not None and nu.low > law.inv_eps:
+        reasons.append(f"regret grows like (1/ε)^{nu.value:.2f}, interval [{nu.low:.2f}, {nu.high:.2f}] above "
+                       f"the law's {law.inv_eps:g}")
+    return PowerVerdict(law, not reasons, a, a_max, nu, int(np.size(regret)), reasons)
