@@ -1,20 +1,22 @@
-"""privbandit: a distributed protocol simulator for private bandit learning."""
+"""privbandit: a distributed protocol simulator for private bandit learning.
+
+``privbandit.run(experiment, ..., transport="inprocess" | "mqtt", **settings)`` runs an experiment
+and returns its results (:mod:`privbandit.api`)."""
 
 __version__ = "0.1.0"
 
-
-def run(experiment, overrides=(), out=None, jobs=1, overwrite=False, progress=None, resume=False):
-    """Run an experiment in-process: ``privbandit.run("experiments/quickstart.toml")`` returns the
-    summary, every run's results and ``.table()`` (see :func:`privbandit.runner.run`)."""
-    from privbandit.runner import run as run_experiment
-
-    return run_experiment(experiment, overrides, out, jobs, overwrite, progress, resume)
+# The front door, imported on first use: `import privbandit` alone (every party process does it)
+# loads neither the runner nor the services.
+_API = ("run", "Results", "Interrupted", "SessionFailed")
 
 
 def __getattr__(name: str):
-    # privbandit.Results without importing the runner on `import privbandit` (the parties never use it)
-    if name == "Results":
-        from privbandit.runner import Results
+    if name in _API:
+        from privbandit import api
 
-        return Results
+        return getattr(api, name)
     raise AttributeError(f"module 'privbandit' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *_API])

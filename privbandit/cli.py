@@ -142,13 +142,12 @@ def run(
 ):
     """Run an experiment file: many runs of each algorithm, then a results directory. Each task is
     kept in --out as it finishes: Ctrl-C stops at once and prints the command that resumes."""
-    from privbandit.runner import config as experiment_files, results, tasks
+    from privbandit import api
+    from privbandit.runner import config as experiment_files
     from privbandit.runner.provenance import COMMAND_ENV, command_line
-    from privbandit.runner.store import TaskStore
 
     command = command_line()
     overrides = list(set_ or []) + ([f"runs={runs}"] if runs is not None else [])
-    kept = None
     try:
         if transport not in ("inproc", "mqtt"):
             raise ConfigError(f"--transport {transport!r}: choose inproc or mqtt")
@@ -180,53 +179,53 @@ def run(
         dashboard_port = _page_port(dashboard, dashboard_port)
         if dashboard_port is not None:
             _dashboard_port_free(dashboard_port)
-        family, config = experiment_files.load(experiment, overrides)
-        out = out or Path("results") / config.name
+        if out is None:
+            out = Path("results") / experiment_files.load(experiment, overrides)[1].name
         if resume and transport == "mqtt":
             raise ConfigError("--resume: only in-process (an MQTT session resumes from its checkpoints)")
-        results.prepare_out(out, overwrite, resume)  # before any work: nothing computed is lost to a bad --out
         if transport == "mqtt":
             saved = os.environ.get(COMMAND_ENV)
             os.environ[COMMAND_ENV] = command  # the parties it starts inherit it (the observer writes the summary)
             try:
-                return _run_distributed(family, config, experiment, overrides, out, broker, shards, restart_on_crash,
-                                        timeout, access=access, insecure_broker=insecure_broker, run_id=run_id,
-                                        dashboard_port=dashboard_port, secagg_step_s=secagg_step_deadline)
+                return _run_distributed(experiment, overrides, out, broker, shards, restart_on_crash, timeout,
+                                        access=access, insecure_broker=insecure_broker, run_id=run_id,
+                                        dashboard_port=dashboard_port, secagg_step_s=secagg_step_deadline,
+                                        overwrite=overwrite)
             finally:
                 if saved is None:
                     os.environ.pop(COMMAND_ENV, None)
                 else:
                     os.environ[COMMAND_ENV] = saved
-        if getattr(config, "traffic_adversaries", None):
-            raise ConfigError(
-                f"traffic_adversaries = {config.traffic_adversaries}: they attack a broker's traffic, so they run "
-                f"only over MQTT (privbandit run FILE --transport mqtt); in-process, remove the field or "
-                f"--set traffic_adversaries=[]")
-        kept = TaskStore(out, config)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=err, transient=not err.is_terminal) as bar:
-            ids = {label: bar.add_task(label, total=config.runs) for label in family.labels(config)}
-            outcome = tasks.run_experiment(family, config, jobs=jobs, store=kept,
-                                           progress=lambda label, run: bar.advance(ids[label]))
+        bar, ids = Progress(*columns, console=err, transient=not err.is_terminal), {}
+
+        def start_bars(family, config) -> None:  # once --out is ready, as the tasks start
+            bar.start()
+            ids.update({label: bar.add_task(label, total=config.runs) for label in family.labels(config)})
+
+        try:
+            res = api.run(experiment, overrides, out=out, jobs=jobs, overwrite=overwrite, resume=resume,
+                          progress=lambda label, run: bar.advance(ids[label]), on_start=start_bars)
+        finally:
+            bar.stop()
     except ConfigError as exc:
         _error(exc)
         raise typer.Exit(2)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        kept = getattr(exc, "store", None)  # api.Interrupted: the tasks kept so far
         if kept is None:
             raise typer.Exit(130)
         finished = len(list(kept.dir.glob("*.pkl")))
         err.print(f"interrupted: {finished} finished task(s) kept in {kept.dir}; to resume:\n  {_resumed(command)}",
                   highlight=False, markup=False)
         raise typer.Exit(130)
+    kept = res.store
     if resume:  # what it reused, before the numbers that rest on it
         damaged = f", {kept.unreadable} damaged set aside and computed again" if kept.unreadable else ""
         err.print(f"resumed: {kept.reused} of {kept.reused + kept.computed} task(s) reused from {kept.dir} "
                   f"(config {kept.config_hash[:12]}), {kept.computed} computed{damaged}",
                   highlight=False, markup=False)
-    summary = results.summarize(family, config, *outcome, store=kept)
-    results.write_results(out, family, config, summary, outcome[0])
-    kept.prune()
-    _print_summary(summary, out)
+    _print_summary(res.summary, out)
 
 
 def _resumed(command: str) -> str:
@@ -475,40 +474,40 @@ def _dashboard_port_free(port: int) -> None:
         raise ConfigError(str(exc)) from None
 
 
-def _run_distributed(family, config, experiment: Path, overrides: list[str], out: Path, broker: str | None, shards: int,
+def _run_distributed(experiment: Path, overrides: list[str], out: Path, broker: str | None, shards: int,
                      restart_on_crash: int = 0, timeout: float | None = None, *, access: dict | None = None,
                      insecure_broker: bool = False, run_id: str | None = None, dashboard_port: int | None = None,
-                     secagg_step_s: float | None = None):
-    import json
-
+                     secagg_step_s: float | None = None, overwrite: bool = False):
+    """``run --transport mqtt``: the session (:func:`privbandit.api.run`), its failures turned into
+    the command's errors, then its summary and, with --dashboard, its results page."""
+    from privbandit import api
     from privbandit.services.broker_probe import BrokerInsecure, BrokerUnusable
-    from privbandit.services.launcher import launch
 
-    if dashboard_port is not None:
-        err.print(f"dashboard: http://127.0.0.1:{dashboard_port}/ (live while the session runs)", highlight=False)
+    def announce(family, config) -> None:  # once --out is ready, as the parties start
+        if dashboard_port is not None:
+            err.print(f"dashboard: http://127.0.0.1:{dashboard_port}/ (live while the session runs)", highlight=False)
+
     try:
-        code = launch(family, config, experiment, overrides, out, broker_url=broker, shards=shards,
-                      restart_on_crash=restart_on_crash, timeout_s=timeout, insecure_broker=insecure_broker,
-                      run_id=run_id, dashboard_port=dashboard_port, secagg_step_s=secagg_step_s, **(access or {}))
+        res = api.run(experiment, overrides, transport="mqtt", out=out, overwrite=overwrite, on_start=announce,
+                      broker=broker,
+                      shards=shards, restart_on_crash=restart_on_crash, timeout=timeout,
+                      insecure_broker=insecure_broker, run_id=run_id, dashboard_port=dashboard_port,
+                      secagg_step_deadline=secagg_step_s, **(access or {}))
     except TimeoutError as exc:
         _error(f"--timeout: {exc}")
         raise typer.Exit(1)
-    except (BrokerInsecure, BrokerUnusable) as exc:
+    except (BrokerInsecure, BrokerUnusable, api.SessionFailed) as exc:
         _error(exc)
         raise typer.Exit(1)
-    except ValueError as exc:  # a TLS file, a missing role's password, a run id
+    except ValueError as exc:  # --out, a TLS file, a missing role's password, a run id
         _error(exc)
         raise typer.Exit(2)
     except RuntimeError as exc:  # a party that could not go on: the end of its log
         _error(f"the distributed run stopped: {exc}")
         raise typer.Exit(1)
-    if code != 0:
-        _error(f"the distributed run failed (observer exit {code}); logs in {out / 'logs'}")
-        raise typer.Exit(1)
-    summary = json.loads((out / "summary.json").read_text())
-    _print_summary(summary, out)
-    if getattr(config, "traffic_adversaries", None):
-        _print_traffic_attacks(config.traffic_adversaries, summary, out)
+    _print_summary(res.summary, out)
+    if getattr(res.config, "traffic_adversaries", None):
+        _print_traffic_attacks(res.config.traffic_adversaries, res.summary, out)
     if dashboard_port is not None:
         _serve_results(out, dashboard_port)
 
@@ -584,17 +583,7 @@ def _print_traffic_attacks(kinds: list[str], summary: dict, out: Path) -> None:
     console.print(f"refused by the parties: {refused or 'nothing'}; reports in {out / 'adversaries'}/")
 
 
-def privacy_cell(p: dict) -> str:
-    """The guarantee that holds for what the analyzer received: "none proven" and "non-private"
-    are not numbers; a δ that is not small against 1/N is flagged."""
-    if p.get("guarantee", "proven") != "proven":
-        return p["guarantee"]
-    if p["epsilon_pure"] is not None:
-        return f"{p['epsilon_pure']:g} (pure)"
-    if p["epsilon_at_delta"] is None:
-        return "∞"
-    flag = " δ≥1/N!" if p.get("delta_warning") else ""
-    return f"{p['epsilon_at_delta']:.3g} (δ={p['delta']:.2g}){flag}"
+from privbandit.runner.results import privacy_cell  # noqa: E402  (its tables and the API's repr)
 
 
 def _print_summary(summary: dict, out: Path) -> None:
