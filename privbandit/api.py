@@ -33,15 +33,20 @@ class SessionFailed(RuntimeError):
 
 
 def _toml_value(value, where: str) -> str:
-    """One override's value as TOML text (what ``--set`` parses back, config.parse_value)."""
+    """One override's value as one line of TOML (what ``--set`` parses back, config.parse_value):
+    arrays and tables inline, as a user would type them."""
+    if isinstance(value, Mapping):
+        inner = ", ".join(f"{_key_part(k, f'{where}.{k!r}')} = {_toml_value(v, f'{where}.{k}')}" for k, v in value.items())
+        return "{" + (f" {inner} " if inner else "") + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v, f"{where}[{i}]") for i, v in enumerate(value)) + "]"
     import tomli_w
 
     try:
-        text = tomli_w.dumps({"v": value})
+        return tomli_w.dumps({"v": value}).removeprefix("v = ").rstrip("\n")
     except TypeError as exc:
         raise ConfigError(f"{where}={value!r}: not a TOML value ({exc}); give a bool, int, float, str, "
                           f"list or dict") from None
-    return text.removeprefix("v = ").rstrip("\n")
 
 
 def _key_part(part: str, where: str) -> str:
@@ -68,7 +73,7 @@ def settings_overrides(settings: Mapping) -> list[str]:
             for key, inner in value.items():
                 walk([*prefix, _key_part(key, f"{where}.{key!r}")], inner)
         else:
-            out.append(f"{where}={'{}' if isinstance(value, Mapping) else _toml_value(value, where)}")
+            out.append(f"{where}={_toml_value(value, where)}")
 
     for key, value in settings.items():
         walk([_key_part(key, repr(key))], value)
