@@ -1,13 +1,14 @@
 """privbandit: a distributed protocol simulator for private bandit learning.
 
 ``privbandit.run(experiment, ..., transport="inprocess" | "mqtt", **settings)`` runs an experiment
-and returns its results (:mod:`privbandit.api`)."""
+and returns its results; ``privbandit.sweep(experiment, grid, ...)`` runs it over a grid
+(:mod:`privbandit.api`)."""
 
 __version__ = "0.1.0"
 
 # The front door, imported on first use: `import privbandit` alone (every party process does it)
 # loads neither the runner nor the services.
-_API = ("run", "Results", "Interrupted", "SessionFailed")
+_API = ("run", "sweep", "Results", "Interrupted", "SessionFailed")
 
 
 def __getattr__(name: str):

@@ -20,7 +20,7 @@ from pathlib import Path
 from privbandit.runner import Interrupted, Results
 from privbandit.runner.config import ConfigError
 
-__all__ = ["run", "settings_overrides", "Interrupted", "Results", "SessionFailed", "TRANSPORTS"]
+__all__ = ["run", "sweep", "default_out", "settings_overrides", "Interrupted", "Results", "SessionFailed", "TRANSPORTS"]
 
 # "inproc" is the CLI's and summary.json's name; "inprocess" reads better in a script. Same path.
 TRANSPORTS = ("inprocess", "inproc", "mqtt")
@@ -189,3 +189,64 @@ def _session(family, config, path: Path, overrides: list[str], out: Path, keep: 
     summary = json.loads((out / "summary.json").read_text())
     # Read now: without an out of the caller's, the directory goes with the session's scratch.
     return Results(family, config, summary, {}, out if keep else None, curves=read_run_curves(out))
+
+
+def default_out(experiment, overrides: list[str] = (), sweep: bool = False) -> Path:
+    """Where ``privbandit run`` (``results/<name>``) and ``privbandit sweep``
+    (``results/<name>-sweep``) write when not told."""
+    from privbandit.runner import load_experiment
+
+    name = load_experiment(experiment, overrides)[1].name
+    return Path("results") / (f"{name}-sweep" if sweep else name)
+
+
+def _grid_strings(grid) -> list[str]:
+    """``{"epsilon": [0.5, 1], "algorithms.DP-SE.s": [5, 10]}`` → ``["epsilon=0.5,1", …]`` (the
+    ``--grid`` form; a list of those is taken as it is)."""
+    if isinstance(grid, str):
+        raise ConfigError(f"grid={grid!r}: a dict of key → values, or a list of KEY=V1,V2 strings, not one string")
+    if not isinstance(grid, Mapping):
+        return list(grid)
+    out = []
+    for key, values in grid.items():
+        if isinstance(values, (str, Mapping)) or not hasattr(values, "__iter__"):
+            raise ConfigError(f"grid[{key!r}]={values!r}: a list of values")
+        out.append(f"{key}=" + ",".join(_toml_value(v, f"grid[{key!r}]") for v in values))
+    return out
+
+
+def sweep(experiment: str | Path, grid, overrides: list[str] | None = None, *, out: str | Path | None = None,
+          executor: str = "local", address: str | None = None, jobs: int | None = None, overwrite: bool = False,
+          resume: bool = False, progress: Callable[[int, int], None] | None = None, transport: str = "inprocess",
+          shards: int = 2, timeout: float | None = None, **settings) -> dict:
+    """Run an experiment file over a grid of overrides (:mod:`privbandit.runner.sweep`); what
+    ``privbandit sweep`` runs. ``grid``: key → values (``{"epsilon": [0.1, 0.5, 1]}``; the last key
+    varies fastest) or ``--grid`` strings; ``overrides`` and ``**settings`` apply at every point, as
+    in :func:`run`. ``out`` (default ``results/<name>-sweep``) receives a results directory per
+    point and ``sweep.csv``; each task is kept there as it finishes (``resume`` reuses them).
+    ``executor``: ``"local"`` (a pool of ``jobs`` processes, default all cores) or ``"ray"``
+    (``address``; the cluster's CPUs decide). ``transport="mqtt"``: each point one distributed
+    session with its own embedded broker (``shards``, ``timeout`` as in :func:`run`; ``jobs``
+    sessions at once, default 1). ``progress(done, total)`` after each task.
+
+    Returns ``points`` (name → summary), ``computed`` and ``reused`` (tasks, over MQTT sessions),
+    ``elapsed_s``, ``failed`` (point → error; over MQTT a failed session does not stop the others)
+    and ``out``."""
+    import os
+
+    from privbandit.runner.sweep import run_sweep
+
+    _check("jobs", jobs, jobs is None or (isinstance(jobs, int) and jobs >= 1), "must be an integer ≥ 1 (or None)")
+    if isinstance(overrides, str):
+        raise ConfigError(f"overrides={overrides!r}: a list of KEY=VALUE strings, not one string")
+    overrides = [*(overrides or ()), *settings_overrides(settings)]
+    transport = "inproc" if transport == "inprocess" else transport  # any other, run_sweep names and refuses
+    if transport != "mqtt" and (shards != 2 or timeout is not None):
+        given = [f for f, v in (("--shards", shards != 2 or None), ("--timeout", timeout)) if v is not None]
+        raise ConfigError(f"{', '.join(given)}: only with --transport mqtt")
+    out = default_out(experiment, overrides, sweep=True) if out is None else Path(out)
+    if executor != "ray" and jobs is None:  # over MQTT a session is about five processes: one at a time
+        jobs = 1 if transport == "mqtt" else os.cpu_count()
+    report = run_sweep(experiment, _grid_strings(grid), out, overrides, executor, address, jobs, overwrite, resume,
+                       progress, transport=transport, shards=shards, timeout_s=timeout)
+    return {**report, "out": out}

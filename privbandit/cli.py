@@ -254,9 +254,8 @@ def sweep(
     """Run an experiment file over a grid of overrides: every (point, task) a hermetic task, kept in
     --out as it finishes and reused by a later sweep of the same config. Writes a results directory
     per point and sweep.csv. Over MQTT each point is one session; --jobs sessions run at once."""
-    from privbandit.runner import config as experiment_files
+    from privbandit import api
     from privbandit.runner.provenance import command_line
-    from privbandit.runner.sweep import run_sweep
 
     command = command_line()
     overrides = list(set_ or []) + ([f"runs={runs}"] if runs is not None else [])
@@ -267,7 +266,7 @@ def sweep(
             given = [f for f, v in (("--shards", shards), ("--timeout", timeout)) if v is not None]
             raise ConfigError(f"{', '.join(given)}: only with --transport mqtt")
         if out is None:
-            out = Path("results") / f"{experiment_files.load(experiment, overrides)[1].name}-sweep"
+            out = api.default_out(experiment, overrides, sweep=True)
         columns = (TextColumn("tasks"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=err, transient=not err.is_terminal) as bar:
             ids = []
@@ -277,11 +276,10 @@ def sweep(
                     ids.append(bar.add_task("tasks", total=total))
                 bar.update(ids[0], completed=done)
 
-            # Over MQTT a session is about five processes: one at a time unless --jobs says more.
-            local_jobs = jobs or (1 if transport == "mqtt" else os.cpu_count())
-            report = run_sweep(experiment, grid, out, overrides, executor, address,
-                               jobs if executor == "ray" else local_jobs, overwrite, resume, advance,
-                               transport=transport, shards=2 if shards is None else shards, timeout_s=timeout)
+            report = api.sweep(experiment, grid, overrides, out=out, executor=executor, address=address, jobs=jobs,
+                               overwrite=overwrite, resume=resume, progress=advance,
+                               transport=transport,
+                               shards=2 if shards is None else shards, timeout=timeout)
     except ConfigError as exc:
         _error(exc)
         raise typer.Exit(2)

@@ -146,3 +146,25 @@ def test_an_mqtt_session_returns_the_same_results_as_the_in_process_run(tmp_path
         "regret_final_mean"]
     assert repr(mqtt).splitlines()[1:] == repr(inproc).splitlines()[1:]  # the same numbers, either transport
     assert mqtt.table() == inproc.table()
+
+
+def test_sweep_takes_its_grid_as_a_dict_with_the_numbers_of_the_grid_strings(tmp_path):
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY)
+    grid = {"epsilon": [0.5, 1], 'algorithms."dp rho=0.2".s': [8]}
+    by_dict = privbandit.sweep(path, grid, out=tmp_path / "d", jobs=1, horizon=3000)
+    by_text = privbandit.sweep(path, ["epsilon=0.5,1", 'algorithms."dp rho=0.2".s=8'], ["horizon=3000"],
+                               out=tmp_path / "s", jobs=1)
+    assert by_dict["out"] == tmp_path / "d" and list(by_dict["points"]) == list(by_text["points"])
+    assert len(by_dict["points"]) == 2 and by_dict["failed"] == {}
+    assert (tmp_path / "d" / "sweep.csv").read_bytes() == (tmp_path / "s" / "sweep.csv").read_bytes()
+    for name in by_dict["points"]:
+        assert (tmp_path / "d" / name / "curves.csv").read_bytes() == (tmp_path / "s" / name / "curves.csv").read_bytes()
+    one = privbandit.run(path, horizon=3000, epsilon=1, algorithms={"dp rho=0.2": {"s": 8}})
+    point = next(s for s in by_dict["points"].values() if s["epsilon"] == 1)
+    assert {k: a["regret_final_mean"] for k, a in point["algorithms"].items()} == {
+        k: a["regret_final_mean"] for k, a in one.summary["algorithms"].items()}
+    with pytest.raises(ConfigError, match=r"grid\['epsilon'\]=0.5: a list of values"):
+        privbandit.sweep(path, {"epsilon": 0.5}, out=tmp_path / "x")
+    with pytest.raises(ConfigError, match=r"--transport 'tcp': choose inproc or mqtt"):
+        privbandit.sweep(path, grid, out=tmp_path / "x", transport="tcp")
