@@ -1,8 +1,8 @@
 """privbandit: a distributed protocol simulator for private bandit learning.
 
 ``privbandit.run(experiment, ..., transport="inprocess" | "mqtt", **settings)`` runs an experiment
-and returns its results; ``privbandit.sweep(experiment, grid, ...)`` runs it over a grid
-(:mod:`privbandit.api`)."""
+and returns its results; ``privbandit.sweep(experiment, grid, ...)`` runs it over a grid and
+``privbandit.audit(experiment, ...)`` measures the privacy its releases give (:mod:`privbandit.api`)."""
 
 __version__ = "0.1.0"
 
@@ -12,6 +12,10 @@ _API = ("run", "sweep", "Results", "Interrupted", "SessionFailed")
 
 
 def __getattr__(name: str):
+    if name == "audit":  # the package, callable: privbandit.audit(...) is privbandit.api.audit
+        import privbandit.audit
+
+        return privbandit.audit
     if name in _API:
         from privbandit import api
 
@@ -20,4 +24,4 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted([*globals(), *_API])
+    return sorted([*globals(), *_API, "audit"])

@@ -20,7 +20,7 @@ from pathlib import Path
 from privbandit.runner import Interrupted, Results
 from privbandit.runner.config import ConfigError
 
-__all__ = ["run", "sweep", "default_out", "settings_overrides", "Interrupted", "Results", "SessionFailed", "TRANSPORTS"]
+__all__ = ["run", "sweep", "audit", "default_out", "settings_overrides", "Interrupted", "Results", "SessionFailed", "TRANSPORTS"]
 
 # "inproc" is the CLI's and summary.json's name; "inprocess" reads better in a script. Same path.
 TRANSPORTS = ("inprocess", "inproc", "mqtt")
@@ -250,3 +250,182 @@ def sweep(experiment: str | Path, grid, overrides: list[str] | None = None, *, o
     report = run_sweep(experiment, _grid_strings(grid), out, overrides, executor, address, jobs, overwrite, resume,
                        progress, transport=transport, shards=shards, timeout_s=timeout)
     return {**report, "out": out}
+
+
+def audit(experiment: str | Path | None = None, *, family: str | None = None, algorithm: str | list[str] | None = None,
+          overrides: list[str] | None = None, samples: int = 1_000_000, delta: float | None = None,
+          confidence: float = 0.95, cohort: int | None = None, seed: int = 0, jobs: int = 1,
+          out: str | Path = "results/audit", transport: str = "inprocess", canary: bool = False, search: bool = False,
+          broker: str | None = None, run_id: str | None = None, passwords: Mapping[str, str] | None = None,
+          tls_files: Mapping[str, str] | None = None, insecure_broker: bool = False,
+          progress: Callable[[int, int, str | None], None] | None = None, **settings) -> dict:
+    """Measure the privacy each release really gives (docs/audit.md; :mod:`privbandit.audit`); what
+    ``privbandit audit`` runs. Two neighbouring inputs, ``samples`` releases of what the analyzer
+    receives under each, an ε lower bound at ``delta`` (default: the run's own) holding with
+    probability ``confidence``, set against the ledger's claim.
+
+    What to audit: an experiment file (``algorithm``: only these labels), or ``family`` and one
+    ``algorithm`` with its defaults; ``overrides`` and ``**settings`` as in :func:`run`. ``cohort``:
+    users per audited round where the family lets it vary; ``seed``: the audit's own; ``jobs``
+    worker processes (in-process only; results do not depend on it). ``canary``: also a one-run
+    audit of each algorithm; ``search``: also search the family's candidate neighbouring pairs.
+    ``transport="mqtt"``: the releases are read from a broker with the analyzer's account, released
+    by the real intermediary process (``broker``, ``run_id``, ``passwords``, ``tls_files``,
+    ``insecure_broker`` as in :func:`run`; ``samples`` ≤ 10⁶: a few hundred releases per second
+    cross the broker). ``progress(done, total, name)`` as each release's audit starts, and
+    ``(total, total, None)`` at the end.
+
+    Writes ``audit.json`` and one plot per release to ``out`` (replaced) and returns the report:
+    ``targets`` (each with its ``verdict``: "consistent", "violation" or, over MQTT, "refused"),
+    ``canary_runs``, ``searches``, ``not_audited``, ``no_canary_run``. Every bad value is a
+    :class:`ConfigError` naming it; a broker that cannot be used raises its own error, a session
+    that stops a RuntimeError."""
+    import copy
+
+    from privbandit import registry
+    from privbandit.audit import run_audit, write_audit
+    from privbandit.audit.mqtt import MAX_MQTT_SAMPLES
+    from privbandit.audit.run import run_audit_parallel
+    from privbandit.runner import config as experiment_files
+    from privbandit.runner.provenance import command_line
+
+    transport = "inproc" if transport == "inprocess" else transport
+    if transport not in ("inproc", "mqtt"):
+        raise ConfigError(f"--transport {transport!r}: choose inproc or mqtt")
+    if isinstance(algorithm, str):
+        algorithm = [algorithm]
+    if isinstance(overrides, str):
+        raise ConfigError(f"overrides={overrides!r}: a list of KEY=VALUE strings, not one string")
+    overrides = [*(overrides or ()), *settings_overrides(settings)]
+    if transport == "mqtt":
+        if jobs != 1:
+            raise ConfigError(f"--jobs {jobs}: only with --transport inproc (an MQTT audit is one session)")
+        if canary:
+            raise ConfigError("--canary: only with --transport inproc (the one-run audit runs in-process)")
+        if search:
+            raise ConfigError("--search: only with --transport inproc (its pilots need in-process samples)")
+        if not 100 <= samples <= MAX_MQTT_SAMPLES:
+            raise ConfigError(f"--samples {samples}: with --transport mqtt, must lie in [100, 10^6] (a few "
+                              f"hundred releases per second cross the broker; docs/audit.md)")
+    elif broker or run_id or passwords or tls_files or insecure_broker:
+        raise ConfigError("broker, run_id, passwords, tls_files, insecure_broker: only with transport='mqtt' "
+                          "(this audit is in-process)")
+    if not 100 <= samples <= 10**9:
+        raise ConfigError(f"--samples {samples}: must lie in [100, 10^9]")
+    if delta is not None and not 0 < delta < 1:
+        raise ConfigError(f"--delta {delta}: must lie in (0, 1) (the ledger states its ε at a δ > 0; a pure ε "
+                          f"is the same at every δ)")
+    if not 0 < confidence < 1:
+        raise ConfigError(f"--confidence {confidence}: must lie in (0, 1)")
+    if cohort is not None and not 1 <= cohort <= 10**6:
+        raise ConfigError(f"--cohort {cohort}: must lie in [1, 10^6]")
+    if seed < 0:
+        raise ConfigError(f"--seed {seed}: must be ≥ 0")
+    if not 1 <= jobs <= 64:
+        raise ConfigError(f"--jobs {jobs}: must lie in [1, 64]")
+    if (experiment is None) == (family is None):
+        raise ConfigError("give an experiment FILE, or --family F --algorithm A (not both)")
+    if experiment is not None:
+        data, where = experiment_files.read_experiment_data(experiment, overrides), experiment
+        fam, config = experiment_files.load_data(copy.deepcopy(data), where)
+    else:
+        if family not in registry.family_names():
+            raise ConfigError(f"--family {family!r}: not one of {', '.join(registry.family_names())}")
+        if not algorithm or len(algorithm) != 1:
+            raise ConfigError("--family needs exactly one --algorithm (privbandit list shows them)")
+        data = {"family": family, "name": f"audit-{algorithm[0]}", "horizon": 1_000_000,
+                "algorithms": {algorithm[0]: {"algorithm": algorithm[0]}}}
+        for assignment in overrides:
+            experiment_files.apply_override(data, assignment)
+        where = f"--family {family} --algorithm {algorithm[0]}"
+        try:
+            fam, config = experiment_files.load_data(copy.deepcopy(data), where)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc}\n(a family whose experiments need more than an algorithm: give an "
+                              f"experiment FILE, or the fields with --set)") from None
+    labels = fam.labels(config)
+    if experiment is not None and algorithm:
+        unknown = [a for a in algorithm if a not in labels]
+        if unknown:
+            raise ConfigError(f"--algorithm {', '.join(unknown)}: not a label of {experiment}; labels: "
+                              f"{', '.join(labels)}")
+        labels = [label for label in labels if label in algorithm]
+    targets, specs, skipped, pairs = [], [], [], []
+    for label in labels:
+        try:
+            found = fam.audit_targets(config, label, cohort)
+        except ValueError as exc:  # e.g. a cohort whose modulus the encoding cannot hold
+            raise ConfigError(f"algorithms.{label}: cannot audit with --cohort {cohort}: {exc}") from None
+        targets += found
+        pairs += [(label, t) for t in found]
+        specs += [(data, str(where), label, cohort, i, t.name) for i, t in enumerate(found)]
+        if not found:
+            skipped.append(f"{fam.name}/{label}")
+    if not targets:
+        raise ConfigError(f"family {fam.name}: no release of {', '.join(labels)} can be audited yet "
+                          f"(it defines no audit targets; docs/audit.md)")
+    started: list[str] = []
+
+    def step(name: str) -> None:
+        if progress is not None:
+            progress(len(started), len(targets), name)
+        started.append(name)
+
+    out = Path(out)
+    session = None
+    if transport == "mqtt":
+        results, session = _audit_session(fam, config, pairs, samples, delta, confidence, seed, out, step,
+                                          broker=broker, passwords=passwords, tls_files=tls_files, run_id=run_id,
+                                          insecure=insecure_broker)
+    elif jobs == 1:
+        results = run_audit(targets, samples, delta, confidence, seed, step)
+    else:
+        results = run_audit_parallel(specs, jobs, samples, delta, confidence, seed, step)
+    if progress is not None:
+        progress(len(targets), len(targets), None)
+    runs = []
+    no_canary = []  # whole file: the algorithms that have no one-run audit, each with why
+    if canary:
+        for label in labels:
+            try:
+                runs.append(fam.canary_audit(config, label, seed, confidence))
+            except NotImplementedError as exc:
+                if algorithm:  # asked for by name: refused, as any option it cannot honour
+                    raise ConfigError(f"--canary: {exc}") from None
+                no_canary.append({"label": label, "why": str(exc)})
+            except ValueError as exc:
+                raise ConfigError(f"--canary: {exc}") from None
+    searches = []
+    if search:  # privbandit/audit/search.py; docs/audit.md
+        from privbandit.audit.search import search as search_releases
+
+        try:
+            groups = [g for label in labels for g in fam.audit_candidates(config, label, cohort)]
+        except ValueError as exc:
+            raise ConfigError(f"--search: {exc}") from None
+        if not groups:
+            raise ConfigError(f"--search: family {fam.name} offers no candidate pairs for {', '.join(labels)} "
+                              f"(docs/audit.md)")
+        searches = search_releases(groups, samples, delta, confidence, seed)
+    report = {"command": command_line(), "family": fam.name, "samples": samples, "confidence": confidence,
+              "seed": seed, "cohort": cohort, "transport": transport, "targets": results, "not_audited": skipped,
+              "no_canary_run": no_canary, "canary_runs": runs, "searches": searches,
+              **({"mqtt": session} if session else {}), "seconds": sum(r["seconds"]["total"] for r in results)}
+    write_audit(out, report)
+    return report
+
+
+def _audit_session(fam, config, pairs, samples, delta, confidence, seed, out, progress, *, broker, passwords,
+                   tls_files, run_id, insecure):
+    """An audit's MQTT session (:func:`privbandit.audit.mqtt.audit_over_mqtt`); what it cannot
+    carry and a bad file or password are ConfigErrors, the broker's and the session's own failures
+    pass through."""
+    from privbandit.audit.mqtt import Broker, NoWirePath, audit_over_mqtt
+
+    where = Broker(broker, passwords, tls_files, run_id, insecure)
+    try:
+        return audit_over_mqtt(fam, config, pairs, samples, delta, confidence, seed, where, out, progress)
+    except NoWirePath as exc:
+        raise ConfigError(f"--transport mqtt: {exc}; audit these releases with --transport inproc") from None
+    except ValueError as exc:  # a TLS file, a missing role's password
+        raise ConfigError(str(exc)) from None

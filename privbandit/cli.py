@@ -1392,18 +1392,18 @@ def audit(
     """Measure the privacy each release really gives: two neighbouring inputs, many releases of what
     the analyzer receives under each, and an ε lower bound at δ with the stated confidence, set
     against the ledger's claim (docs/audit.md). Exits 1 if any bound exceeds its claim."""
-    import copy
+    from privbandit import api
 
-    from privbandit import registry
-    from privbandit.audit import run_audit, write_audit
-    from privbandit.audit.mqtt import MAX_MQTT_SAMPLES
-    from privbandit.audit.run import run_audit_parallel
-    from privbandit.runner import config as experiment_files
-    from privbandit.runner.provenance import command_line
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    bar, ids = Progress(*columns, console=err, transient=not err.is_terminal), []
+
+    def progress(done: int, total: int, name: str | None) -> None:
+        if not ids:  # once the releases to audit are known, as the first starts
+            bar.start()
+            ids.append(bar.add_task("audit", total=total))
+        bar.update(ids[0], completed=done, **({"description": name} if name else {}))
 
     try:
-        if transport not in ("inproc", "mqtt"):
-            raise ConfigError(f"--transport {transport!r}: choose inproc or mqtt")
         if transport == "inproc":  # silently ignoring them would mislead: nothing here uses a broker
             given = [flag for flag, value in (("--broker", broker), ("--run-id", run_id), ("--credentials", credentials),
                                               ("--ca-file", ca_file), ("--cert-file", cert_file),
@@ -1411,125 +1411,34 @@ def audit(
                      if value is not None]
             if given:
                 raise ConfigError(f"{', '.join(given)}: only with --transport mqtt (this audit is in-process)")
-        else:
-            if jobs != 1:
-                raise ConfigError(f"--jobs {jobs}: only with --transport inproc (an MQTT audit is one session)")
-            if canary:
-                raise ConfigError("--canary: only with --transport inproc (the one-run audit runs in-process)")
-            if search:
-                raise ConfigError("--search: only with --transport inproc (its pilots need in-process samples)")
-            if not 100 <= samples <= MAX_MQTT_SAMPLES:
-                raise ConfigError(f"--samples {samples}: with --transport mqtt, must lie in [100, 10^6] (a few "
-                                  f"hundred releases per second cross the broker; docs/audit.md)")
         access = _broker_access(broker, run_id, credentials, ca_file, cert_file, key_file)
         if broker is not None:
             _broker_reachable(broker)
-        if not 100 <= samples <= 10**9:
-            raise ConfigError(f"--samples {samples}: must lie in [100, 10^9]")
-        if delta is not None and not 0 < delta < 1:
-            raise ConfigError(f"--delta {delta}: must lie in (0, 1) (the ledger states its ε at a δ > 0; a pure ε "
-                              f"is the same at every δ)")
-        if not 0 < confidence < 1:
-            raise ConfigError(f"--confidence {confidence}: must lie in (0, 1)")
-        if cohort is not None and not 1 <= cohort <= 10**6:
-            raise ConfigError(f"--cohort {cohort}: must lie in [1, 10^6]")
-        if seed < 0:
-            raise ConfigError(f"--seed {seed}: must be ≥ 0")
-        if not 1 <= jobs <= 64:
-            raise ConfigError(f"--jobs {jobs}: must lie in [1, 64]")
-        if (experiment is None) == (family is None):
-            raise ConfigError("give an experiment FILE, or --family F --algorithm A (not both)")
-        if experiment is not None:
-            data, where = experiment_files.read_experiment_data(experiment, list(set_ or [])), experiment
-            fam, config = experiment_files.load_data(copy.deepcopy(data), where)
-        else:
-            if family not in registry.family_names():
-                raise ConfigError(f"--family {family!r}: not one of {', '.join(registry.family_names())}")
-            if not algorithm or len(algorithm) != 1:
-                raise ConfigError("--family needs exactly one --algorithm (privbandit list shows them)")
-            data = {"family": family, "name": f"audit-{algorithm[0]}", "horizon": 1_000_000,
-                    "algorithms": {algorithm[0]: {"algorithm": algorithm[0]}}}
-            for assignment in set_ or []:
-                experiment_files.apply_override(data, assignment)
-            where = f"--family {family} --algorithm {algorithm[0]}"
-            try:
-                fam, config = experiment_files.load_data(copy.deepcopy(data), where)
-            except ConfigError as exc:
-                raise ConfigError(f"{exc}\n(a family whose experiments need more than an algorithm: give an "
-                                  f"experiment FILE, or the fields with --set)") from None
-        labels = fam.labels(config)
-        if experiment is not None and algorithm:
-            unknown = [a for a in algorithm if a not in labels]
-            if unknown:
-                raise ConfigError(f"--algorithm {', '.join(unknown)}: not a label of {experiment}; labels: "
-                                  f"{', '.join(labels)}")
-            labels = [label for label in labels if label in algorithm]
-        targets, specs, skipped, pairs = [], [], [], []
-        for label in labels:
-            try:
-                found = fam.audit_targets(config, label, cohort)
-            except ValueError as exc:  # e.g. a cohort whose modulus the encoding cannot hold
-                raise ConfigError(f"algorithms.{label}: cannot audit with --cohort {cohort}: {exc}") from None
-            targets += found
-            pairs += [(label, t) for t in found]
-            specs += [(data, str(where), label, cohort, i, t.name) for i, t in enumerate(found)]
-            if not found:
-                skipped.append(f"{fam.name}/{label}")
-        if not targets:
-            raise ConfigError(f"family {fam.name}: no release of {', '.join(labels)} can be audited yet "
-                              f"(it defines no audit targets; docs/audit.md)")
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=err, transient=not err.is_terminal) as bar:
-            task = bar.add_task("audit", total=len(targets))
-            done = []
-
-            def progress(name: str) -> None:
-                if done:
-                    bar.advance(task)
-                done.append(name)
-                bar.update(task, description=name)
-
-            session = None
-            if transport == "mqtt":
-                results, session = _audit_over_mqtt(fam, config, pairs, samples, delta, confidence, seed, access,
-                                                    broker, run_id, insecure_broker, out, progress)
-            elif jobs == 1:
-                results = run_audit(targets, samples, delta, confidence, seed, progress)
-            else:
-                results = run_audit_parallel(specs, jobs, samples, delta, confidence, seed, progress)
-            bar.advance(task)
-        runs = []
-        no_canary = []  # whole file: the algorithms that have no one-run audit, each with why
-        if canary:
-            for label in labels:
-                try:
-                    runs.append(fam.canary_audit(config, label, seed, confidence))
-                except NotImplementedError as exc:
-                    if algorithm:  # asked for by name: refused, as any option it cannot honour
-                        raise ConfigError(f"--canary: {exc}") from None
-                    no_canary.append({"label": label, "why": str(exc)})
-                except ValueError as exc:
-                    raise ConfigError(f"--canary: {exc}") from None
-        searches = []
-        if search:  # privbandit/audit/search.py; docs/audit.md
-            from privbandit.audit.search import search as search_releases
-
-            try:
-                groups = [g for label in labels for g in fam.audit_candidates(config, label, cohort)]
-            except ValueError as exc:
-                raise ConfigError(f"--search: {exc}") from None
-            if not groups:
-                raise ConfigError(f"--search: family {fam.name} offers no candidate pairs for {', '.join(labels)} "
-                                  f"(docs/audit.md)")
-            searches = search_releases(groups, samples, delta, confidence, seed)
+        try:
+            report = api.audit(experiment, family=family, algorithm=algorithm, overrides=set_, samples=samples,
+                               delta=delta, confidence=confidence, cohort=cohort, seed=seed, jobs=jobs, out=out,
+                               transport=transport, canary=canary, search=search, broker=broker, run_id=run_id,
+                               insecure_broker=insecure_broker, progress=progress,
+                               **(access if transport == "mqtt" else {}))
+        finally:
+            bar.stop()
     except ConfigError as exc:
         _error(exc)
         raise typer.Exit(2)
-    report = {"command": command_line(), "samples": samples, "confidence": confidence, "seed": seed,
-              "cohort": cohort, "transport": transport, "targets": results, "not_audited": skipped, "no_canary_run": no_canary,
-              "canary_runs": runs, "searches": searches, **({"mqtt": session} if session else {}),
-              "seconds": sum(r["seconds"]["total"] for r in results)}
-    write_audit(out, report)
+    except (RuntimeError, ConnectionError) as exc:  # over MQTT: the broker, or the audit's session
+        if transport != "mqtt":
+            raise
+        from privbandit.services.broker_probe import BrokerInsecure, BrokerUnusable
+
+        if isinstance(exc, (BrokerInsecure, BrokerUnusable)):
+            _error(f"--transport mqtt: {exc}")
+        elif isinstance(exc, RuntimeError):
+            _error(f"--transport mqtt: the audit's session stopped: {exc}")
+        else:
+            raise
+        raise typer.Exit(1)
+    results, runs, searches = report["targets"], report["canary_runs"], report["searches"]
+    session, skipped, no_canary = report.get("mqtt"), report["not_audited"], report["no_canary_run"]
     console = Console(width=None if sys.stdout.isatty() else 140)
     table = Table(title=f"audit: {samples:,} releases per neighbour, confidence {confidence:g}")
     mqtt = transport == "mqtt"
@@ -1571,7 +1480,7 @@ def audit(
                       f"chosen #{pick} ({r['neighbours']}): ε ≥ {r['audit']['epsilon']:.4g}, claimed {claimed}: "
                       f"{r['verdict']}")
     for row in no_canary:
-        console.print(f"no one-run audit of {fam.name}/{row['label']}: {row['why']}", highlight=False)
+        console.print(f"no one-run audit of {report['family']}/{row['label']}: {row['why']}", highlight=False)
     if skipped:
         console.print(f"not audited (no audit targets yet): {', '.join(skipped)}")
     console.print(f"audit.json and one plot per mechanism in {out}/")
@@ -1582,27 +1491,6 @@ def audit(
 def _claimed(claim: dict) -> str:
     """The ledger's ε at the audit's δ as the audit prints it, or its guarantee where it states none."""
     return f"{claim['epsilon_at_delta']:.4g}" if claim["epsilon_at_delta"] is not None else claim["guarantee"]
-
-
-def _audit_over_mqtt(fam, config, pairs, samples, delta, confidence, seed, access, broker, run_id, insecure, out,
-                     progress):
-    """``audit --transport mqtt``'s session, its failures turned into the command's errors."""
-    from privbandit.audit.mqtt import Broker, NoWirePath, audit_over_mqtt
-    from privbandit.services.broker_probe import BrokerInsecure, BrokerUnusable
-
-    where = Broker(broker, access["passwords"], access["tls_files"], run_id, insecure)
-    try:
-        return audit_over_mqtt(fam, config, pairs, samples, delta, confidence, seed, where, out, progress)
-    except NoWirePath as exc:
-        raise ConfigError(f"--transport mqtt: {exc}; audit these releases with --transport inproc") from None
-    except (BrokerInsecure, BrokerUnusable) as exc:
-        _error(f"--transport mqtt: {exc}")
-        raise typer.Exit(1)
-    except ValueError as exc:  # a TLS file, a missing role's password
-        raise ConfigError(str(exc)) from None
-    except RuntimeError as exc:  # the session could not go on: the intermediaries' logs
-        _error(f"--transport mqtt: the audit's session stopped: {exc}")
-        raise typer.Exit(1)
 
 
 @app.command("list")

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 QUICK = ROOT / "experiments" / "quickstart.toml"
 # Measured, not determined by the seed: they differ between two runs of the same config.
 TIMING = ("elapsed_s", "provenance")
+MEASURED = ("seconds", "releases_per_second")  # an audit target's timings
 
 # Labels that need quoting in a dotted key (a space, an "=", a dot), as well as bare ones.
 TINY = """name = "api"
@@ -168,3 +169,32 @@ def test_sweep_takes_its_grid_as_a_dict_with_the_numbers_of_the_grid_strings(tmp
         privbandit.sweep(path, {"epsilon": 0.5}, out=tmp_path / "x")
     with pytest.raises(ConfigError, match=r"--transport 'tcp': choose inproc or mqtt"):
         privbandit.sweep(path, grid, out=tmp_path / "x", transport="tcp")
+
+
+def test_audit_from_python_is_the_commands_audit(tmp_path):
+    """privbandit.audit is what `privbandit audit` runs: the same releases, the same bounds, and a
+    report whose every number the command wrote too; the package name stays the package."""
+    from typer.testing import CliRunner
+
+    from privbandit.cli import app
+
+    res = CliRunner().invoke(app, ["audit", "--family", "distributed-dp-mab", "--algorithm", "cdp-se", "--samples",
+                                   "2000", "--seed", "3", "--out", str(tmp_path / "cli")])
+    assert res.exit_code == 0, res.output
+    seen = []
+    report = privbandit.audit(family="distributed-dp-mab", algorithm="cdp-se", samples=2000, seed=3,
+                              out=tmp_path / "api", progress=lambda *a: seen.append(a))
+    written = json.loads((tmp_path / "cli" / "audit.json").read_text())
+    assert report["family"] == written["family"] == "distributed-dp-mab"
+    (r,), (w,) = report["targets"], written["targets"]
+    assert r["verdict"] == w["verdict"] == "consistent" and r["audit"]["epsilon"] == w["audit"]["epsilon"]
+    (mine,) = json.loads((tmp_path / "api" / "audit.json").read_text())["targets"]
+    assert {k: v for k, v in mine.items() if k not in MEASURED} == {k: v for k, v in w.items() if k not in MEASURED}
+    assert seen == [(0, 1, "distributed-dp-mab/cdp-se"), (1, 1, None)]
+    from privbandit.audit.run import write_audit  # the package's own modules import as before
+
+    assert callable(privbandit.audit) and privbandit.audit.write_audit is write_audit
+    with pytest.raises(ConfigError, match=r"--samples 10: must lie in \[100, 10\^9\]"):
+        privbandit.audit(family="distributed-dp-mab", algorithm="cdp-se", samples=10)
+    with pytest.raises(ConfigError, match=r"broker, run_id, .*: only with transport='mqtt'"):
+        privbandit.audit(family="distributed-dp-mab", algorithm="cdp-se", broker="mqtt://127.0.0.1:1")
