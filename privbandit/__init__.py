@@ -1,20 +1,27 @@
-"""privbandit: a distributed protocol simulator for private bandit learning."""
+"""privbandit: a distributed protocol simulator for private bandit learning.
+
+``privbandit.run(experiment, ..., transport="inprocess" | "mqtt", **settings)`` runs an experiment
+and returns its results; ``privbandit.sweep(experiment, grid, ...)`` runs it over a grid and
+``privbandit.audit(experiment, ...)`` measures the privacy its releases give (:mod:`privbandit.api`)."""
 
 __version__ = "0.1.0"
 
-
-def run(experiment, overrides=(), out=None, jobs=1, overwrite=False, progress=None, resume=False):
-    """Run an experiment in-process: ``privbandit.run("experiments/quickstart.toml")`` returns the
-    summary, every run's results and ``.table()`` (see :func:`privbandit.runner.run`)."""
-    from privbandit.runner import run as run_experiment
-
-    return run_experiment(experiment, overrides, out, jobs, overwrite, progress, resume)
+# The front door, imported on first use: `import privbandit` alone (every party process does it)
+# loads neither the runner nor the services.
+_API = ("run", "sweep", "Results", "Interrupted", "SessionFailed")
 
 
 def __getattr__(name: str):
-    # privbandit.Results without importing the runner on `import privbandit` (the parties never use it)
-    if name == "Results":
-        from privbandit.runner import Results
+    if name == "audit":  # the package, callable: privbandit.audit(...) is privbandit.api.audit
+        import privbandit.audit
 
-        return Results
+        return privbandit.audit
+    if name in _API:
+        from privbandit import api
+
+        return getattr(api, name)
     raise AttributeError(f"module 'privbandit' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *_API, "audit"])

@@ -142,13 +142,12 @@ def run(
 ):
     """Run an experiment file: many runs of each algorithm, then a results directory. Each task is
     kept in --out as it finishes: Ctrl-C stops at once and prints the command that resumes."""
-    from privbandit.runner import config as experiment_files, results, tasks
+    from privbandit import api
+    from privbandit.runner import config as experiment_files
     from privbandit.runner.provenance import COMMAND_ENV, command_line
-    from privbandit.runner.store import TaskStore
 
     command = command_line()
     overrides = list(set_ or []) + ([f"runs={runs}"] if runs is not None else [])
-    kept = None
     try:
         if transport not in ("inproc", "mqtt"):
             raise ConfigError(f"--transport {transport!r}: choose inproc or mqtt")
@@ -180,53 +179,53 @@ def run(
         dashboard_port = _page_port(dashboard, dashboard_port)
         if dashboard_port is not None:
             _dashboard_port_free(dashboard_port)
-        family, config = experiment_files.load(experiment, overrides)
-        out = out or Path("results") / config.name
+        if out is None:
+            out = Path("results") / experiment_files.load(experiment, overrides)[1].name
         if resume and transport == "mqtt":
             raise ConfigError("--resume: only in-process (an MQTT session resumes from its checkpoints)")
-        results.prepare_out(out, overwrite, resume)  # before any work: nothing computed is lost to a bad --out
         if transport == "mqtt":
             saved = os.environ.get(COMMAND_ENV)
             os.environ[COMMAND_ENV] = command  # the parties it starts inherit it (the observer writes the summary)
             try:
-                return _run_distributed(family, config, experiment, overrides, out, broker, shards, restart_on_crash,
-                                        timeout, access=access, insecure_broker=insecure_broker, run_id=run_id,
-                                        dashboard_port=dashboard_port, secagg_step_s=secagg_step_deadline)
+                return _run_distributed(experiment, overrides, out, broker, shards, restart_on_crash, timeout,
+                                        access=access, insecure_broker=insecure_broker, run_id=run_id,
+                                        dashboard_port=dashboard_port, secagg_step_s=secagg_step_deadline,
+                                        overwrite=overwrite)
             finally:
                 if saved is None:
                     os.environ.pop(COMMAND_ENV, None)
                 else:
                     os.environ[COMMAND_ENV] = saved
-        if getattr(config, "traffic_adversaries", None):
-            raise ConfigError(
-                f"traffic_adversaries = {config.traffic_adversaries}: they attack a broker's traffic, so they run "
-                f"only over MQTT (privbandit run FILE --transport mqtt); in-process, remove the field or "
-                f"--set traffic_adversaries=[]")
-        kept = TaskStore(out, config)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=err, transient=not err.is_terminal) as bar:
-            ids = {label: bar.add_task(label, total=config.runs) for label in family.labels(config)}
-            outcome = tasks.run_experiment(family, config, jobs=jobs, store=kept,
-                                           progress=lambda label, run: bar.advance(ids[label]))
+        bar, ids = Progress(*columns, console=err, transient=not err.is_terminal), {}
+
+        def start_bars(family, config) -> None:  # once --out is ready, as the tasks start
+            bar.start()
+            ids.update({label: bar.add_task(label, total=config.runs) for label in family.labels(config)})
+
+        try:
+            res = api.run(experiment, overrides, out=out, jobs=jobs, overwrite=overwrite, resume=resume,
+                          progress=lambda label, run: bar.advance(ids[label]), on_start=start_bars)
+        finally:
+            bar.stop()
     except ConfigError as exc:
         _error(exc)
         raise typer.Exit(2)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        kept = getattr(exc, "store", None)  # api.Interrupted: the tasks kept so far
         if kept is None:
             raise typer.Exit(130)
         finished = len(list(kept.dir.glob("*.pkl")))
         err.print(f"interrupted: {finished} finished task(s) kept in {kept.dir}; to resume:\n  {_resumed(command)}",
                   highlight=False, markup=False)
         raise typer.Exit(130)
+    kept = res.store
     if resume:  # what it reused, before the numbers that rest on it
         damaged = f", {kept.unreadable} damaged set aside and computed again" if kept.unreadable else ""
         err.print(f"resumed: {kept.reused} of {kept.reused + kept.computed} task(s) reused from {kept.dir} "
                   f"(config {kept.config_hash[:12]}), {kept.computed} computed{damaged}",
                   highlight=False, markup=False)
-    summary = results.summarize(family, config, *outcome, store=kept)
-    results.write_results(out, family, config, summary, outcome[0])
-    kept.prune()
-    _print_summary(summary, out)
+    _print_summary(res.summary, out)
 
 
 def _resumed(command: str) -> str:
@@ -255,9 +254,8 @@ def sweep(
     """Run an experiment file over a grid of overrides: every (point, task) a hermetic task, kept in
     --out as it finishes and reused by a later sweep of the same config. Writes a results directory
     per point and sweep.csv. Over MQTT each point is one session; --jobs sessions run at once."""
-    from privbandit.runner import config as experiment_files
+    from privbandit import api
     from privbandit.runner.provenance import command_line
-    from privbandit.runner.sweep import run_sweep
 
     command = command_line()
     overrides = list(set_ or []) + ([f"runs={runs}"] if runs is not None else [])
@@ -268,7 +266,7 @@ def sweep(
             given = [f for f, v in (("--shards", shards), ("--timeout", timeout)) if v is not None]
             raise ConfigError(f"{', '.join(given)}: only with --transport mqtt")
         if out is None:
-            out = Path("results") / f"{experiment_files.load(experiment, overrides)[1].name}-sweep"
+            out = api.default_out(experiment, overrides, sweep=True)
         columns = (TextColumn("tasks"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=err, transient=not err.is_terminal) as bar:
             ids = []
@@ -278,11 +276,10 @@ def sweep(
                     ids.append(bar.add_task("tasks", total=total))
                 bar.update(ids[0], completed=done)
 
-            # Over MQTT a session is about five processes: one at a time unless --jobs says more.
-            local_jobs = jobs or (1 if transport == "mqtt" else os.cpu_count())
-            report = run_sweep(experiment, grid, out, overrides, executor, address,
-                               jobs if executor == "ray" else local_jobs, overwrite, resume, advance,
-                               transport=transport, shards=2 if shards is None else shards, timeout_s=timeout)
+            report = api.sweep(experiment, grid, overrides, out=out, executor=executor, address=address, jobs=jobs,
+                               overwrite=overwrite, resume=resume, progress=advance,
+                               transport=transport,
+                               shards=2 if shards is None else shards, timeout=timeout)
     except ConfigError as exc:
         _error(exc)
         raise typer.Exit(2)
@@ -475,40 +472,40 @@ def _dashboard_port_free(port: int) -> None:
         raise ConfigError(str(exc)) from None
 
 
-def _run_distributed(family, config, experiment: Path, overrides: list[str], out: Path, broker: str | None, shards: int,
+def _run_distributed(experiment: Path, overrides: list[str], out: Path, broker: str | None, shards: int,
                      restart_on_crash: int = 0, timeout: float | None = None, *, access: dict | None = None,
                      insecure_broker: bool = False, run_id: str | None = None, dashboard_port: int | None = None,
-                     secagg_step_s: float | None = None):
-    import json
-
+                     secagg_step_s: float | None = None, overwrite: bool = False):
+    """``run --transport mqtt``: the session (:func:`privbandit.api.run`), its failures turned into
+    the command's errors, then its summary and, with --dashboard, its results page."""
+    from privbandit import api
     from privbandit.services.broker_probe import BrokerInsecure, BrokerUnusable
-    from privbandit.services.launcher import launch
 
-    if dashboard_port is not None:
-        err.print(f"dashboard: http://127.0.0.1:{dashboard_port}/ (live while the session runs)", highlight=False)
+    def announce(family, config) -> None:  # once --out is ready, as the parties start
+        if dashboard_port is not None:
+            err.print(f"dashboard: http://127.0.0.1:{dashboard_port}/ (live while the session runs)", highlight=False)
+
     try:
-        code = launch(family, config, experiment, overrides, out, broker_url=broker, shards=shards,
-                      restart_on_crash=restart_on_crash, timeout_s=timeout, insecure_broker=insecure_broker,
-                      run_id=run_id, dashboard_port=dashboard_port, secagg_step_s=secagg_step_s, **(access or {}))
+        res = api.run(experiment, overrides, transport="mqtt", out=out, overwrite=overwrite, on_start=announce,
+                      broker=broker,
+                      shards=shards, restart_on_crash=restart_on_crash, timeout=timeout,
+                      insecure_broker=insecure_broker, run_id=run_id, dashboard_port=dashboard_port,
+                      secagg_step_deadline=secagg_step_s, **(access or {}))
     except TimeoutError as exc:
         _error(f"--timeout: {exc}")
         raise typer.Exit(1)
-    except (BrokerInsecure, BrokerUnusable) as exc:
+    except (BrokerInsecure, BrokerUnusable, api.SessionFailed) as exc:
         _error(exc)
         raise typer.Exit(1)
-    except ValueError as exc:  # a TLS file, a missing role's password, a run id
+    except ValueError as exc:  # --out, a TLS file, a missing role's password, a run id
         _error(exc)
         raise typer.Exit(2)
     except RuntimeError as exc:  # a party that could not go on: the end of its log
         _error(f"the distributed run stopped: {exc}")
         raise typer.Exit(1)
-    if code != 0:
-        _error(f"the distributed run failed (observer exit {code}); logs in {out / 'logs'}")
-        raise typer.Exit(1)
-    summary = json.loads((out / "summary.json").read_text())
-    _print_summary(summary, out)
-    if getattr(config, "traffic_adversaries", None):
-        _print_traffic_attacks(config.traffic_adversaries, summary, out)
+    _print_summary(res.summary, out)
+    if getattr(res.config, "traffic_adversaries", None):
+        _print_traffic_attacks(res.config.traffic_adversaries, res.summary, out)
     if dashboard_port is not None:
         _serve_results(out, dashboard_port)
 
@@ -584,17 +581,7 @@ def _print_traffic_attacks(kinds: list[str], summary: dict, out: Path) -> None:
     console.print(f"refused by the parties: {refused or 'nothing'}; reports in {out / 'adversaries'}/")
 
 
-def privacy_cell(p: dict) -> str:
-    """The guarantee that holds for what the analyzer received: "none proven" and "non-private"
-    are not numbers; a δ that is not small against 1/N is flagged."""
-    if p.get("guarantee", "proven") != "proven":
-        return p["guarantee"]
-    if p["epsilon_pure"] is not None:
-        return f"{p['epsilon_pure']:g} (pure)"
-    if p["epsilon_at_delta"] is None:
-        return "∞"
-    flag = " δ≥1/N!" if p.get("delta_warning") else ""
-    return f"{p['epsilon_at_delta']:.3g} (δ={p['delta']:.2g}){flag}"
+from privbandit.runner.results import privacy_cell  # noqa: E402  (its tables and the API's repr)
 
 
 def _print_summary(summary: dict, out: Path) -> None:
@@ -1405,18 +1392,18 @@ def audit(
     """Measure the privacy each release really gives: two neighbouring inputs, many releases of what
     the analyzer receives under each, and an ε lower bound at δ with the stated confidence, set
     against the ledger's claim (docs/audit.md). Exits 1 if any bound exceeds its claim."""
-    import copy
+    from privbandit import api
 
-    from privbandit import registry
-    from privbandit.audit import run_audit, write_audit
-    from privbandit.audit.mqtt import MAX_MQTT_SAMPLES
-    from privbandit.audit.run import run_audit_parallel
-    from privbandit.runner import config as experiment_files
-    from privbandit.runner.provenance import command_line
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    bar, ids = Progress(*columns, console=err, transient=not err.is_terminal), []
+
+    def progress(done: int, total: int, name: str | None) -> None:
+        if not ids:  # once the releases to audit are known, as the first starts
+            bar.start()
+            ids.append(bar.add_task("audit", total=total))
+        bar.update(ids[0], completed=done, **({"description": name} if name else {}))
 
     try:
-        if transport not in ("inproc", "mqtt"):
-            raise ConfigError(f"--transport {transport!r}: choose inproc or mqtt")
         if transport == "inproc":  # silently ignoring them would mislead: nothing here uses a broker
             given = [flag for flag, value in (("--broker", broker), ("--run-id", run_id), ("--credentials", credentials),
                                               ("--ca-file", ca_file), ("--cert-file", cert_file),
@@ -1424,125 +1411,34 @@ def audit(
                      if value is not None]
             if given:
                 raise ConfigError(f"{', '.join(given)}: only with --transport mqtt (this audit is in-process)")
-        else:
-            if jobs != 1:
-                raise ConfigError(f"--jobs {jobs}: only with --transport inproc (an MQTT audit is one session)")
-            if canary:
-                raise ConfigError("--canary: only with --transport inproc (the one-run audit runs in-process)")
-            if search:
-                raise ConfigError("--search: only with --transport inproc (its pilots need in-process samples)")
-            if not 100 <= samples <= MAX_MQTT_SAMPLES:
-                raise ConfigError(f"--samples {samples}: with --transport mqtt, must lie in [100, 10^6] (a few "
-                                  f"hundred releases per second cross the broker; docs/audit.md)")
         access = _broker_access(broker, run_id, credentials, ca_file, cert_file, key_file)
         if broker is not None:
             _broker_reachable(broker)
-        if not 100 <= samples <= 10**9:
-            raise ConfigError(f"--samples {samples}: must lie in [100, 10^9]")
-        if delta is not None and not 0 < delta < 1:
-            raise ConfigError(f"--delta {delta}: must lie in (0, 1) (the ledger states its ε at a δ > 0; a pure ε "
-                              f"is the same at every δ)")
-        if not 0 < confidence < 1:
-            raise ConfigError(f"--confidence {confidence}: must lie in (0, 1)")
-        if cohort is not None and not 1 <= cohort <= 10**6:
-            raise ConfigError(f"--cohort {cohort}: must lie in [1, 10^6]")
-        if seed < 0:
-            raise ConfigError(f"--seed {seed}: must be ≥ 0")
-        if not 1 <= jobs <= 64:
-            raise ConfigError(f"--jobs {jobs}: must lie in [1, 64]")
-        if (experiment is None) == (family is None):
-            raise ConfigError("give an experiment FILE, or --family F --algorithm A (not both)")
-        if experiment is not None:
-            data, where = experiment_files.read_experiment_data(experiment, list(set_ or [])), experiment
-            fam, config = experiment_files.load_data(copy.deepcopy(data), where)
-        else:
-            if family not in registry.family_names():
-                raise ConfigError(f"--family {family!r}: not one of {', '.join(registry.family_names())}")
-            if not algorithm or len(algorithm) != 1:
-                raise ConfigError("--family needs exactly one --algorithm (privbandit list shows them)")
-            data = {"family": family, "name": f"audit-{algorithm[0]}", "horizon": 1_000_000,
-                    "algorithms": {algorithm[0]: {"algorithm": algorithm[0]}}}
-            for assignment in set_ or []:
-                experiment_files.apply_override(data, assignment)
-            where = f"--family {family} --algorithm {algorithm[0]}"
-            try:
-                fam, config = experiment_files.load_data(copy.deepcopy(data), where)
-            except ConfigError as exc:
-                raise ConfigError(f"{exc}\n(a family whose experiments need more than an algorithm: give an "
-                                  f"experiment FILE, or the fields with --set)") from None
-        labels = fam.labels(config)
-        if experiment is not None and algorithm:
-            unknown = [a for a in algorithm if a not in labels]
-            if unknown:
-                raise ConfigError(f"--algorithm {', '.join(unknown)}: not a label of {experiment}; labels: "
-                                  f"{', '.join(labels)}")
-            labels = [label for label in labels if label in algorithm]
-        targets, specs, skipped, pairs = [], [], [], []
-        for label in labels:
-            try:
-                found = fam.audit_targets(config, label, cohort)
-            except ValueError as exc:  # e.g. a cohort whose modulus the encoding cannot hold
-                raise ConfigError(f"algorithms.{label}: cannot audit with --cohort {cohort}: {exc}") from None
-            targets += found
-            pairs += [(label, t) for t in found]
-            specs += [(data, str(where), label, cohort, i, t.name) for i, t in enumerate(found)]
-            if not found:
-                skipped.append(f"{fam.name}/{label}")
-        if not targets:
-            raise ConfigError(f"family {fam.name}: no release of {', '.join(labels)} can be audited yet "
-                              f"(it defines no audit targets; docs/audit.md)")
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=err, transient=not err.is_terminal) as bar:
-            task = bar.add_task("audit", total=len(targets))
-            done = []
-
-            def progress(name: str) -> None:
-                if done:
-                    bar.advance(task)
-                done.append(name)
-                bar.update(task, description=name)
-
-            session = None
-            if transport == "mqtt":
-                results, session = _audit_over_mqtt(fam, config, pairs, samples, delta, confidence, seed, access,
-                                                    broker, run_id, insecure_broker, out, progress)
-            elif jobs == 1:
-                results = run_audit(targets, samples, delta, confidence, seed, progress)
-            else:
-                results = run_audit_parallel(specs, jobs, samples, delta, confidence, seed, progress)
-            bar.advance(task)
-        runs = []
-        no_canary = []  # whole file: the algorithms that have no one-run audit, each with why
-        if canary:
-            for label in labels:
-                try:
-                    runs.append(fam.canary_audit(config, label, seed, confidence))
-                except NotImplementedError as exc:
-                    if algorithm:  # asked for by name: refused, as any option it cannot honour
-                        raise ConfigError(f"--canary: {exc}") from None
-                    no_canary.append({"label": label, "why": str(exc)})
-                except ValueError as exc:
-                    raise ConfigError(f"--canary: {exc}") from None
-        searches = []
-        if search:  # privbandit/audit/search.py; docs/audit.md
-            from privbandit.audit.search import search as search_releases
-
-            try:
-                groups = [g for label in labels for g in fam.audit_candidates(config, label, cohort)]
-            except ValueError as exc:
-                raise ConfigError(f"--search: {exc}") from None
-            if not groups:
-                raise ConfigError(f"--search: family {fam.name} offers no candidate pairs for {', '.join(labels)} "
-                                  f"(docs/audit.md)")
-            searches = search_releases(groups, samples, delta, confidence, seed)
+        try:
+            report = api.audit(experiment, family=family, algorithm=algorithm, overrides=set_, samples=samples,
+                               delta=delta, confidence=confidence, cohort=cohort, seed=seed, jobs=jobs, out=out,
+                               transport=transport, canary=canary, search=search, broker=broker, run_id=run_id,
+                               insecure_broker=insecure_broker, progress=progress,
+                               **(access if transport == "mqtt" else {}))
+        finally:
+            bar.stop()
     except ConfigError as exc:
         _error(exc)
         raise typer.Exit(2)
-    report = {"command": command_line(), "samples": samples, "confidence": confidence, "seed": seed,
-              "cohort": cohort, "transport": transport, "targets": results, "not_audited": skipped, "no_canary_run": no_canary,
-              "canary_runs": runs, "searches": searches, **({"mqtt": session} if session else {}),
-              "seconds": sum(r["seconds"]["total"] for r in results)}
-    write_audit(out, report)
+    except (RuntimeError, ConnectionError) as exc:  # over MQTT: the broker, or the audit's session
+        if transport != "mqtt":
+            raise
+        from privbandit.services.broker_probe import BrokerInsecure, BrokerUnusable
+
+        if isinstance(exc, (BrokerInsecure, BrokerUnusable)):
+            _error(f"--transport mqtt: {exc}")
+        elif isinstance(exc, RuntimeError):
+            _error(f"--transport mqtt: the audit's session stopped: {exc}")
+        else:
+            raise
+        raise typer.Exit(1)
+    results, runs, searches = report["targets"], report["canary_runs"], report["searches"]
+    session, skipped, no_canary = report.get("mqtt"), report["not_audited"], report["no_canary_run"]
     console = Console(width=None if sys.stdout.isatty() else 140)
     table = Table(title=f"audit: {samples:,} releases per neighbour, confidence {confidence:g}")
     mqtt = transport == "mqtt"
@@ -1584,7 +1480,7 @@ def audit(
                       f"chosen #{pick} ({r['neighbours']}): ε ≥ {r['audit']['epsilon']:.4g}, claimed {claimed}: "
                       f"{r['verdict']}")
     for row in no_canary:
-        console.print(f"no one-run audit of {fam.name}/{row['label']}: {row['why']}", highlight=False)
+        console.print(f"no one-run audit of {report['family']}/{row['label']}: {row['why']}", highlight=False)
     if skipped:
         console.print(f"not audited (no audit targets yet): {', '.join(skipped)}")
     console.print(f"audit.json and one plot per mechanism in {out}/")
@@ -1595,27 +1491,6 @@ def audit(
 def _claimed(claim: dict) -> str:
     """The ledger's ε at the audit's δ as the audit prints it, or its guarantee where it states none."""
     return f"{claim['epsilon_at_delta']:.4g}" if claim["epsilon_at_delta"] is not None else claim["guarantee"]
-
-
-def _audit_over_mqtt(fam, config, pairs, samples, delta, confidence, seed, access, broker, run_id, insecure, out,
-                     progress):
-    """``audit --transport mqtt``'s session, its failures turned into the command's errors."""
-    from privbandit.audit.mqtt import Broker, NoWirePath, audit_over_mqtt
-    from privbandit.services.broker_probe import BrokerInsecure, BrokerUnusable
-
-    where = Broker(broker, access["passwords"], access["tls_files"], run_id, insecure)
-    try:
-        return audit_over_mqtt(fam, config, pairs, samples, delta, confidence, seed, where, out, progress)
-    except NoWirePath as exc:
-        raise ConfigError(f"--transport mqtt: {exc}; audit these releases with --transport inproc") from None
-    except (BrokerInsecure, BrokerUnusable) as exc:
-        _error(f"--transport mqtt: {exc}")
-        raise typer.Exit(1)
-    except ValueError as exc:  # a TLS file, a missing role's password
-        raise ConfigError(str(exc)) from None
-    except RuntimeError as exc:  # the session could not go on: the intermediaries' logs
-        _error(f"--transport mqtt: the audit's session stopped: {exc}")
-        raise typer.Exit(1)
 
 
 @app.command("list")

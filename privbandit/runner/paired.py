@@ -52,6 +52,22 @@ def paired(a: np.ndarray, b: np.ndarray) -> Paired:
 
 def read_runs(results: Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """``runs.csv`` of a results directory: the checkpoints t and, per label, the (runs, C) pseudo-regret."""
+    t, curves = read_run_curves(results)
+    return t, {label: c.pseudo for label, c in curves.items()}
+
+
+@dataclass(frozen=True)
+class RunCurves:
+    """One algorithm's regret, run by run: ``runs`` (the run indices, in row order) and the
+    (runs, C) pseudo- and realized regret at the checkpoints."""
+
+    runs: list[int]
+    pseudo: np.ndarray
+    realized: np.ndarray
+
+
+def read_run_curves(results: Path) -> tuple[np.ndarray, dict[str, RunCurves]]:
+    """``runs.csv`` of a results directory: the checkpoints t and, per label, its :class:`RunCurves`."""
     with open(Path(results) / "runs.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     if not rows:
@@ -63,9 +79,30 @@ def read_runs(results: Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     for label in labels:
         mine = [r for r in rows if r["algorithm"] == label]
         runs = sorted({int(r["run"]) for r in mine})
-        grid = np.full((len(runs), t.size), np.nan)
         where = {v: i for i, v in enumerate(runs)}
+        grids = {kind: np.full((len(runs), t.size), np.nan) for kind in ("pseudo", "realized")}
         for r in mine:
-            grid[where[int(r["run"])], col[int(r["t"])]] = float(r["pseudo"])
-        out[label] = grid
+            for kind, grid in grids.items():
+                grid[where[int(r["run"])], col[int(r["t"])]] = float(r[kind])
+        out[label] = RunCurves(runs, grids["pseudo"], grids["realized"])
     return t, out
+
+
+def compare_at(t: np.ndarray, curves: dict[str, np.ndarray], at: int | None = None,
+               baseline: str | None = None) -> list[tuple[str, str, Paired]]:
+    """Paired comparisons of per-label (runs, C) regret at checkpoint ``at`` (default: the last):
+    every label against ``baseline``, or every pair. Raises ValueError naming a bad ``at`` or
+    ``baseline``, or a single label."""
+    from itertools import combinations
+
+    at = int(t[-1]) if at is None else at
+    if at not in set(np.asarray(t).tolist()):
+        nearest = ", ".join(map(str, np.asarray(t)[np.argsort(np.abs(np.asarray(t) - at))[:3]]))
+        raise ValueError(f"at={at}: not a checkpoint; the nearest are {nearest}")
+    if baseline is not None and baseline not in curves:
+        raise ValueError(f"baseline={baseline!r}: not an algorithm of these results; algorithms: {', '.join(curves)}")
+    column = int(np.searchsorted(t, at))
+    pairs = [(baseline, b) for b in curves if b != baseline] if baseline else list(combinations(curves, 2))
+    if not pairs:
+        raise ValueError(f"one algorithm ({', '.join(curves)}): nothing to compare")
+    return [(a, b, paired(curves[a][:, column], curves[b][:, column])) for a, b in pairs]

@@ -118,6 +118,19 @@ def summarize(fam, config, results: dict[str, list], compute: dict[str, float], 
     return summary
 
 
+def privacy_cell(p: dict) -> str:
+    """The guarantee that holds for what the analyzer received: "none proven" and "non-private"
+    are not numbers; a δ that is not small against 1/N is flagged."""
+    if p.get("guarantee", "proven") != "proven":
+        return p["guarantee"]
+    if p["epsilon_pure"] is not None:
+        return f"{p['epsilon_pure']:g} (pure)"
+    if p["epsilon_at_delta"] is None:
+        return "∞"
+    flag = " δ≥1/N!" if p.get("delta_warning") else ""
+    return f"{p['epsilon_at_delta']:.3g} (δ={p['delta']:.2g}){flag}"
+
+
 def experiment_toml(config) -> str:
     """The experiment as a file ``privbandit run`` accepts as it stands, every default filled in
     (so a later change of a default does not change what it runs)."""
@@ -167,6 +180,18 @@ def prepare_out(out: Path, overwrite: bool = False, resume: bool = False) -> Non
         raise ConfigError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
 
 
+def regret_columns(t: np.ndarray, per_label: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
+    """``curves.csv``'s columns: ``t``, then per label the pseudo- and realized regret's mean and
+    stderr over runs, from each label's (runs, C) pseudo- and realized regret (:func:`per_run`)."""
+    columns = {"t": t}
+    for label, values in per_label.items():
+        for kind, runs in zip(("pseudo", "realized"), values):
+            mean, se = mean_stderr(runs)
+            columns[f"{label}.{kind}_mean"] = mean
+            columns[f"{label}.{kind}_stderr"] = se
+    return columns
+
+
 def write_results(out: Path, fam, config, summary: dict, results: dict[str, list]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -175,12 +200,8 @@ def write_results(out: Path, fam, config, summary: dict, results: dict[str, list
     (out / "config.json").write_text(json.dumps(resolved, indent=2) + "\n")
     (out / "config.toml").write_text(experiment_toml(config))
 
-    columns = {"t": next(iter(results.values()))[0].checkpoints}
-    for label, tasks in results.items():
-        for kind, values in zip(("pseudo", "realized"), per_run(tasks)):
-            mean, se = mean_stderr(values)
-            columns[f"{label}.{kind}_mean"] = mean
-            columns[f"{label}.{kind}_stderr"] = se
+    columns = regret_columns(next(iter(results.values()))[0].checkpoints,
+                             {label: per_run(tasks) for label, tasks in results.items()})
     with open(out / "curves.csv", "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(columns)
@@ -228,15 +249,20 @@ def plot_regret(path: Path, config, columns: dict, labels: list[str], title: str
     """Pseudo- and realized regret, mean ± stderr over runs, one panel each: time-averaged Reg(t)/t
     on a log axis (the bandit families), or ``cumulative`` (the linear family). ``title`` defaults
     to the experiment's name, ε, T and runs."""
-    import matplotlib
+    regret_figure(config, columns, labels, title, cumulative, realized).savefig(path, dpi=110)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+
+def regret_figure(config, columns: dict, labels: list[str], title: str | None = None, cumulative: bool = False,
+                  realized: str = "realized regret"):
+    """:func:`plot_regret`'s figure, not saved: a :class:`matplotlib.figure.Figure` made without
+    pyplot, so it neither switches the backend of a notebook that shows it nor stays open."""
+    from matplotlib.figure import Figure
 
     t = columns["t"].astype(float)
     scale = 1.0 if cumulative else t
     rows = (len(labels) + 4) // 5  # legend rows below the panels, five entries a row
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4 + 0.3 * rows))
+    fig = Figure(figsize=(11, 4 + 0.3 * rows))
+    axes = fig.subplots(1, 2)
     shown = coincident_labels({label: columns[f"{label}.pseudo_mean"] / scale for label in labels})
     for i, label in enumerate(labels):
         for ax, kind in zip(axes, ("pseudo", "realized")):
@@ -259,5 +285,4 @@ def plot_regret(path: Path, config, columns: dict, labels: list[str], title: str
     fig.suptitle(title or f"{config.name}: ε = {config.epsilon}, T = {config.horizon:,}, {config.runs} runs, "
                           f"mean ± stderr")
     fig.tight_layout(rect=(0, 0.07 * rows * 4 / (4 + 0.3 * rows), 1, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
