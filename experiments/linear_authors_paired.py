@@ -1,6 +1,7 @@
 """privbandit's ``paper-code`` beside the authors' own code, paired on the authors' instances (issue #31).
 
     python experiments/linear_authors_paired.py --authors-code PATH [--runs 20] [--jobs 2] [--horizon 20000]
+        [--fresh-tree]
 
 Fig. 1(b) of Chowdhury & Zhou (ICML 2022): d = 5, K = 100, ε = 1, δ = 0.1, B = 20, Bernoulli rewards
 (``experiments/linear_fig1b_eps1.toml``). Instance r is the r-th environment the authors' ``__main__``
@@ -23,6 +24,10 @@ tightly): both means ± standard error, the paired difference privbandit − aut
 runs each side had less regret) and that difference relative to the authors' mean. Costs: the
 authors' code serves ~10⁴ rounds/s, so 20 instances × 5 algorithms × T = 20000 is several
 CPU-minutes; privbandit's side is seconds.
+
+``--fresh-tree``: the paired switch for JDP's gap. Their ``JDPLinUCB`` runs a third time with one
+fresh noise per node of the binary tree (:func:`fresh_tree`) in place of their reused draws, and is
+paired with their code and with privbandit's (about a third more of the authors' CPU time).
 """
 
 from __future__ import annotations
@@ -63,9 +68,39 @@ def _bench():
 _AUTHORS: dict[str, object] = {}
 
 
+def fresh_tree(module):
+    """Their ``JDPLinUCB`` with one fresh noise per node of the binary tree (Chan et al. 2010), as
+    privbandit's :class:`~privbandit.families.shuffle_linear_bandits.mechanisms.TreeAggregator` draws
+    it, in place of their ⌊ln(1 + t)⌋ + 1 draws made once and reused (``LinBanditPrivate.py`` lines
+    194–196 and 213–216). Everything else is theirs: the node sd (their ``noise``), their (N + Nᵀ)/2,
+    Λ, width and arm choice; their ``get_arm`` reads the tree's noise from column 0 of their arrays."""
+
+    class FreshTreeJDPLinUCB(module.JDPLinUCB):
+        def __init__(self, env, n, params):
+            super().__init__(env, n, params)
+            self.nodes = {}
+
+        def get_arm(self, t):
+            vec, mat = np.zeros(self.d), np.zeros((self.d, self.d))
+            for j in range(t.bit_length()):  # the prefix of t observations: a node per one-bit of t
+                if t >> j & 1:
+                    if (j, t >> j) not in self.nodes:
+                        self.nodes[j, t >> j] = (np.random.normal(0, self.noise, self.d),
+                                                 np.random.normal(0, self.noise, (self.d, self.d)))
+                    vec += self.nodes[j, t >> j][0]
+                    mat += self.nodes[j, t >> j][1]
+            self.noiseVecAll = np.zeros_like(self.noiseVecAll)
+            self.noiseMatAll = np.zeros_like(self.noiseMatAll)
+            self.noiseVecAll[:, 0], self.noiseMatAll[:, :, 0] = vec, mat
+            return super().get_arm(t)
+
+    return FreshTreeJDPLinUCB
+
+
 def authors_run(path: str, label: str, run: int, x: np.ndarray, theta: np.ndarray, epsilon: float, delta: float,
-                batch: int, horizon: int) -> tuple:
-    """One run of the authors' class for ``label`` on instance (x, θ): (label, run, pseudo, realized, seconds)."""
+                batch: int, horizon: int, switched: bool = False) -> tuple:
+    """One run of the authors' class for ``label`` on instance (x, θ) (``switched``: JDP with
+    :func:`fresh_tree`): (label, run, pseudo, realized, seconds, switched)."""
     if path not in _AUTHORS:
         _AUTHORS[path] = _bench().authors_module(path)[0]
     module = _AUTHORS[path]
@@ -84,28 +119,30 @@ def authors_run(path: str, label: str, run: int, x: np.ndarray, theta: np.ndarra
     env.reset_random()
     np.random.seed(run)
     start = time.perf_counter()
-    regret, _ = module.evaluate_one(getattr(module, _bench().AUTHORS_CLASS[label]), {}, env, horizon, 1)
-    return label, run, float(env.pseudo), float(np.sum(regret)), time.perf_counter() - start
+    cls = fresh_tree(module) if switched else getattr(module, _bench().AUTHORS_CLASS[label])
+    regret, _ = module.evaluate_one(cls, {}, env, horizon, 1)
+    return label, run, float(env.pseudo), float(np.sum(regret)), time.perf_counter() - start, switched
 
 
 def privbandit_run(task: tasks.Task) -> tuple:
-    """All runs of one algorithm, stacked: (label, None, pseudo (R,), realized (R,), seconds)."""
+    """All runs of one algorithm, stacked: (label, None, pseudo (R,), realized (R,), seconds, False)."""
     label, _runs, result, secs = tasks.execute(task)
-    return label, None, result.pseudo[:, -1], result.realized[:, -1], secs
+    return label, None, result.pseudo[:, -1], result.realized[:, -1], secs, False
 
 
 def _call(fn, *args):
     return fn(*args)
 
 
-def table(labels: list[str], ours: dict, theirs: dict) -> list[str]:
+def table(labels: list[str], ours: dict, theirs: dict, names: tuple[str, str] = ("privbandit", "authors")) -> list[str]:
     """The side-by-side lines: ``ours[label][metric]`` and ``theirs[label][metric]`` are per-run
-    final regrets in run order."""
+    final regrets in run order; ``names`` says whose they are."""
     lines = []
+    won = f"won ({names[0][:2]}/{names[1][:2]})"
     for metric in METRICS:
-        lines.append(f"final {metric} regret: privbandit − authors, paired by instance")
-        lines.append(f"  {'algorithm':<15} {'privbandit':>15} {'authors':>15} {'difference':>16} {'t':>6} "
-                     f"{'won (pb/au)':>11} {'relative':>9}")
+        lines.append(f"final {metric} regret: {names[0]} − {names[1]}, paired by instance")
+        lines.append(f"  {'algorithm':<15} {names[0]:>15} {names[1]:>15} {'difference':>16} {'t':>6} "
+                     f"{won:>11} {'relative':>9}")
         for label in labels:
             a, b = np.asarray(ours[label][metric]), np.asarray(theirs[label][metric])
             p = paired(a, b)
@@ -127,9 +164,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--runs", type=int, default=20, help=f"the first RUNS of their instances, 2 … {MAX_RUNS}")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--horizon", type=int, default=20_000)
+    ap.add_argument("--fresh-tree", action="store_true",
+                    help="also run their JDP with a fresh noise per tree node, paired with both sides")
     args = ap.parse_args(argv)
     if not 2 <= args.runs <= MAX_RUNS:
-        ap.error(f"--runs must be in [2, {MAX_RUNS}] (paired needs 2; their __main__ draws {MAX_RUNS}); got {args.runs}")
+        ap.error(f"--runs must be in [2, {MAX_RUNS}] (paired needs 2; their __main__ draws {MAX_RUNS}); "
+                 f"got {args.runs}")
     if args.jobs < 1:
         ap.error(f"--jobs must be ≥ 1 (got {args.jobs})")
     if args.horizon < 1:
@@ -153,20 +193,31 @@ def main(argv: list[str] | None = None) -> None:
         batch = fam.algorithm(config, label).batch
         work += [(authors_run, args.authors_code, label, r, world.arms[r], world.theta[r], config.epsilon,
                   config.delta, batch, config.horizon) for r in range(config.runs)]
+    jdp = "LinUCB-JDP"
+    if args.fresh_tree:
+        work += [(authors_run, args.authors_code, jdp, r, world.arms[r], world.theta[r], config.epsilon,
+                  config.delta, 1, config.horizon, True) for r in range(config.runs)]
+    switched = {jdp: {m: np.full(config.runs, np.nan) for m in METRICS}}
     ours = {label: {} for label in labels}
     theirs = {label: {m: np.full(config.runs, np.nan) for m in METRICS} for label in labels}
-    secs = {side: dict.fromkeys(labels, 0.0) for side in ("privbandit", "authors")}
+    secs = {side: dict.fromkeys(labels, 0.0) for side in ("privbandit", "authors", "fresh tree")}
     start = time.perf_counter()
-    for label, run, pseudo, realized, s in tasks.completed(_call, work, args.jobs):
+    for label, run, pseudo, realized, s, fresh in tasks.completed(_call, work, args.jobs):
         if run is None:
             ours[label] = {"pseudo": pseudo, "realized": realized}
             secs["privbandit"][label] += s
         else:
-            theirs[label]["pseudo"][run], theirs[label]["realized"][run] = pseudo, realized
-            secs["authors"][label] += s
+            side = switched if fresh else theirs
+            side[label]["pseudo"][run], side[label]["realized"][run] = pseudo, realized
+            secs["fresh tree" if fresh else "authors"][label] += s
     wall = time.perf_counter() - start
     print("\n".join(table(labels, ours, theirs)))
-    print("compute s (privbandit / authors): " + ", ".join(
+    if args.fresh_tree:
+        print(f"{jdp}: the authors' code with a fresh noise per tree node ('fresh tree', their reused "
+              f"draws replaced; {secs['fresh tree'][jdp]:.1f} s)")
+        print("\n".join(table([jdp], switched, theirs, ("fresh tree", "authors"))))
+        print("\n".join(table([jdp], ours, switched, ("privbandit", "fresh tree"))))
+    print("seconds per side, summed over its tasks (wall in the worker; privbandit / authors): " + ", ".join(
         f"{label} {secs['privbandit'][label]:.1f} / {secs['authors'][label]:.1f}" for label in labels))
     print(f"wall {wall:.1f} s; load {_load()}")
 

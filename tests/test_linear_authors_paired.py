@@ -16,7 +16,8 @@ import pytest
 from privbandit.families.shuffle_linear_bandits.world import instances
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("linear_authors_paired", ROOT / "experiments" / "linear_authors_paired.py")
+_spec = importlib.util.spec_from_file_location("linear_authors_paired",
+                                               ROOT / "experiments" / "linear_authors_paired.py")
 script = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(script)
 
@@ -120,3 +121,26 @@ def test_missing_or_wrong_arguments_fail_loudly(tmp_path):
     (tmp_path / "LinBanditPrivate.py").write_text(FAKE)
     out = _run("--authors-code", str(tmp_path), "--runs", "51")
     assert out.returncode != 0 and "--runs must be in [2, 50]" in out.stderr
+
+
+def test_fresh_tree_draws_one_noise_per_node_of_the_binary_tree():
+    class TheirJDP:  # their interface: get_arm sums the first ⌊ln(1 + t)⌋ + 1 columns
+        def __init__(self, env, n, params):
+            self.d, self.noise = 2, 1.0
+            self.noiseVecAll, self.noiseMatAll = np.zeros((2, 3)), np.zeros((2, 2, 3))
+
+        def get_arm(self, t):
+            count = int(np.floor(np.log(1 + t))) + 1
+            return self.noiseVecAll[:, :count].sum(axis=1), self.noiseMatAll[:, :, :count].sum(axis=2)
+
+    alg = script.fresh_tree(type("Module", (), {"JDPLinUCB": TheirJDP}))(None, 8, {})
+    np.random.seed(0)
+    noise = [alg.get_arm(t) for t in range(8)]
+    node = {key: value[0] for key, value in alg.nodes.items()}
+    # t < 8 observations open the nodes [0], [0,1], [2], [0..3], [4], [4,5], [6]: one per t ≥ 1
+    assert sorted(node) == [(0, 1), (0, 3), (0, 5), (0, 7), (1, 1), (1, 3), (2, 1)]
+    assert np.array_equal(noise[0][0], np.zeros(2))
+    assert np.array_equal(noise[4][0], node[2, 1])  # prefix 0..3: one node
+    assert np.allclose(noise[7][0], node[2, 1] + node[1, 3] + node[0, 7])  # 0..3, 4..5, 6
+    assert np.allclose(noise[6][0] - noise[5][0], node[1, 3] - node[0, 5])  # a node closes, a parent opens
+    assert np.allclose(noise[7][1], sum(alg.nodes[k][1] for k in [(2, 1), (1, 3), (0, 7)]))
