@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
     jdp = "LinUCB-JDP"
     if args.fresh_tree:
         work += [(authors_run, args.authors_code, jdp, r, world.arms[r], world.theta[r], config.epsilon,
-                  config.delta, 1, config.horizon, True) for r in range(config.runs)]
+                  config.delta, fam.algorithm(config, jdp).batch, config.horizon, True) for r in range(config.runs)]
     switched = {jdp: {m: np.full(config.runs, np.nan) for m in METRICS}}
     ours = {label: {} for label in labels}
     theirs = {label: {m: np.full(config.runs, np.nan) for m in METRICS} for label in labels}
