@@ -9,6 +9,11 @@ Two generators (spec §8.1, §9, §11 item 13):
 - ``paper-code``: the authors' code: arms (u, 1) with u uniform on the unit sphere of R^{d−1}, the first
   d arms replaced by the rows of I_d with the last entry set to 1; θ = (v/2, 1/2). So ‖φ‖ ≤ √2,
   ‖θ‖ = 1/√2, the same mean range.
+- ``authors-main``: the ``paper-code`` instances as the authors' ``__main__`` draws them
+  (``LinBanditPrivate.py``: ``np.random.seed(seed)``, then per run ``randn(K, d − 1)`` and
+  ``randn(d − 1)``, their arithmetic), so with ``seed = 2`` run r is their r-th environment bit for
+  bit: the instances to pair privbandit with their code on. The draws are one sequence, so run r costs
+  the draws of runs 0 … r − 1 (cheap: K·d numbers each); ``seed`` must be in [0, 2³² − 1].
 
 Rewards use common random numbers: user t draws one U_t ~ U(0, 1) and would get 1{U_t < μ_a} from
 any arm a. That makes the authors' *realized* regret 1{U < μ*} − 1{U < μ_a} well defined next to the
@@ -24,7 +29,7 @@ import numpy as np
 
 from privbandit.protocol.primitives.seeding import stream
 
-GENERATORS = ("paper", "paper-code")
+GENERATORS = ("paper", "paper-code", "authors-main")
 
 
 @dataclass(frozen=True)
@@ -57,13 +62,37 @@ def generate(generator: str, arms: int, d: int, rng: np.random.Generator) -> tup
         theta = np.concatenate([h * _sphere(rng, 1, d - 1)[0], [h]])
         return x, theta
     if generator == "paper-code":
-        x = np.concatenate([_sphere(rng, arms, d - 1), np.ones((arms, 1))], axis=1)
-        k = min(d, arms)
-        x[:k] = np.eye(d)[:k]
-        x[:k, -1] = 1.0
-        theta = np.concatenate([0.5 * _sphere(rng, 1, d - 1)[0], [0.5]])
-        return x, theta
+        return _code_instance(_sphere(rng, arms, d - 1), 0.5 * _sphere(rng, 1, d - 1)[0])
     raise ValueError(f"generator={generator!r} is not one of {GENERATORS}")
+
+
+def _code_instance(u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The authors' instance from arm directions u (K, d − 1) and θ's first entries v (d − 1,)."""
+    arms, d = u.shape[0], u.shape[1] + 1
+    x = np.concatenate([u, np.ones((arms, 1))], axis=1)
+    k = min(d, arms)
+    x[:k] = np.eye(d)[:k]
+    x[:k, -1] = 1.0
+    return x, np.concatenate([v, [0.5]])
+
+
+def authors_main(arms: int, d: int, seed: int, count: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The first ``count`` instances of the authors' ``__main__`` (``LinBanditPrivate.py``, lines
+    389 and 414–429) after ``np.random.seed(seed)``, in their order and with their arithmetic (their
+    norm is √(Σx²), which need not round as ``np.linalg.norm`` does)."""
+    if d < 2:
+        raise ValueError(f"d={d} must be ≥ 2")
+    if not 0 <= seed < 2**32:
+        raise ValueError(f"seed={seed} must be in [0, 2**32 - 1] for the authors' np.random.seed draw")
+    rng = np.random.RandomState(seed)  # np.random.seed(s) seeds exactly this legacy generator
+    out = []
+    for _ in range(count):
+        u = rng.randn(arms, d - 1)
+        u /= np.sqrt(np.square(u).sum(axis=1))[:, np.newaxis]
+        v = rng.randn(d - 1)
+        v *= 0.5 / np.sqrt(np.square(v).sum())
+        out.append(_code_instance(u, v))
+    return out
 
 
 def bounds(generator: str) -> tuple[float, float]:
@@ -81,7 +110,11 @@ def stack(instances: list[tuple[np.ndarray, np.ndarray]], generator: str) -> Lin
 def instances(generator: str, arms: int, d: int, seed: int, runs: list[int]) -> LinearInstances:
     """The instances of the given runs, stacked: run r's is drawn from ``(seed, "linear-instance", r)``,
     so run r of every algorithm faces the same arms and θ*. Ground truth: the users' and the
-    observer's, never the analyzer's."""
+    observer's, never the analyzer's. ``authors-main`` takes run r from the authors' one sequence
+    instead (:func:`authors_main`)."""
+    if generator == "authors-main":
+        drawn = authors_main(arms, d, seed, max(runs) + 1) if runs else []
+        return stack([drawn[r] for r in runs], generator)
     return stack([generate(generator, arms, d, stream(seed, "linear-instance", r)) for r in runs], generator)
 
 
