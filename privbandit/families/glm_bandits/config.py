@@ -24,8 +24,8 @@ Presets (spec §9.2, §11.1):
 - ``exact`` (issue #30 item 4): ``paper`` everywhere but ShuffleGLM's P_Vec calls, whose fair noise
   bits are the fewest the exact accountant of the released counts allows
   (:mod:`privbandit.protocol.privacy.counts`; the covariance rounds at (ε/2, δ/2), each batch's 𝒫_GD
-  rounds composed exactly at (ε/2, δ/2)); the ledger names that accountant. ``vec_constant`` is
-  refused: there is no eq. (127) constant to set.
+  rounds composed exactly at (ε/2, δ/2)); the ledger names that accountant. ``vec_constant`` other
+  than its default is refused: there is no eq. (127) constant to set.
 """
 
 from __future__ import annotations
@@ -120,7 +120,9 @@ class GLMExperiment(ExperimentFile):
                 raise ValueError(f"algorithms.{label}.epsilon = {eps} must be ≤ 100")
             if a.algorithm == "shuffle-glm" and a.warmup is not None and a.warmup > self.horizon:
                 raise ValueError(f"algorithms.{label}.warmup = {a.warmup} must be ≤ horizon = {self.horizon}")
-            if self.preset == "exact" and "vec_constant" in a.model_fields_set:
+            # compared with the default, not "was it written": a results directory's resolved
+            # config.toml writes every field, and must load again
+            if self.preset == "exact" and a.vec_constant != GLMAlgorithm.model_fields["vec_constant"].default:
                 raise ValueError(f"algorithms.{label}.vec_constant = {a.vec_constant:g} cannot be set under "
                                  "preset = 'exact' (its noise bits come from the exact count accountant, not "
                                  "eq. (127)'s constant); remove it")
