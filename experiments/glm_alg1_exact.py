@@ -66,8 +66,8 @@ def main() -> None:
     reg["uniform play"] = uniform
 
     print(f"\n### T = {exact.horizon}, (ε, δ) = ({exact.epsilon:g}, {exact.delta:g}), {exact.runs} paired runs\n")
-    print("| algorithm | pseudo-regret (mean ± se) | ÷ uniform | ledger ε at δ | accountant | b per call (cov / grad, batch 1) "
-          "| CPU s per run |")
+    print("| algorithm | pseudo-regret (mean ± se) | ÷ uniform | ledger ε at δ | accountant "
+          "| b per call (cov / grad, batch 1) | CPU s per run |")
     print("|---|---|---|---|---|---|---|")
     for name, rs in res.items():
         r = reg[name]

@@ -431,5 +431,5 @@ def n_upper(d: int) -> int:
 
 
 __all__ = ["GRID", "GridGaussianTree", "PGDPlan", "SGDSettings", "TreeCalibration", "calibrate_tree", "dp_sgd",
-           "exact_noise_sd", "exact_pvec_params", "n_entries", "per_call_budget", "pgd_plan", "pgd_step", "projected_gd_pvec", "pvec_params",
-           "sgd_noise_multiplier", "tree_levels", "zcdp_rho"]
+           "exact_noise_sd", "exact_pvec_params", "n_entries", "per_call_budget", "pgd_plan", "pgd_step",
+           "projected_gd_pvec", "pvec_params", "sgd_noise_multiplier", "tree_levels", "zcdp_rho"]

@@ -37,8 +37,11 @@ calibrated at (ε/2, δ/2) and recorded as that accountant's ``ApproxDP`` (its �
 gradient rounds are calibrated *together*: b is the fewest for which their d·T_it counts, composed
 exactly by privacy-loss distributions (adaptive composition of rounds each dominated by the same
 pair), are (ε/2, δ/2)-DP; each round is recorded as :class:`ExactCountRounds`, whose group of k
-rounds the ledger charges the exact k-fold ε at δ/2 (not advanced composition, which needs b = 271,025
-where this needs 10,183 at n = 3000, T_it = 50, (ε, δ) = (1, 0.1); docs/glm-bandits.md). σ̃ in λ (:func:`~.shuffle_glm.constants`) is the exact calibration's. Everything is vectorized over the users of a block and the runs stacked.
+rounds the ledger charges the exact k-fold ε at δ/2 (not advanced composition, which needs
+b = 271,025 where this needs 10,183 at n = 3000, T_it = 50, (ε, δ) = (1, 0.1); docs/glm-bandits.md).
+σ̃ in λ (:func:`~.shuffle_glm.constants`) is the exact calibration's.
+
+Everything is vectorized over the users of a block and the runs stacked.
 """
 
 from __future__ import annotations
