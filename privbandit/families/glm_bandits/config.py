@@ -21,6 +21,11 @@ Presets (spec §9.2, §11.1):
   for every run, and (ε/3, δ/3) for *each* tree, as the repository gives them; the ledger then shows
   the total this spends. Never its defects: the initial commit's tree query (2, 3, 5, 5, 9, 9, …
   for unit leaves) is not reproduced; the trees here are the correct binary-tree mechanism.
+- ``exact`` (issue #30 item 4): ``paper`` everywhere but ShuffleGLM's P_Vec calls, whose fair noise
+  bits are the fewest the exact accountant of the released counts allows
+  (:mod:`privbandit.protocol.privacy.counts`; the covariance rounds at (ε/2, δ/2), each batch's 𝒫_GD
+  rounds composed exactly at (ε/2, δ/2)); the ledger names that accountant. ``vec_constant`` other
+  than its default is refused: there is no eq. (127) constant to set.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from privbandit.runner.config import ExperimentFile, StrictModel
 
 FAMILY = "glm-bandits"
 ALGORITHMS = ("private-glm", "rs-glinucb", "glm-ucb", "gloc", "ecolog", "shuffle-glm")
-PRESETS = ("paper", "paper-code")
+PRESETS = ("paper", "paper-code", "exact")
 OPTIMIZERS = ("pgd-pvec", "dp-sgd")
 
 
@@ -115,6 +120,12 @@ class GLMExperiment(ExperimentFile):
                 raise ValueError(f"algorithms.{label}.epsilon = {eps} must be ≤ 100")
             if a.algorithm == "shuffle-glm" and a.warmup is not None and a.warmup > self.horizon:
                 raise ValueError(f"algorithms.{label}.warmup = {a.warmup} must be ≤ horizon = {self.horizon}")
+            # compared with the default, not "was it written": a results directory's resolved
+            # config.toml writes every field, and must load again
+            if self.preset == "exact" and a.vec_constant != GLMAlgorithm.model_fields["vec_constant"].default:
+                raise ValueError(f"algorithms.{label}.vec_constant = {a.vec_constant:g} cannot be set under "
+                                 "preset = 'exact' (its noise bits come from the exact count accountant, not "
+                                 "eq. (127)'s constant); remove it")
             if a.sgd_burn_in >= a.sgd_epochs and a.algorithm == "private-glm":
                 raise ValueError(f"algorithms.{label}.sgd_burn_in = {a.sgd_burn_in} must be < sgd_epochs = "
                                  f"{a.sgd_epochs}")

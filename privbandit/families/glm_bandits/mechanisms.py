@@ -38,6 +38,7 @@ from privbandit.families.shuffle_linear_bandits.mechanisms import (
     to_upper,
 )
 from privbandit.protocol.primitives.noise.discrete_gaussian import sample_discrete_gaussian
+from privbandit.protocol.privacy import counts
 from privbandit.protocol.privacy.amplification import zcdp_rho  # re-exported: the tree calibration
 
 # The fixed grid of the trees' and DP-SGD's noise: 2⁻⁸. Leaves and clipped gradients are rounded
@@ -255,27 +256,59 @@ class PGDPlan:
 
 
 def pgd_plan(n: int, d: int, epsilon: float, delta: float, radius: float, lipschitz: float,
-             max_iterations: int, vec_constant: float = VEC_CONSTANT) -> PGDPlan:
+             max_iterations: int, vec_constant: float = VEC_CONSTANT, exact: bool = False) -> PGDPlan:
     """T_it = ε²n²/(d log³(nd/δ)) (floored at 1, capped at ``max_iterations``; spec §12 item 6),
     η = 2D/(L√T_it) with D = 2S the ball's diameter; per iteration (ε/(2√(2T log(1/δ))), δ/(T+1))
     and P_Vec with Δ = 1 (a per-sample gradient (μ − r)x has norm ≤ R‖x‖ ≤ 1), eq. (127)'s g, b,
-    p = 1/4, encoding the shifted range [0, 2Δ] (spec §12 item 8)."""
+    p = 1/4, encoding the shifted range [0, 2Δ] (spec §12 item 8).
+
+    ``exact`` (the ``exact`` preset): the same T_it and η, but no per-iteration split: b is the fewest
+    fair noise bits for which the T_it rounds' d·T_it counts, composed exactly (privacy-loss
+    distributions, :func:`exact_pvec_params`), are (ε, δ)-DP; ``eps_iter`` and ``delta_iter`` are then
+    one round's exact ε at the whole δ, and δ."""
     formula = epsilon**2 * n**2 / (d * math.log(n * d / delta) ** 3)
     T = int(min(max(1, math.floor(formula)), max_iterations))
+    step = 2 * (2 * radius) / (lipschitz * math.sqrt(T))
+    if exact:
+        vec = exact_pvec_params(n, d, d * T, epsilon, delta, 1.0)
+        return PGDPlan(T, formula, step, counts.count_epsilon(n * vec.b, vec.g, d, delta), delta, vec)
     eps_it = epsilon / (2 * math.sqrt(2 * T * math.log(1 / delta)))
     delta_it = delta / (T + 1)
     vec = pvec_params(n, d, eps_it, delta_it, 1.0, vec_constant)
-    step = 2 * (2 * radius) / (lipschitz * math.sqrt(T))
     return PGDPlan(T, formula, step, eps_it, delta_it, vec)
+
+
+def pvec_g(n: int, d: int) -> int:
+    """eq. (127)'s accuracy g = max{2√n, d, 4} (rounded up: a count of bits)."""
+    return math.ceil(max(2 * math.sqrt(n), d, 4))
 
 
 def pvec_params(n: int, d: int, epsilon: float, delta: float, shift: float, vec_constant: float = VEC_CONSTANT
                 ) -> VecParams:
     """P_Vec for n users at (ε, δ) (App. S): eq. (127)'s g = max{2√n, d, 4}, b = C·g²·log²(4(d²+1)/δ)/(ε²n),
     p = 1/4; entries in [−Δ, Δ] shifted by Δ and encoded on [0, 2Δ] (spec §12 item 8)."""
-    g = math.ceil(max(2 * math.sqrt(n), d, 4))
+    g = pvec_g(n, d)
     b = vec_constant * g**2 * math.log(4 * (d**2 + 1) / delta) ** 2 / (epsilon**2 * n)
     return VecParams(g=g, b=max(1, math.ceil(b)), p=0.25, shift=shift, span=2 * shift)
+
+
+def exact_pvec_params(n: int, d: int, labels: int, epsilon: float, delta: float, shift: float) -> VecParams:
+    """P_Vec under the ``exact`` preset (issue #30 item 4): eq. (127)'s g and the encoding of [0, 2Δ]
+    (a user moves each label's count by at most g), fair noise bits (p = ½) and the fewest b for which
+    ``labels`` released counts, composed by the exact accountant
+    (:func:`privbandit.protocol.privacy.counts.fewest_noise_bits`), are (ε, δ)-DP: no eq. (127)
+    constant. A covariance round releases d(d+1)/2 counts; 𝒫_GD's T_it gradient rounds d·T_it."""
+    g = pvec_g(n, d)
+    return VecParams(g=g, b=counts.fewest_noise_bits(n, g, labels, epsilon, delta), p=0.5, shift=shift,
+                     span=2 * shift)
+
+
+def exact_noise_sd(n: int, d: int, epsilon: float, delta: float, shift: float) -> float:
+    """sd of one entry of a covariance round's error under the ``exact`` preset, the analogue of
+    :func:`~.shuffle_glm.noise_sd` (randomized rounding ignored): (2Δ/g)·√(n·b/4), b from
+    :func:`exact_pvec_params` with d(d+1)/2 labels. Nearly independent of n (n·b/g² is, up to rounding)."""
+    vec = exact_pvec_params(n, d, n_upper(d), epsilon, delta, shift)
+    return vec.scale * math.sqrt(n * vec.b * vec.p * (1 - vec.p))
 
 
 def projected_gd_pvec(link: str, x: np.ndarray, r: np.ndarray, reg: float, radius: float, plan: PGDPlan,
@@ -398,5 +431,5 @@ def n_upper(d: int) -> int:
 
 
 __all__ = ["GRID", "GridGaussianTree", "PGDPlan", "SGDSettings", "TreeCalibration", "calibrate_tree", "dp_sgd",
-           "n_entries", "per_call_budget", "pgd_plan", "pgd_step", "projected_gd_pvec", "pvec_params",
-           "sgd_noise_multiplier", "tree_levels", "zcdp_rho"]
+           "exact_noise_sd", "exact_pvec_params", "n_entries", "per_call_budget", "pgd_plan", "pgd_step",
+           "projected_gd_pvec", "pvec_params", "sgd_noise_multiplier", "tree_levels", "zcdp_rho"]

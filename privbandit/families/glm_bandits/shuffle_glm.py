@@ -168,15 +168,16 @@ def noise_sd(vec_constant: float, d: int, epsilon: float, delta: float, shift: f
 
 
 def constants(d: int, T: int, M: int, epsilon: float, delta: float, R: float, S: float, kappa: float,
-              vec_constant: float, gamma: float | None = None) -> ShuffleGLMConstants:
+              vec_constant: float, gamma: float | None = None, sigma: float | None = None) -> ShuffleGLMConstants:
     """λ = 20dR·log T + σ̃(√d + 6√log(2dMT/δ)) and λ_max/min = λ ± σ̃(√d + 6√log(2dMT/δ)) (App. E.1 and
     Observation 1, so that λ_min = 20dR·log T as Lemma E.4 needs; eq. (8) omits the σ̃√d term and
     eq. (15) writes log(2MT/δ): spec §12 item 4), with σ̃ the covariance rounds' actual noise sd at
     their (ε/2, δ/2) and Δ = 1 (the warm-up's; the paper's σ = R·log(d²/δ)/(κ*ε) covers H_k's rounds
     at Δ = 1/κ* but not V's). ν = (RS²/ε')·√(d·log³(Td/δ')) (App. D.2 with its O(·) constant 1), and γ
-    = eq. (24): 24RS√(log T + d) + R(log T + d)/√λ_min + 2S√λ_max + √(4RSν), unless given."""
+    = eq. (24): 24RS√(log T + d) + R(log T + d)/√λ_min + 2S√λ_max + √(4RSν), unless given. ``sigma``:
+    σ̃ when the covariance rounds are not calibrated by eq. (127) (the ``exact`` preset's accountant)."""
     eps, dlt = epsilon / 2, delta / 2
-    sigma = noise_sd(vec_constant, d, eps, dlt, 1.0)
+    sigma = noise_sd(vec_constant, d, eps, dlt, 1.0) if sigma is None else sigma
     margin = sigma * (math.sqrt(d) + 6 * math.sqrt(math.log(2 * d * M * T / dlt)))
     lam_min = 20 * d * R * math.log(T)
     lam, lam_max = lam_min + margin, lam_min + 2 * margin

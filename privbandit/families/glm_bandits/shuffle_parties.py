@@ -28,7 +28,20 @@ The ledger (lane, group): each covariance round is ``ApproxDP(ε/2, δ/2)`` (Lem
 (ε/2)/(2√(2T_it log(2/δ))), (δ/2)/(T_it + 1), in lane ``optimizer`` and group k, composed as
 Algorithm 1 line 8 sets it (𝒫_GD at (ε/2, δ/2); Lemma T.2). Lanes compose sequentially: (ε, δ).
 Where eq. (127)'s constant is below 24·10⁴ or a call's ε exceeds 15 (Lemma S.1/S.2's range), the
-rounds are ``NoneProven``. Everything is vectorized over the users of a block and the runs stacked.
+rounds are ``NoneProven``.
+
+Preset ``exact`` (issue #30 item 4): every P_Vec call draws fair noise bits (p = ½), b the fewest the
+exact accountant of the released counts allows (:mod:`privbandit.protocol.privacy.counts`; no
+eq. (127) constant, so a ``vec_constant`` other than its default is refused). A covariance round's d(d+1)/2 counts are
+calibrated at (ε/2, δ/2) and recorded as that accountant's ``ApproxDP`` (its ε at δ/2). 𝒫_GD's T_it
+gradient rounds are calibrated *together*: b is the fewest for which their d·T_it counts, composed
+exactly by privacy-loss distributions (adaptive composition of rounds each dominated by the same
+pair), are (ε/2, δ/2)-DP; each round is recorded as :class:`ExactCountRounds`, whose group of k
+rounds the ledger charges the exact k-fold ε at δ/2 (not advanced composition, which needs
+b = 271,025 where this needs 10,183 at n = 3000, T_it = 50, (ε, δ) = (1, 0.1); docs/glm-bandits.md).
+σ̃ in λ (:func:`~.shuffle_glm.constants`) is the exact calibration's.
+
+Everything is vectorized over the users of a block and the runs stacked.
 """
 
 from __future__ import annotations
@@ -51,7 +64,8 @@ from privbandit.families.shuffle_linear_bandits.mechanisms import (
     upper_indices,
 )
 from privbandit.protocol.primitives.seeding import stream
-from privbandit.protocol.privacy import AdvancedComposition, ApproxDP, NoneProven, PrivacyEvent
+from privbandit.families.shuffle_linear_bandits import params as lp
+from privbandit.protocol.privacy import AdvancedComposition, ApproxDP, NoneProven, PrivacyEvent, counts
 from privbandit.protocol.spine.errors import ProtocolError
 from privbandit.protocol.spine.events import Join, Plan, Release, Round, Truth
 from privbandit.protocol.spine.family import BlockAnswer, Spend
@@ -62,6 +76,33 @@ COVARIANCE_BASIS = "P_Vec covariance (ε/2, δ/2): Lemma S.2 (Cheu et al. 2021 T
 GRADIENT_BASIS = ("𝒫_GD gradient round: P_Vec (Lemma S.1) at (ε/(2√(2T log(1/δ))), δ/(T+1)), composed by "
                   "advanced composition (Algorithm 1 line 8, Lemma T.2)")
 PHASE_BATCH, PHASE_GRADIENT = 0, 1
+EXACT_GRADIENT_BASIS = (counts.BASIS + "; 𝒫_GD's gradient rounds: their d·T_it counts composed exactly by the same "
+                        "privacy-loss distribution, calibrated together at (ε/2, δ/2) (Algorithm 1 line 8's budget)")
+
+
+@dataclass(frozen=True)
+class ExactCountRounds(AdvancedComposition):
+    """One of 𝒫_GD's gradient rounds under the ``exact`` preset: ``labels`` counts of Bin(``trials``, ½)
+    noise bits, data shifted by ≤ ``shift``. The ledger groups a batch's rounds and charges k of them
+    :meth:`composed` (k): the exact privacy-loss distribution of k·labels such counts at the batch's
+    δ (``delta``), so it states what the rounds so far cost, as for advanced composition, whose
+    grouping this reuses. On its own (a record's ε) a round is (ε of one round at δ, δ)."""
+
+    trials: int = 0
+    shift: int = 0
+    labels: int = 0
+
+    def __post_init__(self) -> None:
+        # one round of a calibrated set may cost ε = 0 at the set's δ, which advanced composition refuses
+        if not (self.trials >= 1 and self.shift >= 1 and self.labels >= 1 and self.epsilon >= 0
+                and 0 < self.delta < 1):
+            raise ValueError(f"exact count rounds need trials, shift, labels ≥ 1, ε ≥ 0 and δ in (0, 1); got "
+                             f"({self.trials}, {self.shift}, {self.labels}, {self.epsilon}, {self.delta})")
+
+    def composed(self, k: int) -> tuple[float, float]:
+        if k <= 0:
+            return 0.0, 0.0
+        return counts.count_epsilon(self.trials, self.shift, self.labels * k, self.delta), self.delta
 
 
 @dataclass(frozen=True)
@@ -84,6 +125,11 @@ class ShuffleSetup:
     max_iterations: int
     vec_constant: float
     diagnostic: frozenset
+    preset: str = "paper"  # "exact": every P_Vec call calibrated by the exact count accountant
+
+    @property
+    def exact(self) -> bool:
+        return self.preset == "exact"
 
     @cached_property
     def starts(self) -> tuple[int, ...]:
@@ -98,6 +144,9 @@ class ShuffleSetup:
         return 1.0 if k == 0 else 1.0 / self.kappa_star
 
     def cov_vec(self, k: int) -> VecParams:
+        if self.exact:
+            return mech.exact_pvec_params(self.schedule[k], self.d, mech.n_upper(self.d), self.epsilon / 2,
+                                          self.delta / 2, self.shift(k))
         return mech.pvec_params(self.schedule[k], self.d, self.epsilon / 2, self.delta / 2, self.shift(k),
                                 self.vec_constant)
 
@@ -106,7 +155,8 @@ class ShuffleSetup:
         regularizer's; spec §12 item 6), T_it capped at ``max_iterations``."""
         n = self.schedule[k]
         return mech.pgd_plan(n, self.d, self.epsilon / 2, self.delta / 2, self.S,
-                             self.R + self.S * self.consts.lam_max / n, self.max_iterations, self.vec_constant)
+                             self.R + self.S * self.consts.lam_max / n, self.max_iterations, self.vec_constant,
+                             exact=self.exact)
 
     def cov_round(self, rid: int, k: int) -> Round:
         return Round(rid, "shuffler", "sum", expected=self.schedule[k], width=self.d * (self.d + 1) // 2,
@@ -125,12 +175,18 @@ class ShuffleSetup:
         return None
 
     def cov_event(self, k: int) -> PrivacyEvent:
+        if self.exact:
+            return lp.exact_vec_event(lp.Budget(self.epsilon / 2, self.delta / 2, 1), self.schedule[k], self.cov_vec(k),
+                                      mech.n_upper(self.d))
         why = self.uncovered(self.epsilon / 2, self.delta / 2)
         return NoneProven("P_Vec covariance: " + why) if why else ApproxDP(self.epsilon / 2, self.delta / 2,
                                                                             COVARIANCE_BASIS)
 
     def grad_event(self, k: int) -> PrivacyEvent:
         p = self.pgd(k)
+        if self.exact:
+            return ExactCountRounds(p.eps_iter, p.delta_iter, p.delta_iter, EXACT_GRADIENT_BASIS,
+                                    trials=self.schedule[k] * p.vec.b, shift=p.vec.g, labels=self.d)
         why = self.uncovered(p.eps_iter, p.delta_iter)
         if why:
             return NoneProven("𝒫_GD gradient round: " + why)
@@ -155,8 +211,11 @@ class ShuffleSetup:
             else:
                 row.update(rounds=0, protocol_bytes_per_user=0.0, literal_bits_per_user=0)
             per_batch.append(row)
-        return {"kind": "shuffle-glm", "epsilon": self.epsilon, "delta": self.delta, "kappa": self.kappa,
-                "kappa_star": self.kappa_star, "vec_constant": self.vec_constant, "schedule": list(self.schedule),
+        accountant = ({"covariance": counts.BASIS, "gradient": EXACT_GRADIENT_BASIS} if self.exact else
+                      {"covariance": COVARIANCE_BASIS, "gradient": GRADIENT_BASIS})
+        return {"kind": "shuffle-glm", "preset": self.preset, "accountant": accountant, "epsilon": self.epsilon,
+                "delta": self.delta, "kappa": self.kappa, "kappa_star": self.kappa_star,
+                "vec_constant": None if self.exact else self.vec_constant, "schedule": list(self.schedule),
                 "constants": self.consts.asdict(), "batches": per_batch}
 
 
@@ -167,11 +226,15 @@ def shuffle_setup(public: dict) -> ShuffleSetup:
         raise ValueError("shuffle-glm stacks only runs that share their world (κ, κ* differ across these runs)")
     d, T, S, R = public["dim"], public["horizon"], public["norm"], public["reward_bound"]
     eps, delta, M = a["epsilon"], public["delta"], a["batches"]
-    consts = sg.constants(d, T, M, eps, delta, R, S, kappa[0], a["vec_constant"], a["gamma"])
+    preset = public.get("preset", "paper")
+    # σ̃ of the exact calibration at n = T: n·b/g² hardly moves with n, and the batch sizes are not
+    # known yet (the schedule depends on γ, which depends on λ)
+    sigma = mech.exact_noise_sd(T, d, eps / 2, delta / 2, 1.0) if preset == "exact" else None
+    consts = sg.constants(d, T, M, eps, delta, R, S, kappa[0], a["vec_constant"], a["gamma"], sigma)
     schedule = sg.batch_schedule(T, M, kappa[0], S, d, consts.gamma, a["schedule_exponent"], first=a["warmup"])
     return ShuffleSetup(d, T, public["link"], S, R, eps, delta, kappa[0], kappa_star[0], len(kappa), consts,
                         tuple(schedule), a["max_iterations"], a["vec_constant"],
-                        frozenset(int(c) for c in public["diagnostic"]))
+                        frozenset(int(c) for c in public["diagnostic"]), preset)
 
 
 class ShuffleGLMServer:
