@@ -77,19 +77,13 @@ def authors_module(path: str):
 def authors_seconds(module, cls: str, config, batch: int) -> float:
     """One run of the authors' ``cls`` on the instance their ``__main__`` draws for run 0: their
     ``evaluate_one`` timed alone (the instance drawn before the clock starts)."""
+    from privbandit.families.shuffle_linear_bandits.world import instances
+
     d, k = config.environment.dim, config.environment.arms
     module.d = d  # four of their classes read the global `d` that their __main__ sets
-    np.random.seed(2)
-    basis = np.eye(d)
-    basis[:, -1] = 1
-    x = np.random.randn(k, d - 1)
-    x /= np.sqrt(np.square(x).sum(axis=1))[:, np.newaxis]
-    x = np.hstack((x, np.ones((k, 1))))
-    x[: basis.shape[0], :] = basis
-    theta = np.random.randn(d - 1)
-    theta *= 0.5 / np.sqrt(np.square(theta).sum())
-    theta = np.append(theta, [0.5])
-    env = module.LinBandit(x, theta, config.epsilon, config.delta, batch, noise="bernoulli", sigma=0, seed=0)
+    inst = instances("authors-main", k, d, 2, [0])  # their __main__'s first environment, bit for bit
+    env = module.LinBandit(inst.arms[0], inst.theta[0], config.epsilon, config.delta, batch, noise="bernoulli",
+                           sigma=0, seed=0)
     env.reset_random()
     start = time.perf_counter()
     module.evaluate_one(getattr(module, cls), {}, env, config.horizon, 1)
