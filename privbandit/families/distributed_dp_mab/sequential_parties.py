@@ -1,12 +1,9 @@
 """The sequential baselines (:mod:`.sequential`) as the spine's analyzer and user logic.
 
-- :class:`SequentialServer`: every user is a release. Over MQTT a plan serves one user: the analyzer
-  chooses her arm, she reports into a ``pass`` round of one, the analyzer observes. In-process the
-  analyzer may look ahead (the users' ``oracle``: what each of the next users would report for every
-  arm, which the trusted or local analyzer receives anyway for the arm she pulls) and decide up to
-  the end of its draw block at once, one compiled loop; the plan then carries the arms, and the
-  release is checked against the reports it looked at (``speculation-mismatch`` otherwise). The two
-  drivers give the same arms bit for bit (tests/families/distributed_dp_mab/test_sequential.py).
+- :class:`SequentialServer`: every user is a release, one user per plan over MQTT and a
+  looked-ahead draw block in-process (:class:`~privbandit.protocol.spine.one_user.OneUserPlans`;
+  the reports a ``pass`` round of raw or local rewards). The two drivers give the same arms bit for
+  bit (tests/families/distributed_dp_mab/test_sequential.py).
 - :class:`SequentialUsers`: user t's draws depend on t alone (the online family's
   :class:`~privbandit.families.private_online_learning.world.OnlineUsers`: uniforms per block of
   user indices), so one user per plan and a block per plan draw the same rewards. Under LDP-UCB
@@ -29,8 +26,9 @@ from privbandit.protocol.primitives.noise.polya import sample_discrete_laplace
 from privbandit.protocol.primitives.seeding import USER_BLOCK, stream
 from privbandit.protocol.privacy import NonPrivate, PureDP
 from privbandit.protocol.spine.errors import ProtocolError
-from privbandit.protocol.spine.events import Join, Plan, Release, Round, Truth
-from privbandit.protocol.spine.family import BlockAnswer, Spend
+from privbandit.protocol.spine.events import Plan, Release, Round, Truth
+from privbandit.protocol.spine.family import BlockAnswer
+from privbandit.protocol.spine.one_user import OneUserPlans
 
 
 def report_round(rid: int, n: int, local: bool) -> Round:
@@ -41,56 +39,35 @@ def report_round(rid: int, n: int, local: bool) -> Round:
                  low=None if local else 0.0, high=None if local else 1.0, threshold=release_threshold(n))
 
 
-class SequentialServer:
-    """The analyzer of one sequential run (module docstring). ``oracle(t0, n)``: every arm's report
-    for users t0 …, (n, K); in-process only."""
+class SequentialServer(OneUserPlans):
+    """The analyzer of one sequential run (module docstring; :class:`OneUserPlans` serves its plans).
+    ``oracle(t0, n)``: every arm's report for users t0 …, (n, K); in-process only."""
+
+    block = NOISE_BLOCK
 
     def __init__(self, name: str, n_arms: int, epsilon: float | None, horizon: int, key: int, oracle=None):
         self.learner = SequentialLearner(name, n_arms, epsilon, horizon, key)
         self.local = TRUST[name] == "local"
-        self.event = NonPrivate() if TRUST[name] == "none" else PureDP(float(epsilon))
-        self.horizon, self.oracle = horizon, oracle
-        self.t = 1
-        self.pending: dict[int, np.ndarray] = {}  # an open plan's arms
-        self.expected: dict[int, np.ndarray] = {}  # the reports a looked-ahead plan must bring
+        # Every user is a release: a reward is one leaf of one arm's counter, or one local report.
+        self._event = NonPrivate() if TRUST[name] == "none" else PureDP(float(epsilon))
+        self.start(horizon, oracle)
 
-    @property
-    def done(self) -> bool:
-        return self.t > self.horizon
+    def choose(self, t: int) -> int:
+        return self.learner.choose(t)
 
-    def plans(self) -> list[Plan]:
-        if self.pending or self.done:
-            return []
-        t0 = self.t
-        if self.oracle is None:
-            arms = np.array([self.learner.choose(t0)])
-        else:  # up to the end of the draw block, exactly as one user at a time
-            n = min(self.horizon - t0 + 1, NOISE_BLOCK - (t0 - 1) % NOISE_BLOCK)
-            arms, self.expected[t0 - 1] = self.learner.run(t0, self.oracle(t0, n))
-        self.pending[t0 - 1] = arms
-        self.t += arms.size
-        rnd = report_round(t0 - 1, arms.size, self.local)
-        return [Plan(t0 - 1, t0 - 1, arms.size, {"kind": "arms", "t0": t0, "arms": arms[None]}, (rnd,),
-                     (Join(rnd.id, t0 - 1, arms.size, arms.size),))]
+    def look_ahead(self, t0: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.learner.run(t0, self.oracle(t0, n))
 
-    def on_release(self, rnd: Round, release: Release) -> tuple[dict, Spend]:
-        arms = self.pending.get(rnd.id)
-        if arms is None:
-            raise ProtocolError("unknown-round", f"no open plan {rnd.id}")
-        x = release.values[0, :, 0]
-        if rnd.id in self.expected:
-            if not np.array_equal(x, self.expected[rnd.id]):
-                raise ProtocolError("speculation-mismatch", f"plan {rnd.id}: the users' reports are not those the "
-                                                            f"analyzer looked ahead at")
-            del self.expected[rnd.id]
-        else:
-            if release.n_reports != 1:
-                raise ProtocolError("bad-report-count", f"plan {rnd.id}: one user's report, got {release.n_reports}")
-            self.learner.observe(rnd.id + 1, int(arms[0]), float(x[0]))
-        del self.pending[rnd.id]
-        # Every user is a release; a block decided at once stands for as many, each with the run's
-        # per-user guarantee (a reward is one leaf of one arm's counter, or one local report).
-        return {}, Spend(self.event, releases=arms.size)
+    def report_round(self, rid: int, n: int) -> Round:
+        return report_round(rid, n, self.local)
+
+    def observe(self, rnd: Round, release: Release, arm: int, x: np.ndarray) -> None:
+        if release.n_reports != 1:
+            raise ProtocolError("bad-report-count", f"plan {rnd.id}: one user's report, got {release.n_reports}")
+        self.learner.observe(rnd.id + 1, arm, float(x[0]))
+
+    def event(self) -> PureDP | NonPrivate:
+        return self._event
 
     def summary(self) -> list[dict]:
         return [{"pulls": self.learner.pulls.tolist()}]

@@ -53,6 +53,7 @@ from privbandit.protocol.privacy import NonPrivate, PureDP
 from privbandit.protocol.spine.errors import ProtocolError
 from privbandit.protocol.spine.events import Join, Plan, Release, Round, Truth
 from privbandit.protocol.spine.family import BlockAnswer, Spend
+from privbandit.protocol.spine.one_user import OneUserPlans
 
 NOISE_BLOCK = 1 << 16  # the analyzer's per-round noise is drawn this many rounds at a time
 
@@ -170,25 +171,20 @@ class LazyServer:
         return [{"pulls": self.learner.pulls.tolist()}]
 
 
-class HybridServer:
-    """Hybrid-UCB's analyzer (see the module docstring). ``oracle(t0, n)``: the users' reward of
-    every arm, (n, K), for users t0 …; in-process only."""
+class HybridServer(OneUserPlans):
+    """Hybrid-UCB's analyzer (see the module docstring; :class:`OneUserPlans` serves its plans).
+    ``oracle(t0, n)``: the users' reward of every arm, (n, K), for users t0 …; in-process only."""
+
+    block = NOISE_BLOCK
+    reports = "rewards"
 
     def __init__(self, n_arms: int, epsilon: float, depth: str, horizon: int, key: int,
                  oracle: Callable[[int, int], np.ndarray] | None = None):
         self.learner = HybridUCB(n_arms, epsilon, depth)
         self.streaks = HybridStreaks(self.learner)
-        self.horizon = horizon
         self.key = key
-        self.oracle = oracle
-        self.t = 1
-        self.pending: dict[int, np.ndarray] = {}  # an open plan's arms (and, looked ahead, rewards)
-        self.expected: dict[int, np.ndarray] = {}
         self._noise_block, self._noise = -1, None
-
-    @property
-    def done(self) -> bool:
-        return self.t > self.horizon
+        self.start(horizon, oracle)
 
     def noise(self, t0: int, n: int) -> np.ndarray:
         """Unit grid steps ``Lap_Z(2²⁰)`` (node, array) of rounds t0 … t0 + n − 1, from the analyzer's key in
@@ -205,40 +201,25 @@ class HybridServer:
             k += take
         return out
 
-    def plans(self) -> list[Plan]:
-        if self.pending or self.done:
-            return []
-        t0 = self.t
-        if self.oracle is None:
-            arms = np.array([self.learner.choose(t0)])
-        else:  # look ahead: decide up to the end of the noise block, exactly as one user at a time
-            n = min(self.horizon - t0 + 1, NOISE_BLOCK - (t0 - 1) % NOISE_BLOCK)
-            xs = self.oracle(t0, n)
-            arms = self.streaks.decide(t0, xs, self.noise(t0, n))
-            self.expected[t0 - 1] = xs[np.arange(n), arms]
-        self.pending[t0 - 1] = arms
-        self.t += arms.size
-        rnd = raw_round(t0 - 1, arms.size)
-        return [Plan(t0 - 1, t0 - 1, arms.size, {"kind": "arms", "t0": t0, "arms": arms[None]}, (rnd,),
-                     (Join(rnd.id, t0 - 1, arms.size, arms.size),))]
+    def choose(self, t: int) -> int:
+        return self.learner.choose(t)
 
-    def on_release(self, rnd: Round, release: Release) -> tuple[dict, Spend]:
-        arms = self.pending.get(rnd.id)
-        if arms is None:
-            raise ProtocolError("unknown-round", f"no open plan {rnd.id}")
-        x = release.values[0, :, 0]
-        if rnd.id in self.expected:
-            if not np.array_equal(x, self.expected[rnd.id]):
-                raise ProtocolError("speculation-mismatch", f"plan {rnd.id}: the users' rewards are not those "
-                                                            f"the analyzer looked ahead at")
-            del self.expected[rnd.id]
-        else:
-            node, array = self.noise(rnd.id + 1, 1)[0]
-            self.learner.observe(int(arms[0]), float(x[0]), float(node), float(array))
-        del self.pending[rnd.id]
-        # One release per user (each observation refreshes the private means, eq. 34): a block decided
-        # at once stands for as many, every one with the guarantee of the worst tree so far.
-        return {}, Spend(PureDP(self.learner.epsilon_spent()), releases=arms.size)
+    def look_ahead(self, t0: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        xs = self.oracle(t0, n)
+        arms = self.streaks.decide(t0, xs, self.noise(t0, n))
+        return arms, xs[np.arange(n), arms]
+
+    def report_round(self, rid: int, n: int) -> Round:
+        return raw_round(rid, n)
+
+    def observe(self, rnd: Round, release: Release, arm: int, x: np.ndarray) -> None:
+        node, array = self.noise(rnd.id + 1, 1)[0]
+        self.learner.observe(arm, float(x[0]), float(node), float(array))
+
+    def event(self) -> PureDP:
+        # Each observation refreshes the private means (eq. 34): every user has the guarantee of
+        # the worst tree so far.
+        return PureDP(self.learner.epsilon_spent())
 
     def summary(self) -> list[dict]:
         return [{"pulls": list(self.learner.pulls), **self.streaks.stats}]
@@ -325,55 +306,41 @@ class FtnlServer:
         return [{"action": self.learner.action}]
 
 
-class ExpertsServer:
+class ExpertsServer(OneUserPlans):
     """FTL's or Hedge's analyzer (:mod:`.experts`), non-private: every user reports her whole reward
     vector. Over MQTT a plan serves one user; in-process ``oracle(t0, n)`` (the users' vectors, (n, K),
     which the analyzer receives anyway) lets it decide up to the end of a draw block at once, and the
-    release is checked against what it looked at."""
+    release is checked against what it looked at (:class:`OneUserPlans`)."""
+
+    block = DRAW_BLOCK
+    reports = "vectors"
+    plan_body = {"full": True}
 
     def __init__(self, name: str, n_actions: int, horizon: int, key: int, oracle: Callable | None = None):
         self.learner = ExpertsLearner(name, n_actions, horizon, key)
-        self.k, self.horizon, self.oracle = n_actions, horizon, oracle
-        self.t = 1
-        self.pending: dict[int, np.ndarray] = {}
-        self.expected: dict[int, np.ndarray] = {}
+        self.k = n_actions
+        self.start(horizon, oracle)
 
-    @property
-    def done(self) -> bool:
-        return self.t > self.horizon
+    def choose(self, t: int) -> int:
+        return self.learner.choose(t)
 
-    def plans(self) -> list[Plan]:
-        if self.pending or self.done:
-            return []
-        t0 = self.t
-        if self.oracle is None:
-            arms = np.array([self.learner.choose(t0)])
-        else:
-            n = min(self.horizon - t0 + 1, DRAW_BLOCK - (t0 - 1) % DRAW_BLOCK)
-            self.expected[t0 - 1] = self.oracle(t0, n)
-            arms = self.learner.run(t0, self.expected[t0 - 1])
-        self.pending[t0 - 1] = arms
-        self.t += arms.size
-        rnd = raw_round(t0 - 1, arms.size, width=self.k)
-        return [Plan(t0 - 1, t0 - 1, arms.size, {"kind": "arms", "t0": t0, "arms": arms[None], "full": True}, (rnd,),
-                     (Join(rnd.id, t0 - 1, arms.size, arms.size),))]
+    def look_ahead(self, t0: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        vectors = self.oracle(t0, n)
+        return self.learner.run(t0, vectors), vectors
 
-    def on_release(self, rnd: Round, release: Release) -> tuple[dict, Spend]:
-        arms = self.pending.get(rnd.id)
-        if arms is None:
-            raise ProtocolError("unknown-round", f"no open plan {rnd.id}")
-        x = release.values[0]
-        if rnd.id in self.expected:
-            if not np.array_equal(x, self.expected[rnd.id]):
-                raise ProtocolError("speculation-mismatch", f"plan {rnd.id}: the users' vectors are not those the "
-                                                            f"analyzer looked ahead at")
-            del self.expected[rnd.id]
-        else:
-            if release.n_reports != 1:
-                raise ProtocolError("bad-report-count", f"plan {rnd.id}: one user's vector, got {release.n_reports}")
-            self.learner.observe(x[0])
-        del self.pending[rnd.id]
-        return {}, Spend(NonPrivate(), releases=arms.size)
+    def report_round(self, rid: int, n: int) -> Round:
+        return raw_round(rid, n, width=self.k)
+
+    def reported(self, release: Release) -> np.ndarray:
+        return release.values[0]
+
+    def observe(self, rnd: Round, release: Release, arm: int, x: np.ndarray) -> None:
+        if release.n_reports != 1:
+            raise ProtocolError("bad-report-count", f"plan {rnd.id}: one user's vector, got {release.n_reports}")
+        self.learner.observe(x[0])
+
+    def event(self) -> NonPrivate:
+        return NonPrivate()
 
     def summary(self) -> list[dict]:
         return [{"sums": self.learner.sums.tolist()}]

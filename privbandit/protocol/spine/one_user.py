@@ -1,0 +1,101 @@
+"""An analyzer that serves one user per plan, or, in-process, a looked-ahead block of them.
+
+Sequential learners (Hybrid-UCB, the MAB family's UCB-type baselines, FTL and Hedge) decide each
+user's arm from everything released before her. Over MQTT a plan therefore serves one user: the
+analyzer chooses her arm, she reports into a round of one, the analyzer observes. In-process the
+analyzer may look ahead: ``oracle(t0, n)`` gives what each of the next n users would report (what
+the analyzer receives anyway for the arm she pulls), so it can decide up to the end of its draw
+block at once in one compiled loop; the plan then carries the arms, and the release must bring
+exactly the reports it looked at (``speculation-mismatch`` otherwise). Both drivers give the same
+arms bit for bit, as long as a user's draws depend on her index alone.
+
+:class:`OneUserPlans` holds that bookkeeping once; a family's analyzer supplies the learner's
+steps (:meth:`choose`, :meth:`look_ahead`, :meth:`observe`), its round and its privacy event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from privbandit.protocol.privacy import PrivacyEvent
+from privbandit.protocol.spine.errors import ProtocolError
+from privbandit.protocol.spine.events import Join, Plan, Release, Round
+from privbandit.protocol.spine.family import Spend
+
+
+class OneUserPlans:
+    """Plans of one user, or of a looked-ahead block up to the end of a ``block`` of users, one
+    plan open at a time. Subclasses call :meth:`start` and define the hooks below."""
+
+    block: int  # users per draw block: a look-ahead never crosses its end
+    reports = "reports"  # what a user reports, for the mismatch error ("rewards", "vectors")
+    plan_body: dict = {}  # extra fields of every plan's body
+
+    def start(self, horizon: int, oracle: Callable[[int, int], np.ndarray] | None) -> None:
+        self.horizon, self.oracle = horizon, oracle
+        self.t = 1
+        self.pending: dict[int, np.ndarray] = {}  # an open plan's arms
+        self.expected: dict[int, np.ndarray] = {}  # the reports a looked-ahead plan must bring
+
+    # --- the family's hooks ---------------------------------------------------------------------
+    def choose(self, t: int) -> int:
+        """User t's arm, from what was released before her."""
+        raise NotImplementedError
+
+    def look_ahead(self, t0: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Users t0 … t0 + n − 1 decided at once: their arms and the reports their release must bring."""
+        raise NotImplementedError
+
+    def report_round(self, rid: int, n: int) -> Round:
+        raise NotImplementedError
+
+    def reported(self, release: Release) -> np.ndarray:
+        """The users' reports in a release, as :meth:`look_ahead` predicts them."""
+        return release.values[0, :, 0]
+
+    def observe(self, rnd: Round, release: Release, arm: int, x: np.ndarray) -> None:
+        """One user's release (not looked ahead): the learner takes her report ``x[0]``."""
+        raise NotImplementedError
+
+    def event(self) -> PrivacyEvent:
+        """Each user's guarantee, once her release is observed."""
+        raise NotImplementedError
+
+    # --- the spine's analyzer ---------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        return self.t > self.horizon
+
+    def plans(self) -> list[Plan]:
+        if self.pending or self.done:
+            return []
+        t0 = self.t
+        if self.oracle is None:
+            arms = np.array([self.choose(t0)])
+        else:  # up to the end of the draw block, exactly as one user at a time
+            n = min(self.horizon - t0 + 1, self.block - (t0 - 1) % self.block)
+            arms, self.expected[t0 - 1] = self.look_ahead(t0, n)
+        self.pending[t0 - 1] = arms
+        self.t += arms.size
+        rnd = self.report_round(t0 - 1, arms.size)
+        return [Plan(t0 - 1, t0 - 1, arms.size, {"kind": "arms", "t0": t0, "arms": arms[None], **self.plan_body},
+                     (rnd,), (Join(rnd.id, t0 - 1, arms.size, arms.size),))]
+
+    def on_release(self, rnd: Round, release: Release) -> tuple[dict, Spend]:
+        arms = self.pending.get(rnd.id)
+        if arms is None:
+            raise ProtocolError("unknown-round", f"no open plan {rnd.id}")
+        x = self.reported(release)
+        if rnd.id in self.expected:
+            if not np.array_equal(x, self.expected[rnd.id]):
+                raise ProtocolError("speculation-mismatch", f"plan {rnd.id}: the users' {self.reports} are not "
+                                                            f"those the analyzer looked ahead at")
+            del self.expected[rnd.id]
+        else:
+            self.observe(rnd, release, int(arms[0]), x)
+        del self.pending[rnd.id]
+        # Every user is a release; a block decided at once stands for as many, each with the
+        # run's per-user guarantee.
+        return {}, Spend(self.event(), releases=arms.size)
