@@ -231,28 +231,20 @@ def compare(
 ):
     """Paired comparisons of the algorithms of one results directory: run r of every algorithm shares
     its instance, so the difference is taken run by run (mean, standard error, t, runs won)."""
-    from itertools import combinations
-
-    from privbandit.runner.paired import paired, read_runs
+    from privbandit.runner.paired import compare_at, read_runs
 
     try:
         if not (results_dir / "runs.csv").is_file():
             raise ConfigError(f"{results_dir}/runs.csv not found: give a results directory written by privbandit run")
         t, curves = read_runs(results_dir)
-        at = int(t[-1]) if at is None else at
-        if at not in set(t.tolist()):
-            raise ConfigError(f"--at {at}: not a checkpoint; the nearest are "
-                              f"{', '.join(map(str, t[np.argsort(np.abs(t - at))[:3]]))}")
-        if baseline is not None and baseline not in curves:
-            raise ConfigError(f"--baseline {baseline!r}: not in {results_dir}; algorithms: {', '.join(curves)}")
-        column = int(np.searchsorted(t, at))
-        pairs = ([(baseline, b) for b in curves if b != baseline] if baseline else list(combinations(curves, 2)))
-        if not pairs:
-            raise ConfigError(f"{results_dir} holds one algorithm ({', '.join(curves)}): nothing to compare")
-        rows = [(a, b, paired(curves[a][:, column], curves[b][:, column])) for a, b in pairs]
-    except (ConfigError, ValueError) as exc:
+        rows = compare_at(t, curves, at, baseline, names=("--at ", "--baseline "))
+    except ConfigError as exc:
         _error(exc)
         raise typer.Exit(2)
+    except ValueError as exc:  # a bad --at or --baseline, or one algorithm only
+        _error(f"{results_dir}: {exc}")
+        raise typer.Exit(2)
+    at = int(t[-1]) if at is None else at
     table = Table(title=f"{results_dir}: paired pseudo-regret at t = {at:,} (a − b)")
     for col in ("a", "b", "runs", "mean a − b", "stderr", "t", "a won", "b won", "verdict"):
         table.add_column(col, justify="right", no_wrap=True)

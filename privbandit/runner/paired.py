@@ -89,18 +89,19 @@ def read_run_curves(results: Path) -> tuple[np.ndarray, dict[str, RunCurves]]:
 
 
 def compare_at(t: np.ndarray, curves: dict[str, np.ndarray], at: int | None = None,
-               baseline: str | None = None) -> list[tuple[str, str, Paired]]:
+               baseline: str | None = None, names: tuple[str, str] = ("at=", "baseline=")
+               ) -> list[tuple[str, str, Paired]]:
     """Paired comparisons of per-label (runs, C) regret at checkpoint ``at`` (default: the last):
     every label against ``baseline``, or every pair. Raises ValueError naming a bad ``at`` or
-    ``baseline``, or a single label."""
+    ``baseline`` (as ``names`` spell them: the CLI's ``--at ``, ``--baseline ``), or a single label."""
     from itertools import combinations
 
     at = int(t[-1]) if at is None else at
     if at not in set(np.asarray(t).tolist()):
         nearest = ", ".join(map(str, np.asarray(t)[np.argsort(np.abs(np.asarray(t) - at))[:3]]))
-        raise ValueError(f"at={at}: not a checkpoint; the nearest are {nearest}")
+        raise ValueError(f"{names[0]}{at}: not a checkpoint; the nearest are {nearest}")
     if baseline is not None and baseline not in curves:
-        raise ValueError(f"baseline={baseline!r}: not an algorithm of these results; algorithms: {', '.join(curves)}")
+        raise ValueError(f"{names[1]}{baseline!r}: not an algorithm of these results; algorithms: {', '.join(curves)}")
     column = int(np.searchsorted(t, at))
     pairs = [(baseline, b) for b in curves if b != baseline] if baseline else list(combinations(curves, 2))
     if not pairs:
