@@ -25,6 +25,11 @@ runs each side had less regret) and that difference relative to the authors' mea
 authors' code serves ~10⁴ rounds/s, so 20 instances × 5 algorithms × T = 20000 is several
 CPU-minutes; privbandit's side is seconds.
 
+Row ``LinUCB-JDP+reuse``: privbandit's JDP with ``tree_noise = "authors-reused"`` (their ⌊ln(1 + t)⌋ + 1
+draws made once and reused, :class:`~privbandit.families.shuffle_linear_bandits.mechanisms.ReusedTreeNoise`;
+its ledger says none proven) against the same authors' JDP runs; then privbandit's fresh tree − that
+row, paired: the regret the fresh tree's noise costs (seconds more of privbandit's side).
+
 ``--fresh-tree``: the paired switch for JDP's gap. Their ``JDPLinUCB`` runs a third time with one
 fresh noise per node of the binary tree (:func:`fresh_tree`) in place of their reused draws, and is
 paired with their code and with privbandit's (about a third more of the authors' CPU time).
@@ -100,7 +105,7 @@ def fresh_tree(module):
 def authors_run(path: str, label: str, run: int, x: np.ndarray, theta: np.ndarray, epsilon: float, delta: float,
                 batch: int, horizon: int, switched: bool = False) -> tuple:
     """One run of the authors' class for ``label`` on instance (x, θ) (``switched``: JDP with
-    :func:`fresh_tree`): (label, run, pseudo, realized, seconds, switched)."""
+    :func:`fresh_tree`): (label, run, pseudo, realized, seconds, "fresh tree" if switched else None)."""
     if path not in _AUTHORS:
         _AUTHORS[path] = _bench().authors_module(path)[0]
     module = _AUTHORS[path]
@@ -121,13 +126,14 @@ def authors_run(path: str, label: str, run: int, x: np.ndarray, theta: np.ndarra
     start = time.perf_counter()
     cls = fresh_tree(module) if switched else getattr(module, _bench().AUTHORS_CLASS[label])
     regret, _ = module.evaluate_one(cls, {}, env, horizon, 1)
-    return label, run, float(env.pseudo), float(np.sum(regret)), time.perf_counter() - start, switched
+    side = "fresh tree" if switched else None
+    return label, run, float(env.pseudo), float(np.sum(regret)), time.perf_counter() - start, side
 
 
-def privbandit_run(task: tasks.Task) -> tuple:
-    """All runs of one algorithm, stacked: (label, None, pseudo (R,), realized (R,), seconds, False)."""
+def privbandit_run(task: tasks.Task, side: str | None = None) -> tuple:
+    """All runs of one algorithm, stacked: (label, None, pseudo (R,), realized (R,), seconds, side)."""
     label, _runs, result, secs = tasks.execute(task)
-    return label, None, result.pseudo[:, -1], result.realized[:, -1], secs, False
+    return label, None, result.pseudo[:, -1], result.realized[:, -1], secs, side
 
 
 def _call(fn, *args):
@@ -141,13 +147,13 @@ def table(labels: list[str], ours: dict, theirs: dict, names: tuple[str, str] = 
     won = f"won ({names[0][:2]}/{names[1][:2]})"
     for metric in METRICS:
         lines.append(f"final {metric} regret: {names[0]} − {names[1]}, paired by instance")
-        lines.append(f"  {'algorithm':<15} {names[0]:>15} {names[1]:>15} {'difference':>16} {'t':>6} "
+        lines.append(f"  {'algorithm':<16} {names[0]:>15} {names[1]:>15} {'difference':>16} {'t':>6} "
                      f"{won:>11} {'relative':>9}")
         for label in labels:
             a, b = np.asarray(ours[label][metric]), np.asarray(theirs[label][metric])
             p = paired(a, b)
             se = [float(v.std(ddof=1) / np.sqrt(v.size)) for v in (a, b)]
-            lines.append(f"  {label:<15} {a.mean():8.1f} ± {se[0]:4.1f} {b.mean():8.1f} ± {se[1]:4.1f} "
+            lines.append(f"  {label:<16} {a.mean():8.1f} ± {se[0]:4.1f} {b.mean():8.1f} ± {se[1]:4.1f} "
                          f"{p.mean_difference:+8.1f} ± {p.stderr:5.1f} {p.t:6.2f} {p.a_won:>5}/{p.b_won:<5} "
                          f"{100 * p.mean_difference / b.mean():+8.1f}%")
     return lines
@@ -193,25 +199,33 @@ def main(argv: list[str] | None = None) -> None:
         batch = fam.algorithm(config, label).batch
         work += [(authors_run, args.authors_code, label, r, world.arms[r], world.theta[r], config.epsilon,
                   config.delta, batch, config.horizon) for r in range(config.runs)]
-    jdp = "LinUCB-JDP"
+    jdp, reuse = "LinUCB-JDP", "LinUCB-JDP+reuse"
+    _, reused_config = experiment_files.load(EXPERIMENT, [f"runs={args.runs}", f"horizon={args.horizon}",
+                                                          'environment.generator="authors-main"',
+                                                          f'algorithms.{jdp}.tree_noise="authors-reused"'])
+    work.append((privbandit_run, tasks.Task(fam.name, reused_config, jdp, tuple(range(config.runs))), reuse))
     if args.fresh_tree:
         work += [(authors_run, args.authors_code, jdp, r, world.arms[r], world.theta[r], config.epsilon,
                   config.delta, fam.algorithm(config, jdp).batch, config.horizon, True) for r in range(config.runs)]
     switched = {jdp: {m: np.full(config.runs, np.nan) for m in METRICS}}
     ours = {label: {} for label in labels}
     theirs = {label: {m: np.full(config.runs, np.nan) for m in METRICS} for label in labels}
-    secs = {side: dict.fromkeys(labels, 0.0) for side in ("privbandit", "authors", "fresh tree")}
+    secs = {side: dict.fromkeys(labels, 0.0) for side in ("privbandit", "authors", "fresh tree", reuse)}
     start = time.perf_counter()
-    for label, run, pseudo, realized, s, fresh in tasks.completed(_call, work, args.jobs):
+    for label, run, pseudo, realized, s, side in tasks.completed(_call, work, args.jobs):
         if run is None:
-            ours[label] = {"pseudo": pseudo, "realized": realized}
-            secs["privbandit"][label] += s
+            ours[side or label] = {"pseudo": pseudo, "realized": realized}
+            secs[side or "privbandit"][label] += s
         else:
-            side = switched if fresh else theirs
-            side[label]["pseudo"][run], side[label]["realized"][run] = pseudo, realized
-            secs["fresh tree" if fresh else "authors"][label] += s
+            got = switched if side else theirs
+            got[label]["pseudo"][run], got[label]["realized"][run] = pseudo, realized
+            secs[side or "authors"][label] += s
     wall = time.perf_counter() - start
-    print("\n".join(table(labels, ours, theirs)))
+    print("\n".join(table(labels + [reuse], ours, {**theirs, reuse: theirs[jdp]})))
+    print(f"{reuse}: privbandit's {jdp} with tree_noise = \"authors-reused\" (their reused draws; ledger: none "
+          f"proven), against the same runs of their code ({secs[reuse][jdp]:.1f} s); the regret of the fresh "
+          f"tree's noise, privbandit against privbandit:")
+    print("\n".join(table([jdp], ours, {jdp: ours[reuse]}, ("fresh", "reused"))))
     if args.fresh_tree:
         print(f"{jdp}: the authors' code with a fresh noise per tree node ('fresh tree', their reused "
               f"draws replaced; {secs['fresh tree'][jdp]:.1f} s)")

@@ -87,10 +87,13 @@ def test_pairs_privbandit_with_the_stand_in_run_by_run(tmp_path):
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     starts = [i for i, line in enumerate(lines) if line.startswith("final ")]
-    assert [lines[i].split()[1] for i in starts] == ["pseudo", "realized"]
+    # the side-by-side table, then privbandit's fresh tree − its reused draws (issue #31 item 2)
+    assert [lines[i].split()[1] for i in starts] == ["pseudo", "realized"] * 2
+    assert "fresh − reused" in lines[starts[2]]
     for start, theirs in zip(starts, (horizon / 4, horizon)):
-        rows = {line.split()[0]: line.split()[1:] for line in lines[start + 2:start + 2 + len(LABELS)]}
-        assert set(rows) == set(LABELS)
+        rows = {line.split()[0]: line.split()[1:] for line in lines[start + 2:start + 3 + len(LABELS)]}
+        assert set(rows) == set(LABELS) | {"LinUCB-JDP+reuse"}  # their JDP's runs paired with the reused draws'
+        assert rows["LinUCB-JDP+reuse"][0] != rows["LinUCB-JDP"][0]
         for label, cells in rows.items():
             ours, their_mean, their_se = float(cells[0]), float(cells[3]), float(cells[5])
             assert their_mean == theirs and their_se == 0.0  # the stand-in's known regret, every run

@@ -76,6 +76,8 @@ def linear_targets(family, config, label: str, cohort: int | None, search: bool 
     server = family.analyzer(public, [0])
     s = server.s
     if s.kind == "linucb-jdp":
+        if s.tree_noise == "authors-reused":  # no claim to test: its ledger says none proven (REUSED_LEAK)
+            return []
         return [] if search else [jdp_target(family, public, label, s)]
     if s.kind not in ("linucb-ldp", "linucb-sdp-vec", "linucb-sdp-amp"):
         return []

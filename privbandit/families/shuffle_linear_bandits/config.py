@@ -42,6 +42,10 @@ class LinearAlgorithm(StrictModel):
     # "2delta" (theory) encodes [0, 2Δ]: the proof holds, the rounding and noise error double.
     vec_span: Literal["2delta", "delta"] | None = None
     independent_permutations: bool = True  # P_Amp: S1 and S2 draw their own permutations
+    # LinUCB-JDP's noise. "fresh": one draw per node of the binary tree (Shariff & Sheffet). "authors-reused":
+    # the authors' code, ⌊ln(1 + c)⌋ + 1 draws made once and reused: consecutive releases cancel their
+    # noise, so the ledger says none proven (docs/shuffle-linear-bandits.md, Presets).
+    tree_noise: Literal["fresh", "authors-reused"] = "fresh"
 
 
 class LinearExperiment(ExperimentFile):
@@ -90,6 +94,9 @@ class LinearExperiment(ExperimentFile):
             if self.preset == "exact" and algo.vec_scale is not None:
                 raise ValueError(f"algorithms.{label}.vec_scale: P_Vec's proof constant has no place under "
                                  "preset = 'exact' (its b comes from the exact accountant); remove it")
+            if algo.tree_noise != "fresh" and algo.algorithm != "linucb-jdp":
+                raise ValueError(f"algorithms.{label}.tree_noise = {algo.tree_noise!r} applies to linucb-jdp only "
+                                 f"(this is {algo.algorithm}); remove it")
             if self.preset == "exact" and algo.vec_span == "delta":
                 raise ValueError(f"algorithms.{label}.vec_span = 'delta': the exact accountant covers the span "
                                  "2Δ only (a count moved by at most g); use '2delta' or leave it unset")

@@ -89,8 +89,9 @@ class LookAhead:
         values = draws
         estimates = None
         if kind == "linucb-jdp":  # the tree's releases do not depend on the arms: all n at once
-            lane = f"level-{tree.level()}"
-            table, draws = self.decoded, tree_changes(tree, tree_noise)
+            lane = tree.lane()
+            changes = tree_changes(tree, tree_noise) if tree_noise is not None else tree.changes(n)  # reused: its own
+            table, draws = self.decoded, changes
         elif kind in ("linucb-ldp", "linucb-sdp-amp"):
             table, draws = self.entries, np.ascontiguousarray(noise)
             values = np.empty((r, n * self.batch, self.entries.shape[-1]))

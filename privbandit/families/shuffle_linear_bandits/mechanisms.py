@@ -338,6 +338,74 @@ class TreeAggregator:
         live = [n for n in self.nodes if n is not None]
         return sum(live) if live else np.zeros(self.shape)
 
+    def lane(self) -> str:
+        """The ledger lane of the next release: its node's level (a level's nodes cover disjoint batches)."""
+        return f"level-{self.level()}"
+
+
+# What the analyzer's releases disclose under ``tree_noise = "authors-reused"`` (ReusedTreeNoise).
+REUSED_LEAK = ("tree_noise = 'authors-reused' (the authors' LinBanditPrivate.py, not Shariff & Sheffet's tree): "
+               "the prefix sums after c and c + 1 batches carry the same ⌊ln(1 + c)⌋ + 1 reused draws unless "
+               "ln(1 + c) crosses an integer, so the difference of two consecutive releases is the batch's "
+               "raw sum, exactly; every batch but ⌊ln n⌋ + 1 of the n is disclosed, no (ε, δ) with δ < 1 holds")
+
+
+def reused_draws(count: int) -> int:
+    """⌊ln(1 + c)⌋ + 1: how many of the reused draws the authors' ``JDPLinUCB.get_arm`` adds to the
+    prefix sum of c observations (``LinBanditPrivate.py`` lines 213–216; np.log as theirs)."""
+    return int(np.floor(np.log(1 + count))) + 1
+
+
+@dataclass
+class ReusedTreeNoise:
+    """LinUCB-JDP's analyzer with the authors' noise (``tree_noise = "authors-reused"``): the prefix
+    sum of c batches carries the first :func:`reused_draws` (c) draws N₀, N₁, … of one fixed list,
+    each γ·N_ℤ(0, (σ/γ)²) per entry as :class:`TreeAggregator`'s nodes (upper triangle mirrored;
+    their code symmetrizes a full matrix, (N + Nᵀ)/2), drawn once per run from the analyzer's key
+    (``draw(i)``: draw i of every run, ``shape``). Not the binary-tree mechanism: a release's noise
+    changes only when ln(1 + c) crosses an integer, so two releases between those counts differ by
+    the raw data alone (:data:`REUSED_LEAK`; the ledger says none proven). Nothing is released
+    before the first batch, so the first release brings N₀ (their code also adds N₀ to the empty
+    statistics of round 0's decision, which is the one decision where the two differ).
+
+    Same interface as :class:`TreeAggregator` (``step``, ``lane``, ``nodes``/``count`` as the
+    look-ahead saves them) plus :meth:`changes`, the look-ahead's block of steps."""
+
+    sigma: float
+    shape: tuple[int, ...]
+    draw: Callable[[int], np.ndarray]
+    nodes: list = field(default_factory=list)  # the draws made so far, N₀, N₁, …
+    count: int = 0
+
+    def lane(self) -> str:
+        return "round"  # none proven: one lane, nothing to compose per level
+
+    def changes(self, n: int) -> np.ndarray:
+        """The changes of the released prefix sum over the next n counts, (shape[0], n, shape[1]):
+        count c → c + 1 adds the draws k(c) … k(c + 1) − 1 (k = :func:`reused_draws`, k(0) = 0), in
+        that order, to zeros; 0.0 where none is added (the same numbers one :meth:`step` at a time)."""
+        out = np.zeros((self.shape[0], n) + tuple(self.shape[1:]))
+        before = 0 if self.count == 0 else reused_draws(self.count)
+        for i in range(n):
+            after = reused_draws(self.count + i + 1)
+            for j in range(before, after):
+                while len(self.nodes) <= j:
+                    self.nodes.append(self.draw(len(self.nodes)))
+                out[:, i] += self.nodes[j]
+            before = after
+        self.count += n
+        return out
+
+    def step(self, raw_sum: np.ndarray, _source=None) -> np.ndarray:
+        """Absorb one batch sum; return the change of the released prefix sum (see :meth:`changes`)."""
+        return to_grid(raw_sum) + self.changes(1)[:, 0]
+
+    def prefix_noise(self) -> np.ndarray:
+        """The noise in the current prefix sum: the first k(count) draws."""
+        if self.count == 0:
+            return np.zeros(self.shape)
+        return sum(self.nodes[:reused_draws(self.count)])
+
 
 def tree_levels(n: int) -> int:
     """Nodes in the binary decomposition of any count ≤ n: ⌊log₂ n⌋ + 1."""
@@ -475,3 +543,8 @@ def tree_noise(key: int, sigma: float, width: int) -> BlockStreams:
     """The trusted analyzer's tree-node noise for one run (one node per batch), from its own key."""
     return BlockStreams(lambda k: stream(key, "linear-tree", k), 1, width,
                         lambda rng, shape: grid_gaussian_noise(sigma, shape, rng))
+
+
+def reused_noise(keys: list[int], sigma: float, width: int) -> Callable[[int], np.ndarray]:
+    """:class:`ReusedTreeNoise`'s draw i of every run, (R, width), each run's from its own key."""
+    return lambda i: np.stack([grid_gaussian_noise(sigma, (width,), stream(k, "linear-tree-reused", i)) for k in keys])

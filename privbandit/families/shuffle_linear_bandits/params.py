@@ -27,7 +27,7 @@ import math
 from functools import lru_cache
 from dataclasses import dataclass
 
-from privbandit.families.shuffle_linear_bandits.mechanisms import VecParams, n_entries, tree_levels
+from privbandit.families.shuffle_linear_bandits.mechanisms import REUSED_LEAK, VecParams, n_entries, tree_levels
 from privbandit.protocol.primitives.noise.grid_gaussian import GAUSSIAN_GRID, grid_sensitivity
 from privbandit.protocol.primitives.noise.sampler_bounds import discrete_gaussian_fast_tv_bound
 from privbandit.protocol.privacy import ZCDP, ApproxDP, NonPrivate, NoneProven, PrivacyEvent
@@ -275,11 +275,14 @@ def report_rho(feature_norm: float, d: int, sigma: float) -> float:
 
 def batch_event(algorithm: str, preset: str, budget: Budget, batch: int, feature_norm: float,
                 sigma: float | None, vec: VecParams | None, vec_scale: float | None,
-                d: int | None = None) -> PrivacyEvent:
-    """What one batch's release guarantees its users (JDP: one tree node, see :func:`node_event`).
+                d: int | None = None, tree_noise: str = "fresh") -> PrivacyEvent:
+    """What one batch's release guarantees its users (JDP: one tree node, see :func:`node_event`;
+    with the authors' reused draws, nothing: :data:`~.mechanisms.REUSED_LEAK`).
     ``d``: the features' dimension, which the Gaussian mechanisms' grid rounding needs."""
     if algorithm == "linucb":
         return NonPrivate()
+    if algorithm == "linucb-jdp" and tree_noise == "authors-reused":
+        return NoneProven(REUSED_LEAK)
     if algorithm != "linucb-sdp-vec" and d is None:
         raise ValueError(f"{algorithm}: the privacy event needs the dimension d (its grid rounding widens Δ)")
     if algorithm == "linucb-sdp-amp":
@@ -319,7 +322,7 @@ def node_event(budget: Budget, feature_norm: float, sigma: float, d: int) -> ZCD
 
 def describe(algorithm: str, preset: str, epsilon: float, delta: float, budget: Budget, batch: int,
              feature_norm: float, sigma: float | None, vec: VecParams | None, vec_scale: float | None,
-             horizon: int) -> dict:
+             horizon: int, tree_noise: str = "fresh") -> dict:
     """The mechanism's parameters and the caveats of its guarantee, for ``summary.json`` (the
     guarantee itself is the ledger's, composed from :func:`batch_event`)."""
     out = {"trust": TRUST[algorithm], "preset": preset, "epsilon_target": epsilon, "delta_target": delta,
@@ -345,7 +348,12 @@ def describe(algorithm: str, preset: str, epsilon: float, delta: float, budget: 
         out.update(sigma=sigma, tree_levels=tree_levels(math.ceil(horizon / batch)),
                    accountant=("Gaussian tree, zCDP (Bun & Steinke 2016), one lane per tree level"
                                + SAMPLER_CAVEAT),
-                   guarantee_kind="JDP (billboard: actions depend on the released prefix sums only)")
+                   guarantee_kind="JDP (billboard: actions depend on the released prefix sums only)",
+                   tree_noise=tree_noise)
+        if tree_noise == "authors-reused":
+            out.update(accountant="none: the authors' reused draws are not the tree mechanism",
+                       reused_draws=f"⌊ln(1 + c)⌋ + 1 after c batches (≤ {math.floor(math.log(horizon / batch)) + 1})")
+            out["warnings"].append(REUSED_LEAK)
         return out
     if preset == "exact":
         out.update(accountant=counts.BASIS, g=vec.g, b=vec.b, p=vec.p, shift=vec.shift, span=vec.span, covered=True)

@@ -80,6 +80,7 @@ class Setup:
     independent: bool
     conf: lp.Confidence
     diagnostic: frozenset
+    tree_noise: str = "fresh"  # LinUCB-JDP: the tree's fresh nodes, or the authors' reused draws
 
     @property
     def width(self) -> int:
@@ -113,11 +114,11 @@ class Setup:
 
     def event(self) -> PrivacyEvent:
         return lp.batch_event(self.kind, self.preset, self.budget, self.batch, self.feature_norm, self.sigma,
-                              self.vec, self.vec_scale, self.d)
+                              self.vec, self.vec_scale, self.d, self.tree_noise)
 
     def describe(self) -> dict:
         out = lp.describe(self.kind, self.preset, self.epsilon, self.delta, self.budget, self.batch,
-                          self.feature_norm, self.sigma, self.vec, self.vec_scale, self.horizon)
+                          self.feature_norm, self.sigma, self.vec, self.vec_scale, self.horizon, self.tree_noise)
         out = {**out, "lambda": self.conf.lam, "eigenvalue_floor": self.conf.floor}
         if self.vec is not None:  # Alg. 5/6's one-bit messages against the count encoding
             out["communication"] = lp.vec_bits(self.vec, self.d)
@@ -144,7 +145,8 @@ def setup(public: dict) -> Setup:
     conf = lp.confidence(preset, kind, sigma_total, T, B, d, norm,
                          lp.paper_code_noise(kind, budget.epsilon, budget.delta, B, T, d), a["alpha"])
     return Setup(kind, preset, B, T, d, eps, delta, budget, norm, entry, sigma, vec, a["vec_scale"],
-                 a["independent_permutations"], conf, frozenset(int(m) for m in public["diagnostic"]))
+                 a["independent_permutations"], conf, frozenset(int(m) for m in public["diagnostic"]),
+                 a.get("tree_noise", "fresh"))
 
 
 class LinearServer:
@@ -167,7 +169,10 @@ class LinearServer:
         self._diagnostics: dict[int, list[dict]] = {}  # a block plan's round → its rounds.csv batches
         self.look: LookAhead | None = None
         self.tree = None
-        if s.kind == "linucb-jdp":
+        if s.kind == "linucb-jdp" and s.tree_noise == "authors-reused":
+            width = slb.n_entries(d)
+            self.tree = slb.ReusedTreeNoise(s.sigma, (self.runs, width), slb.reused_noise(keys, s.sigma, width))
+        elif s.kind == "linucb-jdp":
             width = slb.n_entries(d)
             self.tree = slb.TreeAggregator(s.sigma, (self.runs, width))
             self.tree_noise = slb.StackedStreams([slb.tree_noise(k, s.sigma, width) for k in keys])
@@ -213,7 +218,7 @@ class LinearServer:
             arms = self.oracle(m, 1)[0].shape[1]  # K (public: the experiment file says it)
             self._block_users = max(64, min(LOOK_AHEAD_USERS, LOOK_AHEAD_CELLS // (self.runs * arms)))
         end = min(self.s.horizon // self.s.batch, m + max(1, self._block_users // self.s.batch))
-        if self.tree is not None:
+        if isinstance(self.tree, slb.TreeAggregator):
             nxt = (1 << (m + 1).bit_length()) - 1  # the smallest 2^j − 1 above m
             end = min(end, nxt)
         return end
@@ -250,7 +255,8 @@ class LinearServer:
             self.look = LookAhead(s.kind, arms, B)
         if s.kind in BATCH_AHEAD and not self.look.exact(noise):
             return None
-        tree_noise = None if self.tree is None else self.tree_noise.rows(m, n)[:, :, 0]
+        fresh = isinstance(self.tree, slb.TreeAggregator)
+        tree_noise = self.tree_noise.rows(m, n)[:, :, 0] if fresh else None
         betas = self._betas(self.learner.t, n)
         saved = self._state()
         chosen, values, lane, diag, check = self.look.decide(self.learner, rewards, noise, betas, self.tree,
@@ -337,8 +343,9 @@ class LinearServer:
             self.learner.update_rank_one(values[:, 0, :d], values[:, 0, d])
         else:
             if self.tree is not None:  # central: the trusted analyzer adds tree noise to prefix sums
-                lane = f"level-{self.tree.level()}"
-                estimate = self.tree.step(estimate, self.tree_noise.for_batch(m)[:, 0])
+                lane = self.tree.lane()
+                fresh = self.tree_noise.for_batch(m)[:, 0] if isinstance(self.tree, slb.TreeAggregator) else None
+                estimate = self.tree.step(estimate, fresh)
             u_inc, v_inc = slb.split_entries(estimate, d)
             self.learner.update(u_inc, v_inc, n)
             if body is not None and m in s.diagnostic:
