@@ -59,14 +59,19 @@ def _rows(result):
     ("LinUCB-SDP-Amp", 3010, 1.0, 2, 1, "paper-code", 5),  # B = 20; a trailing partial batch
     ("LinUCB-SDP-Amp", 2000, 0.2, 3, 3, "paper-code", 5),
     ("LinUCB-SDP-Amp", 1500, 1.0, 4, 2, "theory", 10),
+    ("LinUCB-SDP-Vec", 3010, 1.0, 2, 1, "paper-code", 5),  # per-label totals of each batch, a trailing partial batch
+    ("LinUCB-SDP-Vec", 2000, 0.2, 3, 3, "paper-code", 5),
+    ("LinUCB-SDP-Vec", 1500, 1.0, 4, 2, "theory", 3),
+    ("LinUCB-SDP-Vec", 1500, 1.0, 5, 2, "exact", 3),  # fair noise bits
 ])
 def test_look_ahead_equals_one_user_per_plan(label, horizon, epsilon, seed, runs, preset, dim):
-    """LinUCB, JDP and LDP (B = 1) and SDP-Amp (B = 20, its batches shuffled one by one inside a
-    block's round) decided a block at a time, against one plan per batch."""
+    """LinUCB, JDP and LDP (B = 1), SDP-Amp (B = 20, its batches shuffled one by one inside a
+    block's round) and SDP-Vec (B = 20, each batch's totals released on their own) decided a block
+    at a time, against one plan per batch."""
     config = _config(label, horizon, epsilon, seed, runs, preset, dim)
     fast, fast_plans = _run(config, label, oracle=True)
     ref, ref_plans = _run(config, label, oracle=False)
-    batch = 20 if label == "LinUCB-SDP-Amp" else 1
+    batch = 20 if label.startswith("LinUCB-SDP") else 1
     assert len(ref_plans) == -(-horizon // batch) and len(fast_plans) < len(ref_plans) / 4  # the look-ahead served
     assert any("arms" in p.body for p in fast_plans) and not any("arms" in p.body for p in ref_plans)
     np.testing.assert_array_equal(fast.pseudo, ref.pseudo)
@@ -100,10 +105,11 @@ def test_sdp_amp_blocks_clip_as_batches_do(monkeypatch):
         np.testing.assert_array_equal(getattr(fast.final, field), getattr(ref.final, field), err_msg=field)
 
 
-def test_sdp_amp_block_checks_each_batch_sum(monkeypatch):
+@pytest.mark.parametrize("label", ["LinUCB-SDP-Amp", "LinUCB-SDP-Vec"])
+def test_sdp_block_checks_each_batch_sum(monkeypatch, label):
     """Two users of different batches swap reports: every report is still in the block's release,
-    but two batches' sums changed, which the analyzer refuses."""
-    config = _config("LinUCB-SDP-Amp", 600, 1.0, 2, 1)
+    but two batches' sums (SDP-Vec: per-label totals) changed, which the analyzer refuses."""
+    config = _config(label, 600, 1.0, 2, 1)
     original = linear_parties.LinearUsers._act_block
 
     def swapped(self, plan, block, first, size, stay):
@@ -114,7 +120,35 @@ def test_sdp_amp_block_checks_each_batch_sum(monkeypatch):
 
     monkeypatch.setattr(linear_parties.LinearUsers, "_act_block", swapped)
     with pytest.raises(ProtocolError, match="look-ahead-mismatch"):
-        _run(config, "LinUCB-SDP-Amp", oracle=True)
+        _run(config, label, oracle=True)
+
+
+def test_segmented_sum_releases_each_batch_total():
+    """A ``sum`` round with ``segment``: one total per segment, the shape the analyzer checks; a
+    modular or float sum cannot be segmented."""
+    from privbandit.protocol.spine.events import Round
+    from privbandit.protocol.spine.parties import check_release
+    from privbandit.protocol.spine.events import Release
+
+    from privbandit.protocol.spine.events import Join, Plan, Reports
+    from privbandit.protocol.spine.intermediary import Intermediary
+
+    rnd = Round(0, "shuffler", "sum", expected=6, width=2, integer=True, low=0, high=5, segment=3)
+    box = Intermediary("shuffler", shuffle_keys=[5])
+    box.open_plan(Plan(0, 100, 6, {}, (rnd,), (Join(0, 100, 6, 6),)))
+    sent = np.array([[[0, 1], [1, 1], [2, 1], [3, 0], [4, 0], [5, 5]]])
+    assert box.receive(Reports(0, 0, np.arange(100, 106), sent)) == 6
+    out = box.release(0)
+    np.testing.assert_array_equal(out.values, [[[3, 3], [12, 5]]])
+    check_release(rnd, out, 1)
+    check_release(rnd, Release(0, 6, np.array([[[1, 2], [15, 0]]])), 1)
+    with pytest.raises(ProtocolError, match="wrong-shape"):
+        check_release(rnd, Release(0, 6, np.array([[16, 2]])), 1)
+    with pytest.raises(ProtocolError, match="out-of-range"):  # a segment's total above 3 · 5
+        check_release(rnd, Release(0, 6, np.array([[[1, 2], [16, 0]]])), 1)
+    for bad in ({"m": 7}, {"integer": False}):
+        with pytest.raises(ValueError, match="segment"):
+            Round(0, "shuffler", "sum", expected=6, width=2, segment=3, **{"integer": True, **bad})
 
 
 def test_look_ahead_is_for_one_user_batches_of_independent_releases():

@@ -14,7 +14,8 @@ products sum in an order that depends on the CPU OpenBLAS picks its kernel for).
   factor of V_m, if V_m − floor·I has one; a run without it is left for the caller's eigenvalue
   clipping (:meth:`~.learners.BatchedLinUCB.clip`, rare: numpy's ``eigh``).
 - :func:`look_ahead`: the one-user batches of LinUCB, JDP and LDP, user after user, and
-  :func:`batch_ahead`: LinUCB-SDP-Amp's batches, batch after batch (see :mod:`.lookahead`).
+  :func:`batch_ahead`: LinUCB-SDP-Amp's batches, batch after batch, and :func:`vec_ahead`: LinUCB-SDP-Vec's
+  (see :mod:`.lookahead`).
 
 The kernels compile on first use (a few seconds) and are cached beside this file (numba's
 ``cache=True``; ``NUMBA_CACHE_DIR`` moves the cache where the package directory is read-only).
@@ -281,6 +282,45 @@ def batch_ahead(start, end, batch, scores, rewards, betas, u, V, v_inv, theta, t
             for e in range(width):
                 estimates[r, j, e] = acc[e]
             if not _learn_entries(u[r], V[r], v_inv[r], theta[r], acc, mirror, floor, u_inc, v_inc, low, work):
+                pending[r] = True
+                stop = True
+        if stop:
+            return j
+    return end
+
+
+@njit(cache=True, nogil=True)
+def vec_ahead(start, end, batch, scores, rewards, betas, u, V, v_inv, theta, floors, fracs, uniforms, ones, centre,
+              scale, shift, mirror, floor, chosen, totals, estimates, pending):
+    """Batches start … end − 1 of LinUCB-SDP-Vec's look-ahead, batch after batch: each run's arm for
+    the batch (line 4), its users' counts (Algorithm 5, :meth:`~.mechanisms.BitSumRandomizer.apply`:
+    ⌊w⌋ from ``floors[r, a, y]``, + 1 where the user's uniform is below the fraction ``fracs[r, a, y]``,
+    + her noise bits' count ``ones``), their per-label total (Algorithm 6, int64, exact in any order)
+    into ``totals`` (R, n, D), its decoding (Algorithm 7, :meth:`~.mechanisms.BitSumAnalyzer.analyze`:
+    ``scale·(total − centre) − shift``, centre = p·b·B and shift = B·Δ as the analyzer computes them)
+    into ``estimates``, then lines 13–15; returns as :func:`batch_ahead`."""
+    n_runs, d, width = rewards.shape[0], u.shape[1], floors.shape[3]
+    mean, quad = np.empty(scores.shape[2]), np.empty(scores.shape[2])
+    u_inc, low, work, v_inc = np.empty(d), np.empty((d, d)), np.empty((d, d)), np.empty((d, d))
+    acc = np.empty(width, dtype=np.int64)
+    est = np.empty(width)
+    for j in range(start, end):
+        stop = False
+        for r in range(n_runs):
+            a = _argmax(scores[r], theta[r], v_inv[r], betas[j], mean, quad)
+            chosen[r, j] = a
+            for e in range(width):
+                acc[e] = 0
+            for b in range(batch):
+                i = j * batch + b
+                y = 1 if rewards[r, i, a] else 0
+                for e in range(width):
+                    acc[e] += floors[r, a, y, e] + (1 if uniforms[r, i, e] < fracs[r, a, y, e] else 0) + ones[r, i, e]
+            for e in range(width):
+                totals[r, j, e] = acc[e]
+                est[e] = scale * (float(acc[e]) - centre) - shift
+                estimates[r, j, e] = est[e]
+            if not _learn_entries(u[r], V[r], v_inv[r], theta[r], est, mirror, floor, u_inc, v_inc, low, work):
                 pending[r] = True
                 stop = True
         if stop:

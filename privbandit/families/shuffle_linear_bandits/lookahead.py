@@ -1,6 +1,6 @@
 """The in-process look-ahead: Algorithm 1's loop, lines 4–16, for a block of batches in one compiled
 loop, exactly as one plan per batch. For the one-user-batch learners (LinUCB, LinUCB-JDP,
-LinUCB-LDP; B = 1) and for LinUCB-SDP-Amp (any B).
+LinUCB-LDP; B = 1) and for LinUCB-SDP-Amp and LinUCB-SDP-Vec (any B).
 
 With B = 1 every user's arm depends on the previous user's report, and with any B every batch's arm
 on the previous batch's release, so no two batches can be decided together; what a plan per batch
@@ -9,10 +9,13 @@ block, the observer's truth) is the cost of a round. In-process the analyzer may
 into what the users would report (the users' ``oracle``: their reward from every arm and their
 randomizer's draws) and step the learner itself. SDP-Amp's block is one round whose shuffle permutes
 each batch on its own (``Round.segment``), so the analyzer receives what one round per batch gives,
-and checks each batch's sum.
+and checks each batch's sum. SDP-Vec's block is one round whose ``sum`` releases each batch's
+per-label totals on their own (``Round.segment``): what one round per batch gives the analyzer, and
+no more.
 
 "Exactly" is bit for bit: the loop is :func:`.kernels.look_ahead` (B = 1) or
-:func:`.kernels.batch_ahead` (SDP-Amp), which call the kernels :class:`~.learners.BatchedLinUCB` and
+:func:`.kernels.batch_ahead` (SDP-Amp) or :func:`.kernels.vec_ahead` (SDP-Vec: the users' counts
+from per-arm tables of ⌊w⌋ and w − ⌊w⌋, their integer totals, Algorithm 7's decoding), which call the kernels :class:`~.learners.BatchedLinUCB` and
 the users' arm choice call for a release of their own (the tests and the reference runs hold the two
 drivers equal). What changes is only the way there:
 
@@ -45,7 +48,7 @@ class LookAhead:
     """One task's look-ahead: the per-arm tables of its runs' fixed arms (R, K, d); ``batch`` users
     per batch (1, or LinUCB-SDP-Amp's B)."""
 
-    def __init__(self, kind: str, arms: np.ndarray, batch: int = 1):
+    def __init__(self, kind: str, arms: np.ndarray, batch: int = 1, vec: slb.VecParams | None = None):
         self.kind = kind
         self.batch = batch
         self.arms = np.ascontiguousarray(arms, dtype=np.float64)
@@ -65,10 +68,18 @@ class LookAhead:
         self.mirror = slb.mirror_indices(d)  # entries index of V[i, j]
         self.largest_entry = float(np.abs(self.entries).max())
         self._none = (np.zeros((1, 1, 2, 1)), np.zeros((1, 1, 1)))  # the unused table and draws
+        if vec is not None:  # P_Vec: each user's scaled entries w = (entry + Δ)/(span/g), as R_Vec scales them
+            scaled = (slb.user_entries(x, ys) + vec.shift) / vec.scale
+            low = np.floor(scaled)
+            self.floors, self.fracs = low.astype(np.int64), scaled - low
+            # Algorithm 7 on a full batch of B users, with the analyzer's own expressions
+            self.centre, self.shift, self.scale = vec.p * vec.b * batch, batch * vec.shift, vec.scale
 
-    def exact(self, noise: np.ndarray) -> bool:
+    def exact(self, noise) -> bool:
         """Are all of SDP-Amp's batch sums of these draws' reports exact in float64 (every partial
-        sum of B grid values below 2³³ in magnitude)?"""
+        sum of B grid values below 2³³ in magnitude)? SDP-Vec's are integers: always."""
+        if self.kind == "linucb-sdp-vec":
+            return True
         return self.batch * (self.largest_entry + np.abs(noise).max()) < 2.0 ** 33
 
     def decide(self, learner, rewards: np.ndarray, noise: np.ndarray | None, betas: np.ndarray, tree=None,
@@ -95,13 +106,21 @@ class LookAhead:
         elif kind in ("linucb-ldp", "linucb-sdp-amp"):
             table, draws = self.entries, np.ascontiguousarray(noise)
             values = np.empty((r, n * self.batch, self.entries.shape[-1]))
-        if kind == "linucb-sdp-amp":
+        if kind in ("linucb-sdp-amp", "linucb-sdp-vec"):
             estimates = np.empty((r, n, self.entries.shape[-1]))
+        totals = None
+        if kind == "linucb-sdp-vec":  # the shuffler's per-label totals, what the release must show
+            totals = np.empty((r, n, self.entries.shape[-1]), dtype=np.int64)
+            uniforms, ones = (np.ascontiguousarray(part) for part in noise)
         pending = np.zeros(r, dtype=np.bool_)
         rewards = np.ascontiguousarray(rewards)
         betas = np.ascontiguousarray(betas, dtype=np.float64)
 
         def step(i: int, end: int) -> int:
+            if totals is not None:
+                return kernels.vec_ahead(i, end, self.batch, self.scores, rewards, betas, L.u, L.V, L.v_inv, L.theta,
+                                         self.floors, self.fracs, uniforms, ones, self.centre, self.scale, self.shift,
+                                         self.mirror, L.floor, chosen, totals, estimates, pending)
             if estimates is not None:
                 return kernels.batch_ahead(i, end, self.batch, self.scores, rewards, betas, L.u, L.V, L.v_inv,
                                            L.theta, table, draws, self.mirror, L.floor, chosen, values, estimates,
@@ -141,7 +160,8 @@ class LookAhead:
         L.beta = L.beta_fn(L.t)
         if kind in ("linucb", "linucb-jdp"):
             values = self.raw[rows[:, None], chosen, ys]
-        return chosen, values, lane, diagnostics, values if estimates is None else estimates
+        check = totals if totals is not None else values if estimates is None else estimates
+        return chosen, values, lane, diagnostics, check
 
 
 def tree_changes(tree, fresh: np.ndarray) -> np.ndarray:

@@ -494,26 +494,41 @@ class StackedStreams:
             self.block, self.noise = k, _stack(draws)
         return _row(self.noise, m - k * self.per_block, axis=1)
 
-    def rows(self, m: int, n: int) -> np.ndarray:
+    def rows(self, m: int, n: int):
         """Batches m … m + n − 1's draws, (R, n, B, D): the rows :meth:`for_batch` gives them, one
-        block at a time (a plain array of draws only: the Gaussian randomizer's, the tree's). The
-        last answer is kept: a look-ahead's users ask again for (part of) what its oracle asked."""
+        block at a time (an array of draws, or P_Vec's tuple (uniforms, noise-bit counts) of them).
+        The last answer is kept: a look-ahead's users ask again for (part of) what its oracle asked."""
         last = self._last
-        if last is not None and last[0] <= m and m + n <= last[0] + last[1].shape[1]:
-            return last[1][:, m - last[0]:m - last[0] + n]
+        if last is not None and last[0] <= m and m + n <= last[0] + _first(last[1]).shape[1]:
+            return _cols(last[1], m - last[0], m - last[0] + n)
         self._last = (m, self._rows(m, n))
         return self._last[1]
 
-    def _rows(self, m: int, n: int) -> np.ndarray:
+    def _rows(self, m: int, n: int):
         parts = []
         while n > 0:
             k, off = divmod(m, self.per_block)
             take = min(n, self.per_block - off)
             if k != self.block:
                 self.block, self.noise = k, _stack([s.for_block(k) for s in self.runs])
-            parts.append(self.noise[:, off:off + take])
+            parts.append(_cols(self.noise, off, off + take))
             m, n = m + take, n - take
-        return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
+        if len(parts) == 1:
+            return parts[0]
+        if isinstance(parts[0], tuple):
+            return tuple(np.concatenate(p, axis=1) for p in zip(*parts))
+        return np.concatenate(parts, axis=1)
+
+
+def _first(noise) -> np.ndarray:
+    return noise[0] if isinstance(noise, tuple) else noise
+
+
+def _cols(noise, lo: int, hi: int):
+    """Rows lo … hi − 1 (axis 1) of stacked draws: an array or a tuple of arrays."""
+    if isinstance(noise, tuple):
+        return tuple(part[:, lo:hi] for part in noise)
+    return noise[:, lo:hi]
 
 
 def _stack(draws: list):

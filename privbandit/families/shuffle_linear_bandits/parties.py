@@ -55,7 +55,8 @@ from privbandit.protocol.spine.observer import checkpoints_in
 
 RAW = ("linucb", "linucb-jdp")  # raw (φ, y) to a trusted analyzer
 LOOK_AHEAD = ("linucb", "linucb-jdp", "linucb-ldp")  # one user per batch: decided a block at a time in-process
-BATCH_AHEAD = ("linucb-sdp-amp",)  # batches of any size: decided a block of batches at a time in-process
+# batches of any size: decided a block of batches at a time in-process
+BATCH_AHEAD = ("linucb-sdp-amp", "linucb-sdp-vec")
 LOOK_AHEAD_USERS = 4096  # users one look-ahead block decides at most
 LOOK_AHEAD_CELLS = 1 << 22  # and at most this many (run, user, arm) rewards looked at (bytes)
 
@@ -252,7 +253,7 @@ class LinearServer:
             return None
         arms, rewards, noise, fits = self.oracle(m, n)
         if self.look is None:
-            self.look = LookAhead(s.kind, arms, B)
+            self.look = LookAhead(s.kind, arms, B, s.vec)
         if s.kind in BATCH_AHEAD and not self.look.exact(noise):
             return None
         fresh = isinstance(self.tree, slb.TreeAggregator)
@@ -303,7 +304,7 @@ class LinearServer:
     def on_release(self, rnd: Round, release: Release) -> tuple[dict, Spend]:
         if rnd.id in self.expected:
             shown = release.values
-            if rnd.segment is not None:  # each batch's sum (exact: grid values, bounded), as _learn decodes it
+            if rnd.segment is not None and rnd.rule == "shuffle":  # each batch's sum (exact: grid values, bounded)
                 shown = shown.reshape(self.runs, -1, rnd.segment, shown.shape[-1]).sum(axis=2)
             if rnd.id != self.open or not np.array_equal(shown, self.expected[rnd.id]):
                 raise ProtocolError("look-ahead-mismatch", f"block {rnd.id}: the users' reports are not those "
@@ -396,7 +397,7 @@ class LinearUsers:
         noise = None
         if self.noise is not None:
             rows = self.noise.rows(m, n)
-            noise = rows.reshape(rows.shape[0], n * B, rows.shape[-1])
+            noise = _users(rows, n * B)
         return self.arms, rewards, noise, lambda arms: self.fits(m, arms)
 
     def _running(self, m: int, arms: np.ndarray, u: np.ndarray | None = None):
@@ -463,10 +464,10 @@ class LinearUsers:
         y = (u < self.means[rows, a_user]).astype(np.float64)
         if self.s.kind in RAW:
             values = np.concatenate([self.arms[rows, a_user], y[..., None]], axis=-1)
+        elif self.s.kind == "linucb-sdp-vec":  # R_Vec's counts, each user's entries looked up
+            values = self.randomizer.apply(self.entries[rows, a_user, y.astype(np.intp)], _users(self.noise.rows(m, n), size))
         else:  # the Gaussian randomizer's to_grid(entries) + noise, the rounded entries looked up
-            noise = self.noise.rows(m, n)
-            noise = noise.reshape(noise.shape[0], size, noise.shape[-1])
-            values = self.gridded[rows, a_user, y.astype(np.intp)] + noise
+            values = self.gridded[rows, a_user, y.astype(np.intp)] + _users(self.noise.rows(m, n), size)
         offsets = np.arange(size) if stay is None else np.flatnonzero(stay)
         # One batch per plan, the observer would add the batches' regrets one at a time: these
         # running sums, and a block total and checkpoint values that reproduce them exactly from its own.
@@ -548,6 +549,13 @@ def exact_step(before: np.ndarray, target: np.ndarray) -> np.ndarray:
     if not found.all():
         raise ArithmeticError("no exact step between running regret sums")
     return x
+
+
+def _users(rows, users: int):
+    """Draws (R, n, B, D) of n batches as (R, n·B, D): an array or P_Vec's tuple of arrays."""
+    if isinstance(rows, tuple):
+        return tuple(part.reshape(part.shape[0], users, part.shape[-1]) for part in rows)
+    return rows.reshape(rows.shape[0], users, rows.shape[-1])
 
 
 def users_part(noise, lo: int, hi: int):

@@ -57,7 +57,9 @@ class Round:
     ``decode`` (with ``m``, rule ``argmax``): the interval ``[lo, hi]`` whose representatives of the
     sums mod m are compared. ``segment`` (rule ``shuffle``, complete rounds only): every
     consecutive ``segment`` reports are permuted among themselves and released in place, as that many
-    separate shuffles would be (an in-process look-ahead block of P_Amp's batches). ``messages``
+    separate shuffles would be (an in-process look-ahead block of P_Amp's batches); (rule ``sum``,
+    integer, no modulus or secure aggregation): every consecutive ``segment`` reports are summed on
+    their own, released as (R, expected/segment, width), as that many sums would be (P_Vec's block). ``messages``
     (rule ``shuffle``): each of a report's ``width`` entries is a message of its own (a user's
     split-and-mix shares, :mod:`~privbandit.protocol.primitives.shuffle_sum`): the release is the
     multiset of all n·width entries of the n reports, uniformly permuted together, shape
@@ -107,10 +109,11 @@ class Round:
                 raise ValueError(f"round {self.id}: secagg_threshold {self.secagg_threshold} must lie in [1, {k + 1}]")
         if (self.rule == "argmax") != (self.decode is not None) or (self.rule == "argmax" and self.m is None):
             raise ValueError(f"round {self.id}: an argmax reads modular sums in a decode interval, and only it does")
-        if self.segment is not None and (self.rule != "shuffle" or self.threshold is not None or self.segment < 1
-                                         or self.expected % self.segment):
-            raise ValueError(f"round {self.id}: segment {self.segment} needs a complete shuffle whose expected "
-                             f"{self.expected} it divides")
+        plain_sum = self.rule == "sum" and self.integer and self.m is None and self.secagg is None
+        if self.segment is not None and ((self.rule != "shuffle" and not plain_sum) or self.threshold is not None
+                                         or self.segment < 1 or self.expected % self.segment):
+            raise ValueError(f"round {self.id}: segment {self.segment} needs a complete shuffle or integer sum "
+                             f"(no modulus) whose expected {self.expected} it divides")
         if self.messages and (self.rule != "shuffle" or self.groups or self.segment is not None):
             raise ValueError(f"round {self.id}: messages (each entry a message of its own) is a shuffle's, without "
                              f"groups or segments")
@@ -178,9 +181,9 @@ class Reports:
 
 @dataclass(frozen=True)
 class Release:
-    """Intermediary → analyzer. ``values``: (R, width) for a sum; (R, n, width) for a shuffle or a
-    pass (with ``user_ids``, attributable, for a pass only); (R, n·width, 1) for a shuffle of
-    ``messages``."""
+    """Intermediary → analyzer. ``values``: (R, width) for a sum ((R, expected/segment, width) for a
+    segmented one); (R, n, width) for a shuffle or a pass (with ``user_ids``, attributable, for a
+    pass only); (R, n·width, 1) for a shuffle of ``messages``."""
 
     round_id: int
     n_reports: int

@@ -41,7 +41,7 @@ def summed(rnd: Round) -> bool:
     records are added as they are admitted, and neither kept nor sorted. At T = 10⁸ a round holds
     2²⁵ reports: keeping them (values and slots, 512 MiB) and gathering them into one array at the
     release cost the aggregator more than checking their MACs, and sorting them 16 % of its time."""
-    return rnd.rule in ("sum", "argmax") and rnd.integer and rnd.secagg is None
+    return rnd.rule in ("sum", "argmax") and rnd.integer and rnd.secagg is None and rnd.segment is None
 
 
 def add_sums(total: np.ndarray | None, values: np.ndarray, m: int | None) -> np.ndarray:
@@ -442,6 +442,8 @@ class Intermediary:
         round's from its parts' running sums, a float round's over ``values`` (slot order)."""
         if rnd.secagg is not None:
             return self._secure_sum(rnd, parts)
+        if rnd.segment is not None:  # each segment's own sum (integers: exact), (R, segments, width)
+            return values.reshape(self.runs, -1, rnd.segment, rnd.width).sum(axis=2)
         if summed(rnd):
             total = np.zeros((self.runs, rnd.width), np.int64)
             for p in parts:

@@ -37,8 +37,11 @@ def check_release(rnd: Round, release: Release, runs: int) -> None:
             raise ProtocolError("bad-release", f"round {rnd.id}: an argmax is one index in 0..{rnd.width - 1} per run")
         return
     if rnd.rule == "sum":
-        if v.shape != (runs, rnd.width):
-            raise ProtocolError("wrong-shape", f"round {rnd.id}: a sum of shape {v.shape}, not {(runs, rnd.width)}")
+        want = (runs, rnd.width) if rnd.segment is None else (runs, rnd.expected // rnd.segment, rnd.width)
+        if v.shape != want:
+            raise ProtocolError("wrong-shape", f"round {rnd.id}: a sum of shape {v.shape}, not {want}")
+        if rnd.segment is not None:
+            n = rnd.segment  # each segment's sum: a complete segment's reports (segments need complete rounds)
         if rnd.m is not None:
             if v.dtype.kind not in "iu" or v.min() < 0 or v.max() >= rnd.m:
                 raise ProtocolError("out-of-range", f"round {rnd.id}: a sum outside Z_{rnd.m}")
