@@ -84,6 +84,9 @@ def test_ledger_names_the_leak():
     mech = FAMILY.setup(reused, "LinUCB-JDP").describe()
     assert mech["tree_noise"] == "authors-reused" and any("raw sum" in w for w in mech["warnings"])
     assert FAMILY.audit_targets(reused, "LinUCB-JDP") == []  # no claim to audit
+    calibrated = FAMILY.load({**reused.model_dump(), "calibrate": True}, "<test>")
+    with pytest.raises(Exception, match="none proven"):  # no ε buys a guarantee: calibration refuses
+        FAMILY.algorithm(calibrated, "LinUCB-JDP")
 
 
 def test_tree_noise_is_for_jdp_only():

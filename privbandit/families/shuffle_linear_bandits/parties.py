@@ -23,10 +23,11 @@ LinUCB-SDP-Amp     shuffler    shuffle   Gaussian-noised entries, S1 and S2 perm
 LinUCB-SDP-Vec     shuffler    sum       per-label bit counts; only the totals leave the shuffler
 =================  ==========  ========  ===========================================================
 
-In-process, the one-user-batch learners (LinUCB, JDP, LDP with B = 1) and SDP-Amp look ahead
-through the users' ``oracle`` and decide a block of batches in one compiled loop (:mod:`.lookahead`),
-one plan and one round per block (pass-through; SDP-Amp's a shuffle of each batch on its own), bit
-for bit the run one plan per batch makes (which is what they do over MQTT).
+In-process, the one-user-batch learners (LinUCB, JDP, LDP with B = 1), SDP-Amp and SDP-Vec look
+ahead through the users' ``oracle`` and decide a block of batches in one compiled loop
+(:mod:`.lookahead`), one plan and one round per block (pass-through; SDP-Amp's a shuffle of each
+batch on its own, SDP-Vec's a sum of each batch's counts on their own), bit for bit the run one plan
+per batch makes (which is what they do over MQTT).
 
 Everything carries the runs axis first: the in-process engine steps all runs of an algorithm at
 once (their batches line up), over MQTT one task is one run, and a run's numbers never depend on
@@ -239,10 +240,10 @@ class LinearServer:
         calls, in the same order, on what the users would report, which the users' ``oracle`` shows
         ahead (their reward from every arm, their randomizer's draws; the trusted analyzer of
         LinUCB/JDP receives the raw data anyway, LDP's the noised reports, attributably, and
-        SDP-Amp's each batch's sum, which its shuffled release keeps). One plan gives the users
-        their arms; its one round collects their reports, which :meth:`on_release` checks against
-        those looked at: a pass-through round, or SDP-Amp's shuffle of each batch on its own
-        (``segment``). Batches with a rounds.csv row inside the block leave their estimate and
+        SDP-Amp's each batch's sum, which its shuffled release keeps, SDP-Vec's each batch's label
+        totals, its release). One plan gives the users their arms; its one round collects their
+        reports, which :meth:`on_release` checks against those looked at: a pass-through round, or
+        SDP-Amp's shuffle / SDP-Vec's sum of each batch on its own (``segment``). Batches with a rounds.csv row inside the block leave their estimate and
         model in the release's body, as their own releases would. None: no block (only a trailing
         partial batch is left, or SDP-Amp's sums would not be exact)."""
         s = self.s
