@@ -68,7 +68,9 @@ def test_every_algorithm_over_mqtt_equals_the_inproc_run(tmp_path):
     """``privbandit run FILE --transport mqtt``, as a user runs it (the embedded broker, every role on
     its own account under the generated ACLs), against the in-process run (``privbandit run FILE``'s
     :func:`~privbandit.runner.run_file`, runs stacked): the same bytes."""
-    path = _experiment(tmp_path)
+    # and JDP with the authors' reused draws (issue #31 item 2): the analyzer's own draws, over MQTT too
+    path = _experiment(tmp_path, extra=PER_ROUND + '[algorithms.JDP-reused]\nalgorithm = "linucb-jdp"\n'
+                                                    'tree_noise = "authors-reused"\n')
     family, config = experiment_files.load(path)
     assert family.intermediaries(config) == ["aggregator", "shuffler"]
     run_file(path, out=tmp_path / "inproc")
@@ -78,7 +80,7 @@ def test_every_algorithm_over_mqtt_equals_the_inproc_run(tmp_path):
     b = assert_same_bytes(tmp_path / "inproc", tmp_path / "mqtt")
     guarantees = {label: p["guarantee"] for label, p in b["privacy"].items()}
     assert guarantees == {"LinUCB-SDP-Vec": "none proven", "LinUCB-SDP-Amp": "proven", "LinUCB": "non-private",
-                          "LinUCB-JDP": "proven", "LinUCB-LDP": "proven"}
+                          "LinUCB-JDP": "proven", "LinUCB-LDP": "proven", "JDP-reused": "none proven"}
     for label in b["algorithms"]:
         comm = b["communication"][label]
         assert comm["roles"]["analyzer"].get("payload.received.report", 0) == 0  # never sees a report
