@@ -15,9 +15,10 @@ no more.
 
 "Exactly" is bit for bit: the loop is :func:`.kernels.look_ahead` (B = 1) or
 :func:`.kernels.batch_ahead` (SDP-Amp) or :func:`.kernels.vec_ahead` (SDP-Vec: the users' counts
-from per-arm tables of ⌊w⌋ and w − ⌊w⌋, their integer totals, Algorithm 7's decoding), which call the kernels :class:`~.learners.BatchedLinUCB` and
-the users' arm choice call for a release of their own (the tests and the reference runs hold the two
-drivers equal). What changes is only the way there:
+from per-arm tables of ⌊w⌋ and w − ⌊w⌋, their integer totals, Algorithm 7's decoding), which call
+the kernels :class:`~.learners.BatchedLinUCB` and the users' arm choice call for a release of their
+own (the tests and the reference runs hold the two drivers equal). What changes is only the way
+there:
 
 - a user's report and its entries are looked up in tables built once per arm and reward (x·y,
   [φy, upper(φφᵀ)] are elementwise products: the same bits whenever they are computed);
@@ -46,7 +47,7 @@ from privbandit.protocol.primitives.noise.grid_gaussian import to_grid
 
 class LookAhead:
     """One task's look-ahead: the per-arm tables of its runs' fixed arms (R, K, d); ``batch`` users
-    per batch (1, or LinUCB-SDP-Amp's B)."""
+    per batch (1, or LinUCB-SDP-Amp's or -Vec's B); ``vec``: P_Vec's parameters (SDP-Vec)."""
 
     def __init__(self, kind: str, arms: np.ndarray, batch: int = 1, vec: slb.VecParams | None = None):
         self.kind = kind

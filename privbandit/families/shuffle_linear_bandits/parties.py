@@ -243,8 +243,9 @@ class LinearServer:
         SDP-Amp's each batch's sum, which its shuffled release keeps, SDP-Vec's each batch's label
         totals, its release). One plan gives the users their arms; its one round collects their
         reports, which :meth:`on_release` checks against those looked at: a pass-through round, or
-        SDP-Amp's shuffle / SDP-Vec's sum of each batch on its own (``segment``). Batches with a rounds.csv row inside the block leave their estimate and
-        model in the release's body, as their own releases would. None: no block (only a trailing
+        SDP-Amp's shuffle / SDP-Vec's sum of each batch on its own (``segment``). Batches with a
+        rounds.csv row inside the block leave their estimate and model in the release's body, as
+        their own releases would. None: no block (only a trailing
         partial batch is left, or SDP-Amp's sums would not be exact)."""
         s = self.s
         B = s.batch
@@ -466,7 +467,8 @@ class LinearUsers:
         if self.s.kind in RAW:
             values = np.concatenate([self.arms[rows, a_user], y[..., None]], axis=-1)
         elif self.s.kind == "linucb-sdp-vec":  # R_Vec's counts, each user's entries looked up
-            values = self.randomizer.apply(self.entries[rows, a_user, y.astype(np.intp)], _users(self.noise.rows(m, n), size))
+            noise = _users(self.noise.rows(m, n), size)
+            values = self.randomizer.apply(self.entries[rows, a_user, y.astype(np.intp)], noise)
         else:  # the Gaussian randomizer's to_grid(entries) + noise, the rounded entries looked up
             values = self.gridded[rows, a_user, y.astype(np.intp)] + _users(self.noise.rows(m, n), size)
         offsets = np.arange(size) if stay is None else np.flatnonzero(stay)
