@@ -385,14 +385,13 @@ class ReusedTreeNoise:
         count c → c + 1 adds the draws k(c) … k(c + 1) − 1 (k = :func:`reused_draws`, k(0) = 0), in
         that order, to zeros; 0.0 where none is added (the same numbers one :meth:`step` at a time)."""
         out = np.zeros((self.shape[0], n) + tuple(self.shape[1:]))
-        before = 0 if self.count == 0 else reused_draws(self.count)
-        for i in range(n):
-            after = reused_draws(self.count + i + 1)
-            for j in range(before, after):
+        after = np.floor(np.log(1 + (self.count + np.arange(1, n + 1)))).astype(np.int64) + 1  # k(c + 1)
+        before = np.concatenate([[0 if self.count == 0 else reused_draws(self.count)], after[:-1]])
+        for i in np.flatnonzero(after > before):  # ⌊ln n⌋ + 1 counts in a whole run
+            for j in range(before[i], after[i]):
                 while len(self.nodes) <= j:
                     self.nodes.append(self.draw(len(self.nodes)))
                 out[:, i] += self.nodes[j]
-            before = after
         self.count += n
         return out
 
