@@ -1,7 +1,8 @@
 """Sarmasarkar ("Shuffle and joint differential privacy for generalized linear contextual bandits"):
 Table 2, Figure 1 and the paper's claims as paired verdicts, with the paper's numbers beside ours.
 
-    python experiments/reproduce_glm.py [table2] [fig1] [claims] [gap] [--jobs 1] [--runs 10] [--out results/glm]
+    python experiments/reproduce_glm.py [table2] [fig1] [claims] [gap] [baselines-gap] [--jobs 1] [--runs 10]
+                                        [--out results/glm]
 
 - ``table2``: experiments/glm_table2_S{2,25,3}.toml (probit, d = 3, T = 5000), the paper's numbers
   beside ours. The paper's numbers (spec §9.1; they equal the authors' regret_output_table_probit.txt,
@@ -15,6 +16,11 @@ Table 2, Figure 1 and the paper's claims as paired verdicts, with the paper's nu
   switched on (``GAP_VARIANTS``: their HEAD's DP-SGD schedule and Criterion II, and two named
   defects, their initial commit's tree query and their trees' add/remove noise), paired run by run
   against the unchanged one (docs/glm-bandits.md, "Figure 1").
+- ``baselines-gap``: Table 2's GLOC and GLM-UCB (``--baselines-file``, default S = 2) as preset
+  paper-code makes them and with one difference from the authors' code switched (``BASELINE_VARIANTS``:
+  our earlier widths, λ = 1, and each of the authors' five GLOC defects), paired run by run against
+  the preset's; with ``--authors`` also the authors' own classes (imported by path from their
+  checkout, never copied) on the same runs, paired (docs/glm-bandits.md, "Table 2's GLM-UCB and GLOC").
 - ``claims``: "stable in κ" (Table 2 across S) and "the gap to RS-GLinUCB narrows as ε grows"
   (Table 2 and Fig. 1) as paired comparisons (mean difference, its standard error, t, runs won;
   ``privbandit.runner.paired``), at nominal ε and at equal guarantees: each Private-GLM's nominal ε

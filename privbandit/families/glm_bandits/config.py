@@ -76,6 +76,7 @@ class GLMAlgorithm(StrictModel):
     # GLM-UCB and GLOC: the ridge λ (V₀ = λI; default the preset's: 1 under paper, d under paper-code,
     # the authors' l2reg) and the confidence width (default the preset's: "ours" under paper, the
     # published one, Filippi et al.'s ρ(t) or Jun et al.'s γ_t, under paper-code; learners.GLMUCB, .GLOC).
+    # GLM-UCB's penalty goes with the width: the authors' λ‖θ‖² with "published", our (λ/2)‖θ‖² with "ours".
     baseline_lambda: Annotated[float, Field(gt=0, le=1e4, allow_inf_nan=False)] | None = None
     baseline_width: Literal["ours", "published"] | None = None
     # GLOC only: DEFECTS of the authors' GLOC, reproduced only to measure them (learners.GLOC_DEFECTS).

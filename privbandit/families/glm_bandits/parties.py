@@ -110,7 +110,10 @@ def setup(public: dict) -> Setup:
                                  a.get("tree_query", "correct"))
     baseline = None
     if kind in ("glm-ucb", "gloc"):
-        baseline = {"lam": a["baseline_lambda"], "width": a["baseline_width"],
+        lam, published = a["baseline_lambda"], a["baseline_width"] == "published"
+        # GLM-UCB's penalty goes with the width: the authors' λ‖θ‖² (gradient 2λθ) with the published
+        # one, ours (λ/2)‖θ‖² with ours (so that width "ours" at λ = 1 is the paper preset's GLM-UCB)
+        baseline = {"lam": lam, "reg": 2 * lam if published else lam, "width": a["baseline_width"],
                     "defects": tuple(a.get("code_defects", ())), "reward_bound": R}
     return Setup(kind, d, T, link, S, eps, delta, zeta, kappa, kappa_star,
                  frozenset(int(c) for c in public["diagnostic"]), spec, baseline)
@@ -188,9 +191,7 @@ class GLMServer:
             self.learner = gl.PrivateGLM(s.spec, keys)
         elif s.kind == "glm-ucb":
             b = s.baseline
-            # the authors' loss carries λ‖θ‖² (gradient 2λθ) under paper-code; ours (λ/2)‖θ‖²
-            reg = 2 * b["lam"] if b["width"] == "published" else b["lam"]
-            self.learner = gl.GLMUCB(s.link, s.d, s.T, self.runs, k, ks, s.zeta, b["lam"], reg,
+            self.learner = gl.GLMUCB(s.link, s.d, s.T, self.runs, k, ks, s.zeta, b["lam"], b["reg"],
                                      "filippi" if b["width"] == "published" else "ours", b["reward_bound"])
         elif s.kind == "ecolog":
             self.learner = gl.ECOLog(s.link, s.d, self.runs, s.S, s.zeta)

@@ -104,6 +104,13 @@ def test_presets_choose_the_baselines_constants(tmp_path, preset, lam, width, re
     assert g.B[0] == pytest.approx(2 * lam * 4.0 / kappa) if width == "filippi" else True
 
 
+def test_glm_ucb_penalty_goes_with_the_width(tmp_path):
+    """`ours` at any λ keeps our (λ/2)‖θ‖²; `published` takes the authors' λ‖θ‖², under either preset."""
+    assert _learner(_config(tmp_path, ucb='baseline_width = "ours"'), "glm-ucb").reg == 3.0
+    u = _learner(_config(tmp_path, "paper", ucb='baseline_width = "published"\nbaseline_lambda = 2.0'), "glm-ucb")
+    assert (u.lam, u.reg, u.shift) == (2.0, 4.0, 1)
+
+
 def test_jun_radius_is_theorem_1_with_the_data_dependent_ons_bound():
     """γ_t = β_t(B_t) + λS² − (‖z‖² − θ̂ᵀXᵀz), B_t = 2λS²/κ + (κ/2)Σ‖g_s‖²_{A_s⁻¹}, recomputed here
     from the recorded steps."""
