@@ -64,7 +64,8 @@ def test_filippi_width_is_2_kmu_kappaF_R_kappa_root():
     assert np.allclose(u.broadcast()["beta"], want, rtol=1e-12)
     assert u.broadcast().get("reward_index") is True  # Filippi's index: μ(⟨x, θ̂⟩) + ρ(t)‖x‖_{V⁻¹}
     ours = gl.GLMUCB("probit", d, T, 2, kappa, np.array([2.6, 2.6]), zeta)
-    assert np.allclose(ours.broadcast()["beta"], kappa / 2.6 * math.sqrt(2 * d * math.log(2) * math.log(2 * d * T / zeta)))
+    want = kappa / 2.6 * math.sqrt(2 * d * math.log(2) * math.log(2 * d * T / zeta))
+    assert np.allclose(ours.broadcast()["beta"], want)
     assert "reward_index" not in ours.broadcast()
 
 
