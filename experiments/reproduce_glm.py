@@ -1,7 +1,8 @@
 """Sarmasarkar ("Shuffle and joint differential privacy for generalized linear contextual bandits"):
 Table 2, Figure 1 and the paper's claims as paired verdicts, with the paper's numbers beside ours.
 
-    python experiments/reproduce_glm.py [table2] [fig1] [claims] [gap] [--jobs 1] [--runs 10] [--out results/glm]
+    python experiments/reproduce_glm.py [table2] [fig1] [claims] [gap] [baselines-gap] [--jobs 1] [--runs 10]
+                                        [--out results/glm]
 
 - ``table2``: experiments/glm_table2_S{2,25,3}.toml (probit, d = 3, T = 5000), the paper's numbers
   beside ours. The paper's numbers (spec §9.1; they equal the authors' regret_output_table_probit.txt,
@@ -15,6 +16,11 @@ Table 2, Figure 1 and the paper's claims as paired verdicts, with the paper's nu
   switched on (``GAP_VARIANTS``: their HEAD's DP-SGD schedule and Criterion II, and two named
   defects, their initial commit's tree query and their trees' add/remove noise), paired run by run
   against the unchanged one (docs/glm-bandits.md, "Figure 1").
+- ``baselines-gap``: Table 2's GLOC and GLM-UCB (``--baselines-file``, default S = 2) as preset
+  paper-code makes them and with one difference from the authors' code switched (``BASELINE_VARIANTS``:
+  our earlier widths, λ = 1, and each of the authors' five GLOC defects), paired run by run against
+  the preset's; with ``--authors`` also the authors' own classes (imported by path from their
+  checkout, never copied) on the same runs, paired (docs/glm-bandits.md, "Table 2's GLM-UCB and GLOC").
 - ``claims``: "stable in κ" (Table 2 across S) and "the gap to RS-GLinUCB narrows as ε grows"
   (Table 2 and Fig. 1) as paired comparisons (mean difference, its standard error, t, runs won;
   ``privbandit.runner.paired``), at nominal ε and at equal guarantees: each Private-GLM's nominal ε
@@ -38,6 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from privbandit.families.glm_bandits import parties as glm_parties
+from privbandit.families.glm_bandits.learners import GLOC_DEFECTS
 from privbandit.runner import config as experiment_files
 from privbandit.runner import run_file
 from privbandit.runner.paired import paired, read_runs
@@ -407,15 +414,148 @@ def gap(out: Path, jobs: int, runs: int | None, epsilons: list[float], variants:
               f"{sw:.1f}, {c1:.1f} | {cmp} | {share} |")
 
 
+# --- Table 2's baselines: GLOC and GLM-UCB, one difference from the authors' code at a time ------------
+
+# label suffix: (algorithm, fields). "" is the algorithm under paper-code (the published width, λ = d);
+# "previous" is privbandit's constants before issue #31 (the `paper` preset's: our width, λ = 1).
+BASELINE_VARIANTS = {
+    "gloc": {
+        "": {},
+        "previous": {"baseline_width": "ours", "baseline_lambda": 1.0},
+        "ours-width": {"baseline_width": "ours"},
+        "lambda-1": {"baseline_lambda": 1.0},
+        **{d.removeprefix("gloc-"): {"code_defects": [d]} for d in GLOC_DEFECTS},
+        "all-defects": {"code_defects": list(GLOC_DEFECTS)},
+    },
+    "glm-ucb": {
+        "": {},
+        "previous": {"baseline_width": "ours", "baseline_lambda": 1.0},
+        "ours-width": {"baseline_width": "ours"},
+        "lambda-1": {"baseline_lambda": 1.0},
+    },
+}
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, list):
+        return "[" + ", ".join(f'"{x}"' for x in v) + "]"
+    return f'"{v}"' if isinstance(v, str) else repr(v)
+
+
+def authors_run(authors: Path, kind: str, stem: str, runs: int | None, run: int) -> float:
+    """One run of the authors' own GLOC or GLM-UCB (their repository at ``authors``, imported by path,
+    never copied) on privbandit's run ``run`` of ``stem``: the same arms, θ*, κ and reward uniforms
+    (user t's reward is 1[u_t < μ(⟨x_t, θ*⟩)]), so it pairs with privbandit's run. Their classes get
+    what their driver gives them (simulation_utils.simulate_with_epsilon: κ = env.kappa, R = 1, S,
+    the model, T, δ = ζ = 0.02) and a generator seeded by the run (GLM-UCB draws its start θ from it)."""
+    import sys
+
+    if str(authors) not in sys.path:
+        sys.path.insert(0, str(authors))
+    from glmbanditexp.algorithms.glm_ucb import GlmUCB  # the authors' code, outside this repository
+    from glmbanditexp.algorithms.gloc import Gloc
+
+    fam, config = experiment_files.load(HERE / f"{stem}.toml", [] if runs is None else [f"runs={runs}"])
+    w = fam.world(config, [run])
+    kappa, T, S = w.kappas(0).kappa, config.horizon, config.environment.norm
+    model = {"probit": "Probit", "logistic": "Logistic"}[w.link]
+    first, rng = list(w.arms[0, 0]), np.random.default_rng(run)
+    algo = (Gloc(first, kappa, 1.0, S, model, config.zeta, rng=rng) if kind == "gloc"
+            else GlmUCB(first, kappa, 1.0, S, model, T, config.zeta, rng=rng))
+    best, total = w.best[0], 0.0
+    for t in range(T):
+        a = algo.play_arm()
+        mean = w.means[0, t, a]
+        total += best[t] - mean
+        algo.update(float(w.uniforms[0, t] < mean), best[t] - mean, list(w.arms[0, (t + 1) % T]))
+    return total
+
+
+def authors_cached(authors: Path, kind: str, stem: str, runs: int | None, run: int, out: Path) -> tuple[float, float]:
+    """:func:`authors_run`, cached per run in ``out`` (the authors' code does not change with ours;
+    delete the file to rerun it): (regret, seconds it took)."""
+    cache = out / "authors" / f"{stem}_{kind}_run{run}.json"
+    if cache.exists():
+        got = json.loads(cache.read_text())
+        return got["regret"], got["secs"]
+    t0 = time.perf_counter()
+    regret = authors_run(authors, kind, stem, runs, run)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps({"regret": regret, "secs": time.perf_counter() - t0}) + "\n")
+    return regret, time.perf_counter() - t0
+
+
+def baselines_gap(out: Path, jobs: int, runs: int | None, stem: str, kinds: list[str], authors: Path | None) -> None:
+    """GLOC and GLM-UCB of ``stem`` (a Table 2 file, preset paper-code) as the preset makes them and
+    with one difference from the authors' code switched (:data:`BASELINE_VARIANTS`), same runs, paired
+    against the preset's; with ``authors`` also the authors' own classes on the same runs, paired."""
+    from multiprocessing import Pool
+
+    src = (HERE / f"{stem}.toml").read_text()
+    head = src.split("[algorithms.")[0]
+    head = "\n".join(f'name = "{stem}-baselines-gap"' if ln.startswith("name = ") else ln
+                     for ln in head.splitlines()) + "\n"
+    tables = []
+    for kind in kinds:
+        for v, fields in BASELINE_VARIANTS[kind].items():
+            body = "".join(f"{k} = {_toml_value(val)}\n" for k, val in fields.items())
+            tables.append(f'[algorithms."{kind}{"@" + v if v else ""}"]\nalgorithm = "{kind}"\n{body}')
+    out.mkdir(parents=True, exist_ok=True)
+    name = f"{stem}_baselines_gap"
+    path = out / f"{name}.toml"
+    path.write_text(head + "\n".join(tables))
+    start = time.perf_counter()
+    summary = run_file(path, out=out / name, jobs=jobs, overrides=[] if runs is None else [f"runs={runs}"]).summary
+    secs = time.perf_counter() - start
+    fin = finals(out / name)
+    n = summary["runs"]
+    theirs, their_secs = {}, {}
+    if authors is not None:
+        for kind in kinds:
+            t0 = time.perf_counter()
+            with Pool(max(1, jobs)) as pool:
+                got = pool.starmap(authors_cached, [(authors, kind, stem, runs, r, out) for r in range(n)])
+            theirs[kind] = np.array([g[0] for g in got])
+            their_secs[kind] = sum(g[1] for g in got)
+    S = summary["norm"]
+    print(f"\n{name}: S = {S:g}, κ = {summary['algorithms'][kinds[0]]['setup']['kappa'][0]:.2f}, {n} runs, "
+          f"{secs:.0f} s wall (privbandit)" + "".join(f", {their_secs[k]:.0f} s summed over runs ({k}, authors' "
+                                                       "code)" for k in theirs))
+    print("| label | regret (mean ± se) | paper | a − preset's (paired: mean ± se, t, runs a won) | "
+          "a − authors' code (paired) |\n|---|---|---|---|---|")
+    for kind in kinds:
+        base = fin[kind]
+        rows = [(f"{kind}@{v}" if v else kind, fin[f"{kind}@{v}" if v else kind]) for v in BASELINE_VARIANTS[kind]]
+        if kind in theirs:
+            rows.append((f"{kind} (authors' code)", theirs[kind]))
+        for label, x in rows:
+            se = x.std(ddof=1) / math.sqrt(x.size)
+            vs = "" if label == kind else _paired_cell(paired(x, base))
+            vt = _paired_cell(paired(x, theirs[kind])) if kind in theirs and not label.endswith("code)") else ""
+            print(f"| {label} | {x.mean():.1f} ± {se:.1f} | {PAPER[S][kind]} | {vs} | {vt} |")
+
+
+def _paired_cell(p) -> str:
+    return f"{p.mean_difference:+.1f} ± {p.stderr:.1f}, t = {p.t:+.1f}, {p.a_won}/{p.runs}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("parts", nargs="*", choices=["table2", "fig1", "claims", "gap"], default=["table2"])
+    ap.add_argument("parts", nargs="*", choices=["table2", "fig1", "claims", "gap", "baselines-gap"],
+                    default=["table2"])
     ap.add_argument("--gap-eps", type=float, nargs="+", default=[2.0, 8.0], help="gap: the nominal ε's")
     ap.add_argument("--gap-seed", type=int, default=None, help="gap: another instance (the file's seed otherwise)")
     ap.add_argument("--gap-file", default="glm_fig1a", choices=[*FIG1.values(), *TABLE2.values()],
                     help="gap: the experiment file [default: glm_fig1a]")
     ap.add_argument("--gap-variants", nargs="+", default=list(GAP_VARIANTS), choices=list(GAP_VARIANTS),
                     help="gap: the variants ('' is Fig. 1's Private-GLM, always included)")
+    ap.add_argument("--baselines", nargs="+", default=["gloc", "glm-ucb"], choices=list(BASELINE_VARIANTS),
+                    help="baselines-gap: which baselines [default: both]")
+    ap.add_argument("--baselines-file", default="glm_table2_S2", choices=list(TABLE2.values()),
+                    help="baselines-gap: the Table 2 file [default: glm_table2_S2]")
+    ap.add_argument("--authors", type=Path, default=None,
+                    help="baselines-gap: a checkout of the authors' repository (Sahasrajit123/Shuffle_joint_dp_"
+                         "generalized_linear_contextual_bandits), to run their GLOC and GLM-UCB on the same runs")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--runs", type=int, default=None)
     ap.add_argument("--out", type=Path, default=Path("results/glm"))
@@ -433,6 +573,11 @@ def main() -> None:
     if "gap" in args.parts:
         gap(args.out, args.jobs, args.runs, args.gap_eps, [""] + [v for v in args.gap_variants if v], args.gap_file,
             args.gap_seed)
+    if "baselines-gap" in args.parts:
+        if args.authors is not None and not (args.authors / "glmbanditexp" / "algorithms" / "gloc.py").is_file():
+            ap.error(f"--authors {args.authors}: no glmbanditexp/algorithms/gloc.py there (a checkout of the "
+                     "authors' repository is expected)")
+        baselines_gap(args.out, args.jobs, args.runs, args.baselines_file, args.baselines, args.authors)
     print(f"\ntotal wall time {time.perf_counter() - start:.0f} s")
 
 

@@ -34,6 +34,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from privbandit.families.glm_bandits.learners import GLOC_DEFECTS
 from privbandit.families.glm_bandits.world import LINKS, THETA_GENERATORS
 from privbandit.runner.config import ExperimentFile, StrictModel
 
@@ -72,6 +73,15 @@ class GLMAlgorithm(StrictModel):
     # calibrated at a leaf's add/remove sensitivity (1, 1/κ* for H), not the replace-one √2 the JDP
     # neighbours need; the ledger charges the ρ this really gives. Never a default, in no preset.
     tree_noise: Literal["replace-one", "paper-code-add-remove-defect"] = "replace-one"
+    # GLM-UCB and GLOC: the ridge λ (V₀ = λI; default the preset's: 1 under paper, d under paper-code,
+    # the authors' l2reg) and the confidence width (default the preset's: "ours" under paper, the
+    # published one, Filippi et al.'s ρ(t) or Jun et al.'s γ_t, under paper-code; learners.GLMUCB, .GLOC).
+    # GLM-UCB's penalty goes with the width: the authors' λ‖θ‖² with "published", our (λ/2)‖θ‖² with "ours".
+    baseline_lambda: Annotated[float, Field(gt=0, le=1e4, allow_inf_nan=False)] | None = None
+    baseline_width: Literal["ours", "published"] | None = None
+    # GLOC only: DEFECTS of the authors' GLOC, reproduced only to measure them (learners.GLOC_DEFECTS).
+    # Never a default, in no preset.
+    code_defects: list[Literal[GLOC_DEFECTS]] = []  # type: ignore[valid-type]
     # Algorithm 1 (shuffle-glm) only: M, B_1 in place of eq. (6)'s, γ in place of eq. (24)'s, and
     # eq. (127)'s constant (below 24·10⁴ Lemma S.1/S.2 do not hold: the ledger says none proven).
     batches: Annotated[int, Field(ge=2, le=12)] = 3
@@ -126,6 +136,9 @@ class GLMExperiment(ExperimentFile):
                 raise ValueError(f"algorithms.{label}.vec_constant = {a.vec_constant:g} cannot be set under "
                                  "preset = 'exact' (its noise bits come from the exact count accountant, not "
                                  "eq. (127)'s constant); remove it")
+            if a.code_defects and a.algorithm != "gloc":
+                raise ValueError(f"algorithms.{label}.code_defects = {a.code_defects} is for algorithm 'gloc' only "
+                                 f"(got {a.algorithm!r})")
             if a.sgd_burn_in >= a.sgd_epochs and a.algorithm == "private-glm":
                 raise ValueError(f"algorithms.{label}.sgd_burn_in = {a.sgd_burn_in} must be < sgd_epochs = "
                                  f"{a.sgd_epochs}")
@@ -141,4 +154,6 @@ def resolved(config: GLMExperiment, label: str) -> GLMAlgorithm:
         "optimizer": a.optimizer or ("dp-sgd" if code else "pgd-pvec"),
         "ucb_theta": a.ucb_theta or ("average" if code else "tau"),
         "tau_data": a.tau_data or ("all" if code else "unexplored"),
+        "baseline_lambda": a.baseline_lambda or (float(config.environment.dim) if code else 1.0),
+        "baseline_width": a.baseline_width or ("published" if code else "ours"),
     })

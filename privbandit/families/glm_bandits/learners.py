@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from privbandit.families.glm_bandits import mechanisms as mech
-from privbandit.families.glm_bandits.world import mu, mu_dot
+from privbandit.families.glm_bandits.world import mu, mu_dot, mu_dot_max
 from privbandit.protocol.primitives.seeding import stream
 
 
@@ -351,28 +351,62 @@ class _StackedTrees:
 
 # --- non-private baselines -------------------------------------------------------------------------
 
+# The authors' GLOC (repository HEAD and initial commit, inherited from Faury et al.'s criteo code)
+# departs from Jun et al. 2017 in five places; each is a DEFECT, reproduced only to measure it
+# (``code_defects``; docs/glm-bandits.md, "Table 2"): never a default, in no preset.
+GLOC_DEFECTS = (
+    "gloc-sphere-projection",  # the ONS step rescaled onto the sphere ‖θ‖ = S, not projected on the ball
+    "gloc-ons-centre",         # the index centred at the ONS iterate θ_t, not at the ridge centre θ̂_t
+    "gloc-reward-scale",       # the index μ(⟨x, θ⟩) + √γ‖x‖_{V⁻¹}: a linear-scale width on the reward scale
+    "gloc-l2-noise",           # L² = (sup μ̇)² in the place of the noise's sub-Gaussian R in β_t
+    "gloc-radius-terms",       # γ_t without λS² − (‖z‖² − θ̂ᵀXᵀz)
+)
+
+
 class GLMUCB:
-    """GLM-UCB (Filippi et al. 2010): the regularized MLE (Newton steps, warm-started) and the width
-    ρ(t) = κ·k_μ·√(2d·log(t + 1)·log(2dT/ζ)) with k_μ = 1/κ* (their ρ(t) = (2k_μκR/c_μ)… read with
-    c_μ = 1/κ and the constant 2 dropped, our choice), non-private."""
+    """GLM-UCB (Filippi et al. 2010), non-private: the regularized quasi-likelihood estimate (the root
+    of Σ(μ(⟨x_s, θ⟩) − r_s)x_s + reg·θ = 0, Newton steps warm-started each round), V_t = λI + Σx_sx_sᵀ.
+    ``width``:
+
+    - ``"filippi"`` (Filippi et al. Algorithm 1 / Thm 1, the authors' constants): the reward-scale index
+      μ(⟨x, θ̂⟩) + ρ(t)‖x‖_{V⁻¹} with ρ(t) = 2k_μκ_FRκ·√(2d·log t·log(2dT/ζ)), k_μ = sup μ̇ (the link's
+      Lipschitz constant: ρ bounds |μ(⟨x, θ̂⟩) − μ(⟨x, θ*⟩)|), κ_F = √(3 + 2log(1 + 2M²/λ)) (M = 1,
+      λ the design's smallest eigenvalue at the start), c_μ = 1/κ, R the reward bound;
+    - ``"ours"`` (preset ``paper``): the linear-scale index ⟨x, θ̂⟩ + κ·(1/κ*)·√(2d·log(t + 1)·
+      log(2dT/ζ))‖x‖_{V⁻¹}: Filippi's ρ without 2κ_FR (about 4× narrower at λ = d = 3) and, with its
+      k_μ (1/κ*, the largest μ̇ offered) still in, read on the linear scale (narrower again by ≈ μ̇)."""
 
     def __init__(self, link: str, d: int, T: int, R: int, kappa: np.ndarray, kappa_star: np.ndarray, zeta: float,
-                 lam: float = 1.0):
+                 lam: float = 1.0, reg: float | None = None, width: str = "ours", reward_bound: float = 1.0):
         self.link, self.d, self.T = link, d, T
         self.x = np.zeros((R, T, d))
         self.r = np.zeros((R, T))
         self.t = 0
         self.lam = lam
+        self.reg = lam if reg is None else reg
         self.V = np.broadcast_to(lam * np.eye(d), (R, d, d)).copy()
         self.theta = np.zeros((R, d))
-        self.coef = kappa / kappa_star * math.sqrt(2 * d * math.log(2 * d * T / zeta))
+        root = math.sqrt(2 * d * math.log(2 * d * T / zeta))
+        self.reward_index = width == "filippi"
+        if width == "filippi":
+            kappa_f = math.sqrt(3 + 2 * math.log(1 + 2 / lam))
+            self.coef = 2 * mu_dot_max(link) * kappa_f * reward_bound * kappa * root
+            self.shift = 1  # log t at round t = self.t + 1: no bonus in round 1
+        elif width == "ours":
+            self.coef = kappa / kappa_star * root
+            self.shift = 2
+        else:
+            raise ValueError(f"GLM-UCB width {width!r} is not 'ours' or 'filippi'")
 
     def broadcast(self) -> dict:
         R = self.theta.shape[0]
-        width = self.coef * math.sqrt(math.log(self.t + 2))
+        width = self.coef * math.sqrt(math.log(self.t + self.shift))
         v_inv = np.linalg.inv(self.V)
-        return {"t": self.t + 1, "theta_o": self.theta.copy(), "v_inv": v_inv, "threshold": np.full(R, np.inf),
+        body = {"t": self.t + 1, "theta_o": self.theta.copy(), "v_inv": v_inv, "threshold": np.full(R, np.inf),
                 "width_o": np.full(R, np.inf), "theta": self.theta.copy(), "h_inv": v_inv, "beta": width.copy()}
+        if self.reward_index:
+            body["reward_index"] = True
+        return body
 
     def update(self, x: np.ndarray, r: np.ndarray) -> None:
         t = self.t
@@ -380,49 +414,83 @@ class GLMUCB:
         self.V += x[:, :, None] * x[:, None, :]
         self.t += 1
         X, Y = self.x[:, : t + 1], self.r[:, : t + 1]
-        for _ in range(2):  # Newton steps on Σℓ + (λ/2)‖θ‖², warm-started from the last θ̂
+        for _ in range(2):  # Newton steps, warm-started from the last θ̂
             z = np.einsum("rtd,rd->rt", X, self.theta)
-            grad = np.einsum("rt,rtd->rd", mu(self.link, z) - Y, X) + self.lam * self.theta
-            hess = np.einsum("rt,rtd,rte->rde", mu_dot(self.link, z), X, X) + self.lam * np.eye(self.d)
+            grad = np.einsum("rt,rtd->rd", mu(self.link, z) - Y, X) + self.reg * self.theta
+            hess = np.einsum("rt,rtd,rte->rde", mu_dot(self.link, z), X, X) + self.reg * np.eye(self.d)
             self.theta = self.theta - np.linalg.solve(hess, grad[..., None])[..., 0]
 
 
 class GLOC:
-    """GLOC (Jun et al. 2017), non-private: online Newton steps θ_{t+1} = Π(θ_t − κ·A_t⁻¹∇ℓ_t(θ_t))
-    (Euclidean projection on the S-ball instead of the A_t-norm one: our simplification), then the
-    ridge regression of the online predictions z_s = ⟨x_s, θ_s⟩ and the width √β_t with
-    β_t = 1 + 4κ·B_t + 8κ² log(1/ζ·√(4 + 8κ B_t)) + λS², B_t = 2κ d log(1 + t/(dλ)) (their Thm 1
-    and ONS regret bound with our constants)."""
+    """GLOC (Jun et al. 2017), non-private: online Newton steps θ_{t+1} = Π(θ_t − κ·A_t⁻¹∇ℓ_t(θ_t)) with
+    A_t = λI + Σx_sx_sᵀ (Euclidean projection on the S-ball instead of the A_t-norm one: our
+    simplification), the ridge regression θ̂_t = V_t⁻¹Σz_sx_s of the online predictions z_s = ⟨x_s, θ_s⟩
+    (V_t = A_t) and the index ⟨x, θ̂_t⟩ + √γ_t‖x‖_{V_t⁻¹}. ``width``:
 
-    def __init__(self, link: str, d: int, T: int, R: int, kappa: np.ndarray, S: float, zeta: float, lam: float = 1.0):
+    - ``"jun"`` (their Thm 1 with the ONS bound of Thm 3, the authors' data-dependent B_t):
+      γ_t = β_t + λS² − (‖z‖² − θ̂ᵀXᵀz), β_t = 1 + 4κB_t + 8R²κ²·log((2/ζ)√(1 + 2κB_t + 4R⁴κ⁴/ζ²)),
+      B_t = 2λS²/κ + (κ/2)·Σ‖∇ℓ_s(θ_s)‖²_{A_s⁻¹} (Jun's κ is our 1/κ; R the reward bound);
+    - ``"ours"`` (preset ``paper``): γ_t = 1 + 4κB_t + 8κ² log(√(4 + 8κB_t)/ζ) + λS² with the worst-case
+      B_t = 2κd·log(1 + t/(dλ)).
+
+    ``defects``: names from :data:`GLOC_DEFECTS` (the authors' code's departures, only to measure them)."""
+
+    def __init__(self, link: str, d: int, T: int, R: int, kappa: np.ndarray, S: float, zeta: float, lam: float = 1.0,
+                 width: str = "ours", defects: tuple[str, ...] = (), reward_bound: float = 1.0):
+        if width not in ("ours", "jun"):
+            raise ValueError(f"GLOC width {width!r} is not 'ours' or 'jun'")
+        unknown = set(defects) - set(GLOC_DEFECTS)
+        if unknown:
+            raise ValueError(f"GLOC defects {sorted(unknown)} are not among {', '.join(GLOC_DEFECTS)}")
         self.link, self.d, self.S, self.zeta, self.lam = link, d, S, zeta, lam
+        self.width, self.defects = width, frozenset(defects)
+        self.noise = mu_dot_max(link) ** 2 if "gloc-l2-noise" in self.defects else reward_bound
         self.kappa = kappa
         self.A_inv = np.broadcast_to(np.eye(d) / lam, (R, d, d)).copy()
         self.V_inv = self.A_inv.copy()
         self.b = np.zeros((R, d))
+        self.zz = np.zeros(R)  # ‖z‖²
+        self.B = 2 * lam * S**2 / kappa  # the ONS bound's start (width "jun")
         self.theta_online = np.zeros((R, d))
         self.theta = np.zeros((R, d))
         self.t = 0
 
+    def radius(self) -> np.ndarray:
+        """√γ_t per run."""
+        k, lam, S = self.kappa, self.lam, self.S
+        if self.width == "ours":
+            B = 2 * k * self.d * math.log(1 + self.t / (self.d * lam))
+            return np.sqrt(1 + 4 * k * B + 8 * k**2 * np.log(np.sqrt(4 + 8 * k * B) / self.zeta) + lam * S**2)
+        B, R = self.B, self.noise
+        beta = 1 + 4 * k * B + 8 * R**2 * k**2 * np.log(2 / self.zeta * np.sqrt(1 + 2 * k * B + 4 * R**4 * k**4
+                                                                               / self.zeta**2))
+        if "gloc-radius-terms" not in self.defects:
+            beta = beta + lam * S**2 - (self.zz - np.einsum("rd,rd->r", self.theta, self.b))
+        return np.sqrt(np.maximum(beta, 0.0))
+
     def broadcast(self) -> dict:
-        R, d = self.theta.shape
-        k = self.kappa
-        B = 2 * k * d * math.log(1 + self.t / (d * self.lam))
-        beta = 1 + 4 * k * B + 8 * k**2 * np.log(np.sqrt(4 + 8 * k * B) / self.zeta) + self.lam * self.S**2
-        return {"t": self.t + 1, "theta_o": self.theta.copy(), "v_inv": self.V_inv.copy(),
-                "threshold": np.full(R, np.inf), "width_o": np.full(R, np.inf), "theta": self.theta.copy(),
-                "h_inv": self.V_inv.copy(), "beta": np.sqrt(beta)}
+        R = self.theta.shape[0]
+        centre = self.theta_online if "gloc-ons-centre" in self.defects else self.theta
+        body = {"t": self.t + 1, "theta_o": centre.copy(), "v_inv": self.V_inv.copy(),
+                "threshold": np.full(R, np.inf), "width_o": np.full(R, np.inf), "theta": centre.copy(),
+                "h_inv": self.V_inv.copy(), "beta": self.radius()}
+        if "gloc-reward-scale" in self.defects:
+            body["reward_index"] = True
+        return body
 
     def update(self, x: np.ndarray, r: np.ndarray) -> None:
         z = np.einsum("rd,rd->r", x, self.theta_online)
         self.b += z[:, None] * x
+        self.zz += z * z
         self.V_inv = _sherman_morrison(self.V_inv, x)
         self.theta = np.einsum("rde,re->rd", self.V_inv, self.b)
         self.A_inv = _sherman_morrison(self.A_inv, x)
         g = (mu(self.link, z) - r)[:, None] * x
+        self.B = self.B + self.kappa / 2 * np.einsum("rd,rde,re->r", g, self.A_inv, g)
         step = self.theta_online - self.kappa[:, None] * np.einsum("rde,re->rd", self.A_inv, g)
-        norm = np.linalg.norm(step, axis=1, keepdims=True)
-        self.theta_online = step * np.minimum(1.0, self.S / np.maximum(norm, 1e-300))
+        norm = np.maximum(np.linalg.norm(step, axis=1, keepdims=True), 1e-300)
+        scale = self.S / norm if "gloc-sphere-projection" in self.defects else np.minimum(1.0, self.S / norm)
+        self.theta_online = step * scale
         self.t += 1
 
 

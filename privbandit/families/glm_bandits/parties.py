@@ -54,6 +54,7 @@ class Setup:
     kappa_star: tuple[float, ...]
     diagnostic: frozenset
     spec: gl.PrivateGLMSpec | None
+    baseline: dict | None = None  # GLM-UCB's and GLOC's λ, width, defects and R
 
     def round(self, t: int) -> Round:
         # x (‖x‖ ≤ 1), r ∈ {0, 1}, the Criterion I flag ∈ {0, 1}: every entry in [−1, 1]
@@ -67,6 +68,9 @@ class Setup:
             out.update(optimizer=s.optimizer, ucb_theta=s.ucb_theta, tau_data=s.tau_data,
                        sgd_schedule=s.sgd_schedule, criterion2=s.criterion2, tree_query=s.tree_query,
                        constants=[c.asdict() for c in s.consts])
+        if self.baseline is not None:
+            out.update(baseline_lambda=self.baseline["lam"], baseline_width=self.baseline["width"],
+                       code_defects=list(self.baseline["defects"]))
         if self.spec is not None and self.spec.tree_v is not None:
             out.update(tree_sigma_V=[c.sigma for c in s.tree_v], tree_sigma_H=[c.sigma for c in s.tree_h],
                        tree_rho=[v.rho + h.rho for v, h in zip(s.tree_v, s.tree_h)])
@@ -104,8 +108,15 @@ def setup(public: dict) -> Setup:
                                  mech.SGDSettings(epochs=a["sgd_epochs"], burn_in=a["sgd_burn_in"]),
                                  a.get("sgd_schedule", "fixed"), a.get("criterion2", "det-doubling"),
                                  a.get("tree_query", "correct"))
+    baseline = None
+    if kind in ("glm-ucb", "gloc"):
+        lam, published = a["baseline_lambda"], a["baseline_width"] == "published"
+        # GLM-UCB's penalty goes with the width: the authors' λ‖θ‖² (gradient 2λθ) with the published
+        # one, ours (λ/2)‖θ‖² with ours (so that width "ours" at λ = 1 is the paper preset's GLM-UCB)
+        baseline = {"lam": lam, "reg": 2 * lam if published else lam, "width": a["baseline_width"],
+                    "defects": tuple(a.get("code_defects", ())), "reward_bound": R}
     return Setup(kind, d, T, link, S, eps, delta, zeta, kappa, kappa_star,
-                 frozenset(int(c) for c in public["diagnostic"]), spec)
+                 frozenset(int(c) for c in public["diagnostic"]), spec, baseline)
 
 
 def tree_calibration(rho: float, sensitivity: float, T: int, d: int, levels: int | None, a: dict):
@@ -179,11 +190,15 @@ class GLMServer:
         if s.kind in ("private-glm", "rs-glinucb"):
             self.learner = gl.PrivateGLM(s.spec, keys)
         elif s.kind == "glm-ucb":
-            self.learner = gl.GLMUCB(s.link, s.d, s.T, self.runs, k, ks, s.zeta)
+            b = s.baseline
+            self.learner = gl.GLMUCB(s.link, s.d, s.T, self.runs, k, ks, s.zeta, b["lam"], b["reg"],
+                                     "filippi" if b["width"] == "published" else "ours", b["reward_bound"])
         elif s.kind == "ecolog":
             self.learner = gl.ECOLog(s.link, s.d, self.runs, s.S, s.zeta)
         else:
-            self.learner = gl.GLOC(s.link, s.d, s.T, self.runs, k, s.S, s.zeta)
+            b = s.baseline
+            self.learner = gl.GLOC(s.link, s.d, s.T, self.runs, k, s.S, s.zeta, b["lam"],
+                                   "jun" if b["width"] == "published" else "ours", b["defects"], b["reward_bound"])
         self.planned = 0
         self.open: int | None = None
         self.pending_calls: list = []
