@@ -3,6 +3,9 @@ paper's nominal ε and at equal guarantees.
 
     python experiments/baselines.py                       # both families, every ε (docs/baselines.md)
     python experiments/baselines.py --family mab --epsilons 0.5 --runs 4 --horizon 100000   # a quick look
+    python experiments/baselines.py --family mab --labels DP-UCB DP-UCB-Bound --pair DP-UCB DP-UCB-Bound
+        # some labels only (the reference always runs; a label's runs do not depend on the others),
+        # and one more paired difference, A − B
 
 MAB (``experiments/baselines_mab.toml``: the paper's easy instance, T = 10⁶, 20 runs) at
 ε = 0.1, 0.5, 1; online experts variant (``experiments/baselines_online.toml``: T = 2²⁰, 15 runs)
@@ -41,6 +44,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=None)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "baselines")
+    ap.add_argument("--labels", nargs="+", default=None, help="run only these labels (and the reference)")
+    ap.add_argument("--pair", nargs=2, metavar=("A", "B"), default=None, help="also print A − B, paired")
     args = ap.parse_args()
     start, table = time.perf_counter(), {}
     for case in args.family:
@@ -48,11 +53,24 @@ def main() -> int:
         base = tomllib.loads((ROOT / "experiments" / name).read_text())
         base.setdefault("family", "distributed-dp-mab")
         base.update({k: v for k, v in (("horizon", args.horizon), ("runs", args.runs)) if v})
+        if args.labels:
+            unknown = sorted(set(args.labels) - set(base["algorithms"]))
+            if unknown:
+                ap.error(f"--labels: {', '.join(unknown)} not in {name}'s algorithms ({', '.join(base['algorithms'])})")
+            keep = {reference, *args.labels}
+            base["algorithms"] = {k: v for k, v in base["algorithms"].items() if k in keep}
         for eps in args.epsilons or epsilons:
             nominal = {**base, "epsilon": eps}
             out = args.out / case / f"eps{eps:g}"
             first = run(nominal, out=out, jobs=args.jobs, overwrite=True, resume=True).summary
             table[f"{case} ε={eps:g} nominal"] = report(first, out, reference, {})
+            if args.pair and set(args.pair) <= set(base["algorithms"]):
+                a, b = args.pair
+                _, runs = read_runs(out)
+                d = paired(runs[a][:, -1], runs[b][:, -1])
+                table[f"{case} ε={eps:g} {a} − {b}"] = d.as_dict()
+                print(f"  {a} − {b}, paired: {d.mean_difference:+.1f} ± {d.stderr:.1f} (t = {d.t:.1f}; "
+                      f"{a} won {d.a_won}/{d.runs})")
             # Equal guarantees: re-run only the labels whose calibrated ε differs from the nominal one.
             calibrated = {**nominal, "calibrate": True}
             fam, config = load_data(calibrated)

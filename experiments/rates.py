@@ -1,14 +1,15 @@
 """Regret rates of the papers' theorems: each theorem's experiment file run over a grid of T (and ε),
 its form fitted, and a verdict (privbandit.analysis.rates; docs/rates.md).
 
-    python experiments/rates.py [--family mab online linear concurrent] [--only thm1 online-thm3 ...]
+    python experiments/rates.py [--family mab online linear concurrent glm] [--only thm1 online-thm3 ...]
                                 [--jobs 1] [--horizons T ...] [--epsilons ε ...] [--runs N]
                                 [--out results/rates] [--figures docs/figures]
 
 - mab: Chowdhury & Zhou (ICLR 2023) Thms 1, 2, 4, 5, 6 (experiments/rates_mab_thm*.toml);
 - online: Hu, Huang & Mehta Thms 3, 4 (Anytime-Lazy-UCB) and 7 (FTNL) (rates_online_thm*.toml);
 - linear: Chowdhury & Zhou (ICML 2022) Cor. 3.3's T^{3/5} with B ∝ T^{3/5} (rates_linear_cor33.toml);
-- concurrent: Tenenbaum et al. (ICML 2023) Thm 5.1's n^{(k+1)/(2k+1)} (rates_concurrent_thm51.toml).
+- concurrent: Tenenbaum et al. (ICML 2023) Thm 5.1's n^{(k+1)/(2k+1)} (rates_concurrent_thm51.toml);
+- glm: Sarmasarkar et al. Thm 6.2 (Private-GLM, JDP): √T with Thm I.8's logs (rates_glm_thm62.toml).
 
 Each file is swept with the project's sweep (privbandit.runner.sweep.run_sweep, the API
 ``privbandit sweep`` calls), kept under ``--out/<key>`` so a second call reuses every finished task.
@@ -36,9 +37,14 @@ from privbandit.runner.sweep import run_sweep
 HERE = Path(__file__).resolve().parent
 DECADES = [10_000, 100_000, 1_000_000, 10_000_000]
 EPSILONS = [0.2, 0.4, 0.8]  # inside Thms 4–6's ε ∈ (0, 1) (MAB) and across the online instance's gaps
-COLOURS = {0.2: "tab:red", 0.4: "tab:orange", 0.8: "tab:blue"}
+COLOURS = {0.2: "tab:red", 0.4: "tab:orange", 0.8: "tab:blue", 12.0: "tab:red", 24.0: "tab:blue"}
 LINEAR_T = [2500 * 2**i for i in range(10)]  # 2,500 … 1,280,000
 CONCURRENT_N = [2000, 8000, 32000]
+# Private-GLM runs at 10²–10³ users/s, and the family's DP-SGD accountant finds no noise multiplier at
+# δ = 10⁻⁶ when a call's n is just above its batch and its share of ε is small: ε = 12 fails at T = 20,000
+# (72 calls), ε < 12 already at T ≤ 10,000. So T = 1,250 … 10,000 and ε = 12, 24 (docs/rates.md).
+GLM_T = [1250 * 2**i for i in range(4)]
+GLM_EPSILONS = [12.0, 24.0]  # ≥ 1: Thm I.8's min(ε, 1) term carries no ε
 
 
 @dataclass(frozen=True)
@@ -69,8 +75,9 @@ THEOREMS = {
                             tuple(LINEAR_T), False),
     "concurrent-thm51": Theorem("concurrent", "Thm 5.1, Alg. 4 (theory constants)", "rates_concurrent_thm51",
                                 tuple(CONCURRENT_N), False),
+    "glm-thm62": Theorem("glm", "Thm 6.2, Private-GLM (JDP, paper-code)", "rates_glm_thm62", tuple(GLM_T), False),
 }
-FAMILIES = ("mab", "online", "linear", "concurrent")
+FAMILIES = ("mab", "online", "linear", "concurrent", "glm")
 SS = "Shariff–Sheffet Ω(Σ ln T/Δ + K ln T/ε), c = 1"
 
 
@@ -159,8 +166,8 @@ def sweep(key: str, args, horizons, grids=(), overrides=(), sub: str = "") -> tu
     return swept["points"], out, {"computed": swept["computed"], "reused": swept["reused"]}
 
 
-def eps_grid(args) -> list[str]:
-    return ["epsilon=" + ",".join(f"{e:g}" for e in args.epsilons)]
+def eps_grid(args, default=EPSILONS) -> list[str]:
+    return ["epsilon=" + ",".join(f"{e:g}" for e in (args.epsilons or default))]
 
 
 def verdict_json(v) -> dict:
@@ -328,7 +335,30 @@ def run_concurrent(key, args) -> dict:
     return by_algorithm(key, args, args.horizons or THEOREMS[key].horizons, laws, lambda t: [])
 
 
-RUNNERS = {"mab": run_mab, "online": run_online, "linear": run_linear, "concurrent": run_concurrent}
+def glm_law(key: str) -> rates.PowerLaw:
+    """Sarmasarkar et al. Thm 6.2 through Thm I.8, at δ and ζ fixed (the file's): √T·log(T/δ) and
+    √T·log^{3/2}(Td/ζ)·log(1/δ), so √T (ln T)^{3/2} leads, with 1/√ε; beside it
+    κ·(log²(Td/ζ)·log(32/δ)/(min(ε, 1)κ*))²·log T, a (ln T)⁵ term without ε at ε ≥ 1."""
+    return rates.PowerLaw("√T (ln T)^{3/2}/√ε + (ln T)^5", 0.5, 1.5, 0.5, also=((0.0, 5.0),))
+
+
+def run_glm(key, args) -> dict:
+    """One sweep over T × ε of the theorem's file, judged by :func:`glm_law` (â and ν̂); one panel,
+    a line per ε, the law's leading term drawn through each ε's first point."""
+    law = glm_law(key)
+    t0 = time.perf_counter()
+    points, out, counts = sweep(key, args, args.horizons or THEOREMS[key].horizons, eps_grid(args, GLM_EPSILONS))
+    R, T, E, G = final_regrets(out, points)
+    v = rates.check_power(R, T, law, eps=E, groups=G)
+    report(key, R, T, E, v, counts, t0, law.name)
+    first = {float(e): R[(E == e) & (T == T.min())].mean() for e in np.unique(E)}
+    panel = by_eps_panel(key, R, T, E, v, lambda t, e: first[float(e)] * law(t) / law(T.min()),
+                         bound_label="√T·(ln T)^1.5 through each first point (the law's shape, not a bound)")
+    panel["note"] = None
+    return data(law.name, R, T, E, G, v, panel)
+
+
+RUNNERS = {"mab": run_mab, "online": run_online, "linear": run_linear, "concurrent": run_concurrent, "glm": run_glm}
 
 
 def draw(found: dict, dest: Path) -> None:
@@ -379,7 +409,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1, help="worker processes [default 1: the cores are shared]")
     ap.add_argument("--horizons", type=int, nargs="+", default=None,
                     help="the T of every theorem run [default: each theorem's grid, docs/rates.md]")
-    ap.add_argument("--epsilons", type=float, nargs="+", default=EPSILONS, help="the ε of the mab and online grids")
+    ap.add_argument("--epsilons", type=float, nargs="+", default=None,
+                    help=f"the ε of the mab and online grids [default {EPSILONS}] and of the glm grid [{GLM_EPSILONS}]")
     ap.add_argument("--runs", type=int, default=None, help="runs per point [default: the file's]")
     ap.add_argument("--out", type=Path, default=Path("results/rates"))
     ap.add_argument("--figures", type=Path, default=HERE.parent / "docs" / "figures")

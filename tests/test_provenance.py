@@ -196,11 +196,12 @@ def test_misspelt_fields_get_a_did_you_mean_and_an_unknown_label_the_algorithms(
                  "algorithms.DP-SE.widht_multiplier: Extra inputs are not permitted (got 2); did you mean 'width_multiplier'?",
                  "algorithms.Foo.algorithm: Field required; the label 'Foo' names no algorithm, so set algorithm = one of "
                  "dist-dp-se, dist-rdp-se, dist-cdp-se, cdp-se, ldp-se, dp-se, se, ucb1, thompson, mt-ucb, dp-ucb-bound, "
-                 "ldp-ucb, vb-sdp-ae (or name the table after one)",
+                 "dp-ucb, ldp-ucb, vb-sdp-ae (or name the table after one)",
                  "algorithms.Dist-DP-SR.algorithm: Field required; the label 'Dist-DP-SR' names no algorithm (did you "
                  "mean 'dist-dp-se'?)",
                  "algorithms.c.algorithm: Input should be 'dist-dp-se', 'dist-rdp-se', 'dist-cdp-se', 'cdp-se', "
-                 "'ldp-se', 'dp-se', 'se', 'ucb1', 'thompson', 'mt-ucb', 'dp-ucb-bound', 'ldp-ucb' or 'vb-sdp-ae' "
+                 "'ldp-se', 'dp-se', 'se', 'ucb1', 'thompson', 'mt-ucb', 'dp-ucb-bound', 'dp-ucb', 'ldp-ucb' or "
+                 "'vb-sdp-ae' "
                  "(got 'DP-SE'); did you mean 'dp-se'?",
                  "preset: Input should be 'paper' or 'paper-code' (got 'papr'); did you mean 'paper'?",
                  "environment.kind: Input should be 'uniform', 'means' or 'means-file' (got 'unifrom'); did you mean "

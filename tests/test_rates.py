@@ -143,3 +143,61 @@ def test_power_fit_without_groups_is_ordinary_least_squares():
 def test_power_law_refuses_nonpositive_exponent():
     with pytest.raises(ValueError, match="t_pow = 0 must be > 0"):
         rates.PowerLaw("flat", 0)
+
+
+def test_a_lower_order_polylog_term_widens_the_allowance_it_needs():
+    """A bound with a polylog term beside its √T one (Sarmasarkar et al. Thm I.8: √T·(ln T)^{3/2} plus
+    a (ln T)^q term): where the polylog term dominates (small T) the regret's elasticity is q/ln T,
+    above the leading term's ½ + 1.5/ln T. Judged by the leading term alone that regret is refuted;
+    with the term declared (``also``) the allowance is max(½ + 1.5/ln T_min, q/ln T_min) and it is
+    consistent. Here q = 8 on T = 100 … 6,400 (elasticity 1.74 … 0.91)."""
+    T, e, run = (a.ravel() for a in np.meshgrid(100 * 2.0 ** np.arange(7), (1.0,), range(5), indexing="ij"))
+    rng = np.random.default_rng(62)
+    R = (np.sqrt(T) * np.log(T) ** 1.5 + np.log(T) ** 8) * np.exp(0.05 * rng.standard_normal(T.size))
+    lead = rates.check_power(R, T, rates.PowerLaw("√T (ln T)^1.5", 0.5, 1.5), groups=run)
+    assert not lead.consistent and lead.a_max == pytest.approx(0.5 + 1.5 / np.log(100)), lead.text()
+    both = rates.check_power(R, T, rates.PowerLaw("√T (ln T)^1.5 + (ln T)^8", 0.5, 1.5, also=((0, 8),)), groups=run)
+    assert both.consistent and both.a_max == pytest.approx(8 / np.log(100)), both.text()
+    assert "+ T^0 (ln T)^8" in both.text()
+    # the declared term only widens the allowance where it is the larger: at T_min = 10⁶ the √T term's
+    assert rates.PowerLaw("x", 0.5, 1.5, also=((0, 8),)).a_max(1e6) == pytest.approx(0.5 + 1.5 / np.log(1e6))
+
+
+@pytest.mark.parametrize("also, words", [(((-0.1, 1),), "p and q must be ≥ 0"), (((0, 0),), "not both 0")])
+def test_power_law_refuses_a_bad_lower_order_term(also, words):
+    with pytest.raises(ValueError, match=words):
+        rates.PowerLaw("x", 0.5, also=also)
+
+
+def _rates_script():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    if "rates_script" not in sys.modules:  # its dataclasses look their module up there
+        path = Path(__file__).resolve().parent.parent / "experiments" / "rates.py"
+        spec = importlib.util.spec_from_file_location("rates_script", path)
+        sys.modules["rates_script"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["rates_script"])
+    return sys.modules["rates_script"]
+
+
+def test_the_glm_theorem_is_fitted_on_a_file_whose_delta_and_eps_fit_its_law():
+    """experiments/rates.py --family glm: Thm 6.2's law (√T (ln T)^{3/2} leading, Thm I.8's (ln T)⁵ beside
+    it, 1/√ε) is fitted on a file whose δ is fixed (the law's logs are at fixed δ, ζ) and no weaker
+    than the default 1/(10T) at any T of the grid, and whose ε grid is ≥ 1 (where Thm I.8's min(ε, 1)
+    term carries no ε, so ν ≤ ½ holds)."""
+    from privbandit.runner import config as experiment_files
+
+    script = _rates_script()
+    th = script.THEOREMS["glm-thm62"]
+    assert th.family == "glm" and "glm" in script.FAMILIES and script.RUNNERS["glm"] is script.run_glm
+    law = script.glm_law("glm-thm62")
+    t_min = min(th.horizons)
+    assert law.a_max(t_min) == pytest.approx(max(0.5 + 1.5 / np.log(t_min), 5 / np.log(t_min)))
+    assert law.inv_eps == 0.5 and (0.0, 5.0) in law.also
+    fam, config = experiment_files.load(script.HERE / f"{th.file}.toml")
+    assert fam.name == "glm-bandits" and config.delta is not None
+    assert config.delta <= 1 / (10 * max(th.horizons))
+    assert min(script.GLM_EPSILONS) >= 1 and len(script.GLM_EPSILONS) >= 2
+    assert [a.algorithm for a in map(lambda label: fam.algorithm(config, label), config.algorithms)] == ["private-glm"]

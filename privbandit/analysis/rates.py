@@ -30,7 +30,8 @@ of term j), and the power-law exponent a of ``ln R = u_group + a · ln T``.
 
 **T-power forms** (:class:`PowerLaw`, :func:`check_power`). A bound polynomial in T, ``O(T^p · (ln T)^q ·
 ε^{-b})`` (the online paper's problem-independent Thm 4 on an instance whose gap shrinks with T,
-shuffle-linear Cor. 3.3's T^{3/5}, concurrent-shuffle Thm 5.1's T^{(k+1)/(2k+1)}), has elasticity
+shuffle-linear Cor. 3.3's T^{3/5}, concurrent-shuffle Thm 5.1's T^{(k+1)/(2k+1)}, GLM Thm 6.2's √T with
+Thm I.8's polylog terms), has elasticity
 ``∂ ln R/∂ ln T = p + q/ln T ≤ a_max = p + q/ln T_min`` on a grid starting at T_min; the fit is
 ``ln R = u_group + a · ln T (+ ν · ln(1/ε))`` and, by the same mean-value argument, the verdict is
 **refuted** when the interval of â lies wholly above a_max (or that of ν̂ above b).
@@ -227,21 +228,32 @@ def check(regret, T, eps, groups, form: Form) -> Verdict:
 
 @dataclass(frozen=True)
 class PowerLaw:
-    """A bound ``O(T^t_pow · (ln T)^log_t · ε^{-inv_eps})``, polynomial in T (module docstring)."""
+    """A bound ``O(T^t_pow · (ln T)^log_t · ε^{-inv_eps})``, polynomial in T (module docstring), plus
+    any lower-order terms ``also = ((p, q), …)``, each ``T^p (ln T)^q``: a polylog term such as
+    Sarmasarkar et al.'s Thm I.8 (ln T)⁵ has elasticity q/ln T, which on a grid starting at small T
+    can exceed the leading term's; ``inv_eps`` is the largest ε power of any term."""
 
     name: str
     t_pow: float
     log_t: float = 0.0
     inv_eps: float = 0.0
+    also: tuple[tuple[float, float], ...] = ()
 
     def __post_init__(self):
         if not (self.t_pow > 0 and self.log_t >= 0 and self.inv_eps >= 0):
             raise ValueError(f"power law {self.name!r}: t_pow = {self.t_pow} must be > 0, log_t = {self.log_t} "
                              f"and inv_eps = {self.inv_eps} ≥ 0")
+        for p, q in self.also:
+            if not (p >= 0 and q >= 0 and p + q > 0):
+                raise ValueError(f"power law {self.name!r}, lower-order term T^{p} (ln T)^{q}: p and q must be ≥ 0, "
+                                 f"not both 0")
 
     def a_max(self, t_min: float) -> float:
-        """The largest elasticity ``p + q/ln T`` of T^p (ln T)^q over T ≥ t_min."""
-        return self.t_pow + self.log_t / math.log(t_min)
+        """The largest elasticity ``p + q/ln T`` over T ≥ t_min of any term T^p (ln T)^q: a sum of
+        such terms has a weighted mean of theirs, so at most the largest."""
+        if not t_min > 1:
+            raise ValueError(f"t_min = {t_min}: the elasticity bound needs T > 1")
+        return max(p + q / math.log(t_min) for p, q in ((self.t_pow, self.log_t), *self.also))
 
     def __call__(self, T, eps=1.0) -> np.ndarray:
         T = np.asarray(T, float)
@@ -265,8 +277,10 @@ class PowerVerdict:
     def text(self) -> str:
         nu = "" if self.nu is None else f", ν = {self.nu} (≤ {self.law.inv_eps:g} allowed)"
         why = f": {'; '.join(self.reasons)}" if self.reasons else ""
+        also = "".join(f" + T^{p:g} (ln T)^{q:g}" for p, q in self.law.also)
         return (f"{self.word}{why}. a = {self.power} (≤ {self.a_max:.3g} allowed: T^{self.law.t_pow:.3g}"
-                f"{f' (ln T)^{self.law.log_t:g}' if self.law.log_t else ''}){nu}; {self.n} runs, {LEVEL:.0%} intervals")
+                f"{f' (ln T)^{self.law.log_t:g}' if self.law.log_t else ''}{also}){nu}; {self.n} runs, "
+                f"{LEVEL:.0%} intervals")
 
 
 def check_power(regret, T, law: PowerLaw, eps=None, groups=None) -> PowerVerdict:

@@ -185,6 +185,7 @@ arms = 4
 [algorithms.thompson]
 [algorithms.mt-ucb]
 [algorithms.dp-ucb-bound]
+[algorithms.dp-ucb]
 [algorithms.ldp-ucb]
 [algorithms.vb-sdp-ae]
 """,

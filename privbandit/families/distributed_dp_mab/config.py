@@ -28,7 +28,7 @@ from privbandit.runner.config import ConfigError, ExperimentFile, StrictModel
 FAMILY_NAME = "distributed-dp-mab"
 ELIMINATION = ("dist-dp-se", "dist-rdp-se", "dist-cdp-se", "cdp-se", "ldp-se", "dp-se", "se")
 # The standard baselines that decide one user at a time (sequential.py): each user is a release.
-SEQUENTIAL = ("ucb1", "thompson", "mt-ucb", "dp-ucb-bound", "ldp-ucb")
+SEQUENTIAL = ("ucb1", "thompson", "mt-ucb", "dp-ucb-bound", "dp-ucb", "ldp-ucb")
 # Tenenbaum et al.'s shuffle-model arm elimination (shuffle_elimination.py): its own rounds and noise.
 SHUFFLE_BASELINES = ("vb-sdp-ae",)
 BASELINES = SEQUENTIAL + SHUFFLE_BASELINES

@@ -225,6 +225,8 @@ class DistributedDpMab(Family):
         "thompson": "baseline: Thompson sampling with Gaussian priors (Agrawal & Goyal 2013), non-private",
         "mt-ucb": "baseline: private UCB on a binary-tree counter per arm (Mishra & Thakurta 2015), central ε-DP",
         "dp-ucb-bound": "baseline: DP-UCB-Bound, the hybrid counter per arm (Tossou & Dimitrakakis 2016), central ε-DP",
+        "dp-ucb": "baseline: DP-UCB, the hybrid counter per arm, UCB1's index on its noisy mean without the noise "
+                  "bound (Tossou & Dimitrakakis 2016), central ε-DP",
         "ldp-ucb": "baseline: LDP-UCB-L, grid Laplace on every reward (Ren et al. 2020), local ε-DP",
         "vb-sdp-ae": "baseline: Tenenbaum et al. 2021's shuffle-model arm elimination, reward bits and fair noise bits "
                      "through the shuffler, (ε, δ) by the exact count accountant",

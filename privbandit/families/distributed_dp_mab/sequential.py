@@ -11,6 +11,7 @@ keeps of an arm's rewards:
 | ``thompson``    | Agrawal & Goyal 2013 (Gaussian priors) | none    | the exact sum                     | non-private      |
 | ``mt-ucb``      | Mishra & Thakurta, UAI 2015            | central | a binary-tree counter per arm     | ε-DP             |
 | ``dp-ucb-bound``| Tossou & Dimitrakakis, AAAI 2016       | central | the hybrid counter per arm        | ε-DP             |
+| ``dp-ucb``      | Tossou & Dimitrakakis, AAAI 2016       | central | the hybrid counter per arm        | ε-DP             |
 | ``ldp-ucb``     | Ren et al. 2020 (LDP-UCB-L)            | local   | the sum of the users' noisy reports | ε-LDP          |
 
 Indices (n = the arm's pulls, ℓ = ln(2t⁴): the confidence t⁻⁴ of a two-sided tail):
@@ -29,7 +30,15 @@ Indices (n = the arm's pulls, ℓ = ln(2t⁴): the confidence t⁻⁴ of a two-s
   mechanism on the arm's pulls 2^r … 2^{r+1} − 1 as one block, ``Lap(2/ε)`` per block, plus a binary
   tree inside the open block, ``Lap(2(r+1)/ε)`` per node: ε/2 + ε/2) and the index
   ``µ̃ + sqrt(2 ln t/n) + B/n``, B the hybrid noise's tail bound at t⁻⁴. Not the paper's text either
-  (unavailable): its DP-UCB (the variant without the bound term) and DP-UCB-INT are not built.
+  (unavailable); its DP-UCB-INT (the interval mechanism, (ε, δ)) is not built.
+- DP-UCB of Tossou & Dimitrakakis [R]: the same hybrid counter per arm, and UCB1's index on the
+  noisy mean, ``µ̃ + sqrt(2 ln t/n)``, with no term for the counter's noise: the noise is zero-mean
+  and the paper's variant drops DP-UCB-Bound's bound B/n. The paper's text was not available (the
+  `search` tool's corpora hold its abstract and first page); the index is the one two independent
+  public implementations of the paper's DP-UCB use, and Hu et al. 2021 (App. E.1,
+  /work/shared/papers/private-online-learning.txt) confirm only that both variants run the hybrid
+  mechanism in UCB. Privacy is the counter's alone (the index post-processes its releases), so
+  the ledger's ε is DP-UCB-Bound's: ε/2 for the blocks plus ε/2 for the tree (:data:`BASIS`).
 - LDP-UCB-L of Ren et al. [R]: each user reports ``⌊x⌉_γ + γ·Lap_Z((1 + γ)/(γε))``, the exact grid
   Laplace of sensitivity 1 (:func:`~privbandit.protocol.primitives.noise.grid_laplace.grid_laplace`,
   ε-DP alone); the analyzer's index is ``µ̃ + max{sqrt(2ν²ℓ/n), 2√2·bℓ/n}`` with ν² = 1/4 + 4b² and
@@ -58,8 +67,24 @@ from numba import njit
 from privbandit.protocol.primitives.noise.grid_laplace import LAPLACE_GRID, sample_grid_steps
 from privbandit.protocol.primitives.seeding import stream
 
-KINDS = {"ucb1": 0, "thompson": 1, "mt-ucb": 2, "dp-ucb-bound": 3, "ldp-ucb": 4}
-TRUST = {"ucb1": "none", "thompson": "none", "mt-ucb": "central", "dp-ucb-bound": "central", "ldp-ucb": "local"}
+KINDS = {"ucb1": 0, "thompson": 1, "mt-ucb": 2, "dp-ucb-bound": 3, "ldp-ucb": 4, "dp-ucb": 5}
+TRUST = {"ucb1": "none", "thompson": "none", "mt-ucb": "central", "dp-ucb-bound": "central", "ldp-ucb": "local",
+         "dp-ucb": "central"}
+HYBRID = (3, 5)  # the kinds that keep the hybrid counter per arm
+_HYBRID_BASIS = ("the hybrid counter of Chan, Shi & Song 2011 per arm (Tossou & Dimitrakakis 2016): each reward is "
+                 "in one block of the logarithmic mechanism, Lap(2/ε), and in at most r + 1 nodes of the open "
+                 "block's tree, Lap(2(r + 1)/ε): ε/2 + ε/2; arms hold disjoint users (parallel composition) and "
+                 "the index post-processes the releases")
+# What each private baseline's ledger names as its proof (every one pure ε-DP per user).
+BASIS = {
+    "mt-ucb": "a binary-tree counter per arm (Mishra & Thakurta 2015; Chan, Shi & Song 2011): each reward is in "
+              "at most L = ⌊log₂ T⌋ + 1 released nodes, Lap(L/ε) each; arms hold disjoint users (parallel "
+              "composition)",
+    "dp-ucb-bound": _HYBRID_BASIS,
+    "dp-ucb": _HYBRID_BASIS,
+    "ldp-ucb": "each user's report carries γ·Lap_Z((1 + γ)/(γε)), the exact grid Laplace at sensitivity 1 (Ren et "
+               "al. 2020, LDP-UCB-L): ε-LDP, so ε-DP for whatever the analyzer computes from it",
+}
 LEVELS = 64
 NOISE_BLOCK = 1 << 16  # the analyzer's per-round draws come this many rounds at a time
 
@@ -96,7 +121,8 @@ def _popcount(x):
 def _choose(kind, t, pulls, est, opened, normals, params):
     """User t's arm (t ≥ 1, 1-based). ``est``: each arm's (noisy) sum; ``opened``: the hybrid
     counter's open block r per arm; ``normals``: Thompson sampling's K standard normals for round t;
-    ``params``: (ε, tree scale L/ε, grid Laplace scale b of a local report)."""
+    ``params``: (ε, tree scale L/ε, grid Laplace scale b of a local report). Kind 5 (DP-UCB) is
+    UCB1's index on the hybrid counter's noisy mean: no branch of its own below."""
     k = pulls.size
     if t <= k:
         return t - 1
@@ -164,7 +190,7 @@ def _observe(kind, j, x, pulls, est, opened, leaves, alpha, alpha_noisy, tree_no
         pulls[j] += 1
         est[j] = tree_noisy[j]
         return
-    # kind 3: the hybrid counter. Block 0 is the first pull alone; block r ≥ 1 holds pulls
+    # kinds 3 and 5: the hybrid counter. Block 0 is the first pull alone; block r ≥ 1 holds pulls
     # 2^r … 2^{r+1} − 1, released whole at its end with Lap(2/ε), with a tree inside it meanwhile.
     ga = _grid(2.0 / params[0])
     if pulls[j] == 0:
@@ -224,7 +250,7 @@ class SequentialLearner:
         # larger): ε below about L·10⁻⁶ is refused here rather than mid-run.
         local_b = (1.0 + LAPLACE_GRID) / eps
         for scale in ((self.levels / eps,) if name == "mt-ucb" else
-                      (2.0 * (self.levels + 1) / eps,) if name == "dp-ucb-bound" else ()):
+                      (2.0 * (self.levels + 1) / eps,) if self.kind in HYBRID else ()):
             if not scale * LAPLACE_GRID < 1:
                 raise ValueError(f"epsilon={eps} is too small for {name}'s exact grid Laplace (scale {scale:.3g})")
         self.params = np.array([eps, self.levels / eps, local_b])
@@ -257,7 +283,7 @@ class SequentialLearner:
                 rng = stream(self.key, "draws", b)
                 self._block = b
                 self._normals = rng.standard_normal((NOISE_BLOCK, k)) if self.kind == 1 else np.zeros((NOISE_BLOCK, k))
-                self._steps = (sample_grid_steps((NOISE_BLOCK, 2), rng) if self.kind in (2, 3)
+                self._steps = (sample_grid_steps((NOISE_BLOCK, 2), rng) if self.kind in (2, *HYBRID)
                                else np.zeros((NOISE_BLOCK, 2)))
             take = min(n - i, NOISE_BLOCK - off)
             normals[i:i + take] = self._normals[off:off + take]

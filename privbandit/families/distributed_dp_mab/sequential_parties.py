@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from privbandit.families.distributed_dp_mab.parties import release_threshold
-from privbandit.families.distributed_dp_mab.sequential import NOISE_BLOCK, TRUST, SequentialLearner
+from privbandit.families.distributed_dp_mab.sequential import BASIS, NOISE_BLOCK, TRUST, SequentialLearner
 from privbandit.families.distributed_dp_mab.world import BanditInstance
 from privbandit.families.private_online_learning.parties import on_regret_grid
 from privbandit.families.private_online_learning.world import OnlineUsers, rewards_from_uniforms
@@ -49,7 +49,7 @@ class SequentialServer(OneUserPlans):
         self.learner = SequentialLearner(name, n_arms, epsilon, horizon, key)
         self.local = TRUST[name] == "local"
         # Every user is a release: a reward is one leaf of one arm's counter, or one local report.
-        self._event = NonPrivate() if TRUST[name] == "none" else PureDP(float(epsilon))
+        self._event = NonPrivate() if TRUST[name] == "none" else PureDP(float(epsilon), basis=BASIS[name])
         self.start(horizon, oracle)
 
     def choose(self, t: int) -> int:

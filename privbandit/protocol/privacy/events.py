@@ -40,10 +40,12 @@ EXACT_XI_TERMS = 2**20
 
 @dataclass(frozen=True)
 class PureDP:
-    """(ε, 0)-DP, e.g. the discrete Laplace mechanism at sensitivity/scale = ε."""
+    """(ε, 0)-DP, e.g. the discrete Laplace mechanism at sensitivity/scale = ε. ``basis``, if given,
+    names the argument (the ledger lists it), as the (ε, δ) events' does."""
 
     epsilon: float
     status: Status = "proven"
+    basis: str = ""
 
     @property
     def pure_epsilon(self) -> float:

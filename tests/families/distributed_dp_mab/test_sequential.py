@@ -46,7 +46,7 @@ def test_looking_ahead_equals_one_user_at_a_time(name):
     assert np.bincount(arms, minlength=k).max() < horizon  # it explored
 
 
-@pytest.mark.parametrize("name", ["mt-ucb", "dp-ucb-bound"])
+@pytest.mark.parametrize("name", ["mt-ucb", "dp-ucb-bound", "dp-ucb"])
 def test_the_counters_hold_the_arm_sum_within_their_noise(name):
     """With the noise steps set to zero a counter's released prefix is the arm's true sum up to the
     rounding of each released node to its grid (≤ g/2 per node): a counter that dropped or double
@@ -75,6 +75,51 @@ def test_the_tree_noise_is_at_the_scale_the_ledger_charges():
         deepest = max(1, horizon).bit_length()
         assert learner.levels == deepest
         assert seq._grid(learner.params[1]) == grid_step(deepest / 0.3)
+
+
+@pytest.mark.parametrize("name", ["dp-ucb-bound", "dp-ucb"])
+def test_the_hybrid_counters_noise_is_at_the_scales_the_ledger_charges(name):
+    """The hybrid counter's releases (ε/2 + ε/2): with every reward 0, an arm's first release is its
+    block 0, Lap(2/ε); its second adds the open block's (r = 1) tree leaf, Lap(2(r + 1)/ε) = Lap(4/ε);
+    its third closes block 1 (the tree's node leaves, the block's sum Lap(2/ε) enters); its fourth
+    adds block 2's first tree node, Lap(6/ε). Across 4,000 arms pulled in turn each increment, over
+    its scale, is Laplace(1) by KS at a fixed seed (p > 10⁻³; the grid's discreteness is ~10⁻⁶); the
+    same increments over 1.5× the scale are rejected (p < 10⁻⁶), so a counter at the wrong scale (or
+    a node's noise dropped) fails."""
+    k, eps = 4000, 0.8
+    learner = seq.SequentialLearner(name, k, eps, 4 * k, key=7)
+    est = np.zeros((5, k))
+    t = 0
+    for pull in range(1, 5):
+        for j in range(k):
+            t += 1
+            learner.observe(t, j, 0.0)
+        est[pull] = learner.est
+    assert np.array_equal(learner.pulls, np.full(k, 4))
+    third = est[3] - est[1]  # the tree leaf of pull 2 is gone: only block 1's release remains
+    for got, scale in ((est[1], 2 / eps), (est[2] - est[1], 4 / eps), (third, 2 / eps), (est[4] - est[3], 6 / eps)):
+        assert stats.kstest(got / scale, "laplace").pvalue > 1e-3, scale
+        assert stats.kstest(got / (1.5 * scale), "laplace").pvalue < 1e-6, scale
+
+
+def test_dp_ucb_is_ucb1s_index_on_the_noisy_mean():
+    """DP-UCB's index is µ̃ + sqrt(2 ln t/n), no noise bound: on 3,000 random states its choice is the
+    argmax of that formula, while DP-UCB-Bound's (which adds B/n) differs on some of them."""
+    rng = np.random.default_rng(5)
+    k = 4
+    learner = seq.SequentialLearner("dp-ucb", k, 0.5, 10**6, key=0)
+    normals = np.zeros(k)
+    differ = 0
+    for _ in range(3000):
+        pulls = rng.integers(1, 2000, k).astype(np.int64)
+        est = pulls * rng.random(k) + rng.laplace(0, 5, k)
+        t = int(pulls.sum()) + int(rng.integers(0, 100))
+        opened = np.array([max(1, int(n + 1).bit_length() - 1) for n in pulls], dtype=np.int64)
+        want = int(np.argmax(est / pulls + np.sqrt(2 * math.log(t) / pulls)))
+        got = seq._choose(seq.KINDS["dp-ucb"], t, pulls, est, opened, normals, learner.params)
+        assert got == want
+        differ += got != seq._choose(seq.KINDS["dp-ucb-bound"], t, pulls, est, opened, normals, learner.params)
+    assert differ > 100
 
 
 def test_local_reports_carry_the_grid_laplace_of_epsilon():
@@ -125,13 +170,17 @@ arms = 4
 [algorithms.thompson]
 [algorithms.mt-ucb]
 [algorithms.dp-ucb-bound]
+[algorithms.dp-ucb]
 [algorithms.ldp-ucb]
 """)
     summary = run_file(path).summary
     privacy = summary["privacy"]
     assert privacy["ucb1"]["guarantee"] == privacy["thompson"]["guarantee"] == "non-private"
-    for label, trust in (("mt-ucb", "central"), ("dp-ucb-bound", "central"), ("ldp-ucb", "local")):
+    for label, trust in (("mt-ucb", "central"), ("dp-ucb-bound", "central"), ("dp-ucb", "central"),
+                         ("ldp-ucb", "local")):
         assert privacy[label]["trust_model"] == trust and privacy[label]["epsilon_pure"] == 0.5
+        assert privacy[label]["guarantee"] == "proven" and privacy[label]["basis"] == [seq.BASIS[label]]
+    assert "hybrid counter" in privacy["dp-ucb"]["basis"][0] and "ε/2 + ε/2" in privacy["dp-ucb"]["basis"][0]
     for label, a in summary["algorithms"].items():
         assert a["runs"] == 2 and a["regret_final_mean"] < 3000 * 0.5, label
 
