@@ -22,7 +22,7 @@ FAMILY = "concurrent-shuffle"
 # Algorithm 4 on the counter (P_Vec per node), the same batches with exact sums (non-private), and
 # uniformly random arms on the same batches (no learning, nothing released).
 BANDITS = ("cs-linucb", "cs-linucb-exact", "cs-random")
-GENERATORS = ("paper", "paper-code")
+GENERATORS = ("paper", "paper-code", "digits", "wine", "iris", "breast_cancer")  # real: docs/real-data.md
 # Algorithm 4's P_Vec: Thm C.1's constants (theory), or calibrated by the exact count accountant (exact).
 PRESETS = ("theory", "exact")
 
