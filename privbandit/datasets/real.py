@@ -124,8 +124,12 @@ def _shrink(x: np.ndarray, theta: np.ndarray) -> np.ndarray:
     a, b, c = step @ step, 2 * theta0 @ step, theta0 @ theta0 - 1.0  # ‖θ0 + λ·step‖² = 1
     if a > 0:
         lam = min(lam, (-b + math.sqrt(b * b - 4 * a * c)) / (2 * a))
-    out = theta0 + lam * step
-    return out * min(1.0, 1.0 / np.linalg.norm(out))  # rounding: never an ulp above 1
+    while True:  # λ_max itself can round a boundary mean an ulp outside [0, 1]: step inside
+        out = theta0 + lam * step
+        means = x @ out
+        if means.min() >= 0 and means.max() <= 1 and np.linalg.norm(out) <= 1:
+            return out
+        lam *= 1 - 1e-9
 
 
 @functools.lru_cache(maxsize=None)
