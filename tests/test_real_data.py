@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from privbandit.cli import app
 from privbandit.datasets import real
-from privbandit.datasets.letor import zscore
+from privbandit.datasets.letor import cluster_arms, zscore
 from privbandit.families.distributed_dp_mab.config import EnvironmentConfig
 from privbandit.families.distributed_dp_mab.family import build_instance
 from privbandit.families.glm_bandits.world import mu, world_of
@@ -128,7 +128,7 @@ def test_glm_arms_are_the_disjoint_encoding_and_the_fit_picks_the_label():
 
 
 def test_mab_arms_are_the_clusters_fractions_of_benign_tumours():
-    arms, assign = real.cluster_arms(real.load("breast_cancer")[1], real.load("breast_cancer")[0], 10, 0,
+    arms, assign = cluster_arms(real.load("breast_cancer")[1], real.load("breast_cancer")[0], 10, 0,
                                      max_label=1, return_assignment=True)
     got = real.mab_arms("breast_cancer", 10)
     _, y = real.load("breast_cancer")

@@ -46,10 +46,15 @@ from __future__ import annotations
 import functools
 import math
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from privbandit.datasets.letor import ArmMeans, cluster_arms, zscore
+if TYPE_CHECKING:
+    from privbandit.datasets.letor import ArmMeans
 
+# Every family's world names its real instances by these (imported from here, one list): importing
+# this module costs numpy only; scikit-learn and the LETOR module (scipy.cluster) load on first use.
 DATASETS = ("digits", "wine", "iris", "breast_cancer")
 BINARY = ("breast_cancer",)  # a label in {0, 1}: a reward (MAB arms)
 _RIDGE = 1e-3  # the GLM fit's penalty: keeps the separable classes' fits finite
@@ -65,7 +70,7 @@ def load(name: str) -> tuple[np.ndarray, np.ndarray]:
     """The bundled table (features (n, F) float64, labels (n,) int64), read-only. [P] scikit-learn's
     copy of the UCI sets, read from files inside the package (``load_*``; never ``fetch_*``)."""
     _check(name)
-    from sklearn import datasets  # imported here: ~0.5 s, paid only by runs on real data
+    from sklearn import datasets  # imported here: 1.5–2.5 s at load 20, paid only by runs on real data
 
     bunch = getattr(datasets, f"load_{name}")()
     x, y = np.asarray(bunch.data, dtype=np.float64), np.asarray(bunch.target, dtype=np.int64)
@@ -81,6 +86,8 @@ def classes(name: str) -> int:
 @functools.lru_cache(maxsize=None)
 def contexts(name: str, p: int) -> np.ndarray:
     """Every row's context x = (z/√2, 1/√2) ∈ R^{p+1}, ‖x‖ ≤ 1 (module docstring), read-only."""
+    from privbandit.datasets.letor import zscore
+
     features, _ = load(name)
     if not 1 <= p <= features.shape[1]:
         raise ValueError(f"{name}: {p} principal components asked, need 1 … {features.shape[1]} "
@@ -185,6 +192,8 @@ def mab_arms(name: str, k: int, seed: int = 0) -> ArmMeans:
     """K arms by k-means (the paper's MSLR recipe, :func:`~privbandit.datasets.letor.cluster_arms`:
     z-scored features, scipy kmeans2 ``++``, seed ``seed``): arm mean = the cluster's fraction of
     label 1 (breast_cancer: benign). One instance for every run, as the MSLR file is."""
+    from privbandit.datasets.letor import cluster_arms
+
     _check(name)
     if name not in BINARY:
         raise ValueError(f"dataset = {name!r}: the MAB arms need a binary label (a reward); use one of {', '.join(BINARY)}")

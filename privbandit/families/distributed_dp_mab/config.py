@@ -22,6 +22,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from privbandit import registry
+from privbandit.datasets.real import BINARY
 from privbandit.protocol.primitives.secagg.parameters import ThreatModel, graph_for
 from privbandit.runner.config import ConfigError, ExperimentFile, StrictModel
 
@@ -53,7 +54,7 @@ class EnvironmentConfig(StrictModel):
     high: Annotated[float, Field(ge=0, le=1)] = 0.75
     means: list[Annotated[float, Field(ge=0, le=1)]] | None = None
     path: str | None = None
-    dataset: Literal["breast_cancer"] = "breast_cancer"  # kind = "bundled": k-means arms (datasets/real.py)
+    dataset: Literal[BINARY] = "breast_cancer"  # type: ignore[valid-type]  # kind = "bundled": k-means arms (datasets/real.py)
     reward: Literal["gaussian", "bernoulli", "categorical"] = "gaussian"
     sd: Annotated[float, Field(ge=0, le=10)] = 0.1
 

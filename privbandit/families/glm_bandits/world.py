@@ -30,10 +30,11 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import expit, log_ndtr, ndtr
 
+from privbandit.datasets.real import DATASETS
 from privbandit.protocol.primitives.seeding import stream
 
 LINKS = ("logistic", "probit")
-REAL = ("digits", "wine", "iris", "breast_cancer")  # privbandit.datasets.real.DATASETS (imported lazily: sklearn)
+REAL = DATASETS  # scikit-learn's bundled sets (privbandit/datasets/real.py; sklearn loads on first use)
 THETA_GENERATORS = ("sphere", "normalised-cube") + REAL
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 

@@ -31,9 +31,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from privbandit.datasets.real import DATASETS
 from privbandit.protocol.primitives.seeding import stream
 
-REAL = ("digits", "wine", "iris", "breast_cancer")  # privbandit.datasets.real.DATASETS (imported lazily: sklearn)
+REAL = DATASETS  # scikit-learn's bundled sets (privbandit/datasets/real.py; sklearn loads on first use)
 GENERATORS = ("paper", "paper-code", "authors-main") + REAL
 
 
