@@ -162,6 +162,8 @@ def _glm_fit(name: str, p: int, link: str) -> np.ndarray:
             return value, grad
 
         res = minimize(loss, np.zeros(x.shape[1]), jac=True, method="L-BFGS-B")
+        if not res.success:  # every set and link converges in < 30 iterations; never use a half fit
+            raise ArithmeticError(f"{name}: the {link} fit of class {a} did not converge ({res.message})")
         fits.append(res.x)
     return np.stack(fits)
 
