@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from privbandit.datasets.real import DATASETS
 from privbandit.families.concurrent_shuffle.mechanisms import PROTOCOLS
 from privbandit.families.concurrent_shuffle.tree import MODES, tree_for
 from privbandit.families.concurrent_shuffle.world import INPUTS
@@ -22,7 +23,7 @@ FAMILY = "concurrent-shuffle"
 # Algorithm 4 on the counter (P_Vec per node), the same batches with exact sums (non-private), and
 # uniformly random arms on the same batches (no learning, nothing released).
 BANDITS = ("cs-linucb", "cs-linucb-exact", "cs-random")
-GENERATORS = ("paper", "paper-code")
+GENERATORS = ("paper", "paper-code", *DATASETS)  # real data: docs/real-data.md
 # Algorithm 4's P_Vec: Thm C.1's constants (theory), or calibrated by the exact count accountant (exact).
 PRESETS = ("theory", "exact")
 

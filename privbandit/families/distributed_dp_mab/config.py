@@ -22,6 +22,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from privbandit import registry
+from privbandit.datasets.real import BINARY
 from privbandit.protocol.primitives.secagg.parameters import ThreatModel, graph_for
 from privbandit.runner.config import ConfigError, ExperimentFile, StrictModel
 
@@ -47,12 +48,13 @@ Probability = Annotated[float, Field(gt=0, le=1)]
 
 
 class EnvironmentConfig(StrictModel):
-    kind: Literal["uniform", "means", "means-file"] = "uniform"
+    kind: Literal["uniform", "means", "means-file", "bundled"] = "uniform"  # bundled: docs/real-data.md
     arms: Annotated[int, Field(ge=2, le=100_000)] = 10
     low: Annotated[float, Field(ge=0, le=1)] = 0.25
     high: Annotated[float, Field(ge=0, le=1)] = 0.75
     means: list[Annotated[float, Field(ge=0, le=1)]] | None = None
     path: str | None = None
+    dataset: Literal[BINARY] = "breast_cancer"  # type: ignore[valid-type]  # kind = "bundled": k-means arms (datasets/real.py)
     reward: Literal["gaussian", "bernoulli", "categorical"] = "gaussian"
     sd: Annotated[float, Field(ge=0, le=10)] = 0.1
 
@@ -64,7 +66,7 @@ class EnvironmentConfig(StrictModel):
             raise ValueError("kind = 'means' needs `means`, a list of at least 2 values in [0, 1]")
         if self.kind == "means-file" and not self.path:
             raise ValueError("kind = 'means-file' needs `path` to a privbandit-arm-means JSON file")
-        if self.reward == "categorical" and self.kind != "means-file":
+        if self.reward == "categorical" and self.kind not in ("means-file", "bundled"):
             raise ValueError("reward = 'categorical' needs kind = 'means-file' (it carries the levels)")
         return self
 

@@ -195,7 +195,12 @@ def build_instance(env: cfg.EnvironmentConfig, rng: np.random.Generator) -> Band
         return BanditInstance(np.array(env.means), env.reward, env.sd)
     from privbandit.datasets.letor import ArmMeans
 
-    arms = ArmMeans.from_json(env.path)
+    if env.kind == "bundled":  # k-means arms of a bundled real set, the paper's MSLR recipe
+        from privbandit.datasets.real import mab_arms
+
+        arms = mab_arms(env.dataset, env.arms)
+    else:
+        arms = ArmMeans.from_json(env.path)
     return BanditInstance(np.asarray(arms.means), env.reward, env.sd, levels=np.asarray(arms.levels),
                           probabilities=np.asarray(arms.probabilities))
 

@@ -12,6 +12,10 @@ contextual bandits"): links, κ-parameters, arm sets, θ*, Bernoulli rewards, ps
 - θ* of norm S, two generators, named: ``sphere`` (the paper: uniform on the sphere of radius S)
   and ``normalised-cube`` (the authors' code: S·u/‖u‖ with u ~ U[−1, 1]^d, norm S but a
   direction that is not uniform).
+- Real data (``theta`` = ``digits``, ``wine``, ``iris`` or ``breast_cancer``: scikit-learn's bundled
+  sets, no download; docs/real-data.md): user t's K = C arms are the disjoint encoding e_a ⊗ x_t of a
+  row x_t of the set (d = C·(p + 1)), θ* the one-vs-rest fits of the labels under the link, scaled
+  to norm S (:mod:`privbandit.datasets.real`).
 - Rewards r ~ Bernoulli(μ(⟨x,θ*⟩)) (R = 1). Regret is the pseudo-regret of eq. (2):
   Σ_t max_x μ(⟨x,θ*⟩) − μ(⟨x_t,θ*⟩).
 
@@ -26,10 +30,12 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import expit, log_ndtr, ndtr
 
+from privbandit.datasets.real import DATASETS
 from privbandit.protocol.primitives.seeding import stream
 
 LINKS = ("logistic", "probit")
-THETA_GENERATORS = ("sphere", "normalised-cube")
+REAL = DATASETS  # scikit-learn's bundled sets (privbandit/datasets/real.py; sklearn loads on first use)
+THETA_GENERATORS = ("sphere", "normalised-cube") + REAL
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
@@ -128,8 +134,14 @@ def world_of(link: str, generator: str, seed: int, runs: list[int], horizon: int
     A, TH, U = [], [], []
     for r in runs:
         rng = stream(seed, "glm-world", 0 if reuse_contexts else r)
-        TH.append(theta_star(generator, rng, d, norm))
-        A.append(unit_ball(rng, (horizon, arms), d))
+        if generator in REAL:  # one θ* (the data's fit), each run's own draw of rows
+            from privbandit.datasets import real
+
+            TH.append(real.glm_theta(generator, link, arms, d, norm))
+            A.append(real.glm_contexts(generator, arms, d, rng, horizon))
+        else:
+            TH.append(theta_star(generator, rng, d, norm))
+            A.append(unit_ball(rng, (horizon, arms), d))
         U.append(stream(seed, "glm-rewards", r).random(horizon))
     arms_ = np.stack(A)
     theta = np.stack(TH)

@@ -14,6 +14,10 @@ Two generators (spec §8.1, §9, §11 item 13):
   ``randn(d − 1)``, their arithmetic), so with ``seed = 2`` run r is their r-th environment bit for
   bit: the instances to pair privbandit with their code on. The draws are one sequence, so run r costs
   the draws of runs 0 … r − 1 (cheap: K·d numbers each); ``seed`` must be in [0, 2³² − 1].
+- ``digits``, ``wine``, ``iris``, ``breast_cancer``: real data (scikit-learn's bundled sets, no
+  download): K rows of the set as arms (d − 1 principal components and an intercept, ‖φ‖ ≤ 1) and θ*
+  the least-squares fit of a target class's indicator, shrunk so every mean is in [0, 1] and
+  ‖θ*‖ ≤ 1 (:func:`privbandit.datasets.real.linear_instance`, docs/real-data.md).
 
 Rewards use common random numbers: user t draws one U_t ~ U(0, 1) and would get 1{U_t < μ_a} from
 any arm a. That makes the authors' *realized* regret 1{U < μ*} − 1{U < μ_a} well defined next to the
@@ -27,9 +31,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from privbandit.datasets.real import DATASETS
 from privbandit.protocol.primitives.seeding import stream
 
-GENERATORS = ("paper", "paper-code", "authors-main")
+REAL = DATASETS  # scikit-learn's bundled sets (privbandit/datasets/real.py; sklearn loads on first use)
+GENERATORS = ("paper", "paper-code", "authors-main") + REAL
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,10 @@ def generate(generator: str, arms: int, d: int, rng: np.random.Generator) -> tup
         return x, theta
     if generator == "paper-code":
         return _code_instance(_sphere(rng, arms, d - 1), 0.5 * _sphere(rng, 1, d - 1)[0])
+    if generator in REAL:
+        from privbandit.datasets.real import linear_instance
+
+        return linear_instance(generator, arms, d, rng)
     raise ValueError(f"generator={generator!r} is not one of {GENERATORS}")
 
 
@@ -97,8 +107,8 @@ def authors_main(arms: int, d: int, seed: int, count: int) -> list[tuple[np.ndar
 
 def bounds(generator: str) -> tuple[float, float]:
     """(max ‖φ‖₂, max |φ_k|): public bounds used to calibrate noise. The paper's instances meet
-    Assumption 3.1 (‖φ‖ ≤ 1, so every entry of φy and φφᵀ is in [−1, 1]: Δ₁ = Δ₂ = 1)."""
-    return (1.0, 1.0) if generator == "paper" else (math.sqrt(2.0), 1.0)
+    Assumption 3.1 (‖φ‖ ≤ 1, so every entry of φy and φφᵀ is in [−1, 1]: Δ₁ = Δ₂ = 1); so do the real ones."""
+    return (1.0, 1.0) if generator == "paper" or generator in REAL else (math.sqrt(2.0), 1.0)
 
 
 def stack(instances: list[tuple[np.ndarray, np.ndarray]], generator: str) -> LinearInstances:

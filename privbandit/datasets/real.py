@@ -1,0 +1,204 @@
+"""Bandit instances from the real datasets scikit-learn bundles (issue #34 item 3; docs/real-data.md).
+
+Only ``sklearn.datasets.load_*`` is called: those read files shipped inside the package, so nothing
+here touches the network (``fetch_*``, which downloads, is never used). Tags: [P] the source's
+statement, [I] our choice.
+
+=============  =====  ====  =======  =============================================================
+dataset        rows   raw   classes  used by
+=============  =====  ====  =======  =============================================================
+digits         1797   64    10       linear and concurrent (fixed arms), GLM (contexts)
+wine           178    13    3        GLM (contexts)
+iris           150    4     3        GLM (contexts)
+breast_cancer  569    30    2        MAB (k-means arms); linear, concurrent, GLM
+=============  =====  ====  =======  =============================================================
+
+Contexts. [I] Each column is z-scored (:func:`privbandit.datasets.letor.zscore`), then projected
+on its first p principal components (SVD of the whole z-scored table, each component's sign fixed
+so that its largest-magnitude loading is positive: deterministic, no solver randomness), then
+divided by the largest row norm, so every z lies in the unit ball of R^p. A context is
+x = (z/√2, 1/√2) ∈ R^{p+1}: ‖x‖ ≤ 1 (the linear paper's Assumption 3.1, the GLM paper's unit-ball
+arms) and the last entry is an intercept.
+
+Three conversions, because the families model different worlds:
+
+- :func:`linear_instance` (linear and concurrent families, whose users share K *fixed* arms; they
+  have no per-user context, so the supervised-to-bandit conversion of Dudík et al. 2011 does not fit
+  them): arm a is a row of the dataset drawn with the run's stream, φ_a = x_a, and θ* is the
+  least-squares fit of the indicator 1{y = c} of a target class c (drawn with the run's stream) on
+  every row's x, shrunk toward the constant ½ predictor just enough that every row's mean
+  ⟨x, θ*⟩ lies in [0, 1] and ‖θ*‖ ≤ 1. Rewards Bernoulli(⟨φ_a, θ*⟩): the linear model holds exactly
+  (a realizable, semi-synthetic instance on real features, as the MAB paper's MSLR arms are).
+- :func:`glm_contexts` (GLM family, contextual): user t's context is a row x_t drawn uniformly with
+  the run's stream; its K = C arms are the disjoint encoding φ(x_t, a) = e_a ⊗ x_t (d = C·(p + 1)),
+  and θ* = (w_1, …, w_C) stacks the one-vs-rest maximum-likelihood fits of 1{y = a} on x under the
+  family's link (ridge 10⁻³), scaled to the experiment's norm S. Rewards Bernoulli(μ(⟨φ, θ*⟩)): the
+  GLM family needs its noise model (its κ-parameters are finite only for means inside (0, 1)), so
+  the label's reward 1{a = y} is replaced by the fitted model's probability of it; regret is
+  pseudo-regret against the best arm of each context under that model.
+- :func:`mab_arms` (MAB family): k-means on the z-scored features, arm mean = the cluster's
+  fraction of label 1, exactly :func:`privbandit.datasets.letor.cluster_arms` (the paper's MSLR
+  recipe) with a binary label; Bernoulli rewards are a random row's label of the cluster.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from privbandit.datasets.letor import ArmMeans
+
+# Every family's world names its real instances by these (imported from here, one list): importing
+# this module costs numpy only; scikit-learn and the LETOR module (scipy.cluster) load on first use.
+DATASETS = ("digits", "wine", "iris", "breast_cancer")
+BINARY = ("breast_cancer",)  # a label in {0, 1}: a reward (MAB arms)
+_RIDGE = 1e-3  # the GLM fit's penalty: keeps the separable classes' fits finite
+
+
+def _check(name: str) -> None:
+    if name not in DATASETS:
+        raise ValueError(f"dataset = {name!r} is not one of {', '.join(DATASETS)} (scikit-learn's bundled sets)")
+
+
+@functools.lru_cache(maxsize=None)
+def load(name: str) -> tuple[np.ndarray, np.ndarray]:
+    """The bundled table (features (n, F) float64, labels (n,) int64), read-only. [P] scikit-learn's
+    copy of the UCI sets, read from files inside the package (``load_*``; never ``fetch_*``)."""
+    _check(name)
+    from sklearn import datasets  # imported here: 1.5–2.5 s at load 20, paid only by runs on real data
+
+    bunch = getattr(datasets, f"load_{name}")()
+    x, y = np.asarray(bunch.data, dtype=np.float64), np.asarray(bunch.target, dtype=np.int64)
+    x.setflags(write=False)
+    y.setflags(write=False)
+    return x, y
+
+
+def classes(name: str) -> int:
+    return int(load(name)[1].max()) + 1
+
+
+@functools.lru_cache(maxsize=None)
+def contexts(name: str, p: int) -> np.ndarray:
+    """Every row's context x = (z/√2, 1/√2) ∈ R^{p+1}, ‖x‖ ≤ 1 (module docstring), read-only."""
+    from privbandit.datasets.letor import zscore
+
+    features, _ = load(name)
+    if not 1 <= p <= features.shape[1]:
+        raise ValueError(f"{name}: {p} principal components asked, need 1 … {features.shape[1]} "
+                         f"(its columns); the context dimension is that + 1")
+    z = zscore(features)
+    _, _, vt = np.linalg.svd(z, full_matrices=False)
+    comp = vt[:p]
+    comp *= np.sign(comp[np.arange(p), np.abs(comp).argmax(axis=1)])[:, None]
+    scores = z @ comp.T
+    scores /= np.linalg.norm(scores, axis=1).max()
+    h = 1 / math.sqrt(2)
+    x = np.concatenate([h * scores, np.full((scores.shape[0], 1), h)], axis=1)
+    x.setflags(write=False)
+    return x
+
+
+def linear_instance(name: str, arms: int, d: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """One fixed-arm instance (arms (K, d), θ* (d,)) for the linear and concurrent families: K rows
+    drawn without replacement, a target class c, θ* as the module docstring says. ‖φ‖ ≤ 1,
+    ‖θ*‖ ≤ 1, every mean in [0, 1]."""
+    x = contexts(name, d - 1)
+    _, y = load(name)
+    if not 2 <= arms <= x.shape[0]:
+        raise ValueError(f"arms = {arms}: the {name} instance draws arms from its {x.shape[0]} rows, "
+                         f"need 2 … {x.shape[0]}")
+    rows = rng.choice(x.shape[0], size=arms, replace=False)
+    target = int(rng.integers(classes(name)))
+    theta = np.linalg.lstsq(x, (y == target).astype(np.float64), rcond=None)[0]
+    return np.array(x[rows]), _shrink(x, theta)
+
+
+def _shrink(x: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    """θ0 + λ(θ − θ0), θ0 = (0, …, 0, 1/√2) the constant ½ predictor, with the largest λ ≤ 1 that
+    keeps every row's ⟨x, θ⟩ in [0, 1] and ‖θ‖ ≤ 1 (both feasible sets are intervals [0, λ_max]:
+    ‖θ0‖ = 1/√2 < 1 and ⟨x, θ0⟩ = ½)."""
+    theta0 = np.zeros_like(theta)
+    theta0[-1] = 1 / math.sqrt(2)
+    step = theta - theta0
+    spread = np.abs(x @ theta - 0.5).max()
+    lam = 1.0 if spread <= 0.5 else 0.5 / spread
+    a, b, c = step @ step, 2 * theta0 @ step, theta0 @ theta0 - 1.0  # ‖θ0 + λ·step‖² = 1
+    if a > 0:
+        lam = min(lam, (-b + math.sqrt(b * b - 4 * a * c)) / (2 * a))
+    while True:  # λ_max itself can round a boundary mean an ulp outside [0, 1]: step inside
+        out = theta0 + lam * step
+        means = x @ out
+        if means.min() >= 0 and means.max() <= 1 and np.linalg.norm(out) <= 1:
+            return out
+        lam *= 1 - 1e-9
+
+
+@functools.lru_cache(maxsize=None)
+def _glm_fit(name: str, p: int, link: str) -> np.ndarray:
+    """The one-vs-rest fits (C, p + 1) of 1{y = a} on x under ``link``, by L-BFGS on the penalized
+    negative log-likelihood (deterministic: a zero start, no randomness)."""
+    from scipy.optimize import minimize
+
+    from privbandit.families.glm_bandits.world import log_mu, mu, mu_dot
+
+    x = contexts(name, p)
+    _, y = load(name)
+    fits = []
+    for a in range(classes(name)):
+        t = (y == a).astype(np.float64)
+
+        def loss(w, t=t):
+            z = x @ w
+            m = np.clip(mu(link, z), 1e-12, 1 - 1e-12)
+            # d/dz of −[t log μ + (1 − t) log(1 − μ)] = μ̇ (μ − t) / (μ(1 − μ)); log(1 − μ(z)) = log μ(−z)
+            value = -(t * log_mu(link, z) + (1 - t) * log_mu(link, -z)).sum() + 0.5 * _RIDGE * w @ w
+            grad = x.T @ (mu_dot(link, z) * (m - t) / (m * (1 - m))) + _RIDGE * w
+            return value, grad
+
+        res = minimize(loss, np.zeros(x.shape[1]), jac=True, method="L-BFGS-B")
+        if not res.success:  # every set and link converges in < 30 iterations; never use a half fit
+            raise ArithmeticError(f"{name}: the {link} fit of class {a} did not converge ({res.message})")
+        fits.append(res.x)
+    return np.stack(fits)
+
+
+def glm_theta(name: str, link: str, arms: int, d: int, norm: float) -> np.ndarray:
+    """θ* (d,) = the stacked one-vs-rest fits scaled to ‖θ*‖ = S (``norm``). ``arms`` must be the
+    number of classes C and ``d`` a multiple C·(p + 1) of it (the disjoint encoding)."""
+    c = classes(name)
+    if arms != c or d % c or d // c < 2:
+        raise ValueError(f"environment: the {name} instance has K = {c} arms (its classes) and d = {c}·(p + 1) "
+                         f"with p ≥ 1 principal components (d in {c * 2}, {c * 3}, …); got arms = {arms}, dim = {d}")
+    w = _glm_fit(name, d // c - 1, link).ravel()
+    return norm * w / np.linalg.norm(w)
+
+
+def glm_contexts(name: str, arms: int, d: int, rng: np.random.Generator, horizon: int) -> np.ndarray:
+    """T users' arm sets (T, K, d): user t's row x_t drawn uniformly with replacement, its arms
+    φ(x_t, a) = e_a ⊗ x_t (the disjoint encoding; ‖φ‖ = ‖x_t‖ ≤ 1)."""
+    c = classes(name)
+    x = contexts(name, d // c - 1)
+    rows = x[rng.integers(x.shape[0], size=horizon)]  # (T, p + 1)
+    out = np.zeros((horizon, c, c, rows.shape[1]))
+    out[:, np.arange(c), np.arange(c)] = rows[:, None, :]
+    return out.reshape(horizon, c, d)
+
+
+def mab_arms(name: str, k: int, seed: int = 0) -> ArmMeans:
+    """K arms by k-means (the paper's MSLR recipe, :func:`~privbandit.datasets.letor.cluster_arms`:
+    z-scored features, scipy kmeans2 ``++``, seed ``seed``): arm mean = the cluster's fraction of
+    label 1 (breast_cancer: benign). One instance for every run, as the MSLR file is."""
+    from privbandit.datasets.letor import cluster_arms
+
+    _check(name)
+    if name not in BINARY:
+        raise ValueError(f"dataset = {name!r}: the MAB arms need a binary label (a reward); use one of {', '.join(BINARY)}")
+    features, y = load(name)
+    return cluster_arms(y, features, k, seed, max_label=1,
+                        source=f"scikit-learn load_{name}: {y.size} rows, z-scored, kmeans2 ++ seed {seed}")
