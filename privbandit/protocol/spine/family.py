@@ -97,7 +97,7 @@ class CallerRewards:
             rule = f"must lie in [{self.low:g}, {self.high:g}]"
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"{name}[{i}]={rewards[i]!r}: {rule} ({int(bad.sum())} of {rewards.size} do not)")
+            raise ValueError(f"{name}[{i}]={float(rewards[i])!r}: {rule} ({int(bad.sum())} of {rewards.size} do not)")
 
 
 class UserLogic(Protocol):
