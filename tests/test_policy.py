@@ -135,6 +135,37 @@ def test_linear_policy_reproduces_run(label):
     spent_equals_run(policy, result)
 
 
+@pytest.mark.parametrize("label,table", [("lazy", {"algorithm": "anytime-lazy-ucb", "trust": "distributed"}),
+                                         ("hybrid", {"algorithm": "hybrid-ucb"})])
+def test_online_policy_reproduces_run(label, table):
+    """Hu, Huang & Mehta's bandit-feedback algorithms, the caller giving each user's reward as the
+    simulated world keys it (by user index): privbandit.run's regret and ledger. Hybrid-UCB's run looks
+    ahead in-process; the policy serves one user per plan, as over MQTT: the same decisions."""
+    from privbandit.families.private_online_learning.family import instance_of
+    from privbandit.families.private_online_learning.parties import on_regret_grid
+    from privbandit.families.private_online_learning.world import OnlineUsers
+    from privbandit.runner import load_experiment
+
+    data = {"family": "private-online-learning", "name": "policy-test", "horizon": 3_000, "seed": 7, "epsilon": 1.0,
+            "runs": 1, "environment": {"setting": 2}, "algorithms": {label: table}}
+    config = load_experiment(data)[1]
+    inst = instance_of(config)
+    sim, gaps = OnlineUsers(inst, 7, (0, label), 2), on_regret_grid(inst.gaps)
+    policy = Policy(data)
+    curves = Curves(data["horizon"], config.checkpoints)
+    while not policy.done:
+        first = policy.served
+        arms = policy.next(USER_BLOCK)
+        got, realized = sim.pull(first + 1, arms)
+        pseudo, running = np.cumsum(gaps[arms]), np.cumsum(on_regret_grid(realized))
+        at = curves.cps(first, arms.size) - first - 1
+        curves.add(first, arms.size, [pseudo[-1], running[-1]], pseudo[at], running[at])
+        policy.update(got)
+    result = privbandit.run(data).results[label][0]
+    assert np.array_equal(curves.pseudo, result.pseudo[0]) and np.array_equal(curves.realized, result.realized[0])
+    spent_equals_run(policy, result)
+
+
 def test_next_hands_out_at_most_n_and_partial_updates_add_up():
     policy = Policy("dp-se", family="distributed-dp-mab", horizon=2_000, seed=1, epsilon=1.0)
     first = policy.next(3)
@@ -208,6 +239,8 @@ def test_experiment_errors():
 
 
 def test_a_family_without_a_caller_world_is_refused_by_name():
+    with pytest.raises(ConfigError, match=r"algorithms.ftnl: ftnl learns from full information"):
+        Policy("ftnl", horizon=1_000, epsilon=1.0, environment={"setting": 2})
     with pytest.raises(ConfigError, match=r"family glm-bandits does not serve a caller's world yet"):
         Policy("experiments/glm_demo.toml", label=_first_label("experiments/glm_demo.toml"))
 
