@@ -239,10 +239,13 @@ def test_experiment_errors():
 
 
 def test_a_family_without_a_caller_world_is_refused_by_name():
-    with pytest.raises(ConfigError, match=r"algorithms.ftnl: ftnl learns from full information"):
-        Policy("ftnl", horizon=1_000, epsilon=1.0, environment={"setting": 2})
-    with pytest.raises(ConfigError, match=r"family glm-bandits does not serve a caller's world yet"):
+    with pytest.raises(ConfigError, match=r"family glm-bandits does not serve a caller's world: its analyzer is "
+                                          r"calibrated with κ and κ\* computed from the world's θ\*"):
         Policy("experiments/glm_demo.toml", label=_first_label("experiments/glm_demo.toml"))
+    with pytest.raises(ConfigError, match=r"Algorithm 4's users draw their U_t before choosing their arm"):
+        Policy("experiments/cs_alg4.toml", label=_first_label("experiments/cs_alg4.toml"))
+    with pytest.raises(ConfigError, match=r"a counter \(Algorithms 2/3\) hands out no arms"):
+        Policy("experiments/cs_demo.toml", label=_first_label("experiments/cs_demo.toml"))
 
 
 def _first_label(path: str) -> str:
