@@ -131,6 +131,7 @@ class Policy:
         self._given = 0  # of which handed to the caller
         self._got: list[np.ndarray] = []  # their rewards so far
         self._finished = False
+        self._error: BaseException | None = None  # what stopped the engine, if anything did
         self.rejected: dict = {}
 
         def work():
@@ -166,13 +167,20 @@ class Policy:
         elif kind == "done":
             self._finished, self._block, self.rejected = True, None, value
         else:
-            self._finished, self._block = True, None
+            self._finished, self._block, self._error = True, None, value
             raise value
 
     @property
     def done(self) -> bool:
-        """Every user of the horizon has been served (and every release the run makes was made)."""
+        """No more arms: every user of the horizon has been served (and every release the run makes
+        was made), or the run stopped on an error (raised then, and named by every later call)."""
         return self._finished
+
+    def _check_running(self, call: str) -> None:
+        if self._error is not None:
+            raise PolicyError(f"{call}: the run stopped on an error: {self._error!r}")
+        if self._finished:
+            raise Exhausted(f"{call}: horizon exhausted: all {self.horizon} users were served")
 
     @property
     def pending(self) -> int:
@@ -187,8 +195,7 @@ class Policy:
             raise PolicyError(f"n={n!r}: must be an integer ≥ 1")
         if self.pending:
             raise PolicyError(f"next: {self.pending} arms handed out still await their rewards (update first)")
-        if self._finished:
-            raise Exhausted(f"horizon exhausted: all {self.horizon} users were served")
+        self._check_running("next")
         out = self._block[self._given:self._given + int(n)]
         self._given += out.size
         return out.copy()
@@ -201,8 +208,7 @@ class Policy:
         """The rewards of the arms :meth:`next` last handed out, in their order (one per arm; the
         family's range, e.g. [0, 1])."""
         if not self.pending:
-            if self._finished:
-                raise Exhausted(f"update: horizon exhausted: all {self.horizon} users were served")
+            self._check_running("update")
             raise PolicyError("update before next: no arms await rewards (call next(n) first)")
         r = np.asarray(rewards, dtype=np.float64) if not isinstance(rewards, (str, bytes)) else None
         if r is None or r.shape != (self.pending,):

@@ -197,10 +197,29 @@ def test_bad_input_names_the_field_and_range():
     policy.update([0.1, 0.2, 0.3, 0.4])
     while not policy.done:
         policy.update(np.full(policy.next(10**6).size, 0.5))
-    with pytest.raises(Exhausted, match=r"horizon exhausted: all 200 users were served"):
+    with pytest.raises(Exhausted, match=r"next: horizon exhausted: all 200 users were served"):
         policy.next(1)
     with pytest.raises(Exhausted, match=r"horizon exhausted"):
         policy.update([0.5])
+
+
+def test_an_engine_error_reaches_the_caller_and_close_stops_the_thread(monkeypatch):
+    policy = Policy(mab("dp-se", horizon=2_000, epsilon=1.0))
+
+    def broken(rnd, release):
+        raise RuntimeError("a broken learner")
+
+    monkeypatch.setattr(policy._analyzer.logic, "on_release", broken)
+    with pytest.raises(RuntimeError, match="a broken learner"):
+        while True:
+            policy.update(np.full(policy.next(USER_BLOCK).size, 0.5))
+    assert policy.done and not policy._thread.is_alive()
+    with pytest.raises(PolicyError, match=r"next: the run stopped on an error: RuntimeError\('a broken learner'\)"):
+        policy.next(1)
+    left = Policy(mab("dp-se", horizon=2_000, epsilon=1.0))
+    left.next(2)
+    left.close()
+    assert not left._thread.is_alive()
 
 
 def test_linear_bad_input():
