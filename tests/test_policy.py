@@ -231,7 +231,8 @@ def test_linear_bad_input():
     with pytest.raises(ConfigError, match=re.escape("contexts: the 10 arms' features, shape (10, 3) (environment.arms, "
                                                     "environment.dim), not (10, 2)")):
         Policy(linear("LinUCB-SDP-Amp"), contexts=arms[:, :2])
-    with pytest.raises(ConfigError, match=r"contexts: every arm's ‖φ‖₂ must be ≤ 1.414 and every \|φ_k\| ≤ 1 \(the bounds generator = 'paper-code'"):
+    with pytest.raises(ConfigError, match=r"contexts: every arm's ‖φ‖₂ must be ≤ 1.414 and every \|φ_k\| ≤ 1 "
+                                          r"\(the bounds generator = 'paper-code'"):
         Policy(linear("LinUCB-SDP-Amp"), contexts=2 * arms)
     policy = Policy(linear("LinUCB-SDP-Amp"), contexts=arms)
     got = policy.next(5)

@@ -138,8 +138,8 @@ class ShuffleLinearBandits(Family):
         env = config.environment
         x = None if contexts is None else np.asarray(contexts, dtype=np.float64)
         if x is None or x.shape != (env.arms, env.dim):
-            raise ValueError(f"contexts: the {env.arms} arms' features, shape ({env.arms}, {env.dim}) (environment.arms, "
-                             f"environment.dim), not {None if x is None else x.shape}")
+            raise ValueError(f"contexts: the {env.arms} arms' features, shape ({env.arms}, {env.dim}) "
+                             f"(environment.arms, environment.dim), not {None if x is None else x.shape}")
         norm, entry = bounds(config.generator)
         if not np.isfinite(x).all() or (np.linalg.norm(x, axis=1) > norm).any() or (np.abs(x) > entry).any():
             raise ValueError(f"contexts: every arm's ‖φ‖₂ must be ≤ {norm:.4g} and every |φ_k| ≤ {entry:g} (the "
