@@ -124,7 +124,6 @@ class Policy:
         self.accountant = Accountant(self._analyzer.ledger, f"{name}: {self.family.algorithm_lines.get(name, '')}",
                                      self.label)
         self.served = 0  # users whose rewards the engine has taken
-        self.records: list = []  # the analyzer's record of each release, as it decoded it
         self._to_engine: queue.Queue = queue.Queue(maxsize=1)
         self._to_caller: queue.Queue = queue.Queue(maxsize=1)
         self._block: np.ndarray | None = None  # the paused block's arms
@@ -142,7 +141,6 @@ class Policy:
             except BaseException as exc:  # handed to the caller's thread, raised there
                 self._to_caller.put(("error", exc))
                 return
-            self.records = [observer.records[k] for k in sorted(observer.records)]
             self._to_caller.put(("done", dict(rejected)))
 
         self._observer = observer
@@ -181,6 +179,12 @@ class Policy:
             raise PolicyError(f"{call}: the run stopped on an error: {self._error!r}")
         if self._finished:
             raise Exhausted(f"{call}: horizon exhausted: all {self.horizon} users were served")
+
+    @property
+    def records(self) -> list:
+        """The analyzer's record of every release so far, in round order (what it decoded: the
+        family's ``rounds.csv`` fields before the truth is joined, and the release's own ε)."""
+        return [self._observer.records[k] for k in sorted(self._observer.records)]
 
     @property
     def pending(self) -> int:

@@ -173,8 +173,10 @@ def test_next_hands_out_at_most_n_and_partial_updates_add_up():
     policy.update([0.5, 0.5, 0.5])
     rest = policy.next(10**6)
     assert rest.size >= 1 and np.all(rest == first[0])  # the rest of the same cohort: one arm
+    assert policy.records == []  # nothing released before the cohort is complete
     policy.partial_fit(rest, np.full(rest.size, 0.25))
     assert policy.served == 3 + rest.size
+    assert len(policy.records) == 1 and policy.records[0].n_reports == policy.served  # its round, released
 
 
 def test_bad_input_names_the_field_and_range():
