@@ -68,6 +68,26 @@ class Results:
         t, curves = self.curves
         return compare_at(t, {label: c.pseudo for label, c in curves.items()}, at, baseline)
 
+    def accountant(self, label: str, run: int | None = None):
+        """The ledger of ``label`` as an accountant (``spent()``, ``epsilon(delta)``;
+        :class:`~privbandit.protocol.privacy.accountant.Accountant`): run ``run``'s, held in-process,
+        or (None) the worst over runs that ``summary.json`` keeps, which is all an MQTT run's hold."""
+        from privbandit.protocol.privacy.accountant import Accountant
+
+        if label not in self.summary["privacy"]:
+            raise KeyError(f"label {label!r}: not one of {', '.join(self.summary['privacy'])}")
+        a = self.family.algorithm(self.config, label)
+        name = getattr(a, "algorithm", label)
+        line = f"{name}: {self.family.algorithm_lines.get(name, '')}"
+        if run is None:
+            return Accountant(self.summary["privacy"][label], line, label)
+        for task in self.results.get(label, []):
+            if run in task.runs:
+                return Accountant(task.privacy, line, label)
+        held = sorted(r for t in self.results.get(label, []) for r in t.runs)
+        raise KeyError(f"run={run}: not held (these results hold runs {held}; an MQTT run's hold only the worst over "
+                       f"runs: run=None)")
+
     def plot(self, path: str | Path | None = None):
         """The regret curves as ``regret.png`` draws them (mean ± stderr over runs,
         :func:`~.results.plot_regret`): written to ``path`` as a PNG (returns the path), or, without

@@ -44,10 +44,12 @@ class Task:
     runs: tuple[int, ...]
 
 
-def parties(fam, config, label: str, runs: list[int], oracle: bool = True):
-    """The in-process parties of one task: analyzer, users, intermediaries, observer."""
+def parties(fam, config, label: str, runs: list[int], oracle: bool = True, user_logic=None):
+    """The in-process parties of one task: analyzer, users, intermediaries, observer.
+    ``user_logic``: the users' logic in place of the family's simulated ones (a Policy's caller world)."""
     public = fam.public_task(config, label, runs)
-    user_logic = fam.users(config, label, runs)
+    if user_logic is None:
+        user_logic = fam.users(config, label, runs)
     logic = fam.analyzer(public, analyzer_keys(config.seed, label, runs),
                          oracle=getattr(user_logic, "oracle", None) if oracle else None)
     analyzer = Analyzer(logic, fam.ledger(public), runs=len(runs))

@@ -345,19 +345,27 @@ class DistributedDpMab(Family):
         return Ledger(mechanism.trust_model, None if mechanism.trust_model == "none" else a.epsilon, public["delta"],
                       users=public["horizon"])
 
-    def users(self, config, label: str, runs: list[int]) -> BanditUsers:
+    def users(self, config, label: str, runs: list[int], instance=None) -> BanditUsers:
+        """``instance``: the world in place of run r's simulated one (a Policy's caller world)."""
         (run,) = runs
         a = self.algorithm(config, label)
+        instance = instance_for(config, run) if instance is None else instance
         if a.algorithm in cfg.SEQUENTIAL:
-            return SequentialUsers(instance_for(config, run), a.algorithm, a.epsilon, config.seed, (run, label),
+            return SequentialUsers(instance, a.algorithm, a.epsilon, config.seed, (run, label),
                                    checkpoint_grid(config.horizon, config.checkpoints))
         if a.algorithm in cfg.SHUFFLE_BASELINES:
-            return ShuffleEliminationUsers(instance_for(config, run), config.seed, (run, label),
+            return ShuffleEliminationUsers(instance, config.seed, (run, label),
                                            checkpoint_grid(config.horizon, config.checkpoints),
                                            noise_bits(*self.count_target(config, a)))
-        return BanditUsers(instance_for(config, run), build_mechanism(a), config.seed, (run, label),
+        return BanditUsers(instance, build_mechanism(a), config.seed, (run, label),
                            checkpoint_grid(config.horizon, config.checkpoints),
                            delta=delta_of(config) if a.intermediary == "shuffler" else None)
+
+    def policy_users(self, config, label: str, run: int, ask, contexts=None):
+        """Algorithm 1's users (and VB-SDP-AE's) with the caller's rewards (:mod:`.caller`)."""
+        from privbandit.families.distributed_dp_mab.caller import caller_users
+
+        return caller_users(self, config, label, run, ask, contexts)
 
     def dropout_rate(self, config, label: str) -> float:
         return self.algorithm(config, label).dropout_rate

@@ -147,18 +147,27 @@ class PrivateOnlineLearning(Family):
 
         return online_wire(self, config, label, target, mechanism)
 
-    def users(self, config, label: str, runs: list[int]):
+    def users(self, config, label: str, runs: list[int], world=None):
+        """``world``: the users' rewards in place of the simulated :class:`OnlineUsers` (a Policy's caller world)."""
         (run,) = runs
         a = self.algorithm(config, label)
         inst, prefix = instance_of(config), (run, label)
         checkpoints = checkpoint_grid(config.horizon, config.checkpoints)
         if a.algorithm == "dp-se":
             beta = a.beta if a.beta is not None else 1.0 / config.horizon
-            return BanditUsers(inst, self.dp_se_mechanism(a, beta), config.seed, prefix, checkpoints)
+            return BanditUsers(inst if world is None else world.instance, self.dp_se_mechanism(a, beta), config.seed,
+                               prefix, checkpoints)
         full = a.algorithm in ("ftnl", "naive-ftnl", "ftl", "hedge")
         width = inst.n_arms if full else 2
-        return OnlineBanditUsers(OnlineUsers(inst, config.seed, prefix, width), config.seed, prefix, checkpoints,
+        online = OnlineUsers(inst, config.seed, prefix, width) if world is None else world
+        return OnlineBanditUsers(online, config.seed, prefix, checkpoints,
                                  self.randomizer(config, a), full_information=a.algorithm in ("ftl", "hedge"))
+
+    def policy_users(self, config, label: str, run: int, ask, contexts=None):
+        """The bandit-feedback algorithms' users with the caller's rewards (:mod:`.caller`)."""
+        from privbandit.families.private_online_learning.caller import caller_users
+
+        return caller_users(self, config, label, run, ask, contexts)
 
     def adversary(self, config, label: str, run: int):
         """Poisoning users or colluders of one run (:mod:`.adversaries`); DP-SE's batches are the

@@ -228,7 +228,14 @@ class Ledger:
             total.approx_delta += worst.approx_delta
         return total
 
-    def summary(self) -> dict:
+    def summary(self, delta: float | None = None) -> dict:
+        """What the run spent per user. ``delta``: read the composition at another δ than the run's
+        (:class:`~.accountant.Accountant`): the curves convert at it, and the theorems' (ε, δ)
+        statements, whose δ is fixed, leave it what they do not spend (below it: no ε is proven)."""
+        if delta is None:
+            delta = self.delta
+        elif not 0 < delta < 1:
+            raise ValueError(f"delta={delta} must lie in (0, 1)")
         status = self.guarantee
         total = self._per_user()
         proven = status == "proven"
@@ -239,9 +246,9 @@ class Ledger:
         elif proven:
             # The releases with curves and those with only (ε, δ) statements compose by basic
             # composition: the curve part gets what δ the statements leave.
-            rest = self.delta - total.approx_delta
+            rest = delta - total.approx_delta
             if total.approx_delta == 0 and total.approx_eps == 0:
-                eps_delta = rdp_to_dp(total.rdp, self.delta)
+                eps_delta = rdp_to_dp(total.rdp, delta)
             elif not np.any(total.rdp) and rest >= 0:  # (ε, δ) statements only, within δ
                 eps_delta = total.approx_eps
             elif rest > 0:  # (an (ε, 0) statement, e.g. k rounds by basic composition, lands here too)
@@ -257,11 +264,11 @@ class Ledger:
             "rdp": {str(a): _finite_or_none(float(total.rdp[np.searchsorted(ORDERS, a)]))
                     if proven and not total.approx_delta else None for a in REPORTED_ORDERS},
             "cdp_epsilon": _finite_or_none(cdp),
-            "delta": self.delta,
+            "delta": delta,
             "epsilon_at_delta": _finite_or_none(eps_delta),
             "users_protected": self.users,
-            "delta_warning": (f"delta = {self.delta:.3g} is not small against 1/N = {1 / self.users:.3g} "
-                              f"for the N = {self.users} users protected") if self.delta >= 1 / self.users else None,
+            "delta_warning": (f"delta = {delta:.3g} is not small against 1/N = {1 / self.users:.3g} "
+                              f"for the N = {self.users} users protected") if delta >= 1 / self.users else None,
         }
         if total.approx_delta:
             out["delta_from_theorems"] = total.approx_delta

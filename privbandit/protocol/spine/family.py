@@ -75,6 +75,31 @@ class BlockAnswer:
     reports: list[tuple[int, np.ndarray, np.ndarray, np.ndarray | None]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class CallerRewards:
+    """What rewards a family's users accept from a caller's world (:meth:`Family.policy_users`):
+    values in [``low``, ``high``], or only ``low`` and ``high`` when ``binary`` (the bound a
+    mechanism's noise is calibrated to: a larger reward would spend more than the ledger says)."""
+
+    low: float = 0.0
+    high: float = 1.0
+    binary: bool = False
+
+    def check(self, rewards: np.ndarray, name: str = "rewards") -> None:
+        """ValueError naming ``name`` and the allowed values, for any reward outside them."""
+        if not np.isfinite(rewards).all():
+            raise ValueError(f"{name}: every reward must be a finite number")
+        if self.binary:
+            bad = ~np.isin(rewards, (self.low, self.high))
+            rule = f"must be {self.low:g} or {self.high:g}"
+        else:
+            bad = (rewards < self.low) | (rewards > self.high)
+            rule = f"must lie in [{self.low:g}, {self.high:g}]"
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"{name}[{i}]={float(rewards[i])!r}: {rule} ({int(bad.sum())} of {rewards.size} do not)")
+
+
 class UserLogic(Protocol):
     """The users' side of one task (its simulated world and randomizers)."""
 
@@ -165,6 +190,19 @@ class Family(ABC):
 
     def dropout_rate(self, config, label: str) -> float:
         return 0.0
+
+    # --- privbandit.Policy: a caller's own loop -------------------------------------------------
+    def policy_users(self, config, label: str, run: int, ask: Callable[[np.ndarray], np.ndarray],
+                     contexts: np.ndarray | None = None) -> tuple[UserLogic, CallerRewards]:
+        """The users of run ``run`` of ``label`` in a world that is the caller's
+        (:class:`privbandit.policy.Policy`): the same logic and randomizers as :meth:`users`, but
+        each block's rewards come from ``ask(arms)`` (the arm each of the block's users pulled, in
+        user order; returns their rewards), and ``contexts`` (the family's shape) stand for the
+        simulated world's. Only the caller knows the truth: the block truths carry no regret. A
+        family whose users cannot be served so raises NotImplementedError saying why."""
+        raise NotImplementedError(f"family {self.name} does not serve a caller's world yet: its users draw their "
+                                  f"rewards inside their own logic, with no seam a caller's rewards could enter "
+                                  f"(Family.policy_users; docs/api.md)")
 
     def adversary(self, config, label: str, run: int):
         """The in-process adversary of one run (:mod:`privbandit.protocol.spine.adversaries`), or None."""

@@ -1,0 +1,262 @@
+"""A policy object for a caller's own loop (MABWiser's ``predict``/``partial_fit``), and its ledger as
+an accountant (Opacus's ``get_epsilon``):
+
+    policy = privbandit.Policy("dp-se", horizon=20_000, seed=1, epsilon=1.0)
+    while not policy.done:
+        arms = policy.next(256)            # the next users' arms (at most 256)
+        policy.update(my_rewards(arms))    # their rewards, in [0, 1]
+    policy.accountant.epsilon(1e-6)
+
+No second engine: the policy runs the in-process engine (:func:`privbandit.protocol.spine.engine.run`)
+over the same parties ``privbandit.run`` builds (:func:`privbandit.runner.tasks.parties`: the
+analyzer's plans, the users' randomizers, the intermediary's release, the ledger), with one change,
+the world: the family's :meth:`~privbandit.protocol.spine.family.Family.policy_users` gives users
+whose rewards come from the caller. The engine runs in a worker thread that pauses whenever a block
+of users needs rewards; ``next`` hands the caller that block's arms, ``update`` its rewards, and
+returns once the engine has gone as far as it can without more (so the accountant is current).
+Exactly one of the two threads runs at any time: the numbers do not depend on timing.
+
+What the caller's world cannot give: ground truth. A policy reports no regret (the caller knows its
+own rewards). Users see one block (≤ 65,536) of arms at a time, fewer at a batch's end: ``next(n)``
+returns at most n arms, and fewer when the next ones depend on rewards not yet given.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from privbandit.protocol.privacy.accountant import Accountant, NoProof
+from privbandit.runner.config import ConfigError
+
+__all__ = ["Policy", "PolicyError", "Exhausted", "NoProof", "Accountant"]
+
+
+class PolicyError(ValueError):
+    """A call the policy cannot take in its state (an update before any arms were handed out)."""
+
+
+class Exhausted(PolicyError):
+    """Every user of the horizon has been served: no more arms."""
+
+
+class _Stop(BaseException):
+    """Raised in the engine thread to unwind it when the policy is closed mid-run."""
+
+
+def _find_family(algorithm: str) -> str:
+    """The family whose algorithms include ``algorithm`` (each family lists them in the registry)."""
+    from privbandit import registry
+
+    owners = [name for name in registry.family_names() if algorithm in registry.family(name).algorithm_lines]
+    if len(owners) == 1:
+        return owners[0]
+    if not owners:
+        known = sorted({a for n in registry.family_names() for a in registry.family(n).algorithm_lines})
+        raise ConfigError(f"algorithm={algorithm!r}: not an algorithm of any family; known: {', '.join(known)}")
+    raise ConfigError(f"algorithm={algorithm!r}: offered by {', '.join(owners)}; say which with family=")
+
+
+class Policy:
+    """One run of one algorithm, served to a caller's loop.
+
+    ``experiment``: an experiment file's path, its data (dict) or a family's config, as
+    :func:`privbandit.run` takes (``label``: which algorithm table, needed when it has several); or
+    an algorithm's name (``"dp-se"``, ``"linucb-sdp-amp"``; ``family=`` where two families offer it),
+    whose experiment is that algorithm with its family's defaults. ``**settings`` and ``overrides``
+    as in :func:`privbandit.run` (``horizon=``, ``seed=``, ``environment={"arms": 5}``…); with an
+    algorithm's name, ``epsilon=`` sets that algorithm's ε. ``run``: which run's streams and keys
+    (run r of ``privbandit.run`` at the same seed). ``contexts``: the family's (the linear
+    families' fixed arm features, (K, d)); None for a multi-armed bandit.
+    """
+
+    def __init__(self, experiment, label: str | None = None, *, family: str | None = None, run: int = 0,
+                 contexts=None, overrides: list[str] | None = None, epsilon: float | None = None, **settings):
+        from privbandit.api import settings_overrides
+        from privbandit.runner import load_experiment
+
+        if isinstance(overrides, str):
+            raise ConfigError(f"overrides={overrides!r}: a list of KEY=VALUE strings, not one string")
+        if isinstance(run, bool) or not isinstance(run, int) or run < 0:
+            raise ConfigError(f"run={run!r}: must be an integer ≥ 0")
+        overrides = [*(overrides or ()), *settings_overrides(settings)]
+        named = isinstance(experiment, str) and not experiment.endswith(".toml") and not Path(experiment).exists()
+        if named:
+            fam_name = family or _find_family(experiment)
+            label = label or experiment
+            data = {"family": fam_name, "name": f"policy-{experiment}",
+                    "algorithms": {label: {"algorithm": experiment}}}
+            if epsilon is not None:
+                overrides.append(f"algorithms.{label}.epsilon={float(epsilon)!r}")
+            experiment = data
+        elif epsilon is not None or family is not None:
+            raise ConfigError("epsilon, family: only with an algorithm's name (an experiment file sets them itself)")
+        self.family, self.config = load_experiment(experiment, overrides)
+        labels = self.family.labels(self.config)
+        if label is None:
+            if len(labels) != 1:
+                raise ConfigError(f"label: the experiment has {len(labels)} algorithms ({', '.join(labels)}); "
+                                  f"name one")
+            label = labels[0]
+        if label not in labels:
+            raise ConfigError(f"label={label!r}: not one of {', '.join(labels)}")
+        if run >= self.config.runs:
+            raise ConfigError(f"run={run}: must lie in [0, {self.config.runs - 1}] (the experiment's runs)")
+        self.label, self.run, self.horizon = label, run, int(self.config.horizon)
+        self._contexts = None if contexts is None else np.asarray(contexts, dtype=np.float64)
+        try:
+            logic, self.rewards_allowed = self.family.policy_users(self.config, label, run, self._ask, self._contexts)
+        except (ValueError, NotImplementedError) as exc:
+            raise ConfigError(str(exc)) from None
+        self._start(logic)
+
+    def _start(self, logic) -> None:
+        from privbandit.protocol.spine import engine
+        from privbandit.runner import tasks
+
+        self.public, self._analyzer, users, boxes, observer = tasks.parties(
+            self.family, self.config, self.label, [self.run], oracle=False, user_logic=logic)
+        algorithm = self.family.algorithm(self.config, self.label)
+        name = getattr(algorithm, "algorithm", self.label)
+        self.accountant = Accountant(self._analyzer.ledger, f"{name}: {self.family.algorithm_lines.get(name, '')}",
+                                     self.label)
+        self.served = 0  # users whose rewards the engine has taken
+        self._to_engine: queue.Queue = queue.Queue(maxsize=1)
+        self._to_caller: queue.Queue = queue.Queue(maxsize=1)
+        self._block: np.ndarray | None = None  # the paused block's arms
+        self._given = 0  # of which handed to the caller
+        self._got: list[np.ndarray] = []  # their rewards so far
+        self._finished = False
+        self._error: BaseException | None = None  # what stopped the engine, if anything did
+        self.rejected: dict = {}
+
+        def work():
+            try:
+                rejected = engine.run(self._analyzer, users, boxes, observer)
+            except _Stop:
+                return
+            except BaseException as exc:  # handed to the caller's thread, raised there
+                self._to_caller.put(("error", exc))
+                return
+            self._to_caller.put(("done", dict(rejected)))
+
+        self._observer = observer
+        self._thread = threading.Thread(target=work, name=f"privbandit-policy-{self.label}", daemon=True)
+        self._thread.start()
+        self._wait()
+
+    # --- the engine thread's side --------------------------------------------------------------
+    def _ask(self, arms: np.ndarray) -> np.ndarray:
+        """Called by the users' logic inside the engine: pause until the caller gives these users' rewards."""
+        self._to_caller.put(("arms", np.asarray(arms, dtype=np.int64)))
+        reply = self._to_engine.get()
+        if reply is None:
+            raise _Stop
+        return reply
+
+    # --- the caller's side ---------------------------------------------------------------------
+    def _wait(self) -> None:
+        kind, value = self._to_caller.get()
+        if kind == "arms":
+            self._block, self._given, self._got = value, 0, []
+        elif kind == "done":
+            self._finished, self._block, self.rejected = True, None, value
+        else:
+            self._finished, self._block, self._error = True, None, value
+            raise value
+
+    @property
+    def done(self) -> bool:
+        """No more arms: every user of the horizon has been served (and every release the run makes
+        was made), or the run stopped on an error (raised then, and named by every later call)."""
+        return self._finished
+
+    def _check_running(self, call: str) -> None:
+        if self._error is not None:
+            raise PolicyError(f"{call}: the run stopped on an error: {self._error!r}")
+        if self._finished:
+            raise Exhausted(f"{call}: horizon exhausted: all {self.horizon} users were served")
+
+    @property
+    def records(self) -> list:
+        """The analyzer's record of every release so far, in round order (what it decoded: the
+        family's ``rounds.csv`` fields before the truth is joined, and the release's own ε)."""
+        return [self._observer.records[k] for k in sorted(self._observer.records)]
+
+    @property
+    def pending(self) -> int:
+        """Arms handed out whose rewards :meth:`update` has not had yet."""
+        return self._given - sum(g.size for g in self._got)
+
+    def next(self, n: int = 1) -> np.ndarray:
+        """The arms of the next users, in order: at most ``n``, fewer at the end of a block of users
+        or of a batch (the following users' arms depend on these users' rewards). Give their
+        rewards to :meth:`update` before asking again."""
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise PolicyError(f"n={n!r}: must be an integer ≥ 1")
+        if self.pending:
+            raise PolicyError(f"next: {self.pending} arms handed out still await their rewards (update first)")
+        self._check_running("next")
+        out = self._block[self._given:self._given + int(n)]
+        self._given += out.size
+        return out.copy()
+
+    def predict(self, n: int = 1) -> np.ndarray:
+        """MABWiser's name for :meth:`next`."""
+        return self.next(n)
+
+    def update(self, rewards) -> None:
+        """The rewards of the arms :meth:`next` last handed out, in their order (one per arm; the
+        family's range, e.g. [0, 1])."""
+        if not self.pending:
+            self._check_running("update")
+            raise PolicyError("update before next: no arms await rewards (call next(n) first)")
+        r = np.asarray(rewards, dtype=np.float64) if not isinstance(rewards, (str, bytes)) else None
+        if r is None or r.shape != (self.pending,):
+            shape = None if r is None else r.shape
+            raise PolicyError(f"rewards: shape {shape}, but {self.pending} arms await rewards (give shape "
+                              f"({self.pending},))")
+        try:
+            self.rewards_allowed.check(r, "rewards")
+        except ValueError as exc:
+            raise PolicyError(str(exc)) from None
+        self._got.append(r.copy())
+        if self._given < self._block.size:
+            return
+        answer = np.concatenate(self._got)
+        self.served += answer.size
+        self._block = None
+        self._to_engine.put(answer)
+        self._wait()
+
+    def partial_fit(self, decisions, rewards) -> None:
+        """MABWiser's name for :meth:`update`, given the arms too (checked against those handed out)."""
+        d = np.asarray(decisions)
+        start = self._given - self.pending
+        want = None if self._block is None else self._block[start:self._given]
+        if want is None or d.shape != want.shape or not np.array_equal(d, want):
+            raise PolicyError(f"decisions: {d.tolist()[:8]}… are not the arms handed out and awaiting rewards "
+                              f"({[] if want is None else want.tolist()[:8]}…)")
+        self.update(rewards)
+
+    def close(self) -> None:
+        """Stop the engine thread of a policy left before its horizon (done by garbage collection too)."""
+        if not self._finished and self._thread.is_alive():
+            self._finished = True
+            self._to_engine.put(None)
+            self._thread.join(timeout=5)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown: nothing left to stop
+            pass
+
+    def __repr__(self) -> str:
+        spent = self.accountant.spent()
+        eps = spent["epsilon_at_delta"]
+        return (f"<Policy {self.label} ({self.family.name}), run {self.run}: {self.served:,} of {self.horizon:,} "
+                f"users served, ε = {'none proven' if eps is None else f'{eps:.4g}'} at δ = {spent['delta']:.3g}>")
