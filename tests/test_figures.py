@@ -112,3 +112,23 @@ def test_secagg_costs_sampled_label_is_inside_its_panel(tmp_path):
     for inside, note in notes:  # it was drawn across the right spine, into the next panel or off the figure
         box = note.get_window_extent()
         assert inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1, box
+
+
+def test_the_summary_table_has_a_legend_for_each_column_it_prints(capsys, tmp_path):
+    """#35: the demo's table named pseudo-regret, Reg/T, bits/user against wire B/user and
+    '(pure)' without saying what they are; the legend below it says, for the columns it shows."""
+    from privbandit.cli.run import _print_summary
+
+    summary = {"experiment": "demo", "horizon": 1000, "runs": 2, "elapsed_s": 1.0, "transport": "mqtt",
+               "algorithms": {"A": {"regret_final_mean": 5.0, "regret_final_stderr": 1.0, "users_per_s": 10.0}},
+               "privacy": {"A": {"guarantee": "proven", "epsilon_pure": 0.5}},
+               "communication": {"A": {"bits_per_user_protocol": 20.0, "bytes_per_user_wire": 90.0}}}
+    _print_summary(summary, tmp_path)
+    mqtt = " ".join(capsys.readouterr().out.split())
+    _print_summary({**summary, "transport": "inproc"}, tmp_path)
+    inproc = " ".join(capsys.readouterr().out.split())
+    for text in (mqtt, inproc):
+        assert "0.5 (pure)" in text and "regret: pseudo-regret Reg(T)" in text and "Reg/T: the same, per user" in text
+        assert '"(pure)" ε-DP with δ = 0' in text and "bits/user: protocol bits" in text and "users/s:" in text
+    assert "wire B/user: bytes a reporting user's reports took on the wire" in mqtt
+    assert "wire B/user" not in inproc  # no column, no legend line
