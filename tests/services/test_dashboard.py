@@ -426,6 +426,11 @@ def test_a_sweeps_directory_is_its_points_and_a_stray_path_is_named(tmp_path):
         mine = [r for r in rows if r["algorithm"] == label]
         assert c == {"rounds": len(mine), "reports": sum(int(r["reports"]) for r in mine), "runs": 1}
     assert low["parties"] is None and low["cumulative"] is False  # in-process; regret.png: Reg(t)/t, log t
+    linear = tmp_path / "linear"  # the linear family's regret.png is cumulative: the chart starts so too
+    result = CliRunner().invoke(app, ["run", "experiments/linear_fig1b_eps1.toml", "--set", "horizon=200", "--set",
+                                      "runs=1", "--out", str(linear)])
+    assert result.exit_code == 0, result.output
+    assert results_snapshot(linear)["results"]["cumulative"] is True
     with pytest.raises(DirectoryError, match=rf"{tmp_path}: neither a results directory \(summary.json\) nor a sweep's"):
         results_dirs([a, tmp_path])
     result = CliRunner().invoke(app, ["dashboard", str(a), str(tmp_path)])
