@@ -413,17 +413,24 @@ def serve_results(out: Path | list[Path], port: int, host: str = DEFAULT_HOST,
     """Serve the finished results directory ``out`` until Ctrl-C (after ``demo --dashboard``), or
     several side by side (``privbandit dashboard DIR DIR …``; a sweep's directory is its points).
     Raises :class:`DirectoryError` naming a path that is neither."""
-    if isinstance(out, (str, Path)):
-        snapshot, files = (lambda: results_snapshot(out)), Path(out)
-    else:
-        dirs = results_dirs(out)
-        files, kept = [path for _, path in dirs], {}
+    single = isinstance(out, (str, Path))
+    named = [("", Path(out))] if single else results_dirs(out)
+    dirs = [path for _, path in named]
+    files = dirs[0] if single else dirs
 
-        def snapshot() -> dict:  # read again only when a summary.json changed (a sweep's points: many files)
-            stamp = tuple(_mtime(path / "summary.json") for path in files)
-            if kept.get("stamp") != stamp:
-                kept.update(stamp=stamp, snap=compare_snapshot(dirs))
-            return kept["snap"]
+    def make() -> dict:
+        return results_snapshot(dirs[0]) if single else compare_snapshot(named)
+
+    kept: dict = {}
+
+    def snapshot() -> dict:
+        # Read again only when a directory changed (a file added or replaced: its summary.json, an
+        # audit): a finished directory is otherwise re-read twice a second, and a sweep has many.
+        stamp = tuple(_mtime(d / name) for d in dirs for name in ("", "summary.json", *AUDIT_FILES))
+        if kept.get("stamp") != stamp:
+            kept.update(stamp=stamp, snap=make())
+        return kept["snap"]
+
     dashboard = Dashboard(host, port)
 
     async def main():
