@@ -482,7 +482,7 @@ def print_fleet_rows(rows: list[dict]) -> None:
               + f" | session wall {r['session_wall_s']:.1f} s", flush=True)
 
 
-def plot(rows: list[dict], path: str) -> None:
+def plot(rows: list[dict], path: str):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -499,7 +499,10 @@ def plot(rows: list[dict], path: str) -> None:
             ax.plot(n, y, "o-", color=colour, label=mode)
             for r, yy in zip(rs, y):
                 if r["sampled"] is not None:
-                    ax.annotate("sampled", (r["n"], yy), textcoords="offset points", xytext=(5, -12), fontsize=8)
+                    # Left of the point and below it: the last n sits at the axes' right edge,
+                    # where a label to its right was cut off by the figure's.
+                    ax.annotate("sampled", (r["n"], yy), textcoords="offset points", xytext=(-7, -5), ha="right",
+                                va="top", fontsize=8)
             grid = np.geomspace(n[0], n[-1], 50)
             if mode == "complete":
                 ax.plot(grid, y[0] * grid / n[0], ":", color=colour, label="O(n) reference")
@@ -517,6 +520,7 @@ def plot(rows: list[dict], path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     print(f"wrote {path}")
+    return fig
 
 
 def main() -> None:

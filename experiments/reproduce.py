@@ -47,44 +47,75 @@ def run_file(stem: str, out: Path, jobs: int | None, overrides: list[str]) -> di
     return summary
 
 
+# What each file's panel shows, for its title (the file names say it only to whoever wrote them).
+INSTANCES = {"fig2_easy": "easy instance", "fig3_hard": "hard instance",
+             "fig1_mslr": "K = 50, MSLR stand-in means", "fig4_trust": "trust models compared"}
+
+
+def panel_title(letter: str, stem: str, summary: dict) -> str:
+    what = next((v for k, v in INSTANCES.items() if stem.startswith(k)), stem)
+    return f"({letter}) {what}: ε = {summary['epsilon']:g}, T = 10$^{{{int(np.log10(summary['horizon']))}}}$, " \
+           f"{summary['runs']} runs"
+
+
 def draw(fig: int, stems: list[str], out: Path, dest: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    f = figure(fig, stems, out)
+    dest.mkdir(parents=True, exist_ok=True)
+    f.savefig(dest / f"fig{fig}.png", dpi=100)
+    plt.close(f)
+
+
+def figure(fig: int, stems: list[str], out: Path):
+    """Fig. ``fig``'s panels, one per results directory: Reg(t)/t against log t, mean ± stderr."""
+    import matplotlib.pyplot as plt
+
     from privbandit.runner.results import LINE_STYLES, coincident_labels
 
+    summaries = {stem: json.loads((out / stem / "summary.json").read_text()) for stem in stems}
+    # One colour and line style per algorithm over the whole figure, not per panel: DP-SE is the
+    # same line in every row whichever algorithms precede it there.
+    algorithms = list(dict.fromkeys(label for s in summaries.values() for label in s["algorithms"]))
+    palette = plt.get_cmap("tab10").colors
     cols = min(3, len(stems))  # one experiment (Fig. 4): one panel, not a row two-thirds blank
     rows = (len(stems) + cols - 1) // cols
     f, axes = plt.subplots(rows, cols, figsize=(5 * cols + (2 if cols == 1 else 0), 3.6 * rows), squeeze=False)
-    for ax, stem in zip(axes.flat, stems):
-        summary = json.loads((out / stem / "summary.json").read_text())
+    for k, (ax, stem) in enumerate(zip(axes.flat, stems)):
+        summary = summaries[stem]
         with open(out / stem / "curves.csv") as fh:
             data = list(csv.reader(fh))
         header, values = data[0], np.array(data[1:], dtype=float)
         t = values[:, 0]
         means = {label: values[:, header.index(f"{label}.pseudo_mean")] / t for label in summary["algorithms"]}
         shown = coincident_labels(means)
-        for i, (label, mean) in enumerate(means.items()):
+        for label, mean in means.items():
+            i = algorithms.index(label)
+            color, style = palette[i % len(palette)], LINE_STYLES[i % len(LINE_STYLES)]
             se = values[:, header.index(f"{label}.pseudo_stderr")] / t
             # A line style per algorithm: curves that coincide (CDP-SE under Dist-DP-SE) stay visible.
-            line, = ax.plot(t, mean, label=shown[label], linestyle=LINE_STYLES[i % len(LINE_STYLES)])
-            ax.fill_between(t, mean - se, mean + se, color=line.get_color(), alpha=0.25)
+            ax.plot(t, mean, label=shown[label], color=color, linestyle=style)
+            # ± stderr as thin edges, not filled: overlapping translucent fills mix into a colour
+            # no algorithm has (red over green read as a brown band).
+            for edge in (mean - se, mean + se):
+                ax.plot(t, edge, color=color, linewidth=0.6, alpha=0.7)
         ax.set_xscale("log")
-        ax.set_title(f"{stem}  (ε={summary['epsilon']}, {summary['runs']} runs)", fontsize=9)
-        ax.set_xlabel("t")
+        ax.set_title(panel_title("abcdefgh"[k], stem, summary) if len(stems) > 1 else
+                     panel_title("", stem, summary).removeprefix("() "), fontsize=9)
+        ax.set_xlabel("users t")
         ax.set_ylabel("Reg(t)/t")
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper right" if cols == 1 else "best")
     for ax in list(axes.flat)[len(stems):]:
         ax.axis("off")
-    f.suptitle(f"Chowdhury & Zhou (2023), Fig. {fig}: time-average pseudo-regret, mean ± stderr", fontsize=11)
+    f.suptitle(f"Chowdhury & Zhou (2023), Fig. {fig}: time-average pseudo-regret, mean (thick) ± stderr (thin)",
+               fontsize=11)
     f.tight_layout()
-    dest.mkdir(parents=True, exist_ok=True)
-    f.savefig(dest / f"fig{fig}.png", dpi=100)
-    plt.close(f)
+    return f
 
 
 def table(out: Path, stems: list[str], dest: Path) -> None:

@@ -315,8 +315,9 @@ def plots(res: dict, figures: Path) -> None:
                               f"{f['corrected_slope']:.2f}±{2 * f['corrected_stderr']:.2f} (1/(2k+1)={f['theory']:.2f})")
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xlabel("n (exact trees n = d_low^(2k+1))")
-        ax.set_ylabel("max_t |Ŝ_t − S_t| (mean ± se)")
+        ax.set_xlabel(r"users n (complete trees: $n = d_{\mathrm{low}}^{\,2k+1}$)")
+        # Mathtext, not the ASCII of the source: the hat and the subscripts as the paper writes them.
+        ax.set_ylabel(r"largest prefix-sum error $\max_t\,|\hat S_t - S_t|$" + "\n(mean ± se over runs)")
         ax.set_title(f"R1, ε = {res['epsilon']}, δ = 1/(10n), {res['runs']} runs; {res['protocol']} in each shuffler",
                      fontsize=9)
         ax.legend(fontsize=7)
@@ -337,8 +338,8 @@ def plots(res: dict, figures: Path) -> None:
                     label=f"Alg. 3, n = {int(big):,} ({row['runs']} runs)")
         ax.set_yscale("log")
         ax.set_xlabel("k shufflers")
-        ax.set_ylabel("max_t |Ŝ_t − S_t| (mean)")
-        ax.set_title(f"R2: error against k, ε = {res['epsilon']} (n = 2^14: {res['runs']} runs; {res['protocol']})",
+        ax.set_ylabel(r"largest prefix-sum error $\max_t\,|\hat S_t - S_t|$ (mean)")
+        ax.set_title(f"R2: error against k, ε = {res['epsilon']} ($n = 2^{{14}}$: {res['runs']} runs; {res['protocol']})",
                      fontsize=9)
         ax.legend(fontsize=7)
         fig.tight_layout()

@@ -77,6 +77,16 @@ def draw(stems: list[str], out: Path, dest: Path, title) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig = figure(stems, out, title)
+    fig.savefig(dest, dpi=110)
+    plt.close(fig)
+
+
+def figure(stems: list[str], out: Path, title):
+    """One panel per results directory: cumulative pseudo-regret, mean ± stderr over runs."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
     fig, axes = plt.subplots(1, len(stems), figsize=(5 * len(stems), 3.8), squeeze=False)
     for ax, stem in zip(axes[0], stems):
         data = np.genfromtxt(out / stem / "curves.csv", delimiter=",", names=True, deletechars="")
@@ -86,13 +96,16 @@ def draw(stems: list[str], out: Path, dest: Path, title) -> None:
             ax.plot(data["t"], mean, color=COLOURS[label], label=label)
             ax.fill_between(data["t"], mean - se, mean + se, color=COLOURS[label], alpha=0.2)
         ax.set_title(title(summary))
-        ax.set_xlabel("round")
+        # At most five ticks, with thousands separators: matplotlib's default put eight five-digit
+        # labels (0, 2500, …, 20000) on a 5-inch axis, and they ran into each other.
+        ax.xaxis.set_major_locator(MaxNLocator(5, integer=True))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.0f}"))
+        ax.set_xlabel("round t")
         ax.set_ylabel("cumulative pseudo-regret")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(dest, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 def slope_experiment(jobs, runs: int, overrides: list[str], slope_t: list[int]) -> dict:

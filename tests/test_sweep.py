@@ -241,3 +241,26 @@ def test_bad_mqtt_sweep_options_are_refused_before_any_work(tmp_path, kwargs, ma
     with pytest.raises(ConfigError, match=match):
         run_sweep(_small(tmp_path), ["epsilon=1"], tmp_path / "o", **kwargs)
     assert not (tmp_path / "o" / "epsilon=1").exists()
+
+
+def test_rays_banner_stays_out_of_the_sweeps_output(caplog):
+    """#35: a local Ray's warnings ("Token authentication is enabled for this Ray cluster …") went
+    to stderr through Python's last-resort handler (Ray's loggers have none with
+    configure_logging=False); around ray.init and the tasks they are held back below ERROR."""
+    import logging
+
+    from privbandit.runner.sweep import quiet_ray
+
+    banner = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    caplog.set_level(logging.INFO)
+    banner.warning("Token authentication is enabled for this Ray cluster.")
+    assert [r.getMessage() for r in caplog.records] == ["Token authentication is enabled for this Ray cluster."]
+    caplog.clear()
+    with quiet_ray():
+        banner.warning("Token authentication is enabled for this Ray cluster.")
+        logging.getLogger("ray").info("Started a local Ray instance.")
+        banner.error("a Ray error is still shown")
+    assert [r.getMessage() for r in caplog.records] == ["a Ray error is still shown"]
+    caplog.clear()
+    banner.warning("after the sweep, as before")
+    assert len(caplog.records) == 1  # the level is restored

@@ -59,14 +59,15 @@ def _dashboard_port_free(port: int) -> None:
         raise ConfigError(str(exc)) from None
 
 
-def _serve_results(out: Path, port: int, after_session: bool = True) -> None:
+def _serve_results(out: Path | list[Path], port: int, after_session: bool = True) -> None:
     """After the session (the observer, and its live page, have stopped): its results directory on
-    the same port, read-only, until Ctrl-C."""
+    the same port, read-only, until Ctrl-C; or several results directories, compared."""
     from privbandit.services.dashboard import DashboardError, serve_results
 
     def announce(url: str) -> None:
         what = "the session is over; serving" if after_session else "serving"
-        err.print(f"dashboard: {what} {out} at {url} until Ctrl-C", highlight=False)
+        shown = " ".join(map(str, out)) if isinstance(out, list) else out
+        err.print(f"dashboard: {what} {shown} at {url} until Ctrl-C", highlight=False)
 
     try:
         serve_results(out, port, announce=announce)
@@ -77,13 +78,20 @@ def _serve_results(out: Path, port: int, after_session: bool = True) -> None:
 
 
 def dashboard(
-    results: Annotated[Path, typer.Argument(help="a results directory (summary.json, curves.csv, …; an audit in "
-                                                 "its audit/ folder is shown too)")],
+    results: Annotated[list[Path], typer.Argument(
+        help="results directories (summary.json, curves.csv, …; an audit in its audit/ folder is shown too) or "
+             "sweep directories (sweep.csv: each point), compared on one page")],
     port: DashboardPortOption = 8050,
 ):
-    """Serve a finished results directory's page on 127.0.0.1 (the live page's results view) until Ctrl-C."""
-    if not (results / "summary.json").is_file():
-        _error(f"RESULTS {results}: no summary.json there (a results directory of "
-                  f"`privbandit run` or `demo`)")
+    """Serve finished results directories' page on 127.0.0.1 until Ctrl-C: one run's results, or several runs
+    and a sweep's points compared (regret overlaid, runs selectable)."""
+    from privbandit.services.dashboard import DirectoryError, results_dirs
+
+    try:
+        results_dirs(results)
+    except DirectoryError as exc:
+        _error(f"RESULTS {exc} (a results directory of `privbandit run`, `demo` or a point of `sweep`, or a "
+               f"sweep's --out)")
         raise typer.Exit(2)
-    _serve_results(results, port, after_session=False)
+    _serve_results(results[0] if len(results) == 1 and (results[0] / "summary.json").is_file() else results,
+                   port, after_session=False)

@@ -312,6 +312,23 @@ def _print_traffic_attacks(kinds: list[str], summary: dict, out: Path) -> None:
 
 
 
+def table_legend(wire: bool) -> str:
+    """What the summary table's columns are (issue #35: the demo's table had none)."""
+    lines = [
+        "regret: pseudo-regret Reg(T) = Σ_t (μ* − μ(a_t)) at the horizon, mean ± standard error over the runs",
+        "Reg/T: the same, per user (time-average regret; regret.png plots Reg(t)/t)",
+        "ε spent: per user, what the ledger proves for what the analyzer received: \"(pure)\" ε-DP with δ = 0; "
+        "\"(δ=…)\" (ε, δ)-DP; \"none proven\" / \"non-private\" where no proof covers it",
+        "bits/user: protocol bits of a user's report (its encoding: ⌈log₂ m⌉ a residue mod m, 64 a raw float), "
+        "averaged over reporting users",
+    ]
+    if wire:
+        lines.append("wire B/user: bytes a reporting user's reports took on the wire (msgpack, MAC and MQTT framing "
+                     "included): the price of the transport beside bits/user")
+    lines.append("users/s: users served per second of the tasks' time (T × runs / their summed seconds)")
+    return "\n".join(lines)
+
+
 def _print_summary(summary: dict, out: Path) -> None:
     console = Console(width=None if sys.stdout.isatty() else 120)
     table = Table(title=f"{summary['experiment']}: T = {summary['horizon']:,}, {summary['runs']} runs, "
@@ -334,6 +351,7 @@ def _print_summary(summary: dict, out: Path) -> None:
             f"{ups:,.0f}" if ups else "-",
         )
     console.print(table)
+    console.print(table_legend(wire), highlight=False)
     broker = summary.get("broker") or {}
     if broker.get("acl") == "insecure":
         console.print("[bold red]insecure broker:[/] its ACL was not enforced (--insecure-broker): whoever could "

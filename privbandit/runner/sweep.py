@@ -20,10 +20,12 @@ and the privacy the ledger states.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import importlib.util
 import itertools
 import json
+import logging
 import re
 import shutil
 import signal
@@ -175,21 +177,39 @@ def _local(todo: list[tuple], jobs: int | None, address: str | None, work=execut
     yield from tasks.completed(work, [(i, *args) for i, args in enumerate(todo)], max(1, min(jobs or 1, len(todo) or 1)))
 
 
+@contextlib.contextmanager
+def quiet_ray():
+    """Ray's own log records below ERROR kept out of the sweep's output while it runs. With
+    ``configure_logging=False`` Ray's loggers have no handler, so Python's last-resort handler wrote
+    their warnings to stderr: the banner of a local cluster ("Token authentication is enabled for
+    this Ray cluster …", a default we keep, not an error), "Started a local Ray instance"."""
+    logger = logging.getLogger("ray")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def _ray(todo: list[tuple], jobs: int | None, address: str | None, work=execute_indexed):
     import ray  # check_executor found it
 
-    try:
-        ray.init(address=address, log_to_driver=False, include_dashboard=False, configure_logging=False)
-    except (ConnectionError, ValueError, RuntimeError) as exc:
-        raise ConfigError(f"--address {address}: cannot reach a Ray cluster ({exc})") from None
-    try:
-        remote = ray.remote(work)
-        pending = [remote.remote(i, *args) for i, args in enumerate(todo)]
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            yield ray.get(ready[0])
-    finally:
-        ray.shutdown()
+    with quiet_ray():
+        try:
+            # The workers' output stays on the workers (log_to_driver=False): a task prints nothing.
+            ray.init(address=address, log_to_driver=False, include_dashboard=False, configure_logging=False,
+                     logging_level=logging.ERROR)
+        except (ConnectionError, ValueError, RuntimeError) as exc:
+            raise ConfigError(f"--address {address}: cannot reach a Ray cluster ({exc})") from None
+        try:
+            remote = ray.remote(work)
+            pending = [remote.remote(i, *args) for i, args in enumerate(todo)]
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                yield ray.get(ready[0])
+        finally:
+            ray.shutdown()
 
 
 def run_sweep(path: str | Path, grids: list[str], out: Path, overrides: list[str] = (), executor: str = "local",

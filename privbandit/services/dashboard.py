@@ -175,6 +175,7 @@ def live_snapshot(obs) -> dict:
             acc[k] += n
     return {
         "phase": phase, "failure": obs.failure, "experiment": config.name, "family": obs.family.name,
+        "cumulative": bool(obs.family.plot_options(config).get("cumulative", False)),
         "run_id": obs.run_id, "horizon": config.horizon, "runs": config.runs, "labels": list(obs.labels),
         "elapsed_s": round(time.perf_counter() - obs.started, 1),
         "tasks": {"total": len(obs.tasks), "done": sum(r is not None for runs in obs.results.values() for r in runs),
@@ -190,15 +191,22 @@ def live_snapshot(obs) -> dict:
 
 def results_snapshot(out: Path) -> dict:
     """A finished results directory, for the page: summary.json, the regret means of curves.csv,
-    rounds.csv's rows per algorithm, and which result files there are."""
+    rounds.csv per algorithm, the parties of a distributed run, which axis regret.png uses, and
+    which result files there are."""
+    return {"phase": "finished", "results": _results(Path(out))}
+
+
+def _results(out: Path) -> dict:
     from privbandit.runner.results import RESULT_FILES
 
-    out = Path(out)
     files = [name for name in RESULT_FILES if (out / name).is_file()]
-    snap: dict = {"phase": "finished", "results": {"dir": str(out.resolve()), "files": files}}
-    res = snap["results"]
+    res: dict = {"dir": str(out.resolve()), "files": files}
     try:
         res["summary"] = json.loads((out / "summary.json").read_text()) if "summary.json" in files else None
+        try:
+            res["cumulative"] = _cumulative(out, res["summary"])
+        except ValueError as exc:  # the chart's default axis only: the page names it and shows the rest
+            res["cumulative"], res["error"] = False, str(exc)
         if "curves.csv" in files:
             with open(out / "curves.csv", newline="") as fh:
                 rows = list(csv.DictReader(fh))
@@ -208,13 +216,81 @@ def results_snapshot(out: Path) -> dict:
                                                 for label in labels}}
         if "rounds.csv" in files:
             with open(out / "rounds.csv", newline="") as fh:
-                res["rounds_rows"] = {}
+                res["rounds_rows"], res["rounds"] = {}, {}
                 for row in csv.DictReader(fh):
-                    res["rounds_rows"][row["algorithm"]] = res["rounds_rows"].get(row["algorithm"], 0) + 1
+                    label = row["algorithm"]
+                    res["rounds_rows"][label] = res["rounds_rows"].get(label, 0) + 1
+                    acc = res["rounds"].setdefault(label, {"rounds": 0, "reports": 0, "runs": set()})
+                    acc["rounds"] += 1
+                    acc["reports"] += int(float(row["reports"] or 0))
+                    acc["runs"].add(row["run"])
+                for acc in res["rounds"].values():
+                    acc["runs"] = len(acc["runs"])
+        res["parties"] = _parties(out, res["summary"])
         res["audit"] = audit_rows(out)
     except (OSError, ValueError, KeyError, TypeError) as exc:  # a damaged file: say so on the page, serve the rest
         res["error"] = f"{type(exc).__name__}: {exc}"
-    return snap
+    return res
+
+
+def _cumulative(out: Path, summary: dict | None) -> bool:
+    """Whether regret.png draws cumulative Reg(t) on a linear axis (the family's plot options for
+    this config) rather than Reg(t)/t against log t; the page's chart starts on the same axis."""
+    from privbandit.runner import config as experiment_files
+
+    if not summary or not (out / "config.toml").is_file():
+        return False
+    try:
+        fam, config = experiment_files.load(out / "config.toml")
+    except (OSError, ValueError) as exc:  # ConfigError is a ValueError; the page names it
+        raise ValueError(f"config.toml: {exc}") from None
+    return bool(fam.plot_options(config).get("cumulative", False))
+
+
+def _parties(out: Path, summary: dict | None) -> list[dict] | None:
+    """The parties of a distributed run (one log each under ``logs/``), and whether each sent its
+    final counters (summary.json's ``parties_missing_stats``); None for an in-process run."""
+    logs = out / "logs"
+    if not logs.is_dir():
+        return None
+    missing = set((summary or {}).get("parties_missing_stats", []))
+    return [{"name": f.stem, "final_counters": f.stem not in missing} for f in sorted(logs.glob("*.log"))]
+
+
+class DirectoryError(ValueError):
+    """A path given to ``privbandit dashboard`` that is neither a results directory nor a sweep's."""
+
+
+def results_dirs(paths: list[Path]) -> list[tuple[str, Path]]:
+    """Each path as (name, results directory): a results directory (it holds summary.json) as
+    itself, a sweep's directory (sweep.csv) as its points in sweep.csv's order. Names are the
+    directories' own, prefixed by the sweep's; a name given twice gets its position appended."""
+    out: list[tuple[str, Path]] = []
+    for path in map(Path, paths):
+        if (path / "summary.json").is_file():
+            out.append((path.resolve().name or str(path), path))
+        elif (path / "sweep.csv").is_file():
+            with open(path / "sweep.csv", newline="") as fh:
+                names = list(dict.fromkeys(row.get("point", "") for row in csv.DictReader(fh)))
+            points = [path / n for n in names if n and (path / n / "summary.json").is_file()]
+            if not points:
+                raise DirectoryError(f"{path}: a sweep's directory whose sweep.csv names no point with a summary.json")
+            out += [(f"{path.resolve().name}/{p.name}", p) for p in points]
+        else:
+            raise DirectoryError(f"{path}: neither a results directory (summary.json) nor a sweep's (sweep.csv)")
+    seen: dict[str, int] = {}
+    named = []
+    for name, path in out:
+        seen[name] = seen.get(name, 0) + 1
+        named.append((name if seen[name] == 1 else f"{name} ({seen[name]})", path))
+    return named
+
+
+def compare_snapshot(dirs: list[tuple[str, Path]]) -> dict:
+    """Several finished results directories on one page: ``runs`` holds each (its name, then what
+    :func:`results_snapshot` holds); ``results`` is the first, as for one directory."""
+    runs = [{"name": name, "index": i, **_results(Path(path))} for i, (name, path) in enumerate(dirs)]
+    return {"phase": "finished", "results": runs[0], "runs": runs}
 
 
 AUDIT_FILES = ("audit.json", "audit/audit.json")  # where `privbandit audit … --out` may have put one
@@ -249,9 +325,10 @@ class _Cache:
         return self.data
 
 
-def make_app(snapshot: Callable[[], dict], results: Path | None = None, host: str = DEFAULT_HOST):
+def make_app(snapshot: Callable[[], dict], results: Path | list[Path] | None = None, host: str = DEFAULT_HOST):
     """The page, ``/api/snapshot`` (JSON), ``/api/stream`` (server-sent events, a snapshot every
-    PUSH_S) and ``/results/<file>`` (the result files, read-only; nothing else of the directory)."""
+    PUSH_S), ``/results/<file>`` (the first results directory's files, read-only; nothing else of
+    the directory) and ``/runs/<k>/<file>`` (the k-th's, when several are compared)."""
     from starlette.applications import Starlette
     from starlette.middleware import Middleware
     from starlette.middleware.trustedhost import TrustedHostMiddleware
@@ -260,6 +337,7 @@ def make_app(snapshot: Callable[[], dict], results: Path | None = None, host: st
 
     from privbandit.runner.results import RESULT_FILES
 
+    dirs = [] if results is None else [Path(results)] if isinstance(results, (str, Path)) else list(map(Path, results))
     cache = _Cache(snapshot)
     page = PAGE.read_text()
 
@@ -282,15 +360,15 @@ def make_app(snapshot: Callable[[], dict], results: Path | None = None, host: st
         return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
 
     async def result_file(request):
-        name = request.path_params["name"]
-        if results is None or name not in RESULT_FILES or not (results / name).is_file():
+        name, k = request.path_params["name"], request.path_params.get("k", 0)
+        if not 0 <= k < len(dirs) or name not in RESULT_FILES or not (dirs[k] / name).is_file():
             return PlainTextResponse(f"no {name} here", status_code=404)
-        return FileResponse(results / name, headers={"Cache-Control": "no-store"})
+        return FileResponse(dirs[k] / name, headers={"Cache-Control": "no-store"})
 
     # A page of another site must not read this one through a DNS name rebound to the loopback.
     hosts = ["127.0.0.1", "localhost", "[::1]"] + ([host] if host not in ("0.0.0.0", "::", "") else [])
     app = Starlette(routes=[Route("/", index), Route("/api/snapshot", snap), Route("/api/stream", stream),
-                            Route("/results/{name}", result_file)],
+                            Route("/results/{name}", result_file), Route("/runs/{k:int}/{name}", result_file)],
                     middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=hosts)])
     app.state.closing = False
     return app
@@ -308,7 +386,7 @@ class Dashboard:
         return f"http://{'127.0.0.1' if self.host in ('0.0.0.0', '') else self.host}:{self.port}/"
 
     @contextlib.asynccontextmanager
-    async def serving(self, snapshot: Callable[[], dict], results: Path | None = None):
+    async def serving(self, snapshot: Callable[[], dict], results: Path | list[Path] | None = None):
         import uvicorn
 
         class Server(uvicorn.Server):
@@ -330,14 +408,42 @@ class Dashboard:
             self.sock.close()
 
 
-def serve_results(out: Path, port: int, host: str = DEFAULT_HOST, announce: Callable[[str], None] = print) -> None:
-    """Serve the finished results directory ``out`` until Ctrl-C (after ``demo --dashboard``)."""
+def serve_results(out: Path | list[Path], port: int, host: str = DEFAULT_HOST,
+                  announce: Callable[[str], None] = print) -> None:
+    """Serve the finished results directory ``out`` until Ctrl-C (after ``demo --dashboard``), or
+    several side by side (``privbandit dashboard DIR DIR …``; a sweep's directory is its points).
+    Raises :class:`DirectoryError` naming a path that is neither."""
+    single = isinstance(out, (str, Path))
+    named = [("", Path(out))] if single else results_dirs(out)
+    dirs = [path for _, path in named]
+    files = dirs[0] if single else dirs
+
+    def make() -> dict:
+        return results_snapshot(dirs[0]) if single else compare_snapshot(named)
+
+    kept: dict = {}
+
+    def snapshot() -> dict:
+        # Read again only when a directory changed (a file added or replaced: its summary.json, an
+        # audit): a finished directory is otherwise re-read twice a second, and a sweep has many.
+        stamp = tuple(_mtime(d / name) for d in dirs for name in ("", "summary.json", *AUDIT_FILES))
+        if kept.get("stamp") != stamp:
+            kept.update(stamp=stamp, snap=make())
+        return kept["snap"]
+
     dashboard = Dashboard(host, port)
 
     async def main():
-        async with dashboard.serving(lambda: results_snapshot(out), Path(out)):
+        async with dashboard.serving(snapshot, files):
             announce(dashboard.url)
             await asyncio.Event().wait()
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main())
+
+
+def _mtime(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None

@@ -386,3 +386,131 @@ def _get_quietly(url: str):
         return _get(url)
     except OSError:
         return None
+
+
+# --- several results directories compared (issue #35) ---------------------------------------------
+
+def _two_results(tmp_path: Path) -> tuple[Path, Path]:
+    """Two small in-process runs of the quickstart at different ε and seeds (seconds each, most of it
+    regret.png)."""
+    dirs = []
+    for name, eps in (("eps-low", 0.5), ("eps-high", 4)):
+        out = tmp_path / name
+        result = CliRunner().invoke(app, ["run", "experiments/quickstart.toml", "--set", "horizon=3000", "--set",
+                                          "runs=1", "--set", f"epsilon={eps}", "--set", f"seed={int(eps * 10)}",
+                                          "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        dirs.append(out)
+    return dirs[0], dirs[1]
+
+
+def test_a_sweeps_directory_is_its_points_and_a_stray_path_is_named(tmp_path):
+    a, b = _two_results(tmp_path)
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    shutil.copytree(a, sweep / "epsilon=0.5")
+    shutil.copytree(b, sweep / "epsilon=4")
+    (sweep / "sweep.csv").write_text("point,epsilon,algorithm\nepsilon=4,4,SE\nepsilon=0.5,0.5,SE\n")
+    from privbandit.services.dashboard import DirectoryError, compare_snapshot, results_dirs
+
+    dirs = results_dirs([a, sweep, a])
+    assert [name for name, _ in dirs] == ["eps-low", "sweep/epsilon=4", "sweep/epsilon=0.5", "eps-low (2)"]
+    snap = compare_snapshot(dirs)
+    assert [r["name"] for r in snap["runs"]] == [name for name, _ in dirs] and snap["results"] == snap["runs"][0]
+    low, high = snap["runs"][0], snap["runs"][1]
+    assert low["summary"]["algorithms"].keys() == high["summary"]["algorithms"].keys()
+    assert low["curves"]["pseudo"] != high["curves"]["pseudo"]  # each directory's own curves
+    with open(a / "rounds.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    for label, c in low["rounds"].items():  # the Rounds panel after a run: rounds.csv per algorithm
+        mine = [r for r in rows if r["algorithm"] == label]
+        assert c == {"rounds": len(mine), "reports": sum(int(r["reports"]) for r in mine), "runs": 1}
+    assert low["parties"] is None and low["cumulative"] is False  # in-process; regret.png: Reg(t)/t, log t
+    linear = tmp_path / "linear"  # the linear family's regret.png is cumulative: the chart starts so too
+    result = CliRunner().invoke(app, ["run", "experiments/linear_fig1b_eps1.toml", "--set", "horizon=200", "--set",
+                                      "runs=1", "--out", str(linear)])
+    assert result.exit_code == 0, result.output
+    assert results_snapshot(linear)["results"]["cumulative"] is True
+    with pytest.raises(DirectoryError, match=rf"{tmp_path}: neither a results directory \(summary.json\) nor a sweep's"):
+        results_dirs([a, tmp_path])
+    result = CliRunner().invoke(app, ["dashboard", str(a), str(tmp_path)])
+    assert result.exit_code == 2 and "neither a results directory" in " ".join(result.output.split())
+
+
+READ_COMPARISON = """
+const svg = document.getElementById('regret'), m = svg.getScreenCTM(), box = svg.getBoundingClientRect();
+const label = [...svg.querySelectorAll('text')].find((t) => t.textContent.startsWith('t (users')) || svg.querySelector('text');
+const bbox = label.getBBox(), rect = label.getBoundingClientRect();
+const rows = (sel) => [...document.querySelectorAll(sel + ' tbody tr')].map((tr) => ({...tr.dataset}));
+return {legend: [...document.querySelectorAll('#legend span')].map((s) => s.dataset.series),
+        points: Number(svg.dataset.points || 0), title: document.getElementById('regret-title').textContent,
+        scale: [m.a, m.d], viewbox: svg.viewBox.baseVal.width, width: box.width,
+        text: [rect.width / bbox.width, rect.height / bbox.height],
+        rounds: rows('#rounds'), parties: document.querySelector('#parties tbody').textContent,
+        traffic: [...document.querySelectorAll('#traffic th')].map((th) => th.textContent),
+        summary: rows('#summary'), picker: [...document.querySelectorAll('#run-picker input')].map((i) => i.dataset.run)};
+"""
+
+
+# One script, found and clicked at once: the picker is built anew at each drawing.
+TICK = "[...document.querySelectorAll('#run-picker input')].find((i) => i.dataset.run === arguments[0]).click()"
+
+
+def test_two_runs_compared_in_chromium_are_both_in_the_legend_and_the_text_keeps_its_shape(tmp_path):
+    """#35: `privbandit dashboard A B` overlays both runs' curves (one colour per run and algorithm,
+    both in the legend); the chart is drawn at one user unit per CSS pixel both ways (the text is
+    not stretched); a run can be unticked; the axis starts as regret.png's and toggles; the Rounds
+    panel shows rounds.csv after the run. A screenshot is kept beside the results."""
+    driver = _browser()
+    a, b = _two_results(tmp_path)
+    # A directory's name is data too: markup in it is shown as text, never run.
+    b = b.rename(tmp_path / "eps-high<img src=x onerror=window.__pwned=1>")
+    labels = list(json.loads((a / "summary.json").read_text())["algorithms"])
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "privbandit", "dashboard", str(a), str(b), "--port", str(port)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while _get_quietly(f"http://127.0.0.1:{port}/api/snapshot") is None:
+            assert server.poll() is None, server.communicate()
+            assert time.monotonic() < deadline, "the dashboard never came up"
+            time.sleep(0.2)
+        for width in (1400, 700):  # a narrow window too: the old chart squeezed its text there
+            driver.set_window_size(width, 2000)
+            driver.get(f"http://127.0.0.1:{port}/")
+            deadline = time.monotonic() + 20
+            # drawn, and drawn again at its final width once the page's layout settled (a scrollbar)
+            while not ((page := driver.execute_script(READ_COMPARISON))["legend"]
+                       and abs(page["viewbox"] - page["width"]) <= 1):
+                assert time.monotonic() < deadline, f"the legend stayed empty or the chart's width unfit: {page}"
+                time.sleep(0.2)
+            assert page["scale"][0] == pytest.approx(page["scale"][1], rel=1e-6), page  # never stretched
+            assert page["legend"] == [f"{d.name} · {label}" for d in (a, b) for label in labels]
+            assert page["picker"] == [a.name, b.name]
+            assert page["scale"] == pytest.approx([1, 1], abs=1e-3), page  # one unit a pixel, both ways
+            assert page["text"] == pytest.approx([1, 1], abs=0.02), page  # its box is its drawn glyphs' box
+            assert page["title"].startswith("Time-average pseudo-regret Reg(t)/t")  # as regret.png
+            assert {r["run"] for r in page["rounds"]} == {a.name, b.name} and all(int(r["released"]) > 0
+                                                                                for r in page["rounds"])
+            assert "no live data" not in page["parties"] and "in-process" in page["parties"]
+            assert page["traffic"][1:3] == ["sent, total", "received, total"]
+            assert [(r["run"], r["label"]) for r in page["summary"]] == [(d.name, x) for d in (a, b) for x in labels]
+        driver.set_window_size(1400, 2000)
+        driver.execute_script(TICK, b.name)
+        driver.execute_script("const s = document.getElementById('axis'); s.value = 'cumulative';"
+                              "s.dispatchEvent(new Event('change'));")
+        page = driver.execute_script(READ_COMPARISON)
+        assert page["legend"] == [f"{a.name} · {label}" for label in labels] and page["points"] > 0
+        assert page["title"] == "Pseudo-regret Reg(t) against t"
+        driver.execute_script(TICK, b.name)
+        assert driver.execute_script("return window.__pwned === undefined && !document.querySelector('#legend img')")
+        driver.save_screenshot(str(tmp_path / "comparison.png"))
+    finally:
+        driver.quit()
+        server.send_signal(signal.SIGINT)
+        try:
+            server.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.communicate()
+    assert (tmp_path / "comparison.png").stat().st_size > 10_000
