@@ -2,7 +2,8 @@
 
 Dist-DP-SE at ``--horizon`` (Fig. 2's easy instance, one run), every party its own process, on the
 embedded broker (amqtt, with the project's per-account budgets) and/or on Mosquitto with the
-generated configuration (``--brokers``). Each session runs clean, then with each traffic adversary
+generated configuration, its budget plugin loaded (``mosquitto``) or not (``mosquitto-unbudgeted``)
+(``--brokers``). Each session runs clean, then with each traffic adversary
 of ``--kinds`` next to it (the users' account): ``volley`` answers every plan message,
 re-announcements included, with 15 forged reports, one of 8 MiB (the issue's attack); ``bombs``
 sends one of the costliest messages to decode per plan; ``flood`` the older junk flood; ``forge``
@@ -13,7 +14,7 @@ rounds.csv and curves.csv are byte-identical to the in-process run's, what the a
 analyzer's plan re-announcements and the parties' refusals.
 
     .venv/bin/python benchmarks/bench_broker_budgets.py [--horizon 1000000] [--kinds volley bombs]
-                                                       [--brokers embedded mosquitto]
+                                                       [--brokers embedded mosquitto mosquitto-unbudgeted]
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import secrets
 import sys
 import tempfile
@@ -57,12 +59,14 @@ def session(tmp: Path, text: str, kind: str | None, broker: str, timeout_s: floa
     out = tmp / f"{broker}-{name}"
     options: dict = {}
     stack = None
-    if broker == "mosquitto":
+    row: dict = {}
+    if broker.startswith("mosquitto"):
         from privbandit.services.acl import Role
         from privbandit.services.mosquitto_process import start_with_broker_config
 
         run_id = "b" + secrets.token_hex(4)
-        stack, files = start_with_broker_config(tmp / f"mosquitto-{name}", run_id)
+        stack, files = start_with_broker_config(tmp / f"{broker}-{name}-broker", run_id,
+                                                budgets=broker == "mosquitto")
         options = {"broker_url": stack.url, "run_id": run_id,
                    "passwords": {r.value: files.password(r) for r in Role}}
     t0 = time.perf_counter()
@@ -73,8 +77,11 @@ def session(tmp: Path, text: str, kind: str | None, broker: str, timeout_s: floa
     finally:
         if stack is not None:
             stack.stop()
+            log = stack.log.read_text(errors="replace")
+            refused = [int(m) for m in re.findall(r"(?:disconnected|at shutdown) after (\d+) messages", log)]
+            row["broker_refused"] = sum(refused) if refused else 0
     wall = time.perf_counter() - t0
-    row = {"broker": broker, "kind": name, "exit": code, "wall_s": wall}
+    row.update({"broker": broker, "kind": name, "exit": code, "wall_s": wall})
     summary_path = out / "summary.json"
     if summary_path.exists():
         summary = json.loads(summary_path.read_text())
@@ -96,7 +103,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--horizon", type=int, default=1_000_000)
     ap.add_argument("--kinds", nargs="*", default=["volley", "bombs"], help="none: the clean session alone")
-    ap.add_argument("--brokers", nargs="+", default=["embedded"], choices=["embedded", "mosquitto"])
+    ap.add_argument("--brokers", nargs="+", default=["embedded"], choices=["embedded", "mosquitto", "mosquitto-unbudgeted"])
     ap.add_argument("--timeout", type=float, default=900)
     args = ap.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}, "
@@ -120,7 +127,7 @@ def main() -> None:
                       f"{row.get('session_s', float('nan')):6.1f} s{ratio}, regret {row.get('regret', float('nan')):,.0f}, "
                       f"identical {row.get('identical')}, "
                       f"re-announcements {row['re_announcements']}, attacker {row.get('attacker')}, "
-                      f"refused {row.get('rejected')}  (load {load()})", flush=True)
+                      f"refused {row.get('rejected')}, broker dropped {row.get('broker_refused')}  (load {load()})", flush=True)
 
 
 if __name__ == "__main__":
