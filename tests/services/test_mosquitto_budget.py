@@ -136,3 +136,18 @@ def test_a_missing_compiler_or_header_is_named(tmp_path, monkeypatch):
     with pytest.raises(BudgetPluginError, match="mosquitto_broker.h, mosquitto_plugin.h, mosquitto.h not found.*"
                                                 "mosquitto-dev libmosquitto-dev"):
         build_budget_plugin(tmp_path)
+
+
+def test_broker_config_builds_the_plugin_or_says_it_wrote_none(tmp_path, capsys):
+    """`privbandit broker-config`: ``build`` loads the plugin built here; ``none`` writes none and
+    says so; a relative path is refused, naming the option."""
+    from privbandit.services.broker_cli import broker_config_main
+
+    assert broker_config_main(tmp_path / "b", RUN, 1883, budget_plugin="build") == 0
+    conf = (tmp_path / "b" / "mosquitto.conf").read_text()
+    assert f"plugin {build_budget_plugin()}\nplugin_opt_budget_users bytes_per_s=16777216.0," in conf
+    assert broker_config_main(tmp_path / "n", RUN, 1883, budget_plugin="none") == 0
+    assert not re.search(r"^plugin", (tmp_path / "n" / "mosquitto.conf").read_text(), re.M)
+    assert "budget       none (--budget-plugin none)" in capsys.readouterr().out
+    assert broker_config_main(tmp_path / "r", RUN, 1883, budget_plugin="x.so") == 2
+    assert "--budget-plugin 'x.so': must be build, auto, none or an absolute path" in capsys.readouterr().err
