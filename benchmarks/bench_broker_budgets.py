@@ -11,7 +11,8 @@ signs every invited user's report and a fleet's error status with the keys the e
 seed gave before session secrets (item 1). Printed per session: its exit status, its wall time and
 the observer's own session time, their ratio to the clean session's, the final regret, whether
 rounds.csv and curves.csv are byte-identical to the in-process run's, what the attacker sent, the
-analyzer's plan re-announcements and the parties' refusals.
+analyzer's plan re-announcements and the parties' refusals; on Mosquitto, the messages its budget
+plugin dropped and the broker's own CPU time.
 
     .venv/bin/python benchmarks/bench_broker_budgets.py [--horizon 1000000] [--kinds volley bombs]
                                                        [--brokers embedded mosquitto mosquitto-unbudgeted]
@@ -51,6 +52,15 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a running process (Linux's /proc; None elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def session(tmp: Path, text: str, kind: str | None, broker: str, timeout_s: float) -> dict:
     name = kind or "clean"
     path = tmp / f"{broker}-{name}.toml"
@@ -76,6 +86,7 @@ def session(tmp: Path, text: str, kind: str | None, broker: str, timeout_s: floa
         code = f"{type(exc).__name__}: {str(exc)[:200]}"
     finally:
         if stack is not None:
+            row["broker_cpu_s"] = cpu_seconds(stack.proc.pid)
             stack.stop()
             log = stack.log.read_text(errors="replace")
             refused = [int(m) for m in re.findall(r"(?:disconnected|at shutdown) after (\d+) messages", log)]
@@ -127,7 +138,7 @@ def main() -> None:
                       f"{row.get('session_s', float('nan')):6.1f} s{ratio}, regret {row.get('regret', float('nan')):,.0f}, "
                       f"identical {row.get('identical')}, "
                       f"re-announcements {row['re_announcements']}, attacker {row.get('attacker')}, "
-                      f"refused {row.get('rejected')}, broker dropped {row.get('broker_refused')}  (load {load()})", flush=True)
+                      f"refused {row.get('rejected')}, broker dropped {row.get('broker_refused')}, broker CPU {row.get('broker_cpu_s')} s  (load {load()})", flush=True)
 
 
 if __name__ == "__main__":
