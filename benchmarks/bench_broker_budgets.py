@@ -12,7 +12,7 @@ seed gave before session secrets (item 1). Printed per session: its exit status,
 the observer's own session time, their ratio to the clean session's, the final regret, whether
 rounds.csv and curves.csv are byte-identical to the in-process run's, what the attacker sent, the
 analyzer's plan re-announcements and the parties' refusals; on Mosquitto, the messages its budget
-plugin dropped and the broker's own CPU time.
+plugin dropped and the broker's own CPU time; the attacker's and the parties' CPU time.
 
     .venv/bin/python benchmarks/bench_broker_budgets.py [--horizon 1000000] [--kinds volley bombs]
                                                        [--brokers embedded mosquitto mosquitto-unbudgeted]
@@ -27,6 +27,7 @@ import platform
 import re
 import secrets
 import sys
+import threading
 import tempfile
 import time
 from pathlib import Path
@@ -61,6 +62,36 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+class CpuSampler:
+    """The CPU time of the processes whose command line names ``mark`` (the session's results
+    directory: every party's, and the attacker's ``--report``), sampled from /proc every 0.2 s
+    until :meth:`stop`; split into the attacker's (``attack``) and the parties'. A process's last
+    sample counts, so up to 0.2 s of each is missed."""
+
+    def __init__(self, mark: str):
+        self.mark, self.seen, self.done = mark, {}, threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.done.wait(0.2):
+            for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+                try:
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                except OSError:
+                    continue
+                if self.mark in cmd:
+                    cpu = cpu_seconds(int(pid))
+                    if cpu is not None:
+                        self.seen[pid] = (" attack " in cmd, cpu)
+
+    def stop(self) -> tuple[float, float]:
+        """(attacker's, parties') CPU seconds."""
+        self.done.set()
+        self.thread.join()
+        return (sum(c for a, c in self.seen.values() if a), sum(c for a, c in self.seen.values() if not a))
+
+
 def session(tmp: Path, text: str, kind: str | None, broker: str, timeout_s: float) -> dict:
     name = kind or "clean"
     path = tmp / f"{broker}-{name}.toml"
@@ -79,6 +110,7 @@ def session(tmp: Path, text: str, kind: str | None, broker: str, timeout_s: floa
                                                 budgets=broker == "mosquitto")
         options = {"broker_url": stack.url, "run_id": run_id,
                    "passwords": {r.value: files.password(r) for r in Role}}
+    sampler = CpuSampler(str(out)) if os.path.isdir("/proc") else None
     t0 = time.perf_counter()
     try:
         code = launch(family, config, path, [], out, shards=2, timeout_s=timeout_s, **options)
@@ -92,6 +124,8 @@ def session(tmp: Path, text: str, kind: str | None, broker: str, timeout_s: floa
             refused = [int(m) for m in re.findall(r"(?:disconnected|at shutdown) after (\d+) messages", log)]
             row["broker_refused"] = sum(refused) if refused else 0
     wall = time.perf_counter() - t0
+    if sampler is not None:
+        row["attacker_cpu_s"], row["parties_cpu_s"] = sampler.stop()
     row.update({"broker": broker, "kind": name, "exit": code, "wall_s": wall})
     summary_path = out / "summary.json"
     if summary_path.exists():
@@ -138,7 +172,8 @@ def main() -> None:
                       f"{row.get('session_s', float('nan')):6.1f} s{ratio}, regret {row.get('regret', float('nan')):,.0f}, "
                       f"identical {row.get('identical')}, "
                       f"re-announcements {row['re_announcements']}, attacker {row.get('attacker')}, "
-                      f"refused {row.get('rejected')}, broker dropped {row.get('broker_refused')}, broker CPU {row.get('broker_cpu_s')} s  (load {load()})", flush=True)
+                      f"refused {row.get('rejected')}, broker dropped {row.get('broker_refused')}, CPU s: broker {row.get('broker_cpu_s')}, "
+                      f"attacker {row.get('attacker_cpu_s', 0):.1f}, parties {row.get('parties_cpu_s', 0):.1f}  (load {load()})", flush=True)
 
 
 if __name__ == "__main__":
