@@ -97,6 +97,43 @@ def test_a_users_connection_past_its_byte_burst_is_refused(broker):
     assert got == [3 * 2**20, 3 * 2**20, 1024]
 
 
+def test_the_message_budget_refills_at_its_rate(tmp_path):
+    """A burst of 1 message refilled at 20 a second: a connection publishing every 10 ms or so for
+    about 1 s gets at most 1 + 20·(its time) messages through (+1 for the clocks of client and
+    broker), and at least one per 50 ms plus the gap to its next PUBLISH (the token that fills
+    between two PUBLISHes waits for the next one; twice the mean gap allowed). Without refill 1
+    would get through; without the budget, about 80."""
+    if mosquitto_binary() is None:
+        missing("mosquitto is not installed (apt install mosquitto)")
+    rate = acl.PublishBudget(bytes_per_s=1e9, burst_bytes=acl.MAX_PACKET_BYTES, messages_per_s=20,
+                             burst_messages=1, connections=1)
+    mosquitto, files = start_with_broker_config(tmp_path / "broker", RUN, publish_budgets={"users": rate})
+    got: list[int] = []
+
+    async def go() -> tuple[float, int]:
+        async with _client(mosquitto, files, "aggregator", "reader") as sub:
+            task = asyncio.create_task(_count(sub, f"pb/{RUN}/report/aggregator", got))
+            await asyncio.sleep(0.2)
+            async with _client(mosquitto, files, "users", "steady") as pub:
+                loop = asyncio.get_running_loop()
+                start, sent = loop.time(), 0
+                while loop.time() - start < 1.0:
+                    await pub.publish(f"pb/{RUN}/report/aggregator", b"x", qos=1, timeout=10)
+                    sent += 1
+                    await asyncio.sleep(0.01)
+                took = loop.time() - start
+            await asyncio.sleep(0.5)
+            task.cancel()
+            return took, sent
+
+    try:
+        took, sent = asyncio.run(go())
+    finally:
+        mosquitto.stop()
+    gap = took / sent
+    assert took / (0.05 + 2 * gap) <= len(got) <= 2 + 20 * took, (len(got), took, sent)
+
+
 def test_connections_past_the_accounts_cap_buy_no_budget(broker):
     """The account may hold 2 publishing connections: a third one's messages are all refused while
     the first two's bursts go through."""
