@@ -111,6 +111,10 @@ def broker_config(
     dynsec_plugin: Annotated[Optional[Path], typer.Option(
         help="with --backend dynsec: Mosquitto's plugin where the broker runs, written as given (e.g. "
              "/usr/lib/mosquitto_dynamic_security.so in the eclipse-mosquitto image) [default: found here]")] = None,
+    budget_plugin: Annotated[str, typer.Option(
+        help="the users' account's per-connection publish budget (issue #32): build (compile it here with cc; "
+             "needs mosquitto-dev and libmosquitto-dev), auto (build if Mosquitto is installed here), none, or "
+             "the compiled plugin's absolute path where the broker runs")] = "auto",
 ):
     """Write a Mosquitto configuration with one account per role and the run's ACLs. The passwords
     of a credentials.env already in OUT are kept, so a broker running the earlier config still
@@ -119,7 +123,7 @@ def broker_config(
 
     raise typer.Exit(broker_config_main(out, run_id, port, host=host, backend=backend, tls_cert=tls_cert,
                                         tls_key=tls_key, client_ca=client_ca, rotate=rotate, role_dirs=role_dir,
-                                        instances=instance, dynsec_plugin=dynsec_plugin))
+                                        instances=instance, dynsec_plugin=dynsec_plugin, budget_plugin=budget_plugin))
 
 
 def tls_files(

@@ -20,7 +20,7 @@ def broker_config_main(out_dir: Path, run_id: str, port: int, *, host: str = "12
                        backend: str = "acl_file", tls_cert: Path | None = None, tls_key: Path | None = None,
                        client_ca: Path | None = None, rotate: bool = False,
                        role_dirs: list[str] | None = None, instances: list[str] | None = None,
-                       dynsec_plugin: Path | None = None) -> int:
+                       dynsec_plugin: Path | None = None, budget_plugin: str = "auto") -> int:
     """Write ``mosquitto.conf``, ``passwd``, ``acl``, ``credentials.env`` and the healthcheck's
     login (:data:`HEALTHCHECK_LOGIN`) into ``out_dir``.
 
@@ -38,6 +38,12 @@ def broker_config_main(out_dir: Path, run_id: str, port: int, *, host: str = "12
 
     ``dynsec_plugin``: with ``backend="dynsec"``, the plugin's path where the broker runs, written
     as given (the eclipse-mosquitto image's, where the image running this has none).
+
+    ``budget_plugin``: the per-account publish budget (issue #32): ``build`` compiles it here
+    (:func:`~privbandit.services.mosquitto_process.build_budget_plugin`; an error if it cannot),
+    ``auto`` does so when Mosquitto is installed here (the broker will run here) and otherwise
+    writes none and says so, ``none`` writes none, an absolute path is written as given (where the
+    broker runs).
     """
     kept = Path(out_dir) / "credentials.env"
     try:
@@ -53,6 +59,7 @@ def broker_config_main(out_dir: Path, run_id: str, port: int, *, host: str = "12
             if not sep or not where or role not in accounts:
                 raise ValueError(f"--role-dir {item!r}: must be ROLE=DIR with ROLE one of {', '.join(accounts)}")
             per_role.append((role, Path(where)))
+        plugin, plugin_note = _budget_plugin(budget_plugin)
         passwords = read_credentials(kept) if kept.is_file() and not rotate else {}
         unknown = sorted(set(passwords) - set(accounts))
         if unknown:
@@ -60,7 +67,8 @@ def broker_config_main(out_dir: Path, run_id: str, port: int, *, host: str = "12
             raise ValueError(f"{kept}: {env_name} names no account of this configuration "
                              f"({', '.join(accounts)}); pass its --instance, fix the file, or pass --rotate")
         files = acl.write_broker_config(out_dir, run_id, port, passwords, host=host, backend=backend,  # type: ignore[arg-type]
-                                        dynsec_plugin=dynsec_plugin, plugin_here=False, tls_cert=tls_cert,
+                                        dynsec_plugin=dynsec_plugin, plugin_here=False, budget_plugin=plugin,
+                                        tls_cert=tls_cert,
                                         tls_key=tls_key, client_ca=client_ca, instances=names)
         written = [(role, acl.write_role_credentials(files, role, where)) for role, where in per_role]
         login = _write_healthcheck_login(files)
@@ -80,6 +88,7 @@ def broker_config_main(out_dir: Path, run_id: str, port: int, *, host: str = "12
         plugin = next(line.split(" ", 1)[1] for line in files.conf.read_text().splitlines() if line.startswith("plugin "))
         if not Path(plugin).is_file():
             print(f"  (the conf loads {plugin}, not on this machine: it must be where the broker runs)")
+    print(f"  budget       {plugin_note}")
     print(f"  passwords    {files.passwd}   (PBKDF2-SHA512 hashes, mode 0600)")
     print(f"  acl          {files.acl}")
     print(f"  credentials  {files.credentials}   (PRIVBANDIT_<ROLE>_PASSWORD=..., mode 0600: keep secret)")
@@ -107,6 +116,27 @@ def broker_config_main(out_dir: Path, run_id: str, port: int, *, host: str = "12
         print("Note: with acl_file, Mosquitto accepts every SUBSCRIBE and enforces 'read' per message at")
         print("delivery; use backend 'dynsec' to have forbidden subscriptions refused outright.")
     return 0
+
+
+def _budget_plugin(choice: str) -> tuple[Path | None, str]:
+    """The budget plugin's path for ``--budget-plugin`` (build, auto, none or a path) and a line
+    saying what the conf gets; ValueError naming the option if it cannot be had."""
+    from privbandit.services.mosquitto_process import MosquittoError, build_budget_plugin
+
+    if choice == "none":
+        return None, "none (--budget-plugin none): the users' account may publish without limit"
+    if choice in ("build", "auto"):
+        if choice == "auto" and mosquitto_binary() is None:
+            return None, ("none: Mosquitto is not installed here, so the plugin was not built (--budget-plugin build, "
+                          "or PATH where the broker runs)")
+        try:
+            plugin = build_budget_plugin()
+        except MosquittoError as exc:
+            raise ValueError(f"--budget-plugin {choice}: {exc}") from None
+        return plugin, f"{plugin}   (per-connection publish budget of the users' account, built here)"
+    if not Path(choice).is_absolute():
+        raise ValueError(f"--budget-plugin {choice!r}: must be build, auto, none or an absolute path")
+    return Path(choice), f"{choice}   (as given: it must be where the broker runs)"
 
 
 # --- the broker's healthcheck -------------------------------------------------------------------

@@ -4,16 +4,19 @@ For ``privbandit up``, the tests and the benchmarks, which each need a broker of
 than the system one: :class:`MosquittoProcess` starts it and waits until it listens (or raises
 with the tail of its log), SIGKILLs it and starts it again on the same port, and waits for it to
 save its database. :func:`start_on_free_port` picks the port; :func:`write_open_conf` (anonymous, persistent or not)
-and :func:`start_with_broker_config` (the run's accounts and ACL) write the configurations they use.
+and :func:`start_with_broker_config` (the run's accounts and ACL) write the configurations they use;
+:func:`build_budget_plugin` compiles the per-account publish budget the latter loads (issue #32).
 """
 
 from __future__ import annotations
 
 import getpass
+import hashlib
 import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -189,15 +192,21 @@ def start_on_free_port(write_conf: Callable[[int], Path], *, log: Path | None = 
 
 
 def start_with_broker_config(directory: Path, run_id: str, *, backend: str = "acl_file",
-                             binary: str | None = None, instances=(), **tls) -> tuple[MosquittoProcess, acl.BrokerFiles]:
+                             binary: str | None = None, instances=(), budgets: bool = True,
+                             publish_budgets=acl.PUBLISH_BUDGETS, **tls) -> tuple[MosquittoProcess, acl.BrokerFiles]:
     """A started Mosquitto with :func:`acl.write_broker_config`'s files in ``directory`` (one
     account per role and per intermediary instance of ``instances``, e.g. ``shuffler-1``; the run's
     ACLs; ``tls``: its ``tls_cert``, ``tls_key``, ``client_ca``) on a free port, and those files
-    (passwords included)."""
+    (passwords included). ``budgets``: load the per-account publish budgets
+    (:func:`build_budget_plugin`, which raises :class:`BudgetPluginError` if it cannot be built);
+    False: none, as Mosquitto alone. ``publish_budgets``: the budgets, by account (the tests' smaller
+    ones; by default the embedded broker's, :data:`acl.PUBLISH_BUDGETS`)."""
     written: list[acl.BrokerFiles] = []
+    plugin = build_budget_plugin() if budgets else None
 
     def write(port: int) -> Path:
         written.append(acl.write_broker_config(directory, run_id, port, backend=backend, instances=instances,
+                                               budget_plugin=plugin, publish_budgets=publish_budgets,
                                                **tls))  # type: ignore[arg-type]
         return written[-1].conf
 
@@ -227,3 +236,65 @@ def write_open_conf(directory: Path, port: int, *, persistent: bool = False) -> 
 def write_persistent_conf(directory: Path, port: int) -> Path:
     """:func:`write_open_conf` with persistence: a broker the fault tests kill and start again."""
     return write_open_conf(directory, port, persistent=True)
+
+
+# --- the per-account publish budget: privbandit/services/acl/budget_plugin.c ---------------------
+
+BUDGET_PLUGIN_SOURCE = Path(acl.__file__).resolve().with_name("budget_plugin.c")
+# Where Mosquitto's plugin headers are looked for, in this order (Debian's mosquitto-dev and
+# libmosquitto-dev put them in /usr/include; Homebrew in its prefix).
+_INCLUDE_DIRS = ("/usr/include", "/usr/local/include", "/opt/homebrew/include")
+_HEADERS = ("mosquitto_broker.h", "mosquitto_plugin.h", "mosquitto.h")
+
+
+class BudgetPluginError(MosquittoError):
+    """The budget plugin cannot be built here: the message names what is missing."""
+
+
+def budget_plugin_cache() -> Path:
+    """Where built plugins are kept: ``$PRIVBANDIT_CACHE_DIR`` or ``$XDG_CACHE_HOME/privbandit``
+    (``~/.cache/privbandit``)."""
+    if os.environ.get("PRIVBANDIT_CACHE_DIR"):
+        return Path(os.environ["PRIVBANDIT_CACHE_DIR"]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "privbandit"
+
+
+def build_budget_plugin(cache: Path | None = None, *, compiler: str | None = None) -> Path:
+    """The budget plugin compiled for this machine's Mosquitto: built with ``cc`` on first use into
+    ``cache`` (default :func:`budget_plugin_cache`), named by a hash of the source and of the
+    headers it was built against, so that a new Mosquitto or source builds it again. Concurrent
+    callers each build to a temporary file and rename it in place. Raises
+    :class:`BudgetPluginError` naming what is missing: a C compiler, or Mosquitto's headers
+    (Debian: ``apt install mosquitto-dev libmosquitto-dev``, what ``.ci/run`` installs)."""
+    cc = compiler or next((c for c in (os.environ.get("CC"), "cc", "gcc", "clang") if c and shutil.which(c)), None)
+    if cc is None or not shutil.which(cc):
+        raise BudgetPluginError(f"cannot build the Mosquitto budget plugin: no C compiler ({compiler or 'cc, gcc or clang'}) "
+                                "on PATH; install one (Debian: apt install gcc)")
+    include = next((d for d in _INCLUDE_DIRS if all(os.path.isfile(os.path.join(d, h)) for h in _HEADERS)), None)
+    if include is None:
+        missing = [h for h in _HEADERS if not any(os.path.isfile(os.path.join(d, h)) for d in _INCLUDE_DIRS)]
+        raise BudgetPluginError(f"cannot build the Mosquitto budget plugin: {', '.join(missing or _HEADERS)} not found "
+                                f"in {', '.join(_INCLUDE_DIRS)}; install Mosquitto's plugin headers (Debian: apt install "
+                                "mosquitto-dev libmosquitto-dev), or start Mosquitto with budgets=False")
+    digest = hashlib.sha256(BUDGET_PLUGIN_SOURCE.read_bytes())
+    for header in _HEADERS:
+        digest.update(Path(include, header).read_bytes())
+    cache = Path(cache) if cache is not None else budget_plugin_cache()
+    target = cache / f"privbandit_budget-{digest.hexdigest()[:16]}.so"
+    if target.is_file():
+        return target.resolve()
+    cache.mkdir(parents=True, exist_ok=True)
+    fd, partial = tempfile.mkstemp(prefix=target.name, suffix=".partial", dir=cache)
+    os.close(fd)
+    try:
+        done = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-Wall", f"-I{include}", "-o", partial,
+                               str(BUDGET_PLUGIN_SOURCE)], capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise BudgetPluginError(f"cannot build the Mosquitto budget plugin: {cc} exited {done.returncode}:\n"
+                                    f"{done.stderr.strip()[-2000:]}")
+        os.chmod(partial, 0o755)  # Mosquitto may run as another user (the conf's `user`)
+        os.replace(partial, target)
+    finally:
+        if os.path.exists(partial):
+            os.unlink(partial)
+    return target.resolve()

@@ -151,8 +151,8 @@ def test_a_users_flood_past_its_burst_is_held_back_and_the_analyzer_is_not():
 
 
 def test_the_generated_configs_carry_the_budgets_the_brokers_have(tmp_path):
-    """Mosquitto's and NATS's: the number of connections and a subscriber's queued bytes (neither
-    has a per-account publish rate: docs/attacks.md)."""
+    """Mosquitto's and NATS's: the number of connections and a subscriber's queued bytes (NATS has
+    no per-account publish rate; Mosquitto's is its budget plugin: test_mosquitto_budget.py)."""
     files = acl.write_broker_config(tmp_path / "m", RUN, 18830)
     conf = files.conf.read_text()
     assert f"max_connections {acl.MAX_CONNECTIONS}" in conf and f"max_queued_bytes {acl.MAX_QUEUED_BYTES}" in conf

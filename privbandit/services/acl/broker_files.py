@@ -52,7 +52,7 @@ class PublishBudget:
 
 
 # The users' account is the one every fleet holds, so the one an attacker is likeliest to hold.
-# Each of its connections may publish 32 MiB/s (64 MiB at once) and 1,000 messages a second (10,000
+# Each of its connections may publish 16 MiB/s (64 MiB at once) and 1,000 messages a second (10,000
 # at once): an honest fleet at T = 10⁸ sends about 12 MB/s in messages of under 1 MB
 # (docs/performance.md), so it never waits. 64 connections: a fleet per connection, with room.
 # Every other account is one party (or one of k shufflers), trusted with its own topics: no budget.
@@ -63,6 +63,20 @@ PUBLISH_BUDGETS: dict[str, PublishBudget] = {
 
 # ---------------------------------------------------------------------------------------------
 # rendering and writing the broker files
+
+
+def render_budget_lines(budget_plugin: Path | None, budgets: Mapping[str, PublishBudget] = PUBLISH_BUDGETS) -> list[str]:
+    """The mosquitto.conf lines loading ``budget_plugin.c`` (compiled) with ``budgets``, or, for
+    None, a comment saying that this Mosquitto budgets no account."""
+    if budget_plugin is None:
+        return ["# no per-account publish budget: no budget plugin given (issue #32 item 3; docs/attacks.md)"]
+    lines = ["# each connection of these accounts: a publish budget; past it, a PUBLISH is dropped (issue #32)",
+             f"plugin {budget_plugin}"]
+    for account, b in budgets.items():
+        lines.append(f"plugin_opt_budget_{account} bytes_per_s={float(b.bytes_per_s)!r},burst_bytes={b.burst_bytes},"
+                     f"messages_per_s={float(b.messages_per_s)!r},burst_messages={b.burst_messages},"
+                     f"connections={b.connections}")
+    return lines
 
 
 def render_acl_file(run_id: str, instances=()) -> str:
@@ -235,6 +249,8 @@ def write_broker_config(
     backend: Literal["acl_file", "dynsec"] = "acl_file",
     dynsec_plugin: Path | str | None = None,
     plugin_here: bool = True,
+    budget_plugin: Path | str | None = None,
+    publish_budgets: Mapping[str, PublishBudget] = PUBLISH_BUDGETS,
     tls_cert: Path | str | None = None,
     tls_key: Path | str | None = None,
     client_ca: Path | str | None = None,
@@ -257,6 +273,14 @@ def write_broker_config(
     ``instances`` (and any ``passwords`` key naming one): intermediary instance accounts beside the
     roles, ``shuffler-1`` … ``shuffler-k`` (:func:`~.rules.role_topics`), each with its own password
     (``PRIVBANDIT_SHUFFLER_1_PASSWORD``) and its own rules.
+
+    ``budget_plugin``: the compiled ``budget_plugin.c``
+    (:func:`~privbandit.services.mosquitto_process.build_budget_plugin`), loaded with one
+    ``plugin_opt_budget_<account>`` line per ``publish_budgets`` entry (default
+    :data:`PUBLISH_BUDGETS`, the embedded broker's), so that Mosquitto
+    enforces the embedded broker's per-connection publish budgets (refusing, not holding back, what
+    exceeds them). None: no per-account budget (the conf says so). With ``plugin_here=False`` it is
+    an absolute path where the broker runs, written as given.
 
     Mosquitto started as root drops to the user named by ``user``; the conf names the owner of the
     files, so the 0600 files stay readable to the broker.
@@ -290,6 +314,16 @@ def write_broker_config(
             plugin = plugin.resolve()
     elif dynsec_plugin is not None:
         raise ValueError("dynsec_plugin is only meaningful with backend='dynsec'")
+    if budget_plugin is not None:
+        if not isinstance(budget_plugin, (str, Path)) or not Path(budget_plugin).is_absolute():
+            raise ValueError(f"budget_plugin must be an absolute path, got {budget_plugin!r}")
+        budget_plugin = Path(budget_plugin)
+        if plugin_here and not budget_plugin.is_file():
+            raise ValueError(f"budget_plugin {str(budget_plugin)!r} is not a file (build it with "
+                             "mosquitto_process.build_budget_plugin)")
+    if not isinstance(publish_budgets, Mapping) or not all(
+            isinstance(b, PublishBudget) and _account(a, field="publish_budgets key") for a, b in publish_budgets.items()):
+        raise ValueError(f"publish_budgets must map accounts to PublishBudget, got {publish_budgets!r}")
     if log_file is not None:
         if not isinstance(log_file, (str, Path)) or str(log_file) == "" or any(c in str(log_file) for c in "\n\r"):
             raise ValueError(f"log_file must be a path, got {log_file!r}")
@@ -302,7 +336,7 @@ def write_broker_config(
             tls[name] = Path(value).expanduser().resolve()
     if tls and not ("tls_cert" in tls and "tls_key" in tls):
         raise ValueError("tls_cert and tls_key go together (client_ca needs both)")
-    for path_ in (directory, log_file, plugin, *tls.values()):
+    for path_ in (directory, log_file, plugin, budget_plugin, *tls.values()):
         if path_ is not None and any(c in str(path_) for c in "\n\r"):
             raise ValueError(f"path {str(path_)!r} contains a line break")
     secrets_by_role = check_passwords(passwords, validate_instances(instances))
@@ -338,13 +372,13 @@ def write_broker_config(
         lines += [f"password_file {passwd}", f"acl_file {acl}"]
     else:
         lines += [f"plugin {plugin}", f"plugin_opt_config_file {dynsec}"]
+    lines += render_budget_lines(budget_plugin, publish_budgets)
     lines += [
         "persistence false",
         f"max_queued_messages {MAX_QUEUED_MESSAGES}",
         f"max_queued_bytes {MAX_QUEUED_BYTES}",
         f"max_packet_size {MAX_PACKET_BYTES}",
-        "# Mosquitto has no per-account publish rate (the embedded broker's PublishBudget); its only",
-        "# budget on connections is their number, all accounts together (issue #32 item 3)",
+        "# connections, all accounts together (each account's: the budget plugin above, if loaded)",
         f"max_connections {MAX_CONNECTIONS}",
         "# no party retains a message; a retained one would reach every later subscriber (#20)",
         "retain_available false",

@@ -1,0 +1,190 @@
+"""Issue #32 item 3 on Mosquitto: the budget plugin (privbandit/services/acl/budget_plugin.c),
+built here with cc and loaded by the generated mosquitto.conf, refuses what one connection of the
+users' account publishes past its budget, and leaves every other account alone.
+
+Each test runs a real Mosquitto with the plugin on a free port. Without Mosquitto they skip, unless
+CI=true, where they fail; a plugin that cannot be built fails them everywhere (BudgetPluginError
+names the missing compiler or headers)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import aiomqtt
+import pytest
+
+from privbandit.services import acl
+from privbandit.services.mosquitto_process import (BudgetPluginError, build_budget_plugin, mosquitto_binary,
+                                                   start_with_broker_config)
+from tests.needs import missing
+
+RUN = "mbudget"
+# No refill worth counting within a test: what gets through is the burst, exactly.
+SMALL = acl.PublishBudget(bytes_per_s=1.0, burst_bytes=acl.MAX_PACKET_BYTES, messages_per_s=0.01,
+                          burst_messages=5, connections=2)
+
+
+@pytest.fixture
+def broker(tmp_path):
+    if mosquitto_binary() is None:
+        missing("mosquitto is not installed (apt install mosquitto)")
+    mosquitto, files = start_with_broker_config(tmp_path / "broker", RUN, publish_budgets={"users": SMALL})
+    try:
+        yield mosquitto, files
+    finally:
+        mosquitto.stop()
+
+
+def _client(mosquitto, files, account: str, ident: str) -> aiomqtt.Client:
+    return aiomqtt.Client("127.0.0.1", mosquitto.port, username=account, password=files.password(account),
+                          identifier=f"{ident}-{account}")
+
+
+async def _count(sub: aiomqtt.Client, topic: str, got: list[int]) -> None:
+    await sub.subscribe(topic, qos=1)
+    async for message in sub.messages:
+        got.append(len(message.payload))
+
+
+async def _publish_and_count(mosquitto, files, senders: list[tuple[str, str, str, list[int]]],
+                             reader: tuple[str, str]) -> list[int]:
+    """Each sender (account, client id, topic, payload sizes) publishes its messages at QoS 1, one
+    after the other; ``reader`` (account, topic) counts what reaches it. Returns the sizes read."""
+    got: list[int] = []
+    async with _client(mosquitto, files, reader[0], "reader") as sub:
+        task = asyncio.create_task(_count(sub, f"pb/{RUN}/{reader[1]}", got))
+        await asyncio.sleep(0.2)  # subscribed
+        clients = [_client(mosquitto, files, account, ident) for account, ident, _, _ in senders]
+        for c in clients:
+            await c.__aenter__()
+        try:
+            for c, (_, _, topic, sizes) in zip(clients, senders):
+                for size in sizes:
+                    await c.publish(f"pb/{RUN}/{topic}", b"x" * size, qos=1, timeout=10)
+            await asyncio.sleep(0.5)  # the last accepted message reaches the reader
+        finally:
+            for c in reversed(clients):
+                await c.__aexit__(None, None, None)
+            task.cancel()
+    return got
+
+
+def test_a_users_connection_past_its_message_burst_is_refused_and_another_account_is_not(broker):
+    """20 messages from one users connection: the burst of 5 reaches the aggregator, 15 are dropped
+    (each still PUBACKed, so the publisher is not stalled); 20 plans from the analyzer's account,
+    which has no budget, all reach a users subscriber. Without the plugin (or with the budget not
+    enforced) the aggregator would get all 20."""
+    mosquitto, files = broker
+    got = asyncio.run(_publish_and_count(mosquitto, files, [("users", "flood", "report/aggregator", [100] * 20)],
+                                         ("aggregator", "report/aggregator")))
+    assert len(got) == SMALL.burst_messages, got
+    plans = asyncio.run(_publish_and_count(mosquitto, files, [("analyzer", "a", "plan", [100] * 20)],
+                                           ("users", "plan")))
+    assert len(plans) == 20
+    log = mosquitto.log.read_text()
+    assert re.search(r"privbandit budget: users \(flood-users\) publishes past its account's budget", log), log[-2000:]
+    assert "disconnected after 15 messages" in log, log[-2000:]
+
+
+def test_a_users_connection_past_its_byte_burst_is_refused(broker):
+    """Messages of 3 MiB against a byte burst of one largest packet (8.1 MiB): two fit, the third
+    and fourth do not, a 1-KiB one after them still does (what is refused spends nothing)."""
+    mosquitto, files = broker
+    sizes = [3 * 2**20] * 4 + [1024]
+    got = asyncio.run(_publish_and_count(mosquitto, files, [("users", "big", "report/aggregator", sizes)],
+                                         ("aggregator", "report/aggregator")))
+    assert got == [3 * 2**20, 3 * 2**20, 1024]
+
+
+def test_the_message_budget_refills_at_its_rate(tmp_path):
+    """A burst of 1 message refilled at 20 a second: a connection publishing every 10 ms or so for
+    about 1 s gets at most 1 + 20·(its time) messages through (+1 for the clocks of client and
+    broker), and at least one per 50 ms plus the gap to its next PUBLISH (the token that fills
+    between two PUBLISHes waits for the next one; twice the mean gap allowed). Without refill 1
+    would get through; without the budget, about 80."""
+    if mosquitto_binary() is None:
+        missing("mosquitto is not installed (apt install mosquitto)")
+    rate = acl.PublishBudget(bytes_per_s=1e9, burst_bytes=acl.MAX_PACKET_BYTES, messages_per_s=20,
+                             burst_messages=1, connections=1)
+    mosquitto, files = start_with_broker_config(tmp_path / "broker", RUN, publish_budgets={"users": rate})
+    got: list[int] = []
+
+    async def go() -> tuple[float, int]:
+        async with _client(mosquitto, files, "aggregator", "reader") as sub:
+            task = asyncio.create_task(_count(sub, f"pb/{RUN}/report/aggregator", got))
+            await asyncio.sleep(0.2)
+            async with _client(mosquitto, files, "users", "steady") as pub:
+                loop = asyncio.get_running_loop()
+                start, sent = loop.time(), 0
+                while loop.time() - start < 1.0:
+                    await pub.publish(f"pb/{RUN}/report/aggregator", b"x", qos=1, timeout=10)
+                    sent += 1
+                    await asyncio.sleep(0.01)
+                took = loop.time() - start
+            await asyncio.sleep(0.5)
+            task.cancel()
+            return took, sent
+
+    try:
+        took, sent = asyncio.run(go())
+    finally:
+        mosquitto.stop()
+    gap = took / sent
+    assert took / (0.05 + 2 * gap) <= len(got) <= 2 + 20 * took, (len(got), took, sent)
+
+
+def test_connections_past_the_accounts_cap_buy_no_budget(broker):
+    """The account may hold 2 publishing connections: a third one's messages are all refused while
+    the first two's bursts go through."""
+    mosquitto, files = broker
+    senders = [("users", f"c{i}", "report/aggregator", [100] * 3) for i in range(3)]
+    got = asyncio.run(_publish_and_count(mosquitto, files, senders, ("aggregator", "report/aggregator")))
+    assert len(got) == 6
+    assert "users (c2-users) is a connection past its account's 2" in mosquitto.log.read_text()
+
+
+def test_the_generated_conf_loads_the_embedded_brokers_budgets(tmp_path):
+    """The default budgets (acl.PUBLISH_BUDGETS) are written as the plugin parses them: Mosquitto
+    starts with them and logs the same figures; a bad option stops it, saying why."""
+    if mosquitto_binary() is None:
+        missing("mosquitto is not installed (apt install mosquitto)")
+    mosquitto, files = start_with_broker_config(tmp_path / "ok", RUN)
+    mosquitto.stop()
+    b = acl.PUBLISH_BUDGETS["users"]
+    assert (f"privbandit budget: each connection of users: {b.bytes_per_s:.0f} B/s (burst {b.burst_bytes}), "
+            f"{b.messages_per_s:.0f} messages/s (burst {b.burst_messages}), at most {b.connections} connections"
+            ) in mosquitto.log.read_text()
+    conf = files.conf.read_text()
+    assert f"plugin {build_budget_plugin()}" in conf
+    files.conf.write_text(conf.replace("connections=64", "connections=0"))
+    from privbandit.services.mosquitto_process import MosquittoError, MosquittoProcess
+
+    with pytest.raises(MosquittoError, match="connections=0: expected bytes_per_s=R"):
+        MosquittoProcess(files.conf, mosquitto.port, log=tmp_path / "bad.log").start()
+
+
+def test_a_missing_compiler_or_header_is_named(tmp_path, monkeypatch):
+    with pytest.raises(BudgetPluginError, match="no C compiler"):
+        build_budget_plugin(tmp_path, compiler="no-such-cc")
+    from privbandit.services import mosquitto_process
+
+    monkeypatch.setattr(mosquitto_process, "_INCLUDE_DIRS", (str(tmp_path),))
+    with pytest.raises(BudgetPluginError, match="mosquitto_broker.h, mosquitto_plugin.h, mosquitto.h not found.*"
+                                                "mosquitto-dev libmosquitto-dev"):
+        build_budget_plugin(tmp_path)
+
+
+def test_broker_config_builds_the_plugin_or_says_it_wrote_none(tmp_path, capsys):
+    """`privbandit broker-config`: ``build`` loads the plugin built here; ``none`` writes none and
+    says so; a relative path is refused, naming the option."""
+    from privbandit.services.broker_cli import broker_config_main
+
+    assert broker_config_main(tmp_path / "b", RUN, 1883, budget_plugin="build") == 0
+    conf = (tmp_path / "b" / "mosquitto.conf").read_text()
+    assert f"plugin {build_budget_plugin()}\nplugin_opt_budget_users bytes_per_s=16777216.0," in conf
+    assert broker_config_main(tmp_path / "n", RUN, 1883, budget_plugin="none") == 0
+    assert not re.search(r"^plugin", (tmp_path / "n" / "mosquitto.conf").read_text(), re.M)
+    assert "budget       none (--budget-plugin none)" in capsys.readouterr().out
+    assert broker_config_main(tmp_path / "r", RUN, 1883, budget_plugin="x.so") == 2
+    assert "--budget-plugin 'x.so': must be build, auto, none or an absolute path" in capsys.readouterr().err
