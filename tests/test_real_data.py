@@ -44,6 +44,7 @@ def test_every_bundled_set_loads_offline_with_its_documented_shape(offline, name
     rows, cols, classes = SHAPES[name]
     assert x.shape == (rows, cols) and y.shape == (rows,)
     assert sorted(np.unique(y)) == list(range(classes)) and real.classes(name) == classes
+    assert real.SHAPES[name] == (rows, cols)  # the table the configs check sizes against, unloaded
 
 
 @pytest.mark.parametrize("name, p", [("digits", 4), ("wine", 3), ("breast_cancer", 6)])
@@ -82,6 +83,26 @@ def test_bad_sizes_name_the_field_and_the_range():
         world_of("logistic", "wine", 1, [0], 10, 4, 12, 2.0, False)
     with pytest.raises(ValueError, match="dataset = 'wine': the MAB arms need a binary label"):
         real.mab_arms("wine", 5)
+
+
+@pytest.mark.parametrize("family, arms, dim, message", [
+    ("shuffle-linear-bandits", 2000, 5, r"environment.arms = 2000: .* must lie in \[2, 1797\]"),
+    ("shuffle-linear-bandits", 10, 16, r"environment.dim = 16: .* must lie in \[2, 5\]"),
+    ("concurrent-shuffle", 1798, 5, r"environment.arms = 1798: .* must lie in \[2, 1797\]")])
+def test_an_experiment_too_large_for_its_dataset_is_refused_when_read(family, arms, dim, message):
+    """The sizes are checked as the file is read (a one-line error, no traceback from a running task)."""
+    from privbandit.runner import load_experiment
+    from privbandit.runner.config import ConfigError
+
+    algorithm = {"shuffle-linear-bandits": "linucb", "concurrent-shuffle": "cs-linucb-exact"}[family]
+    generator = "iris" if dim == 16 else "digits"  # iris: 4 columns, so dim ≤ 5
+    data = {"family": family, "name": "t", "horizon": 1000,
+            "environment": {"generator": generator, "arms": arms, "dim": dim},
+            "algorithms": {"a": {"algorithm": algorithm, **({"k": 1} if family == "concurrent-shuffle" else {})}}}
+    with pytest.raises(ConfigError, match=message):
+        load_experiment(data, [])
+    data["environment"]["arms"], data["environment"]["dim"] = 10, 5
+    load_experiment(data, [])  # and a size that fits is accepted
 
 
 @pytest.mark.parametrize("name", real.DATASETS)

@@ -57,6 +57,9 @@ if TYPE_CHECKING:
 # this module costs numpy only; scikit-learn and the LETOR module (scipy.cluster) load on first use.
 DATASETS = ("digits", "wine", "iris", "breast_cancer")
 BINARY = ("breast_cancer",)  # a label in {0, 1}: a reward (MAB arms)
+# (rows, columns) of each table, as scikit-learn ships it: an experiment's sizes are checked against
+# these when its file is read, without loading scikit-learn (tests/test_real_data.py checks them).
+SHAPES = {"digits": (1797, 64), "wine": (178, 13), "iris": (150, 4), "breast_cancer": (569, 30)}
 _RIDGE = 1e-3  # the GLM fit's penalty: keeps the separable classes' fits finite
 
 
@@ -77,6 +80,19 @@ def load(name: str) -> tuple[np.ndarray, np.ndarray]:
     x.setflags(write=False)
     y.setflags(write=False)
     return x, y
+
+
+def check_fixed_arms(name: str, arms: int, dim: int) -> None:
+    """ValueError naming ``environment.arms`` or ``environment.dim`` when :func:`linear_instance`
+    could not draw ``arms`` rows of ``name`` in R^``dim`` (dim − 1 principal components + intercept)."""
+    _check(name)
+    rows, cols = SHAPES[name]
+    if not 2 <= arms <= rows:
+        raise ValueError(f"environment.arms = {arms}: generator {name!r} draws the arms from its {rows} rows; "
+                         f"must lie in [2, {rows}]")
+    if not 2 <= dim <= cols + 1:
+        raise ValueError(f"environment.dim = {dim}: generator {name!r} has {cols} columns (dim − 1 principal "
+                         f"components plus an intercept); must lie in [2, {cols + 1}]")
 
 
 def classes(name: str) -> int:

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from privbandit.datasets.real import DATASETS
+from privbandit.datasets.real import DATASETS, check_fixed_arms
 from privbandit.families.concurrent_shuffle.mechanisms import PROTOCOLS
 from privbandit.families.concurrent_shuffle.tree import MODES, tree_for
 from privbandit.families.concurrent_shuffle.world import INPUTS
@@ -63,6 +63,13 @@ class CounterExperiment(ExperimentFile):
     @classmethod
     def label_kind(cls, label: str) -> str | None:
         return label if label in MODES else None
+
+    @model_validator(mode="after")
+    def _real_sizes(self):
+        env = self.environment
+        if env.generator in DATASETS:  # checked here, not when the run draws its instance
+            check_fixed_arms(env.generator, env.arms, env.dim)
+        return self
 
     @model_validator(mode="after")
     def _trees(self):

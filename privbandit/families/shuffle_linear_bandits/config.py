@@ -17,6 +17,7 @@ import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from privbandit.families.shuffle_linear_bandits.params import ALGORITHMS, PRESETS
+from privbandit.datasets.real import DATASETS, check_fixed_arms
 from privbandit.families.shuffle_linear_bandits.world import GENERATORS
 from privbandit.protocol.privacy import default_delta
 from privbandit.runner.config import ExperimentFile, StrictModel
@@ -84,6 +85,12 @@ class LinearExperiment(ExperimentFile):
     @property
     def generator(self) -> str:
         return self.environment.generator or ("paper-code" if self.preset == "paper-code" else "paper")
+
+    @model_validator(mode="after")
+    def _real_sizes(self):
+        if self.generator in DATASETS:  # checked here, not when the run draws its instance
+            check_fixed_arms(self.generator, self.environment.arms, self.environment.dim)
+        return self
 
     @model_validator(mode="after")
     def _batches_fit(self):

@@ -18,9 +18,9 @@ from privbandit.families.shuffle_linear_bandits import calibration
 from privbandit.families.shuffle_linear_bandits import config as cfg
 from privbandit.families.shuffle_linear_bandits import params as lp
 from privbandit.families.shuffle_linear_bandits.parties import LinearServer, LinearUsers, Setup, diagnostics, setup
-from privbandit.families.shuffle_linear_bandits.world import LinearInstances, bounds, instances
+from privbandit.families.shuffle_linear_bandits.world import instances
 from privbandit.protocol.privacy import Ledger
-from privbandit.protocol.spine.family import CallerRewards, Family
+from privbandit.protocol.spine.family import Family
 from privbandit.protocol.spine.observer import PER_RUN, checkpoint_grid, spread_per_run
 
 ROUND_FIELDS = ["batch", "t", "lambda_min", "clipped", "theta_error", "u_error_mean", "u_error_var",
@@ -129,38 +129,10 @@ class ShuffleLinearBandits(Family):
                            checkpoint_grid(config.horizon, config.checkpoints))
 
     def policy_users(self, config, label: str, run: int, ask, contexts=None):
-        """Users in a caller's world (:class:`privbandit.policy.Policy`): the K arms' features are the
-        caller's ``contexts`` (K, d), within the bounds the noise is calibrated to, and each user's
-        Bernoulli reward y (§5) is the caller's. The users are :class:`LinearUsers`, choosing their
-        arm from the broadcast (θ̂, V⁻¹, β) and randomizing from their own streams; the seam is their
-        reward y = 1{U_t < μ_a}: here μ ≡ ½ and U_t = 1 − y (the caller's y for the arm they chose),
-        so no truth is known (the block truths' regret is meaningless and a Policy reports none)."""
-        env = config.environment
-        x = None if contexts is None else np.asarray(contexts, dtype=np.float64)
-        if x is None or x.shape != (env.arms, env.dim):
-            raise ValueError(f"contexts: the {env.arms} arms' features, shape ({env.arms}, {env.dim}) "
-                             f"(environment.arms, environment.dim), not {None if x is None else x.shape}")
-        norm, entry = bounds(config.generator)
-        if not np.isfinite(x).all() or (np.linalg.norm(x, axis=1) > norm).any() or (np.abs(x) > entry).any():
-            raise ValueError(f"contexts: every arm's ‖φ‖₂ must be ≤ {norm:.4g} and every |φ_k| ≤ {entry:g} (the "
-                             f"bounds generator = {config.generator!r} calibrates the noise to)")
-        world = LinearInstances(x[None], np.zeros((1, env.dim)), norm, entry)
-        users = LinearUsers(setup(self.public_task(config, label, [run])), world, config.seed, [run], label,
-                            checkpoint_grid(config.horizon, config.checkpoints))
-        widths, chosen = users.widths, []
+        """:class:`LinearUsers` with the caller's arms and rewards (:mod:`.caller`)."""
+        from privbandit.families.shuffle_linear_bandits.caller import caller_users
 
-        def choose(theta, v_inv, beta):
-            chosen[:] = [widths(theta, v_inv, beta)]
-            return chosen[0]
-
-        class CallerUniforms:
-            def get(self, first: int, n: int) -> np.ndarray:
-                y = np.asarray(ask(np.full(n, int(chosen[0][0]), dtype=np.int64)))
-                return (1.0 - y)[None]
-
-        users.widths, users.uniforms = choose, CallerUniforms()
-        users.means, users.best = np.full((1, env.arms), 0.5), np.full(1, 0.5)
-        return users, CallerRewards(0.0, 1.0, binary=True)
+        return caller_users(self, config, label, run, ask, contexts)
 
     # --- what arrives from the wire ------------------------------------------------------------
     def check_plan(self, plan) -> None:

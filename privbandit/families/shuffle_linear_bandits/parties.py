@@ -488,6 +488,13 @@ class LinearUsers:
                       pseudo_at=marks[0], realized_at=marks[1], extras=extras)
         return BlockAnswer(truth, [(plan.joins[0].round_id, offsets, np.ascontiguousarray(values[:, offsets]), None)])
 
+    def rewards(self, a: np.ndarray, first: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+        """Users ``first`` … ``first + size − 1`` all play arm ``a`` (R,): their Bernoulli rewards
+        y = 1{U_t < μ_a} (§5), (R, size), and their uniforms U_t, which the realized regret compares
+        with the best arm's mean. The seam a caller's world replaces (:mod:`.caller`)."""
+        u = self.uniforms.get(first, size)
+        return (u < self.means[self.ridx, a][:, None]).astype(np.float64), u
+
     def _act(self, plan: Plan, block: int, first: int, size: int, stay: np.ndarray | None) -> BlockAnswer:
         b = plan.body
         theta, v_inv = np.asarray(b["theta"]), np.asarray(b["v_inv"])
@@ -496,8 +503,7 @@ class LinearUsers:
                              f"{self.ridx.size} runs in d = {self.s.d}")
         a = self.widths(theta, v_inv, float(b["beta"]))  # line 4 (ucb_actions)
         mu_a = self.means[self.ridx, a]
-        u = self.uniforms.get(first, size)
-        y = (u < mu_a[:, None]).astype(np.float64)
+        y, u = self.rewards(a, first, size)
         gap = self.best - mu_a
         pseudo = np.repeat(gap[:, None], size, axis=1).cumsum(axis=1)
         realized = ((u < self.best[:, None]) - y).cumsum(axis=1)
