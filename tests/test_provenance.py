@@ -204,7 +204,7 @@ def test_misspelt_fields_get_a_did_you_mean_and_an_unknown_label_the_algorithms(
                  "'vb-sdp-ae' "
                  "(got 'DP-SE'); did you mean 'dp-se'?",
                  "preset: Input should be 'paper' or 'paper-code' (got 'papr'); did you mean 'paper'?",
-                 "environment.kind: Input should be 'uniform', 'means' or 'means-file' (got 'unifrom'); did you mean "
+                 "environment.kind: Input should be 'uniform', 'means', 'means-file' or 'bundled' (got 'unifrom'); did you mean "
                  "'uniform'?"):
         assert line in proc.stderr, (line, proc.stderr)
     assert not (tmp_path / "o").exists()
