@@ -177,6 +177,7 @@ def ray_cluster():
         shutil.rmtree(temp, ignore_errors=True)
 
 
+@pytest.mark.slow_e2e
 def test_a_real_ray_cluster_gives_the_local_pools_numbers(tmp_path, ray_cluster):
     grid = ["epsilon=0.5,1"]
     local = run_sweep(QUICK, grid, tmp_path / "local", BASE, jobs=2)

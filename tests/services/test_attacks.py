@@ -33,6 +33,7 @@ def _hostile(kind: str, url: str, run_id: str, *extra: str) -> subprocess.Popen:
                              "--duration", "120", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow_e2e
 def test_replay_sybil_impersonation_and_flood_processes_leave_the_honest_result_unchanged(tmp_path, mosquitto_url):
     """Three hostile processes attack one session from its first plan to its shutdown: every
     forged message is refused and counted by reason, and the numbers equal the honest in-process run's."""
@@ -70,6 +71,7 @@ def test_replay_sybil_impersonation_and_flood_processes_leave_the_honest_result_
     assert rejected.get("round-closed", 0) + rejected.get("wrong-task", 0) > 0, rejected
 
 
+@pytest.mark.slow_e2e
 def test_an_experiment_files_traffic_adversaries_run_next_to_the_parties_and_change_nothing(tmp_path):
     """``traffic_adversaries`` in the experiment file: `privbandit run --transport mqtt` starts one
     hostile process per kind on the embedded broker with the generated ACLs. Every forgery is

@@ -642,6 +642,7 @@ def _free_ports(count: int) -> int:
     raise AssertionError("no run of free ports")
 
 
+@pytest.mark.slow_e2e
 def test_up_with_the_cluster_profile_spreads_the_parties_over_three_nodes_and_reproduces_the_numbers(tmp_path):
     """`privbandit up --profile cluster --env-file cluster.env`: three local nats-server nodes with
     the config service's passwords, every node probed, each party connected (its TCP connection,

@@ -38,6 +38,7 @@ def _saved_after(path, since: float, timeout: float) -> bool:
     return True
 
 
+@pytest.mark.slow_e2e
 @pytest.mark.parametrize("family", sorted(KILLED))
 def test_every_party_killed_mid_run_restarts_to_the_same_numbers(family, tmp_path, mosquitto_url):
     """SIGKILL each party once, in turn, while the run goes on: the analyzer, the intermediary, a

@@ -81,6 +81,7 @@ def _finish(tmp_path, parties) -> None:
             p.stop()
 
 
+@pytest.mark.slow_e2e
 def test_killing_the_shuffler_mid_run(tmp_path, mosquitto_url):
     path = tmp_path / "shuffled.toml"
     path.write_text(SHUFFLED)
@@ -198,6 +199,7 @@ async def _sessions_left(url: str, run_id: str, names: list[str]) -> list[str]:
     return [n for n, k in zip(names, found) if k]
 
 
+@pytest.mark.slow_e2e
 def test_killing_and_restarting_the_broker_mid_run(tmp_path, reference):
     """Mosquitto is SIGKILLed twice mid-run and started again from what it had saved. Every party
     loses messages it sent or was sent; the outboxes and the protocol's retries make the run

@@ -354,6 +354,7 @@ def _paused_mid_run(tmp_path, pause_s: float | None, victim: str, embedded: bool
     return parties, out, code
 
 
+@pytest.mark.slow_e2e
 def test_item6_a_broker_paused_for_10_s_crashes_no_party(tmp_path, honest):
     """#20 item 6: SIGSTOP of Mosquitto for 10 s, past the 5-s publish timeout: every party's
     publishes time out and it drops the connection while its timers run on. None may crash; the
@@ -363,6 +364,7 @@ def test_item6_a_broker_paused_for_10_s_crashes_no_party(tmp_path, honest):
     assert_same_numbers(honest(PAUSED_HORIZON), out)
 
 
+@pytest.mark.slow_e2e
 def test_item7_a_session_on_a_paused_embedded_broker_finishes_with_the_honest_numbers(tmp_path, honest):
     """#20 item 7: SIGSTOP of the embedded broker (amqtt) for 15 s. The parties reconnect while the
     paused broker still holds their old connections; amqtt took each persistent session over, then
@@ -375,6 +377,7 @@ def test_item7_a_session_on_a_paused_embedded_broker_finishes_with_the_honest_nu
     assert_same_numbers(honest(PAUSED_HORIZON), out)
 
 
+@pytest.mark.slow_e2e
 def test_item10_a_hung_analyzer_fails_the_session_loudly_within_the_stall_deadline(tmp_path):
     """#20 item 10 (liveness): the analyzer SIGSTOPped for good mid-run. The session fails at the
     observer's stall deadline, naming the task, the rounds recorded and the silent analyzer."""

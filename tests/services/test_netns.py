@@ -83,6 +83,7 @@ class HostParty(Party):
                                      env={**_inherited_env(), **self.env}, stdout=out, stderr=out)
 
 
+@pytest.mark.slow_e2e
 def test_a_fleet_host_cut_off_and_healed_mid_run(tmp_path, hosts):
     run_id = "h" + secrets.token_hex(4)
     nodes = [NatsNode(f"n{h}", addr, 4222, 1883, 6222) for h, (_, addr) in hosts.items() if addr]

@@ -26,6 +26,7 @@ import threading
 import time
 
 import aiomqtt
+import pytest
 
 from privbandit.runner import run_file
 from privbandit.services import codec
@@ -116,6 +117,7 @@ class Watcher:
             return sum(int((secure_host(sorted(users), FLEETS) == shard).sum()) for users in self.joined.values())
 
 
+@pytest.mark.slow_e2e
 def test_a_fleet_killed_mid_array_three_times_ends_byte_identical(tmp_path, mosquitto_url):
     path = tmp_path / "secure.toml"
     path.write_text(EXPERIMENT)
