@@ -147,3 +147,69 @@ def test_fresh_tree_draws_one_noise_per_node_of_the_binary_tree():
     assert np.allclose(noise[7][0], node[2, 1] + node[1, 3] + node[0, 7])  # 0..3, 4..5, 6
     assert np.allclose(noise[6][0] - noise[5][0], node[1, 3] - node[0, 5])  # a node closes, a parent opens
     assert np.allclose(noise[7][1], sum(alg.nodes[k][1] for k in [(2, 1), (1, 3), (0, 7)]))
+
+
+def test_integer_b_sets_the_bits_numpy_draws():
+    # the defect the switch names: numpy's legacy binomial truncates a float n, so their b = 61.22 draws 61 bits
+    np.random.seed(7)
+    floated = np.random.binomial(61.2157, 0.25, size=10_000)
+    np.random.seed(7)
+    assert np.array_equal(floated, np.random.binomial(61, 0.25, size=10_000))
+
+    class TheirVec:
+        def __init__(self, env, n, params):
+            self.g, self.b = 8.944, 61.2157
+
+    alg = script.integer_b(type("Module", (), {"SDPLinUCBPVec": TheirVec}))(None, 20_000, {})
+    assert (alg.g, alg.b) == (8.944, 61)  # the analyzer now subtracts what was drawn; g untouched
+
+
+def test_ceil_gb_takes_privbandit_paper_code_integers():
+    class TheirVec:  # Fig. 1(b): B = 20, d = 5, ε = 1, δ = 0.1, L = √2
+        def __init__(self, env, n, params):
+            self.BatchSize, self.d, self.epsilon, self.delta, self.L = 20, 5, 1.0, 0.1, np.sqrt(2)
+            self.g, self.b = 8.944, 61.2157
+
+    alg = script.ceil_gb(type("Module", (), {"SDPLinUCBPVec": TheirVec}))(None, 20_000, {})
+    assert (alg.g, alg.b) == (9, 62)  # ⌈8.94⌉ and ⌈81·ln²50/20⌉ = ⌈61.98⌉
+
+
+def test_watch_vm_counts_releases_below_the_floor_and_not_pd():
+    class TheirVec:  # V_m = Gram + 2Γ·I with Gram = −(t/2)·I: λ_min = 2 − t/2 at Γ = 1
+        BatchSize, d, Gamma = 2, 2, 1.0
+
+        def __init__(self, env, n, params):
+            self.Gram = np.zeros((2, 2))
+
+        def get_arm(self, t):
+            self.Gram = -t / 2 * np.eye(2)
+            return 0
+
+    alg = script.watch_vm(TheirVec)(None, 8, {})
+    for t in range(7):  # releases at t = 2, 4, 6: λ_min 1 (at the floor, not below), 0, −1
+        alg.get_arm(t)
+    assert (alg.below_floor, alg.not_pd) == (2, 2)
+
+
+def test_only_and_switch_run_the_chosen_algorithm_and_its_switch(tmp_path):
+    (tmp_path / "LinBanditPrivate.py").write_text(FAKE)
+    out = _run("--authors-code", str(tmp_path), "--runs", "3", "--horizon", "200", "--jobs", "1",
+               "--only", "LinUCB-SDP-Vec", "--switch", "integer-b")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    heads = [line for line in lines if line.startswith("final ")]
+    assert heads == ["final pseudo regret: privbandit − authors, paired by instance",
+                     "final realized regret: privbandit − authors, paired by instance",
+                     "final pseudo regret: integer-b − authors, paired by instance",
+                     "final realized regret: integer-b − authors, paired by instance",
+                     "final pseudo regret: privbandit − integer-b, paired by instance",
+                     "final realized regret: privbandit − integer-b, paired by instance"]
+    rows = [line.split() for line in lines if line.startswith("  LinUCB")]
+    assert {row[0] for row in rows} == {"LinUCB-SDP-Vec"} and len(rows) == 6
+    # the switched stand-in's known regret (T/4 pseudo, T realized), on both sides of its tables
+    assert [row[1] for row in rows[2:4]] == [row[4] for row in rows[2:4]] == ["50.0", "200.0"]
+    assert [row[4] for row in rows[4:6]] == ["50.0", "200.0"]
+    out = _run("--authors-code", str(tmp_path), "--runs", "3", "--only", "LinUCB-SDP-Vec", "--switch", "fresh-tree")
+    assert out.returncode != 0 and "--switch fresh-tree switches LinUCB-JDP, which --only leaves out" in out.stderr
+    out = _run("--authors-code", str(tmp_path), "--runs", "3", "--only", "LinUCB-Vec")
+    assert out.returncode != 0 and "--only: LinUCB-Vec is not one of" in out.stderr

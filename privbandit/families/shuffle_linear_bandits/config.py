@@ -47,6 +47,11 @@ class LinearAlgorithm(StrictModel):
     # the authors' code, ⌊ln(1 + c)⌋ + 1 draws made once and reused: consecutive releases cancel their
     # noise, so the ledger says none proven (docs/shuffle-linear-bandits.md, Presets).
     tree_noise: Literal["fresh", "authors-reused"] = "fresh"
+    # P_Vec's g and b (paper-code). "integer": g = ⌈max(2√B, d, 4)⌉ and b = ⌈b⌉, all b bits drawn and
+    # subtracted. "authors-float": the authors' code, g and b left as floats; their randomizer draws
+    # ⌊b⌋ bits (numpy truncates) while the analyzer subtracts p·b·B, so every estimated entry drifts by
+    # −(span/g)·p·(b − ⌊b⌋)·B per batch (docs/shuffle-linear-bandits.md, Beside the authors' code).
+    vec_bits: Literal["integer", "authors-float"] = "integer"
 
 
 class LinearExperiment(ExperimentFile):
@@ -104,6 +109,10 @@ class LinearExperiment(ExperimentFile):
             if algo.tree_noise != "fresh" and algo.algorithm != "linucb-jdp":
                 raise ValueError(f"algorithms.{label}.tree_noise = {algo.tree_noise!r} applies to linucb-jdp only "
                                  f"(this is {algo.algorithm}); remove it")
+            if algo.vec_bits != "integer" and (algo.algorithm != "linucb-sdp-vec" or self.preset != "paper-code"):
+                raise ValueError(f"algorithms.{label}.vec_bits = {algo.vec_bits!r} is the authors' code's P_Vec: "
+                                 f"linucb-sdp-vec under preset 'paper-code' only (this is {algo.algorithm}, "
+                                 f"preset {self.preset!r}); remove it")
             if self.preset == "exact" and algo.vec_span == "delta":
                 raise ValueError(f"algorithms.{label}.vec_span = 'delta': the exact accountant covers the span "
                                  "2Δ only (a count moved by at most g); use '2delta' or leave it unset")

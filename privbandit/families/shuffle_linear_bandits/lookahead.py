@@ -74,7 +74,7 @@ class LookAhead:
             low = np.floor(scaled)
             self.floors, self.fracs = low.astype(np.int64), scaled - low
             # Algorithm 7 on a full batch of B users, with the analyzer's own expressions
-            self.centre, self.shift, self.scale = vec.p * vec.b * batch, batch * vec.shift, vec.scale
+            self.centre, self.shift, self.scale = vec.p * vec.debias_bits * batch, batch * vec.shift, vec.scale
 
     def exact(self, noise) -> bool:
         """Are all of SDP-Amp's batch sums of these draws' reports exact in float64 (every partial

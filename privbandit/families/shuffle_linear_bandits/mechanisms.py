@@ -188,6 +188,11 @@ class VecParams:
     p: float
     shift: float
     span: float
+    centre_bits: float | None = None  # the b Algorithm 7 subtracts, if not the b drawn (the authors' float b)
+
+    @property
+    def debias_bits(self) -> float:
+        return self.b if self.centre_bits is None else self.centre_bits
 
     @property
     def max_count(self) -> int:
@@ -276,7 +281,7 @@ class BitSumAnalyzer:
 
     def analyze(self, totals: np.ndarray, n: int) -> np.ndarray:
         pr = self.params
-        return pr.scale * (totals - pr.p * pr.b * n) - n * pr.shift
+        return pr.scale * (totals - pr.p * pr.debias_bits * n) - n * pr.shift
 
     def error_variance(self, entries: np.ndarray) -> np.ndarray:
         """Exact variance of the analyzer's error for these inputs (users on axis −2):

@@ -104,7 +104,7 @@ def jdp_sigma(preset: str, budget: Budget, observations: int, feature_norm: floa
 
 
 def vec_params(preset: str, budget: Budget, batch: int, d: int, entry_bound: float, feature_norm: float,
-               scale: float | None, span: str) -> VecParams:
+               scale: float | None, span: str, bits: str = "integer") -> VecParams:
     """Thm 3.5 / C.1: p = 1/4, g = max{2√B, d, 4}, b = C·g²·log²(4(d²+1)/δ)/(ε²B), C = 24·10⁴.
     paper-code: b = C·g²·ln²(d/δ)/(ε²B) with the code's C = ``scale`` (1; "tuned 10 for ε = 1, 10"),
     shift Δ = max ‖φ‖₂ as the code does. exact: :func:`exact_vec_params` (no constant to scale,
@@ -116,6 +116,11 @@ def vec_params(preset: str, budget: Budget, batch: int, d: int, entry_bound: flo
         return exact_vec_params(budget, batch, d, entry_bound)
     eps, delta = budget.epsilon, budget.delta
     g = math.ceil(max(2 * math.sqrt(batch), d, 4))
+    if preset == "paper-code" and bits == "authors-float":  # their g, b: ⌊b⌋ bits drawn, b subtracted
+        g = max(2 * math.sqrt(batch), d, 4)
+        b = (1.0 if scale is None else scale) * g**2 * math.log(d / delta) ** 2 / (eps**2 * batch)
+        return VecParams(g=g, b=math.floor(b), p=0.25, shift=feature_norm,  # ε = 10: b = 0.61, no bit
+                         span=2 * feature_norm if span == "2delta" else feature_norm, centre_bits=b)
     if preset == "paper-code":
         c = 1.0 if scale is None else scale
         b = c * g**2 * math.log(d / delta) ** 2 / (eps**2 * batch)

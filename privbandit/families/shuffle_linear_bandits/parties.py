@@ -142,7 +142,7 @@ def setup(public: dict) -> Setup:
     elif kind == "linucb-jdp":
         sigma = lp.jdp_sigma(preset, budget, math.ceil(T / B), norm, d)
     elif kind == "linucb-sdp-vec":
-        vec = lp.vec_params(preset, budget, B, d, entry, norm, a["vec_scale"], a["vec_span"])
+        vec = lp.vec_params(preset, budget, B, d, entry, norm, a["vec_scale"], a["vec_span"], a["vec_bits"])
     sigma_total = lp.noise_scale_total(kind, sigma or 0.0, T, B, vec)
     conf = lp.confidence(preset, kind, sigma_total, T, B, d, norm,
                          lp.paper_code_noise(kind, budget.epsilon, budget.delta, B, T, d), a["alpha"])
@@ -268,8 +268,9 @@ class LinearServer:
         if k < n:  # rare: the observer could not add this block's regret as one batch at a time would
             self._restore(saved)
             n = k
+            head = None if noise is None else users_part(noise, 0, n * B)  # P_Vec's draws are a tuple
             chosen, values, lane, diag, check = self.look.decide(
-                self.learner, rewards[:, :n * B], None if noise is None else noise[:, :n * B], betas[:n], self.tree,
+                self.learner, rewards[:, :n * B], head, betas[:n], self.tree,
                 None if tree_noise is None else tree_noise[:, :n], self._marks(m, n))
         self.expected[m] = check
         self._diagnostics[m] = [{"batch": m + i, "estimate": est, "theta": theta, "lambda_min": lam,
