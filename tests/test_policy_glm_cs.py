@@ -29,21 +29,23 @@ def glm(algorithm: str = "private-glm", horizon: int = 300, link: str = "probit"
             "algorithms": {algorithm: {"algorithm": algorithm, **table}}}
 
 
-def glm_world(data: dict):
+def glm_world(data: dict, run: int = 0):
     from privbandit.runner import load_experiment
 
     fam, config = load_experiment(data)
-    return fam.world(config, [0])
+    return fam.world(config, [run])
 
 
-def glm_policy_loop(data: dict, label: str, reward_seed: int | None = None, online: bool = False):
-    """Feed a policy run 0's simulated arm sets and its rewards 1{u_t < μ(⟨x, θ*⟩)} (the uniforms of
-    ``reward_seed``'s world, default the experiment's), with the κ, κ* that world gives."""
-    w = glm_world(data)
-    u = w.uniforms[0] if reward_seed is None else glm_world({**data, "seed": reward_seed}).uniforms[0]
+def glm_policy_loop(data: dict, label: str, reward_seed: int | None = None, online: bool = False, run: int = 0,
+                    bounds: bool = False):
+    """Feed a policy run ``run``'s simulated arm sets and its rewards 1{u_t < μ(⟨x, θ*⟩)} (the uniforms
+    of ``reward_seed``'s world, default the experiment's), with the κ, κ* that world gives (``bounds``:
+    none stated, the policy's bounds from S)."""
+    w = glm_world(data, run)
+    u = w.uniforms[0] if reward_seed is None else glm_world({**data, "seed": reward_seed}, run).uniforms[0]
     k = w.kappas(0)
-    world = {"kappa": k.kappa, "kappa_star": k.kappa_star}
-    policy = Policy(data, world=world) if online else Policy(data, contexts=w.arms[0], world=world)
+    world = None if bounds else {"kappa": k.kappa, "kappa_star": k.kappa_star}
+    policy = Policy(data, run=run, world=world) if online else Policy(data, run=run, contexts=w.arms[0], world=world)
     curves = Curves(data["horizon"], data["checkpoints"])
     while not policy.done:
         t = policy.served
@@ -262,3 +264,43 @@ def test_docs_family_examples_run_verbatim(heading):
     scope: dict = {}
     exec(compile(code, str(DOCS), "exec"), scope)  # noqa: S102 - the page's own example
     assert scope["policy"].done and scope["eps"] > 0
+
+
+# --- the figures docs/api.md quotes: PYTHONPATH=. .venv/bin/python tests/test_policy_glm_cs.py -------------
+def _figures(runs: int = 10) -> None:
+    """What a policy costs beside privbandit.run (best of 3), and what the κ bounds from S cost in regret
+    against the world's own κ, κ*, paired by run (the same arm sets and rewards)."""
+    import time
+
+    g = {**glm(link="logistic", preset="paper-code", horizon=1000), "epsilon": 100.0}
+    a = alg4("cs-linucb", horizon=20000, k=2)
+    for name, data, loop in (("private-glm (paper-code, logistic, T = 1000, ε = 100)", g,
+                              lambda: glm_policy_loop(g, "private-glm")),
+                             ("cs-linucb (k = 2, T = 20,000)", a, lambda: alg4_policy_loop(a, "cs-linucb"))):
+        best = [math.inf, math.inf]
+        for _ in range(3):
+            t0 = time.perf_counter()
+            loop()
+            t1 = time.perf_counter()
+            privbandit.run(data)
+            best = [min(best[0], t1 - t0), min(best[1], time.perf_counter() - t1)]
+        print(f"{name}: the policy loop {best[0]:.2f} s, privbandit.run {best[1]:.2f} s (best of 3)")
+    for label, link, preset, eps in (("private-glm", "logistic", "paper-code", 100.0),
+                                     ("private-glm", "logistic", "paper-code", 6.0),
+                                     ("glm-ucb", "logistic", "paper", 6.0)):
+        data = {**glm(label, link=link, preset=preset, horizon=1000), "epsilon": eps, "runs": runs,
+                "environment": {"link": link, "dim": 3, "arms": 8, "norm": 2.0, "reuse_contexts": False}}
+        diff = []
+        for r in range(runs):
+            exact = glm_policy_loop(data, label, run=r)[1].pseudo[-1]
+            bound = glm_policy_loop(data, label, run=r, bounds=True)[1].pseudo[-1]
+            diff.append(bound - exact)
+        d = np.array(diff)
+        se = d.std(ddof=1) / math.sqrt(runs)
+        print(f"{label} ({preset}, {link}, S = 2, T = 1000, ε = {eps:g}), κ bounds from S − the world's κ: "
+              f"pseudo-regret {d.mean():+.2f} ± {se:.2f} (t = {d.mean() / se if se else math.nan:.2f}; bounds lower "
+              f"in {int((d < 0).sum())} of {runs} runs, equal in {int((d == 0).sum())})")
+
+
+if __name__ == "__main__":
+    _figures()
