@@ -79,10 +79,17 @@ class _Contexts:
 
     def __call__(self, t: int) -> np.ndarray:
         """User t's context (0-based), pausing the engine until the caller has given it."""
-        while t >= self.given:
-            self.need(t)
-        i = int(np.searchsorted(self.starts, t, side="right")) - 1
-        return self.chunks[i][t - self.starts[i]]
+        return self.rows(t, 1)[0]
+
+    def rows(self, first: int, n: int) -> np.ndarray:
+        """Users first … first + n − 1's contexts, stacked, pausing the engine until they are given."""
+        while first + n > self.given:
+            self.need(first + n - 1)
+        i = int(np.searchsorted(self.starts, first, side="right")) - 1
+        if first + n <= self.starts[i] + self.chunks[i].shape[0]:  # within one chunk: a view
+            return self.chunks[i][first - self.starts[i]:first - self.starts[i] + n]
+        return np.concatenate([c[max(0, first - s):first + n - s] for s, c in zip(self.starts, self.chunks)
+                               if s < first + n and s + c.shape[0] > first])
 
 
 class _CallerFamily:
@@ -293,8 +300,9 @@ class Policy:
                 raise PolicyError(str(exc)) from None
         if self._wanting is not None:
             if self._wanting >= self._feed.given:
-                raise PolicyError(f"contexts: user {self._wanting}'s context is needed before her arm: "
-                                  f"next(n, contexts=...) with the next users' arm sets")
+                need = self._wanting + 1 - self._feed.given
+                raise PolicyError(f"contexts: the contexts of users up to {self._wanting} (0-based) are needed before "
+                                  f"their arms, {need} more: next(n, contexts=...) with the next users' arm sets")
             self._wanting = None
             self._to_engine.put(True)
             self._wait()

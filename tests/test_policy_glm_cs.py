@@ -49,14 +49,17 @@ def glm_policy_loop(data: dict, label: str, reward_seed: int | None = None, onli
     curves = Curves(data["horizon"], data["checkpoints"])
     while not policy.done:
         t = policy.served
-        arms = policy.next(10, contexts=w.arms[0, t:t + 1]) if online else policy.next(10)
-        assert arms.shape == (1,)  # one user per plan: the next arm needs this reward
-        mean, best = w.means[0, t, arms[0]], w.best[0, t]
-        y = float(u[t] < mean)
-        gap, realized = best - mean, float(u[t] < best) - y
-        cps = curves.cps(t, 1)
-        curves.add(t, 1, [gap, realized], np.full(cps.size, gap), np.full(cps.size, realized))
-        policy.update([y])
+        arms = policy.next(10**6, contexts=w.arms[0, t:t + 1]) if online else policy.next(10**6)
+        if data["algorithms"][label]["algorithm"] != "shuffle-glm":
+            assert arms.shape == (1,)  # one user per plan: the next arm needs this reward
+        users = t + np.arange(arms.size)
+        mean, best = w.means[0, users, arms], w.best[0, users]
+        y = (u[users] < mean).astype(np.float64)
+        gap, won = best - mean, (u[users] < best) - y
+        at = curves.cps(t, arms.size) - t - 1
+        # a block's totals as its truth carries them (np.sum, pairwise), its checkpoints by np.cumsum
+        curves.add(t, arms.size, [gap.sum(), won.sum()], np.cumsum(gap)[at], np.cumsum(won)[at])
+        policy.update(y)
     return policy, curves
 
 
@@ -108,8 +111,8 @@ def test_glm_kappa_from_the_public_bounds():
 
     s = expit(2.0)
     assert kappa_bounds("logistic", 2.0) == pytest.approx((1 / (s * (1 - s)), 4.0), rel=1e-12)
-    assert kappa_bounds("probit", 2.0) == pytest.approx((math.sqrt(2 * math.pi) * math.exp(2.0), math.sqrt(2 * math.pi)),
-                                                        rel=1e-12)
+    root = math.sqrt(2 * math.pi)  # 1/φ(0); 1/φ(2) = √(2π)·e²
+    assert kappa_bounds("probit", 2.0) == pytest.approx((root * math.exp(2.0), root), rel=1e-12)
     data = glm(horizon=40)
     w = glm_world(data)
     policy = Policy(data, contexts=w.arms[0])
@@ -141,14 +144,15 @@ def test_glm_bad_input_names_the_field_and_range():
     with pytest.raises(ConfigError, match=r"contexts: 0 users' contexts given already and 21 more"):
         Policy(data, contexts=np.concatenate([arms, arms[:1]]))
     policy = Policy(data)  # no contexts yet: the first user's are asked for
-    with pytest.raises(PolicyError, match=r"contexts: user 0's context is needed before her arm"):
+    with pytest.raises(PolicyError, match=r"contexts: the contexts of users up to 0 \(0-based\) are needed before "
+                                          r"their arms, 1 more"):
         policy.next(1)
     got = policy.next(1, contexts=arms[:2])
     with pytest.raises(PolicyError, match=re.escape("rewards[0]=0.5: must be 0 or 1 (1 of 1 do not)")):
         policy.update([0.5])
     policy.update([1.0])
     policy.update([0.0] * policy.next(1).size)  # user 1's arm set was given with user 0's
-    with pytest.raises(PolicyError, match=r"contexts: user 2's context is needed"):
+    with pytest.raises(PolicyError, match=r"contexts: the contexts of users up to 2 \(0-based\) are needed"):
         policy.next(1)
     with pytest.raises(PolicyError, match=re.escape("contexts: users' arm sets, shape (m, 8, 3)")):
         policy.next(1, contexts=arms[2])
@@ -163,11 +167,33 @@ def test_glm_bad_input_names_the_field_and_range():
     mab.close()
 
 
-def test_shuffle_glm_stays_refused_by_name():
-    data = glm("shuffle-glm", horizon=2000)
-    with pytest.raises(ConfigError, match=r"ShuffleGLM \(Algorithm 1\) is not served to a caller's world: its 𝒫_GD "
-                                          r"serves the same batch"):
-        Policy(data)
+@pytest.mark.parametrize("preset", ["paper"])  # "exact" passes too, in 61 s (its count accountant): not kept
+def test_shuffle_glm_policy_reproduces_run(preset):
+    """Algorithm 1: batches of users in blocks, each batch's 𝒫_GD plans serving its users again (their
+    rewards held, not asked twice): privbandit.run's regret and ledger. Another seed's rewards: other
+    θ̂'s released (at T = 2000 the choices, drawn from G-optimal designs whose widths dwarf θ̂, do not move)."""
+    data = glm("shuffle-glm", horizon=2000, link="logistic", preset=preset, warmup=400, max_iterations=20)
+    result = privbandit.run(data).results["shuffle-glm"][0]
+    policy, same = glm_policy_loop(data, "shuffle-glm")
+    assert np.array_equal(same.pseudo, result.pseudo[0]) and np.array_equal(same.realized, result.realized[0])
+    spent_equals_run(policy, result)
+    assert policy.served == 2000 and len(policy.records) == result.privacy["releases"] > 0
+    moved, _ = glm_policy_loop(data, "shuffle-glm", reward_seed=data["seed"] + 1)
+    thetas = [[np.asarray(r.body["theta"]) for r in p.records if "theta" in r.body] for p in (policy, moved)]
+    assert len(thetas[0]) == len(thetas[1]) == 2 and np.isfinite(thetas[0]).all()
+    assert not any(np.array_equal(a, b) for a, b in zip(*thetas))
+
+
+def test_shuffle_glm_needs_a_blocks_arm_sets_at_once():
+    data = glm("shuffle-glm", horizon=2000, link="logistic", warmup=400, max_iterations=20)
+    arms = glm_world(data).arms[0]
+    policy = Policy(data, contexts=arms[:10])
+    with pytest.raises(PolicyError, match=r"contexts: the contexts of users up to 399 \(0-based\) are needed before "
+                                          r"their arms, 390 more"):
+        policy.next(1)
+    got = policy.next(1000, contexts=arms[10:400])
+    assert got.shape == (400,)
+    policy.close()
 
 
 # --- concurrent shuffle, Algorithm 4 ---------------------------------------------------------------

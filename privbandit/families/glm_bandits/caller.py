@@ -1,5 +1,6 @@
 """A caller's world for :class:`privbandit.policy.Policy`: the GLM family's users (Algorithm 2,
-Private-GLM, and the non-private baselines), whose arm sets and Bernoulli rewards come from the caller.
+Private-GLM, the non-private baselines, and Algorithm 1, ShuffleGLM), whose arm sets and Bernoulli
+rewards come from the caller.
 
 The users' logic is the family's own (:class:`~.parties.GLMUsers`): user t acts on the billboard of
 plan t through :func:`~.learners.choose` and reports (x_t, r_t, Criterion I's flag) to the trusted
@@ -19,11 +20,14 @@ eq. (4): "it suffices to have access to an upper bound on κ and lower bounds on
   allows (κ* ≥ 1/μ̇(0), κ ≥ κ*).
 
 Privacy does not rest on these values being true: the H tree's weights are clipped at 1/κ*
-(learners.py), the V tree's leaves are x xᵀ with ‖x‖ ≤ 1 (the analyzer refuses larger arms), and the
-optimizers' noise is calibrated from the stated constants. What a loose bound costs is learning:
-wider confidence sets and larger cutoffs.
+(learners.py), as are ShuffleGLM's covariance weights (shuffle_parties.py); the V tree's leaves are
+x xᵀ with ‖x‖ ≤ 1 (checked when the caller gives them, :func:`check_contexts`); the optimizers'
+noise is calibrated from the stated constants. What a loose bound costs is learning: wider
+confidence sets and larger cutoffs.
 
-ShuffleGLM (Algorithm 1) is refused: see :func:`caller_users`.
+ShuffleGLM (Algorithm 1) runs its own users' logic (:class:`~.shuffle_parties.ShuffleGLMUsers`) on a
+duck-typed world (:class:`CallerGLMWorld`): a batch's users need their arm sets for a whole block
+(≤ 65,536 users) at once, and their rewards are held for the 𝒫_GD plans that serve them again.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from privbandit.families.glm_bandits import learners as gl
+from privbandit.families.glm_bandits import shuffle_parties as sp
 from privbandit.families.glm_bandits.parties import GLMUsers, setup
 from privbandit.families.glm_bandits.world import mu_dot, mu_dot_max
 from privbandit.protocol.spine.events import Plan, Truth
@@ -116,16 +121,59 @@ def check_contexts(env):
     return check
 
 
+class _Arms:
+    """The arm sets of :class:`CallerGLMWorld`: ``arms[:, first:first + n]`` is the caller's (1, n, K, d)."""
+
+    def __init__(self, contexts, T: int, K: int, d: int):
+        self.contexts, self.shape = contexts, (1, T, K, d)
+
+    def __getitem__(self, key):
+        runs, users = key
+        if runs != slice(None) or not isinstance(users, slice) or users.step not in (None, 1):
+            raise IndexError(f"a caller's arm sets are read a block of users at a time, not {key!r}")
+        first, stop = users.start or 0, min(users.stop, self.shape[1])
+        return self.contexts.rows(first, stop - first)[None]
+
+
+class _Asked:
+    """The ``means`` of :class:`CallerGLMWorld`: ``means[r, t, a]`` is user t's reward for her arm a,
+    asked of the caller the first time and held for the run (with uniforms ½, the simulated
+    ``1{u_t < mean}`` is then that reward exactly). Held because Algorithm 1's gradient plans
+    recompute the same users' play, and must read the rewards they were given, not ask again."""
+
+    def __init__(self, ask, T: int):
+        self.ask = ask
+        self.held = np.full(T, np.nan)
+
+    def __getitem__(self, key):
+        _, t, a = key
+        t, a = np.broadcast_arrays(np.asarray(t), np.asarray(a))
+        t, a = t.reshape(-1), a.reshape(-1)
+        new = np.isnan(self.held[t])
+        if new.any():
+            if not new.all() or np.any(np.diff(t) != 1):
+                raise ValueError(f"users {t[0]}…{t[-1]}: some rewards held and some not (a block served in part)")
+            self.held[t] = np.asarray(self.ask(a.astype(np.int64)), dtype=np.float64)
+        return self.held[t].reshape(1, -1)
+
+
+class CallerGLMWorld:
+    """The duck-typed :class:`~.world.GLMWorld` of a caller's world for Algorithm 1's users
+    (:class:`~.shuffle_parties.ShuffleGLMUsers`, whose logic runs unchanged on it): arm sets read from
+    the caller's contexts, rewards asked (:class:`_Asked`), no θ* (NaN) and so no regret."""
+
+    def __init__(self, contexts, ask, T: int, K: int, d: int):
+        self.arms = _Arms(contexts, T, K, d)
+        self.means = _Asked(ask, T)
+        self.uniforms = np.full((1, T), 0.5)
+        self.theta = np.full((1, d), np.nan)
+        self.best = np.full((1, T), np.nan)
+
+
 def caller_users(fam, config, label: str, run: int, ask, contexts, world: dict | None = None):
     """The users of run ``run`` of ``label`` in the caller's world: ``contexts`` is the Policy's
     per-user feed (``contexts(t)``, user t's arm set), ``world`` the caller's κ, κ* (else the bounds)."""
     a = fam.algorithm(config, label)
-    if a.algorithm == "shuffle-glm":
-        raise NotImplementedError(
-            f"algorithms.{label}: ShuffleGLM (Algorithm 1) is not served to a caller's world: its 𝒫_GD serves the same "
-            f"batch of B_k users again in T_it gradient plans, each recomputing every user's arm, weight and "
-            f"reward from the world (shuffle_parties.ShuffleGLMUsers): a caller's rewards and arm sets would have to "
-            f"be held for a whole batch, which its users' logic has no seam for yet")
     if not callable(contexts) or not hasattr(contexts, "add"):
         raise ValueError(f"contexts: family {fam.name} takes each user's arm set (m, K, d) through its policy's "
                          f"per-user feed (privbandit.Policy)")
@@ -133,5 +181,11 @@ def caller_users(fam, config, label: str, run: int, ask, contexts, world: dict |
     kappa, kappa_star = stated_kappas(env.link, env.norm, world)
     contexts.check = check_contexts(env)
     public = {"kappa": [kappa], "kappa_star": [kappa_star]}
-    s = setup({**fam.public_task(config, label, [run]), **public})
-    return CallerGLMUsers(s, contexts, ask, checkpoint_grid(config.horizon, config.checkpoints), public), REWARDS
+    task = {**fam.public_task(config, label, [run]), **public}
+    grid = checkpoint_grid(config.horizon, config.checkpoints)
+    if a.algorithm == "shuffle-glm":
+        w = CallerGLMWorld(contexts, ask, config.horizon, env.arms, env.dim)
+        users = sp.ShuffleGLMUsers(sp.shuffle_setup(task), w, config.seed, label, [run], grid)
+        users.public = public  # Policy puts them in the analyzer's public task
+        return users, REWARDS
+    return CallerGLMUsers(setup(task), contexts, ask, grid, public), REWARDS

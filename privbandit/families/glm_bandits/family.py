@@ -97,8 +97,8 @@ class GLMBandits(Family):
     policy_contexts = "per-user"  # privbandit.Policy: each user's own arm set, in user order
 
     def policy_users(self, config, label: str, run: int, ask, contexts=None, world: dict | None = None):
-        """Private-GLM and the baselines in a caller's world (:mod:`.caller`, docs/api.md): each user's arm
-        set from the caller, her Bernoulli reward asked; κ, κ* stated (``world``) or bounded from S."""
+        """Every algorithm in a caller's world (:mod:`.caller`, docs/api.md): each user's arm set from the
+        caller, her Bernoulli reward asked; κ, κ* stated (``world``) or bounded from S."""
         from privbandit.families.glm_bandits.caller import caller_users
 
         return caller_users(self, config, label, run, ask, contexts, world)
