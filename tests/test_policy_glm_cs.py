@@ -229,7 +229,7 @@ def alg4_policy_loop(data: dict, label: str, reward_seed: int | None = None, n: 
     return policy, curves
 
 
-@pytest.mark.parametrize("label,k", [("cs-linucb", 1), ("cs-linucb", 2), ("cs-linucb-exact", 2)])
+@pytest.mark.parametrize("label,k", [("cs-linucb", 1), ("cs-linucb", 2), ("cs-linucb-exact", 2), ("cs-random", 2)])
 def test_alg4_policy_reproduces_run(label, k):
     data = alg4(label, k=k)
     policy, curves = alg4_policy_loop(data, label)
@@ -292,17 +292,20 @@ def test_docs_family_examples_run_verbatim(heading):
     assert scope["policy"].done and scope["eps"] > 0
 
 
-# --- the figures docs/api.md quotes: PYTHONPATH=. .venv/bin/python tests/test_policy_glm_cs.py -------------
-def _figures(runs: int = 10) -> None:
+# --- the figures docs/api.md quotes: PYTHONPATH=. .venv/bin/python tests/test_policy_glm_cs.py [cost|kappa] --
+def _figures(parts: list[str], runs: int = 10) -> None:
     """What a policy costs beside privbandit.run (best of 3), and what the κ bounds from S cost in regret
     against the world's own κ, κ*, paired by run (the same arm sets and rewards)."""
     import time
 
     g = {**glm(link="logistic", preset="paper-code", horizon=1000), "epsilon": 100.0}
+    sg = glm("shuffle-glm", horizon=2000, link="logistic", warmup=400, max_iterations=20)
     a = alg4("cs-linucb", horizon=20000, k=2)
-    for name, data, loop in (("private-glm (paper-code, logistic, T = 1000, ε = 100)", g,
-                              lambda: glm_policy_loop(g, "private-glm")),
-                             ("cs-linucb (k = 2, T = 20,000)", a, lambda: alg4_policy_loop(a, "cs-linucb"))):
+    timed = (("private-glm (paper-code, logistic, T = 1000, ε = 100)", g, lambda: glm_policy_loop(g, "private-glm")),
+             ("shuffle-glm (paper, logistic, T = 2000, warmup 400, T_it = 20)", sg,
+              lambda: glm_policy_loop(sg, "shuffle-glm")),
+             ("cs-linucb (k = 2, T = 20,000)", a, lambda: alg4_policy_loop(a, "cs-linucb")))
+    for name, data, loop in timed if "cost" in parts else ():
         best = [math.inf, math.inf]
         for _ in range(3):
             t0 = time.perf_counter()
@@ -311,9 +314,9 @@ def _figures(runs: int = 10) -> None:
             privbandit.run(data)
             best = [min(best[0], t1 - t0), min(best[1], time.perf_counter() - t1)]
         print(f"{name}: the policy loop {best[0]:.2f} s, privbandit.run {best[1]:.2f} s (best of 3)")
-    for label, link, preset, eps in (("private-glm", "logistic", "paper-code", 100.0),
-                                     ("private-glm", "logistic", "paper-code", 6.0),
-                                     ("glm-ucb", "logistic", "paper", 6.0)):
+    paired = (("private-glm", "logistic", "paper-code", 100.0), ("private-glm", "logistic", "paper-code", 6.0),
+              ("glm-ucb", "logistic", "paper", 6.0))
+    for label, link, preset, eps in paired if "kappa" in parts else ():
         data = {**glm(label, link=link, preset=preset, horizon=1000), "epsilon": eps, "runs": runs,
                 "environment": {"link": link, "dim": 3, "arms": 8, "norm": 2.0, "reuse_contexts": False}}
         diff = []
@@ -329,4 +332,6 @@ def _figures(runs: int = 10) -> None:
 
 
 if __name__ == "__main__":
-    _figures()
+    import sys
+
+    _figures(sys.argv[1:] or ["cost", "kappa"])
