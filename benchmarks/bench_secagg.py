@@ -499,10 +499,11 @@ def plot(rows: list[dict], path: str):
             ax.plot(n, y, "o-", color=colour, label=mode)
             for r, yy in zip(rs, y):
                 if r["sampled"] is not None:
-                    # Left of the point and below it: the last n sits at the axes' right edge,
-                    # where a label to its right was cut off by the figure's.
-                    ax.annotate("sampled", (r["n"], yy), textcoords="offset points", xytext=(-7, -5), ha="right",
-                                va="top", fontsize=8)
+                    # Left of the point and just above it: the last n sits at the axes' right edge,
+                    # where a label to its right was cut off by the figure's; below it, the curve
+                    # rising into the point (and the CPU panel's O(n) line) ran through the word.
+                    ax.annotate("sampled", (r["n"], yy), textcoords="offset points", xytext=(-9, 2), ha="right",
+                                va="bottom", fontsize=8)
             grid = np.geomspace(n[0], n[-1], 50)
             if mode == "complete":
                 ax.plot(grid, y[0] * grid / n[0], ":", color=colour, label="O(n) reference")
@@ -512,6 +513,7 @@ def plot(rows: list[dict], path: str):
                 ax.plot(grid, y[0] * np.log2(grid) / math.log2(n[0]), ":", color=colour, label="O(log n) reference")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.margins(y=0.1)  # headroom for the "sampled" label above the largest n's point
         ax.set_xlabel("users n")
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)
@@ -521,6 +523,27 @@ def plot(rows: list[dict], path: str):
     fig.savefig(path, dpi=120)
     print(f"wrote {path}")
     return fig
+
+
+def rows_from_table(path: str) -> list[dict]:
+    """The plotted fields of the measured rows as docs/secagg-performance.md's "Per-round cost" table
+    prints them (user CPU ms to 0.1 or 4 digits, KB = 10³ B to 0.01, the length from its set-up):
+    what the figure is redrawn from when the run's --json is not on disk."""
+    text = Path(path).read_text()
+    length = int(re.search(r"(\d+) residues per user", text).group(1))
+    section = text[text.index("## Per-round cost"):]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 8 or not cells[0].isdigit() or cells[1] not in ("complete", "sparse"):
+            continue
+        sampled = re.search(r"sampled\*{0,2} \((\d+)\)", cells[4])
+        rows.append({"n": int(cells[0]), "mode": cells[1], "length": length,
+                     "sampled": int(sampled.group(1)) if sampled else None,
+                     "user_ms": float(cells[5].split("/")[0]), "user_bytes": 1e3 * float(cells[7])})
+    if not rows:
+        raise ValueError(f"{path}: no rows of the 'Per-round cost' table found")
+    return rows
 
 
 def main() -> None:
@@ -534,6 +557,7 @@ def main() -> None:
     ap.add_argument("--sampled", action="store_true", help="sample every round (to compare with full rounds)")
     ap.add_argument("--json", help="write the measured rows here")
     ap.add_argument("--from-json", help="skip measuring; load rows (for --plot)")
+    ap.add_argument("--from-table", help="skip measuring; --plot the rows docs/secagg-performance.md's table prints")
     ap.add_argument("--plot", help="write the log-log figure here")
     ap.add_argument("--largest-in", type=float, help="instead: bisect the largest n whose full round takes ≤ this many seconds")
     ap.add_argument("--start", type=int, help="--largest-in: first n tried (default 200 complete, 2000 sparse)")
@@ -572,6 +596,11 @@ def main() -> None:
         for mode in args.modes:
             lo, hi, _ = largest_in(mode, args.largest_in, args.length, start=args.start or (200 if mode == "complete" else 2000))
             print(f"{mode}: largest n completing in {args.largest_in:g} s: {lo} (n = {hi} did not)", flush=True)
+        return
+    if args.from_table:
+        if not args.plot:
+            ap.error("--from-table: only with --plot (the table's rows hold the plotted fields only)")
+        plot(rows_from_table(args.from_table), args.plot)
         return
     if args.from_json:
         with open(args.from_json) as f:

@@ -19,10 +19,17 @@ Exactly one of the two threads runs at any time: the numbers do not depend on ti
 What the caller's world cannot give: ground truth. A policy reports no regret (the caller knows its
 own rewards). Users see one block (≤ 65,536) of arms at a time, fewer at a batch's end: ``next(n)``
 returns at most n arms, and fewer when the next ones depend on rewards not yet given.
+
+Per-user contexts (the GLM family: each user's own arm set, (K, d)) enter in user order, given
+up front (``Policy(contexts=...)``, (m, K, d)) or as they arrive (``next(n, contexts=...)``); the
+engine pauses for them as it pauses for rewards. What else the analyzer must be told of the
+caller's world (the GLM family's κ, κ*) the caller states with ``world=``; the family puts it in the
+analyzer's public task in place of what a simulated world would give (:meth:`_CallerFamily.public_task`).
 """
 
 from __future__ import annotations
 
+import inspect
 import queue
 import threading
 from pathlib import Path
@@ -45,6 +52,59 @@ class Exhausted(PolicyError):
 
 class _Stop(BaseException):
     """Raised in the engine thread to unwind it when the policy is closed mid-run."""
+
+
+class _Contexts:
+    """Per-user contexts in user order (a family's ``policy_contexts = "per-user"``): rows given so far,
+    read by the users' logic in the engine thread, which pauses (``need``) until the caller gives
+    the row it asks for. ``check``: the family's validation of a chunk (set by its policy_users)."""
+
+    def __init__(self, need, horizon: int):
+        self.need, self.horizon = need, horizon
+        self.chunks: list[np.ndarray] = []
+        self.starts: list[int] = []
+        self.given = 0
+        self.check = None
+
+    def add(self, contexts) -> None:
+        x = np.asarray(contexts, dtype=np.float64)
+        if self.check is not None:
+            self.check(x)
+        if self.given + x.shape[0] > self.horizon:
+            raise ValueError(f"contexts: {self.given} users' contexts given already and {x.shape[0]} more: the "
+                             f"horizon has {self.horizon} users")
+        self.chunks.append(x.copy())
+        self.starts.append(self.given)
+        self.given += x.shape[0]
+
+    def __call__(self, t: int) -> np.ndarray:
+        """User t's context (0-based), pausing the engine until the caller has given it."""
+        return self.rows(t, 1)[0]
+
+    def rows(self, first: int, n: int) -> np.ndarray:
+        """Users first … first + n − 1's contexts, stacked, pausing the engine until they are given."""
+        while first + n > self.given:
+            self.need(first + n - 1)
+        i = int(np.searchsorted(self.starts, first, side="right")) - 1
+        if first + n <= self.starts[i] + self.chunks[i].shape[0]:  # within one chunk: a view
+            return self.chunks[i][first - self.starts[i]:first - self.starts[i] + n]
+        return np.concatenate([c[max(0, first - s):first + n - s] for s, c in zip(self.starts, self.chunks)
+                               if s < first + n and s + c.shape[0] > first])
+
+
+class _CallerFamily:
+    """The family as the policy's parties see it: the same object, but the public task completed by
+    the caller world's own public constants (``logic.public``: what the caller stated, e.g. GLM's κ,
+    κ*), never by a simulated world's."""
+
+    def __init__(self, family, public: dict):
+        self._family, self._public = family, public
+
+    def public_task(self, config, label: str, runs: list[int]) -> dict:
+        return {**self._family.public_task(config, label, runs), **self._public}
+
+    def __getattr__(self, name):
+        return getattr(self._family, name)
 
 
 def _find_family(algorithm: str) -> str:
@@ -70,11 +130,15 @@ class Policy:
     as in :func:`privbandit.run` (``horizon=``, ``seed=``, ``environment={"arms": 5}``…); with an
     algorithm's name, ``epsilon=`` sets that algorithm's ε. ``run``: which run's streams and keys
     (run r of ``privbandit.run`` at the same seed). ``contexts``: the family's (the linear
-    families' fixed arm features, (K, d)); None for a multi-armed bandit.
+    families' fixed arm features, (K, d); the GLM family's first users' arm sets, (m, K, d), the
+    rest through :meth:`next`); None for a multi-armed bandit. ``world``: what the caller states of
+    its world that the family's analyzer needs (the GLM family: ``kappa``, ``kappa_star``);
+    None where the family needs nothing or derives it from public bounds.
     """
 
     def __init__(self, experiment, label: str | None = None, *, family: str | None = None, run: int = 0,
-                 contexts=None, overrides: list[str] | None = None, epsilon: float | None = None, **settings):
+                 contexts=None, world: dict | None = None, overrides: list[str] | None = None,
+                 epsilon: float | None = None, **settings):
         from privbandit.api import settings_overrides
         from privbandit.runner import load_experiment
 
@@ -106,9 +170,22 @@ class Policy:
         if run >= self.config.runs:
             raise ConfigError(f"run={run}: must lie in [0, {self.config.runs - 1}] (the experiment's runs)")
         self.label, self.run, self.horizon = label, run, int(self.config.horizon)
+        self._feed = None
+        if getattr(self.family, "policy_contexts", "fixed") == "per-user":
+            self._feed = _Contexts(self._need, self.horizon)
         self._contexts = None if contexts is None else np.asarray(contexts, dtype=np.float64)
+        if world is not None and not isinstance(world, dict):
+            raise ConfigError(f"world={world!r}: a dict of what the family needs stated (e.g. the GLM family's "
+                              f"{{'kappa': …, 'kappa_star': …}})")
+        extra = {} if world is None else {"world": dict(world)}
+        if extra and "world" not in inspect.signature(self.family.policy_users).parameters:
+            raise ConfigError(f"world: family {self.family.name} takes nothing stated of the caller's world; "
+                              f"give none")
         try:
-            logic, self.rewards_allowed = self.family.policy_users(self.config, label, run, self._ask, self._contexts)
+            logic, self.rewards_allowed = self.family.policy_users(
+                self.config, label, run, self._ask, self._contexts if self._feed is None else self._feed, **extra)
+            if self._feed is not None and self._contexts is not None:
+                self._feed.add(self._contexts)
         except (ValueError, NotImplementedError) as exc:
             raise ConfigError(str(exc)) from None
         self._start(logic)
@@ -117,8 +194,10 @@ class Policy:
         from privbandit.protocol.spine import engine
         from privbandit.runner import tasks
 
+        public = getattr(logic, "public", None)
+        family = self.family if public is None else _CallerFamily(self.family, public)
         self.public, self._analyzer, users, boxes, observer = tasks.parties(
-            self.family, self.config, self.label, [self.run], oracle=False, user_logic=logic)
+            family, self.config, self.label, [self.run], oracle=False, user_logic=logic)
         algorithm = self.family.algorithm(self.config, self.label)
         name = getattr(algorithm, "algorithm", self.label)
         self.accountant = Accountant(self._analyzer.ledger, f"{name}: {self.family.algorithm_lines.get(name, '')}",
@@ -127,6 +206,7 @@ class Policy:
         self._to_engine: queue.Queue = queue.Queue(maxsize=1)
         self._to_caller: queue.Queue = queue.Queue(maxsize=1)
         self._block: np.ndarray | None = None  # the paused block's arms
+        self._wanting: int | None = None  # the user whose context the paused engine needs
         self._given = 0  # of which handed to the caller
         self._got: list[np.ndarray] = []  # their rewards so far
         self._finished = False
@@ -157,11 +237,19 @@ class Policy:
             raise _Stop
         return reply
 
+    def _need(self, t: int) -> None:
+        """Called by the users' logic (through the contexts feed): pause until the caller gives user t's context."""
+        self._to_caller.put(("contexts", t))
+        if self._to_engine.get() is None:
+            raise _Stop
+
     # --- the caller's side ---------------------------------------------------------------------
     def _wait(self) -> None:
         kind, value = self._to_caller.get()
         if kind == "arms":
             self._block, self._given, self._got = value, 0, []
+        elif kind == "contexts":
+            self._block, self._given, self._got, self._wanting = None, 0, [], value
         elif kind == "done":
             self._finished, self._block, self.rejected = True, None, value
         else:
@@ -191,15 +279,34 @@ class Policy:
         """Arms handed out whose rewards :meth:`update` has not had yet."""
         return self._given - sum(g.size for g in self._got)
 
-    def next(self, n: int = 1) -> np.ndarray:
+    def next(self, n: int = 1, contexts=None) -> np.ndarray:
         """The arms of the next users, in order: at most ``n``, fewer at the end of a block of users
         or of a batch (the following users' arms depend on these users' rewards). Give their
-        rewards to :meth:`update` before asking again."""
+        rewards to :meth:`update` before asking again. ``contexts``: where the family takes per-user
+        contexts (GLM: arm sets (m, K, d)), the next m users' (after those already given), kept until
+        those users come; a user's arm needs her context, so the first call with none left is an error."""
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
             raise PolicyError(f"n={n!r}: must be an integer ≥ 1")
         if self.pending:
             raise PolicyError(f"next: {self.pending} arms handed out still await their rewards (update first)")
         self._check_running("next")
+        if contexts is not None:
+            if self._feed is None:
+                raise PolicyError(f"contexts: family {self.family.name} takes no per-user contexts in next "
+                                  f"(its contexts, if any, are given once: Policy(contexts=...))")
+            try:
+                self._feed.add(contexts)
+            except ValueError as exc:
+                raise PolicyError(str(exc)) from None
+        if self._wanting is not None:
+            if self._wanting >= self._feed.given:
+                need = self._wanting + 1 - self._feed.given
+                raise PolicyError(f"contexts: the contexts of users up to {self._wanting} (0-based) are needed before "
+                                  f"their arms, {need} more: next(n, contexts=...) with the next users' arm sets")
+            self._wanting = None
+            self._to_engine.put(True)
+            self._wait()
+            self._check_running("next")
         out = self._block[self._given:self._given + int(n)]
         self._given += out.size
         return out.copy()

@@ -260,12 +260,8 @@ def test_experiment_errors():
         Policy(two, "x")
 
 
-def test_a_family_without_a_caller_world_is_refused_by_name():
-    with pytest.raises(ConfigError, match=r"family glm-bandits does not serve a caller's world: its analyzer is "
-                                          r"calibrated with κ and κ\* computed from the world's θ\*"):
-        Policy("experiments/glm_demo.toml", label=_first_label("experiments/glm_demo.toml"))
-    with pytest.raises(ConfigError, match=r"Algorithm 4's users draw their U_t before choosing their arm"):
-        Policy("experiments/cs_alg4.toml", label=_first_label("experiments/cs_alg4.toml"))
+def test_what_hands_out_no_arms_is_refused_by_name():
+    """The counters (Algorithms 2/3) count bits; GLM and Algorithm 4: tests/test_policy_glm_cs.py."""
     with pytest.raises(ConfigError, match=r"a counter \(Algorithms 2/3\) hands out no arms"):
         Policy("experiments/cs_demo.toml", label=_first_label("experiments/cs_demo.toml"))
 

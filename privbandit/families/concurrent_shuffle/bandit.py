@@ -153,6 +153,12 @@ class BanditUsers:
     def shard(self, plan: Plan, block: int, shards: int) -> int:
         return (int(plan.body["segment"]) + block) % shards
 
+    def rewards(self, batch: int, picks: np.ndarray, u: np.ndarray, mu: np.ndarray) -> np.ndarray:
+        """The batch's users' rewards (R, s_1) for the arms ``picks`` they play: 1{U_t < μ}, Bernoulli.
+        The seam of a caller's world (:mod:`.caller`), where they are the caller's; every level's plan
+        of a batch asks again, and must get the same rewards (the users recompute, they keep nothing)."""
+        return (u < mu).astype(np.float64)
+
     def act(self, plan: Plan, block: int, first: int, size: int, stay: np.ndarray | None) -> BlockAnswer:
         body = plan.body
         b, level = int(body["segment"]), int(body["level"])
@@ -169,7 +175,8 @@ class BanditUsers:
         else:
             act = self.choose(theta, v_inv, float(body["beta"]))  # step 3
             mu = np.broadcast_to(self.means[self.ridx, act][:, None], u.shape)
-        y = (u < mu).astype(np.float64)
+            picks = np.broadcast_to(act[:, None], u.shape)
+        y = self.rewards(b, picks, u, mu)
         truth = None
         if level == 1:
             pseudo = np.cumsum(self.best[:, None] - mu, axis=1)

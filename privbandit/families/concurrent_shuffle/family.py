@@ -109,14 +109,14 @@ class ConcurrentShuffle(Family):
         return CounterUsers(self.spec(config, label), config, label, runs, grid)
 
     def policy_users(self, config, label: str, run: int, ask, contexts=None):
-        """Refused (docs/api.md): no caller's world fits this family's users yet."""
+        """Algorithm 4 in a caller's world (:mod:`.caller`, docs/api.md): the caller's fixed arms (K, d)
+        and rewards in [0, 1]. A counter (Algorithms 2/3) is refused: it hands out no arms."""
         if not self.bandit(config, label):
             raise NotImplementedError(f"algorithms.{label}: a counter (Algorithms 2/3) hands out no arms: it counts "
                                       f"users' bits; run it with privbandit.run")
-        raise NotImplementedError(
-            f"algorithms.{label}: Algorithm 4's users draw their U_t before choosing their arm and recompute both at "
-            f"every level of the tree (bandit.py, BanditUsers.act), so a caller's reward for the arm they chose has "
-            f"no seam to enter without a change to their logic")
+        from privbandit.families.concurrent_shuffle.caller import caller_users
+
+        return caller_users(self, config, label, run, ask, contexts)
 
     def check_plan(self, plan) -> None:
         """A counter's {segment, level}, or Algorithm 4's with the broadcast (θ̂ (R, d), V⁻¹ (R, d, d), β)."""

@@ -94,12 +94,14 @@ class GLMBandits(Family):
         return GLMUsers(setup(self.public_task(config, label, runs)), self.world(config, runs),
                         checkpoint_grid(config.horizon, config.checkpoints))
 
-    def policy_users(self, config, label: str, run: int, ask, contexts=None):
-        """Refused (docs/api.md): no caller's world fits this family's plans yet."""
-        raise NotImplementedError(
-            f"family {self.name} does not serve a caller's world: its analyzer is calibrated with κ and κ* computed "
-            f"from the world's θ* and arm sets (public_task), which only a simulated world has, and its users read "
-            f"their contexts from arm sets drawn for the whole horizon")
+    policy_contexts = "per-user"  # privbandit.Policy: each user's own arm set, in user order
+
+    def policy_users(self, config, label: str, run: int, ask, contexts=None, world: dict | None = None):
+        """Every algorithm in a caller's world (:mod:`.caller`, docs/api.md): each user's arm set from the
+        caller, her Bernoulli reward asked; κ, κ* stated (``world``) or bounded from S."""
+        from privbandit.families.glm_bandits.caller import caller_users
+
+        return caller_users(self, config, label, run, ask, contexts, world)
 
     def audit_targets(self, config, label: str, cohort: int | None = None) -> list:
         from privbandit.families.glm_bandits.audit import glm_targets  # docs/audit.md
