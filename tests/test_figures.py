@@ -132,3 +132,12 @@ def test_the_summary_table_has_a_legend_for_each_column_it_prints(capsys, tmp_pa
         assert '"(pure)" ε-DP with δ = 0' in text and "bits/user: protocol bits" in text and "users/s:" in text
     assert "wire B/user: bytes a reporting user's reports took on the wire" in mqtt
     assert "wire B/user" not in inproc  # no column, no legend line
+
+
+def test_secagg_rows_from_the_docs_table():
+    """`bench_secagg.py --from-table` reads the rows the figure is drawn from out of the docs' table."""
+    bench = _script("benchmarks/bench_secagg.py")
+    rows = bench.rows_from_table(str(ROOT / "docs" / "secagg-performance.md"))
+    assert len(rows) == 6 and {r["mode"] for r in rows} == {"complete", "sparse"}
+    big = next(r for r in rows if r["n"] == 10_000 and r["mode"] == "complete")
+    assert big["sampled"] == 8 and big["user_ms"] == 5887.0 and big["user_bytes"] == 1_800_110.0
