@@ -7,8 +7,8 @@ statement, [I] our choice.
 =============  =====  ====  =======  =============================================================
 dataset        rows   raw   classes  used by
 =============  =====  ====  =======  =============================================================
-digits         1797   64    10       linear and concurrent (fixed arms), GLM (contexts)
-wine           178    13    3        GLM (contexts)
+digits         1797   64    10       linear (classes or fixed arms), concurrent (fixed arms), GLM
+wine           178    13    3        linear (classes), GLM (contexts)
 iris           150    4     3        GLM (contexts)
 breast_cancer  569    30    2        MAB (k-means arms); linear, concurrent, GLM
 =============  =====  ====  =======  =============================================================
@@ -20,11 +20,16 @@ divided by the largest row norm, so every z lies in the unit ball of R^p. A cont
 x = (z/√2, 1/√2) ∈ R^{p+1}: ‖x‖ ≤ 1 (the linear paper's Assumption 3.1, the GLM paper's unit-ball
 arms) and the last entry is an intercept.
 
-Three conversions, because the families model different worlds:
+Four conversions, because the families model different worlds:
 
-- :func:`linear_instance` (linear and concurrent families, whose users share K *fixed* arms; they
-  have no per-user context, so the supervised-to-bandit conversion of Dudík et al. 2011 does not fit
-  them): arm a is a row of the dataset drawn with the run's stream, φ_a = x_a, and θ* is the
+- :func:`disjoint` (the linear family's ``conversion = "classes"``,
+  :class:`privbandit.families.shuffle_linear_bandits.world.ClassContexts`): the supervised-to-bandit
+  conversion of Dudík et al. 2011 (Bietti et al.'s bake-off): user t's context is a row x_t drawn
+  uniformly with the run's stream, her K = C arms are the classes with the disjoint encoding
+  φ(x_t, a) = e_a ⊗ x_t (d = C·(p + 1), ‖φ‖ = ‖x_t‖ ≤ 1), her reward the label's 1{a = y_t}; regret
+  is the mistake count. :func:`class_fit` (the labels' least-squares fit) is only a diagnostic reference.
+- :func:`linear_instance` (the linear family's fixed arms, and the concurrent family, whose users share
+  K *fixed* arms): arm a is a row of the dataset drawn with the run's stream, φ_a = x_a, and θ* is the
   least-squares fit of the indicator 1{y = c} of a target class c (drawn with the run's stream) on
   every row's x, shrunk toward the constant ½ predictor just enough that every row's mean
   ⟨x, θ*⟩ lies in [0, 1] and ‖θ*‖ ≤ 1. Rewards Bernoulli(⟨φ_a, θ*⟩): the linear model holds exactly

@@ -10,8 +10,9 @@ import sys
 from privbandit.runner import run_file
 from tests.services.test_linear_distributed import assert_same_bytes
 
-# wine, K = 3 classes, d = 12; T = 44 leaves SDP a trailing partial batch of 4 users (served from the
-# last model, never aggregated); LinUCB, JDP and LDP plan one user at a time.
+# wine, K = 3 classes, d = 12; T = 44 leaves SDP-Vec a trailing partial batch of 4 users (served from the
+# last model, never aggregated); LinUCB and LDP plan one user at a time. The three report paths: raw
+# (φ, y) (as JDP's), Gaussian-noised entries (as SDP-Amp's), P_Vec's counts through the shuffler.
 EXPERIMENT = """
 family = "shuffle-linear-bandits"
 name = "classes-e2e"
@@ -27,10 +28,7 @@ conversion = "classes"
 arms = 3
 dim = 12
 [algorithms.LinUCB]
-[algorithms.LinUCB-JDP]
 [algorithms.LinUCB-LDP]
-[algorithms.LinUCB-SDP-Amp]
-batch = 10
 [algorithms.LinUCB-SDP-Vec]
 batch = 10
 """
