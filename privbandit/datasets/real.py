@@ -7,8 +7,8 @@ statement, [I] our choice.
 =============  =====  ====  =======  =============================================================
 dataset        rows   raw   classes  used by
 =============  =====  ====  =======  =============================================================
-digits         1797   64    10       linear and concurrent (fixed arms), GLM (contexts)
-wine           178    13    3        GLM (contexts)
+digits         1797   64    10       linear (classes or fixed arms), concurrent (fixed arms), GLM
+wine           178    13    3        linear (classes), GLM (contexts)
 iris           150    4     3        GLM (contexts)
 breast_cancer  569    30    2        MAB (k-means arms); linear, concurrent, GLM
 =============  =====  ====  =======  =============================================================
@@ -20,11 +20,16 @@ divided by the largest row norm, so every z lies in the unit ball of R^p. A cont
 x = (z/√2, 1/√2) ∈ R^{p+1}: ‖x‖ ≤ 1 (the linear paper's Assumption 3.1, the GLM paper's unit-ball
 arms) and the last entry is an intercept.
 
-Three conversions, because the families model different worlds:
+Four conversions, because the families model different worlds:
 
-- :func:`linear_instance` (linear and concurrent families, whose users share K *fixed* arms; they
-  have no per-user context, so the supervised-to-bandit conversion of Dudík et al. 2011 does not fit
-  them): arm a is a row of the dataset drawn with the run's stream, φ_a = x_a, and θ* is the
+- :func:`disjoint` (the linear family's ``conversion = "classes"``,
+  :class:`privbandit.families.shuffle_linear_bandits.world.ClassContexts`): the supervised-to-bandit
+  conversion of Dudík et al. 2011 (Bietti et al.'s bake-off): user t's context is a row x_t drawn
+  uniformly with the run's stream, her K = C arms are the classes with the disjoint encoding
+  φ(x_t, a) = e_a ⊗ x_t (d = C·(p + 1), ‖φ‖ = ‖x_t‖ ≤ 1), her reward the label's 1{a = y_t}; regret
+  is the mistake count. :func:`class_fit` (the labels' least-squares fit) is only a diagnostic reference.
+- :func:`linear_instance` (the linear family's fixed arms, and the concurrent family, whose users share
+  K *fixed* arms): arm a is a row of the dataset drawn with the run's stream, φ_a = x_a, and θ* is the
   least-squares fit of the indicator 1{y = c} of a target class c (drawn with the run's stream) on
   every row's x, shrunk toward the constant ½ predictor just enough that every row's mean
   ⟨x, θ*⟩ lies in [0, 1] and ‖θ*‖ ≤ 1. Rewards Bernoulli(⟨φ_a, θ*⟩): the linear model holds exactly
@@ -60,6 +65,7 @@ BINARY = ("breast_cancer",)  # a label in {0, 1}: a reward (MAB arms)
 # (rows, columns) of each table, as scikit-learn ships it: an experiment's sizes are checked against
 # these when its file is read, without loading scikit-learn (tests/test_real_data.py checks them).
 SHAPES = {"digits": (1797, 64), "wine": (178, 13), "iris": (150, 4), "breast_cancer": (569, 30)}
+CLASSES = {"digits": 10, "wine": 3, "iris": 3, "breast_cancer": 2}  # labels 0 … C − 1 (tests check them)
 _RIDGE = 1e-3  # the GLM fit's penalty: keeps the separable classes' fits finite
 
 
@@ -99,6 +105,43 @@ def classes(name: str) -> int:
     return int(load(name)[1].max()) + 1
 
 
+def check_classes(name: str, arms: int, dim: int) -> None:
+    """ValueError naming ``environment`` unless ``arms`` is the number of classes C and ``dim`` is
+    C·(p + 1) with 1 ≤ p ≤ the set's columns: the disjoint encoding φ(x, a) = e_a ⊗ x of the
+    supervised-to-bandit conversion (:func:`disjoint`). Uses :data:`CLASSES`, so scikit-learn stays
+    unloaded while a file is read."""
+    _check(name)
+    c, cols = CLASSES[name], SHAPES[name][1]
+    if arms != c or dim % c or not 2 <= dim // c <= cols + 1:
+        raise ValueError(f"environment: the {name} instance has K = {c} arms (its classes) and d = {c}·(p + 1) "
+                         f"with 1 ≤ p ≤ {cols} principal components (d in {c * 2}, {c * 3}, …, {c * (cols + 1)}); "
+                         f"got arms = {arms}, dim = {dim}")
+
+
+def disjoint(x: np.ndarray, c: int) -> np.ndarray:
+    """The disjoint encoding of contexts x (..., p + 1) for C = ``c`` arms: (..., C, C·(p + 1)), arm a's
+    vector e_a ⊗ x (block a holds x, every other block is 0), so ‖φ(x, a)‖ = ‖x‖ ≤ 1 (Dudík et al.
+    2011's arms = classes, in the linear paper's φ(c_t, a))."""
+    out = np.zeros(x.shape[:-1] + (c, c, x.shape[-1]))
+    out[..., np.arange(c), np.arange(c), :] = x[..., None, :]
+    return out.reshape(x.shape[:-1] + (c, c * x.shape[-1]))
+
+
+@functools.lru_cache(maxsize=None)
+def class_fit(name: str, d: int) -> np.ndarray:
+    """θ_LS (d,): the C one-vs-rest least-squares fits of 1{y = a} on every row's x, stacked (the
+    disjoint encoding's population least-squares fit of the reward 1{a = y} under a uniform row), read-only.
+    Not a θ* the rewards follow (they are the label): the reference the linear family's rounds.csv
+    measures ‖θ̂ − θ‖ against in the ``classes`` conversion."""
+    check_classes(name, CLASSES[name], d)
+    c = CLASSES[name]
+    x = contexts(name, d // c - 1)
+    _, y = load(name)
+    theta = np.concatenate([np.linalg.lstsq(x, (y == a).astype(np.float64), rcond=None)[0] for a in range(c)])
+    theta.setflags(write=False)
+    return theta
+
+
 @functools.lru_cache(maxsize=None)
 def contexts(name: str, p: int) -> np.ndarray:
     """Every row's context x = (z/√2, 1/√2) ∈ R^{p+1}, ‖x‖ ≤ 1 (module docstring), read-only."""
@@ -124,11 +167,9 @@ def linear_instance(name: str, arms: int, d: int, rng: np.random.Generator) -> t
     """One fixed-arm instance (arms (K, d), θ* (d,)) for the linear and concurrent families: K rows
     drawn without replacement, a target class c, θ* as the module docstring says. ‖φ‖ ≤ 1,
     ‖θ*‖ ≤ 1, every mean in [0, 1]."""
+    check_fixed_arms(name, arms, d)
     x = contexts(name, d - 1)
     _, y = load(name)
-    if not 2 <= arms <= x.shape[0]:
-        raise ValueError(f"arms = {arms}: the {name} instance draws arms from its {x.shape[0]} rows, "
-                         f"need 2 … {x.shape[0]}")
     rows = rng.choice(x.shape[0], size=arms, replace=False)
     target = int(rng.integers(classes(name)))
     theta = np.linalg.lstsq(x, (y == target).astype(np.float64), rcond=None)[0]
@@ -187,10 +228,8 @@ def _glm_fit(name: str, p: int, link: str) -> np.ndarray:
 def glm_theta(name: str, link: str, arms: int, d: int, norm: float) -> np.ndarray:
     """θ* (d,) = the stacked one-vs-rest fits scaled to ‖θ*‖ = S (``norm``). ``arms`` must be the
     number of classes C and ``d`` a multiple C·(p + 1) of it (the disjoint encoding)."""
+    check_classes(name, arms, d)
     c = classes(name)
-    if arms != c or d % c or d // c < 2:
-        raise ValueError(f"environment: the {name} instance has K = {c} arms (its classes) and d = {c}·(p + 1) "
-                         f"with p ≥ 1 principal components (d in {c * 2}, {c * 3}, …); got arms = {arms}, dim = {d}")
     w = _glm_fit(name, d // c - 1, link).ravel()
     return norm * w / np.linalg.norm(w)
 
@@ -200,10 +239,7 @@ def glm_contexts(name: str, arms: int, d: int, rng: np.random.Generator, horizon
     φ(x_t, a) = e_a ⊗ x_t (the disjoint encoding; ‖φ‖ = ‖x_t‖ ≤ 1)."""
     c = classes(name)
     x = contexts(name, d // c - 1)
-    rows = x[rng.integers(x.shape[0], size=horizon)]  # (T, p + 1)
-    out = np.zeros((horizon, c, c, rows.shape[1]))
-    out[:, np.arange(c), np.arange(c)] = rows[:, None, :]
-    return out.reshape(horizon, c, d)
+    return disjoint(x[rng.integers(x.shape[0], size=horizon)], c)
 
 
 def mab_arms(name: str, k: int, seed: int = 0) -> ArmMeans:

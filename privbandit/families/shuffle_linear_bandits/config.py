@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from privbandit.families.shuffle_linear_bandits.params import ALGORITHMS, PRESETS
-from privbandit.datasets.real import DATASETS, check_fixed_arms
+from privbandit.datasets.real import DATASETS, check_classes, check_fixed_arms
 from privbandit.families.shuffle_linear_bandits.world import GENERATORS
 from privbandit.protocol.privacy import default_delta
 from privbandit.runner.config import ExperimentFile, StrictModel
@@ -29,6 +29,10 @@ class LinearEnvironment(StrictModel):
     arms: Annotated[int, Field(ge=2, le=100_000)] = 100
     dim: Annotated[int, Field(ge=2, le=64)] = 5
     generator: Literal[GENERATORS] | None = None  # type: ignore[valid-type]  # default: the preset's
+    # "fixed-arms": K arms shared by every user (the paper's §5 experiments). "classes": a real
+    # generator's supervised-to-bandit conversion, every user her own context (world.ClassContexts):
+    # arms = the set's C classes, dim = C·(p + 1), reward 1{a = y_t}; regret counts the mistakes.
+    conversion: Literal["fixed-arms", "classes"] = "fixed-arms"
 
 
 class LinearAlgorithm(StrictModel):
@@ -93,8 +97,14 @@ class LinearExperiment(ExperimentFile):
 
     @model_validator(mode="after")
     def _real_sizes(self):
-        if self.generator in DATASETS:  # checked here, not when the run draws its instance
-            check_fixed_arms(self.generator, self.environment.arms, self.environment.dim)
+        env = self.environment
+        if env.conversion == "classes" and self.generator not in DATASETS:
+            raise ValueError(f"environment.conversion = 'classes' needs a real generator ({', '.join(DATASETS)}), "
+                             f"not generator = {self.generator!r}")
+        if env.conversion == "classes":  # checked here, not when the run draws its users
+            check_classes(self.generator, env.arms, env.dim)
+        elif self.generator in DATASETS:
+            check_fixed_arms(self.generator, env.arms, env.dim)
         return self
 
     @model_validator(mode="after")

@@ -17,8 +17,9 @@ import numpy as np
 from privbandit.families.shuffle_linear_bandits import calibration
 from privbandit.families.shuffle_linear_bandits import config as cfg
 from privbandit.families.shuffle_linear_bandits import params as lp
-from privbandit.families.shuffle_linear_bandits.parties import LinearServer, LinearUsers, Setup, diagnostics, setup
-from privbandit.families.shuffle_linear_bandits.world import instances
+from privbandit.families.shuffle_linear_bandits.parties import (ContextUsers, LinearServer, LinearUsers, Setup,
+                                                               diagnostics, setup)
+from privbandit.families.shuffle_linear_bandits.world import ClassContexts, instances
 from privbandit.protocol.privacy import Ledger
 from privbandit.protocol.spine.family import Family
 from privbandit.protocol.spine.observer import PER_RUN, checkpoint_grid, spread_per_run
@@ -124,6 +125,10 @@ class ShuffleLinearBandits(Family):
 
     def users(self, config, label: str, runs: list[int]) -> LinearUsers:
         env = config.environment
+        if env.conversion == "classes":  # every user her own context (world.ClassContexts)
+            return ContextUsers(setup(self.public_task(config, label, runs)),
+                                ClassContexts(config.generator, env.arms, env.dim, config.seed, runs), config.seed,
+                                runs, label, checkpoint_grid(config.horizon, config.checkpoints))
         return LinearUsers(setup(self.public_task(config, label, runs)),
                            instances(config.generator, env.arms, env.dim, config.seed, runs), config.seed, runs, label,
                            checkpoint_grid(config.horizon, config.checkpoints))
@@ -196,6 +201,10 @@ class ShuffleLinearBandits(Family):
         env = config.environment
         out = {"delta": config.delta, "preset": config.preset, "generator": config.generator, "dim": env.dim,
                "arms": env.arms, "returning_users": config.returning_users}
+        if env.conversion == "classes":
+            out["conversion"] = "classes"
+            out["regret"] = ("mistakes against the label, Σ_t 1 − 1{a_t = y_t}: pseudo-regret against the "
+                             "deterministic reward 1{a = y_t} (realized regret is the same)")
         if config.calibrate:  # each algorithm's solved ε is in algorithms.<label>.parameters.epsilon
             out["calibrated_to"] = {"epsilon": config.epsilon, "delta": config.delta}
         return out

@@ -40,6 +40,29 @@ def ucb_actions(arms: np.ndarray, theta: np.ndarray, v_inv: np.ndarray, beta: fl
     return out
 
 
+CONTEXT_CELLS = 1 << 21  # score-table entries (8 bytes each) one chunk of per-user arm sets builds at most
+
+
+def context_actions(arms: np.ndarray, theta: np.ndarray, v_inv: np.ndarray, beta: float | np.ndarray) -> np.ndarray:
+    """Line 4 for users with their own contexts: arms (R, n, K, d) (user t's {φ(c_t, a)}), θ̂ (R, d),
+    V⁻¹ (R, d, d), β (scalar or (R,)) → actions (R, n). Every user is one row of :func:`ucb_actions`
+    (the (R·n) rows' score tables, θ̂ and V⁻¹ repeated per user: one compiled loop, no Python loop
+    over users), so a user's arm is the arithmetic of the fixed-arm path and does not depend on the
+    block or process that computes it (a chunk of users at a time, to bound the tables' memory)."""
+    r, n, k, d = arms.shape
+    per_user = k * (d + d * (d + 1) // 2)
+    step = max(1, CONTEXT_CELLS // per_user)
+    beta = _betas(beta, r)
+    out = np.empty((r, n), dtype=np.int64)
+    for lo in range(0, n, step):  # chunks of users, not users
+        hi = min(n, lo + step)
+        m = hi - lo
+        flat = np.ascontiguousarray(arms[:, lo:hi]).reshape(r * m, k, d)
+        out[:, lo:hi] = ucb_actions(flat, np.repeat(theta, m, axis=0), np.repeat(v_inv, m, axis=0),
+                                    np.repeat(beta, m)).reshape(r, m)
+    return out
+
+
 class Widths:
     """:func:`ucb_actions` for the fixed arms of R runs (their score table built once)."""
 

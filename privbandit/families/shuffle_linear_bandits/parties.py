@@ -45,8 +45,8 @@ import numpy as np
 from privbandit.families.shuffle_linear_bandits import mechanisms as slb
 from privbandit.families.shuffle_linear_bandits import params as lp
 from privbandit.families.shuffle_linear_bandits.lookahead import LookAhead
-from privbandit.families.shuffle_linear_bandits.learners import BatchedLinUCB, Widths
-from privbandit.families.shuffle_linear_bandits.world import LinearInstances, UserUniforms, bounds
+from privbandit.families.shuffle_linear_bandits.learners import BatchedLinUCB, Widths, context_actions
+from privbandit.families.shuffle_linear_bandits.world import ClassContexts, LinearInstances, UserUniforms, bounds
 from privbandit.protocol.primitives.noise.grid_gaussian import to_grid
 from privbandit.protocol.privacy import PrivacyEvent
 from privbandit.protocol.spine.errors import ProtocolError
@@ -369,7 +369,7 @@ class LinearUsers:
 
     def __init__(self, s: Setup, instances: LinearInstances, seed: int, runs: list[int], label: str,
                  checkpoints: np.ndarray):
-        self.s = s
+        self._streams(s, seed, runs, label, checkpoints)
         self.arms = instances.arms  # (R, K, d)
         self.widths = Widths(self.arms)
         # [φy, upper(φφᵀ)] of every arm for y = 0, 1 (R, K, 2, D): a user's entries, looked up
@@ -379,8 +379,12 @@ class LinearUsers:
         self.means = instances.means
         self.best = self.means.max(axis=1)
         self.theta_star = instances.theta
-        self.ridx = np.arange(len(runs))
         self.uniforms = UserUniforms(seed, runs)
+
+    def _streams(self, s: Setup, seed: int, runs: list[int], label: str, checkpoints: np.ndarray) -> None:
+        """What every world's users hold: the setup, their randomizers' streams, the observer's sums."""
+        self.s = s
+        self.ridx = np.arange(len(runs))
         self.randomizer = s.randomizer
         self.noise = None if self.randomizer is None else slb.StackedStreams(
             [slb.user_noise(seed, label, r, s.batch, self.randomizer, s.width) for r in runs])
@@ -496,42 +500,83 @@ class LinearUsers:
         u = self.uniforms.get(first, size)
         return (u < self.means[self.ridx, a][:, None]).astype(np.float64), u
 
-    def _act(self, plan: Plan, block: int, first: int, size: int, stay: np.ndarray | None) -> BlockAnswer:
+    def _broadcast(self, plan: Plan) -> tuple[np.ndarray, np.ndarray, float]:
+        """The plan's (θ̂, V⁻¹, β) (line 16), their shapes checked against this task's runs and d."""
         b = plan.body
         theta, v_inv = np.asarray(b["theta"]), np.asarray(b["v_inv"])
         if theta.shape != (self.ridx.size, self.s.d) or v_inv.shape != theta.shape + (self.s.d,):
             raise ValueError(f"plan {plan.id}: θ̂ {theta.shape} and V⁻¹ {v_inv.shape} do not fit "
                              f"{self.ridx.size} runs in d = {self.s.d}")
-        a = self.widths(theta, v_inv, float(b["beta"]))  # line 4 (ucb_actions)
+        return theta, v_inv, float(b["beta"])
+
+    def _act(self, plan: Plan, block: int, first: int, size: int, stay: np.ndarray | None) -> BlockAnswer:
+        a = self.widths(*self._broadcast(plan))  # line 4 (ucb_actions)
         mu_a = self.means[self.ridx, a]
         y, u = self.rewards(a, first, size)
         gap = self.best - mu_a
         pseudo = np.repeat(gap[:, None], size, axis=1).cumsum(axis=1)
         realized = ((u < self.best[:, None]) - y).cumsum(axis=1)
+        played = lambda: np.repeat(self.arms[self.ridx, a][:, None, :], size, axis=1)  # noqa: E731
+        entries = lambda: self.entries[self.ridx[:, None], a[:, None], y.astype(np.intp)]  # noqa: E731
+        return self._answer(plan, block, first, size, stay, pseudo, realized, y, played, entries)
+
+    def _answer(self, plan: Plan, block: int, first: int, size: int, stay: np.ndarray | None, pseudo: np.ndarray,
+                realized: np.ndarray, y: np.ndarray, played: Callable, entries: Callable) -> BlockAnswer:
+        """The block's truth (running regrets ``pseudo``, ``realized`` (R, size)) and reports (line 7),
+        from the users' rewards ``y`` (R, size), the φ they played (``played()``, (R, size, d)) and
+        their entries [φy, upper(φφᵀ)] (``entries()``, (R, size, D)), each computed only if needed."""
         at = checkpoints_in(self.checkpoints, first, size) - first - 1
         extras = {}
         reports = []
         if plan.joins:
             offsets = np.arange(size) if stay is None else np.flatnonzero(stay)
-            y_index = y.astype(np.intp)
             if self.s.kind in RAW:
-                x = np.repeat(self.arms[self.ridx, a][:, None, :], size, axis=1)
-                values = np.concatenate([x, y[..., None]], axis=-1)
-                entries = None
+                values = np.concatenate([played(), y[..., None]], axis=-1)
+                mine = None
             else:
-                entries = self.entries[self.ridx[:, None], a[:, None], y_index]
+                mine = entries()
                 lo = first - plan.first_user
                 noise = users_part(self.noise.for_batch(plan.id), lo, lo + size)
-                values = self.randomizer.apply(entries, noise)  # line 7
+                values = self.randomizer.apply(mine, noise)  # line 7
             sent = values if stay is None else np.ascontiguousarray(values[:, offsets])  # fresh, contiguous
             reports.append((plan.joins[0].round_id, offsets, sent, None))
             if plan.id in self.s.diagnostic and not (self.s.kind == "linucb" and self.s.batch == 1):
-                if entries is None:
-                    entries = self.entries[self.ridx[:, None], a[:, None], y_index]
-                extras = {"entries_sum": entries[:, offsets].sum(axis=1), "theta_star": self.theta_star.copy()}
+                if mine is None:
+                    mine = entries()
+                extras = {"entries_sum": mine[:, offsets].sum(axis=1), "theta_star": self.theta_star.copy()}
         truth = Truth(plan.id, block, first, size, pseudo=pseudo[:, -1].copy(), realized=realized[:, -1].copy(),
                       pseudo_at=pseudo[:, at], realized_at=realized[:, at], extras=extras)
         return BlockAnswer(truth, reports)
+
+
+class ContextUsers(LinearUsers):
+    """The users of R runs when each brings her own context (the ``classes`` conversion,
+    :class:`~.world.ClassContexts`): user t picks a_t ∈ argmax ⟨φ(c_t, a), θ̂⟩ + β‖φ(c_t, a)‖_{V⁻¹}
+    over her own arm set (Algorithm 1 lines 3–4, :func:`~.learners.context_actions`, vectorized
+    over the block), gets y_t = 1{a_t = label_t} and reports [φy, upper(φφᵀ)] of the arm she played
+    (line 7). Regret is the mistake count Σ_t 1 − 1{a_t = y_t}: pseudo-regret against the
+    deterministic reward (the best arm, the label, always pays 1), realized the same.
+
+    No look-ahead: the analyzer's in-process look-ahead (:mod:`.lookahead`) decides from a fixed
+    arm table, so these users offer no ``oracle`` and every batch gets its own plan, in-process as
+    over MQTT."""
+
+    oracle = None  # runner.tasks.parties passes the users' oracle to the analyzer: none, one plan per batch
+
+    def __init__(self, s: Setup, world: ClassContexts, seed: int, runs: list[int], label: str,
+                 checkpoints: np.ndarray):
+        self._streams(s, seed, runs, label, checkpoints)
+        self.world = world
+        self.theta_star = world.theta
+
+    def _act(self, plan: Plan, block: int, first: int, size: int, stay: np.ndarray | None) -> BlockAnswer:
+        phi, labels = self.world.users(first, size)  # (R, n, K, d), (R, n)
+        a = context_actions(phi, *self._broadcast(plan))  # line 4, each user her own arm set
+        y = (a == labels).astype(np.float64)
+        mistakes = (1.0 - y).cumsum(axis=1)
+        x = np.take_along_axis(phi, a[:, :, None, None], axis=2)[:, :, 0]  # φ(c_t, a_t) (R, n, d)
+        return self._answer(plan, block, first, size, stay, mistakes, mistakes.copy(), y, lambda: x,
+                            lambda: slb.user_entries(x, y))
 
 
 def exact_steps(before: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -18,6 +18,8 @@ Two generators (spec §8.1, §9, §11 item 13):
   download): K rows of the set as arms (d − 1 principal components and an intercept, ‖φ‖ ≤ 1) and θ*
   the least-squares fit of a target class's indicator, shrunk so every mean is in [0, 1] and
   ‖θ*‖ ≤ 1 (:func:`privbandit.datasets.real.linear_instance`, docs/real-data.md).
+  With ``conversion = "classes"`` the same sets give every user her own context instead
+  (:class:`ClassContexts`): arms = classes, φ(x_t, a) = e_a ⊗ x_t, reward 1{a = y_t}.
 
 Rewards use common random numbers: user t draws one U_t ~ U(0, 1) and would get 1{U_t < μ_a} from
 any arm a. That makes the authors' *realized* regret 1{U < μ*} − 1{U < μ_a} well defined next to the
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from privbandit.datasets import real
 from privbandit.datasets.real import DATASETS
 from privbandit.protocol.primitives.seeding import stream
 
@@ -130,10 +133,10 @@ def instances(generator: str, arms: int, d: int, seed: int, runs: list[int]) -> 
 
 # --- the users' common random numbers ------------------------------------------------------------
 
-def user_uniforms(seed: int, run: int, first: int, n: int) -> np.ndarray:
-    """U_t for users first … first + n − 1 of run ``run``: draw t of ``(seed, "linear-users", run)``
+def user_uniforms(seed: int, run: int, first: int, n: int, name: str = "linear-users") -> np.ndarray:
+    """U_t for users first … first + n − 1 of run ``run``: draw t of ``(seed, name, run)``
     (one 64-bit draw each, so PCG64 jumps to any user)."""
-    rng = stream(seed, "linear-users", run)
+    rng = stream(seed, name, run)
     rng.bit_generator.advance(first)
     return rng.random(n)
 
@@ -141,18 +144,19 @@ def user_uniforms(seed: int, run: int, first: int, n: int) -> np.ndarray:
 class UserUniforms:
     """The U_t of the given runs, stacked (R, n), drawn :data:`CHUNK` users at a time per run (any
     user's U_t is the same number whichever chunk, block or process asks for it: draw t of its run's
-    stream)."""
+    stream ``(seed, name, run)``)."""
 
     CHUNK = 1 << 16
 
-    def __init__(self, seed: int, runs: list[int]):
-        self.seed, self.runs = seed, list(runs)
+    def __init__(self, seed: int, runs: list[int], name: str = "linear-users"):
+        self.seed, self.runs, self.name = seed, list(runs), name
         self.chunk, self.values = -1, None
 
     def _chunk(self, c: int) -> np.ndarray:
         if c != self.chunk:
             self.chunk = c
-            self.values = np.stack([user_uniforms(self.seed, r, c * self.CHUNK, self.CHUNK) for r in self.runs])
+            self.values = np.stack([user_uniforms(self.seed, r, c * self.CHUNK, self.CHUNK, self.name)
+                                    for r in self.runs])
         return self.values
 
     def get(self, first: int, n: int) -> np.ndarray:
@@ -160,4 +164,33 @@ class UserUniforms:
         if c0 == c1:
             off = first - c0 * self.CHUNK
             return self._chunk(c0)[:, off:off + n]
-        return np.stack([user_uniforms(self.seed, r, first, n) for r in self.runs])
+        return np.stack([user_uniforms(self.seed, r, first, n, self.name) for r in self.runs])
+
+
+# --- per-user contexts: the supervised-to-bandit conversion ----------------------------------------
+
+class ClassContexts:
+    """The ``classes`` conversion (Dudík et al. 2011; Bietti et al.'s bake-off) of a real set for R
+    runs: user t of run r draws one row x_t uniformly, its K = C arms are the classes with the disjoint
+    encoding φ(x_t, a) = e_a ⊗ x_t (‖φ‖ = ‖x_t‖ ≤ 1, Assumption 3.1), and its reward is the label's
+    1{a = y_t}: the paper's φ(c_t, a) with c_t = x_t (§3, Algorithm 1 line 3). Row t of run r is
+    ⌊V_t·N⌋, V_t draw t of ``(seed, "linear-contexts", r)`` (one 64-bit draw each, so any user's row is
+    the same whichever block or process asks; the bias of ⌊V·N⌋ is below N·2⁻⁵³). Ground truth:
+    the users' and the observer's, never the analyzer's."""
+
+    feature_norm = 1.0  # ‖φ‖ = ‖x‖ ≤ 1 (privbandit.datasets.real.contexts)
+    entry_bound = 1.0
+
+    def __init__(self, generator: str, arms: int, d: int, seed: int, runs: list[int]):
+        real.check_classes(generator, arms, d)
+        self.classes = arms
+        self.x = real.contexts(generator, d // arms - 1)  # (N, p + 1)
+        self.labels = real.load(generator)[1]
+        self.rows = UserUniforms(seed, runs, "linear-contexts")
+        # rounds.csv's ‖θ̂ − θ‖ reference: the least-squares fit of the labels, the same for every run
+        self.theta = np.broadcast_to(real.class_fit(generator, d), (len(runs), d))
+
+    def users(self, first: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Users first … first + n − 1 of every run: their arm sets (R, n, K, d) and labels (R, n)."""
+        rows = np.minimum((self.rows.get(first, n) * self.x.shape[0]).astype(np.intp), self.x.shape[0] - 1)
+        return real.disjoint(self.x[rows], self.classes), self.labels[rows]
