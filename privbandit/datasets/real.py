@@ -234,12 +234,16 @@ def glm_theta(name: str, link: str, arms: int, d: int, norm: float) -> np.ndarra
     return norm * w / np.linalg.norm(w)
 
 
-def glm_contexts(name: str, arms: int, d: int, rng: np.random.Generator, horizon: int) -> np.ndarray:
+def glm_contexts(name: str, arms: int, d: int, rng: np.random.Generator, horizon: int,
+                 labels: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """T users' arm sets (T, K, d): user t's row x_t drawn uniformly with replacement, its arms
-    φ(x_t, a) = e_a ⊗ x_t (the disjoint encoding; ‖φ‖ = ‖x_t‖ ≤ 1)."""
+    φ(x_t, a) = e_a ⊗ x_t (the disjoint encoding; ‖φ‖ = ‖x_t‖ ≤ 1). ``labels``: also the rows'
+    labels y_t (T,), for the supervised-to-bandit conversion's rewards 1{a = y_t}."""
     c = classes(name)
     x = contexts(name, d // c - 1)
-    return disjoint(x[rng.integers(x.shape[0], size=horizon)], c)
+    rows = rng.integers(x.shape[0], size=horizon)
+    arms_ = disjoint(x[rows], c)
+    return (arms_, load(name)[1][rows]) if labels else arms_
 
 
 def mab_arms(name: str, k: int, seed: int = 0) -> ArmMeans:

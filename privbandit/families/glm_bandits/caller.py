@@ -37,18 +37,12 @@ import numpy as np
 from privbandit.families.glm_bandits import learners as gl
 from privbandit.families.glm_bandits import shuffle_parties as sp
 from privbandit.families.glm_bandits.parties import GLMUsers, setup
-from privbandit.families.glm_bandits.world import mu_dot, mu_dot_max
+from privbandit.families.glm_bandits.world import kappa_bounds, mu_dot_max
 from privbandit.protocol.spine.events import Plan, Truth
 from privbandit.protocol.spine.family import BlockAnswer, CallerRewards
 from privbandit.protocol.spine.observer import checkpoint_grid, checkpoints_in
 
 REWARDS = CallerRewards(0.0, 1.0, binary=True)  # Bernoulli rewards: the analyzer refuses any r ∉ {0, 1}
-
-
-def kappa_bounds(link: str, S: float) -> tuple[float, float]:
-    """(κ, κ*) from Assumption 4.2's bounds (‖x‖ ≤ 1, ‖θ*‖ ≤ S): eq. (4)'s κ ≤ 1/μ̇(S) and
-    κ* ≥ 1/μ̇(0), the upper and lower bounds the paper says suffice (Sec. 4, after eq. (4))."""
-    return float(1.0 / mu_dot(link, np.float64(S))), float(1.0 / mu_dot_max(link))
 
 
 def stated_kappas(link: str, S: float, world: dict | None) -> tuple[float, float]:

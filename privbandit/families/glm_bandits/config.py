@@ -35,7 +35,8 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from privbandit.families.glm_bandits.learners import GLOC_DEFECTS
-from privbandit.families.glm_bandits.world import LINKS, THETA_GENERATORS
+from privbandit.datasets.real import check_classes
+from privbandit.families.glm_bandits.world import LINKS, REAL, THETA_GENERATORS
 from privbandit.runner.config import ExperimentFile, StrictModel
 
 FAMILY = "glm-bandits"
@@ -51,6 +52,9 @@ class GLMEnvironment(StrictModel):
     norm: Annotated[float, Field(gt=0, le=10, allow_inf_nan=False)] = 2.0  # S = ‖θ*‖
     theta: Literal[THETA_GENERATORS] | None = None  # type: ignore[valid-type]  # default: the preset's
     reuse_contexts: bool | None = None  # one arm sequence and θ* for every run (the authors' code)
+    # "model": rewards Bernoulli(μ(⟨x, θ*⟩)). "classes" (a real theta only): the supervised-to-bandit
+    # conversion, reward 1{a = y_t}, regret = mistakes; κ, κ* from S's bounds (world.kappa_bounds).
+    conversion: Literal["model", "classes"] = "model"
 
 
 class GLMAlgorithm(StrictModel):
@@ -118,6 +122,16 @@ class GLMExperiment(ExperimentFile):
     @property
     def privacy_delta(self) -> float:
         return self.delta if self.delta is not None else 1.0 / (10.0 * self.horizon)
+
+    @model_validator(mode="after")
+    def _conversion(self):
+        env = self.environment
+        if env.conversion == "classes" and self.theta_generator not in REAL:
+            raise ValueError(f"environment.conversion = 'classes' needs a real dataset in environment.theta "
+                             f"({', '.join(REAL)}), not theta = {self.theta_generator!r}")
+        if self.theta_generator in REAL:  # checked when the file is read, not when a run draws its world
+            check_classes(self.theta_generator, env.arms, env.dim)
+        return self
 
     @model_validator(mode="after")
     def _private_budget(self):

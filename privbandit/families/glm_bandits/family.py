@@ -59,7 +59,7 @@ class GLMBandits(Family):
     def world(self, config, runs: list[int]):
         env = config.environment
         return world_of(env.link, config.theta_generator, config.seed, runs, config.horizon, env.arms, env.dim,
-                        env.norm, config.reuse_contexts)
+                        env.norm, config.reuse_contexts, env.conversion)
 
     def public_task(self, config, label: str, runs: list[int]) -> dict:
         """Everything but the seed: the algorithm, the world's shape and each run's κ, κ*."""

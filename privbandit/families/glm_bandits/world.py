@@ -18,6 +18,10 @@ contextual bandits"): links, κ-parameters, arm sets, θ*, Bernoulli rewards, ps
   to norm S (:mod:`privbandit.datasets.real`).
 - Rewards r ~ Bernoulli(μ(⟨x,θ*⟩)) (R = 1). Regret is the pseudo-regret of eq. (2):
   Σ_t max_x μ(⟨x,θ*⟩) − μ(⟨x_t,θ*⟩).
+- ``conversion = "classes"`` (real data only): the supervised-to-bandit conversion (Dudík et al.
+  2011): the same arm sets, but user t's reward is the label's 1{a = y_t}, so regret counts the
+  mistakes. No θ* generates these rewards: κ and κ* are eq. (4)'s bounds from Assumption 4.2
+  (:func:`kappa_bounds`), and the fitted θ is kept only as the reference ‖θ̂ − θ‖ is measured against.
 
 Everything is vectorized over runs (axis 0), rounds and arms.
 """
@@ -97,6 +101,13 @@ class Kappas:
     kappa_hat: float   # 1 / mean over rounds of μ̇(⟨x*_t,θ*⟩)
 
 
+def kappa_bounds(link: str, S: float) -> tuple[float, float]:
+    """(κ, κ*) from Assumption 4.2's bounds (‖x‖ ≤ 1, ‖θ*‖ ≤ S): μ̇ is even and decreasing in |z| for
+    both links, so eq. (4)'s κ ≤ 1/μ̇(S) and κ* ≥ 1/μ̇(0), the upper and lower bounds the paper says
+    suffice (Sec. 4, after eq. (4)). For a world that has no θ* (a caller's, or real labels)."""
+    return float(1.0 / mu_dot(link, np.float64(S))), float(1.0 / mu_dot_max(link))
+
+
 def kappas(link: str, arms: np.ndarray, theta: np.ndarray) -> Kappas:
     """κ, κ*, κ̂ of one run: ``arms`` (T, K, d), ``theta`` (d,)."""
     z = arms @ theta
@@ -116,34 +127,45 @@ class GLMWorld:
     theta: np.ndarray
     means: np.ndarray
     uniforms: np.ndarray
+    stated: Kappas | None = None  # κ-parameters from public bounds, where no θ* makes the rewards
 
     @property
     def best(self) -> np.ndarray:
         return self.means.max(axis=-1)
 
     def kappas(self, i: int) -> Kappas:
-        return kappas(self.link, self.arms[i], self.theta[i])
+        return self.stated if self.stated is not None else kappas(self.link, self.arms[i], self.theta[i])
 
 
 def world_of(link: str, generator: str, seed: int, runs: list[int], horizon: int, arms: int, d: int,
-             norm: float, reuse_contexts: bool) -> GLMWorld:
+             norm: float, reuse_contexts: bool, conversion: str = "model") -> GLMWorld:
     """Run r's world from ``(seed, "glm-world", r)``: θ* first, then its T arm sets, then its reward
     uniforms from ``(seed, "glm-rewards", r)``. ``reuse_contexts`` (the authors' code): every run
     faces run 0's θ* and arm sets (pre-generated once per environment); runs then differ only in
-    rewards and the algorithms' noise."""
-    A, TH, U = [], [], []
+    rewards and the algorithms' noise. ``conversion = "classes"``: the rows' labels are the rewards
+    (module docstring)."""
+    A, TH, U, Y = [], [], [], []
     for r in runs:
         rng = stream(seed, "glm-world", 0 if reuse_contexts else r)
         if generator in REAL:  # one θ* (the data's fit), each run's own draw of rows
             from privbandit.datasets import real
 
             TH.append(real.glm_theta(generator, link, arms, d, norm))
-            A.append(real.glm_contexts(generator, arms, d, rng, horizon))
+            x, y = real.glm_contexts(generator, arms, d, rng, horizon, labels=True)
+            A.append(x)
+            Y.append(y)
         else:
             TH.append(theta_star(generator, rng, d, norm))
             A.append(unit_ball(rng, (horizon, arms), d))
         U.append(stream(seed, "glm-rewards", r).random(horizon))
     arms_ = np.stack(A)
     theta = np.stack(TH)
+    if conversion == "classes":
+        if generator not in REAL:
+            raise ValueError(f"conversion 'classes' needs a real dataset, not theta = {generator!r}")
+        # 1{a = y_t}: with uniforms in [0, 1), the users' 1[u < mean] is the label's reward exactly
+        means = (np.arange(arms) == np.stack(Y)[..., None]).astype(np.float64)
+        kappa, kappa_star = kappa_bounds(link, norm)
+        return GLMWorld(link, arms_, theta, means, np.stack(U), Kappas(kappa, kappa_star, kappa))
     means = mu(link, np.einsum("rtkd,rd->rtk", arms_, theta))
     return GLMWorld(link, arms_, theta, means, np.stack(U))
