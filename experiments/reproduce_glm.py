@@ -715,15 +715,15 @@ def rs_gap(out: Path, jobs: int, runs: int | None, stem: str, authors: list[Path
     cols = list(theirs)
     print("| label | regret (mean ± se) | switches, explored (mean) | "
           "a − preset's (paired: mean ± se, t, runs a won) | "
-          + " | ".join(f"a − {c.split(' at ')[1]} (paired)" for c in cols) + " |\n|" + "---|" * (4 + len(cols)))
+          + "".join(f"a − {c.split(' at ')[1]} (paired) | " for c in cols) + "\n|" + "---|" * (4 + len(cols)))
     rows = [(f"rs-glinucb@{v}" if v else "rs-glinucb", fin[f"rs-glinucb@{v}" if v else "rs-glinucb"]) for v in variants]
     for label, x in rows + list(theirs.items()):
         se = x.std(ddof=1) / math.sqrt(x.size)
         lr = learner.get(label, [])
         sw = f"{np.mean([r['switches'] for r in lr]):.1f}, {np.mean([r['explored'] for r in lr]):.1f}" if lr else ""
         vs = "" if label == "rs-glinucb" else _paired_cell(paired(x, base))
-        vt = " | ".join("" if label == c else _paired_cell(paired(x, theirs[c])) for c in cols)
-        print(f"| {label} | {x.mean():.1f} ± {se:.1f} | {sw} | {vs} | {vt} |")
+        vt = "".join(("" if label == c else _paired_cell(paired(x, theirs[c]))) + " | " for c in cols)
+        print(f"| {label} | {x.mean():.1f} ± {se:.1f} | {sw} | {vs} | {vt}")
     print(f"paper: {PAPER[S]['rs-glinucb']}")
 
 
