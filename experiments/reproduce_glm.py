@@ -602,7 +602,7 @@ def _authors_rs_cached(authors: Path, stem: str, runs: int | None, run: int, out
     return got
 
 
-def authors_rs_replay(authors: Path, S: float, trials: int, others: int = 5) -> list[float]:
+def authors_rs_replay(authors: Path, S: float, trials: int, others: int = 5, max_det: bool = False) -> list[float]:
     """The authors' RS_GLinUCB (their checkout at ``authors``, imported by path; call it in a fresh process)
     on *their* Table 2 instance: their environment.py at the notebook's config (probit, seed 109832, d = 3,
     K = 20, T = 5000, ‖θ*‖ = S), ``trials`` trials in a row as their driver runs them. Their driver steps
@@ -610,7 +610,9 @@ def authors_rs_replay(authors: Path, S: float, trials: int, others: int = 5) -> 
     GLOC, Private-GLM at ε = 4, 6, 8), and every probit reward is one normal draw from the environment's
     generator whatever the arm, so stepping it with RS_GLinUCB's arm and ``others`` placeholder arms
     replays the rewards RS_GLinUCB got there without running the others. At HEAD the driver rewinds the
-    generator first (env.reset(reseed=True)). Returns each trial's cumulative pseudo-regret."""
+    generator first (env.reset(reseed=True)); ``max_det`` runs HEAD's class with its own default
+    use_max_det_switch = True (switching on the running log-determinants) in the place of the driver's
+    False. Returns each trial's cumulative pseudo-regret."""
     import contextlib
     import inspect
     import io
@@ -628,7 +630,9 @@ def authors_rs_replay(authors: Path, S: float, trials: int, others: int = 5) -> 
     from glmbanditexp.algorithms.rs_glinucb import RS_GLinUCB
 
     head = "use_max_det_switch" in inspect.signature(RS_GLinUCB).parameters
-    extra = {"use_sgd_optimizer": False, "use_max_det_switch": False} if head else {}
+    if max_det and not head:
+        raise ValueError(f"{authors}: use_max_det_switch exists at HEAD (d9c93e1) only")
+    extra = {"use_sgd_optimizer": False, "use_max_det_switch": max_det} if head else {}
     config = {"full_norm": True, "seed": 109832, "model": "Probit", "theta_dim": 3, "num_arms": 20,
               "theta_norm": S, "horizon_length": 5000}
     out = []
@@ -647,26 +651,28 @@ def authors_rs_replay(authors: Path, S: float, trials: int, others: int = 5) -> 
     return out
 
 
-def _authors_rs_replay_cached(authors: Path, S: float, trials: int, out: Path) -> tuple[list[float], float]:
-    cache = out / "authors" / f"replay_rs-glinucb_{authors.name}_S{S:g}_{trials}trials.json"
+def _authors_rs_replay_cached(authors: Path, S: float, trials: int, out: Path,
+                              max_det: bool = False) -> tuple[list[float], float]:
+    tag = "_max-det" if max_det else ""
+    cache = out / "authors" / f"replay_rs-glinucb_{authors.name}{tag}_S{S:g}_{trials}trials.json"
     if cache.exists():
         got = json.loads(cache.read_text())
         return got["regret"], got["secs"]
     t0 = time.perf_counter()
-    regret = authors_rs_replay(authors, S, trials)
+    regret = authors_rs_replay(authors, S, trials, max_det=max_det)
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps({"regret": regret, "secs": time.perf_counter() - t0}) + "\n")
     return regret, time.perf_counter() - t0
 
 
-def rs_replay(out: Path, jobs: int, authors: list[Path]) -> None:
-    """:func:`authors_rs_replay` at each checkout: S = 2 and 2.5 with 10 trials, S = 3 with 5 (the initial
-    commit's notebook's counts), beside the paper's Table 2."""
+def rs_replay(out: Path, jobs: int, authors: list[Path], S_values: list[float], max_det: bool = False) -> None:
+    """:func:`authors_rs_replay` at each checkout and S: 10 trials, 5 at S = 3 (the initial commit's
+    notebook's counts), beside the paper's Table 2."""
     from multiprocessing import Pool
 
-    cells = [(a, S, 5 if S == 3.0 else 10) for a in authors for S in PAPER]
+    cells = [(a, S, 5 if S == 3.0 else 10) for a in authors for S in S_values]
     with Pool(max(1, jobs), maxtasksperchild=1) as pool:
-        got = pool.starmap(_authors_rs_replay_cached, [(a, S, n, out) for a, S, n in cells])
+        got = pool.starmap(_authors_rs_replay_cached, [(a, S, n, out, max_det) for a, S, n in cells])
     print("| commit | S | trials | RS-GLinUCB (mean ± se over trials) | paper | per trial | seconds |\n"
           "|---|---|---|---|---|---|---|")
     for (a, S, n), (regret, secs) in zip(cells, got):
@@ -754,6 +760,10 @@ def main() -> None:
                          "commit, e.g. ab8fd16 and d9c93e1), to run their RS_GLinUCB on the same runs")
     ap.add_argument("--rs-variants", nargs="+", default=list(RS_VARIANTS), choices=list(RS_VARIANTS),
                     help="rs-gap: the variants ('' is the preset's, always included)")
+    ap.add_argument("--rs-replay-s", type=float, nargs="+", default=list(PAPER), choices=list(PAPER),
+                    help="rs-replay: the S values [default: 2 2.5 3]")
+    ap.add_argument("--rs-max-det", action="store_true",
+                    help="rs-replay: HEAD's class default use_max_det_switch = True, not its driver's False")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--runs", type=int, default=None)
     ap.add_argument("--out", type=Path, default=Path("results/glm"))
@@ -785,7 +795,7 @@ def main() -> None:
         rs_gap(args.out, args.jobs, args.runs, args.baselines_file, args.rs_authors,
                [""] + [v for v in args.rs_variants if v])
     if "rs-replay" in args.parts:
-        rs_replay(args.out, args.jobs, args.rs_authors)
+        rs_replay(args.out, args.jobs, args.rs_authors, args.rs_replay_s, args.rs_max_det)
     print(f"\ntotal wall time {time.perf_counter() - start:.0f} s")
 
 
