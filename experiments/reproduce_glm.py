@@ -1,7 +1,8 @@
 """Sarmasarkar ("Shuffle and joint differential privacy for generalized linear contextual bandits"):
 Table 2, Figure 1 and the paper's claims as paired verdicts, with the paper's numbers beside ours.
 
-    python experiments/reproduce_glm.py [table2] [fig1] [claims] [gap] [baselines-gap] [--jobs 1] [--runs 10]
+    python experiments/reproduce_glm.py [table2] [fig1] [claims] [gap] [baselines-gap] [rs-gap] [rs-replay]
+                                        [--jobs 1] [--runs 10]
                                         [--out results/glm]
 
 - ``table2``: experiments/glm_table2_S{2,25,3}.toml (probit, d = 3, T = 5000), the paper's numbers
@@ -21,6 +22,12 @@ Table 2, Figure 1 and the paper's claims as paired verdicts, with the paper's nu
   our earlier widths, λ = 1, and each of the authors' five GLOC defects), paired run by run against
   the preset's; with ``--authors`` also the authors' own classes (imported by path from their
   checkout, never copied) on the same runs, paired (docs/glm-bandits.md, "Table 2's GLM-UCB and GLOC").
+- ``rs-gap``: Table 2's RS-GLinUCB (``--baselines-file``, default S = 2) as preset paper-code makes it and
+  with one of the authors' ingredients switched (``RS_VARIANTS``: each constant off, each defect on),
+  paired run by run; with ``--rs-authors`` their own RS_GLinUCB at each given commit on the same runs
+  (docs/glm-bandits.md, "Table 2's RS-GLinUCB").
+- ``rs-replay``: their RS_GLinUCB on *their* Table 2 instance and reward stream (their environment.py),
+  beside the paper's row.
 - ``claims``: "stable in κ" (Table 2 across S) and "the gap to RS-GLinUCB narrows as ε grows"
   (Table 2 and Fig. 1) as paired comparisons (mean difference, its standard error, t, runs won;
   ``privbandit.runner.paired``), at nominal ε and at equal guarantees: each Private-GLM's nominal ε
