@@ -1,7 +1,8 @@
 """Sarmasarkar ("Shuffle and joint differential privacy for generalized linear contextual bandits"):
 Table 2, Figure 1 and the paper's claims as paired verdicts, with the paper's numbers beside ours.
 
-    python experiments/reproduce_glm.py [table2] [fig1] [claims] [gap] [baselines-gap] [--jobs 1] [--runs 10]
+    python experiments/reproduce_glm.py [table2] [fig1] [claims] [gap] [baselines-gap] [rs-gap] [rs-replay]
+                                        [--jobs 1] [--runs 10]
                                         [--out results/glm]
 
 - ``table2``: experiments/glm_table2_S{2,25,3}.toml (probit, d = 3, T = 5000), the paper's numbers
@@ -21,6 +22,12 @@ Table 2, Figure 1 and the paper's claims as paired verdicts, with the paper's nu
   our earlier widths, λ = 1, and each of the authors' five GLOC defects), paired run by run against
   the preset's; with ``--authors`` also the authors' own classes (imported by path from their
   checkout, never copied) on the same runs, paired (docs/glm-bandits.md, "Table 2's GLM-UCB and GLOC").
+- ``rs-gap``: Table 2's RS-GLinUCB (``--baselines-file``, default S = 2) as preset paper-code makes it and
+  with one of the authors' ingredients switched (``RS_VARIANTS``: each constant off, each defect on),
+  paired run by run; with ``--rs-authors`` their own RS_GLinUCB at each given commit on the same runs
+  (docs/glm-bandits.md, "Table 2's RS-GLinUCB").
+- ``rs-replay``: their RS_GLinUCB on *their* Table 2 instance and reward stream (their environment.py),
+  beside the paper's row.
 - ``claims``: "stable in κ" (Table 2 across S) and "the gap to RS-GLinUCB narrows as ε grows"
   (Table 2 and Fig. 1) as paired comparisons (mean difference, its standard error, t, runs won;
   ``privbandit.runner.paired``), at nominal ε and at equal guarantees: each Private-GLM's nominal ε
@@ -44,7 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from privbandit.families.glm_bandits import parties as glm_parties
-from privbandit.families.glm_bandits.learners import GLOC_DEFECTS
+from privbandit.families.glm_bandits.learners import GLOC_DEFECTS, RS_CONSTANTS, RS_DEFECTS
 from privbandit.runner import config as experiment_files
 from privbandit.runner import run_file
 from privbandit.runner.paired import paired, read_runs
@@ -535,13 +542,212 @@ def baselines_gap(out: Path, jobs: int, runs: int | None, stem: str, kinds: list
             print(f"| {label} | {x.mean():.1f} ± {se:.1f} | {PAPER[S][kind]} | {vs} | {vt} |")
 
 
+# --- Table 2's RS-GLinUCB: the authors' code at both commits, and one of its ingredients at a time ------
+
+# label suffix: rs_code. "" is the preset's (paper-code: every constant of theirs, learners.RS_CONSTANTS);
+# "previous" is privbandit's RS-GLinUCB before issue #31 (our constants, θ̂_τ alone on the unexplored rounds).
+RS_VARIANTS = {
+    "": None,
+    "previous": {"rs_code": [], "ucb_theta": "tau", "tau_data": "unexplored"},
+    **{f"without-{c.removeprefix('rs-')}": {"rs_code": [x for x in RS_CONSTANTS if x != c]} for c in RS_CONSTANTS},
+    "without-average": {"ucb_theta": "tau"},
+    "without-all-data": {"tau_data": "unexplored"},
+    **{d.removeprefix("rs-"): {"rs_code": [*RS_CONSTANTS, d]} for d in RS_DEFECTS},
+    "all-defects": {"rs_code": [*RS_CONSTANTS, *RS_DEFECTS]},
+    "head-all-defects": {"rs_code": [c for c in RS_CONSTANTS if c != "rs-tiny-regulariser"] + ["rs-head-regulariser",
+                                                                                              *RS_DEFECTS]},
+}
+
+
+def authors_rs_run(authors: Path, stem: str, runs: int | None, run: int) -> dict:
+    """One run of the authors' own RS_GLinUCB (their checkout at ``authors``, one commit, imported by path,
+    never copied; call it in a fresh process per commit, the two commits' packages share one name) on
+    privbandit's run ``run`` of ``stem``, as :func:`authors_run` drives their GLOC: the same arms, θ*, κ and
+    reward uniforms. Their driver's arguments (simulation_utils.simulate_with_epsilon: R = 1, S, the model,
+    T, δ = ζ; at HEAD use_sgd_optimizer = False and use_max_det_switch = False, its default). Their prints
+    are dropped. Returns the regret, their warm-up rounds and, at HEAD, their switch count."""
+    import contextlib
+    import inspect
+    import io
+    import sys
+
+    if str(authors) not in sys.path:
+        sys.path.insert(0, str(authors))
+    from glmbanditexp.algorithms.rs_glinucb import RS_GLinUCB  # the authors' code, outside this repository
+
+    fam, config = experiment_files.load(HERE / f"{stem}.toml", [] if runs is None else [f"runs={runs}"])
+    w = fam.world(config, [run])
+    kappa, T, S = w.kappas(0).kappa, config.horizon, config.environment.norm
+    model = {"probit": "Probit", "logistic": "Logistic"}[w.link]
+    head = {"use_sgd_optimizer": False, "use_max_det_switch": False}
+    extra = head if "use_max_det_switch" in inspect.signature(RS_GLinUCB).parameters else {}
+    best, total = w.best[0], 0.0
+    with contextlib.redirect_stdout(io.StringIO()):
+        algo = RS_GLinUCB(list(w.arms[0, 0]), kappa, 1.0, S, model, T, config.zeta,
+                          rng=np.random.default_rng(run), **extra)
+        for t in range(T):
+            a = algo.play_arm()
+            mean = w.means[0, t, a]
+            total += best[t] - mean
+            algo.update(float(w.uniforms[0, t] < mean), best[t] - mean, list(w.arms[0, (t + 1) % T]))
+    return {"regret": total, "warmup": len(algo.warm_up_X), "switches": getattr(algo, "counter2", None),
+            "theta_tau_norm": float(np.linalg.norm(algo.theta_hat_tau)),
+            "theta_w_norm": float(np.linalg.norm(algo.theta_hat_w))}
+
+
+def _authors_rs_cached(authors: Path, stem: str, runs: int | None, run: int, out: Path) -> dict:
+    """:func:`authors_rs_run`, cached per commit and run in ``out`` (delete the file to rerun it), with
+    the seconds it took."""
+    cache = out / "authors" / f"{stem}_rs-glinucb_{authors.name}_run{run}.json"
+    if cache.exists():
+        return json.loads(cache.read_text())
+    t0 = time.perf_counter()
+    got = authors_rs_run(authors, stem, runs, run)
+    got["secs"] = time.perf_counter() - t0
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps(got) + "\n")
+    return got
+
+
+def authors_rs_replay(authors: Path, S: float, trials: int, others: int = 5, max_det: bool = False) -> list[float]:
+    """The authors' RS_GLinUCB (their checkout at ``authors``, imported by path; call it in a fresh process)
+    on *their* Table 2 instance: their environment.py at the notebook's config (probit, seed 109832, d = 3,
+    K = 20, T = 5000, ‖θ*‖ = S), ``trials`` trials in a row as their driver runs them. Their driver steps
+    one environment for all algorithms; RS_GLinUCB is the first of six (RS-GLinUCB, GLM-UCB or ECOLog,
+    GLOC, Private-GLM at ε = 4, 6, 8), and every probit reward is one normal draw from the environment's
+    generator whatever the arm, so stepping it with RS_GLinUCB's arm and ``others`` placeholder arms
+    replays the rewards RS_GLinUCB got there without running the others. At HEAD the driver rewinds the
+    generator first (env.reset(reseed=True)); ``max_det`` runs HEAD's class with its own default
+    use_max_det_switch = True (switching on the running log-determinants) in the place of the driver's
+    False. Returns each trial's cumulative pseudo-regret."""
+    import contextlib
+    import inspect
+    import io
+    import sys
+
+    if str(authors) not in sys.path:
+        sys.path.insert(0, str(authors))
+    try:
+        import tqdm  # noqa: F401  (their environment.py's progress bars; not a dependency of ours)
+    except ImportError:
+        import types
+
+        sys.modules["tqdm"] = types.SimpleNamespace(tqdm=lambda it, *a, **k: it)
+    from environment import GLMBandit  # the authors' code, outside this repository
+    from glmbanditexp.algorithms.rs_glinucb import RS_GLinUCB
+
+    head = "use_max_det_switch" in inspect.signature(RS_GLinUCB).parameters
+    if max_det and not head:
+        raise ValueError(f"{authors}: use_max_det_switch exists at HEAD (d9c93e1) only")
+    extra = {"use_sgd_optimizer": False, "use_max_det_switch": max_det} if head else {}
+    config = {"full_norm": True, "seed": 109832, "model": "Probit", "theta_dim": 3, "num_arms": 20,
+              "theta_norm": S, "horizon_length": 5000}
+    out = []
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        env = GLMBandit(config=config)
+        if head:
+            env.reset(reseed=True)
+        for _ in range(trials):
+            algo = RS_GLinUCB(env.get_first_action_set(), env.kappa, env.R, env.S, env.model, env.T, 0.02,
+                              rng=np.random.default_rng(0), **extra)
+            for _t in range(env.T):
+                rewards, regrets, arms = env.step([algo.play_arm()] + [0] * others)
+                algo.update(rewards[0], regrets[0], arms)
+            out.append(float(np.sum(algo.regret_arr)))
+            env.reset()
+    return out
+
+
+def _authors_rs_replay_cached(authors: Path, S: float, trials: int, out: Path,
+                              max_det: bool = False) -> tuple[list[float], float]:
+    tag = "_max-det" if max_det else ""
+    cache = out / "authors" / f"replay_rs-glinucb_{authors.name}{tag}_S{S:g}_{trials}trials.json"
+    if cache.exists():
+        got = json.loads(cache.read_text())
+        return got["regret"], got["secs"]
+    t0 = time.perf_counter()
+    regret = authors_rs_replay(authors, S, trials, max_det=max_det)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps({"regret": regret, "secs": time.perf_counter() - t0}) + "\n")
+    return regret, time.perf_counter() - t0
+
+
+def rs_replay(out: Path, jobs: int, authors: list[Path], S_values: list[float], max_det: bool = False) -> None:
+    """:func:`authors_rs_replay` at each checkout and S: 10 trials, 5 at S = 3 (the initial commit's
+    notebook's counts), beside the paper's Table 2."""
+    from multiprocessing import Pool
+
+    cells = [(a, S, 5 if S == 3.0 else 10) for a in authors for S in S_values]
+    with Pool(max(1, jobs), maxtasksperchild=1) as pool:
+        got = pool.starmap(_authors_rs_replay_cached, [(a, S, n, out, max_det) for a, S, n in cells])
+    print("| commit | S | trials | RS-GLinUCB (mean ± se over trials) | paper | per trial | seconds |\n"
+          "|---|---|---|---|---|---|---|")
+    for (a, S, n), (regret, secs) in zip(cells, got):
+        x = np.array(regret)
+        print(f"| {a.name} | {S:g} | {n} | {x.mean():.2f} ± {x.std(ddof=1) / math.sqrt(n):.1f} | "
+              f"{PAPER[S]['rs-glinucb']} | "
+              f"{', '.join(f'{v:.0f}' for v in x)} | {secs:.0f} |")
+
+
+def rs_gap(out: Path, jobs: int, runs: int | None, stem: str, authors: list[Path], variants: list[str]) -> None:
+    """RS-GLinUCB of ``stem`` (a Table 2 file, preset paper-code) as the preset makes it and with one
+    ingredient switched (:data:`RS_VARIANTS`), same runs, paired against the preset's; beside it the
+    authors' own RS_GLinUCB at each checkout in ``authors`` (one per commit) on the same runs, paired."""
+    from multiprocessing import Pool
+
+    src = (HERE / f"{stem}.toml").read_text()
+    head = "\n".join(f'name = "{stem}-rs-gap"' if ln.startswith("name = ") else ln
+                     for ln in src.split("[algorithms.")[0].splitlines()) + "\n"
+    tables = []
+    for v in variants:
+        body = "".join(f"{k} = {_toml_value(val) if val else '[]'}\n" for k, val in (RS_VARIANTS[v] or {}).items())
+        tables.append(f'[algorithms."rs-glinucb{"@" + v if v else ""}"]\nalgorithm = "rs-glinucb"\n{body}')
+    out.mkdir(parents=True, exist_ok=True)
+    name = f"{stem}_rs_gap"
+    path = out / f"{name}.toml"
+    path.write_text(head + "\n".join(tables))
+    start = time.perf_counter()
+    summary = run_file(path, out=out / name, jobs=jobs, overrides=[] if runs is None else [f"runs={runs}"]).summary
+    secs = time.perf_counter() - start
+    fin = finals(out / name)
+    n, S = summary["runs"], summary["norm"]
+    theirs, notes = {}, []
+    for checkout in authors:
+        # one process per run: the two commits' packages have one name (glmbanditexp)
+        with Pool(max(1, jobs), maxtasksperchild=1) as pool:
+            got = pool.starmap(_authors_rs_cached, [(checkout, stem, runs, r, out) for r in range(n)])
+        label = f"RS-GLinUCB, the authors' code at {checkout.name}"
+        theirs[label] = np.array([g["regret"] for g in got])
+        notes.append(f"{checkout.name}: {sum(g['secs'] for g in got):.0f} s summed over runs; warm-up rounds "
+                     f"{[g['warmup'] for g in got]}; switches {[g['switches'] for g in got]}; ‖θ̂_τ‖ "
+                     f"{[round(g['theta_tau_norm'], 1) for g in got]}")
+    learner = {k: v.get("learner", []) for k, v in summary["algorithms"].items()}
+    print(f"\n{name}: S = {S:g}, κ = {summary['algorithms']['rs-glinucb']['setup']['kappa'][0]:.2f}, {n} runs, "
+          f"{secs:.0f} s wall (privbandit)\n" + "\n".join(notes))
+    base = fin["rs-glinucb"]
+    cols = list(theirs)
+    print("| label | regret (mean ± se) | switches, explored (mean) | "
+          "a − preset's (paired: mean ± se, t, runs a won) | "
+          + "".join(f"a − {c.split(' at ')[1]} (paired) | " for c in cols) + "\n|" + "---|" * (4 + len(cols)))
+    rows = [(f"rs-glinucb@{v}" if v else "rs-glinucb", fin[f"rs-glinucb@{v}" if v else "rs-glinucb"]) for v in variants]
+    for label, x in rows + list(theirs.items()):
+        se = x.std(ddof=1) / math.sqrt(x.size)
+        lr = learner.get(label, [])
+        sw = f"{np.mean([r['switches'] for r in lr]):.1f}, {np.mean([r['explored'] for r in lr]):.1f}" if lr else ""
+        vs = "" if label == "rs-glinucb" else _paired_cell(paired(x, base))
+        vt = "".join(("" if label == c else _paired_cell(paired(x, theirs[c]))) + " | " for c in cols)
+        print(f"| {label} | {x.mean():.1f} ± {se:.1f} | {sw} | {vs} | {vt}")
+    print(f"paper: {PAPER[S]['rs-glinucb']}")
+
+
 def _paired_cell(p) -> str:
     return f"{p.mean_difference:+.1f} ± {p.stderr:.1f}, t = {p.t:+.1f}, {p.a_won}/{p.runs}"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("parts", nargs="*", choices=["table2", "fig1", "claims", "gap", "baselines-gap"],
+    ap.add_argument("parts", nargs="*", choices=["table2", "fig1", "claims", "gap", "baselines-gap", "rs-gap",
+                                                 "rs-replay"],
                     default=["table2"])
     ap.add_argument("--gap-eps", type=float, nargs="+", default=[2.0, 8.0], help="gap: the nominal ε's")
     ap.add_argument("--gap-seed", type=int, default=None, help="gap: another instance (the file's seed otherwise)")
@@ -556,6 +762,15 @@ def main() -> None:
     ap.add_argument("--authors", type=Path, default=None,
                     help="baselines-gap: a checkout of the authors' repository (Sahasrajit123/Shuffle_joint_dp_"
                          "generalized_linear_contextual_bandits), to run their GLOC and GLM-UCB on the same runs")
+    ap.add_argument("--rs-authors", type=Path, nargs="+", default=[],
+                    help="rs-gap: checkouts of the authors' repository, one per commit (a directory named by its "
+                         "commit, e.g. ab8fd16 and d9c93e1), to run their RS_GLinUCB on the same runs")
+    ap.add_argument("--rs-variants", nargs="+", default=list(RS_VARIANTS), choices=list(RS_VARIANTS),
+                    help="rs-gap: the variants ('' is the preset's, always included)")
+    ap.add_argument("--rs-replay-s", type=float, nargs="+", default=list(PAPER), choices=list(PAPER),
+                    help="rs-replay: the S values [default: 2 2.5 3]")
+    ap.add_argument("--rs-max-det", action="store_true",
+                    help="rs-replay: HEAD's class default use_max_det_switch = True, not its driver's False")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--runs", type=int, default=None)
     ap.add_argument("--out", type=Path, default=Path("results/glm"))
@@ -578,6 +793,16 @@ def main() -> None:
             ap.error(f"--authors {args.authors}: no glmbanditexp/algorithms/gloc.py there (a checkout of the "
                      "authors' repository is expected)")
         baselines_gap(args.out, args.jobs, args.runs, args.baselines_file, args.baselines, args.authors)
+    if "rs-gap" in args.parts or "rs-replay" in args.parts:
+        for checkout in args.rs_authors:
+            if not (checkout / "glmbanditexp" / "algorithms" / "rs_glinucb.py").is_file():
+                ap.error(f"--rs-authors {checkout}: no glmbanditexp/algorithms/rs_glinucb.py there (a checkout of the "
+                         "authors' repository is expected)")
+    if "rs-gap" in args.parts:
+        rs_gap(args.out, args.jobs, args.runs, args.baselines_file, args.rs_authors,
+               [""] + [v for v in args.rs_variants if v])
+    if "rs-replay" in args.parts:
+        rs_replay(args.out, args.jobs, args.rs_authors, args.rs_replay_s, args.rs_max_det)
     print(f"\ntotal wall time {time.perf_counter() - start:.0f} s")
 
 

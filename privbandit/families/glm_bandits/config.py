@@ -34,8 +34,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from privbandit.families.glm_bandits.learners import GLOC_DEFECTS
 from privbandit.datasets.real import check_classes
+from privbandit.families.glm_bandits.learners import GLOC_DEFECTS, RS_CODE
 from privbandit.families.glm_bandits.world import LINKS, REAL, THETA_GENERATORS
 from privbandit.runner.config import ExperimentFile, StrictModel
 
@@ -86,6 +86,11 @@ class GLMAlgorithm(StrictModel):
     # GLOC only: DEFECTS of the authors' GLOC, reproduced only to measure them (learners.GLOC_DEFECTS).
     # Never a default, in no preset.
     code_defects: list[Literal[GLOC_DEFECTS]] = []  # type: ignore[valid-type]
+    # RS-GLinUCB only: which ingredients of the authors' RS-GLinUCB to take (learners.RS_CODE; docs/glm-
+    # bandits.md, "Table 2's RS-GLinUCB"). Default (None): the preset's, every constant of theirs
+    # (learners.RS_CONSTANTS) under paper-code and none under paper. Its DEFECTS (learners.RS_DEFECTS)
+    # are reproduced only to measure them: in no preset.
+    rs_code: list[Literal[RS_CODE]] | None = None  # type: ignore[valid-type]
     # Algorithm 1 (shuffle-glm) only: M, B_1 in place of eq. (6)'s, γ in place of eq. (24)'s, and
     # eq. (127)'s constant (below 24·10⁴ Lemma S.1/S.2 do not hold: the ledger says none proven).
     batches: Annotated[int, Field(ge=2, le=12)] = 3
@@ -152,6 +157,9 @@ class GLMExperiment(ExperimentFile):
                                  "eq. (127)'s constant); remove it")
             if a.code_defects and a.algorithm != "gloc":
                 raise ValueError(f"algorithms.{label}.code_defects = {a.code_defects} is for algorithm 'gloc' only "
+                                 f"(got {a.algorithm!r})")
+            if a.rs_code is not None and a.algorithm != "rs-glinucb":
+                raise ValueError(f"algorithms.{label}.rs_code = {a.rs_code} is for algorithm 'rs-glinucb' only "
                                  f"(got {a.algorithm!r})")
             if a.sgd_burn_in >= a.sgd_epochs and a.algorithm == "private-glm":
                 raise ValueError(f"algorithms.{label}.sgd_burn_in = {a.sgd_burn_in} must be < sgd_epochs = "

@@ -148,6 +148,7 @@ class PrivateGLMSpec:
     sgd_schedule: str = "fixed"
     criterion2: str = "det-doubling"
     tree_query: str = "correct"
+    rs: "RSSettings | None" = None  # RS-GLinUCB (optimizer "mle") only: its switches
 
 
 def head_epochs(eps0: float) -> int:
@@ -217,11 +218,18 @@ class PrivateGLM:
         self.psd_clipped += clipped_v
         self.maxdet_all = np.maximum(self.maxdet_all, logdet(H, floor))
         calls = []
+        rs = s.rs
         if s.criterion2 == "psd-dominance":
             grown = psd_growth(self.h_tau_inv, H) > 1 + 5 / (8 * math.sqrt(s.d)) + 0.05
         else:
-            grown = self.maxdet_all > np.log(2.0) + self.maxdet_tau
+            grown = self.maxdet_all > np.log(2.0 if rs is None else rs.switch_factor) + self.maxdet_tau
         switch = grown & (self.count2 < np.array([c.count2_cutoff for c in s.consts]))
+        if rs is not None and "rs-frozen-h" in rs.defects:
+            # the defect: after its first switch H_τ *is* the live H, so det H_t = det H_τ from then on
+            frozen = self.count2 > 0
+            switch &= ~frozen
+            if frozen.any():
+                self.h_tau_inv = np.where(frozen[:, None, None], safe_inverse(H, floor)[0], self.h_tau_inv)
         for i in np.flatnonzero(switch):
             mask = np.ones(t, dtype=bool) if s.tau_data == "all" else ~self.explored[i, :t]
             if not mask.any():
@@ -254,7 +262,11 @@ class PrivateGLM:
         self.x[:, t], self.r[:, t], self.explored[:, t] = x, r, explored
         outer = x[:, :, None] * x[:, None, :]
         w = np.minimum(mu_dot(s.link, np.einsum("rd,rd->r", x, self.theta_o)) / math.e, self.weight_cap)
-        self.tree_v.insert(np.where(explored[:, None, None], outer, 0.0))
+        leaf_v = outer
+        if s.rs is not None and "rs-v-leaf" in s.rs.defects:
+            # the defect: Sherman–Morrison's denominator kept on V itself, V += xxᵀ/(1 + ‖x‖²_{V⁻¹})
+            leaf_v = outer / (1.0 + np.einsum("rd,rde,re->r", x, self.v_inv, x))[:, None, None]
+        self.tree_v.insert(np.where(explored[:, None, None], leaf_v, 0.0))
         self.tree_h.insert(np.where(explored[:, None, None], 0.0, w[:, None, None] * outer))
         self.t += 1
         calls = []
@@ -276,8 +288,16 @@ class PrivateGLM:
         s = self.s
         rng = stream(self.keys[i], "glm-optimizer", *tag)
         reg = lam_max if s.opt_reg == "lambda-max" else 1e-5 * len(r)
-        if s.optimizer == "mle":  # RS-GLinUCB: the exact regularized MLE on the S-ball
-            return mle(s.link, x, r, lam_max, s.S)
+        if s.optimizer == "mle":  # RS-GLinUCB: the exact regularized MLE (on the S-ball unless switched off)
+            rs = s.rs or RSSettings()
+            reg, radius = lam_max if rs.reg is None else rs.reg, s.S if rs.project else math.inf
+            if "rs-lbfgs" not in rs.defects:
+                return mle(s.link, x, r, reg, radius)
+            # the defect: their warm starts, and a failed solve keeps the old θ̂ (the call still counts)
+            old = self.theta_o[i] if tag[0] == "o" else self.theta_tau[i]
+            start = (self.theta_o[i] + self.theta_tau[i]) / 2 if tag[0] == "o" else old
+            theta, ok = lbfgs_defect_mle(s.link, x, r, reg / 2, start)
+            return mech.project_ball(theta, radius) if ok else old.copy()
         if s.optimizer == "pgd-pvec":
             plan = self.pgd_plan(len(r), eps, delta, lam_max)
             if (plan.vec.g + plan.vec.b) * len(r) >= 2**62:
@@ -514,15 +534,89 @@ def mle(link: str, x: np.ndarray, r: np.ndarray, lam: float, radius: float, step
     return theta
 
 
-def rs_glinucb_constants(d: int, T: int, zeta: float, R: float, S: float, kappa: float) -> GLMConstants:
+# RS-GLinUCB in the authors' code (rs_glinucb.py, initial commit ab8fd16 and HEAD d9c93e1, itself from
+# Sawarni et al.'s code) departs from privbandit's in these ingredients (docs/glm-bandits.md, "Table 2's
+# RS-GLinUCB"). Their constants, which preset paper-code takes:
+RS_CONSTANTS = (
+    "rs-lambda-half",       # λ = 0.5 (Sawarni et al.'s code's), not 0.75·d·log(4T/ζ)/R²
+    "rs-switch-1.5",        # Criterion II at det H_t ≥ 1.5·det H_τ (their doubling_constant 0.5), not 2
+    "rs-tiny-regulariser",  # the MLEs' penalty 10⁻³‖θ‖² (initial commit; 10⁻⁵ at HEAD), not (λ/2)‖θ‖²
+    "rs-unprojected",       # the MLEs not projected on the S-ball
+)
+# DEFECTS of their code, reproduced only to measure them: never a default, in no preset.
+RS_DEFECTS = (
+    "rs-v-leaf",    # V += xxᵀ/(1 + ‖x‖²_{V⁻¹}): Sherman–Morrison's denominator (Sawarni's code updates V⁻¹) put on V
+    "rs-frozen-h",  # prev_H = curr_H aliases one array: one switch, then H_τ is the live H and θ̂_τ never moves
+    "rs-lbfgs",     # the MLEs by L-BFGS-B with a gradient not the probit loss's, a failed solve kept silently
+)
+# Their HEAD's regulariser, 10⁻⁵‖θ‖² (the only change of RS-GLinUCB between their commits, under the
+# driver's default switching), in the place of "rs-tiny-regulariser": only to reproduce that commit.
+RS_HEAD = ("rs-head-regulariser",)
+RS_CODE = RS_CONSTANTS + RS_HEAD + RS_DEFECTS
+
+
+@dataclass(frozen=True)
+class RSSettings:
+    """RS-GLinUCB's switches (:data:`RS_CODE`): Criterion II's factor, the MLEs' ridge ``reg`` (the
+    gradient's reg·θ; None: λ) and S-ball projection, and the defects switched on."""
+
+    switch_factor: float = 2.0
+    reg: float | None = None
+    project: bool = True
+    defects: frozenset = frozenset()
+
+
+def lbfgs_defect_mle(link: str, x: np.ndarray, r: np.ndarray, c: float, start: np.ndarray) -> tuple[np.ndarray, bool]:
+    """The authors' RS-GLinUCB estimator, a DEFECT reproduced only to measure it (``rs-lbfgs``): L-BFGS-B
+    from ``start`` on −Σ[r log μ + (1 − r) log(1 − μ)] + c‖θ‖², the logs taken of μ as computed (−∞ once
+    μ rounds to 0 or 1), given the gradient Xᵀ(μ − r) + 2cθ, which is that loss's gradient only for
+    the logistic link. Returns the solver's θ and whether it reported success."""
+    from scipy.optimize import minimize  # here: scipy costs every party start-up time
+
+    def loss(theta):
+        p = mu(link, x @ theta)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return -np.sum(r * np.log(p) + (1 - r) * np.log(1 - p)) + c * np.sum(theta * theta)
+
+    def grad(theta):
+        return x.T @ (mu(link, x @ theta) - r) + 2.0 * c * theta
+
+    res = minimize(loss, np.asarray(start, dtype=np.float64), jac=grad, method="L-BFGS-B")
+    return res.x, bool(res.success)
+
+
+def rs_glinucb_constants(d: int, T: int, zeta: float, R: float, S: float, kappa: float,
+                         lam: float | None = None) -> GLMConstants:
     """RS-GLinUCB (Sawarni et al. 2024), the non-private algorithm Algorithm 2 privatizes: the
-    authors' code's constants without their noise terms (λ = 0.75·d·log(4T/ζ)/R², γ, β and the
-    Criterion I bar as in :func:`paper_code_constants`), and no cutoffs (nothing to budget)."""
-    a = math.log(4 * T / zeta)
-    lam = 0.75 * d * a / R**2
+    authors' code's γ, β and Criterion I bar (as in :func:`paper_code_constants`) and ``lam``, by default
+    their Private-GLM's λ without its noise term, 0.75·d·log(4T/ζ)/R²; no cutoffs (nothing to budget)."""
+    lam = 0.75 * d * math.log(4 * T / zeta) / R**2 if lam is None else lam
     gamma = R * S * math.sqrt(d * math.log(T / zeta))
     beta = 4 * math.sqrt(d * math.log(T / zeta))
     return GLMConstants(lam, lam, lam, gamma, beta, 1 / (0.01 * kappa * R**4 * S**2 * d), T, T, 0.0, 0.0, 0.0, 0.0)
+
+
+def rs_glinucb_spec(link: str, d: int, T: int, S: float, R: float, zeta: float, kappa: tuple[float, ...],
+                    kappa_star: tuple[float, ...], code: list[str] | None, preset: str, ucb_theta: str = "tau",
+                    tau_data: str = "unexplored") -> PrivateGLMSpec:
+    """RS-GLinUCB as Algorithm 2 without noise (exact sums, the exact MLE), with the authors' code's
+    ingredients ``code`` (:data:`RS_CODE`; None: the preset's, every one of :data:`RS_CONSTANTS` under
+    ``paper-code`` and none under ``paper``). ``ucb_theta`` and ``tau_data`` as Private-GLM's."""
+    unknown = set(code or ()) - set(RS_CODE)
+    if unknown:
+        raise ValueError(f"rs_code {sorted(unknown)} are not among {', '.join(RS_CODE)}")
+    on = set(RS_CONSTANTS if preset == "paper-code" else ()) if code is None else set(code)
+    if {"rs-tiny-regulariser", "rs-head-regulariser"} <= on:
+        raise ValueError("rs_code: 'rs-tiny-regulariser' and 'rs-head-regulariser' are two values of one "
+                         "regulariser (the initial commit's and HEAD's); take one")
+    lam = 0.5 if "rs-lambda-half" in on else None
+    consts = tuple(rs_glinucb_constants(d, T, zeta, R, S, k, lam) for k in kappa)
+    # their penalty c‖θ‖² has gradient 2cθ; RSSettings.reg is that gradient's coefficient
+    reg = 2e-3 if "rs-tiny-regulariser" in on else 2e-5 if "rs-head-regulariser" in on else None
+    rs = RSSettings(1.5 if "rs-switch-1.5" in on else 2.0, reg, "rs-unprojected" not in on,
+                    frozenset(on & set(RS_DEFECTS)))
+    return PrivateGLMSpec(link, d, T, S, R, consts, kappa, kappa_star, None, None, "mle", "lambda-max", ucb_theta,
+                          tau_data, 1, mech.SGDSettings(), rs=rs)
 
 
 # --- ECOLog (Faury, Abeille, Jun, Calauzènes 2022) --------------------------------------------------
