@@ -85,9 +85,8 @@ def setup(public: dict) -> Setup:
     kappa, kappa_star = tuple(public["kappa"]), tuple(public["kappa_star"])
     spec = None
     if kind == "rs-glinucb":
-        consts = tuple(gl.rs_glinucb_constants(d, T, zeta, R, S, k) for k in kappa)
-        spec = gl.PrivateGLMSpec(link, d, T, S, R, consts, kappa, kappa_star, None, None, "mle", "lambda-max",
-                                 "tau", "unexplored", 1, mech.SGDSettings())
+        spec = gl.rs_glinucb_spec(link, d, T, S, R, zeta, kappa, kappa_star, a.get("rs_code"), public["preset"],
+                                  a["ucb_theta"], a["tau_data"])
     if kind == "private-glm":
         code = public["preset"] == "paper-code"
         consts = tuple((gl.paper_code_constants if code else gl.paper_constants)(d, T, eps, delta, zeta, R, S, k, ks)

@@ -151,3 +151,22 @@ def test_lbfgs_defect_agrees_with_the_exact_mle_where_its_gradient_is_right():
     finally:
         gl.lbfgs_defect_mle = orig
     assert np.allclose(got, [0.1, 0.2, 0.3])
+
+
+@pytest.mark.parametrize("preset, rs_code, lam, rs", [
+    ("paper-code", None, 0.5, gl.RSSettings(1.5, 2e-3, False, frozenset())),
+    ("paper", None, None, gl.RSSettings()),
+    ("paper-code", ["rs-frozen-h"], None, gl.RSSettings(defects=frozenset({"rs-frozen-h"}))),
+])
+def test_the_family_builds_rs_glinucb_from_the_preset_and_rs_code(preset, rs_code, lam, rs):
+    """parties.setup reads rs_code (None: the preset's), ucb_theta and tau_data for RS-GLinUCB."""
+    from privbandit.families.glm_bandits.family import FAMILY
+    from privbandit.families.glm_bandits.parties import setup
+
+    table = {"algorithm": "rs-glinucb"} | ({} if rs_code is None else {"rs_code": rs_code})
+    config = GLMExperiment.model_validate({"family": "glm-bandits", "horizon": 100, "epsilon": 1.0, "seed": 1,
+                                           "preset": preset, "algorithms": {"rs-glinucb": table}})
+    spec = setup(FAMILY.public_task(config, "rs-glinucb", [0])).spec
+    assert spec.rs == rs
+    assert spec.consts[0].lam == pytest.approx(0.75 * 3 * math.log(4 * 100 / 0.02) if lam is None else lam)
+    assert (spec.ucb_theta, spec.tau_data) == (("average", "all") if preset == "paper-code" else ("tau", "unexplored"))
