@@ -75,9 +75,9 @@ def test_users_choose_from_their_own_contexts_get_their_label_and_count_mistakes
 
 
 def test_a_run_learns_the_labels_and_reports_mistakes(offline, tmp_path):
-    """wine, T = 3000, with every socket refused: the summary names the regret as mistakes; non-private LinUCB errs on well under
-    half the users (a random arm errs on 2/3: 2000), SDP-Amp's regret is a whole number of mistakes ≤ T,
-    and the private ledgers read (ε, δ) at equal guarantees."""
+    """wine, T = 3000, with every socket refused: the summary names the regret as mistakes;
+    non-private LinUCB errs on well under half the users (a random arm errs on 2/3: 2000), SDP-Amp's
+    regret is a whole number of mistakes ≤ T, and the private ledgers read (ε, δ) at equal guarantees."""
     path = tmp_path / "classes.toml"
     path.write_text("""
 family = "shuffle-linear-bandits"
