@@ -10,6 +10,8 @@
   arm (line 4), observes her reward, and reports [φy, upper(φφᵀ)] randomized by her trust path's
   randomizer (line 7), or raw (φ, y) to a trusted analyzer. With fixed arms (the paper's
   experiments) every user of a batch has the same context, so a batch's choice is one computation.
+- :class:`ContextUsers`: users who bring their own context (the ``classes`` conversion of a real
+  set): each scores her own arm set, vectorized over the block, and her regret is her mistake.
 
 The round a plan opens says what leaves the intermediary (line 11):
 
@@ -27,7 +29,8 @@ In-process, the one-user-batch learners (LinUCB, JDP, LDP with B = 1), SDP-Amp a
 ahead through the users' ``oracle`` and decide a block of batches in one compiled loop
 (:mod:`.lookahead`), one plan and one round per block (pass-through; SDP-Amp's a shuffle of each
 batch on its own, SDP-Vec's a sum of each batch's counts on their own), bit for bit the run one plan
-per batch makes (which is what they do over MQTT).
+per batch makes (which is what they do over MQTT). Users with their own contexts offer no oracle
+(the look-ahead decides from one fixed arm table), so their batches get one plan each.
 
 Everything carries the runs axis first: the in-process engine steps all runs of an algorithm at
 once (their batches line up), over MQTT one task is one run, and a run's numbers never depend on

@@ -13,6 +13,7 @@ from privbandit.protocol.spine.events import Join, Plan
 from privbandit.protocol.spine.observer import checkpoints_in
 from privbandit.runner import load_experiment, run_file
 from privbandit.runner.config import ConfigError
+from tests.test_real_data import offline  # noqa: F401  (a fixture: every socket refused)
 
 BASE = {"family": "shuffle-linear-bandits", "name": "t", "horizon": 1000, "seed": 5, "epsilon": 1, "runs": 2,
         "environment": {"generator": "wine", "conversion": "classes", "arms": 3, "dim": 12}}
@@ -73,10 +74,10 @@ def test_users_choose_from_their_own_contexts_get_their_label_and_count_mistakes
     assert users.oracle is None  # the look-ahead assumes fixed arms: one plan per batch
 
 
-def test_a_run_learns_the_labels_and_reports_mistakes(tmp_path):
-    """wine, T = 3000: the summary names the regret as mistakes; non-private LinUCB errs on well under
-    half the users (a random arm errs on 2/3: 2000), SDP-Amp's regret is a whole number of mistakes ≤ T,
-    and the private ledgers read (ε, δ) at equal guarantees."""
+def test_a_run_learns_the_labels_and_reports_mistakes(offline, tmp_path):
+    """wine, T = 3000, with every socket refused: the summary names the regret as mistakes;
+    non-private LinUCB errs on well under half the users (a random arm errs on 2/3: 2000), SDP-Amp's
+    regret is a whole number of mistakes ≤ T, and the private ledgers read (ε, δ) at equal guarantees."""
     path = tmp_path / "classes.toml"
     path.write_text("""
 family = "shuffle-linear-bandits"
@@ -109,3 +110,17 @@ batch = 100
     amp = runs["LinUCB-SDP-Amp"]
     assert np.array_equal(amp, np.round(amp)) and (amp >= 0).all() and (amp <= 3000).all()
     assert summary["privacy"]["LinUCB-SDP-Amp"]["epsilon_at_delta"] == pytest.approx(1.0, rel=1e-6)
+
+
+def test_the_shipped_classes_files_read_as_documented():
+    """experiments/real_{wine,digits}_classes_linear.toml: the sizes docs/real-data.md tabulates."""
+    from pathlib import Path
+
+    from privbandit.runner import config as experiment_files
+
+    root = Path(__file__).resolve().parents[3] / "experiments"
+    for name, arms, dim, labels in [("wine", 3, 12, 5), ("digits", 10, 40, 4)]:
+        fam, config = experiment_files.load(root / f"real_{name}_classes_linear.toml")
+        env = config.environment
+        assert (config.generator, env.conversion, env.arms, env.dim) == (name, "classes", arms, dim)
+        assert (config.horizon, config.runs, config.calibrate, len(config.algorithms)) == (20000, 5, True, labels)
