@@ -210,7 +210,7 @@ class Confinement:
 
 
 def session(tmp: Path, text: str, kind: str | None, broker: str, timeout_s: float,
-            cores: str | None = None, hog: bool = False) -> dict:
+            cores: str | None = None, hog: bool = False, users_budget=None) -> dict:
     """One session. ``cores``: None, the attacker as it comes; ``"free"`` or a number of cores, the
     attacker moved into a :class:`Confinement` (counted; capped unless free). ``hog`` (no ``kind``):
     the session runs clean beside a busy loop confined to ``cores``."""
@@ -227,8 +227,9 @@ def session(tmp: Path, text: str, kind: str | None, broker: str, timeout_s: floa
         from privbandit.services.mosquitto_process import start_with_broker_config
 
         run_id = "b" + secrets.token_hex(4)
+        budgets = {} if users_budget is None else {"publish_budgets": {Role.USERS.value: users_budget}}
         stack, files = start_with_broker_config(tmp / f"{broker}-{name}-broker", run_id,
-                                                budgets=broker == "mosquitto")
+                                                budgets=broker == "mosquitto", **budgets)
         options = {"broker_url": stack.url, "run_id": run_id,
                    "passwords": {r.value: files.password(r) for r in Role}}
     cap = None if cores in (None, "free") else float(cores)
@@ -330,12 +331,24 @@ def summarize(rows: list[dict]) -> None:
         t = mean(added) / se_a if n > 1 and se_a > 0 else float("nan")
         rate = ""
         if all("cell_bytes" in r for r in rs) and "+hog" not in kind:
-            msgs = mean((r.get("attacker") or {}).get("messages_sent", 0) / r["session_s"] for r in rs)
+            # an attacker killed before it wrote its report (SIGKILL after the stop's grace) has no count
+            sent = [r["attacker"]["messages_sent"] / r["session_s"] for r in rs if r.get("attacker")]
+            msgs = f"{mean(sent):.0f} msg/s ({len(sent)} reports)" if sent else "? msg/s (no report)"
             mbs = mean(r["cell_bytes"] / 1e6 / r["session_s"] for r in rs)
-            rate = f", attacker {msgs:.0f} msg/s, {mbs:.1f} MB/s, CPU {mean(r['cell_cpu_s'] for r in rs):.2f} s"
+            rate = f", attacker {msgs}, {mbs:.1f} MB/s, CPU {mean(r['cell_cpu_s'] for r in rs):.2f} s"
         print(f"  {broker:<20} {kind:<16} n={n} ratio {mean(ratios):.2f} ± {se_r:.2f} (max {max(ratios):.2f}), "
               f"+{mean(added):.2f} ± {se_a:.2f} s, t = {t:.1f}, slower {sum(a > 0 for a in added)}/{n}{rate}, "
               f"identical {all(r.get('identical') for r in rs)}, exits {sorted({str(r['exit']) for r in rs})}")
+    # The plugin against none, pair by pair (the two brokers' sessions of one pass ran minutes apart)
+    for (broker, kind), rs in groups.items():
+        if broker != "mosquitto" or ("mosquitto-unbudgeted", kind) not in groups:
+            continue
+        without = {r["pair"]: r["ratio"] for r in groups["mosquitto-unbudgeted", kind]}
+        diffs = [r["ratio"] - without[r["pair"]] for r in rs if r["pair"] in without]
+        if len(diffs) > 1:
+            se = stdev(diffs) / len(diffs) ** 0.5
+            print(f"  plugin − none, {kind:<16} ratio {mean(diffs):+.2f} ± {se:.2f}, t = {mean(diffs) / se if se else float('nan'):.1f}, "
+                  f"plugin lower in {sum(d < 0 for d in diffs)}/{len(diffs)} pairs")
 
 
 def _remaining_length(n: int) -> bytes:
@@ -434,6 +447,8 @@ def main() -> None:
                     help="measure Mosquitto's CPU per refused message with N messages of each size, and stop")
     ap.add_argument("--sizes", type=int, nargs="+", default=[100, 65_536, 8 * 2**20 - 4096])
     ap.add_argument("--json", help="append every session's row to this file (JSON lines)")
+    ap.add_argument("--users-budget", metavar="B/S,BURST_B,MSG/S,BURST_MSG,CONNECTIONS",
+                    help="the users' account's budget on the plugin's Mosquitto (default: acl.PUBLISH_BUDGETS)")
     ap.add_argument("--summarize", nargs="+", metavar="JSONL",
                     help="print the paired summary of earlier --json files (pairs numbered per file) and stop")
     args = ap.parse_args()
@@ -453,6 +468,15 @@ def main() -> None:
         ap.error("--hog needs a CPU cap in --attacker-cpu")
     if args.pairs < 1:
         ap.error("--pairs: at least 1")
+    users_budget = None
+    if args.users_budget:
+        from privbandit.services.acl import PublishBudget
+
+        try:
+            r, b, m, bm, c = args.users_budget.split(",")
+            users_budget = PublishBudget(float(r), int(b), float(m), int(bm), int(c))
+        except ValueError as exc:
+            ap.error(f"--users-budget {args.users_budget!r}: {exc}")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}, "
           f"load average {load()}", flush=True)
     text = EXPERIMENT.format(horizon=args.horizon)
@@ -478,15 +502,16 @@ def main() -> None:
 
         for rep in range(args.pairs):
             for broker in args.brokers:
-                clean = session(tmp, text, None, broker, args.timeout)
+                clean = session(tmp, text, None, broker, args.timeout, users_budget=users_budget)
                 record(clean, None, rep)
                 for kind in args.kinds:
                     for cores in caps:
-                        record(session(tmp, text, kind, broker, args.timeout, cores), clean, rep)
+                        record(session(tmp, text, kind, broker, args.timeout, cores, users_budget=users_budget), clean, rep)
                 if args.hog:
                     for cores in caps:
                         if cores not in (None, "free"):
-                            record(session(tmp, text, None, broker, args.timeout, cores, hog=True), clean, rep)
+                            record(session(tmp, text, None, broker, args.timeout, cores, hog=True,
+                                           users_budget=users_budget), clean, rep)
         summarize(rows)
 
 
