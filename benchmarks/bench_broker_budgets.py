@@ -228,7 +228,8 @@ def session(tmp: Path, text: str, kind: str | None, broker: str, timeout_s: floa
 
         run_id = "b" + secrets.token_hex(4)
         budgets = {} if users_budget is None else {"publish_budgets": {Role.USERS.value: users_budget}}
-        stack, files = start_with_broker_config(tmp / f"{broker}-{name}-broker", run_id,
+        # a directory of its own: a second pair's broker would append to the first one's log
+        stack, files = start_with_broker_config(tmp / f"{broker}-{name}-broker-{run_id}", run_id,
                                                 budgets=broker == "mosquitto", **budgets)
         options = {"broker_url": stack.url, "run_id": run_id,
                    "passwords": {r.value: files.password(r) for r in Role}}
