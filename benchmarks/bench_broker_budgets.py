@@ -101,16 +101,26 @@ class CpuSampler:
                     cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
                 except OSError:
                     continue
-                if self.mark in cmd:
+                if self.mark in cmd and "mosquitto -c" not in cmd:  # the broker (its files' directory
+                    # starts with the mark) is counted apart, as broker_cpu_s
                     cpu = cpu_seconds(int(pid))
                     if cpu is not None:
-                        self.seen[pid] = (" attack " in cmd, cpu)
+                        words = cmd.split(" -m privbandit ", 1)[-1].split()
+                        name = words[0] + (words[2] if words[:2] == ["users", "--shard"] else "")
+                        self.seen[pid] = (" attack " in cmd, cpu, name)
 
     def stop(self) -> tuple[float, float]:
         """(attacker's, parties') CPU seconds."""
         self.done.set()
         self.thread.join()
-        return (sum(c for a, c in self.seen.values() if a), sum(c for a, c in self.seen.values() if not a))
+        return (sum(c for a, c, _ in self.seen.values() if a), sum(c for a, c, _ in self.seen.values() if not a))
+
+    def by_party(self) -> dict[str, float]:
+        """CPU seconds per party (``users0/2`` for a fleet), the attacker's under ``attack``."""
+        out: dict[str, float] = {}
+        for _, cpu, name in self.seen.values():
+            out[name] = round(out.get(name, 0.0) + cpu, 2)
+        return out
 
 
 def tcp_ports(pid: int) -> set[int]:
@@ -269,6 +279,7 @@ def session(tmp: Path, text: str, kind: str | None, broker: str, timeout_s: floa
     wall = time.perf_counter() - t0
     if sampler is not None:
         row["attacker_cpu_s"], row["parties_cpu_s"] = sampler.stop()
+        row["cpu_by_party"] = sampler.by_party()
     row.update({"broker": broker, "kind": name, "exit": code, "wall_s": wall, "cores": cores})
     summary_path = out / "summary.json"
     if summary_path.exists():
@@ -297,7 +308,7 @@ def describe(row: dict, clean: dict | None) -> str:
             f"identical {row.get('identical')}, "
             f"re-announcements {row['re_announcements']}, attacker {row.get('attacker')}, "
             f"refused {row.get('rejected')}, broker dropped {row.get('broker_refused')}, CPU s: broker {row.get('broker_cpu_s')}, "
-            f"attacker {row.get('attacker_cpu_s', 0):.1f}, parties {row.get('parties_cpu_s', 0):.1f}")
+            f"attacker {row.get('attacker_cpu_s', 0):.1f}, parties {row.get('parties_cpu_s', 0):.1f} {row.get('cpu_by_party')}")
     if "cell_cpu_s" in row:
         who = "busy loop" if "+hog" in row["kind"] else "attacker"
         text += (f"; {who} in its cgroup (cap {row['cores']} cores): CPU {row['cell_cpu_s']:.2f} s, "
