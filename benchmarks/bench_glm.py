@@ -2,7 +2,7 @@
 
     python benchmarks/bench_glm.py [--authors DIR] [--horizon 5000] [--pairs 1] [--timeout 420]
         [--algorithms glm-ucb,gloc,rs-glinucb,private-glm@eps4,private-glm@eps6,private-glm@eps8]
-        [--file experiments/glm_table2_S2.toml]
+        [--file experiments/glm_table2_S2.toml] [--stack 1]
 
 ``DIR`` is a checkout of github.com/Sahasrajit123/Shuffle_joint_dp_generalized_linear_contextual_bandits
 (fetched by you, outside this repository; this script imports it by path in a child process and
@@ -21,7 +21,9 @@ run 0, at ``--horizon`` T (the file's 5000 by default; a shorter T is the same f
   is then a lower bound (``≥``), and the rounds it finished are printed. ``--wall-timeout`` kills a
   trial that a loaded machine starves (the CPU of its last progress line is the bound then).
 - **privbandit**: ``runner.tasks.execute`` of the same label, run 0, one run: its CPU time, world
-  included (which the authors' side does not pay).
+  included (which the authors' side does not pay). ``--stack R``: runs 0 … R−1 stacked in one task,
+  as ``privbandit run`` executes Table 2's ten runs, and its CPU time divided by R (per run; the
+  authors' side still plays run 0 once, their driver's trials being sequential).
 
 The two sides alternate within each pair, the first side alternating too, so a load that changes
 during the benchmark falls on both. Ratio = authors CPU s / privbandit CPU s of the same pair; the
@@ -48,18 +50,20 @@ ALGORITHMS = ("glm-ucb", "gloc", "rs-glinucb", "private-glm@eps4", "private-glm@
 GOAL = 50.0
 AUTHORS_MARKER = Path("glmbanditexp") / "algorithms" / "private_rs_glinucb.py"
 
-# One trial in a fresh process. argv: side, file, T, label, CPU budget (s), [authors' checkout].
+# One trial in a fresh process. argv: side, file, T, label, CPU budget (s), then the authors' checkout
+# (authors) or the runs stacked (privbandit).
 # Lines "PROGRESS t cpu" and one "RESULT {json}" on stdout; the authors' classes print to it too.
 CHILD = r"""
 import json, sys, time
 side, path, horizon, label, budget = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], float(sys.argv[5])
 from privbandit.runner import config as experiment_files
-fam, config = experiment_files.load(path, [f"horizon={horizon}", "runs=1"])
+stack = int(sys.argv[6]) if side == "privbandit" else 1
+fam, config = experiment_files.load(path, [f"horizon={horizon}", f"runs={stack}"])
 if side == "privbandit":
     from privbandit.runner.tasks import Task, execute
     start = time.process_time()
-    _, _, result, _ = execute(Task(fam.name, config, label, (0,)))
-    cpu = time.process_time() - start
+    _, _, result, _ = execute(Task(fam.name, config, label, tuple(range(stack))))
+    cpu = (time.process_time() - start) / stack
     print("RESULT " + json.dumps({"cpu": cpu, "rounds": horizon, "regret": float(result.pseudo[0, -1])}), flush=True)
     raise SystemExit(0)
 sys.path.insert(0, sys.argv[6])
@@ -119,9 +123,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--wall-timeout", type=float, default=None,
                     help="wall seconds after which a trial is killed, ≥ --timeout [default: none]")
     ap.add_argument("--algorithms", default=",".join(ALGORITHMS), help=f"comma-separated, of {', '.join(ALGORITHMS)}")
+    ap.add_argument("--stack", type=int, default=1,
+                    help="privbandit: runs stacked in its task, 1 to 10, its CPU per run reported [default: 1]")
     args = ap.parse_args(argv)
     if not 10 <= args.horizon <= 5000:
         ap.error(f"--horizon {args.horizon}: T must be 10 to 5000 (Table 2's T is 5000)")
+    if not 1 <= args.stack <= 10:
+        ap.error(f"--stack {args.stack}: 1 to 10 runs")
     if not 1 <= args.pairs <= 20:
         ap.error(f"--pairs {args.pairs}: 1 to 20")
     if not 1.0 <= args.timeout <= 86400.0:
@@ -146,8 +154,7 @@ def trial(side: str, args: argparse.Namespace, label: str, work: Path) -> dict:
     """One fresh process's trial: {"cpu", "rounds", "regret", "finished"}; a trial killed at
     ``--wall-timeout`` reports its last progress line (rounds, CPU) and no regret."""
     argv = [sys.executable, "-c", CHILD, side, str(args.file.resolve()), str(args.horizon), label, str(args.timeout)]
-    if side == "authors":
-        argv.append(str(args.authors))
+    argv.append(str(args.authors) if side == "authors" else str(args.stack))
     # The authors' DP-SGD writes a logs/ directory into the working directory: a scratch one.
     proc = subprocess.Popen(argv, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -197,7 +204,8 @@ def main(argv: list[str] | None = None) -> None:
     sides = ("authors", "privbandit") if args.authors is not None else ("privbandit",)
     print(f"machine: {machine()}")
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {os.getloadavg()[0]:.1f}; "
-          f"{args.file.name}, run 0, T = {args.horizon:,}, {args.pairs} pair(s), one trial per fresh process, CPU s")
+          f"{args.file.name}, run 0, T = {args.horizon:,}, {args.pairs} pair(s), one trial per fresh process, CPU s"
+          + (f"; privbandit: runs 0–{args.stack - 1} stacked in one task, CPU s per run" if args.stack > 1 else ""))
     if args.authors is None:
         print("no --authors: privbandit's side only, no ratio (the authors' code was not run)")
     else:
