@@ -199,6 +199,24 @@ def _regret(got: dict) -> str:
     return "—" if got["regret"] is None else f"{got['regret']:.1f}"
 
 
+def measure(args: argparse.Namespace, sides: tuple[str, ...], label: str, work: Path) -> tuple:
+    """``--pairs`` alternated pairs of ``label``'s trials: (label, trials per side, loads per pair)."""
+    got: dict[str, list[dict]] = {s: [] for s in sides}
+    loads = []
+    for pair in range(args.pairs):
+        load0 = os.getloadavg()[0]
+        for side in (sides if pair % 2 == 0 else sides[::-1]):
+            print(f"[bench_glm] {label} pair {pair + 1}/{args.pairs}: {side} (load {os.getloadavg()[0]:.1f}) …",
+                  file=sys.stderr, flush=True)
+            t0 = time.perf_counter()
+            got[side].append(trial(side, args, label, work))
+            g = got[side][-1]
+            print(f"[bench_glm]   {g['cpu']:.2f} CPU s, {g['rounds']:,} rounds, {time.perf_counter() - t0:.1f} wall s",
+                  file=sys.stderr, flush=True)
+        loads.append((load0, os.getloadavg()[0]))
+    return label, got, loads
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     sides = ("authors", "privbandit") if args.authors is not None else ("privbandit",)
@@ -211,23 +229,10 @@ def main(argv: list[str] | None = None) -> None:
     else:
         print(f"authors' code: {args.authors}; an authors' trial stops at {args.timeout:g} CPU s"
               + (f" or {args.wall_timeout:g} wall s" if args.wall_timeout else ""))
-    work = Path(tempfile.mkdtemp(prefix="bench-glm-"))
     summary = []
-    for label in args.algorithms:
-        got: dict[str, list[dict]] = {s: [] for s in sides}
-        loads = []
-        for pair in range(args.pairs):
-            load0 = os.getloadavg()[0]
-            for side in (sides if pair % 2 == 0 else sides[::-1]):
-                print(f"[bench_glm] {label} pair {pair + 1}/{args.pairs}: {side} (load {os.getloadavg()[0]:.1f}) …",
-                      file=sys.stderr, flush=True)
-                t0 = time.perf_counter()
-                got[side].append(trial(side, args, label, work))
-                g = got[side][-1]
-                print(f"[bench_glm]   {g['cpu']:.2f} CPU s, {g['rounds']:,} rounds, {time.perf_counter() - t0:.1f} wall s",
-                      file=sys.stderr, flush=True)
-            loads.append((load0, os.getloadavg()[0]))
-        summary.append((label, got, loads))
+    with tempfile.TemporaryDirectory(prefix="bench-glm-") as scratch:
+        for label in args.algorithms:
+            summary.append(measure(args, sides, label, Path(scratch)))
     print()
     if args.authors is None:
         print("| algorithm | privbandit CPU s (per pair) | privbandit users/s | regret at T | load |")
