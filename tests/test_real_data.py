@@ -75,10 +75,12 @@ def test_the_loader_is_deterministic_across_processes_caches():
 
 
 def test_bad_sizes_name_the_field_and_the_range():
-    with pytest.raises(ValueError, match="arms = 2000: .* need 2 … 1797"):
+    with pytest.raises(ValueError, match=r"environment.arms = 2000: .* must lie in \[2, 1797\]"):
         instances("digits", 2000, 5, 1, [0])
-    with pytest.raises(ValueError, match="65 principal components asked, need 1 … 64"):
+    with pytest.raises(ValueError, match=r"environment.dim = 66: .* must lie in \[2, 65\]"):
         instances("digits", 10, 66, 1, [0])
+    with pytest.raises(ValueError, match="65 principal components asked, need 1 … 64"):
+        real.contexts("digits", 65)
     with pytest.raises(ValueError, match=r"K = 3 arms .* got arms = 4, dim = 12"):
         world_of("logistic", "wine", 1, [0], 10, 4, 12, 2.0, False)
     with pytest.raises(ValueError, match="dataset = 'wine': the MAB arms need a binary label"):

@@ -18,8 +18,8 @@ import numpy as np
 from privbandit.families.concurrent_shuffle import linucb
 from privbandit.families.concurrent_shuffle.parties import shuffler_of
 from privbandit.families.shuffle_linear_bandits import mechanisms as slb
-from privbandit.families.shuffle_linear_bandits.learners import Widths
-from privbandit.families.shuffle_linear_bandits.world import UserUniforms, instances
+from privbandit.families.shuffle_linear_bandits.learners import Widths, context_actions
+from privbandit.families.shuffle_linear_bandits.world import ClassContexts, UserUniforms, instances
 from privbandit.protocol.primitives.seeding import stream
 from privbandit.protocol.spine.errors import ProtocolError
 from privbandit.protocol.spine.events import Join, Plan, Release, Round, Truth
@@ -136,15 +136,23 @@ class BanditServer:
 
 
 class BanditUsers:
-    """Algorithm 4's users of R runs: the linear family's fixed arms, rewards 1{U < μ}, P_Vec."""
+    """Algorithm 4's users of R runs: the linear family's fixed arms, rewards 1{U < μ}, P_Vec; or, with
+    ``environment.conversion = "classes"``, each user her own arm set and her label's reward 1{a = y_t}
+    (:class:`~privbandit.families.shuffle_linear_bandits.world.ClassContexts`; regret = mistakes)."""
 
     def __init__(self, a: linucb.Alg4, env, seed: int, runs: list[int], label: str, checkpoints: np.ndarray):
         self.a = a
         self.schedule = Schedule(a)
-        self.inst = instances(env.generator, env.arms, a.d, seed, runs)
-        self.choose = Widths(self.inst.arms)
-        self.means = self.inst.means
-        self.best = self.means.max(axis=1)
+        self.contexts = None
+        if getattr(env, "conversion", "fixed-arms") == "classes":
+            self.contexts = ClassContexts(env.generator, env.arms, a.d, seed, runs)
+            self.means = np.zeros((len(runs), env.arms))  # per user: the label's one-hot (act)
+            self.best = np.ones(len(runs))
+        else:
+            self.inst = instances(env.generator, env.arms, a.d, seed, runs)
+            self.choose = Widths(self.inst.arms)
+            self.means = self.inst.means
+            self.best = self.means.max(axis=1)
         self.ridx = np.arange(len(runs))
         self.seed, self.runs, self.label = seed, runs, label
         self.uniforms = UserUniforms(seed, runs)
@@ -167,11 +175,17 @@ class BanditUsers:
         if theta.shape != (R, d) or v_inv.shape != (R, d, d):
             raise ValueError(f"plan {plan.id}: θ̂ {theta.shape} and V⁻¹ {v_inv.shape} do not fit {R} runs in d = {d}")
         u = self.uniforms.get(plan.first_user, plan.cohort)  # the linear family's U_t (paired with it)
+        own = labels = None
+        if self.contexts is not None:  # each user's own arm set (R, n, K, d) and label (R, n)
+            own, labels = self.contexts.users(plan.first_user, plan.cohort)
         if self.a.policy == "random":  # every user a uniformly random arm, from a stream of its own
             arms = self.means.shape[1]
             picks = np.stack([stream(self.seed, "cs-random-arm", r, plan.first_user).integers(0, arms, plan.cohort)
                               for r in self.runs])
-            mu = self.means[self.ridx[:, None], picks]
+            mu = self.means[self.ridx[:, None], picks] if own is None else (picks == labels).astype(np.float64)
+        elif own is not None:
+            picks = context_actions(own, theta, v_inv, float(body["beta"]))  # step 3, user by user
+            mu = (picks == labels).astype(np.float64)
         else:
             act = self.choose(theta, v_inv, float(body["beta"]))  # step 3
             mu = np.broadcast_to(self.means[self.ridx, act][:, None], u.shape)
@@ -186,7 +200,10 @@ class BanditUsers:
                           pseudo_at=pseudo[:, at], realized_at=realized[:, at])
         if not plan.joins:
             return BlockAnswer(truth, [])
-        x = np.broadcast_to(self.inst.arms[self.ridx, act][:, None, :], u.shape + (d,))
+        if own is None:
+            x = np.broadcast_to(self.inst.arms[self.ridx, act][:, None, :], u.shape + (d,))
+        else:
+            x = np.take_along_axis(own, picks[:, :, None, None], axis=2)[:, :, 0]  # each user's own φ(c_t, a_t)
         entries = slb.user_entries(x, y)
         if size != plan.cohort:  # s_1 ≤ USER_BLOCK: a batch is always one block
             raise ValueError(f"plan {plan.id}: a lowest-level batch of {plan.cohort} users split into blocks")

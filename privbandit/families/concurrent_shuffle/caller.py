@@ -49,6 +49,9 @@ def caller_users(fam, config, label: str, run: int, ask, contexts=None):
     """The users of run ``run`` of Algorithm 4's ``label`` with the caller's arms ``contexts`` (K, d),
     within the bounds P_Vec is calibrated to, and the caller's rewards."""
     env = config.environment
+    if env.conversion != "fixed-arms":
+        raise ValueError(f"environment.conversion = {env.conversion!r} is a simulated world (a dataset's users and "
+                         f"labels); a caller's world brings its own arms: leave conversion at 'fixed-arms'")
     x = None if contexts is None else np.asarray(contexts, dtype=np.float64)
     if x is None or x.shape != (env.arms, env.dim):
         raise ValueError(f"contexts: the {env.arms} arms' features, shape ({env.arms}, {env.dim}) "

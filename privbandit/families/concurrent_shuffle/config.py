@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from privbandit.datasets.real import DATASETS, check_fixed_arms
+from privbandit.datasets.real import DATASETS, check_classes, check_fixed_arms
 from privbandit.families.concurrent_shuffle.mechanisms import PROTOCOLS
 from privbandit.families.concurrent_shuffle.tree import MODES, tree_for
 from privbandit.families.concurrent_shuffle.world import INPUTS
@@ -34,6 +34,9 @@ class BanditEnvironment(StrictModel):
     arms: Annotated[int, Field(ge=2, le=10_000)] = 100
     dim: Annotated[int, Field(ge=2, le=16)] = 5
     generator: Literal[GENERATORS] = "paper"  # type: ignore[valid-type]
+    # "fixed-arms": K arms every user shares. "classes" (a real generator): the supervised-to-bandit
+    # conversion, each user her own arm set (the linear family's world.ClassContexts), reward 1{a = y_t}.
+    conversion: Literal["fixed-arms", "classes"] = "fixed-arms"
 
 
 class CounterAlgorithm(StrictModel):
@@ -67,7 +70,12 @@ class CounterExperiment(ExperimentFile):
     @model_validator(mode="after")
     def _real_sizes(self):
         env = self.environment
-        if env.generator in DATASETS:  # checked here, not when the run draws its instance
+        if env.conversion == "classes" and env.generator not in DATASETS:
+            raise ValueError(f"environment.conversion = 'classes' needs a real generator ({', '.join(DATASETS)}), "
+                             f"not generator = {env.generator!r}")
+        if env.conversion == "classes":  # checked here, not when the run draws its users
+            check_classes(env.generator, env.arms, env.dim)
+        elif env.generator in DATASETS:
             check_fixed_arms(env.generator, env.arms, env.dim)
         return self
 
