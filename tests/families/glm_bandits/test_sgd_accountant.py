@@ -89,3 +89,33 @@ def test_the_amplified_bound_alone_floors_and_the_min_does_not():
 def test_bad_bound_names_the_field():
     with pytest.raises(ValueError, match="bound must be one of"):
         m.sgd_epsilon(100, 10, 5, 1.0, 1e-3, bound="gaussian")
+
+
+def test_the_ledger_states_what_the_calibration_meets(tmp_path):
+    """A Private-GLM call's ledger event is (ε_o, δ_o) on the basis the calibration used, and the noise
+    :func:`dp_sgd` draws meets that ε at that δ (a call above one batch, where both curves count)."""
+    from privbandit.families.glm_bandits import parties as gp
+    from privbandit.families.glm_bandits.config import GLMExperiment
+    from privbandit.families.glm_bandits.family import FAMILY
+    from privbandit.runner.config import validate_experiment
+
+    p = tmp_path / "g.toml"
+    p.write_text('family = "glm-bandits"\nhorizon = 3000\nseed = 5\nepsilon = 8.0\ndelta = 0.02\nruns = 2\n'
+                 'preset = "paper-code"\n[environment]\nlink = "probit"\ndim = 3\narms = 20\nnorm = 2.0\n'
+                 '[algorithms.private-glm]\n')
+    config = validate_experiment(GLMExperiment, p)[0]
+    s = gp.setup(FAMILY.public_task(config, "private-glm", [0, 1]))
+    event = gp.dp_sgd_event(s, "tau")
+    eps, delta = event.approx
+    assert event.basis == gp.SGD_BASIS and "unamplified" in event.basis and "Thm 27" in event.basis
+    rng = np.random.default_rng(3)
+    n = 2100
+    x = rng.standard_normal((n, 3))
+    x /= np.maximum(1, np.linalg.norm(x, axis=1))[:, None]
+    r = (rng.random(n) < 0.5).astype(float)
+    settings = m.SGDSettings(epochs=2, burn_in=1)
+    _, z = m.dp_sgd("probit", x, r, 1.0, 2.0, eps, delta, settings, rng)
+    steps = settings.epochs * math.ceil(n / settings.batch)
+    assert m.sgd_epsilon(n, settings.batch, steps, z, delta) <= eps
+    # and the amplified bound alone would have needed more noise for this call (q = 2048/2100)
+    assert m.sgd_epsilon(n, settings.batch, steps, z, delta, bound="amplified") > eps
