@@ -142,13 +142,18 @@ def switching_event(s: Setup) -> PrivacyEvent:
                                                 "(post-processing of the V tree here: a conservative charge)")
 
 
+# What :func:`~.mechanisms.sgd_noise_multiplier` calibrates each call to (the ledger states no more).
+SGD_BASIS = ("DP-SGD: dp-accounting RDP, replace-one, per order the smaller of the sampled-without-replacement "
+             "curve (Wang–Balle–Kasiviswanathan 2019 Thm 27) and the unamplified Gaussian's (steps·α/(2z²)); "
+             "exact discrete Gaussian on a grid")
+
+
 def dp_sgd_event(s: Setup, part: str) -> PrivacyEvent:
     """One DP-SGD call of optimizer ``part`` ("o": θ̂_o, "tau": θ̂_τ): the largest per-call budget of the
     stacked runs (their κ may differ)."""
     eps = max(c.eps_o if part == "o" else c.eps_tau for c in s.spec.consts)
     delta = max(c.delta_o if part == "o" else c.delta_tau for c in s.spec.consts)
-    return ApproxDP(eps, delta, "DP-SGD: dp-accounting RDP, sampling without replacement (Wang–Balle–"
-                                "Kasiviswanathan 2019), replace-one, exact discrete Gaussian on a grid")
+    return ApproxDP(eps, delta, SGD_BASIS)
 
 
 def optimizer_spends(recorded: dict, count1: np.ndarray, count2: np.ndarray, event) -> list[Spend]:
