@@ -50,6 +50,10 @@ GRID = 2.0**-8
 VEC_CONSTANT = 24e4  # eq. (127)'s constant in b
 # Rényi orders of the DP-SGD noise search (a short list: the accountant's WOR bound is slow).
 SGD_ORDERS = (1.5, 2, 2.5, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 128, 256)
+# The amplified bound's orders tried first: 128 and 256 are 85 % of a sampled-without-replacement
+# evaluation (an O(α²) pure-Python sum each; docs/performance.md, "GLM family against the authors'
+# code"). :func:`sgd_epsilon` adds them only when the optimum sits at the edge of these.
+SGD_LOW_ORDERS = tuple(o for o in SGD_ORDERS if o <= 64)
 
 
 def tree_levels(horizon: int) -> int:
@@ -349,15 +353,16 @@ def _sgd_orders() -> np.ndarray:
     return np.unique(np.concatenate([np.array(SGD_ORDERS, dtype=np.float64), EVENT_ORDERS]))
 
 
-def sgd_rdp_curves(n: int, batch: int, steps: int, noise_multiplier: float
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def sgd_rdp_curves(n: int, batch: int, steps: int, noise_multiplier: float,
+                   amplified_orders: tuple = SGD_ORDERS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(orders, amplified, unamplified): two valid Rényi curves of ``steps`` DP-SGD steps, each a
     Gaussian of noise multiplier z on a replace-one-sensitivity-Δ sum over ``batch`` of n examples
     drawn without replacement, afresh at every step (:func:`dp_sgd`), both by dp-accounting's
     public API (:class:`RdpAccountant`, its ``rdp`` property):
 
     - amplified: ``steps`` × Wang, Balle & Kasiviswanathan (2019) Thm 27 (sampling without
-      replacement, replace-one), at :data:`SGD_ORDERS` only (inf elsewhere; it is O(α²) per order).
+      replacement, replace-one), at ``amplified_orders`` only (default :data:`SGD_ORDERS`; inf
+      elsewhere, which only loosens the minimum below; it is O(α²) per order).
       It is loose at large z (measured: ε at δ = 10⁻⁶ floors near 0.31 for 30 steps of 2048 of 2100,
       0.19 for 45 steps of 2048 of 5000, however large z) and, for q = batch/n near 1, above the
       unamplified curve at every z;
@@ -380,11 +385,11 @@ def sgd_rdp_curves(n: int, batch: int, steps: int, noise_multiplier: float
     unamplified = gauss.rdp
     if batch >= n:
         return orders, unamplified.copy(), unamplified  # q = 1: no amplification to claim
-    wor = RdpAccountant(list(SGD_ORDERS), dp_accounting.NeighboringRelation.REPLACE_ONE)
+    wor = RdpAccountant(list(amplified_orders), dp_accounting.NeighboringRelation.REPLACE_ONE)
     wor.compose(dp_accounting.SampledWithoutReplacementDpEvent(n, batch, dp_accounting.GaussianDpEvent(
         noise_multiplier)), steps)
     amplified = np.full(orders.shape, np.inf)
-    amplified[np.searchsorted(orders, np.array(SGD_ORDERS, dtype=np.float64))] = wor.rdp
+    amplified[np.searchsorted(orders, np.array(amplified_orders, dtype=np.float64))] = wor.rdp
     return orders, amplified, unamplified
 
 
@@ -394,13 +399,22 @@ def sgd_epsilon(n: int, batch: int, steps: int, noise_multiplier: float, delta: 
     """ε at δ of ``steps`` DP-SGD steps (:func:`sgd_rdp_curves`), replace-one neighbours, converted by
     dp-accounting's :func:`compute_epsilon` (Canonne et al. 2020 / Asoodeh et al. 2020 conversion).
     ``bound``: "min" (the calibration's and the ledger's: the per-order minimum of the two curves),
-    "amplified" or "unamplified" (each curve alone, for comparison)."""
+    "amplified" or "unamplified" (each curve alone, for comparison).
+
+    "min" first takes the amplified curve at :data:`SGD_LOW_ORDERS` only, and all of :data:`SGD_ORDERS`
+    only when the optimal order is 64 or above: the curve without the two costly orders is pointwise
+    no lower, so the ε it gives is never below the full one (never understated)."""
     from dp_accounting.rdp import compute_epsilon
 
+    if bound not in ("min", "amplified", "unamplified"):
+        raise ValueError(f"bound must be one of ['amplified', 'min', 'unamplified']; got {bound!r}")
+    if bound == "min":
+        orders, amplified, unamplified = sgd_rdp_curves(n, batch, steps, noise_multiplier, SGD_LOW_ORDERS)
+        eps, order = compute_epsilon(orders, np.minimum(amplified, unamplified), delta)
+        if order < SGD_LOW_ORDERS[-1]:
+            return float(eps)
     orders, amplified, unamplified = sgd_rdp_curves(n, batch, steps, noise_multiplier)
     curves = {"min": np.minimum(amplified, unamplified), "amplified": amplified, "unamplified": unamplified}
-    if bound not in curves:
-        raise ValueError(f"bound must be one of {sorted(curves)}; got {bound!r}")
     return float(compute_epsilon(orders, curves[bound], delta)[0])
 
 

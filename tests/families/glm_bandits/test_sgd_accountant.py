@@ -119,3 +119,18 @@ def test_the_ledger_states_what_the_calibration_meets(tmp_path):
     assert m.sgd_epsilon(n, settings.batch, steps, z, delta) <= eps
     # and the amplified bound alone would have needed more noise for this call (q = 2048/2100)
     assert m.sgd_epsilon(n, settings.batch, steps, z, delta, bound="amplified") > eps
+
+
+@pytest.mark.parametrize("n, steps", [(2100, 30), (5000, 45), (15000, 120)])
+@pytest.mark.parametrize("z", [0.8, 2.0, 8.0, 64.0, 1e3])
+def test_the_short_order_list_never_understates(n, steps, z):
+    """sgd_epsilon's "min" tries the amplified curve without orders 128 and 256 first: its ε is never
+    below the full computation's (the curve is pointwise no lower), and equal where the optimum is low."""
+    from dp_accounting.rdp import compute_epsilon
+
+    orders, amp, unamp = m.sgd_rdp_curves(n, 2048, steps, z)
+    full, order = compute_epsilon(orders, np.minimum(amp, unamp), 1e-6)
+    fast = m.sgd_epsilon.__wrapped__(n, 2048, steps, z, 1e-6)
+    assert fast >= full - 1e-12
+    if order < 64:
+        assert fast == pytest.approx(full, rel=1e-9)
