@@ -50,6 +50,7 @@ from privbandit.protocol.primitives.secagg.batch import (
     rows_of,
 )
 from privbandit.protocol.primitives.secagg.errors import SecAggError
+from privbandit.protocol.primitives.secagg.graph import MaskingGraph, contiguous_hosts
 from privbandit.protocol.primitives.secagg.protocol import LIMBS
 from privbandit.services import codec
 
@@ -74,10 +75,31 @@ log = logging.getLogger("privbandit.secagg")
 
 
 def secure_host(users: np.ndarray, shards: int) -> np.ndarray:
-    """The fleet that runs each user's side of a secure round: user u on fleet u mod N. Public, so
-    the aggregator routes each share ciphertext to its recipient's fleet; by id rather than by
-    65,536-user block, so a round's protocol work is spread over every fleet."""
+    """The fleet that runs each user's side of a secure round under the ``"id"`` hosting rule:
+    user u on fleet u mod N. Public, so the aggregator routes each share ciphertext to its
+    recipient's fleet; by id rather than by 65,536-user block, so a round's protocol work is
+    spread over every fleet. Needs no graph, so a fleet can keep its users' inputs block by block,
+    before the round's cohort is complete."""
     return np.asarray(users, dtype=np.int64) % shards
+
+
+HOSTING = ("id", "ring")
+
+
+def round_hosts(graph: MaskingGraph, users, shards: int, hosting: str) -> np.ndarray:
+    """The fleet of each of ``users`` in a round of ``graph``. ``"id"``: :func:`secure_host`.
+    ``"ring"``: :func:`~privbandit.protocol.primitives.secagg.graph.contiguous_hosts`, the
+    masking graph's ring cut into one arc per fleet, so that all but the edges across the arcs'
+    ends join two users of one fleet, whose pairwise keys that fleet derives once for both
+    (:class:`~privbandit.protocol.primitives.secagg.keys.CheckedAdverts`), and a fleet reads the
+    advertisements of its own arc and of k/2 users past either end only (issue #33). ``"ring"``
+    needs the round's whole cohort (the graph), so a fleet using it must keep every user's input
+    until the round starts. Both are public rules: every fleet and the aggregator compute them."""
+    if hosting == "id":
+        return secure_host(users, shards)
+    if hosting == "ring":
+        return contiguous_hosts(graph, users, shards)
+    raise ValueError(f"hosting must be one of {HOSTING}, got {hosting!r}")
 
 
 @dataclass
@@ -240,8 +262,11 @@ class FleetSecAgg:
     aggregator's directory, delivery and survivor messages."""
 
     def __init__(self, run: str, task: int, shard: int, shards: int, identities, send: Send,
-                 auth: ReportAuthenticator):
+                 auth: ReportAuthenticator, hosting: str = "id"):
+        if hosting not in HOSTING:
+            raise ValueError(f"hosting must be one of {HOSTING}, got {hosting!r}")
         self.run, self.task, self.shard, self.shards = run, task, shard, shards
+        self.hosting = hosting  # the public rule that puts a round's users on fleets (round_hosts)
         self.identities = identities
         self.auth = auth
         self.send = send
@@ -286,14 +311,19 @@ class FleetSecAgg:
 
     async def start(self, rnd, cohort: np.ndarray, values: dict[int, np.ndarray], dropouts: list[int]) -> None:
         """Round 0 for this fleet's users of round ``rnd``, whose users are ``cohort`` (its joins'
-        members, ``rnd.expected`` of them); ``values`` and ``dropouts`` are the ones hosted here,
-        possibly none: an empty final chunk."""
-        cost = self.costs[rnd.id] = RoundCost(rnd.id, len({*values, *dropouts}))
+        members, ``rnd.expected`` of them). ``values`` (reporting users' inputs) and ``dropouts``
+        hold at least the users :func:`round_hosts` puts on this fleet, possibly none (then an
+        empty final chunk); this fleet runs those and ignores the rest."""
+        cost = self.costs[rnd.id] = RoundCost(rnd.id, 0)
 
         def setup():
             config, graph = round_setup(self.run, self.task, rnd.id, cohort, rnd.m, rnd.secagg,
                                         rnd.secagg_degree, rnd.secagg_threshold, rnd.width)
-            fleet = FleetRound(config, graph, self.identities, values, dropouts)
+            given = np.asarray([*values, *dropouts], dtype=np.int64)
+            here = set(given[round_hosts(graph, given, self.shards, self.hosting) == self.shard].tolist())
+            fleet = FleetRound(config, graph, self.identities, {u: v for u, v in values.items() if u in here},
+                               [u for u in dropouts if u in here])
+            cost.users = len(here)
             return graph, fleet, fleet.advertise()
 
         with _Timed(cost, "advertise"):
@@ -346,7 +376,10 @@ class AggregatorSecAgg:
     def __init__(self, run: str, task: int, step_deadline_s: float, send: Send,
                  release: Callable[[int, np.ndarray, int], Awaitable[None]],
                  abort: Callable[[int, str], Awaitable[None]], rejected: Counter,
-                 auth: ReportAuthenticator | FleetKeys):
+                 auth: ReportAuthenticator | FleetKeys, hosting: str = "id"):
+        if hosting not in HOSTING:
+            raise ValueError(f"hosting must be one of {HOSTING}, got {hosting!r}")
+        self.hosting = hosting  # the fleets' rule (round_hosts): where each recipient's mail goes
         self.auth = auth  # every fleet's chunk key (FleetKeys): one fleet cannot sign for another
         self.rejected = rejected  # the service's counters: the server's refusals land there
         self.run, self.task = run, task
@@ -492,10 +525,10 @@ class AggregatorSecAgg:
         self._closing.clear()
 
     async def _deliver(self, round_id: int, shares: Shares) -> None:
-        # Route each ciphertext to the fleet hosting its recipient (secure_host), so a fleet gets
+        # Route each ciphertext to the fleet hosting its recipient (round_hosts), so a fleet gets
         # its own users' mail only.
         shards = self.shards or 1
-        host = secure_host(shares.recipients, shards)
+        host = round_hosts(self.rounds[round_id][0].server.graph, shares.recipients, shards, self.hosting)
         rows = np.frombuffer(shares.ciphertexts, dtype=np.uint8).reshape(-1, CIPHERTEXT_BYTES)
         for i in range(shards):
             mine = host == i
