@@ -317,7 +317,8 @@ class CpuSampler(threading.Thread):
         return dict(self.cpu)
 
 
-def fleet_round(n: int, fleets: int, step_deadline_s: float, seed: int, keep: Path | None = None) -> dict:
+def fleet_round(n: int, fleets: int, step_deadline_s: float, seed: int, keep: Path | None = None,
+                stall_timeout_s: float = 1200.0) -> dict:
     """One sparse secure round of ``n`` users, as ``privbandit run FILE --transport mqtt`` runs it:
     the analyzer, the aggregator, ``fleets`` user fleets and the observer, each its own process,
     over a private Mosquitto with the run's ACLs. The experiment is Dist-DP-SE on two equal arms
@@ -351,6 +352,8 @@ def fleet_round(n: int, fleets: int, step_deadline_s: float, seed: int, keep: Pa
             for p in parties:  # a fleet may need longer than the default 30 s for one step of a large round
                 if p.name == "aggregator":
                     p.argv += ["--secagg-step-deadline", str(step_deadline_s)]
+                if p.name == "observer":  # … and a round of 10⁴ users on a loaded machine over 240 s
+                    p.argv += ["--stall-timeout", str(stall_timeout_s)]
             wall = time.perf_counter()
             sampler = None
             try:
@@ -575,6 +578,8 @@ def main() -> None:
                     "fleets (secagg_rounds.round_hosts): id = u mod N, ring = one arc of the masking graph per fleet")
     ap.add_argument("--step-deadline", type=float, default=600.0, help="--fleets: the aggregator's "
                     "--secagg-step-deadline (s)")
+    ap.add_argument("--stall-timeout", type=float, default=1200.0, help="--fleets: the observer's --stall-timeout "
+                    "(s): at load 15–20 a round of 10⁴ users took 227 s, near the default 240 s")
     ap.add_argument("--seed", type=int, default=3, help="--fleets: the experiment's seed")
     ap.add_argument("--keep", help="--fleets: keep the sessions' files (logs, summaries) under this directory")
     args = ap.parse_args()
@@ -599,7 +604,8 @@ def main() -> None:
     if args.fleets:
         rows = []
         for n in args.n:
-            rows.append(fleet_round(n, args.fleets, args.step_deadline, args.seed, args.keep and Path(args.keep) / str(n)))
+            rows.append(fleet_round(n, args.fleets, args.step_deadline, args.seed, args.keep and Path(args.keep) / str(n),
+                                    args.stall_timeout))
             print_fleet_rows(rows[-1:])
         if args.json:
             with open(args.json, "w") as f:

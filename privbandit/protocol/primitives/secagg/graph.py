@@ -163,4 +163,3 @@ def intra_fraction(graph: MaskingGraph, hosts: dict[int, int]) -> float:
                 total += 1
                 same += hosts[u] == hosts[v]
     return same / total if total else 1.0
-
