@@ -369,6 +369,18 @@ class FleetSecAgg:
         return None
 
 
+def _origins(msgs: list[codec.SecAggMsg]) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, fleets)``: each advertised user, sorted, and the fleet whose chunk carried it (the
+    last one, in the order the server reads the chunks, if two did: the advertisement it keeps)."""
+    ids = [np.asarray(m.ids).astype(np.int64) for m in msgs]
+    if not ids or not sum(a.size for a in ids):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    users = np.concatenate(ids)
+    fleets = np.concatenate([np.full(a.size, m.shard, dtype=np.int64) for a, m in zip(ids, msgs)])
+    last = users.size - 1 - np.unique(users[::-1], return_index=True)[1]  # each id's last row
+    return users[last], fleets[last]
+
+
 class AggregatorSecAgg:
     """The aggregator's secure rounds: collect a step from every fleet (or until its deadline),
     run the server's step, send the result on, and finally release ``(Σ y mod m, |U₃|)``."""
@@ -379,7 +391,8 @@ class AggregatorSecAgg:
                  auth: ReportAuthenticator | FleetKeys, hosting: str = "id"):
         if hosting not in HOSTING:
             raise ValueError(f"hosting must be one of {HOSTING}, got {hosting!r}")
-        self.hosting = hosting  # the fleets' rule (round_hosts): where each recipient's mail goes
+        self.hosting = hosting  # the fleets' rule (round_hosts), for a recipient no fleet advertised
+        self.origins: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # round → (user ids, fleet that advertised each)
         self.auth = auth  # every fleet's chunk key (FleetKeys): one fleet cannot sign for another
         self.rejected = rejected  # the service's counters: the server's refusals land there
         self.run, self.task = run, task
@@ -475,6 +488,7 @@ class AggregatorSecAgg:
         try:
             batch = from_messages(step, box.messages())
             if step == "advertise":
+                self.origins[round_id] = _origins(box.messages())
                 out = ("directory", server.directory(batch))
             elif step == "shares":
                 out = ("delivery", server.deliveries(batch))
@@ -511,6 +525,7 @@ class AggregatorSecAgg:
 
     def _close(self, round_id: int, outcome: str = "aborted") -> None:
         del self.rounds[round_id]
+        self.origins.pop(round_id, None)
         self.extending = {key for key in self.extending if key[0] != round_id}
         cost = self.costs.pop(round_id, None)
         if cost is not None:
@@ -525,10 +540,16 @@ class AggregatorSecAgg:
         self._closing.clear()
 
     async def _deliver(self, round_id: int, shares: Shares) -> None:
-        # Route each ciphertext to the fleet hosting its recipient (round_hosts), so a fleet gets
-        # its own users' mail only.
+        # Route each ciphertext to the fleet hosting its recipient, so a fleet gets its own users'
+        # mail only: the fleet whose MAC'd chunk advertised the recipient (whatever public rule the
+        # fleets host by: round_hosts), else the aggregator's own rule.
         shards = self.shards or 1
         host = round_hosts(self.rounds[round_id][0].server.graph, shares.recipients, shards, self.hosting)
+        ids, origin = self.origins.get(round_id, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+        if ids.size:
+            at = np.minimum(np.searchsorted(ids, shares.recipients), ids.size - 1)
+            known = ids[at] == shares.recipients
+            host[known] = origin[at[known]]
         rows = np.frombuffer(shares.ciphertexts, dtype=np.uint8).reshape(-1, CIPHERTEXT_BYTES)
         for i in range(shards):
             mine = host == i

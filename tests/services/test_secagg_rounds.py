@@ -132,11 +132,13 @@ def test_fleets_route_mail_by_the_public_host_rule():
     assert got == {0: [6, 8 + 3 * USER_BLOCK], 1: [5, 5 + USER_BLOCK]}
 
 
+@pytest.mark.parametrize("agg_rule", ["ring", "id"])
 @pytest.mark.parametrize("fleets", [1, 2, 3])
-def test_ring_hosting_releases_the_exact_sum_and_routes_mail_to_each_arc(fleets):
+def test_ring_hosting_releases_the_exact_sum_and_routes_mail_to_each_arc(fleets, agg_rule):
     """Issue #33: users hosted by arcs of the masking graph's ring (secagg_rounds.round_hosts
     "ring"); every fleet is handed every input and runs its arc's users only, the aggregator routes
-    each ciphertext to its recipient's arc, and the sum is exact under dropouts after sharing."""
+    each ciphertext to its recipient's arc (to the fleet that advertised it, whatever rule the
+    aggregator itself was given), and the sum is exact under dropouts after sharing."""
     from privbandit.protocol.primitives.secagg.batch import round_setup
     from privbandit.protocol.primitives.secagg.graph import contiguous_hosts
 
@@ -146,6 +148,7 @@ def test_ring_hosting_releases_the_exact_sum_and_routes_mail_to_each_arc(fleets)
     values = {u: int(v) for u, v in enumerate(rng.integers(0, M, n)) if u not in dropouts}
     s = _Session(n, "sparse", values, dropouts=dropouts, fleets=fleets, hosting="ring")
     s.round = Round(7, "aggregator", "sum", n, m=M, secagg="sparse", secagg_degree=8, secagg_threshold=4)
+    s.agg.hosting = agg_rule
     mail = Counter()
     fleet_send = s.agg.send
 
@@ -161,6 +164,7 @@ def test_ring_hosting_releases_the_exact_sum_and_routes_mail_to_each_arc(fleets)
     arcs = contiguous_hosts(graph, np.arange(n), fleets)
     assert [f.finished[-1].users for f in s.fleets] == np.bincount(arcs, minlength=fleets).tolist()
     assert dict(mail) == {f: 8 * int((arcs == f).sum()) for f in range(fleets)}  # k shares in per user
+    assert s.agg.origins == {}  # forgotten with the round
     with pytest.raises(ValueError, match="hosting must be one of"):
         FleetSecAgg("r1", 0, 0, 1, IDENTITY, watch, fleet_auth(0), hosting="block")
 
