@@ -6,6 +6,7 @@
     .venv/bin/python benchmarks/bench_secagg.py --corrupt-fraction 0.05 --dropout-rate 0.1   # the threat model
     .venv/bin/python benchmarks/bench_secagg.py --fleets 2 --n 100 1000 10000   # between real processes
     .venv/bin/python benchmarks/bench_secagg.py --wire --n 10000          # the services' code, one process
+    .venv/bin/python benchmarks/bench_secagg.py --wire --fleets 2 --hosting ring --n 10000   # … as two fleets
 
 The graph's degree k and threshold t come from a threat model (``parameters.graph_for``; defaults
 γ = 0.05 corrupt, δ = 0.1 dropouts, 2⁻⁴⁰ / 2⁻²⁰): what a run with those settings would use. The
@@ -316,7 +317,8 @@ class CpuSampler(threading.Thread):
         return dict(self.cpu)
 
 
-def fleet_round(n: int, fleets: int, step_deadline_s: float, seed: int, keep: Path | None = None) -> dict:
+def fleet_round(n: int, fleets: int, step_deadline_s: float, seed: int, keep: Path | None = None,
+                stall_timeout_s: float = 1200.0) -> dict:
     """One sparse secure round of ``n`` users, as ``privbandit run FILE --transport mqtt`` runs it:
     the analyzer, the aggregator, ``fleets`` user fleets and the observer, each its own process,
     over a private Mosquitto with the run's ACLs. The experiment is Dist-DP-SE on two equal arms
@@ -350,6 +352,8 @@ def fleet_round(n: int, fleets: int, step_deadline_s: float, seed: int, keep: Pa
             for p in parties:  # a fleet may need longer than the default 30 s for one step of a large round
                 if p.name == "aggregator":
                     p.argv += ["--secagg-step-deadline", str(step_deadline_s)]
+                if p.name == "observer":  # … and a round of 10⁴ users on a loaded machine over 240 s
+                    p.argv += ["--stall-timeout", str(stall_timeout_s)]
             wall = time.perf_counter()
             sampler = None
             try:
@@ -403,21 +407,25 @@ def fleet_round(n: int, fleets: int, step_deadline_s: float, seed: int, keep: Pa
     }
 
 
-def wire_round(n: int, seed: int = 1) -> dict:
+def wire_round(n: int, seed: int = 1, shards: int = 1, hosting: str = "id") -> dict:
     """The round of :func:`fleet_round` (n users, ⌊dropout_rate·n⌋ of them dropping after sharing,
-    (k, t) from the threat model) through the services' step machines (``FleetSecAgg``, one fleet
-    hosting the cohort as in the distributed run, and ``AggregatorSecAgg``) in this one process,
-    every message encoded and decoded by the codec, no broker: each side's CPU
-    (``time.process_time``) without the broker's and the other processes' noise. Long-term
-    identities are derived before the clock starts (the PKI)."""
+    (k, t) from the threat model) through the services' step machines (``shards`` × ``FleetSecAgg``
+    hosting the cohort by the ``hosting`` rule, as in the distributed run, and ``AggregatorSecAgg``)
+    in this one process, every message encoded and decoded by the codec, no broker: each party's CPU
+    (``time.process_time``) without the broker's and the other processes' noise. The fleets run one
+    after another here; with one core each, the round's wall time would be about the busiest
+    fleet's CPU plus the aggregator's (``idle_estimate_s``). Long-term identities are derived before
+    the clock starts (the PKI). Also reported, per fleet: the signatures it verified and the
+    pairwise keys it derived, and the fraction of the graph's edges within one fleet."""
     import asyncio
+    import inspect
     from collections import Counter
 
     from privbandit.protocol.primitives.report_auth import FleetKeys, ReportAuthenticator, fleet_key
-    from privbandit.protocol.primitives.secagg.batch import UserIdentities
+    from privbandit.protocol.primitives.secagg.batch import UserIdentities, round_setup
     from privbandit.protocol.spine.events import Round
     from privbandit.services import codec
-    from privbandit.services.secagg_rounds import AggregatorSecAgg, FleetSecAgg
+    from privbandit.services import secagg_rounds as sr
 
     g = graph_for("sparse", n, THREAT)
     rnd = Round(7, "aggregator", "sum", n, m=M, secagg="sparse", secagg_degree=g.k, secagg_threshold=g.t)
@@ -430,12 +438,16 @@ def wire_round(n: int, seed: int = 1) -> dict:
     for u in range(n):
         identities.public(u)
     queue, out, cpu = [], [], Counter()
+    # the code before issue #33 has no hosting rule (user u on fleet u mod N): measure it as it is
+    rule = {"hosting": hosting} if "hosting" in inspect.signature(sr.FleetSecAgg).parameters else {}
+    if hosting != "id" and not rule:
+        raise SystemExit("this checkout's FleetSecAgg has only the id hosting rule")
 
     async def up(msg):
         queue.append(("aggregator", codec.decode(codec.encode(msg))))
 
     async def down(msg):
-        queue.append(("fleet", codec.decode(codec.encode(msg))))
+        queue.append(("fleets", codec.decode(codec.encode(msg))))
 
     async def release(round_id, value, count):
         out.append((value, count))
@@ -443,27 +455,44 @@ def wire_round(n: int, seed: int = 1) -> dict:
     async def abort(round_id, why):
         raise RuntimeError(why)
 
-    agg = AggregatorSecAgg("bench", 0, 1e9, down, release, abort, Counter(), FleetKeys(5))
-    fleet = FleetSecAgg("bench", 0, 0, 1, identities, up, ReportAuthenticator(fleet_key(5, 0)))
+    agg = sr.AggregatorSecAgg("bench", 0, 1e9, down, release, abort, Counter(), FleetKeys(5), **rule)
+    fleets = [sr.FleetSecAgg("bench", 0, i, shards, identities, up, ReportAuthenticator(fleet_key(5, i)), **rule)
+              for i in range(shards)]
+    books = {}
 
     async def run():
         cohort = np.arange(rnd.expected)
         agg.open(rnd, cohort)
-        t0 = time.process_time()
-        await fleet.start(rnd, cohort, values, dropped)
-        cpu["fleet"] += time.process_time() - t0
+        for i, fleet in enumerate(fleets):  # every fleet is handed every input; each keeps its own
+            mine = (lambda u: True) if rule else (lambda u: u % shards == i)  # noqa: E731  (the old code keeps all)
+            t0 = time.process_time()
+            await fleet.start(rnd, cohort, {u: v for u, v in values.items() if mine(u)}, [u for u in dropped if mine(u)])
+            cpu[f"users-{i}"] += time.process_time() - t0
+            books[i] = fleet.rounds[rnd.id].adverts
         while queue:
             where, msg = queue.pop(0)
-            t0 = time.process_time()
-            await (agg if where == "aggregator" else fleet).on_message(msg)
-            cpu[where] += time.process_time() - t0
+            parties = [("aggregator", agg)] if where == "aggregator" else [(f"users-{i}", f) for i, f in enumerate(fleets)]
+            for name, party in parties:
+                t0 = time.process_time()
+                await party.on_message(msg)
+                cpu[name] += time.process_time() - t0
 
     wall = time.perf_counter()
     _without_gc(asyncio.run)(run())
     wall = time.perf_counter() - wall
     assert out == [(sum(values.values()) % M, len(values))], "the round released a wrong sum"
-    return {"n": n, "k": g.k, "t": g.t, "survivors": len(values), "fleet_cpu_s": cpu["fleet"],
-            "aggregator_cpu_s": cpu["aggregator"], "user_cpu_ms": 1e3 * cpu["fleet"] / n, "wall_s": wall,
+    _, graph = round_setup("bench", 0, rnd.id, np.arange(n), M, "sparse", g.k, g.t)
+    hosts = getattr(sr, "round_hosts", None)
+    where = (hosts(graph, np.arange(n), shards, hosting) if hosts else sr.secure_host(np.arange(n), shards)).tolist()
+    intra = sum(where[u] == where[v] for u in range(n) for v in graph.neighbours(u)) / (n * g.k)
+    fleet_cpu = {f"users-{i}": cpu[f"users-{i}"] for i in range(shards)}
+    return {"n": n, "k": g.k, "t": g.t, "survivors": len(values), "shards": shards, "hosting": hosting,
+            "fleet_cpu_s": fleet_cpu, "hosted": {f"users-{i}": where.count(i) for i in range(shards)},
+            "verified": {f"users-{i}": b.verified for i, b in books.items()},
+            "agreed": {f"users-{i}": getattr(b, "agreed", None) for i, b in books.items()},
+            "intra_fraction": intra, "aggregator_cpu_s": cpu["aggregator"],
+            "user_cpu_ms": 1e3 * sum(fleet_cpu.values()) / n,
+            "idle_estimate_s": max(fleet_cpu.values()) + cpu["aggregator"], "wall_s": wall,
             "load": os.getloadavg()}
 
 
@@ -567,9 +596,14 @@ def main() -> None:
                     "private Mosquitto, the users in this many fleets (as privbandit run --transport mqtt runs it; "
                     "dropout_rate users of the cohort really drop out after sharing)")
     ap.add_argument("--wire", action="store_true", help="instead: the round of --fleets through the services' "
-                    "step machines and the codec in this one process, no broker (each side's CPU alone)")
+                    "step machines and the codec in this one process, no broker (each side's CPU alone); "
+                    "--fleets N: N fleet objects, one after another")
+    ap.add_argument("--hosting", default="id", choices=["id", "ring"], help="--wire: the rule that puts users on "
+                    "fleets (secagg_rounds.round_hosts): id = u mod N, ring = one arc of the masking graph per fleet")
     ap.add_argument("--step-deadline", type=float, default=600.0, help="--fleets: the aggregator's "
                     "--secagg-step-deadline (s)")
+    ap.add_argument("--stall-timeout", type=float, default=1200.0, help="--fleets: the observer's --stall-timeout "
+                    "(s): at load 15–20 a round of 10⁴ users took 227 s, near the default 240 s")
     ap.add_argument("--seed", type=int, default=3, help="--fleets: the experiment's seed")
     ap.add_argument("--keep", help="--fleets: keep the sessions' files (logs, summaries) under this directory")
     args = ap.parse_args()
@@ -577,16 +611,25 @@ def main() -> None:
     print(f"threat model: corrupt_fraction = {THREAT.corrupt_fraction:g}, dropout_rate = {THREAT.dropout_rate:g}, "
           f"security 2^-{THREAT.security_bits:g}, failure 2^-{THREAT.failure_bits:g}", flush=True)
     if args.wire:
+        rows = []
         for n in args.n:
-            r = wire_round(n)
-            print(f"wire, one process: n = {n}, k = {r['k']}, t = {r['t']}, survivors {r['survivors']}: fleet CPU "
-                  f"{r['fleet_cpu_s']:.2f} s ({r['user_cpu_ms']:.2f} ms/user), aggregator CPU {r['aggregator_cpu_s']:.2f} s, "
-                  f"wall {r['wall_s']:.1f} s, load {r['load'][0]:.2f}", flush=True)
+            r = wire_round(n, shards=args.fleets or 1, hosting=args.hosting)
+            rows.append(r)
+            fleets = ", ".join(f"{r['fleet_cpu_s'][f]:.2f} ({r['hosted'][f]} users, {r['verified'][f]} verified, "
+                               f"{r['agreed'][f]} keys)" for f in sorted(r["fleet_cpu_s"]))
+            print(f"wire, one process, {r['shards']} fleet(s), hosting {r['hosting']}: n = {n}, k = {r['k']}, t = {r['t']}, "
+                  f"survivors {r['survivors']}, edges within a fleet {r['intra_fraction']:.4f}: fleet CPU s {fleets}; "
+                  f"{r['user_cpu_ms']:.2f} ms/user; aggregator CPU {r['aggregator_cpu_s']:.2f} s; idle estimate "
+                  f"{r['idle_estimate_s']:.2f} s; wall {r['wall_s']:.1f} s, load {r['load'][0]:.2f}", flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
         return
     if args.fleets:
         rows = []
         for n in args.n:
-            rows.append(fleet_round(n, args.fleets, args.step_deadline, args.seed, args.keep and Path(args.keep) / str(n)))
+            rows.append(fleet_round(n, args.fleets, args.step_deadline, args.seed, args.keep and Path(args.keep) / str(n),
+                                    args.stall_timeout))
             print_fleet_rows(rows[-1:])
         if args.json:
             with open(args.json, "w") as f:

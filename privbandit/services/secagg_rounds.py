@@ -50,6 +50,7 @@ from privbandit.protocol.primitives.secagg.batch import (
     rows_of,
 )
 from privbandit.protocol.primitives.secagg.errors import SecAggError
+from privbandit.protocol.primitives.secagg.graph import MaskingGraph, contiguous_hosts
 from privbandit.protocol.primitives.secagg.protocol import LIMBS
 from privbandit.services import codec
 
@@ -74,10 +75,31 @@ log = logging.getLogger("privbandit.secagg")
 
 
 def secure_host(users: np.ndarray, shards: int) -> np.ndarray:
-    """The fleet that runs each user's side of a secure round: user u on fleet u mod N. Public, so
-    the aggregator routes each share ciphertext to its recipient's fleet; by id rather than by
-    65,536-user block, so a round's protocol work is spread over every fleet."""
+    """The fleet that runs each user's side of a secure round under the ``"id"`` hosting rule:
+    user u on fleet u mod N. Public, so the aggregator routes each share ciphertext to its
+    recipient's fleet; by id rather than by 65,536-user block, so a round's protocol work is
+    spread over every fleet. Needs no graph, so a fleet can keep its users' inputs block by block,
+    before the round's cohort is complete."""
     return np.asarray(users, dtype=np.int64) % shards
+
+
+HOSTING = ("id", "ring")
+
+
+def round_hosts(graph: MaskingGraph, users, shards: int, hosting: str) -> np.ndarray:
+    """The fleet of each of ``users`` in a round of ``graph``. ``"id"``: :func:`secure_host`.
+    ``"ring"``: :func:`~privbandit.protocol.primitives.secagg.graph.contiguous_hosts`, the
+    masking graph's ring cut into one arc per fleet, so that all but the edges across the arcs'
+    ends join two users of one fleet, whose pairwise keys that fleet derives once for both
+    (:class:`~privbandit.protocol.primitives.secagg.keys.CheckedAdverts`), and a fleet reads the
+    advertisements of its own arc and of k/2 users past either end only (issue #33). ``"ring"``
+    needs the round's whole cohort (the graph), so a fleet using it must keep every user's input
+    until the round starts. Both are public rules: every fleet and the aggregator compute them."""
+    if hosting == "id":
+        return secure_host(users, shards)
+    if hosting == "ring":
+        return contiguous_hosts(graph, users, shards)
+    raise ValueError(f"hosting must be one of {HOSTING}, got {hosting!r}")
 
 
 @dataclass
@@ -240,8 +262,11 @@ class FleetSecAgg:
     aggregator's directory, delivery and survivor messages."""
 
     def __init__(self, run: str, task: int, shard: int, shards: int, identities, send: Send,
-                 auth: ReportAuthenticator):
+                 auth: ReportAuthenticator, hosting: str = "id"):
+        if hosting not in HOSTING:
+            raise ValueError(f"hosting must be one of {HOSTING}, got {hosting!r}")
         self.run, self.task, self.shard, self.shards = run, task, shard, shards
+        self.hosting = hosting  # the public rule that puts a round's users on fleets (round_hosts)
         self.identities = identities
         self.auth = auth
         self.send = send
@@ -286,14 +311,19 @@ class FleetSecAgg:
 
     async def start(self, rnd, cohort: np.ndarray, values: dict[int, np.ndarray], dropouts: list[int]) -> None:
         """Round 0 for this fleet's users of round ``rnd``, whose users are ``cohort`` (its joins'
-        members, ``rnd.expected`` of them); ``values`` and ``dropouts`` are the ones hosted here,
-        possibly none: an empty final chunk."""
-        cost = self.costs[rnd.id] = RoundCost(rnd.id, len({*values, *dropouts}))
+        members, ``rnd.expected`` of them). ``values`` (reporting users' inputs) and ``dropouts``
+        hold at least the users :func:`round_hosts` puts on this fleet, possibly none (then an
+        empty final chunk); this fleet runs those and ignores the rest."""
+        cost = self.costs[rnd.id] = RoundCost(rnd.id, 0)
 
         def setup():
             config, graph = round_setup(self.run, self.task, rnd.id, cohort, rnd.m, rnd.secagg,
                                         rnd.secagg_degree, rnd.secagg_threshold, rnd.width)
-            fleet = FleetRound(config, graph, self.identities, values, dropouts)
+            given = np.asarray([*values, *dropouts], dtype=np.int64)
+            here = set(given[round_hosts(graph, given, self.shards, self.hosting) == self.shard].tolist())
+            fleet = FleetRound(config, graph, self.identities, {u: v for u, v in values.items() if u in here},
+                               [u for u in dropouts if u in here])
+            cost.users = len(here)
             return graph, fleet, fleet.advertise()
 
         with _Timed(cost, "advertise"):
@@ -339,6 +369,18 @@ class FleetSecAgg:
         return None
 
 
+def _origins(msgs: list[codec.SecAggMsg]) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, fleets)``: each advertised user, sorted, and the fleet whose chunk carried it (the
+    last one, in the order the server reads the chunks, if two did: the advertisement it keeps)."""
+    ids = [np.asarray(m.ids).astype(np.int64) for m in msgs]
+    if not ids or not sum(a.size for a in ids):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    users = np.concatenate(ids)
+    fleets = np.concatenate([np.full(a.size, m.shard, dtype=np.int64) for a, m in zip(ids, msgs)])
+    last = users.size - 1 - np.unique(users[::-1], return_index=True)[1]  # each id's last row
+    return users[last], fleets[last]
+
+
 class AggregatorSecAgg:
     """The aggregator's secure rounds: collect a step from every fleet (or until its deadline),
     run the server's step, send the result on, and finally release ``(Σ y mod m, |U₃|)``."""
@@ -346,7 +388,11 @@ class AggregatorSecAgg:
     def __init__(self, run: str, task: int, step_deadline_s: float, send: Send,
                  release: Callable[[int, np.ndarray, int], Awaitable[None]],
                  abort: Callable[[int, str], Awaitable[None]], rejected: Counter,
-                 auth: ReportAuthenticator | FleetKeys):
+                 auth: ReportAuthenticator | FleetKeys, hosting: str = "id"):
+        if hosting not in HOSTING:
+            raise ValueError(f"hosting must be one of {HOSTING}, got {hosting!r}")
+        self.hosting = hosting  # the fleets' rule (round_hosts), for a recipient no fleet advertised
+        self.origins: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # round → (user ids, fleet that advertised each)
         self.auth = auth  # every fleet's chunk key (FleetKeys): one fleet cannot sign for another
         self.rejected = rejected  # the service's counters: the server's refusals land there
         self.run, self.task = run, task
@@ -442,6 +488,7 @@ class AggregatorSecAgg:
         try:
             batch = from_messages(step, box.messages())
             if step == "advertise":
+                self.origins[round_id] = _origins(box.messages())
                 out = ("directory", server.directory(batch))
             elif step == "shares":
                 out = ("delivery", server.deliveries(batch))
@@ -478,6 +525,7 @@ class AggregatorSecAgg:
 
     def _close(self, round_id: int, outcome: str = "aborted") -> None:
         del self.rounds[round_id]
+        self.origins.pop(round_id, None)
         self.extending = {key for key in self.extending if key[0] != round_id}
         cost = self.costs.pop(round_id, None)
         if cost is not None:
@@ -492,10 +540,16 @@ class AggregatorSecAgg:
         self._closing.clear()
 
     async def _deliver(self, round_id: int, shares: Shares) -> None:
-        # Route each ciphertext to the fleet hosting its recipient (secure_host), so a fleet gets
-        # its own users' mail only.
+        # Route each ciphertext to the fleet hosting its recipient, so a fleet gets its own users'
+        # mail only: the fleet whose MAC'd chunk advertised the recipient (whatever public rule the
+        # fleets host by: round_hosts), else the aggregator's own rule.
         shards = self.shards or 1
-        host = secure_host(shares.recipients, shards)
+        host = round_hosts(self.rounds[round_id][0].server.graph, shares.recipients, shards, self.hosting)
+        ids, origin = self.origins.get(round_id, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+        if ids.size:
+            at = np.minimum(np.searchsorted(ids, shares.recipients), ids.size - 1)
+            known = ids[at] == shares.recipients
+            host[known] = origin[at[known]]
         rows = np.frombuffer(shares.ciphertexts, dtype=np.uint8).reshape(-1, CIPHERTEXT_BYTES)
         for i in range(shards):
             mine = host == i

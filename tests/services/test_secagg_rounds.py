@@ -41,7 +41,8 @@ def _wire(msg):
 class _Session:
     """Two fleets and an aggregator, wired by in-memory queues through the codec."""
 
-    def __init__(self, cohort: int, mode: str, values: dict, dropouts=(), tamper=None, fleets=2, first_user=0):
+    def __init__(self, cohort: int, mode: str, values: dict, dropouts=(), tamper=None, fleets=2, first_user=0,
+                 hosting="id"):
         self.round = _secure_round(7, cohort, mode)
         self.first_user = first_user
         self.queue: list = []
@@ -64,9 +65,10 @@ class _Session:
         async def abort(round_id, reason):
             self.aborted.append(reason)
 
-        self.agg = AggregatorSecAgg("r1", 0, 30.0, down, release, abort, self.rejected, FLEETS)
-        self.fleets = [FleetSecAgg("r1", 0, i, fleets, IDENTITY, up, fleet_auth(i)) for i in range(fleets)]
-        self.values, self.dropouts = values, set(dropouts)
+        self.agg = AggregatorSecAgg("r1", 0, 30.0, down, release, abort, self.rejected, FLEETS, hosting=hosting)
+        self.fleets = [FleetSecAgg("r1", 0, i, fleets, IDENTITY, up, fleet_auth(i), hosting=hosting)
+                       for i in range(fleets)]
+        self.values, self.dropouts, self.hosting = values, set(dropouts), hosting
 
     def cohort(self) -> np.ndarray:
         return np.arange(self.first_user, self.first_user + self.round.expected)
@@ -75,7 +77,8 @@ class _Session:
         cohort = self.cohort()
         self.agg.open(self.round, cohort)
         for i, fleet in enumerate(self.fleets):
-            mine = lambda u: u % len(self.fleets) == i  # noqa: E731  (secure_host)
+            # secure_host; the ring rule needs the whole cohort, so each fleet is handed every input
+            mine = lambda u: self.hosting == "ring" or u % len(self.fleets) == i  # noqa: E731
             await fleet.start(self.round, cohort, {u: v for u, v in self.values.items() if mine(u)},
                               [u for u in self.dropouts if mine(u)])
         while self.queue:
@@ -127,6 +130,43 @@ def test_fleets_route_mail_by_the_public_host_rule():
     asyncio.run(s.agg._deliver(7, Shares(np.zeros(4, np.int64), recipients, b"c" * CIPHERTEXT_BYTES * 4)))
     got = {m.shard: np.asarray(m.peers).tolist() for m in shares}
     assert got == {0: [6, 8 + 3 * USER_BLOCK], 1: [5, 5 + USER_BLOCK]}
+
+
+@pytest.mark.parametrize("agg_rule", ["ring", "id"])
+@pytest.mark.parametrize("fleets", [1, 2, 3])
+def test_ring_hosting_releases_the_exact_sum_and_routes_mail_to_each_arc(fleets, agg_rule):
+    """Issue #33: users hosted by arcs of the masking graph's ring (secagg_rounds.round_hosts
+    "ring"); every fleet is handed every input and runs its arc's users only, the aggregator routes
+    each ciphertext to its recipient's arc (to the fleet that advertised it, whatever rule the
+    aggregator itself was given), and the sum is exact under dropouts after sharing."""
+    from privbandit.protocol.primitives.secagg.batch import round_setup
+    from privbandit.protocol.primitives.secagg.graph import contiguous_hosts
+
+    n = 60
+    rng = np.random.default_rng(fleets)
+    dropouts = [3, 31, 44]
+    values = {u: int(v) for u, v in enumerate(rng.integers(0, M, n)) if u not in dropouts}
+    s = _Session(n, "sparse", values, dropouts=dropouts, fleets=fleets, hosting="ring")
+    s.round = Round(7, "aggregator", "sum", n, m=M, secagg="sparse", secagg_degree=8, secagg_threshold=4)
+    s.agg.hosting = agg_rule
+    mail = Counter()
+    fleet_send = s.agg.send
+
+    async def watch(msg):
+        if msg.step == "delivery":
+            mail[msg.shard] += len(msg.peers)
+        await fleet_send(msg)
+
+    s.agg.send = watch
+    asyncio.run(s.run())
+    assert s.aborted == [] and s.released == [(7, sum(values.values()) % M, n - len(dropouts))]
+    _, graph = round_setup("r1", 0, 7, np.arange(n), M, "sparse", 8, 4)
+    arcs = contiguous_hosts(graph, np.arange(n), fleets)
+    assert [f.finished[-1].users for f in s.fleets] == np.bincount(arcs, minlength=fleets).tolist()
+    assert dict(mail) == {f: 8 * int((arcs == f).sum()) for f in range(fleets)}  # k shares in per user
+    assert s.agg.origins == {}  # forgotten with the round
+    with pytest.raises(ValueError, match="hosting must be one of"):
+        FleetSecAgg("r1", 0, 0, 1, IDENTITY, watch, fleet_auth(0), hosting="block")
 
 
 def test_a_substituted_key_is_detected_and_nothing_is_released():

@@ -217,7 +217,9 @@ class FleetRound:
 
     The users share one :class:`~.keys.CheckedAdverts`: each advertisement in the directory is
     verified once in the fleet instead of once by each of its k neighbours here (the same verdict,
-    for 1/k of the Ed25519 work). A device verifies its k neighbours itself;
+    for 1/k of the Ed25519 work), one signed by a user of this fleet not at all, and a pair whose
+    two ends are both here agrees its two keys once for both (the very values each end derives
+    alone: issue #33). A device verifies its k neighbours and derives its 2k keys itself;
     benchmarks/bench_secagg.py reports the fleet's CPU and a device's apart."""
 
     def __init__(self, config: RoundConfig, graph: MaskingGraph, identities: UserIdentities,

@@ -85,6 +85,15 @@ class MaskingGraph:
             self._neighbour_memo[u] = tuple(sorted(int(self._order[(p + o) % self.n]) for o in offsets))
         return self._neighbour_memo[u]
 
+    def positions(self, users) -> np.ndarray:
+        """Each user's place on the graph's ring (sparse: the Harary graph's position, so
+        neighbours are within k/2 places, mod n; complete: its rank among the ids, as every pair
+        is an edge anyway). Public: what :func:`contiguous_hosts` splits."""
+        users = np.asarray(users, dtype=np.int64).reshape(-1)
+        if self.complete:
+            return np.searchsorted(np.asarray(self.user_ids, dtype=np.int64), users)
+        return np.asarray([self._position[int(u)] for u in users.tolist()], dtype=np.int64)
+
     def holders(self, u: int) -> tuple[int, ...]:
         """Who holds shares of u's secrets: N(u) ∪ {u}, sorted."""
         return tuple(sorted((*self.neighbours(u), u)))
@@ -131,3 +140,26 @@ class MaskingGraph:
             adj = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(s), len(s)))
             self._connected_memo[s] = connected_components(adj, directed=False)[0] == 1
         return self._connected_memo[s]
+
+
+def contiguous_hosts(graph: MaskingGraph, users, shards: int) -> np.ndarray:
+    """Which of ``shards`` processes runs each user of ``users``: the ring cut into ``shards``
+    contiguous arcs of ⌊n/shards⌋ or ⌈n/shards⌉ places (place p on ⌊p·shards/n⌋). Every edge
+    within an arc joins two users of one process, so with k ≪ n/shards all but the
+    ``shards·(k/2)(k/2 + 1)/2`` edges that cross an arc's two ends are (:func:`intra_fraction`).
+    Public, as the graph is: every fleet and the aggregator compute the same split."""
+    if shards < 1:
+        raise ValueError(f"shards must be ≥ 1, got {shards}")
+    return graph.positions(users) * shards // graph.n
+
+
+def intra_fraction(graph: MaskingGraph, hosts: dict[int, int]) -> float:
+    """The fraction of the graph's edges whose two ends ``hosts`` (user → process) puts on one
+    process: the pairs whose key agreement one process can do once for both ends."""
+    same = total = 0
+    for u in graph.user_ids:
+        for v in graph.neighbours(u):
+            if v > u:
+                total += 1
+                same += hosts[u] == hosts[v]
+    return same / total if total else 1.0

@@ -105,7 +105,8 @@ def verify_advertisement(
 
 
 class CheckedAdverts:
-    """Advertisements of one round, each verified and parsed once for every user that reads it.
+    """What one process knows of a round's advertisements: each verified and parsed once for every
+    user that reads it, and each pairwise key agreed once where the process holds both ends.
 
     Bonawitz et al.'s users each verify every neighbour's signed keys (round 1). A fleet process
     simulates many users, and k of them read each advertisement: the signature check is a function
@@ -114,23 +115,49 @@ class CheckedAdverts:
     substituted key still aborts, with the same error). Parsing the two X25519 public keys is
     shared likewise. A user run on its own (one object per device) gets its own book, so it still
     verifies each of its neighbours itself.
+
+    Two more shortcuts apply only to what the process itself produced, and each gives the very
+    value every device would compute (issue #33):
+
+    - **Own advertisements** (:meth:`own`): a user of this process signed these bytes with the
+      identity key whose public half the PKI lists (checked when it registers), and Ed25519
+      verification of a genuine signature on the signed bytes always succeeds (RFC 8032 §5.1.7), so
+      a reader of exactly those bytes gets "valid" without the check. Any other bytes (a forged or
+      replayed advertisement) are verified as before.
+    - **Pairwise keys** (:meth:`pair_key`): when both ends u, v of an edge are users here and each
+      read the other's advertisement exactly as that user made it, u's X25519(c_u^SK, c_v^PK) and
+      v's X25519(c_v^SK, c_u^PK) are the same Diffie–Hellman value, and the HKDF context orders the
+      pair (min, max) (:func:`pairwise_key`), so the 32-byte key is computed by the first end and
+      handed to the second. A read of anything else is computed by the reader, as on a device.
+      A device's own book registers only its own advertisement, so it never shares a pair.
     """
 
     def __init__(self, pki: Mapping[int, Ed25519PublicKey], *, run_id: bytes, round_id: int):
         self.pki, self.run_id, self.round_id = pki, run_id, round_id
         self._verdicts: dict[KeyAdvertisement, str | None] = {}  # advert → None (valid) or why not
         self._parsed: dict[bytes, X25519PublicKey] = {}
+        self._own: dict[int, KeyAdvertisement] = {}  # user → the advertisement it made here
+        self._pairs: dict[tuple[int, int, bytes], bytes] = {}  # (min, max, purpose) → key, until the other end takes it
         self.verified = 0  # signatures actually checked (the benchmark reports it)
+        self.agreed = 0  # pairwise keys actually derived (X25519 + HKDF)
+
+    def own(self, advert: KeyAdvertisement, identity: Ed25519PrivateKey) -> None:
+        """Register ``advert`` as signed here by ``identity``, if that is the key the PKI lists for
+        its user (a user whose identity the PKI does not list is checked by its readers as usual)."""
+        listed = self.pki.get(advert.user_id)
+        if listed is not None and raw_public(listed) == raw_public(identity.public_key()):
+            self._own[advert.user_id] = advert
 
     def check(self, advert: KeyAdvertisement) -> None:
-        """:func:`verify_advertisement`, once per distinct advertisement."""
+        """:func:`verify_advertisement`, once per distinct advertisement (none for one signed here)."""
         if advert not in self._verdicts:
-            self.verified += 1
-            try:
-                verify_advertisement(advert, self.pki, run_id=self.run_id, round_id=self.round_id)
-                self._verdicts[advert] = None
-            except KeySubstitutionError as exc:
-                self._verdicts[advert] = str(exc)
+            if self._own.get(advert.user_id) != advert:
+                self.verified += 1
+                try:
+                    verify_advertisement(advert, self.pki, run_id=self.run_id, round_id=self.round_id)
+                except KeySubstitutionError as exc:
+                    self._verdicts[advert] = str(exc)
+            self._verdicts.setdefault(advert, None)
         why = self._verdicts[advert]
         if why is not None:
             raise KeySubstitutionError(why)
@@ -140,6 +167,24 @@ class CheckedAdverts:
         key = self._parsed.get(raw)
         if key is None:
             key = self._parsed[raw] = X25519PublicKey.from_public_bytes(raw)
+        return key
+
+    def pair_key(self, private: X25519PrivateKey, me: int, peer: KeyAdvertisement, *, purpose: bytes) -> bytes:
+        """:func:`pairwise_key` of ``me`` (its ``private`` key) and ``peer``'s advertised c key
+        (``purpose`` :data:`PURPOSE_ENCRYPTION`) or s key (:data:`PURPOSE_MASK`); derived once per
+        pair where both ends are users here (see the class docstring)."""
+        raw = peer.c_public if purpose == PURPOSE_ENCRYPTION else peer.s_public
+        genuine = self._own.get(peer.user_id) == peer  # this read of the peer is what the peer made
+        slot = (min(me, peer.user_id), max(me, peer.user_id), purpose)
+        if genuine and me in self._own:
+            key = self._pairs.pop(slot, None)  # the other end's: each end asks once per purpose
+            if key is not None:
+                return key
+        self.agreed += 1
+        key = pairwise_key(private, self.public(raw), run_id=self.run_id, round_id=self.round_id, me=me,
+                           peer=peer.user_id, purpose=purpose)
+        if genuine and me in self._own:
+            self._pairs[slot] = key
         return key
 
 

@@ -232,8 +232,9 @@ def apply_masks(users: list[MaskSeeds], config: RoundConfig) -> list[MaskedInput
     al. 2017, Fig. 4, round 2), with every user's masks expanded in two batches (self masks, pair
     masks) and added in one pass per neighbour slot.
 
-    Each seed still keys its own ChaCha20 (:func:`~.prg.uniform_mod_rows`); what is batched across
-    users is the numpy work after the keystream and the Python around it. Residues are < m ≤ 2⁶²,
+    Each distinct seed still keys its own ChaCha20 (:func:`~.prg.uniform_mod_rows`); what is batched
+    across users is the numpy work after the keystream and the Python around it, and a seed two
+    users of the batch share (the two ends of a pair) is expanded once. Residues are < m ≤ 2⁶²,
     so adding two of them never overflows int64 and the running sum is reduced after each slot.
     """
     m, length = config.m, config.length
@@ -243,8 +244,11 @@ def apply_masks(users: list[MaskSeeds], config: RoundConfig) -> list[MaskedInput
     acc = np.stack([u.y for u in users]) + uniform_mod_rows(
         [u.self_seed for u in users], length, m, round_id=config.round_id, purpose=PURPOSE_SELF)
     acc %= m
-    pairs = uniform_mod_rows([s for u in users for s in u.pair_seeds], length, m, round_id=config.round_id,
-                             purpose=PURPOSE_PAIR)
+    # Both ends of a pair hosted in one batch hold the same seed s_uv; PRG(s_uv) is expanded once
+    # and used by both (u adds it, v subtracts it: the very rows each would expand alone).
+    index: dict[bytes, int] = {}
+    which = np.asarray([index.setdefault(s, len(index)) for u in users for s in u.pair_seeds], dtype=np.int64)
+    pairs = uniform_mod_rows(list(index), length, m, round_id=config.round_id, purpose=PURPOSE_PAIR)[which]
     up = np.concatenate([u.up for u in users]) if pairs.size else np.zeros(0, dtype=bool)
     pairs[~up] = (m - pairs[~up]) % m  # − PRG(s_uv) for v < u, as a residue
     slots = np.zeros((len(users), int(count.max()), length), dtype=np.int64)
@@ -297,7 +301,9 @@ class SecAggUser:
     def advertise(self) -> KeyAdvertisement:
         """Round 0: signed ``(c^PK, s^PK)``."""
         self._advance(0)
-        return self.keys.advertise(self.identity, run_id=self.config.run_id, round_id=self.config.round_id, user_id=self.id)
+        advert = self.keys.advertise(self.identity, run_id=self.config.run_id, round_id=self.config.round_id, user_id=self.id)
+        self.adverts.own(advert, self.identity)  # its readers in this process need not verify it
+        return advert
 
     def share_keys(self, directory: KeyDirectory) -> EncryptedShares:
         """Round 1: verify neighbours' keys, share ``s^SK`` and a fresh ``b`` t-of-h, encrypt shares."""
@@ -342,7 +348,7 @@ class SecAggUser:
 
     def _seal_plain(self, peer: KeyAdvertisement, plain: bytes) -> bytes:
         cfg, v = self.config, peer.user_id
-        key = pairwise_key(self.keys.c_private, self.adverts.public(peer.c_public), run_id=cfg.run_id, round_id=cfg.round_id, me=self.id, peer=v, purpose=PURPOSE_ENCRYPTION)
+        key = self.adverts.pair_key(self.keys.c_private, self.id, peer, purpose=PURPOSE_ENCRYPTION)
         self._share_keys[v] = key
         return ChaCha20Poly1305(key).encrypt(_aead_nonce(self.id), plain, _aad(cfg, self.id, v))
 
@@ -374,8 +380,7 @@ class SecAggUser:
         self._shared_with = frozenset(delivery.ciphertexts)
         _require(len(self._shared_with) + 1 >= self.t, f"user {self.id}: {len(self._shared_with) + 1} live holders after round 1, threshold {self.t}")
         peers = sorted(self._shared_with)
-        seeds = [pairwise_key(self.keys.s_private, self.adverts.public(self._peers[v].s_public), run_id=cfg.run_id,
-                              round_id=cfg.round_id, me=self.id, peer=v, purpose=PURPOSE_MASK) for v in peers]
+        seeds = [self.adverts.pair_key(self.keys.s_private, self.id, self._peers[v], purpose=PURPOSE_MASK) for v in peers]
         return MaskSeeds(self.id, y, self._b, seeds, np.asarray([v > self.id for v in peers], dtype=bool))
 
     def unmask(self, request: UnmaskRequest) -> UnmaskResponse:
