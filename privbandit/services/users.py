@@ -30,7 +30,7 @@ from privbandit.protocol.spine.parties import Users, blocks_of
 from privbandit.services import codec
 from privbandit.services.bus import topic_party
 from privbandit.services.party import PartyService
-from privbandit.services.secagg_rounds import FleetSecAgg, secure_host
+from privbandit.services.secagg_rounds import FleetSecAgg
 
 log = logging.getLogger("privbandit.users")
 
@@ -103,7 +103,7 @@ class UserFleetService(PartyService):
                            fam.dropout_rate(config, label), fam.adversary(config, label, run))
         self.rounds, self.served, self.truths, self.reserved, self.secure_inputs = {}, {}, {}, {}, {}
         self.secagg = FleetSecAgg(self.run_id, spec["index"], self.shard, self.shards, self.identities,
-                                  self.publish_secagg, self.chunk_auth)
+                                  self.publish_secagg, self.chunk_auth, hosting="ring")
 
     def signed(self, msg: codec.StatusMsg) -> codec.StatusMsg:
         """Fleets share the users' account: their statuses carry the fleets' MAC, as truths do."""
@@ -167,11 +167,12 @@ class UserFleetService(PartyService):
         members = {rid: j.members() for rid, j in secure.items()}  # once per join, not once per block
         for rid in secure:
             self.secure_inputs.setdefault(rid, _SecureInputs())
-        # A secure round's users are spread over the fleets by id (secure_host), not by block: a
+        # A secure round's users are spread over the fleets by the graph (round_hosts), not by block: a
         # cohort under 65,536 users is one block, and its protocol's CPU would all fall on one
         # fleet. So every fleet computes every block of such a plan (the same draws: a block's are
-        # keyed by the plan and the block), keeps its own users' inputs, and sends the rest only
-        # from the blocks it hosts.
+        # keyed by the plan and the block), keeps every input until the round's cohort is
+        # complete (FleetSecAgg.start runs its own arc's users), and sends the rest only from the
+        # blocks it hosts.
         for block in blocks_of(plan) if secure else mine:  # one block at a time: bounded memory, steady traffic
             hosted = block in mine
             reports, truths = self.users.respond(plan, [block], self.rounds)
@@ -191,13 +192,12 @@ class UserFleetService(PartyService):
                 rnd = self.rounds[j.round_id]
                 rep = by_round.get(j.round_id) or Reports(j.round_id, plan.id, np.zeros(0, np.int64),
                                                           np.zeros((1, 0, rnd.width), np.int64 if rnd.integer else np.float64))
-                if j.round_id in secure:  # this fleet's users' inputs, held until the round's cohort is complete
+                if j.round_id in secure:  # every input, held until the round's cohort is complete:
+                    # the hosting rule (round_hosts "ring") needs the round's whole graph
                     held = self.secure_inputs[j.round_id]
-                    own = secure_host(rep.user_ids, self.shards) == self.shard
-                    held.values.update(zip(rep.user_ids[own].tolist(), rep.values[0, own]))  # width residues each
+                    held.values.update(zip(rep.user_ids.tolist(), rep.values[0]))  # width residues each
                     # The join's members here who did not report join the key rounds, then vanish.
-                    silent = np.setdiff1d(np.intersect1d(members[j.round_id], block_ids), rep.user_ids)
-                    held.dropouts += silent[secure_host(silent, self.shards) == self.shard].tolist()
+                    held.dropouts += np.setdiff1d(np.intersect1d(members[j.round_id], block_ids), rep.user_ids).tolist()
                     continue
                 if hosted and (only is None or rnd.intermediary == only):
                     await self.send_reports(plan, rnd, block, rep)
