@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from privbandit.families.concurrent_shuffle.bandit import BanditUsers, alg4_of
+from privbandit.families.shuffle_linear_bandits.caller import refuse_simulated
 from privbandit.families.shuffle_linear_bandits.learners import Widths
 from privbandit.families.shuffle_linear_bandits.world import LinearInstances, bounds
 from privbandit.protocol.spine.family import CallerRewards
@@ -49,9 +50,7 @@ def caller_users(fam, config, label: str, run: int, ask, contexts=None):
     """The users of run ``run`` of Algorithm 4's ``label`` with the caller's arms ``contexts`` (K, d),
     within the bounds P_Vec is calibrated to, and the caller's rewards."""
     env = config.environment
-    if env.conversion != "fixed-arms":
-        raise ValueError(f"environment.conversion = {env.conversion!r} is a simulated world (a dataset's users and "
-                         f"labels); a caller's world brings its own arms: leave conversion at 'fixed-arms'")
+    refuse_simulated(env)
     x = None if contexts is None else np.asarray(contexts, dtype=np.float64)
     if x is None or x.shape != (env.arms, env.dim):
         raise ValueError(f"contexts: the {env.arms} arms' features, shape ({env.arms}, {env.dim}) "

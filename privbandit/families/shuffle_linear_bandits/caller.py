@@ -33,10 +33,19 @@ class CallerLinearUsers(LinearUsers):
         return y, 1.0 - y
 
 
+def refuse_simulated(env) -> None:
+    """A caller's world brings its own arms: ``environment.conversion = "classes"`` (a dataset's users
+    and labels, world.ClassContexts) is a simulated world, refused by name."""
+    if getattr(env, "conversion", "fixed-arms") != "fixed-arms":
+        raise ValueError(f"environment.conversion = {env.conversion!r} is a simulated world (a dataset's users and "
+                         f"labels); a caller's world brings its own arms: leave conversion at 'fixed-arms'")
+
+
 def caller_users(fam, config, label: str, run: int, ask, contexts=None):
     """The users of run ``run`` of ``label`` with the caller's arms ``contexts`` (K, d), within the
     bounds the noise is calibrated to, and the caller's rewards."""
     env = config.environment
+    refuse_simulated(env)
     x = None if contexts is None else np.asarray(contexts, dtype=np.float64)
     if x is None or x.shape != (env.arms, env.dim):
         raise ValueError(f"contexts: the {env.arms} arms' features, shape ({env.arms}, {env.dim}) "

@@ -124,3 +124,13 @@ def test_the_shipped_classes_files_read_as_documented():
         env = config.environment
         assert (config.generator, env.conversion, env.arms, env.dim) == (name, "classes", arms, dim)
         assert (config.horizon, config.runs, config.calibrate, len(config.algorithms)) == (20000, 5, True, labels)
+
+
+def test_the_policy_refuses_a_classes_world():
+    """A caller's world brings its own arms: the dataset's users and labels are a simulated world."""
+    import privbandit
+
+    data = json.loads(json.dumps(BASE))
+    data["algorithms"] = {"LinUCB": {}}
+    with pytest.raises(Exception, match="conversion = 'classes' is a simulated world"):
+        privbandit.Policy(data, "LinUCB", contexts=np.zeros((3, 12)))
