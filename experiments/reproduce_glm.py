@@ -370,16 +370,29 @@ GAP_VARIANTS = {
 }
 
 
+def run_variants(stem: str, suffix: str, tables: list[str], out: Path, jobs: int, overrides: list[str],
+                 name: str | None = None) -> tuple[dict, float, dict[str, np.ndarray], str]:
+    """``stem``'s file (its settings, renamed ``<stem>-<suffix>``) with ``tables`` as its algorithms,
+    written to ``out`` and run there: (summary, wall s, each label's final regrets per run, the
+    results' name under ``out``)."""
+    head = (HERE / f"{stem}.toml").read_text().split("[algorithms.")[0]
+    head = "\n".join(f'name = "{stem}-{suffix}"' if ln.startswith("name = ") else ln for ln in head.splitlines()) + "\n"
+    out.mkdir(parents=True, exist_ok=True)
+    name = name or f"{stem}_{suffix.replace('-', '_')}"
+    path = out / f"{name}.toml"
+    path.write_text(head + "\n".join(tables))
+    start = time.perf_counter()
+    summary = run_file(path, out=out / name, jobs=jobs, overrides=overrides).summary
+    return summary, time.perf_counter() - start, finals(out / name), name
+
+
 def gap(out: Path, jobs: int, runs: int | None, epsilons: list[float], variants: list[str],
         stem: str = "glm_fig1a", seed: int | None = None) -> None:
     """Private-GLM of ``stem`` (a Fig. 1 or Table 2 file) as it is and with one repository ingredient
     switched, same file, same runs (rewards and instance shared run by run), paired against the
     unchanged one; beside it the authors' value (their plot's read-off, or the paper's Table 2)."""
-    src = (HERE / f"{stem}.toml").read_text()
     panels = {v: k for k, v in FIG1.items()}
     refs = FIG1_READ_OFF[panels[stem]] if stem in panels else PAPER[{v: k for k, v in TABLE2.items()}[stem]]
-    head = src.split("[algorithms.")[0]
-    head = "\n".join(f'name = "{stem}-gap"' if ln.startswith("name = ") else ln for ln in head.splitlines()) + "\n"
     tables, labels = [], {}
     for eps in epsilons:
         for v in variants:
@@ -388,15 +401,9 @@ def gap(out: Path, jobs: int, runs: int | None, epsilons: list[float], variants:
             fields = "".join(f'{k} = "{val}"\n' for k, val in GAP_VARIANTS[v].items())
             tables.append(f'[algorithms."{label}"]\nalgorithm = "private-glm"\nepsilon = {eps}\n{fields}')
     tables.append("[algorithms.rs-glinucb]\n")
-    out.mkdir(parents=True, exist_ok=True)
-    name = f"{stem}_gap" + ("" if seed is None else f"_seed{seed}")
-    path = out / f"{name}.toml"
-    path.write_text(head + "\n".join(tables))
-    start = time.perf_counter()
     overrides = ([] if runs is None else [f"runs={runs}"]) + ([] if seed is None else [f"seed={seed}"])
-    summary = run_file(path, out=out / name, jobs=jobs, overrides=overrides).summary
-    secs = time.perf_counter() - start
-    fin = finals(out / name)
+    summary, secs, fin, name = run_variants(stem, "gap", tables, out, jobs, overrides,
+                                      f"{stem}_gap" + ("" if seed is None else f"_seed{seed}"))
     algs = summary["algorithms"]
     kappa = algs["rs-glinucb"]["setup"]["kappa"][0]
     print(f"\n{name}: κ = {kappa:.1f}, {summary['runs']} runs, T = {summary['horizon']}, {secs:.0f} s wall; RS-GLinUCB "
@@ -449,23 +456,29 @@ def _toml_value(v) -> str:
     return f'"{v}"' if isinstance(v, str) else repr(v)
 
 
+def _authors_world(authors: Path, stem: str, runs: int | None, run: int):
+    """The authors' checkout on the import path (imported by path, never copied) and privbandit's run
+    ``run`` of ``stem`` they play: (config, world, κ, T, S, their model's name)."""
+    import sys
+
+    if str(authors) not in sys.path:
+        sys.path.insert(0, str(authors))
+    fam, config = experiment_files.load(HERE / f"{stem}.toml", [] if runs is None else [f"runs={runs}"])
+    w = fam.world(config, [run])
+    return (config, w, w.kappas(0).kappa, config.horizon, config.environment.norm,
+            {"probit": "Probit", "logistic": "Logistic"}[w.link])
+
+
 def authors_run(authors: Path, kind: str, stem: str, runs: int | None, run: int) -> float:
     """One run of the authors' own GLOC or GLM-UCB (their repository at ``authors``, imported by path,
     never copied) on privbandit's run ``run`` of ``stem``: the same arms, θ*, κ and reward uniforms
     (user t's reward is 1[u_t < μ(⟨x_t, θ*⟩)]), so it pairs with privbandit's run. Their classes get
     what their driver gives them (simulation_utils.simulate_with_epsilon: κ = env.kappa, R = 1, S,
     the model, T, δ = ζ = 0.02) and a generator seeded by the run (GLM-UCB draws its start θ from it)."""
-    import sys
-
-    if str(authors) not in sys.path:
-        sys.path.insert(0, str(authors))
+    config, w, kappa, T, S, model = _authors_world(authors, stem, runs, run)
     from glmbanditexp.algorithms.glm_ucb import GlmUCB  # the authors' code, outside this repository
     from glmbanditexp.algorithms.gloc import Gloc
 
-    fam, config = experiment_files.load(HERE / f"{stem}.toml", [] if runs is None else [f"runs={runs}"])
-    w = fam.world(config, [run])
-    kappa, T, S = w.kappas(0).kappa, config.horizon, config.environment.norm
-    model = {"probit": "Probit", "logistic": "Logistic"}[w.link]
     first, rng = list(w.arms[0, 0]), np.random.default_rng(run)
     algo = (Gloc(first, kappa, 1.0, S, model, config.zeta, rng=rng) if kind == "gloc"
             else GlmUCB(first, kappa, 1.0, S, model, T, config.zeta, rng=rng))
@@ -498,23 +511,12 @@ def baselines_gap(out: Path, jobs: int, runs: int | None, stem: str, kinds: list
     against the preset's; with ``authors`` also the authors' own classes on the same runs, paired."""
     from multiprocessing import Pool
 
-    src = (HERE / f"{stem}.toml").read_text()
-    head = src.split("[algorithms.")[0]
-    head = "\n".join(f'name = "{stem}-baselines-gap"' if ln.startswith("name = ") else ln
-                     for ln in head.splitlines()) + "\n"
     tables = []
     for kind in kinds:
         for v, fields in BASELINE_VARIANTS[kind].items():
             body = "".join(f"{k} = {_toml_value(val)}\n" for k, val in fields.items())
             tables.append(f'[algorithms."{kind}{"@" + v if v else ""}"]\nalgorithm = "{kind}"\n{body}')
-    out.mkdir(parents=True, exist_ok=True)
-    name = f"{stem}_baselines_gap"
-    path = out / f"{name}.toml"
-    path.write_text(head + "\n".join(tables))
-    start = time.perf_counter()
-    summary = run_file(path, out=out / name, jobs=jobs, overrides=[] if runs is None else [f"runs={runs}"]).summary
-    secs = time.perf_counter() - start
-    fin = finals(out / name)
+    summary, secs, fin, name = run_variants(stem, "baselines-gap", tables, out, jobs, [] if runs is None else [f"runs={runs}"])
     n = summary["runs"]
     theirs, their_secs = {}, {}
     if authors is not None:
@@ -569,16 +571,9 @@ def authors_rs_run(authors: Path, stem: str, runs: int | None, run: int) -> dict
     import contextlib
     import inspect
     import io
-    import sys
-
-    if str(authors) not in sys.path:
-        sys.path.insert(0, str(authors))
+    config, w, kappa, T, S, model = _authors_world(authors, stem, runs, run)
     from glmbanditexp.algorithms.rs_glinucb import RS_GLinUCB  # the authors' code, outside this repository
 
-    fam, config = experiment_files.load(HERE / f"{stem}.toml", [] if runs is None else [f"runs={runs}"])
-    w = fam.world(config, [run])
-    kappa, T, S = w.kappas(0).kappa, config.horizon, config.environment.norm
-    model = {"probit": "Probit", "logistic": "Logistic"}[w.link]
     head = {"use_sgd_optimizer": False, "use_max_det_switch": False}
     extra = head if "use_max_det_switch" in inspect.signature(RS_GLinUCB).parameters else {}
     best, total = w.best[0], 0.0
@@ -695,21 +690,11 @@ def rs_gap(out: Path, jobs: int, runs: int | None, stem: str, authors: list[Path
     authors' own RS_GLinUCB at each checkout in ``authors`` (one per commit) on the same runs, paired."""
     from multiprocessing import Pool
 
-    src = (HERE / f"{stem}.toml").read_text()
-    head = "\n".join(f'name = "{stem}-rs-gap"' if ln.startswith("name = ") else ln
-                     for ln in src.split("[algorithms.")[0].splitlines()) + "\n"
     tables = []
     for v in variants:
         body = "".join(f"{k} = {_toml_value(val) if val else '[]'}\n" for k, val in (RS_VARIANTS[v] or {}).items())
         tables.append(f'[algorithms."rs-glinucb{"@" + v if v else ""}"]\nalgorithm = "rs-glinucb"\n{body}')
-    out.mkdir(parents=True, exist_ok=True)
-    name = f"{stem}_rs_gap"
-    path = out / f"{name}.toml"
-    path.write_text(head + "\n".join(tables))
-    start = time.perf_counter()
-    summary = run_file(path, out=out / name, jobs=jobs, overrides=[] if runs is None else [f"runs={runs}"]).summary
-    secs = time.perf_counter() - start
-    fin = finals(out / name)
+    summary, secs, fin, name = run_variants(stem, "rs-gap", tables, out, jobs, [] if runs is None else [f"runs={runs}"])
     n, S = summary["runs"], summary["norm"]
     theirs, notes = {}, []
     for checkout in authors:

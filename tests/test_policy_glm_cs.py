@@ -263,7 +263,7 @@ def test_alg4_bad_input():
     with pytest.raises(ConfigError, match=re.escape("contexts: the 12 arms' features, shape (12, 3)")):
         Policy(alg4())
     with pytest.raises(ConfigError, match=r"contexts: every arm's ‖φ‖₂ must be ≤ 1 and every \|φ_k\| ≤ 1 \(the bounds "
-                                          r"environment.generator = 'paper'"):
+                                          r"generator = 'paper'"):
         Policy(alg4(), contexts=1.5 * arms)
     policy = Policy(alg4(), contexts=arms)
     got = policy.next(3)

@@ -101,6 +101,19 @@ def check_fixed_arms(name: str, arms: int, dim: int) -> None:
                          f"components plus an intercept); must lie in [2, {cols + 1}]")
 
 
+def check_instance(field: str, generator: str, arms: int, dim: int, conversion: str) -> None:
+    """The one check of an experiment's real-data sizes, when its file is read (scikit-learn stays
+    unloaded): ``conversion = "classes"`` needs a real set in ``environment.<field>``; a real set's
+    arms and dim must fit its encoding, the K fixed rows of :func:`check_fixed_arms` for
+    ``"fixed-arms"``, the classes of :func:`check_classes` for any other (the GLM family's "model"
+    rewards use the classes' disjoint encoding too)."""
+    if conversion == "classes" and generator not in DATASETS:
+        raise ValueError(f"environment.conversion = 'classes' needs a real dataset in environment.{field} "
+                         f"({', '.join(DATASETS)}), not {field} = {generator!r}")
+    if generator in DATASETS:
+        (check_fixed_arms if conversion == "fixed-arms" else check_classes)(generator, arms, dim)
+
+
 def classes(name: str) -> int:
     return int(load(name)[1].max()) + 1
 

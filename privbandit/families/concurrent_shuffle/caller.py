@@ -18,9 +18,9 @@ from __future__ import annotations
 import numpy as np
 
 from privbandit.families.concurrent_shuffle.bandit import BanditUsers, alg4_of
-from privbandit.families.shuffle_linear_bandits.caller import refuse_simulated
+from privbandit.families.shuffle_linear_bandits.caller import checked_arms
 from privbandit.families.shuffle_linear_bandits.learners import Widths
-from privbandit.families.shuffle_linear_bandits.world import LinearInstances, bounds
+from privbandit.families.shuffle_linear_bandits.world import LinearInstances
 from privbandit.protocol.spine.family import CallerRewards
 from privbandit.protocol.spine.observer import checkpoint_grid
 
@@ -50,15 +50,7 @@ def caller_users(fam, config, label: str, run: int, ask, contexts=None):
     """The users of run ``run`` of Algorithm 4's ``label`` with the caller's arms ``contexts`` (K, d),
     within the bounds P_Vec is calibrated to, and the caller's rewards."""
     env = config.environment
-    refuse_simulated(env)
-    x = None if contexts is None else np.asarray(contexts, dtype=np.float64)
-    if x is None or x.shape != (env.arms, env.dim):
-        raise ValueError(f"contexts: the {env.arms} arms' features, shape ({env.arms}, {env.dim}) "
-                         f"(environment.arms, environment.dim), not {None if x is None else x.shape}")
-    norm, entry = bounds(env.generator)
-    if not np.isfinite(x).all() or (np.linalg.norm(x, axis=1) > norm).any() or (np.abs(x) > entry).any():
-        raise ValueError(f"contexts: every arm's ‖φ‖₂ must be ≤ {norm:.4g} and every |φ_k| ≤ {entry:g} (the "
-                         f"bounds environment.generator = {env.generator!r} calibrates P_Vec to)")
+    x, norm, entry = checked_arms(contexts, env, env.generator)
     a = alg4_of(fam.public_task(config, label, [run]))
     users = CallerBanditUsers(ask, x, norm, entry, a, env, config.seed, [run], label,
                               checkpoint_grid(config.horizon, config.checkpoints))

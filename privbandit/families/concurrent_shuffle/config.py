@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from privbandit.datasets.real import DATASETS, check_classes, check_fixed_arms
+from privbandit.datasets.real import DATASETS, check_instance
 from privbandit.families.concurrent_shuffle.mechanisms import PROTOCOLS
 from privbandit.families.concurrent_shuffle.tree import MODES, tree_for
 from privbandit.families.concurrent_shuffle.world import INPUTS
@@ -69,14 +69,8 @@ class CounterExperiment(ExperimentFile):
 
     @model_validator(mode="after")
     def _real_sizes(self):
-        env = self.environment
-        if env.conversion == "classes" and env.generator not in DATASETS:
-            raise ValueError(f"environment.conversion = 'classes' needs a real generator ({', '.join(DATASETS)}), "
-                             f"not generator = {env.generator!r}")
-        if env.conversion == "classes":  # checked here, not when the run draws its users
-            check_classes(env.generator, env.arms, env.dim)
-        elif env.generator in DATASETS:
-            check_fixed_arms(env.generator, env.arms, env.dim)
+        env = self.environment  # checked here, not when the run draws its instance or users
+        check_instance("generator", env.generator, env.arms, env.dim, env.conversion)
         return self
 
     @model_validator(mode="after")

@@ -34,9 +34,9 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from privbandit.datasets.real import check_classes
+from privbandit.datasets.real import check_instance
 from privbandit.families.glm_bandits.learners import GLOC_DEFECTS, RS_CODE
-from privbandit.families.glm_bandits.world import LINKS, REAL, THETA_GENERATORS
+from privbandit.families.glm_bandits.world import LINKS, THETA_GENERATORS
 from privbandit.runner.config import ExperimentFile, StrictModel
 
 FAMILY = "glm-bandits"
@@ -130,12 +130,8 @@ class GLMExperiment(ExperimentFile):
 
     @model_validator(mode="after")
     def _conversion(self):
-        env = self.environment
-        if env.conversion == "classes" and self.theta_generator not in REAL:
-            raise ValueError(f"environment.conversion = 'classes' needs a real dataset in environment.theta "
-                             f"({', '.join(REAL)}), not theta = {self.theta_generator!r}")
-        if self.theta_generator in REAL:  # checked when the file is read, not when a run draws its world
-            check_classes(self.theta_generator, env.arms, env.dim)
+        env = self.environment  # checked when the file is read, not when a run draws its world
+        check_instance("theta", self.theta_generator, env.arms, env.dim, env.conversion)
         return self
 
     @model_validator(mode="after")

@@ -41,19 +41,27 @@ def refuse_simulated(env) -> None:
                          f"labels); a caller's world brings its own arms: leave conversion at 'fixed-arms'")
 
 
-def caller_users(fam, config, label: str, run: int, ask, contexts=None):
-    """The users of run ``run`` of ``label`` with the caller's arms ``contexts`` (K, d), within the
-    bounds the noise is calibrated to, and the caller's rewards."""
-    env = config.environment
+def checked_arms(contexts, env, generator: str) -> tuple[np.ndarray, float, float]:
+    """The caller's fixed arms (K, d) as float64, with the bounds (‖φ‖₂, |φ_k|) the noise is calibrated
+    to for ``generator``; a ValueError naming ``contexts`` and the allowed shape or bound otherwise.
+    The linear family's and Algorithm 4's callers share it."""
     refuse_simulated(env)
     x = None if contexts is None else np.asarray(contexts, dtype=np.float64)
     if x is None or x.shape != (env.arms, env.dim):
         raise ValueError(f"contexts: the {env.arms} arms' features, shape ({env.arms}, {env.dim}) "
                          f"(environment.arms, environment.dim), not {None if x is None else x.shape}")
-    norm, entry = bounds(config.generator)
+    norm, entry = bounds(generator)
     if not np.isfinite(x).all() or (np.linalg.norm(x, axis=1) > norm).any() or (np.abs(x) > entry).any():
         raise ValueError(f"contexts: every arm's ‖φ‖₂ must be ≤ {norm:.4g} and every |φ_k| ≤ {entry:g} (the "
-                         f"bounds generator = {config.generator!r} calibrates the noise to)")
+                         f"bounds generator = {generator!r} calibrates the noise to)")
+    return x, norm, entry
+
+
+def caller_users(fam, config, label: str, run: int, ask, contexts=None):
+    """The users of run ``run`` of ``label`` with the caller's arms ``contexts`` (K, d), within the
+    bounds the noise is calibrated to, and the caller's rewards."""
+    env = config.environment
+    x, norm, entry = checked_arms(contexts, env, config.generator)
     world = LinearInstances(x[None], np.zeros((1, env.dim)), norm, entry)
     users = CallerLinearUsers(ask, setup(fam.public_task(config, label, [run])), world, config.seed, [run], label,
                               checkpoint_grid(config.horizon, config.checkpoints))

@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from privbandit.families.shuffle_linear_bandits.params import ALGORITHMS, PRESETS
-from privbandit.datasets.real import DATASETS, check_classes, check_fixed_arms
+from privbandit.datasets.real import check_instance
 from privbandit.families.shuffle_linear_bandits.world import GENERATORS
 from privbandit.protocol.privacy import default_delta
 from privbandit.runner.config import ExperimentFile, StrictModel
@@ -97,14 +97,8 @@ class LinearExperiment(ExperimentFile):
 
     @model_validator(mode="after")
     def _real_sizes(self):
-        env = self.environment
-        if env.conversion == "classes" and self.generator not in DATASETS:
-            raise ValueError(f"environment.conversion = 'classes' needs a real generator ({', '.join(DATASETS)}), "
-                             f"not generator = {self.generator!r}")
-        if env.conversion == "classes":  # checked here, not when the run draws its users
-            check_classes(self.generator, env.arms, env.dim)
-        elif self.generator in DATASETS:
-            check_fixed_arms(self.generator, env.arms, env.dim)
+        env = self.environment  # checked here, not when the run draws its instance or users
+        check_instance("generator", self.generator, env.arms, env.dim, env.conversion)
         return self
 
     @model_validator(mode="after")

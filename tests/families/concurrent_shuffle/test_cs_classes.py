@@ -27,7 +27,8 @@ def _data(algorithms: dict, **env):
 
 
 @pytest.mark.parametrize("env, message", [
-    ({"generator": "paper"}, r"environment.conversion = 'classes' needs a real generator .* not generator = 'paper'"),
+    ({"generator": "paper"}, r"environment.conversion = 'classes' needs a real dataset in environment.generator "
+                             r".* not generator = 'paper'"),
     ({"arms": 4}, r"the wine instance has K = 3 arms .* got arms = 4, dim = 12"),
     ({"conversion": "labels"}, r"conversion")])
 def test_a_bad_conversion_is_refused_when_read(env, message):

@@ -27,7 +27,8 @@ def _config(algorithms: dict, **over):
 
 
 @pytest.mark.parametrize("env, message", [
-    ({"generator": "paper"}, r"environment.conversion = 'classes' needs a real generator .* not generator = 'paper'"),
+    ({"generator": "paper"}, r"environment.conversion = 'classes' needs a real dataset in environment.generator "
+                             r".* not generator = 'paper'"),
     ({"arms": 4}, r"the wine instance has K = 3 arms .* got arms = 4, dim = 12"),
     ({"dim": 13}, r"d in 6, 9, …, 42\); got arms = 3, dim = 13"),
     ({"conversion": "context"}, r"conversion")])
