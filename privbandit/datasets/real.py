@@ -22,8 +22,9 @@ arms) and the last entry is an intercept.
 
 Four conversions, because the families model different worlds:
 
-- :func:`disjoint` (the linear family's ``conversion = "classes"``,
-  :class:`privbandit.families.shuffle_linear_bandits.world.ClassContexts`): the supervised-to-bandit
+- :func:`disjoint` (``conversion = "classes"`` in the linear family,
+  :class:`privbandit.families.shuffle_linear_bandits.world.ClassContexts`, whose users Algorithm 4 of
+  the concurrent family also takes, and in the GLM family, :func:`glm_contexts` with ``labels``): the supervised-to-bandit
   conversion of Dudík et al. 2011 (Bietti et al.'s bake-off): user t's context is a row x_t drawn
   uniformly with the run's stream, her K = C arms are the classes with the disjoint encoding
   φ(x_t, a) = e_a ⊗ x_t (d = C·(p + 1), ‖φ‖ = ‖x_t‖ ≤ 1), her reward the label's 1{a = y_t}; regret
@@ -38,9 +39,10 @@ Four conversions, because the families model different worlds:
   the run's stream; its K = C arms are the disjoint encoding φ(x_t, a) = e_a ⊗ x_t (d = C·(p + 1)),
   and θ* = (w_1, …, w_C) stacks the one-vs-rest maximum-likelihood fits of 1{y = a} on x under the
   family's link (ridge 10⁻³), scaled to the experiment's norm S. Rewards Bernoulli(μ(⟨φ, θ*⟩)): the
-  GLM family needs its noise model (its κ-parameters are finite only for means inside (0, 1)), so
-  the label's reward 1{a = y} is replaced by the fitted model's probability of it; regret is
-  pseudo-regret against the best arm of each context under that model.
+  realizable instance: the label's reward 1{a = y} is replaced by the fitted model's probability of
+  it, so the instance's κ-parameters are finite and its regret is the pseudo-regret against the best
+  arm of each context under that model (``conversion = "classes"`` keeps the label, with κ from S's
+  bounds: ``glm_bandits.world.kappa_bounds``).
 - :func:`mab_arms` (MAB family): k-means on the z-scored features, arm mean = the cluster's
   fraction of label 1, exactly :func:`privbandit.datasets.letor.cluster_arms` (the paper's MSLR
   recipe) with a binary label; Bernoulli rewards are a random row's label of the cluster.
