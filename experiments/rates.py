@@ -43,8 +43,8 @@ CONCURRENT_N = [2000, 8000, 32000]
 # Private-GLM runs at 10²–10³ users/s, and the family's DP-SGD accountant finds no noise multiplier at
 # δ = 10⁻⁶ when a call's n is just above its batch and its share of ε is small: ε = 12 fails at T = 20,000
 # (72 calls), ε < 12 already at T ≤ 10,000. So T = 1,250 … 10,000 and ε = 12, 24 (docs/rates.md).
-GLM_T = [1250 * 2**i for i in range(4)]
-GLM_EPSILONS = [12.0, 24.0]  # ≥ 1: Thm I.8's min(ε, 1) term carries no ε
+GLM_T = [1250 * 2**i for i in range(5)]
+GLM_EPSILONS = [2.0, 6.0, 12.0, 24.0]  # ≥ 1: Thm I.8's min(ε, 1) term carries no ε
 
 
 @dataclass(frozen=True)
@@ -184,7 +184,8 @@ def verdict_json(v) -> dict:
 
 def headline(v) -> str:
     if isinstance(v, rates.PowerVerdict):
-        return f"{v.word}: a = {v.power.value:.2f} [{v.power.low:.2f}, {v.power.high:.2f}] ≤ {v.a_max:.2f}"
+        nu = "" if v.nu is None else f", ν = {v.nu.value:.2f} [{v.nu.low:.2f}, {v.nu.high:.2f}] ≤ {v.law.inv_eps:g}"
+        return f"{v.word}: a = {v.power.value:.2f} [{v.power.low:.2f}, {v.power.high:.2f}] ≤ {v.a_max:.2f}{nu}"
     return f"{v.word}: γ = {v.gamma.value:.2f} [{v.gamma.low:.2f}, {v.gamma.high:.2f}] ≤ {v.form.gamma_max:g}"
 
 
