@@ -143,11 +143,11 @@ class BanditUsers:
     def __init__(self, a: linucb.Alg4, env, seed: int, runs: list[int], label: str, checkpoints: np.ndarray):
         self.a = a
         self.schedule = Schedule(a)
+        self.k = env.arms
         self.contexts = None
         if getattr(env, "conversion", "fixed-arms") == "classes":
             self.contexts = ClassContexts(env.generator, env.arms, a.d, seed, runs)
-            self.means = np.zeros((len(runs), env.arms))  # per user: the label's one-hot (act)
-            self.best = np.ones(len(runs))
+            self.best = np.ones(len(runs))  # the label's arm always pays 1; μ is per user (act)
         else:
             self.inst = instances(env.generator, env.arms, a.d, seed, runs)
             self.choose = Widths(self.inst.arms)
@@ -179,8 +179,7 @@ class BanditUsers:
         if self.contexts is not None:  # each user's own arm set (R, n, K, d) and label (R, n)
             own, labels = self.contexts.users(plan.first_user, plan.cohort)
         if self.a.policy == "random":  # every user a uniformly random arm, from a stream of its own
-            arms = self.means.shape[1]
-            picks = np.stack([stream(self.seed, "cs-random-arm", r, plan.first_user).integers(0, arms, plan.cohort)
+            picks = np.stack([stream(self.seed, "cs-random-arm", r, plan.first_user).integers(0, self.k, plan.cohort)
                               for r in self.runs])
             mu = self.means[self.ridx[:, None], picks] if own is None else (picks == labels).astype(np.float64)
         elif own is not None:

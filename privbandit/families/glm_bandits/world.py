@@ -151,9 +151,12 @@ def world_of(link: str, generator: str, seed: int, runs: list[int], horizon: int
             from privbandit.datasets import real
 
             TH.append(real.glm_theta(generator, link, arms, d, norm))
-            x, y = real.glm_contexts(generator, arms, d, rng, horizon, labels=True)
+            if conversion == "classes":  # the rows' labels too: they are the rewards
+                x, y = real.glm_contexts(generator, arms, d, rng, horizon, labels=True)
+                Y.append(y)
+            else:
+                x = real.glm_contexts(generator, arms, d, rng, horizon)
             A.append(x)
-            Y.append(y)
         else:
             TH.append(theta_star(generator, rng, d, norm))
             A.append(unit_ball(rng, (horizon, arms), d))
