@@ -141,12 +141,8 @@ def _attack_over_mqtt(kind: str, broker: str | None, run_id: str | None, usernam
     given = {k: v for k, v in (("username", username), ("password", password)) if v is not None}
     settings = settings.model_copy(update=given)
     try:
-        report = asyncio.run(attack_session(kind, settings, duration, ready_file, experiment_seed))
+        report = asyncio.run(attack_session(kind, settings, duration, ready_file, experiment_seed, report_file))
     except ConnectionError as exc:
         _error(exc)
         raise typer.Exit(1)
-    text = json.dumps(report, indent=2)
-    if report_file is not None:
-        report_file.parent.mkdir(parents=True, exist_ok=True)
-        report_file.write_text(text + "\n")
-    print(text)
+    print(json.dumps(report, indent=2))

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import secrets
 import signal
 from pathlib import Path
@@ -74,6 +75,7 @@ TRAFFIC_ADVERSARIES: dict[str, str] = {
 WAVE_GAP_S = 0.2  # plans this far apart belong to different bursts (the analyzer waited for releases)
 SYBIL_IDS = 64  # ids per forged message: enough to count, small enough to flood with
 FLOOD_COPIES = 20
+DISCONNECT_WAIT_S = 2.0  # a broker holding the connection back may never answer the DISCONNECT
 VOLLEY = 15  # forged reports per plan message (issue #32 item 3: "about 15 … one of 8 MiB")
 
 
@@ -274,11 +276,13 @@ class TrafficAttacker:
 
 
 async def attack_session(kind: str, settings: BusSettings, duration_s: float, ready_file: Path | None = None,
-                         experiment_seed: int | None = None) -> dict:
+                         experiment_seed: int | None = None, report_file: Path | None = None) -> dict:
     """Attack a running session until it shuts down, for at most ``duration_s``, or until SIGTERM
     (the launcher's stop); what was done and seen, and which of the three ended it. ``ready_file``
     is created once the attack is subscribed: the launcher starts the session only then, so the
-    attack sees it from its first plan."""
+    attack sees it from its first plan. ``report_file`` gets the report (JSON) as soon as the
+    attack ends, before the disconnect: a broker holding this connection back to its account's
+    budget can keep a DISCONNECT waiting past the launcher's grace before SIGKILL."""
     client = settings.client(f"hostile-{kind}-{secrets.token_hex(4)}", True, timeout=10)
     try:
         await client.__aenter__()
@@ -296,11 +300,15 @@ async def attack_session(kind: str, settings: BusSettings, duration_s: float, re
                 ready_file.parent.mkdir(parents=True, exist_ok=True)
                 ready_file.touch()
 
-        return await attack(client, run, lambda pump: _attack_until(pump, stop, duration_s), subscribed)
+        report = await attack(client, run, lambda pump: _attack_until(pump, stop, duration_s), subscribed)
+        if report_file is not None:
+            report_file.parent.mkdir(parents=True, exist_ok=True)
+            report_file.write_text(json.dumps(report, indent=2) + "\n")
+        return report
     finally:
         try:
-            await client.__aexit__(None, None, None)
-        except Exception:  # noqa: BLE001 — the broker may already be gone: nothing left to do
+            await asyncio.wait_for(client.__aexit__(None, None, None), DISCONNECT_WAIT_S)
+        except Exception:  # noqa: BLE001 — the broker may be gone or holding us back: nothing left to do
             pass
 
 
