@@ -16,7 +16,8 @@ it) is from the law it stands for, computed from the code numpy runs.
   2⁻⁵³, computed exactly here (:func:`geometric_tv_bound`). Where the double sum stops growing below
   1 − 2⁻⁵³, the few U above it never end the loop: numpy hangs, with the probability
   :func:`geometric_hang` gives (2⁻⁵² at b = 2, 2⁻⁵¹ at b = 2.4, 0 at b = 1; from replaying numpy's
-  loop in doubles, not observed).
+  loop in doubles, not observed). It turns on p's last bit: at b = 2.4, one ulp below the correctly
+  rounded p (what some machines' libm expm1 gives) it is 2⁻⁵².
 
 **Privacy consequence.** The ideal Lap_ℤ makes the grid releases exactly ε-DP. The sampler's support
 is capped (|L| ≤ :func:`discrete_laplace_cap`), so for neighbours k grid steps apart an output
