@@ -276,6 +276,8 @@ def session(tmp: Path, text: str, kind: str | None, broker: str, timeout_s: floa
             log = stack.log.read_text(errors="replace")
             refused = [int(m) for m in re.findall(r"(?:disconnected|at shutdown) after (\d+) messages", log)]
             row["broker_refused"] = sum(refused) if refused else 0
+            # of which the plugin's limits refused as over-limit (the unpacker's bounds), not its budget
+            row["broker_over_limit"] = sum(int(m) for m in re.findall(r"refused, (\d+) of them over-limit", log))
     wall = time.perf_counter() - t0
     if sampler is not None:
         row["attacker_cpu_s"], row["parties_cpu_s"] = sampler.stop()
@@ -307,7 +309,8 @@ def describe(row: dict, clean: dict | None) -> str:
             f"{row.get('session_s', float('nan')):6.1f} s{ratio}, regret {row.get('regret', float('nan')):,.0f}, "
             f"identical {row.get('identical')}, "
             f"re-announcements {row['re_announcements']}, attacker {row.get('attacker')}, "
-            f"refused {row.get('rejected')}, broker dropped {row.get('broker_refused')}, CPU s: broker {row.get('broker_cpu_s')}, "
+            f"refused {row.get('rejected')}, broker dropped {row.get('broker_refused')} "
+            f"({row.get('broker_over_limit')} over-limit), CPU s: broker {row.get('broker_cpu_s')}, "
             f"attacker {row.get('attacker_cpu_s', 0):.1f}, parties {row.get('parties_cpu_s', 0):.1f} {row.get('cpu_by_party')}")
     if "cell_cpu_s" in row:
         who = "busy loop" if "+hog" in row["kind"] else "attacker"

@@ -140,8 +140,18 @@ FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 ARRAY_KEY = "__array__"
 
 
+# Values body_to_wire returns as they are: a map or list holding only these (exact types, so no
+# numpy scalar or subclass) is copied by one C-level pass instead of one call per item.
+_WIRE_SCALARS = frozenset({type(None), bool, int, float, str})
+
+
 def body_to_wire(value: Any, depth: int = 0) -> Any:
-    """A family's body as msgpack-able data: numpy arrays become typed blocks."""
+    """A family's body as msgpack-able data: numpy arrays become typed blocks.
+
+    The observer and the intermediaries re-encode a received status or truth to check its MAC, so
+    this runs on what the users' account sent: a map or list of plain scalars is copied whole (a
+    status body of 60,000 numbers cost 60,000 calls, 63–69 ms, before; issue #32 item 2), and so is
+    a list of empty lists; the result is the same as item by item."""
     if depth > MAX_BODY_DEPTH:
         raise ValueError(f"a body nests deeper than {MAX_BODY_DEPTH} levels")
     if isinstance(value, np.ndarray):
@@ -149,8 +159,17 @@ def body_to_wire(value: Any, depth: int = 0) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, dict):
+        if (depth < MAX_BODY_DEPTH or not value) and set(map(type, value)) <= {str} \
+                and set(map(type, value.values())) <= _WIRE_SCALARS:
+            return dict(value)
         return {str(k): body_to_wire(v, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
+        if depth < MAX_BODY_DEPTH or not value:  # else an item is too deep: the loop below raises
+            types = set(map(type, value))
+            if types <= _WIRE_SCALARS:
+                return list(value)
+            if types == {list} and not any(value):  # only empty lists
+                return [[] for _ in value]
         return [body_to_wire(v, depth + 1) for v in value]
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
@@ -196,6 +215,8 @@ def body_from_wire(value: Any, depth: int = 0) -> Any:
             raise ValueError(f"a body list of more than {MAX_BODY_ITEMS} items")
         if not value or _scalars_only(value):
             return list(value)
+        if depth < MAX_BODY_DEPTH and set(map(type, value)) == {list} and not any(value):
+            return [[] for _ in value]  # only empty lists: one pass, not a call each (8,000 cost 3–15 ms)
         return [body_from_wire(v, depth + 1) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError("a body number must be finite")

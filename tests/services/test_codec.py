@@ -308,6 +308,74 @@ def test_bodies_refuse_what_is_not_a_wire_value():
     assert same(codec.body_from_wire(codec.body_to_wire({"x": (1, np.float64(2.5))})), {"x": [1, 2.5]})
 
 
+def _item_by_item(value, depth=0):
+    """body_to_wire as it was defined before its one-pass copies (issue #32): the oracle."""
+    if depth > codec.MAX_BODY_DEPTH:
+        raise ValueError("too deep")
+    if isinstance(value, np.ndarray):
+        return {codec.ARRAY_KEY: codec._array_to_wire(value)}
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {str(k): _item_by_item(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_item_by_item(v, depth + 1) for v in value]
+    return value
+
+
+def _typed(value):
+    """A wire value with its types spelled out (1 == 1.0 == True for ==)."""
+    if isinstance(value, dict):
+        return {k: _typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_typed(v) for v in value]
+    return (type(value).__name__, value if value == value else "nan")
+
+
+_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2**40, 2**40), st.floats(), st.text(max_size=3),
+                     st.integers(-5, 5).map(np.int64), st.floats(-1, 1).map(np.float64))
+_BODIES = st.recursive(_SCALARS, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.lists(inner, max_size=3).map(tuple), st.lists(st.just([]), max_size=3),
+    st.dictionaries(st.one_of(st.text(min_size=1, max_size=3), st.integers(0, 9)), inner, max_size=3)),
+    max_leaves=30)
+
+
+def _nested(depth, inner):
+    for _ in range(depth):
+        inner = [inner]
+    return inner
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_BODIES)
+def test_a_body_copied_in_one_pass_is_what_item_by_item_gave(body):
+    """body_to_wire copies a map or list of plain scalars, or a list of empty lists, in one pass
+    (the observer re-encodes what the users' account sent to check its MAC: issue #32); the result,
+    types included, and the depth limit are those of the item-by-item definition."""
+    try:
+        want = _typed(_item_by_item(body))
+    except ValueError:
+        with pytest.raises(ValueError, match="nests deeper"):
+            codec.body_to_wire(body)
+        return
+    assert _typed(codec.body_to_wire(body)) == want
+
+
+@pytest.mark.parametrize("inner, deepest", [(1, codec.MAX_BODY_DEPTH), ([], codec.MAX_BODY_DEPTH),
+                                            ({"a": 1}, codec.MAX_BODY_DEPTH - 1), ([[], []], codec.MAX_BODY_DEPTH - 1)])
+def test_the_one_pass_copies_keep_the_depth_limit(inner, deepest):
+    """A value ``deepest`` lists down is encoded, one more level is refused, copied in one pass or
+    not; and decoding a list of empty lists, which is also copied in one pass now, keeps its limit."""
+    codec.body_to_wire(_nested(deepest, inner))
+    for too_deep in (_nested(deepest + 1, inner), {"x": _nested(deepest, inner)}):
+        with pytest.raises(ValueError, match="nests deeper"):
+            codec.body_to_wire(too_deep)
+    if inner == [[], []]:
+        assert codec.body_from_wire(_nested(deepest, inner)) == _nested(deepest, inner)
+        with pytest.raises(ValueError, match="nests deeper"):
+            codec.body_from_wire(_nested(deepest + 1, inner))
+
+
 REASONS = {"not-msgpack", "not-a-map", "bad-version", "unknown-kind", "schema", "too-large", "over-limit", "wrong-topic"}
 
 

@@ -12,9 +12,11 @@ import asyncio
 import re
 
 import aiomqtt
+import numpy as np
 import pytest
 
-from privbandit.services import acl
+from privbandit.services import acl, codec
+from privbandit.services.hostile import decoding_bombs
 from privbandit.services.mosquitto_process import (BudgetPluginError, build_budget_plugin, mosquitto_binary,
                                                    start_with_broker_config)
 from tests.needs import missing
@@ -142,6 +144,69 @@ def test_connections_past_the_accounts_cap_buy_no_budget(broker):
     got = asyncio.run(_publish_and_count(mosquitto, files, senders, ("aggregator", "report/aggregator")))
     assert len(got) == 6
     assert "users (c2-users) is a connection past its account's 2" in mosquitto.log.read_text()
+
+
+def _over_limit(payload: bytes) -> bool:
+    try:
+        codec.unpack(payload)
+    except codec.DecodeError as exc:
+        return exc.reason == "over-limit"
+    return False
+
+
+def test_a_users_publish_the_unpacker_would_refuse_is_dropped_before_it_is_routed(tmp_path):
+    """The plugin's limits line (codec.unpack's bounds): of the decoding bombs (hostile.py) and the
+    largest honest messages of the users' account, those the parties' unpacker refuses as
+    over-limit (the 500,000-key map, 4 M nested lists, lists of 4,096 lists, maps, ints or floats,
+    the deepest nesting) never reach the aggregator; the others do, in order (a bin of 8 MiB, 4 KB
+    strings and unknown keys are the schema's to refuse; an honest block of 65,536 reports, a list of
+    4,096 items). A budget that lets everything through, so the limits alone decide; the analyzer's
+    account has no limits. Without the limits line every bomb gets through."""
+    if mosquitto_binary() is None:
+        missing("mosquitto is not installed (apt install mosquitto)")
+    roomy = acl.PublishBudget(bytes_per_s=1e9, burst_bytes=2**30, messages_per_s=1e6, burst_messages=10**6,
+                              connections=4)
+    mosquitto, files = start_with_broker_config(tmp_path / "broker", RUN, publish_budgets={"users": roomy})
+    ids = np.arange(65_536)
+    honest = codec.encode(codec.ReportsMsg(run=RUN, task=0, round=1, plan=1, user_ids=codec.ids_on_wire(ids),
+                                           values=codec.packed(np.ones((1, 65_536, 4)), None), block=0,
+                                           tags=ids.astype("<u4"), block_tag=bytes(28)))
+    widest = codec.encode(codec.StatusMsg(run=RUN, party="users-0", state="stats",
+                                          body={"x": list(range(codec.MAX_CONTAINER_ITEMS))}))
+    payloads = [p for _, where, p in decoding_bombs(RUN) if where == "report"] + [honest, widest]
+    try:
+        got = asyncio.run(_publish_and_count_payloads(mosquitto, files, payloads))
+        plans = asyncio.run(_publish_and_count(mosquitto, files, [("analyzer", "a", "plan", [10])], ("users", "plan")))
+    finally:
+        mosquitto.stop()
+    refused = [p for p in payloads if _over_limit(p)]
+    assert len(refused) == 7 and not _over_limit(honest) and not _over_limit(widest)
+    passed = [p for p in payloads if not _over_limit(p)]
+    assert [len(p) for p in got] == [len(p) for p in passed]  # sizes first: pytest's diff of 8 MiB would not end
+    assert got == passed
+    assert plans == [10]
+    log = mosquitto.log.read_text()
+    assert "privbandit budget: each PUBLISH of users past the unpacker's limits (4096 items a map or list" in log
+    assert "disconnected after 7 messages" in log and "7 of them over-limit" in log, log[-2000:]
+
+
+async def _publish_and_count_payloads(mosquitto, files, payloads: list[bytes]) -> list[bytes]:
+    got: list[bytes] = []
+
+    async def read(sub):
+        await sub.subscribe(f"pb/{RUN}/report/aggregator", qos=1)
+        async for message in sub.messages:
+            got.append(bytes(message.payload))
+
+    async with _client(mosquitto, files, "aggregator", "reader") as sub:
+        task = asyncio.create_task(read(sub))
+        await asyncio.sleep(0.2)
+        async with _client(mosquitto, files, "users", "bombs") as pub:
+            for p in payloads:
+                await pub.publish(f"pb/{RUN}/report/aggregator", p, qos=1, timeout=20)
+        await asyncio.sleep(1.0)
+        task.cancel()
+    return got
 
 
 def test_the_generated_conf_loads_the_embedded_brokers_budgets(tmp_path):

@@ -70,12 +70,17 @@ def render_budget_lines(budget_plugin: Path | None, budgets: Mapping[str, Publis
     None, a comment saying that this Mosquitto budgets no account."""
     if budget_plugin is None:
         return ["# no per-account publish budget: no budget plugin given (issue #32 item 3; docs/attacks.md)"]
-    lines = ["# each connection of these accounts: a publish budget; past it, a PUBLISH is dropped (issue #32)",
+    from privbandit.services import codec  # the parties' unpacker bounds (codec imports no acl)
+
+    lines = ["# each connection of these accounts: a publish budget; past it, a PUBLISH is dropped (issue #32);",
+             "# so is one the parties' unpacker would refuse as over-limit (codec.unpack's bounds)",
              f"plugin {budget_plugin}"]
     for account, b in budgets.items():
         lines.append(f"plugin_opt_budget_{account} bytes_per_s={float(b.bytes_per_s)!r},burst_bytes={b.burst_bytes},"
                      f"messages_per_s={float(b.messages_per_s)!r},burst_messages={b.burst_messages},"
                      f"connections={b.connections}")
+        lines.append(f"plugin_opt_limits_{account} container_items={codec.MAX_CONTAINER_ITEMS},items={codec.MAX_ITEMS},"
+                     f"containers={codec.MAX_CONTAINERS},str_bytes={codec.MAX_STR_BYTES}")
     return lines
 
 

@@ -11,6 +11,17 @@
  *
  *   plugin_opt_budget_users bytes_per_s=16777216,burst_bytes=67108864,messages_per_s=1000,burst_messages=10000,connections=64
  *
+ * A `plugin_opt_limits_<account>` line (its account must have a budget) also refuses, before it is
+ * routed, a PUBLISH whose payload is msgpack past the bounds the parties' unpacker enforces
+ * (codec.unpack: a map or list longer than container_items, more than items map entries and list
+ * elements in all, each map or list counting one more, more than containers maps and lists, a
+ * string over str_bytes, any ext type), which every party would refuse as `over-limit` on arrival:
+ * a decoding bomb of 8 MiB costs Mosquitto its reading, not its forwarding, and the subscriber
+ * nothing. Such a message spends no budget. A payload that is not msgpack, or is cut short, is left
+ * to the parties (they refuse it too); so is everything within the bounds.
+ *
+ *   plugin_opt_limits_users container_items=4096,items=65536,containers=8192,str_bytes=4096
+ *
  * Built by privbandit (services/mosquitto_process.py, build_budget_plugin) with the machine's cc
  * against Mosquitto's headers; loaded by the generated mosquitto.conf (acl.write_broker_config).
  */
@@ -25,12 +36,16 @@
 #include <mosquitto_plugin.h>
 
 #define OPT_PREFIX "budget_"
+#define LIMITS_PREFIX "limits_"
 #define LOG_EVERY_S 5.0 /* as the embedded broker's DROP_LOG_S */
 
 struct budget {
 	char *account;
 	double bytes_per_s, burst_bytes, messages_per_s, burst_messages;
 	long connections;
+	/* the unpacker's bounds (a limits_ line), or has_limits 0 */
+	int has_limits;
+	long container_items, items, containers, str_bytes;
 };
 
 struct conn {
@@ -38,7 +53,7 @@ struct conn {
 	const struct budget *budget;
 	char *client_id;
 	double bytes, messages, at, logged_at;
-	uint64_t refused, refused_bytes;
+	uint64_t refused, refused_bytes, over_limit;
 	int over_cap; /* one connection too many of its account: every PUBLISH refused */
 };
 
@@ -122,6 +137,93 @@ static struct conn *conn_of(const struct mosquitto *client, const struct budget 
 	return slot;
 }
 
+static uint64_t be(const unsigned char *p, int n)
+{
+	uint64_t v = 0;
+	for(int i = 0; i < n; i++) v = (v << 8) | p[i];
+	return v;
+}
+
+/* Whether a msgpack payload exceeds the bounds of codec.unpack (1: refuse). One pass, no
+ * allocation: the open maps and lists are a count of items still to read each, on a stack no
+ * deeper than the containers allowed. Items are counted as a container opens, where the unpacker
+ * counts them as it closes; for a payload that is whole the totals are the same, and one cut short
+ * the parties refuse anyway. A map's entries are counted as sent (the unpacker counts distinct
+ * keys: a map with repeated keys is never a party's). Anything that is not msgpack: 0. */
+static int over_limits(const struct budget *b, const unsigned char *p, size_t n)
+{
+	enum { STACK = 8193 };
+	static uint64_t left[STACK]; /* per open container: items still to read (a map's entries twice) */
+	int depth = 0;
+	long items = 0, containers = 0;
+	size_t at = 0;
+	if(b->containers >= STACK) return 0; /* the stack below could not follow: leave it to the parties */
+	do {
+		if(at >= n) return 0;
+		unsigned char t = p[at++];
+		uint64_t len = 0, children = 0;
+		int is_container = 0, head = 0;
+		if(t <= 0x7f || t >= 0xe0 || t == 0xc0 || t == 0xc2 || t == 0xc3){
+			/* fixint, nil, bool */
+		}else if(t <= 0x8f){ len = t & 0x0f; is_container = 2;
+		}else if(t <= 0x9f){ len = t & 0x0f; is_container = 1;
+		}else if(t <= 0xbf){
+			len = t & 0x1f;
+			if((long)len > b->str_bytes) return 1;
+			if(len > n - at) return 0;
+			at += len;
+		}else switch(t){
+			case 0xc4: case 0xc5: case 0xc6: /* bin 8/16/32: the message's size bounds it */
+				head = t == 0xc4 ? 1 : t == 0xc5 ? 2 : 4;
+				if((size_t)head > n - at) return 0;
+				len = be(p + at, head);
+				at += head;
+				if(len > n - at) return 0;
+				at += len;
+				break;
+			case 0xca: at += 4; break;
+			case 0xcb: at += 8; break;
+			case 0xcc: case 0xd0: at += 1; break;
+			case 0xcd: case 0xd1: at += 2; break;
+			case 0xce: case 0xd2: at += 4; break;
+			case 0xcf: case 0xd3: at += 8; break;
+			case 0xd9: case 0xda: case 0xdb: /* str 8/16/32 */
+				head = t == 0xd9 ? 1 : t == 0xda ? 2 : 4;
+				if((size_t)head > n - at) return 0;
+				len = be(p + at, head);
+				at += head;
+				if((long long)len > b->str_bytes) return 1;
+				if(len > n - at) return 0;
+				at += len;
+				break;
+			case 0xdc: case 0xdd: head = t == 0xdc ? 2 : 4; is_container = 1; break;
+			case 0xde: case 0xdf: head = t == 0xde ? 2 : 4; is_container = 2; break;
+			case 0xc7: case 0xc8: case 0xc9: case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8:
+				return 1; /* ext: the unpacker takes none (max_ext_len=0) */
+			default: return 0; /* 0xc1: not msgpack */
+		}
+		if(at > n) return 0;
+		if(is_container){
+			if(head){
+				if((size_t)head > n - at) return 0;
+				len = be(p + at, head); at += head;
+			}
+			if((long long)len > b->container_items) return 1;
+			items += (long)len + 1;
+			containers++;
+			if(items > b->items || containers > b->containers) return 1;
+			children = is_container == 2 ? 2 * len : len;
+		}
+		/* this value is read: one item fewer in its container; then open it, if it has items */
+		if(depth > 0) left[depth - 1]--;
+		if(children){
+			left[depth++] = children;
+		}
+		while(depth > 0 && left[depth - 1] == 0) depth--;
+	} while(depth > 0);
+	return 0;
+}
+
 /* Token buckets as the embedded broker's _Bucket (refilled at their rates up to their bursts), but a
  * PUBLISH that does not fit is refused whole and spends nothing: the bucket never goes below zero. */
 static int on_message(int event, void *event_data, void *userdata)
@@ -139,18 +241,22 @@ static int on_message(int event, void *event_data, void *userdata)
 	if(c->bytes > b->burst_bytes) c->bytes = b->burst_bytes;
 	c->messages += elapsed * b->messages_per_s;
 	if(c->messages > b->burst_messages) c->messages = b->burst_messages;
-	if(!c->over_cap && c->bytes >= size && c->messages >= 1.0){
+	int fits = !c->over_cap && c->bytes >= size && c->messages >= 1.0;
+	int bomb = fits && b->has_limits && over_limits(b, ed->payload, (size_t)ed->payloadlen);
+	if(fits && !bomb){
 		c->bytes -= size;
 		c->messages -= 1.0;
 		return MOSQ_ERR_SUCCESS;
 	}
 	c->refused++;
 	c->refused_bytes += (uint64_t)size;
+	c->over_limit += (uint64_t)bomb;
 	if(now - c->logged_at >= LOG_EVERY_S){
 		c->logged_at = now;
 		mosquitto_log_printf(MOSQ_LOG_WARNING, "privbandit budget: %s (%s) publishes past its account's budget "
-				"(%.0f B/s, %.0f messages/s): %" PRIu64 " messages (%" PRIu64 " bytes) refused so far",
-				b->account, c->client_id, b->bytes_per_s, b->messages_per_s, c->refused, c->refused_bytes);
+				"(%.0f B/s, %.0f messages/s) or the unpacker's limits: %" PRIu64 " messages (%" PRIu64
+				" bytes) refused so far, %" PRIu64 " of them over-limit", b->account, c->client_id, b->bytes_per_s,
+				b->messages_per_s, c->refused, c->refused_bytes, c->over_limit);
 	}
 	return MOSQ_ERR_ACL_DENIED;
 }
@@ -159,7 +265,8 @@ static void log_total(const struct conn *c, const char *when)
 {
 	if(c->refused){
 		mosquitto_log_printf(MOSQ_LOG_NOTICE, "privbandit budget: %s (%s) %s after %" PRIu64 " messages (%" PRIu64
-				" bytes) refused", c->budget->account, c->client_id, when, c->refused, c->refused_bytes);
+				" bytes) refused, %" PRIu64 " of them over-limit", c->budget->account, c->client_id, when, c->refused,
+				c->refused_bytes, c->over_limit);
 	}
 }
 
@@ -194,6 +301,35 @@ static int parse_budget(const char *account, const char *value, struct budget *o
 	return out->account ? MOSQ_ERR_SUCCESS : MOSQ_ERR_NOMEM;
 }
 
+/* "container_items=…,items=…,containers=…,str_bytes=…" for an account with a budget line. */
+static int parse_limits(const char *account, const char *value)
+{
+	struct budget *b = NULL;
+	long container_items, items, containers, str_bytes;
+	int end = -1;
+	for(int i = 0; i < n_budgets; i++){
+		if(strcmp(budgets[i].account, account) == 0) b = &budgets[i];
+	}
+	if(b == NULL){
+		mosquitto_log_printf(MOSQ_LOG_ERR, "privbandit budget: plugin_opt_" LIMITS_PREFIX "%s: no plugin_opt_"
+				OPT_PREFIX "%s line (the limits apply to an account with a budget)", account, account);
+		return MOSQ_ERR_INVAL;
+	}
+	if(sscanf(value, "container_items=%ld,items=%ld,containers=%ld,str_bytes=%ld%n", &container_items, &items,
+				&containers, &str_bytes, &end) != 4 || end < 0 || value[end] != '\0' || container_items < 1
+			|| items < 1 || containers < 1 || containers > 8192 || str_bytes < 1){
+		mosquitto_log_printf(MOSQ_LOG_ERR, "privbandit budget: plugin_opt_" LIMITS_PREFIX "%s %s: expected "
+				"container_items=N,items=N,containers=N,str_bytes=N, each >= 1, containers <= 8192", account, value);
+		return MOSQ_ERR_INVAL;
+	}
+	b->has_limits = 1;
+	b->container_items = container_items; b->items = items; b->containers = containers; b->str_bytes = str_bytes;
+	mosquitto_log_printf(MOSQ_LOG_NOTICE, "privbandit budget: each PUBLISH of %s past the unpacker's limits "
+			"(%ld items a map or list, %ld in all, %ld maps and lists, strings of %ld bytes, no ext) refused",
+			account, container_items, items, containers, str_bytes);
+	return MOSQ_ERR_SUCCESS;
+}
+
 int mosquitto_plugin_version(int supported_version_count, const int *supported_versions)
 {
 	for(int i = 0; i < supported_version_count; i++){
@@ -210,14 +346,20 @@ int mosquitto_plugin_init(mosquitto_plugin_id_t *identifier, void **userdata, st
 	budgets = mosquitto_calloc((size_t)(option_count > 0 ? option_count : 1), sizeof(*budgets));
 	if(budgets == NULL) return MOSQ_ERR_NOMEM;
 	for(int i = 0; i < option_count; i++){
+		if(strncmp(options[i].key, LIMITS_PREFIX, strlen(LIMITS_PREFIX)) == 0) continue; /* below */
 		if(strncmp(options[i].key, OPT_PREFIX, strlen(OPT_PREFIX)) != 0 || options[i].key[strlen(OPT_PREFIX)] == '\0'){
 			mosquitto_log_printf(MOSQ_LOG_ERR, "privbandit budget: unknown option plugin_opt_%s (expected "
-					"plugin_opt_" OPT_PREFIX "<account>)", options[i].key);
+					"plugin_opt_" OPT_PREFIX "<account> or plugin_opt_" LIMITS_PREFIX "<account>)", options[i].key);
 			return MOSQ_ERR_INVAL;
 		}
 		int rc = parse_budget(options[i].key + strlen(OPT_PREFIX), options[i].value, &budgets[n_budgets]);
 		if(rc != MOSQ_ERR_SUCCESS) return rc;
 		n_budgets++;
+	}
+	for(int i = 0; i < option_count; i++){
+		if(strncmp(options[i].key, LIMITS_PREFIX, strlen(LIMITS_PREFIX)) != 0) continue;
+		int rc = parse_limits(options[i].key + strlen(LIMITS_PREFIX), options[i].value);
+		if(rc != MOSQ_ERR_SUCCESS) return rc;
 	}
 	if(n_budgets == 0){
 		mosquitto_log_printf(MOSQ_LOG_ERR, "privbandit budget: no plugin_opt_" OPT_PREFIX "<account> line: "
