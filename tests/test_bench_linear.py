@@ -1,6 +1,6 @@
 """#31 item 6: ``benchmarks/bench_linear.py --single`` prints only what it measured. Without the
 authors' code no ratio (and no figure of theirs) appears; with ``--authors-code`` the ratio is the
-quotient of the two rates printed beside it, both timed in the run."""
+quotient of the two rates printed beside it, both timed in the run, and so is the CPU ratio."""
 
 from __future__ import annotations
 
@@ -43,9 +43,9 @@ def test_without_the_authors_code_only_privbandits_rates_are_printed():
     lines = _bench()
     rows = _rows(lines)
     assert set(rows) == set(LABELS)
-    for label, cells in rows.items():  # seconds and rounds/s, nothing else
-        assert len(cells) == 2, (label, cells)
-        assert float(cells[1].replace(",", "")) > 0
+    for label, cells in rows.items():  # seconds, rounds/s and CPU seconds, nothing else
+        assert len(cells) == 3, (label, cells)
+        assert float(cells[1].replace(",", "")) > 0 and float(cells[2]) > 0
     text = "\n".join(lines)
     assert "×" not in text and "target" not in text and "authors s" not in text
     assert "no ratio to it is printed" in text
@@ -55,8 +55,12 @@ def test_with_the_authors_code_the_ratio_is_of_two_rates_measured_here(tmp_path)
     (tmp_path / "LinBanditPrivate.py").write_text(FAKE)
     rows = _rows(_bench("--authors-code", str(tmp_path)))
     assert set(rows) == set(LABELS)
-    for label, (secs, rate, their_secs, their_rate, ratio, *verdict) in rows.items():
+    for label, (secs, rate, cpu, their_secs, their_rate, their_cpu, ratio, by_cpu, *verdict) in rows.items():
         assert float(their_secs) >= 0.05  # the stand-in's sleep was timed, not looked up
+        assert float(their_cpu) < 0.05  # and it sleeps: its CPU seconds are not its wall seconds
         ours, theirs = float(rate.replace(",", "")), float(their_rate.replace(",", ""))
         assert abs(float(ratio) - ours / theirs) <= 0.01 * ours / theirs + 0.01, (label, rows[label])
-        assert " ".join(verdict) == ("met" if ours >= 5 * theirs else "NOT met")
+        cpu_ratio = float(their_cpu) / float(cpu)
+        assert abs(float(by_cpu) - cpu_ratio) <= 0.01 * cpu_ratio + 0.01, (label, rows[label])
+        met = ours >= 50 * theirs and float(by_cpu) >= 50
+        assert " ".join(verdict) == ("met" if met else "NOT met")

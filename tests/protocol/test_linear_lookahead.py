@@ -63,6 +63,12 @@ def _rows(result):
     ("LinUCB-SDP-Vec", 2000, 0.2, 3, 3, "paper-code", 5),
     ("LinUCB-SDP-Vec", 1500, 1.0, 4, 2, "theory", 3),
     ("LinUCB-SDP-Vec", 1500, 1.0, 5, 2, "exact", 3),  # fair noise bits
+    # the exact preset of every other algorithm (#33: each algorithm and preset)
+    ("LinUCB", 1500, 1.0, 8, 2, "exact", 5),
+    ("LinUCB-JDP", 1500, 1.0, 8, 2, "exact", 5),
+    ("LinUCB-LDP", 1500, 1.0, 8, 2, "exact", 5),
+    ("LinUCB-SDP-Amp", 1500, 1.0, 8, 2, "exact", 5),
+    ("LinUCB-LDP", 6000, 1.0, 9, 1, "paper-code", 5),  # one block of 6000 users (more than the old 4096)
 ])
 def test_look_ahead_equals_one_user_per_plan(label, horizon, epsilon, seed, runs, preset, dim):
     """LinUCB, JDP and LDP (B = 1), SDP-Amp (B = 20, its batches shuffled one by one inside a
@@ -86,6 +92,8 @@ def test_look_ahead_equals_one_user_per_plan(label, horizon, epsilon, seed, runs
                                                                         ref.max_report_bits)
     if label == "LinUCB-JDP" and epsilon == 0.2:
         assert ref.learner[0]["batches_clipped"] > 20
+    if horizon > 4096 and label == "LinUCB-LDP":  # a single run's block is not cut at 4096 users any more
+        assert [p.cohort for p in fast_plans] == [horizon]
 
 
 def test_sdp_amp_blocks_clip_as_batches_do(monkeypatch):

@@ -13,9 +13,10 @@ products sum in an order that depends on the CPU OpenBLAS picks its kernel for).
 - :func:`update`: lines 13–15, V_m += Ṽ, u_m += ũ, then V_m⁻¹ and θ̂_m = V_m⁻¹u_m from the Cholesky
   factor of V_m, if V_m − floor·I has one; a run without it is left for the caller's eigenvalue
   clipping (:meth:`~.learners.BatchedLinUCB.clip`, rare: numpy's ``eigh``).
+- :func:`tree_changes`: the JDP tree's changes of a block of counts (:func:`.lookahead.tree_changes`).
 - :func:`look_ahead`: the one-user batches of LinUCB, JDP and LDP, user after user, and
-  :func:`batch_ahead`: LinUCB-SDP-Amp's batches, batch after batch, and :func:`vec_ahead`: LinUCB-SDP-Vec's
-  (see :mod:`.lookahead`).
+  :func:`batch_ahead`: LinUCB-SDP-Amp's and LinUCB-SDP-Vec's batches, batch after batch (see
+  :mod:`.lookahead`).
 
 The kernels compile on first use (a few seconds) and are cached beside this file (numba's
 ``cache=True``; ``NUMBA_CACHE_DIR`` moves the cache where the package directory is read-only).
@@ -44,25 +45,43 @@ def arm_table(arms: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True, nogil=True)
-def _argmax(table, theta, v_inv, beta, mean, quad):
+def _accumulate(table, lo, hi, coef, acc):
+    """acc[k] = (((0 + table[lo, k]·coef[lo]) + table[lo + 1, k]·coef[lo + 1]) + …) over rows lo … hi − 1:
+    each arm's sum left to right, as one row per pass adds it, but four rows per pass over the arms
+    (each pass loads and stores ``acc`` once: with one row per pass those loads and stores, not the
+    arithmetic, bounded the loop)."""
+    n = table.shape[1]
+    for k in range(n):
+        acc[k] = 0.0
+    p = lo
+    while p + 4 <= hi:
+        r0, r1, r2, r3 = table[p], table[p + 1], table[p + 2], table[p + 3]
+        c0, c1, c2, c3 = coef[p], coef[p + 1], coef[p + 2], coef[p + 3]
+        for k in range(n):
+            acc[k] = (((acc[k] + r0[k] * c0) + r1[k] * c1) + r2[k] * c2) + r3[k] * c3
+        p += 4
+    while p < hi:
+        r0, c0 = table[p], coef[p]
+        for k in range(n):
+            acc[k] = acc[k] + r0[k] * c0
+        p += 1
+
+
+@njit(cache=True, nogil=True)
+def _argmax(table, theta, v_inv, beta, mean, quad, coef):
     """One run: the first arm of the largest ⟨φ, θ̂⟩ + β√max(‖φ‖²_{V⁻¹}, 0) (``table`` (P, K) from
-    :func:`arm_table`; ``mean`` and ``quad`` (K,) scratch)."""
+    :func:`arm_table`; ``mean`` and ``quad`` (K,), ``coef`` (P,) scratch: θ̂, then upper(V⁻¹) in
+    the table's row order)."""
     k_arms = table.shape[1]
     d = theta.shape[0]
-    for k in range(k_arms):
-        mean[k] = 0.0
-        quad[k] = 0.0
-    for i in range(d):
-        t = theta[i]
-        for k in range(k_arms):
-            mean[k] += table[i, k] * t
     p = d
     for i in range(d):
+        coef[i] = theta[i]
         for j in range(i, d):
-            v = v_inv[i, j]
-            for k in range(k_arms):
-                quad[k] += table[p, k] * v
+            coef[p] = v_inv[i, j]
             p += 1
+    _accumulate(table, 0, d, coef, mean)
+    _accumulate(table, d, table.shape[0], coef, quad)
     best = -math.inf
     arg = 0
     for k in range(k_arms):
@@ -79,8 +98,9 @@ def ucb_argmax(table, theta, v_inv, beta, out):
     → ``out`` (R,) int64."""
     mean = np.empty(table.shape[2])
     quad = np.empty(table.shape[2])
+    coef = np.empty(table.shape[1])
     for r in range(table.shape[0]):
-        out[r] = _argmax(table[r], theta[r], v_inv[r], beta[r], mean, quad)
+        out[r] = _argmax(table[r], theta[r], v_inv[r], beta[r], mean, quad, coef)
 
 
 @njit(cache=True, nogil=True)
@@ -211,6 +231,38 @@ def _learn_entries(u, V, v_inv, theta, inc, mirror, floor, u_inc, v_inc, low, wo
 
 
 @njit(cache=True, nogil=True)
+def tree_changes(c0, fresh, live, present, change):
+    """The tree's changes of counts c0 … c0 + n − 1 into ``change`` (R, n, D): count c's is its fresh
+    node ``fresh[:, c − c0]`` minus the nodes its t trailing ones merge, opened at counts c − 1, c − 2,
+    c − 4, …, c − 2^(t−1), subtracted in that order (:meth:`~.mechanisms.TreeAggregator.step`'s
+    order): a node opened inside the block is that count's fresh draw, one opened before it the tree's
+    live node of its level, ``live[j]`` (``present[j]``: the tree holds one). False if a count needs a
+    level the tree does not hold (``change`` then incomplete)."""
+    n_runs, n, width = fresh.shape
+    for i in range(n):
+        for r in range(n_runs):
+            for e in range(width):
+                change[r, i, e] = fresh[r, i, e]
+        c = c0 + i
+        j = 0
+        while c & 1:
+            src = i - (1 << j)
+            if src >= 0:
+                for r in range(n_runs):
+                    for e in range(width):
+                        change[r, i, e] -= fresh[r, src, e]
+            else:
+                if j >= live.shape[0] or not present[j]:
+                    return False
+                for r in range(n_runs):
+                    for e in range(width):
+                        change[r, i, e] -= live[j, r, e]
+            c >>= 1
+            j += 1
+    return True
+
+
+@njit(cache=True, nogil=True)
 def look_ahead(kind, start, end, arms, scores, rewards, betas, u, V, v_inv, theta, table, draws, plus_zero, mirror,
                floor, chosen, ys, values, pending):
     """Users start … end − 1 of a look-ahead block, user after user, each run's arm (line 4) then its
@@ -223,13 +275,13 @@ def look_ahead(kind, start, end, arms, scores, rewards, betas, u, V, v_inv, thet
     (JDP: the looked-up entries plus the tree's change; LDP: the entries plus the user's noise, stored
     in ``values``, then + 0.0 as the sum over one report adds), learned by :func:`_learn_entries`."""
     n_runs, d, width = rewards.shape[0], u.shape[1], table.shape[3]
-    mean, quad = np.empty(scores.shape[2]), np.empty(scores.shape[2])
+    mean, quad, coef = np.empty(scores.shape[2]), np.empty(scores.shape[2]), np.empty(scores.shape[1])
     vx, u_inc, low, work, v_inc = np.empty(d), np.empty(d), np.empty((d, d)), np.empty((d, d)), np.empty((d, d))
     inc = np.empty(width)
     for i in range(start, end):
         stop = False
         for r in range(n_runs):
-            a = _argmax(scores[r], theta[r], v_inv[r], betas[i], mean, quad)
+            a = _argmax(scores[r], theta[r], v_inv[r], betas[i], mean, quad, coef)
             y = 1 if rewards[r, i, a] else 0
             chosen[r, i] = a
             ys[r, i] = y
@@ -251,76 +303,56 @@ def look_ahead(kind, start, end, arms, scores, rewards, betas, u, V, v_inv, thet
 
 
 @njit(cache=True, nogil=True)
-def batch_ahead(start, end, batch, scores, rewards, betas, u, V, v_inv, theta, table, draws, mirror, floor,
-                chosen, values, estimates, pending):
-    """Batches start … end − 1 of ``batch`` users each (LinUCB-SDP-Amp's look-ahead), batch after
-    batch: each run's arm for the batch (line 4, every user of a batch has the same context), its
-    users' reports ``table[r, a, y] + draws[r, i]`` into ``values`` (R, n·B, D), their sum into
+def batch_ahead(start, end, batch, scores, rewards, betas, u, V, v_inv, theta, vec, table, draws, floors, fracs,
+                uniforms, ones, centre, scale, shift, mirror, floor, chosen, values, totals, estimates, pending):
+    """Batches start … end − 1 of ``batch`` users each, batch after batch (the look-ahead of
+    LinUCB-SDP-Amp, and of LinUCB-SDP-Vec if ``vec``): each run's arm for the batch (line 4, every
+    user of a batch has the same context), its users' reports summed into the batch's estimate
     ``estimates`` (R, n, D), then lines 13–15, until a run's V − floor·I has no Cholesky factor:
     returns that batch's index (``pending`` marks the runs to clip), or ``end``.
 
-    The shuffled reports are grid values whose every partial sum the caller has bounded below 2³³,
-    so each sum is exact: the same double in this order as in the analyzer's sorted order."""
-    n_runs, d, width = rewards.shape[0], u.shape[1], table.shape[3]
-    mean, quad = np.empty(scores.shape[2]), np.empty(scores.shape[2])
+    SDP-Amp: the reports ``table[r, a, y] + draws[r, i]`` into ``values`` (R, n·B, D), summed left
+    to right. They are grid values whose every partial sum the caller has bounded below 2³³, so each
+    sum is exact: the same double in this order as in the analyzer's sorted order.
+
+    SDP-Vec: each user's counts (Algorithm 5, :meth:`~.mechanisms.BitSumRandomizer.apply`: ⌊w⌋ from
+    ``floors[r, a, y]``, + 1 where her uniform is below the fraction ``fracs[r, a, y]``, + her noise
+    bits' count ``ones``), their per-label total (Algorithm 6, int64, exact in any order) into
+    ``totals`` (R, n, D), its decoding (Algorithm 7, :meth:`~.mechanisms.BitSumAnalyzer.analyze`:
+    ``scale·(total − centre) − shift``, centre = p·b·B and shift = B·Δ as the analyzer computes them)
+    the estimate. The arrays of the other kind are not read (any shape)."""
+    n_runs, d, width = rewards.shape[0], u.shape[1], estimates.shape[2]
+    mean, quad, coef = np.empty(scores.shape[2]), np.empty(scores.shape[2]), np.empty(scores.shape[1])
     u_inc, low, work, v_inc = np.empty(d), np.empty((d, d)), np.empty((d, d)), np.empty((d, d))
     acc = np.empty(width)
+    counts = np.empty(width, dtype=np.int64)
     for j in range(start, end):
         stop = False
         for r in range(n_runs):
-            a = _argmax(scores[r], theta[r], v_inv[r], betas[j], mean, quad)
+            a = _argmax(scores[r], theta[r], v_inv[r], betas[j], mean, quad, coef)
             chosen[r, j] = a
             for e in range(width):
                 acc[e] = 0.0
+                counts[e] = 0
             for b in range(batch):
                 i = j * batch + b
                 y = 1 if rewards[r, i, a] else 0
+                if vec:
+                    for e in range(width):
+                        counts[e] += floors[r, a, y, e] + (1 if uniforms[r, i, e] < fracs[r, a, y, e] else 0) \
+                            + ones[r, i, e]
+                else:
+                    for e in range(width):
+                        v = table[r, a, y, e] + draws[r, i, e]
+                        values[r, i, e] = v
+                        acc[e] += v
+            if vec:
                 for e in range(width):
-                    v = table[r, a, y, e] + draws[r, i, e]
-                    values[r, i, e] = v
-                    acc[e] += v
+                    totals[r, j, e] = counts[e]
+                    acc[e] = scale * (float(counts[e]) - centre) - shift
             for e in range(width):
                 estimates[r, j, e] = acc[e]
             if not _learn_entries(u[r], V[r], v_inv[r], theta[r], acc, mirror, floor, u_inc, v_inc, low, work):
-                pending[r] = True
-                stop = True
-        if stop:
-            return j
-    return end
-
-
-@njit(cache=True, nogil=True)
-def vec_ahead(start, end, batch, scores, rewards, betas, u, V, v_inv, theta, floors, fracs, uniforms, ones, centre,
-              scale, shift, mirror, floor, chosen, totals, estimates, pending):
-    """Batches start … end − 1 of LinUCB-SDP-Vec's look-ahead, batch after batch: each run's arm for
-    the batch (line 4), its users' counts (Algorithm 5, :meth:`~.mechanisms.BitSumRandomizer.apply`:
-    ⌊w⌋ from ``floors[r, a, y]``, + 1 where the user's uniform is below the fraction ``fracs[r, a, y]``,
-    + her noise bits' count ``ones``), their per-label total (Algorithm 6, int64, exact in any order)
-    into ``totals`` (R, n, D), its decoding (Algorithm 7, :meth:`~.mechanisms.BitSumAnalyzer.analyze`:
-    ``scale·(total − centre) − shift``, centre = p·b·B and shift = B·Δ as the analyzer computes them)
-    into ``estimates``, then lines 13–15; returns as :func:`batch_ahead`."""
-    n_runs, d, width = rewards.shape[0], u.shape[1], floors.shape[3]
-    mean, quad = np.empty(scores.shape[2]), np.empty(scores.shape[2])
-    u_inc, low, work, v_inc = np.empty(d), np.empty((d, d)), np.empty((d, d)), np.empty((d, d))
-    acc = np.empty(width, dtype=np.int64)
-    est = np.empty(width)
-    for j in range(start, end):
-        stop = False
-        for r in range(n_runs):
-            a = _argmax(scores[r], theta[r], v_inv[r], betas[j], mean, quad)
-            chosen[r, j] = a
-            for e in range(width):
-                acc[e] = 0
-            for b in range(batch):
-                i = j * batch + b
-                y = 1 if rewards[r, i, a] else 0
-                for e in range(width):
-                    acc[e] += floors[r, a, y, e] + (1 if uniforms[r, i, e] < fracs[r, a, y, e] else 0) + ones[r, i, e]
-            for e in range(width):
-                totals[r, j, e] = acc[e]
-                est[e] = scale * (float(acc[e]) - centre) - shift
-                estimates[r, j, e] = est[e]
-            if not _learn_entries(u[r], V[r], v_inv[r], theta[r], est, mirror, floor, u_inc, v_inc, low, work):
                 pending[r] = True
                 stop = True
         if stop:

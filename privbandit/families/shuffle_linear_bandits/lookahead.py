@@ -14,8 +14,8 @@ per-label totals on their own (``Round.segment``): what one round per batch give
 no more.
 
 "Exactly" is bit for bit: the loop is :func:`.kernels.look_ahead` (B = 1) or
-:func:`.kernels.batch_ahead` (SDP-Amp) or :func:`.kernels.vec_ahead` (SDP-Vec: the users' counts
-from per-arm tables of ⌊w⌋ and w − ⌊w⌋, their integer totals, Algorithm 7's decoding), which call
+:func:`.kernels.batch_ahead` (SDP-Amp; SDP-Vec: the users' counts from per-arm tables of ⌊w⌋ and
+w − ⌊w⌋, their integer totals, Algorithm 7's decoding), which call
 the kernels :class:`~.learners.BatchedLinUCB` and the users' arm choice call for a release of their
 own (the tests and the reference runs hold the two drivers equal). What changes is only the way
 there:
@@ -69,12 +69,17 @@ class LookAhead:
         self.mirror = slb.mirror_indices(d)  # entries index of V[i, j]
         self.largest_entry = float(np.abs(self.entries).max())
         self._none = (np.zeros((1, 1, 2, 1)), np.zeros((1, 1, 1)))  # the unused table and draws
+        # what batch_ahead's other kind reads, unused: P_Vec's tables, draws, totals and decoding
+        self._no_vec = (np.zeros((1, 1, 2, 1), dtype=np.int64), np.zeros((1, 1, 2, 1)))
+        self._no_draws = (np.zeros((1, 1, 1)), np.zeros((1, 1, 1), dtype=np.int64))
+        self._no_totals = np.zeros((1, 1, 1), dtype=np.int64)
+        self.decoding = (0.0, 1.0, 0.0)
         if vec is not None:  # P_Vec: each user's scaled entries w = (entry + Δ)/(span/g), as R_Vec scales them
             scaled = (slb.user_entries(x, ys) + vec.shift) / vec.scale
             low = np.floor(scaled)
-            self.floors, self.fracs = low.astype(np.int64), scaled - low
-            # Algorithm 7 on a full batch of B users, with the analyzer's own expressions
-            self.centre, self.shift, self.scale = vec.p * vec.debias_bits * batch, batch * vec.shift, vec.scale
+            self.vec_tables = (low.astype(np.int64), scaled - low)  # ⌊w⌋ and w − ⌊w⌋
+            # Algorithm 7 on a full batch of B users, with the analyzer's own expressions: centre, scale, shift
+            self.decoding = (vec.p * vec.debias_bits * batch, vec.scale, batch * vec.shift)
 
     def exact(self, noise) -> bool:
         """Are all of SDP-Amp's batch sums of these draws' reports exact in float64 (every partial
@@ -113,19 +118,19 @@ class LookAhead:
         if kind == "linucb-sdp-vec":  # the shuffler's per-label totals, what the release must show
             totals = np.empty((r, n, self.entries.shape[-1]), dtype=np.int64)
             uniforms, ones = (np.ascontiguousarray(part) for part in noise)
+        else:
+            uniforms, ones = self._no_draws
         pending = np.zeros(r, dtype=np.bool_)
         rewards = np.ascontiguousarray(rewards)
         betas = np.ascontiguousarray(betas, dtype=np.float64)
 
         def step(i: int, end: int) -> int:
-            if totals is not None:
-                return kernels.vec_ahead(i, end, self.batch, self.scores, rewards, betas, L.u, L.V, L.v_inv, L.theta,
-                                         self.floors, self.fracs, uniforms, ones, self.centre, self.scale, self.shift,
-                                         self.mirror, L.floor, chosen, totals, estimates, pending)
             if estimates is not None:
+                vec = totals is not None
                 return kernels.batch_ahead(i, end, self.batch, self.scores, rewards, betas, L.u, L.V, L.v_inv,
-                                           L.theta, table, draws, self.mirror, L.floor, chosen, values, estimates,
-                                           pending)
+                                           L.theta, vec, table, draws, *(self.vec_tables if vec else self._no_vec),
+                                           uniforms, ones, *self.decoding, self.mirror, L.floor, chosen, values,
+                                           totals if vec else self._no_totals, estimates, pending)
             code = kernels.LINUCB if kind == "linucb" else kernels.ADDITIVE
             return kernels.look_ahead(code, i, end, self.arms, self.scores, rewards, betas, L.u, L.V, L.v_inv,
                                       L.theta, table, draws, kind == "linucb-ldp", self.mirror, L.floor, chosen, ys,
@@ -181,16 +186,16 @@ def tree_changes(tree, fresh: np.ndarray) -> np.ndarray:
     while (odd := (c & 1) == 1).any():
         ones += odd
         c = np.where(odd, c >> 1, 0)
-    change = fresh.copy()
-    for j in range(int(ones.max()) if n else 0):
-        at = np.flatnonzero(ones > j)
-        src = counts[at] - (1 << j) - c0
-        inside = src >= 0
-        node = np.empty((r, at.size, width))
-        node[:, inside] = fresh[:, src[inside]]
-        if not inside.all():
-            node[:, ~inside] = tree.nodes[j][:, None, :]
-        change[:, at] -= node
+    # the live nodes before the block, level by level (a level without one is never read: the kernel
+    # says so if it would be)
+    live = np.zeros((max(len(tree.nodes), 1), r, width))
+    present = np.zeros(live.shape[0], dtype=np.bool_)
+    for j, node in enumerate(tree.nodes):
+        if node is not None:
+            live[j], present[j] = node, True
+    change = np.empty_like(fresh)
+    if not kernels.tree_changes(c0, np.ascontiguousarray(fresh), live, present, change):
+        raise ValueError(f"tree at count {c0}: a change of the next {n} counts needs a node the tree does not hold")
     end = c0 + n
     levels = max(len(tree.nodes), int(ones.max()) + 1 if n else 0)
     nodes = []
