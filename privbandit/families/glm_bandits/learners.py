@@ -208,6 +208,8 @@ class PrivateGLM:
         self.psd_clipped = np.zeros(R, dtype=np.int64)
         self.skipped = np.zeros(R, dtype=np.int64)
         self.v_inv = None
+        self._v_bits = self._h_bits = None  # the last V and H queried, and their inverse and log det
+        self._v_inverse = self._h_logdet = None
         self.optimizer_calls: list[tuple[int, str, int]] = []  # (run, "o"|"tau", n) of the last update
 
     def _matrices(self) -> tuple[np.ndarray, np.ndarray]:
@@ -221,9 +223,15 @@ class PrivateGLM:
         s, t = self.s, self.t
         V, H = self._matrices()
         floor = 1e-12
-        self.v_inv, clipped_v = safe_inverse(V, floor)
+        # V (H) the same bits as at the last query: the same inverse (log det). RS-GLinUCB's exact sums
+        # change V only on Criterion I's rounds and H only on the others: one eigh a round, not two.
+        if (v_bits := V.tobytes()) != self._v_bits:
+            self._v_bits, self._v_inverse = v_bits, safe_inverse(V, floor)
+        if (h_bits := H.tobytes()) != self._h_bits:
+            self._h_bits, self._h_logdet = h_bits, logdet(H, floor)
+        self.v_inv, clipped_v = self._v_inverse
         self.psd_clipped += clipped_v
-        self.maxdet_all = np.maximum(self.maxdet_all, logdet(H, floor))
+        self.maxdet_all = np.maximum(self.maxdet_all, self._h_logdet)
         calls = []
         rs = s.rs
         if s.criterion2 == "psd-dominance":
