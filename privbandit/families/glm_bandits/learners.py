@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from privbandit.families.glm_bandits import mechanisms as mech
+from privbandit.families.glm_bandits.kernels import newton_sums
 from privbandit.families.glm_bandits.world import mu, mu_dot, mu_dot_max
 from privbandit.protocol.primitives.seeding import stream
 
@@ -36,15 +37,21 @@ def choose(arms: np.ndarray, theta_o: np.ndarray, v_inv: np.ndarray, threshold: 
     reward-scale μ(⟨x, θ⟩) + β‖x‖_{H⁻¹} (ECOLog's)."""
     nv = np.sqrt(np.maximum(np.einsum("rkd,rde,rke->rk", arms, v_inv, arms), 0.0))
     explore = (nv**2).max(axis=1) >= threshold
-    lin_o = np.einsum("rkd,rd->rk", arms, theta_o)
-    with np.errstate(invalid="ignore"):
-        ucb_o = lin_o + width_o[:, None] * nv
-        lcb_o = lin_o - width_o[:, None] * nv
-    keep = ~np.isfinite(width_o)[:, None] | (ucb_o >= lcb_o.max(axis=1, keepdims=True))
-    nh = np.sqrt(np.maximum(np.einsum("rkd,rde,rke->rk", arms, h_inv, arms), 0.0))
+    # Once per user: what a baseline's billboard makes moot is not computed (the same arms, bit for
+    # bit): no elimination when every width_o is inf, ‖x‖_{H⁻¹} = ‖x‖_{V⁻¹} when H⁻¹ is V⁻¹'s array.
+    finite = np.isfinite(width_o)
+    if finite.any():
+        lin_o = np.einsum("rkd,rd->rk", arms, theta_o)
+        with np.errstate(invalid="ignore"):
+            ucb_o = lin_o + width_o[:, None] * nv
+            lcb_o = lin_o - width_o[:, None] * nv
+        keep = ~finite[:, None] | (ucb_o >= lcb_o.max(axis=1, keepdims=True))
+    else:
+        keep = None
+    nh = nv if h_inv is v_inv else np.sqrt(np.maximum(np.einsum("rkd,rde,rke->rk", arms, h_inv, arms), 0.0))
     lin = np.einsum("rkd,rd->rk", arms, theta)
     ucb = (lin if link is None else mu(link, lin)) + beta[:, None] * nh
-    exploit = np.where(keep, ucb, -np.inf).argmax(axis=1)
+    exploit = (ucb if keep is None else np.where(keep, ucb, -np.inf)).argmax(axis=1)
     return np.where(explore, nv.argmax(axis=1), exploit), explore
 
 
@@ -201,6 +208,8 @@ class PrivateGLM:
         self.psd_clipped = np.zeros(R, dtype=np.int64)
         self.skipped = np.zeros(R, dtype=np.int64)
         self.v_inv = None
+        self._v_bits = self._h_bits = None  # the last V and H queried, and their inverse and log det
+        self._v_inverse = self._h_logdet = None
         self.optimizer_calls: list[tuple[int, str, int]] = []  # (run, "o"|"tau", n) of the last update
 
     def _matrices(self) -> tuple[np.ndarray, np.ndarray]:
@@ -214,9 +223,15 @@ class PrivateGLM:
         s, t = self.s, self.t
         V, H = self._matrices()
         floor = 1e-12
-        self.v_inv, clipped_v = safe_inverse(V, floor)
+        # V (H) the same bits as at the last query: the same inverse (log det). RS-GLinUCB's exact sums
+        # change V only on Criterion I's rounds and H only on the others: one eigh a round, not two.
+        if (v_bits := V.tobytes()) != self._v_bits:
+            self._v_bits, self._v_inverse = v_bits, safe_inverse(V, floor)
+        if (h_bits := H.tobytes()) != self._h_bits:
+            self._h_bits, self._h_logdet = h_bits, logdet(H, floor)
+        self.v_inv, clipped_v = self._v_inverse
         self.psd_clipped += clipped_v
-        self.maxdet_all = np.maximum(self.maxdet_all, logdet(H, floor))
+        self.maxdet_all = np.maximum(self.maxdet_all, self._h_logdet)
         calls = []
         rs = s.rs
         if s.criterion2 == "psd-dominance":
@@ -422,8 +437,9 @@ class GLMUCB:
         R = self.theta.shape[0]
         width = self.coef * math.sqrt(math.log(self.t + self.shift))
         v_inv = np.linalg.inv(self.V)
-        body = {"t": self.t + 1, "theta_o": self.theta.copy(), "v_inv": v_inv, "threshold": np.full(R, np.inf),
-                "width_o": np.full(R, np.inf), "theta": self.theta.copy(), "h_inv": v_inv, "beta": width.copy()}
+        theta, inf = self.theta.copy(), np.full(R, np.inf)  # one array where two fields are equal
+        body = {"t": self.t + 1, "theta_o": theta, "v_inv": v_inv, "threshold": inf,
+                "width_o": inf, "theta": theta, "h_inv": v_inv, "beta": width.copy()}
         if self.reward_index:
             body["reward_index"] = True
         return body
@@ -436,8 +452,10 @@ class GLMUCB:
         X, Y = self.x[:, : t + 1], self.r[:, : t + 1]
         for _ in range(2):  # Newton steps, warm-started from the last θ̂
             z = np.einsum("rtd,rd->rt", X, self.theta)
-            grad = np.einsum("rt,rtd->rd", mu(self.link, z) - Y, X) + self.reg * self.theta
-            hess = np.einsum("rt,rtd,rte->rde", mu_dot(self.link, z), X, X) + self.reg * np.eye(self.d)
+            # the gradient's and Hessian's sums over all t rows in one compiled pass, the einsums' bits
+            grad, hess = newton_sums(mu(self.link, z) - Y, mu_dot(self.link, z), X)
+            grad = grad + self.reg * self.theta
+            hess = hess + self.reg * np.eye(self.d)
             self.theta = self.theta - np.linalg.solve(hess, grad[..., None])[..., 0]
 
 
@@ -490,10 +508,10 @@ class GLOC:
 
     def broadcast(self) -> dict:
         R = self.theta.shape[0]
-        centre = self.theta_online if "gloc-ons-centre" in self.defects else self.theta
-        body = {"t": self.t + 1, "theta_o": centre.copy(), "v_inv": self.V_inv.copy(),
-                "threshold": np.full(R, np.inf), "width_o": np.full(R, np.inf), "theta": centre.copy(),
-                "h_inv": self.V_inv.copy(), "beta": self.radius()}
+        centre = (self.theta_online if "gloc-ons-centre" in self.defects else self.theta).copy()
+        v_inv, inf = self.V_inv.copy(), np.full(R, np.inf)  # one array where two fields are equal
+        body = {"t": self.t + 1, "theta_o": centre, "v_inv": v_inv, "threshold": inf, "width_o": inf,
+                "theta": centre, "h_inv": v_inv, "beta": self.radius()}
         if "gloc-reward-scale" in self.defects:
             body["reward_index"] = True
         return body
@@ -502,9 +520,10 @@ class GLOC:
         z = np.einsum("rd,rd->r", x, self.theta_online)
         self.b += z[:, None] * x
         self.zz += z * z
+        # A_t = V_t (both λI + Σxxᵀ): one Sherman–Morrison update serves both, the same bits as two
         self.V_inv = _sherman_morrison(self.V_inv, x)
         self.theta = np.einsum("rde,re->rd", self.V_inv, self.b)
-        self.A_inv = _sherman_morrison(self.A_inv, x)
+        self.A_inv = self.V_inv
         g = (mu(self.link, z) - r)[:, None] * x
         self.B = self.B + self.kappa / 2 * np.einsum("rd,rde,re->r", g, self.A_inv, g)
         step = self.theta_online - self.kappa[:, None] * np.einsum("rde,re->rd", self.A_inv, g)

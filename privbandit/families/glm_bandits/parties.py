@@ -231,9 +231,10 @@ class GLMServer:
         v = release.values[:, 0, :]
         d = self.s.d
         x, r, flag = v[:, :d], v[:, d], v[:, d + 1]
-        if not (np.isin(r, (0.0, 1.0)).all() and np.isin(flag, (0.0, 1.0)).all()):
+        # (comparisons, not np.isin: the same test at a tenth of its cost, once per user)
+        if not (((r == 0.0) | (r == 1.0)).all() and ((flag == 0.0) | (flag == 1.0)).all()):
             raise ProtocolError("out-of-range", f"round {rnd.id}: a reward or flag not in {{0, 1}}")
-        if (np.linalg.norm(x, axis=1) > 1 + 1e-9).any():
+        if (np.sqrt(np.add.reduce(x * x, axis=1)) > 1 + 1e-9).any():  # np.linalg.norm(x, axis=1)'s own arithmetic
             raise ProtocolError("out-of-range", f"round {rnd.id}: an arm outside the unit ball")
         # decided: the release is usable; state changes from here
         body = {"t": rnd.id + 1}
@@ -322,7 +323,7 @@ class GLMUsers:
         extras = {}
         if t + 1 in self.s.diagnostic:
             extras = {"theta_star": self.world.theta.copy()}
-        truth = Truth(plan.id, block, first, size, pseudo=gap.copy(), realized=realized.copy(),
+        truth = Truth(plan.id, block, first, size, pseudo=gap, realized=realized,
                       pseudo_at=pseudo[:, at], realized_at=realized[:, None][:, at], extras=extras)
         reports = []
         if stay is None or stay[0]:

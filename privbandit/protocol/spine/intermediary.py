@@ -24,6 +24,7 @@ while the records come in slot order (the in-process engine's blocks), a flag pe
 
 from __future__ import annotations
 
+import math
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -150,6 +151,11 @@ def valid_entries(rnd: Round, values: np.ndarray) -> tuple[np.ndarray, str]:
         return np.zeros(n, dtype=bool), "bad-type"
     if rnd.m is not None:
         ok = (values >= 0) & (values < rnd.m)
+    elif rnd.low is not None and rnd.high is not None and (rnd.integer or math.isfinite(rnd.low + rnd.high)):
+        # both bounds, finite for floats: NaN and ±inf fail one comparison, so no isfinite pass
+        # (a one-report round per user checks each report twice: here and at the analyzer)
+        ok = values >= rnd.low
+        ok &= values <= rnd.high
     else:
         ok = np.ones(values.shape, dtype=bool) if rnd.integer else np.isfinite(values)
         if rnd.low is not None:
