@@ -5,8 +5,9 @@ never sees a report, ground truth or the run seed (only its own key). It holds n
 task's family (from the registry) builds the learner's logic from the task's public spec.
 
 With a state directory it checkpoints, after every release it decodes, the releases of the running
-task: the analyzer logic is a deterministic function of its public task, its key and the releases
-it consumed (docs/architecture.md), so replaying them into a fresh party rebuilds the learner, the
+task (the new one appended to the checkpoint's journal, :mod:`~privbandit.services.checkpoint`): the
+analyzer logic is a deterministic function of its public task, its key and the releases it consumed
+(docs/architecture.md), so replaying them into a fresh party rebuilds the learner, the
 ledger and the open plans exactly. A release for a round it already decoded (an intermediary
 re-sending after a restart) is an idempotent no-op, unless the round's rule cannot produce it:
 then it is refused by reason, as it would have been before the genuine one.
@@ -143,7 +144,9 @@ class AnalyzerService(PartyService):
         # Only now: everything this state implies (the record, the next plans) is at the broker or
         # in the outbox. A restart from it announces the open plans again and the observer's resync
         # fetches the records, so it never misses a message, at worst repeats one.
-        self.save_state({"releases": [codec.encode(m) for m in self.consumed]})
+        # The new release goes to the journal; all of them only when it is compacted (StateDir).
+        self.save_state(lambda: {"releases": [codec.encode(m) for m in self.consumed]},
+                        added={"releases": [codec.encode(msg)]})
 
     async def on_resync(self) -> None:
         for msg in self.records:
