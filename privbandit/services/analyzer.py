@@ -5,8 +5,9 @@ never sees a report, ground truth or the run seed (only its own key). It holds n
 task's family (from the registry) builds the learner's logic from the task's public spec.
 
 With a state directory it checkpoints, after every release it decodes, the releases of the running
-task: the analyzer logic is a deterministic function of its public task, its key and the releases
-it consumed (docs/architecture.md), so replaying them into a fresh party rebuilds the learner, the
+task (the new one appended to the checkpoint's journal, :mod:`~privbandit.services.checkpoint`): the
+analyzer logic is a deterministic function of its public task, its key and the releases it consumed
+(docs/architecture.md), so replaying them into a fresh party rebuilds the learner, the
 ledger and the open plans exactly. A release for a round it already decoded (an intermediary
 re-sending after a restart) is an idempotent no-op, unless the round's rule cannot produce it:
 then it is refused by reason, as it would have been before the genuine one.
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import logging
 import time
+
+import numpy as np
 
 from privbandit import registry
 from privbandit.protocol.primitives.seeding import derive_key
@@ -74,6 +77,12 @@ class AnalyzerService(PartyService):
         self.done = False
         self.consumed: list[codec.ReleaseMsg] = []  # every release decoded, in order
         self.records: list[codec.RecordMsg] = []  # what the observer got: sent again on resync
+        # Seconds from one release decoded (or the task's start) to the next: for a sequential learner
+        # (one plan per user) one user's whole round trip, analyzer → plan → fleet → report →
+        # intermediary → release → analyzer, the limit of its rate over MQTT. Logged when the task
+        # ends (benchmarks/bench_online_mqtt.py reads it).
+        self.last_release_at = 0.0
+        self.trips: list[float] = []
 
     def subscriptions(self):
         return [self.t("control"), self.t("release", "+")]
@@ -82,6 +91,7 @@ class AnalyzerService(PartyService):
         self.party = build_analyzer(spec, self.master_key)
         self.done = False
         self.consumed, self.records = [], []
+        self.last_release_at, self.trips = time.monotonic(), []
         saved = self.resumable(spec)
         await self.advance(None if saved is None else self.replay(saved.get("releases")))
 
@@ -122,6 +132,7 @@ class AnalyzerService(PartyService):
             if abandoned := self.party.abandoned():
                 await self.bus.publish(self.t("plan"), codec.CloseMsg(run=self.run_id, task=self.task_index,
                                                                       rounds=abandoned))
+            self.log_trips()
             await self.status("task-done", self.task_index, privacy=self.party.ledger.summary(),
                               learner=self.party.logic.summary())
 
@@ -136,6 +147,9 @@ class AnalyzerService(PartyService):
             record = self.party.on_release(codec.release_of(msg))
         except ProtocolError as exc:  # the round stays open: a valid release may still come
             return self.reject(exc.reason, str(exc))
+        now = time.monotonic()
+        self.trips.append(now - self.last_release_at)
+        self.last_release_at = now
         self.consumed.append(msg)
         self.records.append(codec.record_msg(self.run_id, self.task_index, record))
         await self.bus.publish(self.t("metrics", self.name), self.records[-1])
@@ -143,7 +157,15 @@ class AnalyzerService(PartyService):
         # Only now: everything this state implies (the record, the next plans) is at the broker or
         # in the outbox. A restart from it announces the open plans again and the observer's resync
         # fetches the records, so it never misses a message, at worst repeats one.
-        self.save_state({"releases": [codec.encode(m) for m in self.consumed]})
+        # The new release goes to the journal; all of them only when it is compacted (StateDir).
+        self.save_state(lambda: {"releases": [codec.encode(m) for m in self.consumed]},
+                        added={"releases": [codec.encode(msg)]})
+
+    def log_trips(self) -> None:
+        if self.trips:
+            ms = np.percentile(np.asarray(self.trips) * 1e3, [50, 90])
+            log.info("task %d: %d releases; from one release to the next: median %.3f ms, p90 %.3f ms",
+                     self.task_index, len(self.trips), ms[0], ms[1])
 
     async def on_resync(self) -> None:
         for msg in self.records:

@@ -51,6 +51,12 @@ MAX_QUEUED_INCOMING = 10_000
 # never sends it); a dropped connection fails it at once. The message then waits in the outbox
 # for the next connection. A local broker acks an 8 MiB message in ms.
 PUBLISH_TIMEOUT_S = 5.0
+# A publish that does not wait for its PUBACK (``Bus.publish(wait=False)``) only while fewer than
+# this many are in flight and it is small: a fleet sending a large plan's blocks still waits for
+# each, so a slow broker holds it back instead of its messages piling up in memory.
+PIPELINE_MAX = 32
+PIPELINE_MAX_BYTES = 64 * 2**10
+PIPELINED = frozenset({"plan", "reports", "truth", "release", "record"})  # a round's chain, by message kind
 
 
 # A refused message is counted always, and logged at most once per reason in this many seconds
@@ -266,6 +272,10 @@ class Outbox:
         return len(self.pending)
 
 
+class MqttCancelled(aiomqtt.MqttError):
+    """A publish in flight was cancelled (its party is stopping): it stays in the outbox."""
+
+
 class Bus:
     def __init__(self, client: aiomqtt.Client, traffic: Traffic, rejected: Counter, outbox: Outbox | None = None,
                  log_rejection=None):
@@ -275,26 +285,69 @@ class Bus:
         self.outbox = outbox if outbox is not None else Outbox()
         self.log_rejection = log_rejection or RateLimitedLog(log)
         self.lost: aiomqtt.MqttError | None = None  # set when a send failed: this connection is done
+        self.inflight: dict[int, asyncio.Future] = {}  # id(outbox entry) → its publish awaiting the PUBACK
 
-    async def publish(self, topic_name: str, msg) -> None:
+    async def publish(self, topic_name: str, msg, wait: bool | None = None) -> None:
         """Queue ``msg`` and send the queue. Never raises for a lost broker: the message waits
-        in the outbox for the next connection (the caller's state change is not cut short)."""
-        self.outbox.pending.append((topic_name, codec.encode(msg), self.traffic))
-        if self.lost is None:
-            try:
-                await self.flush()
-            except aiomqtt.MqttError as exc:
-                self.mark_lost(exc)
+        in the outbox for the next connection (the caller's state change is not cut short).
+
+        ``wait``: return once the broker has acknowledged it; by default, for every kind but those
+        of a round's chain (:data:`PIPELINED`). Without, return once it is handed to the connection
+        (in order after every message sent before it); it stays in the outbox until its PUBACK
+        comes, in the background, and a failure marks the bus ``lost`` as a waited one does. A
+        sequential learner's chain (plan → truth, report → release → record, plan) then pays the
+        broker's hops, not besides a PUBACK round trip for each message every party sends on the
+        way (issue #33: five per Hybrid-UCB user). A party still checkpoints only what is at the
+        broker or in its outbox, as before; a message in flight when the party dies is what its
+        restart recovers anyway (re-announced plans, resends, resyncs), as one published just
+        before its death always was."""
+        if wait is None:
+            wait = msg.kind not in PIPELINED
+        entry = (topic_name, codec.encode(msg), self.traffic)
+        self.outbox.pending.append(entry)
+        if self.lost is not None:
+            return
+        if (not wait and not self.outbox.lock.locked() and len(self.inflight) < PIPELINE_MAX
+                and len(entry[1]) <= PIPELINE_MAX_BYTES):
+            self._start(entry)
+            return
+        try:
+            await self.flush()
+        except aiomqtt.MqttError as exc:
+            self.mark_lost(exc)
+
+    def _start(self, entry: tuple) -> None:
+        """Send ``entry`` on this connection; its PUBACK lands in :meth:`_landed`."""
+        sent = asyncio.ensure_future(self._acknowledged(entry[0], entry[1]))  # started in order of creation
+        self.inflight[id(entry)] = sent
+        sent.add_done_callback(lambda fut, entry=entry: self._landed(entry, fut))
+
+    def _landed(self, entry: tuple, fut: asyncio.Future) -> None:
+        self.inflight.pop(id(entry), None)
+        exc = MqttCancelled() if fut.cancelled() else fut.exception()
+        if exc is None:
+            self._done(entry)
+        else:  # it stays in the outbox, for the next connection
+            self.mark_lost(exc if isinstance(exc, aiomqtt.MqttError) else aiomqtt.MqttError(repr(exc)))
+
+    def _done(self, entry: tuple) -> None:
+        topic_name, payload, traffic = entry
+        for i, e in enumerate(self.outbox.pending):  # nearly always the first: acks come in order
+            if e is entry:
+                del self.outbox.pending[i]
+                traffic.add("sent", topic_name, len(payload))
+                return
 
     async def flush(self) -> None:
-        """Send the outbox in order, each message acknowledged before the next; raises
-        MqttError at the first failure, which stays queued."""
+        """Send the outbox in order, each message acknowledged before the next (those this
+        connection has in flight already excepted); raises MqttError at the first failure, which
+        stays queued."""
         async with self.outbox.lock:
-            while self.outbox.pending:
-                topic_name, payload, traffic = self.outbox.pending[0]
+            while entry := (next((e for e in self.outbox.pending if id(e) not in self.inflight), None)
+                            if self.inflight else (self.outbox.pending[0] if self.outbox.pending else None)):
+                topic_name, payload, _ = entry
                 await self._acknowledged(topic_name, payload)
-                self.outbox.pending.popleft()
-                traffic.add("sent", topic_name, len(payload))
+                self._done(entry)
 
     async def _acknowledged(self, topic_name: str, payload: bytes) -> None:
         """Publish at QoS 1 and wait for the PUBACK, or fail as soon as the connection drops:

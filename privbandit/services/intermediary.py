@@ -97,6 +97,8 @@ class IntermediaryService(PartyService):
         self.failed: set[int] = set()
         self.released: OrderedDict[int, codec.ReleaseMsg] = OrderedDict()
         self.released_data: dict[int, bytes] = {}  # each release encoded once, for the checkpoints
+        self.unsaved_closed: list[int] = []  # rounds closed, and failed, since the last checkpoint
+        self.unsaved_failed: list[int] = []
         self.forget_kept()
         self.secagg: AggregatorSecAgg | None = None
         self.box_task: int | None = None  # the task ``box`` collects
@@ -136,6 +138,7 @@ class IntermediaryService(PartyService):
         self.plans, self.closing, self.opened, self.failed, self.asked = {}, {}, {}, set(), {}
         self.asked_plans, self.moved, self.secure_joined = set(), {}, {}
         self.released, self.released_data = OrderedDict(), {}
+        self.unsaved_closed, self.unsaved_failed = [], []
         self.forget_kept()
         saved = self.resumable(spec)
         if saved is not None:
@@ -154,18 +157,23 @@ class IntermediaryService(PartyService):
         self.kept_seen = 0  # how many of ``released`` (in order) ``kept`` has taken in
 
     def checkpoint_round(self) -> None:
-        """At a round boundary: closed and failed rounds, and the recent releases."""
+        """At a round boundary: closed and failed rounds, and the recent releases; what is new since
+        the last checkpoint goes to its journal (:mod:`~privbandit.services.checkpoint`)."""
         if self.state is None:
             return  # nothing is persisted: nothing to gather
         new = len(self.released) - self.kept_seen
-        for rid in reversed(list(islice(reversed(self.released), new))):
+        fresh = list(reversed(list(islice(reversed(self.released), new))))
+        for rid in fresh:
             self.kept.append(rid)
             self.kept_bytes += len(self.released_data[rid])
             while len(self.kept) > 1 and self.kept_bytes > KEEP_RELEASE_BYTES:
                 self.kept_bytes -= len(self.released_data[self.kept.popleft()])
         self.kept_seen = len(self.released)
-        self.save_state({"closed": sorted(self.box.closed), "failed": sorted(self.failed),
-                         "releases": [self.released_data[rid] for rid in self.kept]})
+        closed, failed, self.unsaved_closed, self.unsaved_failed = self.unsaved_closed, self.unsaved_failed, [], []
+        self.save_state(lambda: {"closed": sorted(self.box.closed), "failed": sorted(self.failed),
+                                 "releases": [self.released_data[rid] for rid in self.kept]},
+                        added={"closed": closed, "failed": failed,
+                               "releases": [self.released_data[rid] for rid in fresh]})
 
     def restore(self, saved: dict) -> None:
         try:
@@ -214,6 +222,7 @@ class IntermediaryService(PartyService):
                 for round_id in msg.rounds:  # never to be released: no failure, nothing to wait for
                     if round_id in self.box.rounds:
                         self.box.close(round_id)
+                        self.unsaved_closed.append(round_id)
                         self.forget_round(round_id)
         elif isinstance(msg, (codec.ReportsMsg, codec.SecAggMsg)):
             if self.current(msg):
@@ -422,6 +431,7 @@ class IntermediaryService(PartyService):
         await self.bus.publish(self.t("release", self.role), msg)
         log.debug("%s released round %d (%d reports)", self.name, round_id, msg.n_reports)
         self.box.close(round_id)
+        self.unsaved_closed.append(round_id)
         self.forget_round(round_id)
         self.released[round_id] = msg
         if self.state is not None:  # the encoding is for the checkpoints only
@@ -442,7 +452,9 @@ class IntermediaryService(PartyService):
 
     async def fail(self, round_id: int, reason: str) -> None:
         self.failed.add(round_id)
+        self.unsaved_failed.append(round_id)
         self.box.close(round_id)
+        self.unsaved_closed.append(round_id)
         self.forget_round(round_id)
         self.checkpoint_round()
         await self.status("error", self.task_index, round=round_id, reason=f"round {round_id}: {reason}")

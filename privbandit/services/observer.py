@@ -20,7 +20,8 @@ session: it announces the running task again and asks every party to send that t
 again (``resync``); the parties' metrics are idempotent, so the task is rebuilt whole. The truths
 come from its own checkpoint as well, because a fleet restarted earlier in the task no longer holds
 those it sent before its restart. That checkpoint grows with the task's truths (one per plan and
-block of users: a few hundred bytes each) and is rewritten at most once a second while they come.
+block of users: a few hundred bytes each); the new ones are appended to its journal at most once a
+second while they come (:mod:`~privbandit.services.checkpoint`), not the whole file rewritten.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import logging
 import secrets
 import time
 from collections import Counter
+from itertools import islice
 from pathlib import Path
 from typing import Annotated
 
@@ -190,20 +192,33 @@ class ObserverService(PartyService):
         self.last_accepted: tuple[int, set[bytes]] = (-1, set())
         self.truths_saved = True
         self.truths_saved_at = time.monotonic()
+        self.truths_saved_n = 0  # how many of truth_msgs (in order) the checkpoint holds
         self.saved_truths: list[bytes] = []  # a resumed task's, restored once its scoring is set up
         self.resuming = self.checkpoint is not None
         if self.resuming:
             self.restore(self.checkpoint)
 
     # --- checkpoints (task boundaries) -------------------------------------------------------
+    def session_state(self) -> dict:
+        results = {label: [None if r is None else _result_state(r) for r in runs] for label, runs in self.results.items()}
+        return {"session": self.session, "results": results, "compute": self.compute,
+                "elapsed": time.perf_counter() - self.started, "truths": list(self.truth_msgs.values())}
+
     def save_session(self) -> None:
+        """At a task boundary: the whole session state, a snapshot."""
         if self.state is None:
             return
-        results = {label: [None if r is None else _result_state(r) for r in runs] for label, runs in self.results.items()}
-        self.save_state({"session": self.session, "results": results, "compute": self.compute,
-                         "elapsed": time.perf_counter() - self.started, "truths": list(self.truth_msgs.values())},
-                        task=self.index, spec=self.experiment)
-        self.truths_saved, self.truths_saved_at = True, time.monotonic()
+        self.save_state(self.session_state(), task=self.index, spec=self.experiment)
+        self.truths_saved, self.truths_saved_at, self.truths_saved_n = True, time.monotonic(), len(self.truth_msgs)
+
+    def save_truths(self) -> None:
+        """Within a task: the truths accepted since the last save, to the checkpoint's journal."""
+        if self.state is None:
+            return
+        new = list(islice(self.truth_msgs.values(), self.truths_saved_n, None))
+        self.save_state(self.session_state, task=self.index, spec=self.experiment, added={"truths": new},
+                        replaced={"elapsed": time.perf_counter() - self.started})
+        self.truths_saved, self.truths_saved_at, self.truths_saved_n = True, time.monotonic(), len(self.truth_msgs)
 
     def restore(self, ckpt) -> None:
         if ckpt.spec != self.experiment:
@@ -307,7 +322,7 @@ class ObserverService(PartyService):
             self.log_progress()
             await self.check_stall()
             if not self.truths_saved and time.monotonic() - self.truths_saved_at >= TRUTH_SAVE_S:
-                self.save_session()
+                self.save_truths()
         wait = FAILED_STATS_WAIT_S if self.failure else STATS_WAIT_S
         if self.shutting_down and time.monotonic() - self.shutdown_at > wait:
             self.finished = True  # write what we have; missing stats are reported as missing

@@ -138,15 +138,32 @@ class PartyService:
             return None
         return resume_state(self.checkpoint, spec["index"], spec_fingerprint(spec), self.state.path)
 
-    def save_state(self, state: dict, task: int | None = None, spec: str | None = None) -> None:
+    def save_state(self, state, task: int | None = None, spec: str | None = None,
+                   added: dict[str, list] | None = None, replaced: dict | None = None) -> None:
         """Checkpoint the running task's state (at a round boundary), with the counters.
-        ``task`` and ``spec`` (a fingerprint) default to the running task's."""
+        ``task`` and ``spec`` (a fingerprint) default to the running task's. Without ``added``,
+        ``state`` (a dict) is written whole, a snapshot; with it, only what changed since the last
+        checkpoint goes to the journal (``added``: items that extend the state's lists,
+        ``replaced``: fields set), and ``state`` is a function returning the whole state, called
+        only when the journal is compacted into a snapshot (:class:`StateDir`)."""
         if self.state is None:
             return
         counters = {"rejected": dict(self.rejected),
                     "traffic": {str(i): t.as_dict() for i, t in self.traffic_by_task.items()}}
-        self.state.save(self.task_index if task is None else task,
-                        spec_fingerprint(self.task_spec) if spec is None else spec, {**state, "counters": counters})
+        task = self.task_index if task is None else task
+        spec = self.spec_fingerprint() if spec is None else spec
+        if added is None:
+            self.state.save(task, spec, {**state, "counters": counters})
+        else:
+            self.state.append(task, spec, added, {**(replaced or {}), "counters": counters},
+                              lambda: {**state(), "counters": counters})
+
+    def spec_fingerprint(self) -> str:
+        """The running task's spec fingerprint, computed once per task (a checkpoint per user
+        would otherwise hash the spec's JSON each time)."""
+        if getattr(self, "_fingerprint", (None,))[0] is not self.task_spec:
+            self._fingerprint = (self.task_spec, spec_fingerprint(self.task_spec))
+        return self._fingerprint[1]
 
     def _restore_counters(self, counters: dict) -> None:
         try:
@@ -208,6 +225,8 @@ class PartyService:
     async def _ticker(self) -> None:
         while not self.finished:
             await asyncio.sleep(self.tick_s)
+            if self.state is not None:
+                self.state.sync()  # the journal's records of the last tick to the disk (StateDir)
             if self.bus is None or self.bus.lost is not None:
                 continue  # retries wait for the next connection; their messages would only pile up
             if self.settings.health_file:
@@ -273,6 +292,8 @@ class PartyService:
             for task in (pump, ticker):
                 task.cancel()
             await asyncio.gather(pump, ticker, return_exceptions=True)
+        if self.state is not None:
+            self.state.close()
         for task in (pump, ticker):  # a timer that raised must end the party loudly, not silently
             if task.done() and not task.cancelled() and task.exception():
                 raise task.exception()

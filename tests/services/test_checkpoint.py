@@ -4,6 +4,7 @@ analyzer's journal rebuilding the sans-I/O party to an identical continuation.""
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 from pathlib import Path
 
@@ -86,6 +87,7 @@ def test_resume_state_by_task_and_spec(tmp_path):
 
 
 GOOD = encode_checkpoint(RUN, "users-3", 2, SPEC, {"releases": [[0, 3, 1]], "closed": [0]})
+BODY = len(MAGIC) + 8 + 32  # where a snapshot's body starts
 REASONS = {"checkpoint-too-large", "checkpoint-bad-magic", "checkpoint-corrupt", "checkpoint-not-msgpack",
            "checkpoint-schema"}
 
@@ -93,7 +95,7 @@ REASONS = {"checkpoint-too-large", "checkpoint-bad-magic", "checkpoint-corrupt",
 def _rehash(body: bytes) -> bytes:
     import hashlib
 
-    return MAGIC + hashlib.sha256(body).digest() + body
+    return MAGIC + len(body).to_bytes(8, "big") + hashlib.sha256(body).digest() + body
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -105,9 +107,10 @@ def _rehash(body: bytes) -> bytes:
         lambda t: GOOD[:t[0]] + bytes([GOOD[t[0]] ^ t[1]]) + GOOD[t[0] + 1:]),
     # a valid digest over a mangled body: the decoder and the schema must catch it
     st.binary(max_size=120).map(_rehash),
-    st.tuples(st.integers(0, len(GOOD) - 41), st.binary(min_size=1, max_size=8)).map(
-        lambda t: _rehash(GOOD[40:][:t[0]] + t[1] + GOOD[40:][t[0] + len(t[1]):])),
+    st.tuples(st.integers(0, len(GOOD) - BODY - 1), st.binary(min_size=1, max_size=8)).map(
+        lambda t: _rehash(GOOD[BODY:][:t[0]] + t[1] + GOOD[BODY:][t[0] + len(t[1]):])),
     st.integers(0, len(GOOD) - 1).map(lambda i: GOOD[:i]),  # truncated
+    st.binary(max_size=120).map(lambda b: GOOD + b),  # a journal of garbage: it ends where a record fails
 ))
 def test_fuzzed_checkpoints_are_refused_with_a_reason(data):
     try:
@@ -121,12 +124,84 @@ def test_fuzzed_checkpoints_are_refused_with_a_reason(data):
 def test_mutated_fields_name_the_field():
     import msgpack
 
-    body = msgpack.unpackb(GOOD[40:])
-    for field, bad in (("task", -1), ("run", "a b"), ("spec", "xyz"), ("format", 2), ("state", [1])):
+    body = msgpack.unpackb(GOOD[BODY:])
+    for field, bad in (("task", -1), ("run", "a b"), ("spec", "xyz"), ("format", 1), ("state", [1])):
         with pytest.raises(CheckpointError, match=f"'{field}'") as info:
             decode_checkpoint(_rehash(msgpack.packb({**body, field: bad})))
         assert info.value.reason == "checkpoint-schema"
     assert decode_checkpoint(GOOD)[2].task == 2
+
+
+def _journaled(tmp_path, n: int) -> tuple[StateDir, dict]:
+    """A snapshot of task 1 and ``n`` journal records, each one more release and a new counter."""
+    sd = StateDir(tmp_path, RUN, "analyzer")
+    full = {"releases": [b"r0"], "n": 0}
+    sd.save(1, SPEC, full)
+    for i in range(1, n + 1):
+        full["releases"].append(b"r%d" % i)
+        full["n"] = i
+        sd.append(1, SPEC, {"releases": [b"r%d" % i]}, {"n": i}, lambda: full)
+    return sd, full
+
+
+def test_the_journal_holds_what_changed_and_loads_applied(tmp_path):
+    sd, full = _journaled(tmp_path, 40)
+    assert (sd.snapshots, sd.writes) == (1, 41)
+    ckpt = StateDir(tmp_path, RUN, "analyzer").load()
+    assert (ckpt.task, ckpt.spec, ckpt.state, ckpt.records, ckpt.dropped) == (1, SPEC, full, 40, 0)
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint.bin"]
+    sd.append(2, SPEC, {"releases": [b"x"]}, {}, lambda: {"releases": [b"x"]})  # another task: a snapshot
+    assert sd.snapshots == 2 and StateDir(tmp_path, RUN, "analyzer").load().state == {"releases": [b"x"]}
+
+
+def test_a_checkpoint_per_release_costs_the_same_however_long_the_run(tmp_path):
+    """The cost of checkpointing n releases one at a time is linear in n (the journal, compacted
+    when it outgrows its snapshot), not quadratic (the whole state per release, as before issue #33:
+    5,000 releases of 100 bytes would have written 1.25 GB)."""
+    import privbandit.services.checkpoint as checkpoint_mod
+
+    release = bytes(100)
+    for n in (2_000, 8_000):
+        sd = StateDir(tmp_path / str(n), RUN, "analyzer")
+        full = {"releases": []}
+        for _ in range(n):
+            full["releases"].append(release)
+            sd.append(0, SPEC, {"releases": [release]}, {}, lambda: full)
+        final = len(checkpoint_mod.encode_checkpoint(RUN, "analyzer", 0, SPEC, full))
+        assert sd.bytes_written < 4 * final, (n, sd.bytes_written, final)  # snapshots ≤ 2 × final, records ≤ 1.5 ×
+        assert sd.snapshots <= 3 + math.log2(n), sd.snapshots
+        assert StateDir(tmp_path / str(n), RUN, "analyzer").load().state == full
+
+
+def test_a_torn_record_ends_the_journal_loudly_and_the_next_checkpoint_is_a_snapshot(tmp_path, caplog):
+    sd, full = _journaled(tmp_path, 3)
+    sd.close()
+    path = tmp_path / "checkpoint.bin"
+    data = path.read_bytes()
+    path.write_bytes(data[:-3])  # the last record torn (a power cut mid-write)
+    again = StateDir(tmp_path, RUN, "analyzer")
+    ckpt = again.load()
+    assert ckpt.records == 2 and ckpt.dropped > 0 and ckpt.state["releases"] == full["releases"][:3]
+    assert ckpt.state["n"] == 2 and "do not check" in caplog.text
+    again.append(1, SPEC, {"releases": [b"r3"]}, {"n": 3}, lambda: full)
+    assert again.snapshots == 1  # not a record after the torn one: it would never be read
+    assert StateDir(tmp_path, RUN, "analyzer").load().state == full
+    # a record changed in place (its digest no longer checks) ends the journal there, and so do the
+    # records after it, chained to its digest
+    path.write_bytes(data[:len(data) // 2] + bytes([data[len(data) // 2] ^ 1]) + data[len(data) // 2 + 1:])
+    assert StateDir(tmp_path, RUN, "analyzer").load().records < 3
+
+
+def test_a_journal_record_of_the_wrong_shape_is_refused_by_field(tmp_path):
+    from privbandit.services.checkpoint import encode_record
+
+    snapshot = encode_checkpoint(RUN, "analyzer", 0, SPEC, {"closed": 7})
+    digest = snapshot[len(MAGIC) + 8:len(MAGIC) + 40]
+    for added in ({"closed": [1]}, {"releases": 5}):
+        record, _ = encode_record(digest, added, {})
+        with pytest.raises(CheckpointError, match="not a list") as info:
+            decode_checkpoint(snapshot + record)
+        assert info.value.reason == "checkpoint-schema"
 
 
 def test_atomic_write_replaces_a_file(tmp_path):
@@ -238,6 +313,8 @@ TASKS = {
                                                 horizon=1_000_000, arms=2),
     "anytime-lazy-ucb@distributed": lambda: _pol("anytime-lazy-ucb@distributed",
                                                  {"algorithm": "anytime-lazy-ucb", "trust": "distributed"}),
+    # One release per user: the checkpoints are a snapshot and a long journal of records.
+    "hybrid-ucb": lambda: _pol("hybrid-ucb", {"algorithm": "hybrid-ucb"}, horizon=400),
 }
 
 
@@ -357,6 +434,7 @@ def test_the_services_without_faults_give_the_engines_numbers(tmp_path, referenc
     ("anytime-lazy-ucb@distributed", "aggregator", 15, False),
     ("Dist-DP-SE-blocks", "aggregator", 65, True), ("Dist-DP-SE-blocks", "aggregator", 70, True),
     ("Dist-RDP-SE-shuffled-blocks", "shuffler", 69, True),
+    ("hybrid-ucb", "analyzer", 250, False), ("hybrid-ucb", "aggregator", 500, False),
 ])
 def test_a_killed_party_restarted_from_its_checkpoint_gives_the_same_numbers(tmp_path, references, key, victim, after,
                                                                              mid_round):
@@ -367,6 +445,8 @@ def test_a_killed_party_restarted_from_its_checkpoint_gives_the_same_numbers(tmp
     got, got_final, restarted, rejected, lost = asyncio.run(_session(fam, config, label, tmp_path, victim, after))
     assert restarted is not None, "the session ended before the fault"
     assert restarted.checkpoint is not None, "the victim had not checkpointed yet: a weak fault"
+    if key == "hybrid-ucb":  # resumed from a snapshot and the journal of records appended after it
+        assert restarted.checkpoint.records > 100, restarted.checkpoint.records
     assert (lost > 0) == mid_round, lost  # mid-round: accepted reports were lost and had to be sent again
     assert got == records and got_final == final
     # the restart resumed (not a fresh start): no refusal but the idempotent repeats a restart causes
@@ -653,11 +733,10 @@ def test_a_restarted_intermediary_still_answers_for_releases_long_past(tmp_path)
         return service
 
     first = box()
-    for rid in range(100):  # released rounds 0 … 99, as publish_release records them
+    for rid in range(100):  # released rounds 0 … 99, each checkpointed (to the journal) as it is released
         msg = codec.ReleaseMsg(run=RUN_ID, task=0, round=rid, n_reports=3, values=np.array([[rid]], dtype=np.int64))
-        first.box.closed.add(rid)
-        first.released[rid], first.released_data[rid] = msg, codec.encode(msg)
-    first.checkpoint_round()
+        asyncio.run(first.publish_release(rid, msg))
+    assert first.state.snapshots == 1 and first.state.writes == 101  # the task's start, then one record each
     again = box()
     assert sorted(again.released) == list(range(100))
     assert again.released[0].values.tolist() == [[0]]
