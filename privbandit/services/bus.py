@@ -318,7 +318,9 @@ class Bus:
 
     def _start(self, entry: tuple) -> None:
         """Send ``entry`` on this connection; its PUBACK lands in :meth:`_landed`."""
-        sent = asyncio.ensure_future(self._acknowledged(entry[0], entry[1]))  # started in order of creation
+        # The PUBLISH is handed to the connection now, in the order of the calls: a task that only
+        # later started it let a waited publish made after it overtake it on the wire.
+        sent = asyncio.ensure_future(self._acknowledged(self._send(entry[0], entry[1])))
         self.inflight[id(entry)] = sent
         sent.add_done_callback(lambda fut, entry=entry: self._landed(entry, fut))
 
@@ -346,13 +348,17 @@ class Bus:
             while entry := (next((e for e in self.outbox.pending if id(e) not in self.inflight), None)
                             if self.inflight else (self.outbox.pending[0] if self.outbox.pending else None)):
                 topic_name, payload, _ = entry
-                await self._acknowledged(topic_name, payload)
+                await self._acknowledged(self._send(topic_name, payload))
                 self._done(entry)
 
-    async def _acknowledged(self, topic_name: str, payload: bytes) -> None:
-        """Publish at QoS 1 and wait for the PUBACK, or fail as soon as the connection drops:
-        aiomqtt leaves a pending publish waiting out its timeout after a disconnect."""
-        sent = asyncio.ensure_future(self.client.publish(topic_name, payload, qos=QOS, timeout=PUBLISH_TIMEOUT_S))
+    def _send(self, topic_name: str, payload: bytes) -> asyncio.Future:
+        """The publish at QoS 1, scheduled now: tasks start in the order they were made, so the
+        PUBLISH packets leave in the order of these calls."""
+        return asyncio.ensure_future(self.client.publish(topic_name, payload, qos=QOS, timeout=PUBLISH_TIMEOUT_S))
+
+    async def _acknowledged(self, sent: asyncio.Future) -> None:
+        """Wait for ``sent``'s PUBACK, or fail as soon as the connection drops: aiomqtt leaves a
+        pending publish waiting out its timeout after a disconnect."""
         dropped = AiomqttInternals.disconnected(self.client)
         await asyncio.wait({sent, dropped}, return_when=asyncio.FIRST_COMPLETED)
         if not sent.done():

@@ -262,3 +262,17 @@ def test_a_connected_party_marks_itself_alive_and_the_healthcheck_reads_it(tmp_p
     assert 60 <= float(age[1]) <= 60 + took + 0.1
     alive.unlink()
     assert health().returncode == 1
+
+
+@pytest.mark.asyncio
+async def test_pipelined_and_acknowledged_publishes_reach_the_broker_in_the_order_they_were_made(mosquitto_url):
+    """A round's chain is published without waiting for its PUBACK, the rest with: interleaved,
+    they still leave in the order of the calls (a status saying a task is done must not overtake
+    the task's last record), through a real broker to one subscriber."""
+    settings = BusSettings(broker_url=mosquitto_url, run_id=RUN)
+    async with connect(settings, "listener", [TOPIC]) as listener, connect(settings, "sender", []) as sender:
+        for i in range(40):
+            await sender.publish(TOPIC, _status(i), wait=i % 3 == 2)  # two pipelined, one waited, …
+        assert await _received(listener, 40) == list(range(40))
+        await sender.flush()
+        assert not sender.inflight and not sender.outbox.pending
