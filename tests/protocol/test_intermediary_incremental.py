@@ -162,9 +162,15 @@ def test_a_checkpoint_keeps_the_releases_the_walk_over_every_release_kept(seed, 
     monkeypatch.setattr(service_module, "KEEP_RELEASE_BYTES", budget)
     rng = np.random.default_rng(seed)
     service = IntermediaryService.__new__(IntermediaryService)  # only the checkpoint's bookkeeping
-    saved = []
+    saved, journal = [], []
+
+    def save_state(state, added=None, **_):  # the whole state (a snapshot's), and what the journal gets
+        saved.append(state())
+        journal.append(added)
+
     service.state, service.box, service.failed = object(), _Box(), set()
-    service.save_state = saved.append
+    service.unsaved_closed, service.unsaved_failed = [], []
+    service.save_state = save_state
     service.released, service.released_data = OrderedDict(), {}
     service.forget_kept()
     rid = 0
@@ -172,12 +178,15 @@ def test_a_checkpoint_keeps_the_releases_the_walk_over_every_release_kept(seed, 
         if rng.random() < 0.02:  # a new task
             service.released, service.released_data = OrderedDict(), {}
             service.forget_kept()
+        fresh = []
         for _ in range(int(rng.integers(0, 4))):  # releases between boundaries (a restore brings many)
             service.released[rid] = None
             service.released_data[rid] = bytes(int(rng.choice([1, 7, 30, 60, budget, budget + 20])))
+            fresh.append(service.released_data[rid])
             rid += 1
         service.checkpoint_round()
         assert saved[-1]["releases"] == _kept_by_walk(service.released, service.released_data, budget)
+        assert journal[-1]["releases"] == fresh  # the journal gets each release once, when it is new
     assert max(len(s["releases"]) for s in saved) > 3
 
 
