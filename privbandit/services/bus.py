@@ -345,8 +345,7 @@ class Bus:
         connection has in flight already excepted); raises MqttError at the first failure, which
         stays queued."""
         async with self.outbox.lock:
-            while entry := (next((e for e in self.outbox.pending if id(e) not in self.inflight), None)
-                            if self.inflight else (self.outbox.pending[0] if self.outbox.pending else None)):
+            while entry := next((e for e in self.outbox.pending if id(e) not in self.inflight), None):
                 topic_name, payload, _ = entry
                 await self._acknowledged(self._send(topic_name, payload))
                 self._done(entry)

@@ -38,6 +38,7 @@ class PartyService:
         self.bus: Bus | None = None
         self.outbox = Outbox()  # sent messages the broker has not acknowledged, across connections
         self.task_spec: dict | None = None
+        self.task_fingerprint: str | None = None  # spec_fingerprint(task_spec): its checkpoints' spec
         self.early: list = []
         self.connections = 0  # > 1: the broker was lost and regained (messages may be lost)
         # Checkpoints (docs/distributed.md, "Faults and restarts"): loaded now, so that a state
@@ -113,14 +114,15 @@ class PartyService:
         await self.on_message(name, msg)
 
     async def start_task(self, spec: dict) -> None:
-        previous = self.task_spec, self.traffic
-        self.task_spec = spec
+        previous = self.task_spec, self.task_fingerprint, self.traffic
+        # once per task: a checkpoint per user would otherwise hash the spec's JSON each time
+        self.task_spec, self.task_fingerprint = spec, spec_fingerprint(spec)
         # Count each task's bytes apart, so results can say what each algorithm cost.
         self.traffic = self.bus.traffic = self.traffic_by_task.setdefault(spec["index"], Traffic())
         try:
             await self.on_task(spec)
         except Exception:  # a spec we cannot act on must not leave us half-switched
-            self.task_spec, self.traffic = previous
+            self.task_spec, self.task_fingerprint, self.traffic = previous
             self.bus.traffic = self.traffic
             raise
         await self.replay_early()
@@ -151,19 +153,12 @@ class PartyService:
         counters = {"rejected": dict(self.rejected),
                     "traffic": {str(i): t.as_dict() for i, t in self.traffic_by_task.items()}}
         task = self.task_index if task is None else task
-        spec = self.spec_fingerprint() if spec is None else spec
+        spec = self.task_fingerprint if spec is None else spec
         if added is None:
             self.state.save(task, spec, {**state, "counters": counters})
         else:
             self.state.append(task, spec, added, {**(replaced or {}), "counters": counters},
                               lambda: {**state(), "counters": counters})
-
-    def spec_fingerprint(self) -> str:
-        """The running task's spec fingerprint, computed once per task (a checkpoint per user
-        would otherwise hash the spec's JSON each time)."""
-        if getattr(self, "_fingerprint", (None,))[0] is not self.task_spec:
-            self._fingerprint = (self.task_spec, spec_fingerprint(self.task_spec))
-        return self._fingerprint[1]
 
     def _restore_counters(self, counters: dict) -> None:
         try:
