@@ -464,6 +464,9 @@ async def connect(
     while True:
         client = settings.client(client_id, False, max_queued_incoming_messages=MAX_QUEUED_INCOMING)
         AiomqttInternals.check(client)
+        # aiomqtt warns past 10 unacknowledged publishes; the bus pipelines up to PIPELINE_MAX by
+        # design (plus one waited): a warning each time would only bury the log's real news.
+        client.pending_calls_threshold = PIPELINE_MAX + 1
         try:
             await client.__aenter__()
             break

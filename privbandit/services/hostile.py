@@ -314,13 +314,16 @@ async def attack_session(kind: str, settings: BusSettings, duration_s: float, re
 
 async def _attack_until(pump, stop: asyncio.Event, duration_s: float) -> str:
     """Run ``pump`` (it returns at the session's shutdown) until it returns, ``stop`` is set or
-    ``duration_s`` passes; returns which."""
+    ``duration_s`` passes; returns which, or ``disconnected`` when the broker dropped the connection
+    (the report is still written: a broker cutting an attacker off is a result, not a crash)."""
     pumping, stopped = asyncio.ensure_future(pump), asyncio.ensure_future(stop.wait())
     done, pending = await asyncio.wait({pumping, stopped}, timeout=duration_s, return_when=asyncio.FIRST_COMPLETED)
     for task in pending:
         task.cancel()
     await asyncio.gather(*pending, return_exceptions=True)
     if pumping in done:
+        if isinstance(pumping.exception(), aiomqtt.MqttError):
+            return "disconnected"  # the broker cut this client off (its budget, or its end): reported
         pumping.result()  # a failure of the attack itself is loud
         return "shutdown"
     return "terminated" if stopped in done else "duration"
@@ -343,11 +346,11 @@ async def _report_attack(client: aiomqtt.Client, run: str, until, subscribed, ki
     attacker = TrafficAttacker(kind, run, experiment_seed=experiment_seed)
     await client.subscribe([(topic(run, "plan"), 1), (topic(run, "control"), 1)])
     subscribed()
-    plans = sent = wave = 0
+    plans = sent = unacknowledged = wave = 0
     last = 0.0
 
     async def pump():
-        nonlocal plans, sent, wave, last
+        nonlocal plans, sent, unacknowledged, wave, last
         async for message in client.messages:
             msg = _decoded(message.payload)
             if _is_shutdown(msg):
@@ -359,11 +362,17 @@ async def _report_attack(client: aiomqtt.Client, run: str, until, subscribed, ki
                 last = now
                 for target, payload in attacker.on_plan(msg, wave):  # the round's own intermediary
                     parts = target.split("/") if "/" in target else ("report", target)
-                    await client.publish(topic(run, *parts), payload, qos=1)
+                    try:
+                        await client.publish(topic(run, *parts), payload, qos=1)
+                    except aiomqtt.MqttError:
+                        # The broker held this account back past the client's timeout (its budget):
+                        # that is the defence working, not a failure of the attack; counted.
+                        unacknowledged += 1
                     sent += 1
 
     ended = await until(pump())
-    return {"kind": kind, "run": run, "plans_seen": plans, "messages_sent": sent, "ended_by": ended}
+    return {"kind": kind, "run": run, "plans_seen": plans, "messages_sent": sent,
+            "publishes_unacknowledged": unacknowledged, "ended_by": ended}
 
 
 async def _curious(client: aiomqtt.Client, run: str, until, subscribed) -> dict:

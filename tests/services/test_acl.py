@@ -771,9 +771,11 @@ def test_a_flood_toward_a_stopped_subscriber_keeps_the_embedded_broker_bounded()
 
     flood, size = 10_000, 2048
     with start_embedded_broker(RUN, open_mode=True, max_queued_bytes=2**20) as broker:
-        before, after, latency = flood_stopped_reader(broker, RUN, flood, size, deliver_timeout_s=5)
+        before, after, latency = flood_stopped_reader(broker, RUN, flood, size, deliver_timeout_s=10)
         grown = after - before
-        assert latency < 2.0, latency
+        # Quiet, the other client's message comes in about 2 ms; at load 20 on 2 cores it once took
+        # over 2 s. A broker the flood stalls never delivers it (the 10-s timeout raises).
+        assert latency < 5.0, latency
         assert grown < 0.6 * flood * size / 2**20, f"the broker grew by {grown:.0f} MB"
         assert "dropped a message on" in broker.stderr()
 

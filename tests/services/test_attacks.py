@@ -8,13 +8,16 @@ import json
 import secrets
 import subprocess
 import sys
+import time
 import uuid
 
+import aiomqtt
 import numpy as np
 import pytest
 
 from privbandit.services import codec
 from privbandit.services.acl import Role
+from privbandit.services.bus import topic
 from privbandit.services.hostile import TrafficAttacker
 from tests.services.test_acl import BrokerUnderTest, _mosquitto, connected
 from tests.services.test_distributed import _experiment, _inproc, _start, _wait, assert_same_numbers
@@ -96,7 +99,7 @@ def test_an_experiment_files_traffic_adversaries_run_next_to_the_parties_and_cha
         assert reports[kind]["plans_seen"] > 0 and reports[kind]["messages_sent"] > 0, reports[kind]
     curious = reports["curious-analyzer"]
     assert curious["forbidden_received"] == 0 and curious["forged_releases_sent"] == 2, curious
-    assert all(r["ended_by"] in ("shutdown", "terminated") for r in reports.values()), reports
+    assert all(r["ended_by"] in ("shutdown", "terminated", "disconnected") for r in reports.values()), reports
     rejected = json.loads((out / "summary.json").read_text())["rejected"]
     for reason in ("not-in-cohort", "missing-tag", "bad-block-tag", "not-msgpack", "schema", "too-large"):
         assert rejected.get(reason, 0) > 0, (reason, rejected)
@@ -208,3 +211,44 @@ def test_the_launcher_starts_a_session_only_once_its_adversaries_are_subscribed(
             wait_subscribed([stuck], timeout_s=1)
     finally:
         stuck.stop()
+
+
+def test_an_attacker_the_broker_cuts_off_still_writes_its_report(tmp_path):
+    """A broker that drops the attacker's connection (here: a Mosquitto whose packet cap is below
+    the volley's 8-MiB report) is the defence working, not a crash of the attack: the process
+    writes its report with ``ended_by: disconnected`` and exits 0. It once raised instead, and an
+    experiment's volley cut off at the session's end left no report (CI, 2026-11-29)."""
+    from privbandit.services.mosquitto_process import start_on_free_port, write_open_conf
+
+    def conf(port: int):
+        path = write_open_conf(tmp_path / "broker", port)
+        path.write_text(path.read_text().replace("max_packet_size", "max_packet_size 65536\n#"))
+        return path
+
+    broker = start_on_free_port(conf)
+    report = tmp_path / "volley.json"
+    try:
+        run_id = "r" + secrets.token_hex(3)
+        ready = tmp_path / "ready"
+        proc = subprocess.Popen([sys.executable, "-m", "privbandit", "attack", "volley", "--broker", broker.url,
+                                 "--run", run_id, "--duration", "60", "--report", str(report),
+                                 "--ready-file", str(ready)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(300):
+            if ready.exists() or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert ready.exists(), proc.communicate()
+
+        async def announce():
+            host, port = broker.url.removeprefix("mqtt://").split(":")
+            async with aiomqtt.Client(host, int(port)) as c:
+                plan = _plan(0, 0, 0).model_copy(update={"run": run_id})
+                await c.publish(topic(run_id, "plan"), codec.encode(plan), qos=1)
+
+        asyncio.run(announce())
+        out, err = proc.communicate(timeout=60)
+    finally:
+        broker.stop()
+    assert proc.returncode == 0, err[-2000:]
+    got = json.loads(report.read_text())
+    assert got["ended_by"] == "disconnected" and got["plans_seen"] == 1 and got["messages_sent"] >= 1, got

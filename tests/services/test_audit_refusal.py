@@ -27,6 +27,7 @@ from privbandit.services.bus import topic
 from privbandit.services.mosquitto_process import mosquitto_binary, start_with_broker_config
 from tests.needs import missing
 from tests.test_audit import InvertedPolya, target
+from tests.services.readers import read_until
 
 
 @pytest.fixture
@@ -73,22 +74,21 @@ class Forger:
                                   identifier=f"forger-{self.run_id}") as c:
             await c.subscribe(topic(self.run_id, "plan"), qos=1)
             self.ready.set()
-            while not self.stop.is_set():
-                try:
-                    message = await asyncio.wait_for(anext(c.messages), 0.2)
-                except asyncio.TimeoutError:
-                    continue
+
+            async def answer(message: aiomqtt.Message) -> None:
                 try:
                     msg = codec.decode(bytes(message.payload))
                 except codec.DecodeError:  # the broker probe's own test messages
-                    continue
+                    return
                 if not isinstance(msg, codec.PlanMsg):
-                    continue
+                    return
                 for rnd in msg.opens:
                     forged = codec.ReleaseMsg(run=self.run_id, task=msg.task, round=rnd.id, n_reports=rnd.expected,
                                               values=np.zeros((1, 1), dtype=np.int64))
                     await c.publish(topic(self.run_id, "release", "aggregator"), codec.encode(forged), qos=1)
                     self.sent += 1
+
+            await read_until(c, self.stop, answer)
 
 
 def test_forged_releases_get_no_verdict(tmp_path, acl_broker):

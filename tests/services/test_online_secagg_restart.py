@@ -31,6 +31,7 @@ import pytest
 from privbandit.runner import run_file
 from privbandit.services import codec
 from privbandit.services.bus import topic
+from tests.services.readers import read_until
 from tests.services.test_distributed import _log_tails, _start, _wait
 
 EXPERIMENT = """
@@ -85,24 +86,22 @@ class Watcher:
             await c.subscribe([(topic(self.run_id, "plan"), 1), (topic(self.run_id, "release", "aggregator"), 1),
                                (topic(self.run_id, "metrics", "users-0"), 1)])
             self.ready.set()
-            while not self.stop.is_set():
-                try:
-                    message = await asyncio.wait_for(anext(c.messages), 0.2)
-                except asyncio.TimeoutError:
-                    continue
-                msg = codec.decode(bytes(message.payload))
-                with self.lock:
-                    if isinstance(msg, codec.PlanMsg):
-                        self.plans.add(msg.plan)
-                        self.expected.update({r.id: r.expected for r in msg.opens})
-                        for j in msg.joins:
-                            if j.round not in self.released and j.users is not None:
-                                self.joined.setdefault(j.round, set()).update(int(u) for u in j.users)
-                    elif isinstance(msg, codec.ReleaseMsg):
-                        self.released.add(msg.round)
-                        self.joined.pop(msg.round, None)
-                    elif isinstance(msg, codec.StatusMsg) and msg.state == "ready":
-                        self.ready_at[msg.party] = time.monotonic()
+            await read_until(c, self.stop, self._on_message)
+
+    def _on_message(self, message: aiomqtt.Message) -> None:
+        msg = codec.decode(bytes(message.payload))
+        with self.lock:
+            if isinstance(msg, codec.PlanMsg):
+                self.plans.add(msg.plan)
+                self.expected.update({r.id: r.expected for r in msg.opens})
+                for j in msg.joins:
+                    if j.round not in self.released and j.users is not None:
+                        self.joined.setdefault(j.round, set()).update(int(u) for u in j.users)
+            elif isinstance(msg, codec.ReleaseMsg):
+                self.released.add(msg.round)
+                self.joined.pop(msg.round, None)
+            elif isinstance(msg, codec.StatusMsg) and msg.state == "ready":
+                self.ready_at[msg.party] = time.monotonic()
 
     def in_flight(self) -> list[int]:
         """Secure rounds whose array is complete and not released: the protocol is running."""
@@ -154,7 +153,11 @@ def test_a_fleet_killed_mid_array_three_times_ends_byte_identical(tmp_path, mosq
                         restarted = time.monotonic()
                         fleet.start()
                         while watcher.ready_at.get("users-0", 0) < restarted:  # it has subscribed
-                            assert time.monotonic() < end, "the restarted fleet never said ready\n" + _log_tails(parties)
+                            if time.monotonic() > end:  # where the new fleet waits: its coroutines to its log
+                                fleet.proc.send_signal(signal.SIGUSR2)
+                                time.sleep(2)
+                                raise AssertionError("the restarted fleet never said ready\n" + _log_tails(parties)
+                                                     + _log_tails([fleet], 8000))
                             time.sleep(0.02)
                 finally:
                     analyzer.proc.send_signal(signal.SIGCONT)
