@@ -67,11 +67,12 @@ def least_cpu_ms(fn, repeat: int) -> tuple[float, str]:
 
 def mac_check(msg, auth: ReportAuthenticator) -> bytes:
     """The MAC the observer computes to refuse a status or truth the users' account forged: over
-    the message re-encoded with an empty tag (users.status_tag, ObserverService.check_truth)."""
+    the bytes received with the tag emptied (``codec.tag_payload``; users.status_tag,
+    ObserverService.check_truth)."""
     if isinstance(msg, codec.StatusMsg):
         return status_tag(auth, msg)
     return auth.mac("truth", msg.run, msg.task, msg.plan, msg.block,
-                    payload=codec.encode(msg.model_copy(update={"tag": b""})))
+                    payload=codec.tag_payload(msg))
 
 
 def decoding(repeat: int) -> None:

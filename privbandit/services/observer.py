@@ -431,7 +431,7 @@ class ObserverService(PartyService):
         """A truth must be the fleets' (its MAC), inside the horizon, with one value per checkpoint
         that falls in its block, and extras of the family's shape."""
         expected = self.auth.mac("truth", self.run_id, msg.task, msg.plan, msg.block,
-                                 payload=codec.encode(msg.model_copy(update={"tag": b""})))
+                                 payload=codec.tag_payload(msg))
         if not hmac.compare_digest(msg.tag, expected):
             self.reject("bad-truth-tag", f"plan {msg.plan}, block {msg.block}")
             return False

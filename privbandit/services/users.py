@@ -51,7 +51,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 def status_tag(auth: ReportAuthenticator, msg: codec.StatusMsg) -> bytes:
     """The fleets' MAC over a status (encoded with an empty tag), bound to its run and party."""
-    return auth.mac("status", msg.run, msg.party, payload=codec.encode(msg.model_copy(update={"tag": b""})))
+    return auth.mac("status", msg.run, msg.party, payload=codec.tag_payload(msg))
 
 
 @dataclass

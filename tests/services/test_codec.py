@@ -438,3 +438,36 @@ def test_a_join_naming_users_it_cannot_have_is_refused(users, why):
     assert exc.value.reason == "schema"
     with pytest.raises(ValueError, match="increasing ids in"):
         Join(4, 10, 8, 3, users=tuple(users))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_BODIES, st.binary(max_size=40), st.sampled_from(["status", "truth"]))
+def test_a_tag_is_checked_over_the_bytes_received_which_are_what_the_sender_maced(body, tag, kind):
+    """``tag_payload`` of a decoded status or truth (the received bytes, the tag's value emptied)
+    is byte for byte the sender's MAC input, the message encoded with an empty tag; a copy, or a
+    message built here, is encoded again; and any other byte received gives another input."""
+    try:
+        wire_body = codec.body_from_wire(codec.body_to_wire({"x": body}))
+    except ValueError:  # not a wire body (a NaN, say): nothing to send
+        return
+    built = (codec.StatusMsg(run="r1", party="users-1", state="stats", body=wire_body) if kind == "status"
+             else TRUTH.model_copy(update={"extras": wire_body}))
+    sent = encode(built.model_copy(update={"tag": tag}))
+    received = decode(sent)
+    maced = encode(built.model_copy(update={"tag": b""}))
+    assert codec.tag_payload(received) == maced
+    assert codec.tag_payload(received.model_copy()) == maced == codec.tag_payload(built)
+    # A byte changed outside the tag (here: the run id) changes what the MAC is checked over.
+    other = decode(sent.replace(b"r1", b"r2", 1))
+    assert codec.tag_payload(other) != maced
+
+
+def test_a_tag_sent_with_a_non_canonical_encoding_is_checked_over_those_bytes():
+    """The MAC covers what was received: the same fields packed another way (a map of the same
+    entries, in another order) decode to an equal message, yet give another MAC input, as a
+    forgery would (before, the observer re-encoded what it decoded, and so ignored the packing)."""
+    built = codec.StatusMsg(run="r1", party="users-1", state="stats", body={"a": 1}, tag=b"t" * 32)
+    fields = msgpack.unpackb(encode(built))
+    reordered = msgpack.packb(dict(reversed(list(fields.items()))), use_bin_type=True)
+    assert decode(reordered) == built
+    assert codec.tag_payload(decode(reordered)) != codec.tag_payload(decode(encode(built)))

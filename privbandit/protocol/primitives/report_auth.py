@@ -139,7 +139,8 @@ class ReportAuthenticator:
         secure-aggregation chunk (``"secagg-chunk"``, run, task, shard), the message closing a block
         of a plan's cohort for a round (``"block"``, run, task, round, plan, block), a block's ground
         truth (``"truth"``, run, task, plan, block). The payload is the message encoded with an
-        empty tag."""
+        empty tag; a receiver of a status or truth checks it over the bytes it received, the tag's
+        value emptied, which are those bytes (``services.codec.tag_payload``)."""
         key = self._derive("privbandit " + "|".join([purpose, *map(str, path)]))
         mac = hmac.HMAC(key, hashes.SHA256())
         mac.update(payload)
