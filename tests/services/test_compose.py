@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import re
 import shutil
 import socket
@@ -625,13 +626,18 @@ def test_cluster_config_only_writes_the_nodes_with_the_given_passwords_and_refus
 
 
 def _free_ports(count: int) -> int:
-    """A base port such that base .. base + count - 1 were free a moment ago."""
+    """A base port such that base .. base + count - 1 were free a moment ago, below the kernel's
+    ephemeral range (``net.ipv4.ip_local_port_range``): every outgoing connection and every bind to
+    port 0 of the tests running beside this one draws from that range, and one of them took a node's
+    port between this pick and nats-server's bind (CI load, 2026-11-29). Below it, only a process
+    that binds that very port can collide."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768  # Linux's default
+    rng = random.Random()
     for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + count > 65535:
-            continue
+        base = rng.randrange(10_000, max(10_001, low - count))
         try:
             with ExitStack() as stack:
                 for port in range(base, base + count):
