@@ -19,7 +19,8 @@ Prints, for the same experiment and seed:
 - the CPU seconds (user + system) each party's process used, start-up included;
 - wire bytes per user against the budget 2·(⌈log₂ m⌉/8) + 8;
 - the raw broker rate measured with the same client library: QoS 1 messages of one report block
-  (65,536 users) from one publisher to one subscriber — the ceiling for users/s.
+  (65,536 users) from one publisher to one subscriber — the ceiling for users/s (on the generated
+  broker the publisher is the users' account and keeps to its publish budget, as a fleet does).
 
 ``--only-mqtt`` skips the in-process engine and the broker rates (the MQTT session alone, e.g. to
 compare two commits' parties back to back); ``--py-spy PARTY`` records that party's stacks at
@@ -58,6 +59,8 @@ import aiomqtt
 from privbandit.protocol.primitives.seeding import USER_BLOCK
 from privbandit.runner import config as experiment_files, tasks
 from privbandit.services import acl
+from privbandit.services.budget import PublishBucket
+from privbandit.services.bus import publish_wire_bytes
 from privbandit.services.launcher import launch
 from privbandit.services.mosquitto_process import start_with_broker_config
 
@@ -155,7 +158,7 @@ class Broker:
             raise ValueError("the embedded broker lives only as long as its session: time it with --only-mqtt")
         if self.passwords is None:
             return asyncio.run(broker_rate(self.url, payload_bytes, count))
-        return asyncio.run(broker_rate(self.url, payload_bytes, count,
+        return asyncio.run(broker_rate(self.url, payload_bytes, count, budget=acl.PUBLISH_BUDGETS.get("users"),
                                        **report_route(self.run_id, self.passwords.__getitem__)))
 
 
@@ -223,14 +226,16 @@ def report_route(run_id: str, password) -> dict:
 
 async def broker_rate(url: str, payload_bytes: int, count: int, *, pub_urls: Sequence[str] | None = None,
                       topic: str | None = None, sub_auth: dict | None = None, pub_auth: dict | None = None,
-                      persistent: bool = False) -> float:
+                      persistent: bool = False, budget: acl.PublishBudget | None = None) -> float:
     """QoS 1 messages/s from publishers (one per URL in ``pub_urls``, default one on ``url``) to one
     subscriber on ``url``, ``count`` messages in all, shared out among the publishers. Each publisher
     awaits a message's PUBACK before sending the next, as a fleet's bus does: with one publisher
     the rate is bound by the round trip, with several it shows whether the broker has capacity left.
     ``*_auth``: aiomqtt's ``username``/``password`` for a broker with accounts. ``persistent``: every
     client connects with a client id and ``clean_session=False``, as the parties' bus does (a
-    broker may then store QoS 1 messages durably: RabbitMQ's durable queues), not as clean sessions."""
+    broker may then store QoS 1 messages durably: RabbitMQ's durable queues), not as clean sessions.
+    ``budget``: the publishers' account's publish budget, which each keeps to as a party's bus does
+    (``budget.PublishBucket.pacing``): past it a budgeted broker holds a publisher back or drops."""
     host, port = url.removeprefix("mqtt://").split(":")
     pub_urls = list(pub_urls or [url])
     topic = topic or f"bench/{time.time_ns()}"
@@ -259,7 +264,10 @@ async def broker_rate(url: str, payload_bytes: int, count: int, *, pub_urls: Seq
                     return
 
         async def send(pub, n: int):
+            pacer = None if budget is None else PublishBucket.pacing(budget, "rate")
             for _ in range(n):
+                if pacer is not None:
+                    await pacer.spend(publish_wire_bytes(topic, len(payload)))
                 await pub.publish(topic, payload, qos=1)
 
         receiver = asyncio.create_task(receive())

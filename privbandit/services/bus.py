@@ -39,7 +39,8 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from privbandit.services import codec
-from privbandit.services.acl import is_instance
+from privbandit.services.acl import PublishBudget, is_instance
+from privbandit.services.budget import PublishBucket
 
 log = logging.getLogger("privbandit.bus")
 
@@ -278,8 +279,11 @@ class MqttCancelled(aiomqtt.MqttError):
 
 class Bus:
     def __init__(self, client: aiomqtt.Client, traffic: Traffic, rejected: Counter, outbox: Outbox | None = None,
-                 log_rejection=None):
+                 log_rejection=None, pacer: PublishBucket | None = None):
+        """``pacer``: this connection's share of its account's publish budget (:mod:`.budget`); each
+        publish waits for it before it is queued, so the broker never has to hold back or drop one."""
         self.client = client
+        self.pacer = pacer
         self.traffic = traffic
         self.rejected = rejected
         self.outbox = outbox if outbox is not None else Outbox()
@@ -304,6 +308,8 @@ class Bus:
         if wait is None:
             wait = msg.kind not in PIPELINED
         entry = (topic_name, codec.encode(msg), self.traffic)
+        if self.pacer is not None:
+            await self.pacer.spend(publish_wire_bytes(topic_name, len(entry[1])))
         self.outbox.pending.append(entry)
         if self.lost is not None:
             return
@@ -451,9 +457,11 @@ class SubscriptionDenied(RuntimeError):
 async def connect(
     settings: BusSettings, client_id: str, subscriptions: list[str],
     traffic: Traffic | None = None, rejected: Counter | None = None, outbox: Outbox | None = None,
-    log_rejection: RateLimitedLog | None = None,
+    log_rejection: RateLimitedLog | None = None, budget: PublishBudget | None = None,
 ) -> AsyncIterator[Bus]:
     """Connect (retrying with backoff until ``connect_timeout_s``), subscribe, yield a Bus.
+    ``budget``: the publish budget of the party's account (``acl.PUBLISH_BUDGETS``), which the bus
+    keeps to, a little under it, on this connection (:meth:`PublishBucket.pacing`).
 
     The session is persistent (clean_session=False under a fixed client id), so a party that
     reconnects gets the QoS 1 messages the broker queued for it meanwhile.
@@ -484,7 +492,8 @@ async def connect(
             if any(getattr(c, "value", c) >= 0x80 for c in codes):
                 raise SubscriptionDenied(f"{client_id}: the broker refused the subscription to {name}")
         bus = Bus(client, traffic if traffic is not None else Traffic(),
-                  rejected if rejected is not None else Counter(), outbox, log_rejection)
+                  rejected if rejected is not None else Counter(), outbox, log_rejection,
+                  None if budget is None else PublishBucket.pacing(budget, client_id))
         await bus.flush()  # what the last connection could not send goes first
         yield bus
     finally:

@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Mapping
 
 from privbandit.services import acl
+from privbandit.services.budget import PublishBucket
 
 try:  # amqtt is needed only in the broker process and by the plugin classes below
     from amqtt.contexts import Action
@@ -152,35 +153,6 @@ class PasswordFileAuthPlugin(BaseAuthPlugin):  # type: ignore[misc,valid-type]
         return why is None
 
 
-class _Bucket:
-    """One connection's :class:`acl.PublishBudget`: bytes and messages, refilled at their rates up
-    to their bursts. A PUBLISH takes its share (the balance may go below zero by one packet), then
-    waits until the balance is back to zero before the packet's body is read."""
-
-    __slots__ = ("budget", "bytes", "messages", "at", "waited", "logged_at", "who")
-
-    def __init__(self, budget: acl.PublishBudget, who: str):
-        self.budget, self.who = budget, who
-        self.bytes, self.messages = float(budget.burst_bytes), float(budget.burst_messages)
-        self.at = time.monotonic()
-        self.waited, self.logged_at = 0.0, -DROP_LOG_S
-
-    async def spend(self, size: int) -> None:
-        b = self.budget
-        now = time.monotonic()
-        elapsed, self.at = now - self.at, now
-        self.bytes = min(b.burst_bytes, self.bytes + elapsed * b.bytes_per_s) - size
-        self.messages = min(b.burst_messages, self.messages + elapsed * b.messages_per_s) - 1
-        wait = max(-self.bytes / b.bytes_per_s, -self.messages / b.messages_per_s, 0.0)
-        if wait > 0:
-            self.waited += wait
-            if now - self.logged_at >= DROP_LOG_S:
-                self.logged_at = now
-                log.warning("%s publishes past its account's budget (%.0f B/s, %.0f messages/s): held back "
-                            "%.1f s so far", self.who, b.bytes_per_s, b.messages_per_s, self.waited)
-            await asyncio.sleep(wait)
-
-
 def _live(writers: list) -> list:
     """The connections of ``writers`` still open."""
     return [w for w in writers if not getattr(w, "is_closed", False)
@@ -199,7 +171,7 @@ def _authenticate_first(broker_module, hashes: Mapping[str, str], run_id: str,
     reads the CONNECT, before any session handling) answers CONNACK 5 and closes the connection
     when :func:`refusal` finds a reason, or CONNACK 3 (server unavailable) when the account holds
     all the connections its budget allows; an accepted one's reader carries its
-    :class:`_Bucket`, which :func:`_cap_packets` spends."""
+    :class:`~privbandit.services.budget.PublishBucket`, which :func:`_cap_packets` spends."""
     from amqtt.errors import MQTTError
     from amqtt.mqtt.connack import NOT_AUTHORIZED, SERVER_UNAVAILABLE, ConnackPacket
 
@@ -226,7 +198,7 @@ def _authenticate_first(broker_module, hashes: Mapping[str, str], run_id: str,
                 raise MQTTError(f"refused: {why}")
             if budget is not None:
                 connections[session.username].append(writer)
-                reader._pb_bucket = _Bucket(budget, f"{session.username} ({session.client_id})")
+                reader._pb_bucket = PublishBucket(budget, f"{session.username} ({session.client_id})")
             return handler, session
 
     broker_module.BrokerProtocolHandler = AuthenticatedFirst

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import aiomqtt
 
-from privbandit.services import codec
+from privbandit.services import acl, codec
 from privbandit.services.bus import Bus, BusSettings, Outbox, RateLimitedLog, Traffic, connect, end_session, topic
 from privbandit.services.checkpoint import CheckpointError, StateDir, resume_state, spec_fingerprint
 
@@ -237,7 +237,8 @@ class PartyService:
         while not (self.finished and not self.outbox):
             try:
                 async with connect(self.settings, self.client_id, self.subscriptions(),
-                                   self.traffic, self.rejected, self.outbox, self.log_rejection) as bus:
+                                   self.traffic, self.rejected, self.outbox, self.log_rejection,
+                                   acl.PUBLISH_BUDGETS.get(self.role)) as bus:
                     self.bus = bus
                     delay = 0.1
                     self.connections += 1

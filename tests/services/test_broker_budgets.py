@@ -19,7 +19,8 @@ import pytest
 
 from privbandit.runner.config import load
 from privbandit.services import acl, analyzer as analyzer_mod, codec
-from privbandit.services.embedded_broker import _Bucket, start_embedded_broker
+from privbandit.services.budget import PublishBucket
+from privbandit.services.embedded_broker import start_embedded_broker
 from privbandit.services.launcher import launch
 from tests.services.test_distributed import _experiment, _inproc, assert_same_numbers
 
@@ -40,7 +41,7 @@ def test_a_bucket_holds_a_connection_back_to_its_rate_past_its_burst(monkeypatch
     monkeypatch.setattr(asyncio, "sleep", sleep)
     budget = acl.PublishBudget(bytes_per_s=1e6, burst_bytes=acl.MAX_PACKET_BYTES, messages_per_s=10,
                                burst_messages=3, connections=1)
-    bucket = _Bucket(budget, "users (test)")
+    bucket = PublishBucket(budget, "users (test)")
 
     async def go():
         for size in (2**20, 2**20, 10):  # within both bursts: no wait

@@ -253,3 +253,46 @@ def test_broker_config_builds_the_plugin_or_says_it_wrote_none(tmp_path, capsys)
     assert "budget       none (--budget-plugin none)" in capsys.readouterr().out
     assert broker_config_main(tmp_path / "r", RUN, 1883, budget_plugin="x.so") == 2
     assert "--budget-plugin 'x.so': must be build, auto, none or an absolute path" in capsys.readouterr().err
+
+
+def test_a_fleets_bus_keeps_to_its_budget_so_the_plugin_drops_none_of_its_messages(tmp_path):
+    """A party's bus paces its publishes a little under its account's budget
+    (``budget.PublishBucket.pacing``): 40 messages through a budget of 5 at once and 20 a second all
+    reach the reader, spread over at least (40 − 4.5) / 18 s, where the same 40 published unpaced
+    lose all but about the burst. Before, an honest fleet at T = 10⁸ sent a round's reports as fast
+    as it could, the plugin dropped what passed the budget, and the aggregator asked for it again:
+    a 10⁸-user session took 3 min 25 s on the generated Mosquitto instead of about 20 s."""
+    from privbandit.services.bus import BusSettings, connect
+
+    if mosquitto_binary() is None:
+        missing("mosquitto is not installed (apt install mosquitto)")
+    rate = acl.PublishBudget(bytes_per_s=1e9, burst_bytes=acl.MAX_PACKET_BYTES, messages_per_s=20,
+                             burst_messages=5, connections=4)
+    mosquitto, files = start_with_broker_config(tmp_path / "broker", RUN, publish_budgets={"users": rate})
+    n = 40
+    status = codec.StatusMsg(run=RUN, party="users-0", state="stats")
+
+    async def go(budget) -> tuple[int, float]:
+        got: list[int] = []
+        async with _client(mosquitto, files, "observer", "reader") as sub:
+            task = asyncio.create_task(_count(sub, f"pb/{RUN}/metrics/users-0", got))
+            await asyncio.sleep(0.2)
+            settings = BusSettings(broker_url=mosquitto.url, username="users", password=files.password("users"),
+                                   run_id=RUN)
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            async with connect(settings, f"{RUN}-users-0", [], budget=budget) as bus:
+                for _ in range(n):
+                    await bus.publish(f"pb/{RUN}/metrics/users-0", status, wait=True)
+            took = loop.time() - start
+            await asyncio.sleep(0.5)
+            task.cancel()
+        return len(got), took
+
+    try:
+        paced, took = asyncio.run(go(rate))
+        unpaced, _ = asyncio.run(go(None))
+    finally:
+        mosquitto.stop()
+    assert paced == n and took >= (n - 4.5) / 18 - 0.1, (paced, took)
+    assert unpaced <= 5 + 20 * 1.0, unpaced  # the burst and about a second's refill, at most

@@ -224,7 +224,7 @@ static int over_limits(const struct budget *b, const unsigned char *p, size_t n)
 	return 0;
 }
 
-/* Token buckets as the embedded broker's _Bucket (refilled at their rates up to their bursts), but a
+/* Token buckets as services/budget.py's PublishBucket (refilled at their rates up to their bursts), but a
  * PUBLISH that does not fit is refused whole and spends nothing: the bucket never goes below zero. */
 static int on_message(int event, void *event_data, void *userdata)
 {
