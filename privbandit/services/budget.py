@@ -6,7 +6,8 @@ the same buckets in C and drops what does not fit (``acl/budget_plugin.c``). An 
 its own publishes with one (:class:`~privbandit.services.bus.Bus`), a little under its account's
 budget, so that neither broker has to: a fleet at T = 10⁸ sends a 2²⁵-user round's reports as fast
 as it can, and on Mosquitto what passed the budget was dropped and asked for again, round after
-round (a 10⁸-user session took 3 min 25 s instead of about 20).
+round (a 10⁸-user session with two fleets took 208.6 s and sent 202 bytes per user; paced, 27.6 s
+and 11.75). What a reconnecting party sends first (its outbox, ``Bus.flush``) is not paced.
 """
 
 from __future__ import annotations
