@@ -39,7 +39,7 @@ from privbandit.services import codec  # noqa: E402
 from privbandit.services.bus import BusSettings  # noqa: E402
 from privbandit.services.hostile import decoding_bombs  # noqa: E402
 from privbandit.services.intermediary import IntermediaryService  # noqa: E402
-from privbandit.services.users import reports_message, status_tag  # noqa: E402
+from privbandit.services.users import reports_message, status_tag, truth_tag  # noqa: E402
 
 RUN = "bombs"
 
@@ -69,10 +69,7 @@ def mac_check(msg, auth: ReportAuthenticator) -> bytes:
     """The MAC the observer computes to refuse a status or truth the users' account forged: over
     the bytes received with the tag emptied (``codec.tag_payload``; users.status_tag,
     ObserverService.check_truth)."""
-    if isinstance(msg, codec.StatusMsg):
-        return status_tag(auth, msg)
-    return auth.mac("truth", msg.run, msg.task, msg.plan, msg.block,
-                    payload=codec.tag_payload(msg))
+    return (status_tag if isinstance(msg, codec.StatusMsg) else truth_tag)(auth, msg)
 
 
 def decoding(repeat: int) -> None:

@@ -148,10 +148,11 @@ _WIRE_SCALARS = frozenset({type(None), bool, int, float, str})
 def body_to_wire(value: Any, depth: int = 0) -> Any:
     """A family's body as msgpack-able data: numpy arrays become typed blocks.
 
-    The observer and the intermediaries re-encode a received status or truth to check its MAC, so
-    this runs on what the users' account sent: a map or list of plain scalars is copied whole (a
-    status body of 60,000 numbers cost 60,000 calls, 63–69 ms, before; issue #32 item 2), and so is
-    a list of empty lists; the result is the same as item by item."""
+    A map or list of plain scalars is copied whole, and so is a list of empty lists; the result is
+    the same as item by item. (The observer once encoded each received status or truth again to
+    check its MAC, running this on what the users' account sent: a status body of 60,000 numbers
+    cost 60,000 calls, 63–69 ms; issue #32 item 2. It checks the bytes received now,
+    :func:`tag_payload`, and a fleet encodes what it signs.)"""
     if depth > MAX_BODY_DEPTH:
         raise ValueError(f"a body nests deeper than {MAX_BODY_DEPTH} levels")
     if isinstance(value, np.ndarray):

@@ -48,7 +48,7 @@ from privbandit.services.bus import topic_party
 from privbandit.services.checkpoint import CheckpointError, spec_fingerprint
 from privbandit.services.dashboard import NOT_REFUSALS, live_snapshot, merged_counters, merged_rejections
 from privbandit.services.party import PartyService
-from privbandit.services.users import status_tag
+from privbandit.services.users import status_tag, truth_tag
 
 log = logging.getLogger("privbandit.observer")
 
@@ -430,9 +430,7 @@ class ObserverService(PartyService):
     def check_truth(self, msg: codec.TruthMsg) -> bool:
         """A truth must be the fleets' (its MAC), inside the horizon, with one value per checkpoint
         that falls in its block, and extras of the family's shape."""
-        expected = self.auth.mac("truth", self.run_id, msg.task, msg.plan, msg.block,
-                                 payload=codec.tag_payload(msg))
-        if not hmac.compare_digest(msg.tag, expected):
+        if not hmac.compare_digest(msg.tag, truth_tag(self.auth, msg)):
             self.reject("bad-truth-tag", f"plan {msg.plan}, block {msg.block}")
             return False
         inside = checkpoints_in(self.grid, msg.first_user, msg.size).size

@@ -54,6 +54,12 @@ def status_tag(auth: ReportAuthenticator, msg: codec.StatusMsg) -> bytes:
     return auth.mac("status", msg.run, msg.party, payload=codec.tag_payload(msg))
 
 
+def truth_tag(auth: ReportAuthenticator, msg: codec.TruthMsg) -> bytes:
+    """The fleets' MAC over a block's truth (encoded with an empty tag), bound to its run, task, plan
+    and block: what a fleet signs and the observer checks."""
+    return auth.mac("truth", msg.run, msg.task, msg.plan, msg.block, payload=codec.tag_payload(msg))
+
+
 @dataclass
 class _SecureInputs:
     """A secure round's inputs this fleet holds until the round's last join comes: Anytime-Lazy-UCB's
@@ -181,8 +187,7 @@ class UserFleetService(PartyService):
             # the observer without that truth for good. The other way round, it re-serves both.
             for t in truths if hosted else ():
                 msg = codec.truth_msg(self.run_id, self.task_index, t)
-                msg = msg.model_copy(update={"tag": self.auth.mac("truth", self.run_id, self.task_index, t.plan_id,
-                                                                  t.block, payload=codec.encode(msg))})
+                msg = msg.model_copy(update={"tag": truth_tag(self.auth, msg)})
                 self.truths[t.plan_id, t.block] = msg
                 await self.bus.publish(self.t("metrics", self.name), msg)
             by_round = {r.round_id: r for r in reports}
