@@ -134,7 +134,7 @@ class AnalyzerService(PartyService):
                                                                       rounds=abandoned))
             self.log_trips()
             await self.status("task-done", self.task_index, privacy=self.party.ledger.summary(),
-                              learner=self.party.logic.summary())
+                              learner=self.party.logic.summary(), records=len(self.party.decoded))
 
     async def on_message(self, name: str, msg) -> None:
         if not isinstance(msg, codec.ReleaseMsg):

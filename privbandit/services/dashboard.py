@@ -165,7 +165,7 @@ def live_snapshot(obs) -> dict:
             for key in ("open", "complete", "reports"):
                 acc[key] = counts[key]
     # The analyzer's records of released rounds (one per release: Observer.records_complete).
-    records = sum(int(r.privacy["releases"]) for runs in obs.results.values() for r in runs if r is not None)
+    records = sum(r.records for runs in obs.results.values() for r in runs if r is not None)
     records += len(obs.observer.records) if running is not None else 0
     traffic = {"observer": _role_bytes({"session": obs.traffic.as_dict()})}  # the observer runs no task of its own
     for party, body in obs.stats.items():

@@ -115,12 +115,14 @@ class _TaskDone(BaseModel):
     model_config = ConfigDict(extra="forbid")
     privacy: dict
     learner: list[dict]
+    records: int = Field(ge=0)  # the releases the analyzer decoded, each sent as a record
 
 
 def _result_state(r: RunResult) -> dict:
     return {"runs": r.runs, "pseudo": r.pseudo.tolist(), "realized": r.realized.tolist(),
             "rounds": [codec.body_to_wire(row) for row in r.rounds], "privacy": r.privacy, "learner": r.learner,
-            "reports": int(r.reports), "protocol_bits": int(r.protocol_bits), "max_report_bits": int(r.max_report_bits)}
+            "reports": int(r.reports), "protocol_bits": int(r.protocol_bits), "max_report_bits": int(r.max_report_bits),
+            "records": int(r.records)}
 
 
 def _result_from_state(s: dict, grid: np.ndarray) -> RunResult:
@@ -128,7 +130,7 @@ def _result_from_state(s: dict, grid: np.ndarray) -> RunResult:
                      realized=np.asarray(s["realized"], dtype=np.float64),
                      rounds=[codec.body_from_wire(row) for row in s["rounds"]], privacy=s["privacy"],
                      learner=list(s["learner"]), reports=s["reports"], protocol_bits=s["protocol_bits"],
-                     max_report_bits=s["max_report_bits"])
+                     max_report_bits=s["max_report_bits"], records=s["records"])
 
 
 class ObserverService(PartyService):
@@ -483,9 +485,10 @@ class ObserverService(PartyService):
                 self.finished = True
 
     def records_complete(self) -> bool:
-        """Has every release the analyzer made reached us as a record? (A broker that died may
-        have lost one; the resync asks for it again.)"""
-        return len(self.observer.records) >= self.analyzer_done["privacy"]["releases"]
+        """Has every release the analyzer decoded reached us as a record? (A broker that died may
+        have lost one; the resync asks for it again.) Counted by the analyzer, not read off the
+        ledger, whose releases are per user: a plan of many users is one record."""
+        return len(self.observer.records) >= self.analyzer_done["records"]
 
     async def maybe_finish_task(self) -> None:
         if self.shutting_down or self.analyzer_done is None or self.observer.served() < self.config.horizon:

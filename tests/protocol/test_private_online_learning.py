@@ -36,6 +36,7 @@ from privbandit.protocol.primitives.noise.grid_laplace import grid_step, sample_
 from privbandit.protocol.spine import engine
 from privbandit.protocol.spine.events import Join, Plan, Reports, Round
 from privbandit.protocol.spine.intermediary import Intermediary
+from privbandit.protocol.spine.one_user import OneUserPlans
 from privbandit.runner.tasks import parties
 from tests.stats import P_MIN, chi_square_pvalue
 
@@ -344,18 +345,26 @@ def test_leader_streak_refuses_a_window_across_a_fill():
     ((0.75, 0.70, 0.70, 0.70, 0.70), 2.0, 6, 6_000, "gaussian"),  # float sums: order matters
 ])
 def test_hybrid_streaks_equal_one_user_per_plan(setting, eps, seed, horizon, reward, monkeypatch):
-    """The analyzer looking ahead (in-process) and the analyzer serving one user per plan (what it
-    does over MQTT): same pulls, same regret curves, same ledger, bit for bit. The analyzer's noise
-    blocks are shrunk to 2048 rounds so that streaks cross several block boundaries at a horizon the
-    one-user-per-plan reference (about 0.3 ms a user through the whole spine) covers in seconds."""
+    """The analyzer looking ahead (in-process), the analyzer planning the blocks that no reward can
+    change (what it does over MQTT) and the analyzer serving one user per plan, stepwise: same
+    pulls, same regret curves, same ledger, bit for bit. The analyzer's noise blocks are shrunk to
+    2048 rounds so that streaks cross several block boundaries at a horizon the one-user-per-plan
+    reference (about 0.3 ms a user through the whole spine) covers in seconds."""
     monkeypatch.setattr(online_parties, "NOISE_BLOCK", 2048)
     fast, a = run_task("hybrid-ucb", horizon, eps, setting, seed, reward=reward)
-    ref, b = run_task("hybrid-ucb", horizon, eps, setting, seed, reward=reward, oracle=False)
-    assert a.logic.streaks.stats["streak_rounds"] > 0 and b.logic.streaks.stats["streak_rounds"] == 0
-    assert fast.learner[0]["pulls"] == ref.learner[0]["pulls"]
-    np.testing.assert_array_equal(fast.pseudo, ref.pseudo)
-    np.testing.assert_array_equal(fast.realized, ref.realized)
-    assert fast.privacy == ref.privacy and fast.privacy["releases"] == horizon
+    decided, b = run_task("hybrid-ucb", horizon, eps, setting, seed, reward=reward, oracle=False)
+    with monkeypatch.context() as m:
+        m.setattr(online_parties.HybridServer, "decided", OneUserPlans.decided)
+        ref, c = run_task("hybrid-ucb", horizon, eps, setting, seed, reward=reward, oracle=False)
+    assert a.logic.streaks.stats["streak_rounds"] > 0 and c.logic.streaks.stats["streak_rounds"] == 0
+    # The decided blocks are real: fewer plans than users (at ε = 128 the fewest, 1.3×).
+    assert b.logic.plans_made < horizon / 1.2, b.logic.plans_made
+    assert c.logic.plans_made == horizon
+    for got in (fast, decided):
+        assert got.learner[0]["pulls"] == ref.learner[0]["pulls"]
+        np.testing.assert_array_equal(got.pseudo, ref.pseudo)
+        np.testing.assert_array_equal(got.realized, ref.realized)
+        assert got.privacy == ref.privacy and got.privacy["releases"] == horizon
 
 
 def test_hybrid_ledger_paper_depth_spends_1_5_eps():

@@ -313,8 +313,9 @@ TASKS = {
                                                 horizon=1_000_000, arms=2),
     "anytime-lazy-ucb@distributed": lambda: _pol("anytime-lazy-ucb@distributed",
                                                  {"algorithm": "anytime-lazy-ucb", "trust": "distributed"}),
-    # One release per user: the checkpoints are a snapshot and a long journal of records.
-    "hybrid-ucb": lambda: _pol("hybrid-ucb", {"algorithm": "hybrid-ucb"}, horizon=400),
+    # Many short releases (413 plans for 1,000 users: a plan serves the users whose arm no reward
+    # can change): the checkpoints are a snapshot and a long journal of records.
+    "hybrid-ucb": lambda: _pol("hybrid-ucb", {"algorithm": "hybrid-ucb"}, horizon=1000),
 }
 
 

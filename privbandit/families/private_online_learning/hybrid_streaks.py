@@ -100,12 +100,14 @@ def _add_merged_nodes(acc: np.ndarray, src: np.ndarray, before: list[float], c0:
         lv += 1
 
 
-def leader_streak(h: HybridUCB, j: int, x: np.ndarray, node_noise: np.ndarray, lt: np.ndarray, slt: np.ndarray) -> int:
+def leader_streak(h: HybridUCB, j: int, x: np.ndarray, node_noise: np.ndarray, lt: np.ndarray, slt: np.ndarray,
+                  margin: float = 0.0) -> int:
     """Pull arm j at W = len(x) consecutive rounds for as long as it keeps winning; commit those.
 
     j has already won the window's first round. ``x``: j's rewards in the window's rounds;
     ``node_noise``: those rounds' unit grid steps of the node draws; ``lt``, ``slt``: log2 t and its
     square root. The window must end before j's array fills. Returns the pulls committed (≥ 1).
+    ``margin``: j must win by more than this (:func:`decided_streak`; 0 is the learner's rule).
     """
     w = len(x)
     o0, c0, r = h.pulls[j], h.leaves[j], h.r[j]
@@ -129,6 +131,8 @@ def leader_streak(h: HybridUCB, j: int, x: np.ndarray, node_noise: np.ndarray, l
     if w > 1:  # round k ≥ 1 of the window sees j after k pulls, the others as they are
         lt1, slt1 = lt[1:], slt[1:]
         lead = means[:-1] + slt1 * b1[:-1] + lt1 * b2[:-1]
+        if margin:
+            lead -= margin
         others = slice(0, j), slice(j + 1, None)
         m, c1, c2 = (np.array(v[others[0]] + v[others[1]])[:, None] for v in (h.means, h.b1, h.b2))
         rivals = m + slt1 * c1 + lt1 * c2  # (K − 1, w − 1), the other arms in index order
@@ -206,3 +210,78 @@ class HybridStreaks:
             arms[k] = j
             k += 1
         return arms
+
+
+UNIT_ROUNDOFF = 2.0**-53
+FIRST_DECIDED_WINDOW = 64
+
+
+def decided_margin(h: HybridUCB, j: int, pulls: int, node_steps: float, lt: float) -> float:
+    """How much arm j's index may fall short of the index it gets with rewards 0, over its next
+    ``pulls`` pulls from state ``h``, through rounding alone (``node_steps``: the largest |unit grid
+    step| of their node draws; ``lt``: the largest log2 t).
+
+    Let R(x) be the index computed in real arithmetic from the block's released node values, each
+    a float the learner computes as ``(rint(s / g) + L)·g`` from float sums s of rewards: every one
+    of those operations is non-decreasing in each reward, so R is too, and R(x) ≥ R(0). The float
+    index F differs from R only by the roundings of the tree's running sum (at most 4·pulls + 64
+    additions in the block: a node, its dropped children, the running sum), of μ̃ = (F̃ + B̃)/O and
+    of the index's two additions; what came before the block is the same floats either way. Every
+    partial sum of the tree is, up to those roundings, its start B̃₀ less some of the nodes S held
+    at the start plus at most 65 new nodes, each at most ``2(2·leaves + g·(1 + |L|))``: so at most
+    ``M = 2(|B̃₀| + Σ|S₀| + 65·2(2·leaves + g(1 + |L|)))``, and with u = 2⁻⁵³
+    ``|F − R| ≤ E = (4·pulls + 64)·u·M/O + 3u·(|F̃| + M)/O + 3u·(2(|F̃| + M)/O + bonus)``. So
+    F(x) ≥ F(0) − 2E; the margin is 4E plus the rounding of subtracting it: generous on purpose,
+    and still below 10⁻⁷ of the index over 5,000 pulls, so it shortens next to no block."""
+    o = h.pulls[j] + 1
+    leaves = h.leaves[j] + pulls
+    fixed = abs(h.arrays_noisy[j])
+    node = 2.0 * (2.0 * leaves + h.node_grid[j] * (1.0 + node_steps))
+    m = 2.0 * (abs(h.tree_noisy[j]) + sum(map(abs, h.alpha_noisy[j])) + 65.0 * node)
+    bonus = math.sqrt(lt) * h.b1[j] + lt * h.b2[j]  # b1, b2 only fall as j is pulled
+    mean = 2.0 * (fixed + m) / o
+    e = (4 * pulls + 64) * UNIT_ROUNDOFF * m / o + 3 * UNIT_ROUNDOFF * (fixed + m) / o \
+        + 3 * UNIT_ROUNDOFF * (mean + bonus)
+    return 4.0 * e + 4.0 * UNIT_ROUNDOFF * (mean + bonus)
+
+
+def _wins_by(h: HybridUCB, j: int, t: int, margin: float) -> bool:
+    """Whether j wins round t under :meth:`HybridUCB.choose`'s rule with its index less ``margin``."""
+    lt = math.log2(t)
+    slt = math.sqrt(lt)
+    u = [m + slt * b1 + lt * b2 for m, b1, b2 in zip(h.means, h.b1, h.b2)]
+    lead = u[j] - margin
+    return max(u[:j], default=-math.inf) < lead and max(u[j + 1:], default=-math.inf) <= lead
+
+
+def decided_streak(h: HybridUCB, t0: int, n: int, node_noise) -> int:
+    """How many of users t0 … t0 + n − 1 (at least one) pull user t0's arm j whatever rewards in
+    [0, 1] the earlier ones report: what the analyzer may plan before any of them reports.
+
+    While only j is pulled, every other arm's index is a function of t alone, and j's is
+    non-decreasing in each of its rewards up to rounding (:func:`decided_margin`). So j wins every
+    round that it wins with rewards 0 by more than that margin: :func:`leader_streak` on a copy of
+    the learner fed zeros, in windows that double from 64 rounds. A block ends before j's array
+    fills (the fill's pull, with its array noise, starts the next). ``node_noise(t, n)``: the unit
+    grid steps of rounds t … t + n − 1's node draws (the analyzer's, fixed before the plan)."""
+    j = h.choose(t0)
+    if t0 <= h.n_arms or h.pulls[j] < 1:
+        return 1
+    shadow = h.copy()
+    k, w, steps = 0, FIRST_DECIDED_WINDOW, 0.0
+    while k < n:
+        cap = min(w, refresh_count(shadow.r[j]) - shadow.pulls[j] - 1, n - k)
+        if cap < 1:
+            break
+        node = np.ascontiguousarray(node_noise(t0 + k, cap))
+        steps = max(steps, float(np.abs(node).max()))
+        lt = log2_rounds(t0 + k, cap)
+        margin = decided_margin(h, j, k + cap, steps, float(lt[-1]))
+        if k and not _wins_by(shadow, j, t0 + k, margin):  # leader_streak takes its first round as won
+            break
+        won = leader_streak(shadow, j, np.zeros(cap), node, lt, np.sqrt(lt), margin)
+        k += won
+        if won < cap:
+            break
+        w = min(2 * w, MAX_WINDOW)
+    return max(k, 1)

@@ -63,6 +63,17 @@ class HybridUCB:
         self.b2 = [0.0] * n_arms  # 6√8·⌊log(O_j + 1)⌋/(O_j ε)
         self.trees_opened: list[int] = []  # tree indices, for the privacy ledger
 
+    def copy(self) -> HybridUCB:
+        """An independent copy of the state (what a speculation may change without touching this one)."""
+        c = object.__new__(HybridUCB)
+        for name, value in vars(self).items():
+            if name in ("alpha", "alpha_noisy"):
+                value = [list(row) for row in value]
+            elif isinstance(value, list):
+                value = list(value)
+            setattr(c, name, value)
+        return c
+
     def choose(self, t: int) -> int:
         """Eq. (35) at round t > K; the lowest index wins ties."""
         if t <= self.n_arms:

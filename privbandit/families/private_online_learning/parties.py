@@ -10,7 +10,8 @@ Every algorithm runs the one loop: plans to cohorts of users, reports into round
   noised residues (distributed: Chowdhury & Zhou's Thm 1 mechanism, spec §5.4 [INFERRED]).
 - :class:`HybridServer`, Hybrid-UCB (Algorithm 4), central only: every pull refreshes the pulled
   arm's private mean, so each user's arm depends on the last user's reward. Over MQTT a plan serves
-  one user. In-process the trusted analyzer may look ahead (the users' ``oracle``) and decide a
+  the users whose arm no reward of the earlier ones can change (the leader's streak that it wins
+  even with rewards 0, :func:`~.hybrid_streaks.decided_streak`), one user otherwise. In-process the trusted analyzer may look ahead (the users' ``oracle``) and decide a
   block of users at once with the leader-streak speculation of :mod:`.hybrid_streaks`; the arms are
   those of one user per plan, bit for bit (the tests hold the two drivers equal), and the release
   is checked against what was looked at.
@@ -35,7 +36,7 @@ from privbandit.families.distributed_dp_mab.parties import release_threshold
 from privbandit.families.private_online_learning.anytime_lazy_ucb import AnytimeLazyUCB, LazyPolicy
 from privbandit.families.private_online_learning.experts import DRAW_BLOCK, ExpertsLearner
 from privbandit.families.private_online_learning.ftnl import FTNL
-from privbandit.families.private_online_learning.hybrid_streaks import HybridStreaks
+from privbandit.families.private_online_learning.hybrid_streaks import HybridStreaks, decided_streak
 from privbandit.families.private_online_learning.hybrid_ucb import HybridUCB
 from privbandit.families.private_online_learning.mechanisms import (
     ArraySumRelease,
@@ -58,13 +59,13 @@ from privbandit.protocol.spine.one_user import OneUserPlans
 NOISE_BLOCK = 1 << 16  # the analyzer's per-round noise is drawn this many rounds at a time
 
 
-def raw_round(rid: int, n: int, width: int = 1) -> Round:
+def raw_round(rid: int, n: int, width: int = 1, threshold: int | None = None) -> Round:
     """Raw rewards in [0, 1] to the trusted analyzer (the central model): attributable reports. A
     report outside [0, 1] is refused (``out-of-range``) and its user counts as a dropout: the round
     is released over the others once at least the MAB family's ⌊2n/3⌋ + 1 reported (a poisoning
-    user cannot stall the run); an honest round is complete."""
+    user cannot stall the run), or ``threshold``; an honest round is complete."""
     return Round(rid, "aggregator", "pass", expected=n, width=width, integer=False, low=0.0, high=1.0,
-                 threshold=release_threshold(n))
+                 threshold=release_threshold(n) if threshold is None else threshold)
 
 
 def modular_round(rid: int, n: int, q: RoundParams, width: int = 1, rule: str = "sum",
@@ -204,13 +205,32 @@ class HybridServer(OneUserPlans):
     def choose(self, t: int) -> int:
         return self.learner.choose(t)
 
+    def decided(self, t0: int, n: int) -> np.ndarray:
+        size = decided_streak(self.learner, t0, n, lambda t, m: self.noise(t, m)[:, 0])
+        return np.full(size, self.learner.choose(t0))
+
+    def observe_decided(self, rnd: Round, release: Release, arms: np.ndarray, x: np.ndarray) -> None:
+        if release.n_reports != arms.size:  # the round's threshold is all of them: a bug, not a dropout
+            raise ProtocolError("bad-report-count", f"plan {rnd.id}: {arms.size} users' rewards, got {release.n_reports}")
+        # The round refuses rewards outside [0, 1], which decided_streak's proof needs; checked
+        # again here because a learner fed one would be past repair.
+        if not (np.all(x >= 0.0) and np.all(x <= 1.0)):
+            raise ProtocolError("out-of-range", f"plan {rnd.id}: a reward outside [0, 1]")
+        xs = np.repeat(x[:, None], self.learner.n_arms, axis=1)  # the pulled arm's column is all it reads
+        got = self.streaks.decide(rnd.id + 1, xs, self.noise(rnd.id + 1, arms.size))
+        if not np.array_equal(got, arms):
+            raise ProtocolError("decided-mismatch", f"plan {rnd.id}: the rewards led to other arms than the "
+                                                    f"plan's, which no reward in [0, 1] should")
+
     def look_ahead(self, t0: int, n: int) -> tuple[np.ndarray, np.ndarray]:
         xs = self.oracle(t0, n)
         arms = self.streaks.decide(t0, xs, self.noise(t0, n))
         return arms, xs[np.arange(n), arms]
 
     def report_round(self, rid: int, n: int) -> Round:
-        return raw_round(rid, n)
+        # Every user of the block must report, as the one user of a one-user plan must: the
+        # analyzer observes them in order, each as if she had had her own plan.
+        return raw_round(rid, n, threshold=n)
 
     def observe(self, rnd: Round, release: Release, arm: int, x: np.ndarray) -> None:
         node, array = self.noise(rnd.id + 1, 1)[0]

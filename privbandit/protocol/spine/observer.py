@@ -43,6 +43,7 @@ class RunResult:
     protocol_bits: int  # per run
     max_report_bits: int
     rejected: dict = field(default_factory=dict)
+    records: int = 0  # releases decoded (a plan of many users is one; the ledger counts users)
 
 
 class Observer:
@@ -127,6 +128,7 @@ class Observer:
             protocol_bits=sum(r.body["expected"] * r.body["bits"] for r in released),
             max_report_bits=max((r.body["bits"] for r in released), default=0),
             rejected={k: v for k, v in sorted((rejected or {}).items()) if v},
+            records=len(released),
         )
 
 

@@ -1,8 +1,14 @@
-"""An analyzer that serves one user per plan, or, in-process, a looked-ahead block of them.
+"""An analyzer that serves one user per plan, a block decided before its reports, or, in-process,
+a looked-ahead block.
 
 Sequential learners (Hybrid-UCB, the MAB family's UCB-type baselines, FTL and Hedge) decide each
 user's arm from everything released before her. Over MQTT a plan therefore serves one user: the
-analyzer chooses her arm, she reports into a round of one, the analyzer observes. In-process the
+analyzer chooses her arm, she reports into a round of one, the analyzer observes. A learner that
+can prove the next users' arms do not depend on the reports still to come (:meth:`decided`: every
+report a user may send gives the same arms) serves them in one plan instead, and observes their
+release one user at a time, as if each had had a plan of her own; the arms it then chooses must be
+the planned ones (``decided-mismatch`` otherwise). That uses nothing the analyzer does not hold
+before the plan, so it works over MQTT. In-process the
 analyzer may look ahead: ``oracle(t0, n)`` gives what each of the next n users would report (what
 the analyzer receives anyway for the arm she pulls), so it can decide up to the end of its draw
 block at once in one compiled loop; the plan then carries the arms, and the release must bring
@@ -36,12 +42,23 @@ class OneUserPlans:
     def start(self, horizon: int, oracle: Callable[[int, int], np.ndarray] | None) -> None:
         self.horizon, self.oracle = horizon, oracle
         self.t = 1
+        self.plans_made = 0
         self.pending: dict[int, np.ndarray] = {}  # an open plan's arms
         self.expected: dict[int, np.ndarray] = {}  # the reports a looked-ahead plan must bring
 
     # --- the family's hooks ---------------------------------------------------------------------
     def choose(self, t: int) -> int:
         """User t's arm, from what was released before her."""
+        raise NotImplementedError
+
+    def decided(self, t0: int, n: int) -> np.ndarray:
+        """The arms of users t0 … (at least one, at most n) that every report the earlier ones may
+        send leaves the same. By default user t0's alone."""
+        return np.array([self.choose(t0)])
+
+    def observe_decided(self, rnd: Round, release: Release, arms: np.ndarray, x: np.ndarray) -> None:
+        """A decided block's release (more than one user): the learner takes the reports ``x`` in
+        the users' order and raises ``decided-mismatch`` if it would have chosen other ``arms``."""
         raise NotImplementedError
 
     def look_ahead(self, t0: int, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -72,12 +89,13 @@ class OneUserPlans:
         if self.pending or self.done:
             return []
         t0 = self.t
+        n = min(self.horizon - t0 + 1, self.block - (t0 - 1) % self.block)  # never past a draw block
         if self.oracle is None:
-            arms = np.array([self.choose(t0)])
-        else:  # up to the end of the draw block, exactly as one user at a time
-            n = min(self.horizon - t0 + 1, self.block - (t0 - 1) % self.block)
+            arms = self.decided(t0, n)
+        else:  # exactly as one user at a time
             arms, self.expected[t0 - 1] = self.look_ahead(t0, n)
         self.pending[t0 - 1] = arms
+        self.plans_made += 1
         self.t += arms.size
         rnd = self.report_round(t0 - 1, arms.size)
         return [Plan(t0 - 1, t0 - 1, arms.size, {"kind": "arms", "t0": t0, "arms": arms[None], **self.plan_body},
@@ -93,8 +111,10 @@ class OneUserPlans:
                 raise ProtocolError("speculation-mismatch", f"plan {rnd.id}: the users' {self.reports} are not "
                                                             f"those the analyzer looked ahead at")
             del self.expected[rnd.id]
-        else:
+        elif arms.size == 1:
             self.observe(rnd, release, int(arms[0]), x)
+        else:
+            self.observe_decided(rnd, release, arms, x)
         del self.pending[rnd.id]
         # Every user is a release; a block decided at once stands for as many, each with the
         # run's per-user guarantee.

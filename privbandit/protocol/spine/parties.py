@@ -117,7 +117,7 @@ class Analyzer:
         self.decoded[rnd.id] = rnd
         # A release may carry several events in different lanes (a central learner's tree leaf and
         # the optimizer calls it triggered); the record's ε is the first's, the release's own, and
-        # only the first counts as releases (the observer matches records against that count).
+        # only the first counts as releases.
         spends = list(spend) if isinstance(spend, (list, tuple)) else [spend]
         for k, s in enumerate(spends):
             self.ledger.record(s.event, s.lane, s.group, s.releases if k == 0 else 0)
