@@ -1,7 +1,7 @@
 """The private-online-learning family over MQTT: users/s per algorithm and one user's round trip.
 
     .venv/bin/python benchmarks/bench_online_mqtt.py [--brokers embedded,generated] \
-        [--hybrid-horizon 2000] [--horizon 1048576] [--only hybrid-ucb,dp-se]
+        [--hybrid-horizon 2000] [--horizon 1048576] [--only hybrid-ucb,dp-se] [--epsilon 1]
 
 For each broker (``embedded``: the launcher's amqtt, what ``privbandit run --transport mqtt`` uses;
 ``generated``: a Mosquitto from the project's generated configuration; or a broker's URL, used
@@ -10,10 +10,11 @@ session through :func:`~privbandit.services.launcher.launch` as ``privbandit run
 runs it (two fleets, checkpoints on), then the same experiment in-process. It prints:
 
 - users/s: the observer's figure for the task (T over the task's seconds, announced to scored);
-- the time from one release to the next, median and 90th percentile, from the analyzer's log: for
-  Hybrid-UCB, which serves one user per plan because its next arm depends on this user's reward,
-  that is one user's whole round trip (analyzer → plan → fleet → report → aggregator → release →
-  analyzer), and its users/s is about its inverse;
+- the time from one release to the next, median and 90th percentile, from the analyzer's log, and
+  the users per release: for Hybrid-UCB, whose next arm depends on this user's reward, a plan
+  serves the users no reward can send elsewhere (``decided_streak``), so that time is one plan's
+  whole round trip (analyzer → plan → fleet → report → aggregator → release → analyzer), and its
+  users/s is about users per release over it;
 - CPU milliseconds per user of each party (and of the launcher, which holds the embedded broker),
   from ``/proc/<pid>/stat``, counted from the analyzer's first checkpoint (its first release
   decoded: start-up excluded) to the end: what the machine pays per user, whatever else runs on
@@ -49,10 +50,10 @@ ALGORITHMS = ("hybrid-ucb", "anytime-lazy-ucb", "dp-se", "ftnl")
 TRIPS = re.compile(r"(\d+) releases; from one release to the next: median ([\d.]+) ms, p90 ([\d.]+) ms")
 
 
-def experiment(directory: Path, algorithm: str, horizon: int) -> Path:
+def experiment(directory: Path, algorithm: str, horizon: int, epsilon: float) -> Path:
     path = directory / f"{algorithm}.toml"
     path.write_text(f'family = "private-online-learning"\nname = "bench-{algorithm}"\nhorizon = {horizon}\n'
-                    f'runs = 1\nepsilon = 1.0\nseed = 1\n\n[environment]\nsetting = 1\nreward = "bernoulli"\n\n'
+                    f'runs = 1\nepsilon = {epsilon!r}\nseed = 1\n\n[environment]\nsetting = 1\nreward = "bernoulli"\n\n'
                     f'[algorithms.{algorithm}]\n')
     return path
 
@@ -125,18 +126,19 @@ def main() -> None:
     ap.add_argument("--hybrid-horizon", type=int, default=2000)
     ap.add_argument("--horizon", type=int, default=2**20)
     ap.add_argument("--only", default=",".join(ALGORITHMS))
+    ap.add_argument("--epsilon", type=float, default=1.0)
     args = ap.parse_args()
     model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                   if line.startswith("model name")), platform.processor())
     print(f"machine: {model}, {os.cpu_count()} cores, python {platform.python_version()}; "
-          f"setting 1 (K = 5), ε = 1, central trust, two fleets, checkpoints on")
+          f"setting 1 (K = 5), ε = {args.epsilon:g}, central trust, two fleets, checkpoints on")
     with tempfile.TemporaryDirectory(prefix="bench-online-mqtt-") as tmp:
         tmp = Path(tmp)
         for spec in args.brokers.split(","):
             with started_broker(spec, tmp / f"broker-{spec.replace('/', '_').replace(':', '_')}") as broker:
                 for algorithm in args.only.split(","):
                     horizon = args.hybrid_horizon if algorithm == "hybrid-ucb" else args.horizon
-                    path = experiment(tmp, algorithm, horizon)
+                    path = experiment(tmp, algorithm, horizon, args.epsilon)
                     out = tmp / f"mqtt-{spec.replace('/', '_').replace(':', '_')}-{algorithm}"
                     load = os.getloadavg()[0]
                     wall = time.perf_counter()
@@ -149,7 +151,8 @@ def main() -> None:
                         run_file(path, out=inproc)
                     equal = same_numbers(inproc, out)
                     trip = (f"release to release median {float(found[-1][1]):.2f} ms, p90 {float(found[-1][2]):.2f} ms "
-                            f"({int(found[-1][0]):,} releases)") if found else "no release"
+                            f"({int(found[-1][0]):,} releases, {horizon / int(found[-1][0]):.1f} users each)"
+                            ) if found else "no release"
                     per_user = ", ".join(f"{k} {v / horizon * 1e3:.3f}" for k, v in sorted(cpu.items()))
                     print(f"{spec:9s} {algorithm:16s} T = {horizon:>9,}: {rate:12,.0f} users/s; {trip}; "
                           f"session {wall:.1f} s wall; CPU ms per user after the first release: "

@@ -189,8 +189,9 @@ arms = 4
 [algorithms.ldp-ucb]
 [algorithms.vb-sdp-ae]
 """,
-    # The experts baselines: FTL and Hedge decide one user per plan over MQTT; the naive FTNL's
-    # epochs release every action's noisy sum (central, and through the aggregator).
+    # The experts baselines: over MQTT FTL plans the users no vector can send elsewhere, Hedge one
+    # user per plan; the naive FTNL's epochs release every action's noisy sum (central, and
+    # through the aggregator).
     "private-online-learning@experts": """
 family = "private-online-learning"
 name = "experts"

@@ -56,6 +56,29 @@ def _run(kind, vectors, sums, eta, uniforms, arms):
             sums[j] += vectors[i, j]
 
 
+def ftl_decided(sums: np.ndarray, n: int) -> int:
+    """How many of the next n users (at least one) FTL sends to today's leader j whatever vectors
+    in [0, 1]^K the earlier ones report: what its analyzer may plan before any of them reports.
+
+    Float addition is non-decreasing in each operand, so after k users j's sum is at least its sum
+    now (it adds rewards ≥ 0) and any other arm's at most its sum now plus k ones added one at a
+    time, as :func:`_run` adds them (``numpy.add.accumulate`` is that sequential sum, to the bit).
+    User k is decided while j's sum now beats every such bound under :func:`_choose`'s rule (the
+    lowest index wins a tie). No margin is needed: there is no rounding to bound, only monotone
+    steps. A bound passes j's sum after about S_j − S_i ones, so only that many are computed."""
+    j = int(np.argmax(sums))  # the first maximum: _choose's leader
+    rivals = np.delete(sums, j)
+    if rivals.size == 0:
+        return max(n, 1)
+    if n <= 1:
+        return 1
+    w = int(min(n, max(0.0, sums[j] - rivals.max()) + 2))
+    hi = np.add.accumulate(np.concatenate([rivals[:, None], np.ones((rivals.size, w - 1))], axis=1), axis=1)
+    lower = np.arange(rivals.size) < j  # the arms before j win a tie against it
+    beaten = np.where(lower[:, None], hi < sums[j], hi <= sums[j]).all(axis=0)
+    return w if beaten.all() else int(beaten.argmin())
+
+
 class ExpertsLearner:
     """One run's FTL or Hedge: the sums G and the per-round uniforms (Hedge)."""
 

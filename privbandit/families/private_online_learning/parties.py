@@ -34,7 +34,7 @@ import numpy as np
 from privbandit.families.distributed_dp_mab.base import RoundParams
 from privbandit.families.distributed_dp_mab.parties import release_threshold
 from privbandit.families.private_online_learning.anytime_lazy_ucb import AnytimeLazyUCB, LazyPolicy
-from privbandit.families.private_online_learning.experts import DRAW_BLOCK, ExpertsLearner
+from privbandit.families.private_online_learning.experts import DRAW_BLOCK, EXPERTS, ExpertsLearner, ftl_decided
 from privbandit.families.private_online_learning.ftnl import FTNL
 from privbandit.families.private_online_learning.hybrid_streaks import HybridStreaks, decided_streak
 from privbandit.families.private_online_learning.hybrid_ucb import HybridUCB
@@ -328,7 +328,8 @@ class FtnlServer:
 
 class ExpertsServer(OneUserPlans):
     """FTL's or Hedge's analyzer (:mod:`.experts`), non-private: every user reports her whole reward
-    vector. Over MQTT a plan serves one user; in-process ``oracle(t0, n)`` (the users' vectors, (n, K),
+    vector. Over MQTT a plan serves the users no vector can send elsewhere (FTL,
+    :func:`~.experts.ftl_decided`) or one user (Hedge); in-process ``oracle(t0, n)`` (the users' vectors, (n, K),
     which the analyzer receives anyway) lets it decide up to the end of a draw block at once, and the
     release is checked against what it looked at (:class:`OneUserPlans`)."""
 
@@ -344,12 +345,26 @@ class ExpertsServer(OneUserPlans):
     def choose(self, t: int) -> int:
         return self.learner.choose(t)
 
+    def decided(self, t0: int, n: int) -> np.ndarray:
+        if self.learner.kind != EXPERTS["ftl"]:  # Hedge's draw moves with every vector: one user
+            return super().decided(t0, n)
+        return np.full(ftl_decided(self.learner.sums, n), self.learner.choose(t0))
+
+    def observe_decided(self, rnd: Round, release: Release, arms: np.ndarray, x: np.ndarray) -> None:
+        if release.n_reports != arms.size:
+            raise ProtocolError("bad-report-count", f"plan {rnd.id}: {arms.size} users' vectors, got {release.n_reports}")
+        if not (np.all(x >= 0.0) and np.all(x <= 1.0)):  # ftl_decided's proof needs them in [0, 1]
+            raise ProtocolError("out-of-range", f"plan {rnd.id}: a reward outside [0, 1]")
+        if not np.array_equal(self.learner.run(rnd.id + 1, x), arms):
+            raise ProtocolError("decided-mismatch", f"plan {rnd.id}: the vectors led to other actions than the "
+                                                    f"plan's, which no vector in [0, 1]^K should")
+
     def look_ahead(self, t0: int, n: int) -> tuple[np.ndarray, np.ndarray]:
         vectors = self.oracle(t0, n)
         return self.learner.run(t0, vectors), vectors
 
     def report_round(self, rid: int, n: int) -> Round:
-        return raw_round(rid, n, width=self.k)
+        return raw_round(rid, n, width=self.k, threshold=n)  # every user, as one user's plan needs her
 
     def reported(self, release: Release) -> np.ndarray:
         return release.values[0]

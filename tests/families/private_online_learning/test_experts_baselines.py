@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from privbandit.families.private_online_learning import experts
@@ -103,3 +105,29 @@ trust = "distributed"
 """)
     with pytest.raises(Exception, match="trust: hedge is a non-private baseline"):
         run_file(path)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 60), min_size=2, max_size=6), st.integers(1, 200), st.integers(0, 2**31),
+       st.sampled_from(["worst", "uniform", "bernoulli"]))
+def test_ftl_decided_users_play_the_leader_whatever_they_report(counts, n, seed, law):
+    """Sums with ties and fractions; the block ftl_decided plans is what FTL chooses one user at a
+    time, for vectors in [0, 1]^K of any law, the worst included (the leader 0, every rival 1).
+    Against the worst vectors it is also as long as it can be: the next user plays another arm."""
+    rng = np.random.default_rng(seed)
+    k = len(counts)
+    sums = np.asarray(counts, dtype=np.float64) + (rng.random(k) * 0.5 if law == "uniform" else 0.0)
+    size = experts.ftl_decided(sums.copy(), n)
+    learner = experts.ExpertsLearner("ftl", k, 10_000, key=0)
+    learner.sums[:] = sums
+    j = learner.choose(1)
+    assert 1 <= size <= n
+    worst = np.ones(k)
+    worst[j] = 0.0
+    vectors = {"worst": np.tile(worst, (n, 1)), "uniform": rng.random((n, k)),
+               "bernoulli": (rng.random((n, k)) < 0.5).astype(np.float64)}[law]
+    for t in range(size):
+        assert learner.choose(t + 1) == j, (t, size)
+        learner.observe(vectors[t])
+    if law == "worst" and size < n:
+        assert learner.choose(size + 1) != j
