@@ -7,7 +7,8 @@ its own publishes with one (:class:`~privbandit.services.bus.Bus`), a little und
 budget, so that neither broker has to: a fleet at T = 10⁸ sends a 2²⁵-user round's reports as fast
 as it can, and on Mosquitto what passed the budget was dropped and asked for again, round after
 round (a 10⁸-user session with two fleets took 208.6 s and sent 202 bytes per user; paced, 27.6 s
-and 11.75). What a reconnecting party sends first (its outbox, ``Bus.flush``) is not paced.
+and 11.75). What a reconnecting party sends first (the outbox an earlier connection left,
+``Bus.flush``) is paced on the new connection the same way.
 """
 
 from __future__ import annotations

@@ -290,6 +290,7 @@ class Bus:
         self.log_rejection = log_rejection or RateLimitedLog(log)
         self.lost: aiomqtt.MqttError | None = None  # set when a send failed: this connection is done
         self.inflight: dict[int, asyncio.Future] = {}  # id(outbox entry) → its publish awaiting the PUBACK
+        self.paced: set[int] = set()  # id(outbox entry) of those this connection's pacer has counted
 
     async def publish(self, topic_name: str, msg, wait: bool | None = None) -> None:
         """Queue ``msg`` and send the queue. Never raises for a lost broker: the message waits
@@ -310,6 +311,7 @@ class Bus:
         entry = (topic_name, codec.encode(msg), self.traffic)
         if self.pacer is not None:
             await self.pacer.spend(publish_wire_bytes(topic_name, len(entry[1])))
+            self.paced.add(id(entry))
         self.outbox.pending.append(entry)
         if self.lost is not None:
             return
@@ -340,6 +342,7 @@ class Bus:
 
     def _done(self, entry: tuple) -> None:
         topic_name, payload, traffic = entry
+        self.paced.discard(id(entry))
         for i, e in enumerate(self.outbox.pending):  # nearly always the first: acks come in order
             if e is entry:
                 del self.outbox.pending[i]
@@ -349,10 +352,15 @@ class Bus:
     async def flush(self) -> None:
         """Send the outbox in order, each message acknowledged before the next (those this
         connection has in flight already excepted); raises MqttError at the first failure, which
-        stays queued."""
+        stays queued. What an earlier connection left in the outbox (a reconnecting party's backlog)
+        is paced here, as :meth:`publish` paces what it queues: the broker counts every connection's
+        budget afresh, and a backlog over its burst would be held back or dropped."""
         async with self.outbox.lock:
             while entry := next((e for e in self.outbox.pending if id(e) not in self.inflight), None):
                 topic_name, payload, _ = entry
+                if self.pacer is not None and id(entry) not in self.paced:
+                    await self.pacer.spend(publish_wire_bytes(topic_name, len(payload)))
+                    self.paced.add(id(entry))
                 await self._acknowledged(self._send(topic_name, payload))
                 self._done(entry)
 

@@ -296,3 +296,44 @@ def test_a_fleets_bus_keeps_to_its_budget_so_the_plugin_drops_none_of_its_messag
         mosquitto.stop()
     assert paced == n and took >= (n - 4.5) / 18 - 0.1, (paced, took)
     assert unpaced <= 5 + 20 * 1.0, unpaced  # the burst and about a second's refill, at most
+
+
+def test_a_reconnecting_partys_backlog_is_paced_too(tmp_path):
+    """What an earlier connection left in the outbox (40 messages a party could not send before its
+    broker went away) goes first on the next connection, through the same pacer: all 40 reach the
+    reader, over at least (40 − 4.5) / 18 s. Before, ``Bus.flush`` sent the backlog at once and
+    the plugin dropped all but about the burst (each one PUBACKed, so lost until a resync)."""
+    from privbandit.services.bus import BusSettings, Outbox, Traffic, connect
+
+    if mosquitto_binary() is None:
+        missing("mosquitto is not installed (apt install mosquitto)")
+    rate = acl.PublishBudget(bytes_per_s=1e9, burst_bytes=acl.MAX_PACKET_BYTES, messages_per_s=20,
+                             burst_messages=5, connections=4)
+    mosquitto, files = start_with_broker_config(tmp_path / "broker", RUN, publish_budgets={"users": rate})
+    n = 40
+    topic = f"pb/{RUN}/metrics/users-0"
+    payload = codec.encode(codec.StatusMsg(run=RUN, party="users-0", state="stats"))
+
+    async def go() -> tuple[int, float, int]:
+        got: list[int] = []
+        outbox = Outbox()
+        outbox.pending.extend((topic, payload, Traffic()) for _ in range(n))
+        async with _client(mosquitto, files, "observer", "reader") as sub:
+            task = asyncio.create_task(_count(sub, topic, got))
+            await asyncio.sleep(0.2)
+            settings = BusSettings(broker_url=mosquitto.url, username="users", password=files.password("users"),
+                                   run_id=RUN)
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            async with connect(settings, f"{RUN}-users-0", [], outbox=outbox, budget=rate):
+                took = loop.time() - start  # connect flushes the backlog before it yields
+            await asyncio.sleep(0.5)
+            task.cancel()
+        return len(got), took, len(outbox)
+
+    try:
+        got, took, left = asyncio.run(go())
+    finally:
+        mosquitto.stop()
+    assert left == 0
+    assert got == n and took >= (n - 4.5) / 18 - 0.1, (got, took)
