@@ -551,15 +551,15 @@ def test_the_secure_horizon_limit_is_the_codecs_array_limit():
 
 @pytest.mark.parametrize("name", ["ftl", "hedge"])
 def test_experts_decided_blocks_equal_one_user_per_plan(name, monkeypatch):
-    """FTL and Hedge through the spine: looked ahead (in-process), decided blocks (over MQTT: FTL's
-    are long, Hedge's one user) and one user per plan give the same actions and regret, bit for bit."""
+    """FTL and Hedge through the spine: looked ahead (in-process), decided blocks (over MQTT) and one
+    user per plan give the same actions and regret, bit for bit."""
     fast, _ = run_task(name, 3000, seed=4)
     decided, b = run_task(name, 3000, seed=4, oracle=False)
     with monkeypatch.context() as m:
         m.setattr(online_parties.ExpertsServer, "decided", OneUserPlans.decided)
         ref, c = run_task(name, 3000, seed=4, oracle=False)
     assert c.logic.plans_made == 3000
-    assert b.logic.plans_made < 400 if name == "ftl" else b.logic.plans_made == 3000, b.logic.plans_made
+    assert b.logic.plans_made < (400 if name == "ftl" else 600), b.logic.plans_made
     for got in (fast, decided):
         assert got.learner == ref.learner
         np.testing.assert_array_equal(got.pseudo, ref.pseudo)

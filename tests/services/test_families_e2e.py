@@ -189,9 +189,8 @@ arms = 4
 [algorithms.ldp-ucb]
 [algorithms.vb-sdp-ae]
 """,
-    # The experts baselines: over MQTT FTL plans the users no vector can send elsewhere, Hedge one
-    # user per plan; the naive FTNL's epochs release every action's noisy sum (central, and
-    # through the aggregator).
+    # The experts baselines: over MQTT FTL and Hedge plan the users no vector can send elsewhere;
+    # the naive FTNL's epochs release every action's noisy sum (central, and through the aggregator).
     "private-online-learning@experts": """
 family = "private-online-learning"
 name = "experts"

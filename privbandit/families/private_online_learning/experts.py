@@ -79,6 +79,54 @@ def ftl_decided(sums: np.ndarray, n: int) -> int:
     return w if beaten.all() else int(beaten.argmin())
 
 
+HEDGE_MARGIN = 1e-9  # in probability: far above the roundings of _choose and of the bounds (below)
+FIRST_HEDGE_WINDOW = 64
+
+
+def hedge_decided(sums: np.ndarray, eta: float, uniforms: np.ndarray) -> np.ndarray:
+    """The actions of the next users (at least one, at most ``len(uniforms)``) that Hedge draws
+    whatever vectors in [0, 1]^K the earlier ones report: what its analyzer may plan before any of
+    them reports. ``uniforms``: their draws, in order.
+
+    Every user's vector adds to every sum, so before user k of the block sum i lies in
+    [S_i, S_i + k] (the upper end as :func:`_run` would add k ones, to the bit), and in exact
+    arithmetic the draw picks j when ``C_{j−1} ≤ u < C_j``, C the cumulative weights
+    exp(η·G) over their total. C_j is at least ``Σ_{i≤j} lo_i / (Σ_{i≤j} lo_i + Σ_{i>j} hi_i)`` and
+    at most the same with lo and hi swapped; user k is decided with action j when u clears both ends
+    by :data:`HEDGE_MARGIN`. That margin covers the roundings: :func:`_choose`'s weights are exp of
+    a difference to the leader (each within an ulp or two of exact, the leader's exactly 1, so the
+    total is ≥ 1) summed over K ≤ 1000 terms, as are the bounds here, each a relative error below
+    (2K + 4)·2⁻⁵² ≈ 5·10⁻¹³ of a quantity in [0, 1]. The block ends at its first undecided user;
+    the first user alone is the learner's own draw (nothing pending)."""
+    n = len(uniforms)
+    first = int(_choose(1, sums, eta, uniforms[0]))
+    arms = [np.array([first])]
+    top = float(sums.max())
+    lo = np.exp(eta * (sums - top))[:, None]  # (K, 1): the weights if every pending vector is 0
+    k, w = 1, FIRST_HEDGE_WINDOW
+    while k < n:
+        m = min(w, n - k)
+        ones = np.ones((sums.size, m + k))
+        ones[:, 0] = sums
+        hi = np.exp(eta * (np.add.accumulate(ones, axis=1)[:, k:] - top))  # (K, m): users k … k + m − 1
+        lo_cum, hi_cum = np.cumsum(lo, axis=0), np.cumsum(hi, axis=0)
+        lo_tot, hi_tot = lo_cum[-1], hi_cum[-1]
+        c_low = lo_cum / (lo_cum + (hi_tot - hi_cum))  # C_j at least
+        c_high = hi_cum / (hi_cum + (lo_tot - lo_cum))  # C_j at most
+        u = uniforms[k:k + m]
+        above = c_low > (u + HEDGE_MARGIN)[None, :]
+        j = np.where(above.any(axis=0), above.argmax(axis=0), sums.size)  # the first j with C_j surely above u
+        below = np.where(j > 0, c_high[np.clip(j - 1, 0, sums.size - 1), np.arange(m)], 0.0)
+        ok = (j < sums.size) & (below <= u - HEDGE_MARGIN)
+        run = m if ok.all() else int(ok.argmin())
+        arms.append(j[:run])
+        k += run
+        if run < m:
+            break
+        w *= 2
+    return np.concatenate(arms).astype(np.int64)
+
+
 class ExpertsLearner:
     """One run's FTL or Hedge: the sums G and the per-round uniforms (Hedge)."""
 

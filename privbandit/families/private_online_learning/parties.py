@@ -34,7 +34,13 @@ import numpy as np
 from privbandit.families.distributed_dp_mab.base import RoundParams
 from privbandit.families.distributed_dp_mab.parties import release_threshold
 from privbandit.families.private_online_learning.anytime_lazy_ucb import AnytimeLazyUCB, LazyPolicy
-from privbandit.families.private_online_learning.experts import DRAW_BLOCK, EXPERTS, ExpertsLearner, ftl_decided
+from privbandit.families.private_online_learning.experts import (
+    DRAW_BLOCK,
+    EXPERTS,
+    ExpertsLearner,
+    ftl_decided,
+    hedge_decided,
+)
 from privbandit.families.private_online_learning.ftnl import FTNL
 from privbandit.families.private_online_learning.hybrid_streaks import HybridStreaks, decided_streak
 from privbandit.families.private_online_learning.hybrid_ucb import HybridUCB
@@ -57,6 +63,7 @@ from privbandit.protocol.spine.family import BlockAnswer, Spend
 from privbandit.protocol.spine.one_user import OneUserPlans
 
 NOISE_BLOCK = 1 << 16  # the analyzer's per-round noise is drawn this many rounds at a time
+HEDGE_LOOK = 1 << 14  # users a Hedge plan may decide at once: its draws are copied per plan
 
 
 def raw_round(rid: int, n: int, width: int = 1, threshold: int | None = None) -> Round:
@@ -328,8 +335,8 @@ class FtnlServer:
 
 class ExpertsServer(OneUserPlans):
     """FTL's or Hedge's analyzer (:mod:`.experts`), non-private: every user reports her whole reward
-    vector. Over MQTT a plan serves the users no vector can send elsewhere (FTL,
-    :func:`~.experts.ftl_decided`) or one user (Hedge); in-process ``oracle(t0, n)`` (the users' vectors, (n, K),
+    vector. Over MQTT a plan serves the users no vector can send elsewhere
+    (:func:`~.experts.ftl_decided`, :func:`~.experts.hedge_decided`); in-process ``oracle(t0, n)`` (the users' vectors, (n, K),
     which the analyzer receives anyway) lets it decide up to the end of a draw block at once, and the
     release is checked against what it looked at (:class:`OneUserPlans`)."""
 
@@ -346,9 +353,10 @@ class ExpertsServer(OneUserPlans):
         return self.learner.choose(t)
 
     def decided(self, t0: int, n: int) -> np.ndarray:
-        if self.learner.kind != EXPERTS["ftl"]:  # Hedge's draw moves with every vector: one user
-            return super().decided(t0, n)
-        return np.full(ftl_decided(self.learner.sums, n), self.learner.choose(t0))
+        learner = self.learner
+        if learner.kind == EXPERTS["ftl"]:
+            return np.full(ftl_decided(learner.sums, n), learner.choose(t0))
+        return hedge_decided(learner.sums, learner.eta, learner.uniforms(t0, min(n, HEDGE_LOOK)))
 
     def observe_decided(self, rnd: Round, release: Release, arms: np.ndarray, x: np.ndarray) -> None:
         if release.n_reports != arms.size:

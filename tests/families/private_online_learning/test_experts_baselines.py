@@ -131,3 +131,45 @@ def test_ftl_decided_users_play_the_leader_whatever_they_report(counts, n, seed,
         learner.observe(vectors[t])
     if law == "worst" and size < n:
         assert learner.choose(size + 1) != j
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(0, 400), min_size=2, max_size=6), st.floats(0.001, 0.3), st.integers(1, 300),
+       st.integers(0, 2**31), st.sampled_from(["zeros", "ones", "uniform", "one-hot", "bernoulli", "first", "last"]))
+def test_hedge_decided_users_draw_what_the_plan_says_whatever_they_report(sums, eta, n, seed, law):
+    """The actions hedge_decided plans are Hedge's draws one user at a time (the same uniforms),
+    whatever vectors in [0, 1]^K the block's users report: all 0, all 1, uniform, all on one
+    action, Bernoulli, or the extremes (every reward on the first action, on the last: what moves
+    every boundary farthest one way). Fails if a bound used the wrong end, a user's pending count
+    was off by one, or a draw near a boundary was let through."""
+    rng = np.random.default_rng(seed)
+    sums = np.asarray(sums, dtype=np.float64)
+    k = sums.size
+    u = rng.random(n)
+    arms = experts.hedge_decided(sums.copy(), eta, u)
+    assert 1 <= arms.size <= n
+    vectors = {"zeros": np.zeros((n, k)), "ones": np.ones((n, k)), "uniform": rng.random((n, k)),
+               "one-hot": np.eye(k)[rng.integers(0, k, n)], "bernoulli": (rng.random((n, k)) < 0.3) * 1.0,
+               "first": np.tile(np.eye(k)[0], (n, 1)), "last": np.tile(np.eye(k)[-1], (n, 1))}[law]
+    g = sums.copy()
+    for t in range(arms.size):
+        assert experts._choose(1, g, eta, u[t]) == arms[t], (t, arms)
+        g += vectors[t]
+
+
+def test_a_hedge_draw_that_one_pending_vector_can_flip_is_not_decided():
+    """Two even actions at η = 0.5: user 2's chance of action 0 lies in [1/(1 + e^0.5), 1/(1 + e^−0.5)]
+    = [0.378, 0.622] whatever user 1 reports, so u = 0.45 is undecided (a vector (0, 1) from user 1
+    makes it action 1), while u = 0.30 and then 0.70 are decided (0, then 1 up to two pending)."""
+    sums = np.zeros(2)
+    assert experts.hedge_decided(sums, 0.5, np.array([0.1, 0.45])).tolist() == [0]
+    assert experts._choose(1, np.array([0.0, 1.0]), 0.5, 0.45) == 1
+    assert experts.hedge_decided(sums, 0.5, np.array([0.1, 0.30, 0.80])).tolist() == [0, 0, 1]
+    assert experts.hedge_decided(sums, 0.5, np.array([0.1, 0.30, 0.70])).tolist() == [0, 0]  # 2 pending: [0.269, 0.731]
+
+
+def test_hedge_decided_blocks_are_long_once_hedge_has_settled():
+    """Not trivially one user: one action 300 rewards ahead at η = 0.02 (T = 20,000's η is 0.025)."""
+    sums = np.array([400.0, 100.0, 100.0, 95.0])
+    arms = experts.hedge_decided(sums, 0.02, np.random.default_rng(0).random(500))
+    assert arms.size >= 10 and (arms == 0).mean() > 0.9, arms
