@@ -56,9 +56,9 @@ class OneUserPlans:
         send leaves the same. By default user t0's alone."""
         return np.array([self.choose(t0)])
 
-    def observe_decided(self, rnd: Round, release: Release, arms: np.ndarray, x: np.ndarray) -> None:
-        """A decided block's release (more than one user): the learner takes the reports ``x`` in
-        the users' order and raises ``decided-mismatch`` if it would have chosen other ``arms``."""
+    def observe_decided(self, rnd: Round, release: Release, x: np.ndarray) -> np.ndarray:
+        """A decided block's release (more than one user, every one of them in it, each report in
+        [0, 1]): the learner takes the reports ``x`` in the users' order; returns the arms it chose."""
         raise NotImplementedError
 
     def look_ahead(self, t0: int, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -114,7 +114,16 @@ class OneUserPlans:
         elif arms.size == 1:
             self.observe(rnd, release, int(arms[0]), x)
         else:
-            self.observe_decided(rnd, release, arms, x)
+            # The round asks every user and refuses a report outside [0, 1], which the proof of
+            # :meth:`decided` rests on; checked again, as a learner fed one would be past repair.
+            if release.n_reports != arms.size:
+                raise ProtocolError("bad-report-count", f"plan {rnd.id}: {arms.size} users' {self.reports}, got "
+                                                        f"{release.n_reports}")
+            if not (np.all(x >= 0.0) and np.all(x <= 1.0)):
+                raise ProtocolError("out-of-range", f"plan {rnd.id}: {self.reports} outside [0, 1]")
+            if not np.array_equal(self.observe_decided(rnd, release, x), arms):
+                raise ProtocolError("decided-mismatch", f"plan {rnd.id}: the users' {self.reports} led to other "
+                                                        f"arms than the plan's, which none in [0, 1] should")
         del self.pending[rnd.id]
         # Every user is a release; a block decided at once stands for as many, each with the
         # run's per-user guarantee.
