@@ -6,8 +6,8 @@ The users' logic is the family's own (:class:`~.parties.OnlineBanditUsers`, and 
 users for DP-SE): their arms from the plan (the lazy policy and their arrival time, or given arms),
 their randomizers from their own streams ``(…, "randomizer", plan, block, arm)``, which no reward
 draw touches. Fed the simulated world's rewards, a policy makes ``privbandit.run``'s releases bit
-for bit (Hybrid-UCB without the in-process look-ahead: one user per plan, as over MQTT, the same
-decisions). Only the caller knows the truth: the block truths carry no regret.
+for bit (Hybrid-UCB without the in-process look-ahead: the blocks no reward can change, one user
+otherwise, as over MQTT; the same decisions). Only the caller knows the truth: the block truths carry no regret.
 
 Full information (FTNL, naive FTNL, FTL, Hedge) is refused: each user reports her whole reward
 vector X(t) ∈ [0, 1]^K, and a Policy takes one reward per arm handed out.

@@ -383,7 +383,7 @@ def on_regret_grid(x: np.ndarray) -> np.ndarray:
     """Regret rounded to multiples of 2^-24 (at most 3·10⁻⁸ per user): sums of such values below
     2^29 are exact in float64, so the regret curves do not depend on how users are grouped into
     plans and blocks. Hybrid-UCB's in-process analyzer serves a streak of users in one plan, over
-    MQTT one user per plan; with exact sums both give the same bytes."""
+    MQTT a shorter decided block; with exact sums both give the same bytes."""
     return np.round(np.asarray(x, dtype=np.float64) / REGRET_GRID) * REGRET_GRID
 
 
