@@ -255,6 +255,23 @@ def test_broker_config_builds_the_plugin_or_says_it_wrote_none(tmp_path, capsys)
     assert "--budget-plugin 'x.so': must be build, auto, none or an absolute path" in capsys.readouterr().err
 
 
+# The pacing tests' budget: a burst of 5 messages, 20 a second; 40 messages take ≥ (40 − 4.5)/18 s paced.
+PACED = acl.PublishBudget(bytes_per_s=1e9, burst_bytes=acl.MAX_PACKET_BYTES, messages_per_s=20, burst_messages=5,
+                          connections=4)
+
+
+def _paced_broker(tmp_path):
+    """A Mosquitto from the generated config with the plugin, the users' account on :data:`PACED`;
+    and the users' bus settings."""
+    from privbandit.services.bus import BusSettings
+
+    if mosquitto_binary() is None:
+        missing("mosquitto is not installed (apt install mosquitto)")
+    mosquitto, files = start_with_broker_config(tmp_path / "broker", RUN, publish_budgets={"users": PACED})
+    return mosquitto, files, BusSettings(broker_url=mosquitto.url, username="users",
+                                         password=files.password("users"), run_id=RUN)
+
+
 def test_a_fleets_bus_keeps_to_its_budget_so_the_plugin_drops_none_of_its_messages(tmp_path):
     """A party's bus paces its publishes a little under its account's budget
     (``budget.PublishBucket.pacing``): 40 messages through a budget of 5 at once and 20 a second all
@@ -262,13 +279,9 @@ def test_a_fleets_bus_keeps_to_its_budget_so_the_plugin_drops_none_of_its_messag
     lose all but about the burst. Before, an honest fleet at T = 10⁸ sent a round's reports as fast
     as it could, the plugin dropped what passed the budget, and the aggregator asked for it again:
     a 10⁸-user session took 3 min 25 s on the generated Mosquitto instead of about 20 s."""
-    from privbandit.services.bus import BusSettings, connect
+    from privbandit.services.bus import connect
 
-    if mosquitto_binary() is None:
-        missing("mosquitto is not installed (apt install mosquitto)")
-    rate = acl.PublishBudget(bytes_per_s=1e9, burst_bytes=acl.MAX_PACKET_BYTES, messages_per_s=20,
-                             burst_messages=5, connections=4)
-    mosquitto, files = start_with_broker_config(tmp_path / "broker", RUN, publish_budgets={"users": rate})
+    mosquitto, files, settings = _paced_broker(tmp_path)
     n = 40
     status = codec.StatusMsg(run=RUN, party="users-0", state="stats")
 
@@ -277,8 +290,6 @@ def test_a_fleets_bus_keeps_to_its_budget_so_the_plugin_drops_none_of_its_messag
         async with _client(mosquitto, files, "observer", "reader") as sub:
             task = asyncio.create_task(_count(sub, f"pb/{RUN}/metrics/users-0", got))
             await asyncio.sleep(0.2)
-            settings = BusSettings(broker_url=mosquitto.url, username="users", password=files.password("users"),
-                                   run_id=RUN)
             loop = asyncio.get_running_loop()
             start = loop.time()
             async with connect(settings, f"{RUN}-users-0", [], budget=budget) as bus:
@@ -290,7 +301,7 @@ def test_a_fleets_bus_keeps_to_its_budget_so_the_plugin_drops_none_of_its_messag
         return len(got), took
 
     try:
-        paced, took = asyncio.run(go(rate))
+        paced, took = asyncio.run(go(PACED))
         unpaced, _ = asyncio.run(go(None))
     finally:
         mosquitto.stop()
@@ -303,13 +314,9 @@ def test_a_reconnecting_partys_backlog_is_paced_too(tmp_path):
     broker went away) goes first on the next connection, through the same pacer: all 40 reach the
     reader, over at least (40 − 4.5) / 18 s. Before, ``Bus.flush`` sent the backlog at once and
     the plugin dropped all but about the burst (each one PUBACKed, so lost until a resync)."""
-    from privbandit.services.bus import BusSettings, Outbox, Traffic, connect
+    from privbandit.services.bus import Outbox, Traffic, connect
 
-    if mosquitto_binary() is None:
-        missing("mosquitto is not installed (apt install mosquitto)")
-    rate = acl.PublishBudget(bytes_per_s=1e9, burst_bytes=acl.MAX_PACKET_BYTES, messages_per_s=20,
-                             burst_messages=5, connections=4)
-    mosquitto, files = start_with_broker_config(tmp_path / "broker", RUN, publish_budgets={"users": rate})
+    mosquitto, files, settings = _paced_broker(tmp_path)
     n = 40
     topic = f"pb/{RUN}/metrics/users-0"
     payload = codec.encode(codec.StatusMsg(run=RUN, party="users-0", state="stats"))
@@ -321,11 +328,9 @@ def test_a_reconnecting_partys_backlog_is_paced_too(tmp_path):
         async with _client(mosquitto, files, "observer", "reader") as sub:
             task = asyncio.create_task(_count(sub, topic, got))
             await asyncio.sleep(0.2)
-            settings = BusSettings(broker_url=mosquitto.url, username="users", password=files.password("users"),
-                                   run_id=RUN)
             loop = asyncio.get_running_loop()
             start = loop.time()
-            async with connect(settings, f"{RUN}-users-0", [], outbox=outbox, budget=rate):
+            async with connect(settings, f"{RUN}-users-0", [], outbox=outbox, budget=PACED):
                 took = loop.time() - start  # connect flushes the backlog before it yields
             await asyncio.sleep(0.5)
             task.cancel()
