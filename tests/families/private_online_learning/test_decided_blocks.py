@@ -79,7 +79,7 @@ def test_a_decided_block_ends_where_rewards_0_could_change_the_arm(setting, eps)
         size = decided_streak(h, t0, n, lambda t, m: noise[t - 1:t - 1 + m, 0])
         j = h.choose(t0)
         shadow = h.copy()
-        if size == n or h.pulls[j] + size + 1 >= refresh_count(h.r[j]) or t0 <= len(means):  # at a fill
+        if size == n or h.pulls[j] + size + 1 >= refresh_count(h.r[j]) or t0 <= len(means):  # n, a fill, or t ≤ K
             continue
         for k in range(size):
             shadow.observe(j, 0.0, *map(float, noise[t0 + k - 1]))

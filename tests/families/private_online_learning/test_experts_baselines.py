@@ -160,7 +160,8 @@ def test_hedge_decided_users_draw_what_the_plan_says_whatever_they_report(sums, 
 def test_a_hedge_draw_that_one_pending_vector_can_flip_is_not_decided():
     """Two even actions at η = 0.5: user 2's chance of action 0 lies in [1/(1 + e^0.5), 1/(1 + e^−0.5)]
     = [0.378, 0.622] whatever user 1 reports, so u = 0.45 is undecided (a vector (0, 1) from user 1
-    makes it action 1), while u = 0.30 and then 0.70 are decided (0, then 1 up to two pending)."""
+    makes it action 1) and u = 0.30 is action 0; with two pending the interval is [0.269, 0.731], so
+    u = 0.80 is action 1 and u = 0.70 undecided."""
     sums = np.zeros(2)
     assert experts.hedge_decided(sums, 0.5, np.array([0.1, 0.45])).tolist() == [0]
     assert experts._choose(1, np.array([0.0, 1.0]), 0.5, 0.45) == 1
