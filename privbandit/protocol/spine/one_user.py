@@ -8,10 +8,9 @@ can prove the next users' arms do not depend on the reports still to come (:meth
 report a user may send gives the same arms) serves them in one plan instead, and observes their
 release one user at a time, as if each had had a plan of her own; the arms it then chooses must be
 the planned ones (``decided-mismatch`` otherwise). That uses nothing the analyzer does not hold
-before the plan, so it works over MQTT. In-process the
-analyzer may look ahead: ``oracle(t0, n)`` gives what each of the next n users would report (what
-the analyzer receives anyway for the arm she pulls), so it can decide up to the end of its draw
-block at once in one compiled loop; the plan then carries the arms, and the release must bring
+before the plan, so it works over MQTT. In-process the analyzer may look ahead: ``oracle(t0, n)``
+gives what each of the next n users would report (what the analyzer receives anyway for the arm
+she pulls), so it can decide up to the end of its draw block at once in one compiled loop; the plan then carries the arms, and the release must bring
 exactly the reports it looked at (``speculation-mismatch`` otherwise). Both drivers give the same
 arms bit for bit, as long as a user's draws depend on her index alone.
 
