@@ -10,12 +10,14 @@ release one user at a time, as if each had had a plan of her own; the arms it th
 the planned ones (``decided-mismatch`` otherwise). That uses nothing the analyzer does not hold
 before the plan, so it works over MQTT. In-process the analyzer may look ahead: ``oracle(t0, n)``
 gives what each of the next n users would report (what the analyzer receives anyway for the arm
-she pulls), so it can decide up to the end of its draw block at once in one compiled loop; the plan then carries the arms, and the release must bring
-exactly the reports it looked at (``speculation-mismatch`` otherwise). Both drivers give the same
-arms bit for bit, as long as a user's draws depend on her index alone.
+she pulls), so it can decide up to the end of its draw block at once in one compiled loop; the
+plan then carries the arms, and the release must bring exactly the reports it looked at
+(``speculation-mismatch`` otherwise). Every driver gives the same arms bit for bit, as long as a
+user's draws depend on her index alone.
 
 :class:`OneUserPlans` holds that bookkeeping once; a family's analyzer supplies the learner's
-steps (:meth:`choose`, :meth:`look_ahead`, :meth:`observe`), its round and its privacy event.
+steps (:meth:`choose`, :meth:`look_ahead`, :meth:`observe`, and optionally :meth:`decided` and
+:meth:`observe_decided`), its round and its privacy event.
 """
 
 from __future__ import annotations
