@@ -1,9 +1,11 @@
 """The sequential baselines (:mod:`.sequential`) as the spine's analyzer and user logic.
 
-- :class:`SequentialServer`: every user is a release, one user per plan over MQTT and a
-  looked-ahead draw block in-process (:class:`~privbandit.protocol.spine.one_user.OneUserPlans`;
-  the reports a ``pass`` round of raw or local rewards). The two drivers give the same arms bit for
-  bit (tests/families/distributed_dp_mab/test_sequential.py).
+- :class:`SequentialServer`: every user is a release; over MQTT a plan serves one user, or for
+  UCB1 and Thompson sampling the users whose arm no reward can change
+  (:meth:`~.sequential.SequentialLearner.decided`); in-process a looked-ahead draw block
+  (:class:`~privbandit.protocol.spine.one_user.OneUserPlans`; the reports a ``pass`` round of raw
+  or local rewards). The drivers give the same arms bit for bit
+  (tests/families/distributed_dp_mab/test_sequential.py).
 - :class:`SequentialUsers`: user t's draws depend on t alone (the online family's
   :class:`~privbandit.families.private_online_learning.world.OnlineUsers`: uniforms per block of
   user indices), so one user per plan and a block per plan draw the same rewards. Under LDP-UCB
@@ -16,8 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from privbandit.families.distributed_dp_mab.parties import release_threshold
-from privbandit.families.distributed_dp_mab.sequential import BASIS, NOISE_BLOCK, TRUST, SequentialLearner
+from privbandit.families.distributed_dp_mab.sequential import BASIS, KINDS, NOISE_BLOCK, TRUST, SequentialLearner
 from privbandit.families.distributed_dp_mab.world import BanditInstance
 from privbandit.families.private_online_learning.parties import on_regret_grid
 from privbandit.families.private_online_learning.world import OnlineUsers, rewards_from_uniforms
@@ -33,10 +34,14 @@ from privbandit.protocol.spine.one_user import OneUserPlans
 
 def report_round(rid: int, n: int, local: bool) -> Round:
     """The users' reports, attributable: raw rewards in [0, 1] to the trusted analyzer (refused
-    outside it; the round is released over the others once ⌊2n/3⌋ + 1 reported), or local reports,
-    which any real number may be (the grid Laplace is unbounded)."""
+    outside it), or local reports, which any real number may be (the grid Laplace is unbounded).
+    Every user of the plan must report, as the one user of a one-user plan must: the analyzer
+    takes them in order, each as if she had had her own plan."""
     return Round(rid, "aggregator", "pass", expected=n, width=1, integer=False,
-                 low=None if local else 0.0, high=None if local else 1.0, threshold=release_threshold(n))
+                 low=None if local else 0.0, high=None if local else 1.0, threshold=n)
+
+
+DECIDED = (KINDS["ucb1"], KINDS["thompson"])  # the kinds whose blocks SequentialLearner.decided proves
 
 
 class SequentialServer(OneUserPlans):
@@ -54,6 +59,15 @@ class SequentialServer(OneUserPlans):
 
     def choose(self, t: int) -> int:
         return self.learner.choose(t)
+
+    def decided(self, t0: int, n: int) -> np.ndarray:
+        if self.learner.kind not in DECIDED:
+            return super().decided(t0, n)
+        return self.learner.decided(t0, n)
+
+    def observe_decided(self, rnd: Round, release: Release, x: np.ndarray) -> np.ndarray:
+        # Every column the user's reward: the learner reads the pulled arm's.
+        return self.learner.run(rnd.id + 1, np.repeat(x[:, None], self.learner.pulls.size, axis=1))[0]
 
     def look_ahead(self, t0: int, n: int) -> tuple[np.ndarray, np.ndarray]:
         return self.learner.run(t0, self.oracle(t0, n))

@@ -196,3 +196,57 @@ intermediary = "shuffler"
 """)
     with pytest.raises((ConfigError, ValueError), match="intermediary: ucb1 is a baseline"):
         run_file(path)
+
+
+@pytest.mark.parametrize("name", ["ucb1", "thompson"])
+@pytest.mark.parametrize("law", ["zeros", "ones", "uniform", "bernoulli", "ones-then-zeros"])
+def test_a_decided_block_is_what_one_user_at_a_time_chooses_whatever_the_rewards(name, law):
+    """From 30 states along a run, the block SequentialLearner.decided plans is what choose() picks
+    one user at a time, whatever rewards in [0, 1] the block's users report (the worst, all 0,
+    included); and unless it ran to n, the next user fed rewards of 0 goes elsewhere (the block is
+    as long as it can be). Some blocks are longer than one user (UCB-type indices stay close by
+    design, so they are short: 2–16 users per plan on average at T = 20,000)."""
+    k, horizon = 4, 8000
+    rng = np.random.default_rng(5)
+    means = np.array([0.7, 0.6, 0.5, 0.45])
+    longest = 0
+    for start in np.linspace(1, 6000, 30).astype(int):
+        learner = seq.SequentialLearner(name, k, None, horizon, key=int(start))
+        for t in range(1, start):
+            j = learner.choose(t)
+            learner.observe(t, j, float(rng.random() < means[j]))
+        n = 500
+        arms = learner.decided(int(start), n)
+        assert 1 <= arms.size <= n and (arms == arms[0]).all()
+        x = {"zeros": np.zeros(n), "ones": np.ones(n), "uniform": rng.random(n),
+             "bernoulli": (rng.random(n) < 0.6) * 1.0, "ones-then-zeros": (np.arange(n) < n // 3) * 1.0}[law]
+        for i, t in enumerate(range(int(start), int(start) + arms.size)):
+            assert learner.choose(t) == arms[i], (start, i)
+            learner.observe(t, int(arms[i]), float(x[i]))
+        if law == "zeros" and arms.size < n:
+            assert learner.choose(int(start) + arms.size) != arms[0]
+        longest = max(longest, arms.size)
+    assert longest >= 5
+
+
+@pytest.mark.parametrize("name", ["ucb1", "thompson", "dp-ucb"])
+def test_decided_blocks_over_the_spine_equal_one_user_per_plan(name, tmp_path):
+    """The MQTT driver (no oracle: decided blocks for UCB1 and Thompson, one user per plan for the
+    counters) and the in-process look-ahead give the same arms, bit for bit."""
+    inst = BanditInstance(np.array([0.3, 0.6, 0.5]), "bernoulli")
+    got = {}
+    for oracle in (True, False):
+        users = SequentialUsers(inst, name, 1.0, seed=4, prefix=(0, name), checkpoints=np.array([3000]))
+        server = SequentialServer(name, 3, 1.0, 3000, key=3, oracle=users.oracle if oracle else None)
+        while not server.done:
+            (plan,) = server.plans()
+            answer = users.act(plan, 0, plan.first_user, plan.cohort, None)
+            (_, _, values, _) = answer.reports[0]
+            rnd = plan.opens[0]
+            server.on_release(rnd, Release(rnd.id, plan.cohort, values, user_ids=np.arange(plan.cohort)))
+        got[oracle] = (server.learner.pulls.copy(), server.learner.est.copy(), server.plans_made)
+    assert np.array_equal(got[True][0], got[False][0]) and np.array_equal(got[True][1], got[False][1])
+    if name == "dp-ucb":  # its counter's noisy sums are not exactly monotone: one user per plan
+        assert got[False][2] == 3000
+    else:
+        assert got[False][2] < 3000 / 1.5, got[False][2]
