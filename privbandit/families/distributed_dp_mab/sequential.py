@@ -54,7 +54,8 @@ drawn per *round* from the analyzer's key in blocks, before anyone knows which a
 deciding one user per plan (over MQTT) and a block of users at once (in-process, looking ahead at
 the rewards the trusted analyzer receives anyway) give the same numbers. The state lives in numpy
 arrays and each step is compiled (:func:`_choose`, :func:`_observe`), so a block of users is one
-compiled loop; the MQTT path calls the same two functions one user at a time.
+compiled loop; the MQTT path calls the same two functions one user at a time, or, for the users
+:meth:`SequentialLearner.decided` plans at once, the same loop over their release.
 """
 
 from __future__ import annotations
