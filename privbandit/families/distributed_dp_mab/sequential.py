@@ -67,6 +67,7 @@ from numba import njit
 
 from privbandit.protocol.primitives.noise.grid_laplace import LAPLACE_GRID, sample_grid_steps
 from privbandit.protocol.primitives.seeding import stream
+from privbandit.protocol.spine.one_user import decided_windows
 
 KINDS = {"ucb1": 0, "thompson": 1, "mt-ucb": 2, "dp-ucb-bound": 3, "ldp-ucb": 4, "dp-ucb": 5}
 TRUST = {"ucb1": "none", "thompson": "none", "mt-ucb": "central", "dp-ucb-bound": "central", "ldp-ucb": "local",
@@ -314,20 +315,13 @@ class SequentialLearner:
         copy.__dict__.update(self.__dict__)  # the draws' cache is read only
         (copy.pulls, copy.est, copy.opened, copy.leaves, copy.alpha, copy.alpha_noisy, copy.tree_noisy,
          copy.block_sum, copy.blocks_noisy) = (a.copy() for a in self._state())
-        parts, k, w, lead = [], 0, 64, None
-        while k < n:
-            m = min(w, n - k)
-            arms, _ = copy.run(t0 + k, np.zeros((m, self.pulls.size)))
-            if lead is None:
-                lead = arms[0]  # user t0's own arm: nothing is pending yet
-            same = arms == lead
-            run = m if same.all() else int(same.argmin())
-            parts.append(arms[:run])
-            k += run
-            if run < m:
-                break
-            w *= 2
-        return np.concatenate(parts)
+        lead = self.choose(t0)  # user t0's own arm: nothing is pending yet
+
+        def window(k: int, m: int) -> int:
+            same = copy.run(t0 + k, np.zeros((m, self.pulls.size)))[0] == lead
+            return m if same.all() else int(same.argmin())
+
+        return np.full(decided_windows(n, window), lead)
 
     def run(self, t0: int, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Users t0 … in turn, each reporting ``candidates[i, arm]``: (arms, reports)."""

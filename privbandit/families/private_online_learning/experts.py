@@ -24,6 +24,7 @@ import numpy as np
 from numba import njit
 
 from privbandit.protocol.primitives.seeding import stream
+from privbandit.protocol.spine.one_user import decided_windows
 
 EXPERTS = {"ftl": 0, "hedge": 1}
 DRAW_BLOCK = 1 << 16
@@ -100,32 +101,29 @@ def hedge_decided(sums: np.ndarray, eta: float, uniforms: np.ndarray) -> np.ndar
     total is ≥ 1) summed over K ≤ 1000 terms, as are the bounds here, each a relative error below
     (2K + 4)·2⁻⁵² ≈ 5·10⁻¹³ of a quantity in [0, 1]. The block ends at its first undecided user;
     the first user alone is the learner's own draw (nothing pending)."""
-    n = len(uniforms)
-    first = int(_choose(1, sums, eta, uniforms[0]))
-    arms = [np.array([first])]
+    arms = [np.array([int(_choose(1, sums, eta, uniforms[0]))])]
     top = float(sums.max())
     lo = np.exp(eta * (sums - top))[:, None]  # (K, 1): the weights if every pending vector is 0
-    k, w = 1, FIRST_HEDGE_WINDOW
-    while k < n:
-        m = min(w, n - k)
-        ones = np.ones((sums.size, m + k))
+
+    def window(k: int, m: int) -> int:  # users 1 + k … of the block: 1 + k … pending vectors
+        p = 1 + k
+        ones = np.ones((sums.size, m + p))
         ones[:, 0] = sums
-        hi = np.exp(eta * (np.add.accumulate(ones, axis=1)[:, k:] - top))  # (K, m): users k … k + m − 1
+        hi = np.exp(eta * (np.add.accumulate(ones, axis=1)[:, p:] - top))  # (K, m)
         lo_cum, hi_cum = np.cumsum(lo, axis=0), np.cumsum(hi, axis=0)
         lo_tot, hi_tot = lo_cum[-1], hi_cum[-1]
         c_low = lo_cum / (lo_cum + (hi_tot - hi_cum))  # C_j at least
         c_high = hi_cum / (hi_cum + (lo_tot - lo_cum))  # C_j at most
-        u = uniforms[k:k + m]
+        u = uniforms[p:p + m]
         above = c_low > (u + HEDGE_MARGIN)[None, :]
         j = np.where(above.any(axis=0), above.argmax(axis=0), sums.size)  # the first j with C_j surely above u
         below = np.where(j > 0, c_high[np.clip(j - 1, 0, sums.size - 1), np.arange(m)], 0.0)
         ok = (j < sums.size) & (below <= u - HEDGE_MARGIN)
         run = m if ok.all() else int(ok.argmin())
         arms.append(j[:run])
-        k += run
-        if run < m:
-            break
-        w *= 2
+        return run
+
+    decided_windows(len(uniforms) - 1, window, FIRST_HEDGE_WINDOW)
     return np.concatenate(arms).astype(np.int64)
 
 

@@ -36,6 +36,7 @@ import numpy as np
 
 from privbandit.families.private_online_learning.hybrid_ucb import BONUS, HybridUCB
 from privbandit.families.private_online_learning.mechanisms import refresh_count
+from privbandit.protocol.spine.one_user import decided_windows
 
 # A streak is handed to numpy once the step loop has seen the same arm win this many rounds in a
 # row (a window costs tens of µs, a step a few µs, so one-round streaks stay in the step loop).
@@ -268,20 +269,18 @@ def decided_streak(h: HybridUCB, t0: int, n: int, node_noise) -> int:
     if t0 <= h.n_arms or h.pulls[j] < 1:
         return 1
     shadow = h.copy()
-    k, w, steps = 0, FIRST_DECIDED_WINDOW, 0.0
-    while k < n:
-        cap = min(w, refresh_count(shadow.r[j]) - shadow.pulls[j] - 1, n - k)
+    steps = [0.0]  # the largest |node step| so far
+
+    def window(k: int, m: int) -> int:
+        cap = min(m, refresh_count(shadow.r[j]) - shadow.pulls[j] - 1)
         if cap < 1:
-            break
+            return 0
         node = np.ascontiguousarray(node_noise(t0 + k, cap))
-        steps = max(steps, float(np.abs(node).max()))
+        steps[0] = max(steps[0], float(np.abs(node).max()))
         lt = log2_rounds(t0 + k, cap)
-        margin = decided_margin(h, j, k + cap, steps, float(lt[-1]))
+        margin = decided_margin(h, j, k + cap, steps[0], float(lt[-1]))
         if k and not _wins_by(shadow, j, t0 + k, margin):  # leader_streak takes its first round as won
-            break
-        won = leader_streak(shadow, j, np.zeros(cap), node, lt, np.sqrt(lt), margin)
-        k += won
-        if won < cap:
-            break
-        w = min(2 * w, MAX_WINDOW)
-    return max(k, 1)
+            return 0
+        return leader_streak(shadow, j, np.zeros(cap), node, lt, np.sqrt(lt), margin)
+
+    return max(decided_windows(n, window, FIRST_DECIDED_WINDOW, MAX_WINDOW), 1)

@@ -32,6 +32,22 @@ from privbandit.protocol.spine.events import Join, Plan, Release, Round
 from privbandit.protocol.spine.family import Spend
 
 
+def decided_windows(n: int, window: Callable[[int, int], int], first: int = 64, largest: int = 1 << 14) -> int:
+    """How many of a block's n users are decided, asked in windows that double from ``first`` users
+    (up to ``largest``): ``window(k, m)`` says how many of users k … k + m − 1 (0-based in the block)
+    are, in order, given that all before k are; the first window it answers short ends the block.
+    A learner's :meth:`OneUserPlans.decided` rule supplies the window; short blocks cost little."""
+    k, w = 0, first
+    while k < n:
+        m = min(w, n - k)
+        got = window(k, m)
+        k += got
+        if got < m:
+            break
+        w = min(2 * w, largest)
+    return k
+
+
 class OneUserPlans:
     """Plans of one user, or of a looked-ahead block up to the end of a ``block`` of users, one
     plan open at a time. Subclasses call :meth:`start` and define the hooks below."""
