@@ -43,7 +43,10 @@ def acl_broker(tmp_path):
 class Forger:
     """A client with the aggregator's account: for every round a plan opens, the moment the plan
     appears, a release of the right shape and report count whose sum is 0 (the genuine aggregator
-    must first wait for the reports, so the forger wins most races)."""
+    must first wait for the reports, so the forger wins most races). It publishes at QoS 0, so it
+    never waits for a PUBACK between two plans. Once, in a full suite on 2 workers, a forger that
+    waited for each PUBACK won none of 600 races (every release the rule's, verdict "consistent");
+    falling behind a loaded broker one PUBACK at a time is the likely cause, not a proven one."""
 
     def __init__(self, url: str, run_id: str, password: str):
         self.url, self.run_id, self.password = url, run_id, password
@@ -85,7 +88,7 @@ class Forger:
                 for rnd in msg.opens:
                     forged = codec.ReleaseMsg(run=self.run_id, task=msg.task, round=rnd.id, n_reports=rnd.expected,
                                               values=np.zeros((1, 1), dtype=np.int64))
-                    await c.publish(topic(self.run_id, "release", "aggregator"), codec.encode(forged), qos=1)
+                    await c.publish(topic(self.run_id, "release", "aggregator"), codec.encode(forged), qos=0)
                     self.sent += 1
 
             await read_until(c, self.stop, answer)
