@@ -35,10 +35,9 @@ from privbandit.protocol.spine.one_user import OneUserPlans
 def report_round(rid: int, n: int, local: bool) -> Round:
     """The users' reports, attributable: raw rewards in [0, 1] to the trusted analyzer (refused
     outside it), or local reports, which any real number may be (the grid Laplace is unbounded).
-    Every user of the plan must report, as the one user of a one-user plan must: the analyzer
-    takes them in order, each as if she had had her own plan."""
+    Every user of the plan must report (:class:`OneUserPlans` asks all)."""
     return Round(rid, "aggregator", "pass", expected=n, width=1, integer=False,
-                 low=None if local else 0.0, high=None if local else 1.0, threshold=n)
+                 low=None if local else 0.0, high=None if local else 1.0)
 
 
 DECIDED = (KINDS["ucb1"], KINDS["thompson"])  # the kinds whose blocks SequentialLearner.decided proves

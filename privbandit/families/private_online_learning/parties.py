@@ -67,13 +67,13 @@ NOISE_BLOCK = 1 << 16  # the analyzer's per-round noise is drawn this many round
 HEDGE_LOOK = 1 << 14  # users a Hedge plan may decide at once: its draws are copied per plan
 
 
-def raw_round(rid: int, n: int, width: int = 1, threshold: int | None = None) -> Round:
+def raw_round(rid: int, n: int, width: int = 1) -> Round:
     """Raw rewards in [0, 1] to the trusted analyzer (the central model): attributable reports. A
     report outside [0, 1] is refused (``out-of-range``) and its user counts as a dropout: the round
     is released over the others once at least the MAB family's ⌊2n/3⌋ + 1 reported (a poisoning
-    user cannot stall the run), or ``threshold``; an honest round is complete."""
+    user cannot stall the run); an honest round is complete. (:class:`OneUserPlans` asks all.)"""
     return Round(rid, "aggregator", "pass", expected=n, width=width, integer=False, low=0.0, high=1.0,
-                 threshold=release_threshold(n) if threshold is None else threshold)
+                 threshold=release_threshold(n))
 
 
 def modular_round(rid: int, n: int, q: RoundParams, width: int = 1, rule: str = "sum",
@@ -227,9 +227,7 @@ class HybridServer(OneUserPlans):
         return arms, xs[np.arange(n), arms]
 
     def report_round(self, rid: int, n: int) -> Round:
-        # Every user of the block must report, as the one user of a one-user plan must: the
-        # analyzer observes them in order, each as if she had had her own plan.
-        return raw_round(rid, n, threshold=n)
+        return raw_round(rid, n)
 
     def observe(self, rnd: Round, release: Release, arm: int, x: np.ndarray) -> None:
         node, array = self.noise(rnd.id + 1, 1)[0]
@@ -359,7 +357,7 @@ class ExpertsServer(OneUserPlans):
         return self.learner.run(t0, vectors), vectors
 
     def report_round(self, rid: int, n: int) -> Round:
-        return raw_round(rid, n, width=self.k, threshold=n)  # every user, as one user's plan needs her
+        return raw_round(rid, n, width=self.k)
 
     def reported(self, release: Release) -> np.ndarray:
         return release.values[0]

@@ -22,6 +22,7 @@ steps (:meth:`choose`, :meth:`look_ahead`, :meth:`observe`, and optionally :meth
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -114,7 +115,10 @@ class OneUserPlans:
         self.pending[t0 - 1] = arms
         self.plans_made += 1
         self.t += arms.size
-        rnd = self.report_round(t0 - 1, arms.size)
+        # Every user of a plan must report, as the one user of a one-user plan must: the analyzer
+        # takes them in order, each as if she had had her own plan (whatever the family's round
+        # would otherwise release over).
+        rnd = dataclasses.replace(self.report_round(t0 - 1, arms.size), threshold=arms.size)
         return [Plan(t0 - 1, t0 - 1, arms.size, {"kind": "arms", "t0": t0, "arms": arms[None], **self.plan_body},
                      (rnd,), (Join(rnd.id, t0 - 1, arms.size, arms.size),))]
 
