@@ -53,7 +53,7 @@ sampler adds a δ bounded in :mod:`~privbandit.protocol.primitives.noise.sampler
 drawn per *round* from the analyzer's key in blocks, before anyone knows which arm a round pulls, so
 deciding one user per plan (over MQTT) and a block of users at once (in-process, looking ahead at
 the rewards the trusted analyzer receives anyway) give the same numbers. The state lives in numpy
-arrays and each step is compiled (:func:`_choose`, :func:`_observe`), so a block of users is one
+arrays and each step is compiled (:func:`.sequential_kernels.choose`, :func:`.sequential_kernels.observe`), so a block of users is one
 compiled loop; the MQTT path calls the same two functions one user at a time, or, for the users
 :meth:`SequentialLearner.decided` plans at once, the same loop over their release.
 """
@@ -63,7 +63,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
 from privbandit.protocol.primitives.noise.grid_laplace import LAPLACE_GRID, sample_grid_steps
 from privbandit.protocol.primitives.seeding import stream
@@ -94,144 +93,17 @@ NOISE_BLOCK = 1 << 16  # the analyzer's per-round draws come this many rounds at
 def laplace_sum_bound(scales_squared: float, largest: float, tail: float) -> float:
     """A (1 − e^{−tail}·2)-probability bound on |Σ Lap(b_i)|: Chan, Shi & Song 2011, Lemma 2.8
     (P[|Y| > λ] ≤ exp(−λ²/(8ν²)) for ν² ≥ Σ b_i², 0 < λ < 2√2ν²/max b_i), at ν = max{√Σb², b_max√tail}
-    and λ = ν·sqrt(8·tail). (The same formula, compiled, is in :func:`_noise_bound`.)"""
-    return _noise_bound(scales_squared, largest, tail)
+    and λ = ν·sqrt(8·tail). (The same formula, compiled, is
+    :func:`~.sequential_kernels.noise_bound`.)"""
+    return _kernels().noise_bound(scales_squared, largest, tail)
 
 
-@njit(cache=True)
-def _noise_bound(scales_squared, largest, tail):
-    nu = max(math.sqrt(scales_squared), largest * math.sqrt(tail))
-    return nu * math.sqrt(8.0 * tail)
+def _kernels():
+    """The compiled steps, loaded on first use: numba's import (0.2 CPU-s, 57 MB) is paid only by a
+    run of a sequential baseline, not by every process that loads the MAB family."""
+    from privbandit.families.distributed_dp_mab import sequential_kernels
 
-
-@njit(cache=True)
-def _grid(scale):
-    """``grid_step(scale)``: g = b′γ with b′ = b/(1 − bγ) (grid_laplace.py)."""
-    return scale / (1.0 - scale * 9.5367431640625e-07) * 9.5367431640625e-07
-
-
-@njit(cache=True)
-def _popcount(x):
-    c = 0
-    while x:
-        x &= x - 1
-        c += 1
-    return c
-
-
-@njit(cache=True)
-def _choose(kind, t, pulls, est, opened, normals, params):
-    """User t's arm (t ≥ 1, 1-based). ``est``: each arm's (noisy) sum; ``opened``: the hybrid
-    counter's open block r per arm; ``normals``: Thompson sampling's K standard normals for round t;
-    ``params``: (ε, tree scale L/ε, grid Laplace scale b of a local report). Kind 5 (DP-UCB) is
-    UCB1's index on the hybrid counter's noisy mean: no branch of its own below."""
-    k = pulls.size
-    if t <= k:
-        return t - 1
-    lt = math.log(t)
-    tail = math.log(2.0) + 4.0 * lt  # ln(2/γ) at γ = t⁻⁴
-    best, best_u = 0, -math.inf
-    for j in range(k):
-        n = pulls[j]
-        mean = est[j] / n
-        if kind == 1:
-            u = mean + normals[j] / math.sqrt(n + 1.0)
-        elif kind == 4:
-            b = params[2]
-            nu2 = 0.25 + 4.0 * b * b
-            u = mean + max(math.sqrt(2.0 * nu2 * tail / n), 2.0 * math.sqrt(2.0) * b * tail / n)
-        else:
-            u = mean + math.sqrt(2.0 * lt / n)
-            if kind == 2:
-                b = params[1]
-                u += _noise_bound(_popcount(n) * b * b, b, tail) / n
-            elif kind == 3:
-                r = opened[j]
-                ba, bt = 2.0 / params[0], 2.0 * (r + 1) / params[0]
-                nodes = _popcount(n - ((1 << r) - 1))
-                u += _noise_bound(r * ba * ba + nodes * bt * bt, bt if nodes else ba, tail) / n
-        if u > best_u:
-            best, best_u = j, u
-    return best
-
-
-@njit(cache=True)
-def _tree_insert(j, x, leaves, alpha, alpha_noisy, tree_noisy, g, step):
-    """Insert leaf x into arm j's binary counter: the insert completes one node, at level tz(c), whose
-    true p-sum is x plus the nodes below it; they leave the released set, the new node joins it with
-    its noise (one unit grid step ``step`` at grid ``g``). Returns the change of the noisy prefix."""
-    c = leaves[j] + 1
-    leaves[j] = c
-    level = 0
-    while not (c >> level) & 1:
-        level += 1
-    s, dropped = x, 0.0
-    for lv in range(level):
-        s += alpha[j, lv]
-        dropped += alpha_noisy[j, lv]
-        alpha[j, lv] = 0.0
-        alpha_noisy[j, lv] = 0.0
-    noisy = (np.rint(s / g) + step) * g
-    alpha[j, level] = s
-    alpha_noisy[j, level] = noisy
-    tree_noisy[j] += noisy - dropped
-    return noisy - dropped
-
-
-@njit(cache=True)
-def _observe(kind, j, x, pulls, est, opened, leaves, alpha, alpha_noisy, tree_noisy, block_sum, blocks_noisy,
-             steps, params):
-    """Arm j's report x (a reward, or a local report) enters its statistic; ``steps``: the round's
-    two unit grid steps (node, block)."""
-    if kind <= 1 or kind == 4:  # exact sum (non-private), or the sum of local reports
-        est[j] += x
-        pulls[j] += 1
-        return
-    if kind == 2:  # one binary counter over the whole stream, Lap(L/ε) per node
-        _tree_insert(j, x, leaves, alpha, alpha_noisy, tree_noisy, _grid(params[1]), steps[0])
-        pulls[j] += 1
-        est[j] = tree_noisy[j]
-        return
-    # kinds 3 and 5: the hybrid counter. Block 0 is the first pull alone; block r ≥ 1 holds pulls
-    # 2^r … 2^{r+1} − 1, released whole at its end with Lap(2/ε), with a tree inside it meanwhile.
-    ga = _grid(2.0 / params[0])
-    if pulls[j] == 0:
-        blocks_noisy[j] = (np.rint(x / ga) + steps[1]) * ga
-        pulls[j] = 1
-        opened[j] = 1
-        leaves[j] = 0
-        tree_noisy[j] = 0.0
-        block_sum[j] = 0.0
-        est[j] = blocks_noisy[j]
-        return
-    r = opened[j]
-    _tree_insert(j, x, leaves, alpha, alpha_noisy, tree_noisy, _grid(2.0 * (r + 1) / params[0]), steps[0])
-    block_sum[j] += x
-    pulls[j] += 1
-    if pulls[j] == (1 << (r + 1)) - 1:  # the block is full: its sum is released, a new tree opens
-        blocks_noisy[j] += (np.rint(block_sum[j] / ga) + steps[1]) * ga
-        for lv in range(alpha.shape[1]):
-            alpha[j, lv] = 0.0
-            alpha_noisy[j, lv] = 0.0
-        opened[j] = r + 1
-        leaves[j] = 0
-        tree_noisy[j] = 0.0
-        block_sum[j] = 0.0
-    est[j] = blocks_noisy[j] + tree_noisy[j]
-
-
-@njit(cache=True)
-def _run_block(kind, t0, candidates, normals, steps, pulls, est, opened, leaves, alpha, alpha_noisy, tree_noisy,
-               block_sum, blocks_noisy, params, arms, reports):
-    """Users t0 … t0 + n − 1 one after another, looking ahead: ``candidates[i, j]`` is what user
-    t0 + i reports if she pulls j. Fills ``arms`` and ``reports``."""
-    for i in range(candidates.shape[0]):
-        j = _choose(kind, t0 + i, pulls, est, opened, normals[i], params)
-        x = candidates[i, j]
-        arms[i] = j
-        reports[i] = x
-        _observe(kind, j, x, pulls, est, opened, leaves, alpha, alpha_noisy, tree_noisy, block_sum, blocks_noisy,
-                 steps[i], params)
+    return sequential_kernels
 
 
 class SequentialLearner:
@@ -295,11 +167,11 @@ class SequentialLearner:
 
     def choose(self, t: int) -> int:
         normals, _ = self.draws(t, 1)
-        return int(_choose(self.kind, t, self.pulls, self.est, self.opened, normals[0], self.params))
+        return int(_kernels().choose(self.kind, t, self.pulls, self.est, self.opened, normals[0], self.params))
 
     def observe(self, t: int, arm: int, report: float) -> None:
         _, steps = self.draws(t, 1)
-        _observe(self.kind, arm, float(report), *self._state(), steps[0], self.params)
+        _kernels().observe(self.kind, arm, float(report), *self._state(), steps[0], self.params)
 
     def decided(self, t0: int, n: int) -> np.ndarray:
         """UCB1's and Thompson sampling's users t0 … (at least one, at most n) whose arm no reward in
@@ -328,6 +200,6 @@ class SequentialLearner:
         n = candidates.shape[0]
         normals, steps = self.draws(t0, n)
         arms, reports = np.empty(n, dtype=np.int64), np.empty(n)
-        _run_block(self.kind, t0, np.ascontiguousarray(candidates, dtype=np.float64), normals, steps,
+        _kernels().run_block(self.kind, t0, np.ascontiguousarray(candidates, dtype=np.float64), normals, steps,
                    *self._state(), self.params, arms, reports)
         return arms, reports

@@ -10,7 +10,7 @@ one action, and reports the whole vector; the learner updates on every user.
   analyzer's key, drawn in blocks so that it does not depend on how users are grouped into plans.
 
 Both are sequential: user t + 1's action depends on user t's vector. The step is compiled
-(:func:`_run`), so in-process a block of users looked ahead at (the trusted analyzer receives
+(:func:`.experts_kernels.run`), so in-process a block of users looked ahead at (the trusted analyzer receives
 every vector anyway) is one compiled loop. Over MQTT a plan serves the users whose action no
 vector the earlier ones may report can change (:func:`ftl_decided`, :func:`hedge_decided`), and
 their release goes through the same loop.
@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
 from privbandit.protocol.primitives.seeding import stream
 from privbandit.protocol.spine.one_user import decided_windows
@@ -30,33 +29,12 @@ EXPERTS = {"ftl": 0, "hedge": 1}
 DRAW_BLOCK = 1 << 16
 
 
-@njit(cache=True)
-def _choose(kind, sums, eta, u):
-    k = sums.size
-    best = 0
-    for j in range(1, k):
-        if sums[j] > sums[best]:
-            best = j
-    if kind == 0:
-        return best
-    top = sums[best]
-    total = 0.0
-    for j in range(k):  # weights relative to the leader's, so no exponent overflows
-        total += math.exp(eta * (sums[j] - top))
-    acc, target = 0.0, u * total
-    for j in range(k):
-        acc += math.exp(eta * (sums[j] - top))
-        if target < acc:
-            return j
-    return k - 1
+def _kernels():
+    """The compiled steps, loaded on first use: numba's import (0.2 CPU-s, 57 MB) is paid only by a
+    run of FTL or Hedge, not by every process that loads the online family."""
+    from privbandit.families.private_online_learning import experts_kernels
 
-
-@njit(cache=True)
-def _run(kind, vectors, sums, eta, uniforms, arms):
-    for i in range(vectors.shape[0]):
-        arms[i] = _choose(kind, sums, eta, uniforms[i])
-        for j in range(sums.size):
-            sums[j] += vectors[i, j]
+    return experts_kernels
 
 
 def ftl_decided(sums: np.ndarray, n: int) -> int:
@@ -65,11 +43,11 @@ def ftl_decided(sums: np.ndarray, n: int) -> int:
 
     Float addition is non-decreasing in each operand, so after k users j's sum is at least its sum
     now (it adds rewards ≥ 0) and any other arm's at most its sum now plus k ones added one at a
-    time, as :func:`_run` adds them (``numpy.add.accumulate`` is that sequential sum, to the bit).
-    User k is decided while j's sum now beats every such bound under :func:`_choose`'s rule (the
+    time, as :func:`.experts_kernels.run` adds them (``numpy.add.accumulate`` is that sequential sum, to the bit).
+    User k is decided while j's sum now beats every such bound under :func:`.experts_kernels.choose`'s rule (the
     lowest index wins a tie). No margin is needed: there is no rounding to bound, only monotone
     steps. A bound passes j's sum after about S_j − S_i ones, so only that many are computed."""
-    j = int(np.argmax(sums))  # the first maximum: _choose's leader
+    j = int(np.argmax(sums))  # the first maximum: choose's leader
     rivals = np.delete(sums, j)
     if rivals.size == 0:
         return max(n, 1)
@@ -82,7 +60,7 @@ def ftl_decided(sums: np.ndarray, n: int) -> int:
     return w if beaten.all() else int(beaten.argmin())
 
 
-HEDGE_MARGIN = 1e-9  # in probability: far above the roundings of _choose and of the bounds (below)
+HEDGE_MARGIN = 1e-9  # in probability: far above the roundings of choose and of the bounds (below)
 FIRST_HEDGE_WINDOW = 64
 
 
@@ -92,16 +70,16 @@ def hedge_decided(sums: np.ndarray, eta: float, uniforms: np.ndarray) -> np.ndar
     them reports. ``uniforms``: their draws, in order.
 
     Every user's vector adds to every sum, so before user k of the block sum i lies in
-    [S_i, S_i + k] (the upper end as :func:`_run` would add k ones, to the bit), and in exact
+    [S_i, S_i + k] (the upper end as :func:`.experts_kernels.run` would add k ones, to the bit), and in exact
     arithmetic the draw picks j when ``C_{j−1} ≤ u < C_j``, C the cumulative weights
     exp(η·G) over their total. C_j is at least ``Σ_{i≤j} lo_i / (Σ_{i≤j} lo_i + Σ_{i>j} hi_i)`` and
     at most the same with lo and hi swapped; user k is decided with action j when u clears both ends
-    by :data:`HEDGE_MARGIN`. That margin covers the roundings: :func:`_choose`'s weights are exp of
+    by :data:`HEDGE_MARGIN`. That margin covers the roundings: :func:`.experts_kernels.choose`'s weights are exp of
     a difference to the leader (each within an ulp or two of exact, the leader's exactly 1, so the
     total is ≥ 1) summed over K ≤ 1000 terms, as are the bounds here, each a relative error below
     (2K + 4)·2⁻⁵² ≈ 5·10⁻¹³ of a quantity in [0, 1]. The block ends at its first undecided user;
     the first user alone is the learner's own draw (nothing pending)."""
-    arms = [np.array([int(_choose(1, sums, eta, uniforms[0]))])]
+    arms = [np.array([int(_kernels().choose(1, sums, eta, uniforms[0]))])]
     top = float(sums.max())
     lo = np.exp(eta * (sums - top))[:, None]  # (K, 1): the weights if every pending vector is 0
 
@@ -152,15 +130,15 @@ class ExpertsLearner:
         return out
 
     def choose(self, t: int) -> int:
-        return int(_choose(self.kind, self.sums, self.eta, self.uniforms(t, 1)[0]))
+        return int(_kernels().choose(self.kind, self.sums, self.eta, self.uniforms(t, 1)[0]))
 
     def observe(self, vector: np.ndarray) -> None:
         arms = np.empty(1, dtype=np.int64)  # the same compiled additions as a block's
-        _run(self.kind, np.ascontiguousarray(vector, dtype=np.float64).reshape(1, -1), self.sums, self.eta,
+        _kernels().run(self.kind, np.ascontiguousarray(vector, dtype=np.float64).reshape(1, -1), self.sums, self.eta,
              np.zeros(1), arms)
 
     def run(self, t0: int, vectors: np.ndarray) -> np.ndarray:
         arms = np.empty(vectors.shape[0], dtype=np.int64)
-        _run(self.kind, np.ascontiguousarray(vectors, dtype=np.float64), self.sums, self.eta,
+        _kernels().run(self.kind, np.ascontiguousarray(vectors, dtype=np.float64), self.sums, self.eta,
              self.uniforms(t0, vectors.shape[0]), arms)
         return arms

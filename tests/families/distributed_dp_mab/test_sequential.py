@@ -9,6 +9,7 @@ import pytest
 from scipy import stats
 
 from privbandit.families.distributed_dp_mab import sequential as seq
+from privbandit.families.distributed_dp_mab import sequential_kernels as kernels
 from privbandit.families.distributed_dp_mab.sequential_parties import SequentialServer, SequentialUsers
 from privbandit.families.distributed_dp_mab.world import BanditInstance
 from privbandit.protocol.primitives.noise.grid_laplace import LAPLACE_GRID, grid_step
@@ -74,7 +75,7 @@ def test_the_tree_noise_is_at_the_scale_the_ledger_charges():
         learner = seq.SequentialLearner("mt-ucb", 2, 0.3, horizon, key=0)
         deepest = max(1, horizon).bit_length()
         assert learner.levels == deepest
-        assert seq._grid(learner.params[1]) == grid_step(deepest / 0.3)
+        assert kernels.grid(learner.params[1]) == grid_step(deepest / 0.3)
 
 
 @pytest.mark.parametrize("name", ["dp-ucb-bound", "dp-ucb"])
@@ -116,9 +117,9 @@ def test_dp_ucb_is_ucb1s_index_on_the_noisy_mean():
         t = int(pulls.sum()) + int(rng.integers(0, 100))
         opened = np.array([max(1, int(n + 1).bit_length() - 1) for n in pulls], dtype=np.int64)
         want = int(np.argmax(est / pulls + np.sqrt(2 * math.log(t) / pulls)))
-        got = seq._choose(seq.KINDS["dp-ucb"], t, pulls, est, opened, normals, learner.params)
+        got = kernels.choose(seq.KINDS["dp-ucb"], t, pulls, est, opened, normals, learner.params)
         assert got == want
-        differ += got != seq._choose(seq.KINDS["dp-ucb-bound"], t, pulls, est, opened, normals, learner.params)
+        differ += got != kernels.choose(seq.KINDS["dp-ucb-bound"], t, pulls, est, opened, normals, learner.params)
     assert differ > 100
 
 

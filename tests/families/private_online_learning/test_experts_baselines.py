@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from privbandit.families.private_online_learning import experts
+from privbandit.families.private_online_learning import experts, experts_kernels
 from privbandit.families.private_online_learning.mechanisms import NoisyMeans
 from privbandit.protocol.primitives.noise.grid_laplace import LAPLACE_GRID
 from privbandit.runner import run_file
@@ -153,7 +153,7 @@ def test_hedge_decided_users_draw_what_the_plan_says_whatever_they_report(sums, 
                "first": np.tile(np.eye(k)[0], (n, 1)), "last": np.tile(np.eye(k)[-1], (n, 1))}[law]
     g = sums.copy()
     for t in range(arms.size):
-        assert experts._choose(1, g, eta, u[t]) == arms[t], (t, arms)
+        assert experts_kernels.choose(1, g, eta, u[t]) == arms[t], (t, arms)
         g += vectors[t]
 
 
@@ -164,7 +164,7 @@ def test_a_hedge_draw_that_one_pending_vector_can_flip_is_not_decided():
     u = 0.80 is action 1 and u = 0.70 undecided."""
     sums = np.zeros(2)
     assert experts.hedge_decided(sums, 0.5, np.array([0.1, 0.45])).tolist() == [0]
-    assert experts._choose(1, np.array([0.0, 1.0]), 0.5, 0.45) == 1
+    assert experts_kernels.choose(1, np.array([0.0, 1.0]), 0.5, 0.45) == 1
     assert experts.hedge_decided(sums, 0.5, np.array([0.1, 0.30, 0.80])).tolist() == [0, 0, 1]
     assert experts.hedge_decided(sums, 0.5, np.array([0.1, 0.30, 0.70])).tolist() == [0, 0]  # 2 pending: [0.269, 0.731]
 

@@ -11,28 +11,24 @@ Overhead* (CCS).
 - :mod:`.protocol`: :class:`SecAggUser`, :class:`SecAggServer` and the round's messages.
 """
 
-from privbandit.protocol.primitives.secagg.errors import (
-    KeySubstitutionError,
-    SecAggAbort,
-    SecAggError,
-    ShareError,
-)
-from privbandit.protocol.primitives.secagg.graph import MaskingGraph
-from privbandit.protocol.primitives.secagg.protocol import (
-    RoundConfig,
-    SecAggResult,
-    SecAggServer,
-    SecAggUser,
-)
+from __future__ import annotations
 
-__all__ = [
-    "KeySubstitutionError",
-    "MaskingGraph",
-    "RoundConfig",
-    "SecAggAbort",
-    "SecAggError",
-    "SecAggResult",
-    "SecAggServer",
-    "SecAggUser",
-    "ShareError",
-]
+import importlib
+
+# The round's classes, each from its module, loaded on first use: the package is imported for its
+# parameters (a plan's (k, t)) by every MAB process, which a secure round's cryptography would cost
+# 0.1 CPU-s at start-up.
+_EXPORTS = {"KeySubstitutionError": "errors", "SecAggAbort": "errors", "SecAggError": "errors", "ShareError": "errors",
+            "MaskingGraph": "graph", "RoundConfig": "protocol", "SecAggResult": "protocol", "SecAggServer": "protocol",
+            "SecAggUser": "protocol"}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *_EXPORTS])
