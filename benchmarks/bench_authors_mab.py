@@ -30,13 +30,13 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from _fresh import timed
 
 AUTHORS = r"""
 import sys
@@ -86,16 +86,6 @@ algorithm = "{algorithm}"
 {extra}"""
 
 
-def timed(argv: list[str]) -> tuple[float, float]:
-    """(CPU seconds, wall seconds) of a fresh process running ``argv``."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, wall
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--authors", type=Path, required=True, help="the directory holding the authors' MABPrivate.py")
@@ -130,7 +120,7 @@ def main() -> None:
             load0 = os.getloadavg()[0]
             order = sides if pair % 2 == 0 else sides[::-1]
             for side in order:
-                got[side].append(timed(argv[side]))
+                got[side].append(timed(argv[side])[:2])
             load1 = os.getloadavg()[0]
             cells = "".join(f"{got[s][-1][0]:>19.3f} / {got[s][-1][1]:>6.2f}" for s in sides)
             a = got["authors"][-1][0]

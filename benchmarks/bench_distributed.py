@@ -16,7 +16,9 @@ Prints, for the same experiment and seed:
 - users/s of the in-process engine (one process) and of the MQTT run (observer's wall time for the
   task: from its announcing the task, just before the first plan, to its scoring it, just after
   the last truth; "first plan to last truth" below and in the docs), and their ratio;
-- the CPU seconds (user + system) each party's process used, start-up included;
+- the CPU seconds (user + system) each party's process used, start-up included, and (with the
+  in-process engine) CPU per user of every party together against the in-process task's (its own
+  ``time.process_time``; issue #33's "distributed CPU per user against in-process");
 - wire bytes per user against the budget 2·(⌈log₂ m⌉/8) + 8;
 - the raw broker rate measured with the same client library: QoS 1 messages of one report block
   (65,536 users) from one publisher to one subscriber — the ceiling for users/s (on the generated
@@ -307,7 +309,9 @@ def main() -> None:
             return checkpoint_cost(args, family, config, path, Path(tmp), label, broker)
         if not args.only_mqtt:
             tasks.run_experiment(family, config, jobs=1)  # warm: the first task pays lazy imports (dp-accounting, scipy)
+            inproc_cpu = time.process_time()
             _, compute, _ = tasks.run_experiment(family, config, jobs=1)
+            inproc_cpu = time.process_time() - inproc_cpu
             inproc = args.horizon / compute[label]
         cpu = PartyCPU(py_spy=args.py_spy, py_spy_out=args.py_spy_out)
         t0 = time.perf_counter()
@@ -343,6 +347,10 @@ def main() -> None:
     if args.only_mqtt:
         return
     print(f"ratio in-process/MQTT   {inproc / mqtt:>12.1f}×")
+    parties = sum(cpu.cpu.values())
+    print(f"CPU per user            in-process {1e9 * inproc_cpu / args.horizon:.1f} ns, every party together "
+          f"{1e9 * parties / args.horizon:.1f} ns (their start-up included; the broker's not): "
+          f"{parties / inproc_cpu:.1f}×")
     block = int(comm["bytes_per_user_payload"] * USER_BLOCK)
     print(f"raw broker rate         {rates[0]:>12,.0f} msgs/s of {block:,} B (one block) "
           f"= {rates[0] * USER_BLOCK:,.0f} users/s ceiling")

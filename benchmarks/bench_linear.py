@@ -23,6 +23,15 @@ then, the ratios are printed, from the two measured rates (×) and the two measu
 (× cpu), and issue #33's 50× target: met when both are at least 50. Their module
 imports pandas and never uses it; where pandas is not installed an empty module stands in for
 that import (said in the output). The load average is printed at the start and the end.
+
+    python benchmarks/bench_linear.py --single --fresh [--repeat 3] --authors-code PATH
+
+The same run, each side in a fresh process of this interpreter, alternated (issue #33's "first run
+in a fresh process"): the first run's CPU seconds (privbandit: ``tasks.execute`` after its imports,
+numba's cached kernels loaded on first call, compiled if the cache is empty; the authors:
+``evaluate_one`` after their module's import, on the same instance, passed to them in a ``.npz`` so
+that their process imports nothing of privbandit), and the whole process's CPU seconds from
+outside, interpreter start and imports included. Ratios of the medians.
 """
 
 from __future__ import annotations
@@ -31,12 +40,15 @@ import argparse
 import importlib.util
 import os
 import platform
+import statistics
 import sys
+import tempfile
 import time
 import types
 from pathlib import Path
 
 import numpy as np
+from _fresh import timed
 
 from privbandit.runner import config as experiment_files
 from privbandit.runner import tasks
@@ -92,6 +104,66 @@ def authors_seconds(module, cls: str, config, batch: int) -> tuple[float, float]
     return time.perf_counter() - start, time.process_time() - cpu
 
 
+# The authors' side of --fresh: their module and numpy only (argv: their directory, the .npz, class, T).
+AUTHORS_FRESH = r"""
+import importlib.util, sys, time, types
+c0 = time.process_time()
+import numpy as np
+if importlib.util.find_spec("pandas") is None:
+    sys.modules["pandas"] = types.ModuleType("pandas")
+sys.path.insert(0, sys.argv[1])
+import LinBanditPrivate as M
+c1 = time.process_time()
+z = np.load(sys.argv[2])
+M.d = int(z["arms"].shape[1])
+env = M.LinBandit(z["arms"], z["theta"], float(z["epsilon"]), float(z["delta"]), int(z["batch"]), noise="bernoulli",
+                  sigma=0, seed=0)
+env.reset_random()
+c2 = time.process_time()
+M.evaluate_one(getattr(M, sys.argv[3]), {}, env, int(sys.argv[4]), 1)
+print(c1 - c0, time.process_time() - c2)
+"""
+
+# privbandit's side of --fresh (argv: the experiment file, T, label).
+OURS_FRESH = r"""
+import sys, time
+c0 = time.process_time()
+from privbandit.runner import config as experiment_files
+from privbandit.runner.tasks import Task, execute
+family, config = experiment_files.load(sys.argv[1], ["runs=1", f"horizon={sys.argv[2]}"])
+c1 = time.process_time()
+execute(Task(family.name, config, sys.argv[3], (0,)))
+print(c1 - c0, time.process_time() - c1)
+"""
+
+
+def fresh(args, fam, config, file: Path) -> None:
+    """--fresh: each side's one run in a fresh process, alternated (see the module's docstring)."""
+    from privbandit.families.shuffle_linear_bandits.world import instances
+
+    inst = instances("authors-main", config.environment.arms, config.environment.dim, 2, [0])
+    work = Path(tempfile.mkdtemp(prefix="bench-linear-fresh-"))
+    print(f"  {'algorithm':<15} {'first run cpu s':>16} {'process cpu s':>14} {'authors first':>14} "
+          f"{'authors process':>16} {'× first':>8} {'× process':>10} {'20× (first)':>12}")
+    for label in fam.labels(config):
+        batch = fam.algorithm(config, label).batch
+        npz = work / f"{label}.npz"
+        np.savez(npz, arms=inst.arms[0], theta=inst.theta[0], epsilon=config.epsilon, delta=config.delta, batch=batch)
+        argv = {"ours": [sys.executable, "-c", OURS_FRESH, str(file), str(args.horizon), label],
+                "authors": [sys.executable, "-c", AUTHORS_FRESH, str(Path(args.authors_code).resolve().parent
+                            if Path(args.authors_code).is_file() else Path(args.authors_code).resolve()), str(npz),
+                            AUTHORS_CLASS[label], str(args.horizon)]}
+        got = {"ours": [], "authors": []}
+        for r in range(args.repeat):
+            for side in ("ours", "authors") if r % 2 == 0 else ("authors", "ours"):
+                cpu, _wall, out = timed(argv[side])
+                got[side].append((float(out.split()[-1]), cpu))
+        (first, proc), (their_first, their_proc) = (tuple(map(statistics.median, zip(*got[s]))) for s in ("ours", "authors"))
+        print(f"  {label:<15} {first:16.3f} {proc:14.3f} {their_first:14.3f} {their_proc:16.3f} "
+              f"{their_first / first:8.2f} {their_proc / proc:10.2f} {'met' if their_first >= 20 * first else 'NOT met':>12}",
+              flush=True)
+
+
 def ours_seconds(fam, config, label: str) -> tuple[float, float]:
     """One run of ``label`` as ``privbandit run --jobs 1`` makes it: (wall s, CPU s)."""
     cpu = time.process_time()
@@ -110,6 +182,13 @@ def single(args) -> None:
     fam, config = experiment_files.load(here / f"{SINGLE_FILE[args.epsilon]}.toml",
                                         ["runs=1", f"horizon={args.horizon}"])
     authors, stand_in = authors_module(args.authors_code) if args.authors_code else (None, False)
+    if args.fresh:
+        print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; one run per fresh "
+              f"process, ε = {config.epsilon:g}, d = {config.environment.dim}, K = {config.environment.arms}, "
+              f"T = {args.horizon}, medians of {args.repeat}, CPU seconds; load {_load()}")
+        fresh(args, fam, config, here / f"{SINGLE_FILE[args.epsilon]}.toml")
+        print(f"load {_load()}")
+        return
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; one run, "
           f"ε = {config.epsilon:g}, δ = {config.delta:g}, d = {config.environment.dim}, "
           f"K = {config.environment.arms}, T = {args.horizon}, best of {args.repeat}; load {_load()}")
@@ -156,7 +235,11 @@ def main() -> None:
     ap.add_argument("--epsilon", type=float, default=1.0, choices=sorted(SINGLE_FILE))
     ap.add_argument("--authors-code", metavar="PATH",
                     help="with --single: the authors' LinBanditPrivate.py (or its directory), timed in this run")
+    ap.add_argument("--fresh", action="store_true",
+                    help="with --single and --authors-code: each side's run in a fresh process")
     args = ap.parse_args()
+    if args.fresh and not (args.single and args.authors_code):
+        ap.error("--fresh compares fresh processes of both sides: use it with --single and --authors-code")
     if args.authors_code and not args.single:
         ap.error("--authors-code times the authors' code against one run: use it with --single")
     if args.repeat < 1:

@@ -68,3 +68,26 @@ def test_with_the_authors_code_the_ratio_is_of_two_rates_measured_here(tmp_path)
         assert low - 0.005 <= float(by_cpu) <= high + 0.005, (label, rows[label])
         met = ours >= 50 * theirs and float(by_cpu) >= 50
         assert " ".join(verdict) == ("met" if met else "NOT met")
+
+
+def test_fresh_processes_time_both_sides_from_the_interpreters_start(tmp_path):
+    """``--fresh``: each side is a fresh process; the first-run and whole-process ratios are the
+    quotients of the medians printed beside them, and the stand-in's process is a real interpreter's
+    (its start and numpy import cost CPU time, its sleep costs none)."""
+    (tmp_path / "LinBanditPrivate.py").write_text(FAKE)
+    rows = _rows(_bench("--fresh", "--authors-code", str(tmp_path / "LinBanditPrivate.py")))
+    assert set(rows) == set(LABELS)
+    for label, (first, proc, their_first, their_proc, by_first, by_proc, *verdict) in rows.items():
+        first, proc, their_first, their_proc = map(float, (first, proc, their_first, their_proc))
+        assert 0 < first < proc, (label, rows[label])  # the run is part of its process
+        assert their_first < 0.05 and their_proc > 0.05, (label, rows[label])  # a sleep; an interpreter's start
+        for ratio, num, den in ((by_first, their_first, first), (by_proc, their_proc, proc)):
+            low, high = max(num - 5e-4, 0.0) / (den + 5e-4), (num + 5e-4) / max(den - 5e-4, 1e-9)
+            assert low - 0.005 <= float(ratio) <= high + 0.005, (label, rows[label])
+        assert " ".join(verdict) == ("met" if their_first >= 20 * first else "NOT met")
+
+
+def test_fresh_needs_the_authors_code():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_linear.py"), "--single", "--fresh"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "--fresh compares fresh processes of both sides" in out.stderr
