@@ -48,7 +48,6 @@ import types
 from pathlib import Path
 
 import numpy as np
-from _fresh import timed
 
 from privbandit.runner import config as experiment_files
 from privbandit.runner import tasks
@@ -139,6 +138,8 @@ print(c1 - c0, time.process_time() - c1)
 
 def fresh(args, fam, config, file: Path) -> None:
     """--fresh: each side's one run in a fresh process, alternated (see the module's docstring)."""
+    from _fresh import timed  # beside this script (experiments/linear_authors_paired.py imports it by path)
+
     from privbandit.families.shuffle_linear_bandits.world import instances
 
     inst = instances("authors-main", config.environment.arms, config.environment.dim, 2, [0])
@@ -158,10 +159,11 @@ def fresh(args, fam, config, file: Path) -> None:
             for side in ("ours", "authors") if r % 2 == 0 else ("authors", "ours"):
                 cpu, _wall, out = timed(argv[side])
                 got[side].append((float(out.split()[-1]), cpu))
-        (first, proc), (their_first, their_proc) = (tuple(map(statistics.median, zip(*got[s]))) for s in ("ours", "authors"))
+        (first, proc), (their_first, their_proc) = (tuple(map(statistics.median, zip(*got[s])))
+                                                    for s in ("ours", "authors"))
+        verdict = "met" if their_first >= 20 * first else "NOT met"
         print(f"  {label:<15} {first:16.3f} {proc:14.3f} {their_first:14.3f} {their_proc:16.3f} "
-              f"{their_first / first:8.2f} {their_proc / proc:10.2f} {'met' if their_first >= 20 * first else 'NOT met':>12}",
-              flush=True)
+              f"{their_first / first:8.2f} {their_proc / proc:10.2f} {verdict:>12}", flush=True)
 
 
 def ours_seconds(fam, config, label: str) -> tuple[float, float]:
@@ -220,8 +222,8 @@ def single(args) -> None:
                      f"{'met' if rate >= TARGET * ref and by_cpu >= TARGET else 'NOT met':>10}")
         print(line, flush=True)
     if authors is None:
-        print(f"the authors' code was not timed: no ratio to it is printed (give --authors-code PATH to time "
-              f"LinBanditPrivate.py in this run)")
+        print("the authors' code was not timed: no ratio to it is printed (give --authors-code PATH to time "
+              "LinBanditPrivate.py in this run)")
     print(f"load {_load()}")
 
 

@@ -28,8 +28,8 @@ arms = 4
 # services an in-process run uses.
 # numba (0.2 CPU-s and 57 MB of a process) compiles the sequential baselines' and FTL/Hedge's steps, not
 # these algorithms'.
-UNUSED = ("dp_accounting", "scipy.stats", "scipy.signal", "aiomqtt", "privbandit.services.bus", "privbandit.services.acl",
-          "privbandit.services.dashboard", "privbandit.services.codec", "numba")
+UNUSED = ("dp_accounting", "scipy.stats", "scipy.signal", "aiomqtt", "privbandit.services.bus",
+          "privbandit.services.acl", "privbandit.services.dashboard", "privbandit.services.codec", "numba")
 
 
 def test_an_in_process_run_imports_no_accountant_library_and_no_broker_module(tmp_path):
@@ -66,7 +66,8 @@ def test_a_cli_process_computes_on_one_thread_unless_the_user_says_otherwise():
     setting is kept: with it, OpenBLAS starts its pool (what the check would see without the pin)."""
     import os
 
-    base = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")}
+    pinned = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
+    base = {k: v for k, v in os.environ.items() if k not in pinned}
     assert _threads_after_numpy(base) == ("1", 1)
     value, threads = _threads_after_numpy({**base, "OPENBLAS_NUM_THREADS": "2"})
     assert value == "2" and threads >= 2

@@ -18,6 +18,7 @@ import sys
 # imports numpy; a value the user set wins.
 for _threads in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
     os.environ.setdefault(_threads, "1")
+
 from typing import Annotated
 
 import typer

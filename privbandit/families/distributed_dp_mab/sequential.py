@@ -53,9 +53,10 @@ sampler adds a δ bounded in :mod:`~privbandit.protocol.primitives.noise.sampler
 drawn per *round* from the analyzer's key in blocks, before anyone knows which arm a round pulls, so
 deciding one user per plan (over MQTT) and a block of users at once (in-process, looking ahead at
 the rewards the trusted analyzer receives anyway) give the same numbers. The state lives in numpy
-arrays and each step is compiled (:func:`.sequential_kernels.choose`, :func:`.sequential_kernels.observe`), so a block of users is one
-compiled loop; the MQTT path calls the same two functions one user at a time, or, for the users
-:meth:`SequentialLearner.decided` plans at once, the same loop over their release.
+arrays and each step is compiled (:func:`.sequential_kernels.choose`,
+:func:`.sequential_kernels.observe`), so a block of users is one compiled loop; the MQTT path calls
+the same two functions one user at a time, or, for the users :meth:`SequentialLearner.decided`
+plans at once, the same loop over their release.
 """
 
 from __future__ import annotations
@@ -201,5 +202,5 @@ class SequentialLearner:
         normals, steps = self.draws(t0, n)
         arms, reports = np.empty(n, dtype=np.int64), np.empty(n)
         _kernels().run_block(self.kind, t0, np.ascontiguousarray(candidates, dtype=np.float64), normals, steps,
-                   *self._state(), self.params, arms, reports)
+                             *self._state(), self.params, arms, reports)
         return arms, reports
