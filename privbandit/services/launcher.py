@@ -55,6 +55,7 @@ USAGE_ERROR = 2  # a party's exit status for bad input: restarting cannot help
 CHECKPOINTED = ("observer", "analyzer", "aggregator", "shuffler")  # fleets hold no state to keep
 HOSTILE_MAX_S = 24 * 3600  # a traffic adversary of the experiment attacks until the session shuts down
 HOSTILE_READY_S = 60.0  # how long the session waits for its traffic adversaries to subscribe
+HOSTILE_STOP_S = 30.0  # how long the traffic adversaries get to write their reports once told to stop
 TLS_FIELDS = ("ca_file", "cert_file", "key_file")  # BusSettings fields, PRIVBANDIT_<FIELD> for the parties
 
 
@@ -93,12 +94,16 @@ class Party:
         stop_process(self.proc)
 
 
-def stop_process(proc: subprocess.Popen | None, grace_s: float = 5.0) -> None:
-    """SIGTERM, then SIGKILL after ``grace_s``; a no-op for a process that already exited."""
-    if proc and proc.poll() is None:
+def stop_process(*procs: subprocess.Popen | None, grace_s: float = 5.0) -> None:
+    """SIGTERM to each, then SIGKILL to those still running ``grace_s`` after; a no-op for a process
+    that already exited. Several are signalled together and share the one grace period."""
+    running = [p for p in procs if p and p.poll() is None]
+    for proc in running:
         proc.terminate()
+    end = time.monotonic() + grace_s
+    for proc in running:
         try:
-            proc.wait(grace_s)
+            proc.wait(max(0.0, end - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -280,9 +285,12 @@ def launch(family, config, experiment: Path, overrides: list[str], out: Path,
             if deadline and time.monotonic() > deadline:
                 raise TimeoutError(f"the distributed run did not finish in {timeout_s:.0f} s; logs in {out / 'logs'}")
             time.sleep(0.2)
-        for p in parties:
-            if p.hostile:  # SIGTERM: it writes its report and leaves, wherever its backlog stands
-                p.stop()
+        # SIGTERM: each writes its report and leaves, wherever its backlog stands. All at once and
+        # with a long grace: on a loaded machine a hostile process gets a sliver of a core, and the
+        # payload it is building (an 8 MiB forged report, a decoding bomb) can hold its event loop,
+        # and the report, past a few seconds; SIGKILL then leaves no report (the likely cause of a
+        # suite run with no volley report, 2026-11-29, when each got 5 s in turn).
+        stop_process(*(p.proc for p in parties if p.hostile), grace_s=HOSTILE_STOP_S)
         end = time.monotonic() + PARTY_EXIT_WAIT_S
         for p in parties[1:]:
             try:

@@ -19,6 +19,7 @@ from privbandit.services import codec
 from privbandit.services.acl import Role
 from privbandit.services.bus import topic
 from privbandit.services.hostile import TrafficAttacker
+from tests.services.reports import attack_report
 from tests.services.test_acl import BrokerUnderTest, _mosquitto, connected
 from tests.services.test_distributed import _experiment, _inproc, _start, _wait, assert_same_numbers
 
@@ -94,7 +95,7 @@ def test_an_experiment_files_traffic_adversaries_run_next_to_the_parties_and_cha
     out = tmp_path / "mqtt"
     assert launch(family, config, path, [], out, broker_url=None, shards=2, timeout_s=240) == 0
     assert_same_numbers(tmp_path / "inproc", out)
-    reports = {k: json.loads((out / "adversaries" / f"{k}.json").read_text()) for k in kinds}
+    reports = {k: attack_report(out, k) for k in kinds}
     for kind in ("replay", "sybil", "impersonate", "flood"):
         assert reports[kind]["plans_seen"] > 0 and reports[kind]["messages_sent"] > 0, reports[kind]
     curious = reports["curious-analyzer"]
@@ -252,3 +253,49 @@ def test_an_attacker_the_broker_cuts_off_still_writes_its_report(tmp_path):
     assert proc.returncode == 0, err[-2000:]
     got = json.loads(report.read_text())
     assert got["ended_by"] == "disconnected" and got["plans_seen"] == 1 and got["messages_sent"] >= 1, got
+
+
+# A process that, told to stop, takes ``argv[2]`` seconds to write its report (``argv[1]``).
+SLOW_TO_LEAVE = r"""
+import signal, sys, time
+from pathlib import Path
+
+def leave(*_):
+    time.sleep(float(sys.argv[2]))
+    Path(sys.argv[1]).write_text("report")
+    sys.exit(0)
+
+signal.signal(signal.SIGTERM, leave)
+Path(sys.argv[1] + ".ready").touch()
+while True:
+    time.sleep(0.05)
+"""
+
+
+def _slow_to_leave(tmp_path, name: str, delay_s: float) -> tuple[subprocess.Popen, Path]:
+    report = tmp_path / name
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_TO_LEAVE, str(report), str(delay_s)])
+    deadline = time.monotonic() + 30
+    while not (tmp_path / f"{name}.ready").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the stand-in did not start"
+        time.sleep(0.05)
+    return proc, report
+
+
+def test_traffic_adversaries_are_told_to_stop_together_and_get_the_whole_grace(tmp_path):
+    """The launcher stops its traffic adversaries with one ``stop_process(*procs, grace_s=…)``: each
+    gets SIGTERM at once and the whole grace to write its report, so two that take 2 s each both
+    write theirs in about 2 s (one after the other with a 5 s grace each, as before, a loaded
+    machine's slow writer was killed reportless: a CI failure); one slower than the grace is killed."""
+    from privbandit.services.launcher import HOSTILE_STOP_S, stop_process
+
+    first, second = _slow_to_leave(tmp_path, "a", 2.0), _slow_to_leave(tmp_path, "b", 2.0)
+    start = time.monotonic()
+    stop_process(first[0], second[0], grace_s=HOSTILE_STOP_S)
+    took = time.monotonic() - start
+    assert first[1].read_text() == second[1].read_text() == "report"
+    assert first[0].returncode == second[0].returncode == 0
+    assert took < 3.8, took  # together: one 2 s wait, not two
+    slow = _slow_to_leave(tmp_path, "c", 30.0)
+    stop_process(slow[0], grace_s=1.0)
+    assert slow[0].returncode == -9 and not slow[1].exists()

@@ -22,6 +22,7 @@ from privbandit.services import acl, analyzer as analyzer_mod, codec
 from privbandit.services.budget import PublishBucket
 from privbandit.services.embedded_broker import start_embedded_broker
 from privbandit.services.launcher import launch
+from tests.services.reports import attack_report
 from tests.services.test_distributed import _experiment, _inproc, assert_same_numbers
 
 RUN = "budget"
@@ -183,7 +184,7 @@ def test_the_issues_volley_and_a_stream_of_decoding_bombs_change_no_number(tmp_p
     assert launch(family, config, path, [], out, shards=2, timeout_s=240) == 0
     assert_same_numbers(tmp_path / "inproc", out)
     for kind in ("volley", "bombs"):
-        report = json.loads((out / "adversaries" / f"{kind}.json").read_text())
+        report = attack_report(out, kind)
         assert report["messages_sent"] >= 13, report
     rejected = json.loads((out / "summary.json").read_text())["rejected"]
     assert rejected.get("missing-tag", 0) > 10**5 and rejected.get("over-limit", 0) >= 4, rejected

@@ -11,6 +11,7 @@ import json
 
 from privbandit.runner import config as experiment_files
 from privbandit.services.launcher import launch
+from tests.services.reports import attack_report
 from tests.services.test_distributed import _inproc, assert_same_numbers
 
 TRAFFIC = ["replay", "impersonate", "sybil", "curious-analyzer"]
@@ -52,7 +53,7 @@ def test_online_adversaries_in_fleets_and_traffic_attackers_reproduce_the_inproc
     honest = _inproc(tmp_path / "honest.toml", tmp_path / "honest")
     assert (mqtt["algorithms"]["lazy@distributed"]["regret_final_mean"]
             > honest["algorithms"]["lazy@distributed"]["regret_final_mean"])
-    reports = {k: json.loads((out / "adversaries" / f"{k}.json").read_text()) for k in TRAFFIC}
+    reports = {k: attack_report(out, k) for k in TRAFFIC}
     assert all(reports[k]["plans_seen"] > 0 for k in ("replay", "impersonate", "sybil")), reports
     assert reports["curious-analyzer"]["forbidden_received"] == 0
     rejected = mqtt["rejected"]
