@@ -10,9 +10,9 @@ one action, and reports the whole vector; the learner updates on every user.
   analyzer's key, drawn in blocks so that it does not depend on how users are grouped into plans.
 
 Both are sequential: user t + 1's action depends on user t's vector. The step is compiled
-(:func:`.experts_kernels.run`), so in-process a block of users looked ahead at (the trusted
-analyzer receives every vector anyway) is one compiled loop. Over MQTT a plan serves the users whose action no
-vector the earlier ones may report can change (:func:`ftl_decided`, :func:`hedge_decided`), and
+(:func:`.experts_kernels.run`), so in-process a block of users looked ahead at (the trusted analyzer
+receives every vector anyway) is one compiled loop. Over MQTT a plan serves the users whose action
+no vector the earlier ones may report can change (:func:`ftl_decided`, :func:`hedge_decided`), and
 their release goes through the same loop.
 """
 
