@@ -9,6 +9,7 @@ into every MAB process). The run is checked from outside, in a fresh process, by
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -64,8 +65,6 @@ def test_a_cli_process_computes_on_one_thread_unless_the_user_says_otherwise():
     """The CLI pins the BLAS pool to one thread before numpy loads: no thread pool's start or spin
     (0.1–0.4 CPU-s of a fresh MAB task), no float result depending on the core count. A user's own
     setting is kept: with it, OpenBLAS starts its pool (what the check would see without the pin)."""
-    import os
-
     pinned = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
     base = {k: v for k, v in os.environ.items() if k not in pinned}
     assert _threads_after_numpy(base) == ("1", 1)
